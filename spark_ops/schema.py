@@ -1,0 +1,133 @@
+"""What a replica table looks like, derived from an object's describe() metadata.
+
+One `ObjectSchema` per replicated Salesforce object says which fields become columns (design §8: describe
+fields minus compound parents, formula fields, and the two fields CDC never carries, `IsDeleted` and
+`SystemModstamp`, which the replica represents as `_sf_deleted` and `_sf_commit_ts`), the Spark and Arrow type
+of each, and how compound fields nested in an event (`BillingAddress: {"City": ...}`) map to component columns.
+Everything here is pure metadata: no Spark session, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+from pyspark.sql import types as T
+
+# Salesforce field type -> replica column type (design §8).
+_STRING_TYPES = {
+    "id", "reference", "string", "picklist", "multipicklist", "textarea", "email", "phone", "url", "combobox",
+    "time", "encryptedstring",
+}
+SPARK_TYPES: dict[str, T.DataType] = {
+    **{t: T.StringType() for t in _STRING_TYPES},
+    "boolean": T.BooleanType(),
+    "int": T.LongType(),
+    "double": T.DoubleType(),
+    "currency": T.DoubleType(),
+    "percent": T.DoubleType(),
+    "date": T.DateType(),
+    "datetime": T.TimestampType(),
+}
+COMPOUND_TYPES = {"address", "location"}
+NOT_IN_EVENTS = {"IsDeleted", "SystemModstamp"}
+
+# System columns every replica carries (design §8), then the layout column.
+BUCKET_COLUMN = "_sf_bucket"
+SYSTEM_COLUMNS: list[tuple[str, T.DataType]] = [
+    ("_sf_deleted", T.BooleanType()),
+    ("_sf_deleted_at", T.TimestampType()),
+    ("_sf_commit_ts", T.TimestampType()),
+    ("_sf_replay_id", T.LongType()),
+    ("_sf_dirty_since", T.TimestampType()),
+    ("_sf_source", T.StringType()),
+    ("_sf_synced_at", T.TimestampType()),
+    (BUCKET_COLUMN, T.StringType()),
+]
+DEFAULT_BUCKET_CHARS = 13
+
+
+def spark_type(sf_type: str) -> T.DataType:
+    """The replica column type of a Salesforce field type; unknown types are kept as text."""
+    return SPARK_TYPES.get(sf_type, T.StringType())
+
+
+def _nested_key(parent: str, component: str) -> str:
+    """The key a component has inside its compound value in an event.
+
+    `BillingAddress: {"City": ...}` holds `BillingCity`; Contact `Name: {"FirstName": ...}` holds `FirstName`;
+    a geolocation `Loc__c: {"Latitude": ...}` holds `Loc__Latitude__s`.
+    """
+    if parent.endswith("Address"):
+        prefix = parent[: -len("Address")]
+        if prefix and component.startswith(prefix):
+            return component[len(prefix):]
+    if parent.endswith("__c"):
+        stem = parent[: -len("c")]
+        if component.startswith(stem) and component.endswith("__s"):
+            return component[len(stem): -len("__s")]
+    return component
+
+
+@dataclass(frozen=True)
+class ObjectSchema:
+    """Replica columns of one object and how event payload keys map onto them."""
+
+    name: str
+    columns: tuple[tuple[str, str], ...]  # (column, Salesforce type), in describe order, Id first
+    compound: dict[str, dict[str, str]] = field(default_factory=dict)  # parent -> nested key -> column
+    ignored: frozenset[str] = frozenset(NOT_IN_EVENTS)  # payload keys that never become columns
+    bucket_chars: int = DEFAULT_BUCKET_CHARS
+
+    @classmethod
+    def from_describe(cls, describe: dict, *, bucket_chars: int = DEFAULT_BUCKET_CHARS) -> ObjectSchema:
+        fields = describe["fields"]
+        parents = {f["compoundFieldName"] for f in fields if f.get("compoundFieldName")}
+        parents |= {f["name"] for f in fields if f.get("type") in COMPOUND_TYPES}
+        compound: dict[str, dict[str, str]] = {}
+        columns: list[tuple[str, str]] = []
+        for f in fields:
+            name = f["name"]
+            if parent := f.get("compoundFieldName"):
+                compound.setdefault(parent, {})[_nested_key(parent, name)] = name
+            if name in parents or f.get("calculated") or name in NOT_IN_EVENTS:
+                continue
+            columns.append((name, f["type"]))
+        columns.sort(key=lambda c: c[0] != "Id")
+        if not columns or columns[0][0] != "Id":
+            raise ValueError(f"describe() of {describe.get('name')} has no Id field; cannot build a replica")
+        ignored = frozenset(NOT_IN_EVENTS | {f["name"] for f in fields if f.get("calculated")})
+        return cls(describe["name"], tuple(columns), compound, ignored, bucket_chars)
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c for c, _ in self.columns]
+
+    @property
+    def dotted_names(self) -> dict[str, str]:
+        """`BillingAddress.City` (as changedFields/nulledFields name it) -> `BillingCity`."""
+        return {f"{p}.{k}": c for p, m in self.compound.items() for k, c in m.items()}
+
+    def with_columns(self, extra: dict[str, str]) -> ObjectSchema:
+        """This schema plus fields seen later (schema evolution: added, never dropped)."""
+        known = set(self.column_names)
+        added = tuple((n, t) for n, t in extra.items() if n not in known)
+        return ObjectSchema(self.name, self.columns + added, self.compound, self.ignored, self.bucket_chars)
+
+    def spark_schema(self) -> T.StructType:
+        cols = [T.StructField(c, spark_type(t), c != "Id") for c, t in self.columns]
+        return T.StructType(cols + [T.StructField(n, t, True) for n, t in SYSTEM_COLUMNS])
+
+    def arrow_schema(self) -> pa.Schema:
+        return spark_to_arrow_schema(self.spark_schema())
+
+
+_ARROW = {
+    T.StringType: pa.string(), T.BooleanType: pa.bool_(), T.LongType: pa.int64(), T.DoubleType: pa.float64(),
+    T.DateType: pa.date32(), T.TimestampType: pa.timestamp("us", tz="UTC"),
+}
+
+
+def spark_to_arrow_schema(schema: T.StructType) -> pa.Schema:
+    """Arrow schema of the flat replica types (what delta-rs stores)."""
+    return pa.schema([pa.field(f.name, _ARROW[type(f.dataType)], f.nullable) for f in schema.fields])

@@ -1,0 +1,39 @@
+"""Shared fixtures: one real local Spark session for the whole test run, the sample stream, temp warehouses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("CDC_SHARED", REPO.parent / "shared"))
+SAMPLE = SHARED / "samples" / "basic"
+
+TEST_SPARK_CONF = {
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "2g",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from resources.spark import session, spark_resource
+
+    resource = spark_resource(TEST_SPARK_CONF)
+    from dagster_pyspark.resources import spark_session_from_config
+
+    spark = spark_session_from_config(resource.spark_config)
+    spark.sparkContext.setLogLevel("ERROR")
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(scope="session")
+def sample_dir() -> Path:
+    assert SAMPLE.exists(), f"sample stream not found at {SAMPLE}; set CDC_SHARED to the shared/ folder"
+    return SAMPLE

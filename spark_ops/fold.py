@@ -29,12 +29,14 @@ LIFECYCLE = ("CREATE", "UNDELETE", "DELETE")
 PARTIAL = ("UPDATE", "DELETE")
 COUNTERS = ("applied", "gaps", "late", "superseded", "dirty_skipped")
 CHANGED = "_changed"
+NEWLY_DIRTY = "newly_dirty"
+INSERTED = "inserted"
 
 
 def position(prefix: str = "") -> Column:
     """Commit order (design §4): commit timestamp, commit number, sequence number, replay id."""
     c = lambda n: F.col(prefix + n)  # noqa: E731
-    return F.struct(c("commit_ts"), c("commit_number"), c("sequence_number"), F.coalesce(c("replay_id"), F.lit(0)))
+    return F.struct(c("commit_ts"), c("commit_number"), c("sequence_number"), F.coalesce(c("replay_id"), F.lit(0)).alias("replay_id"))
 
 
 def bucket(schema: ObjectSchema, id_col: str = "Id") -> Column:
@@ -152,7 +154,10 @@ def _merge_with_current(folded: DataFrame, current: DataFrame, schema: ObjectSch
     changed = (F.col("applied") > 0) | (
         F.col("_dirty_from").isNotNull()
         & (F.col("_cur__sf_dirty_since").isNull() | (F.col("_dirty_from") < F.col("_cur__sf_dirty_since"))))
-    return j.select(F.col("record_id").alias("Id"), *values, *system, *COUNTERS, changed.alias(CHANGED))
+    newly_dirty = F.col("_dirty_from").isNotNull() & F.col("_cur__sf_dirty_since").isNull()
+    inserted = changed & F.col("_cur_Id").isNull()
+    return j.select(F.col("record_id").alias("Id"), *values, *system, *COUNTERS, changed.alias(CHANGED),
+                    newly_dirty.alias(NEWLY_DIRTY), inserted.alias(INSERTED))
 
 
 def aligned(rows: DataFrame, schema: ObjectSchema) -> DataFrame:
@@ -166,8 +171,10 @@ def aligned(rows: DataFrame, schema: ObjectSchema) -> DataFrame:
 
 def count_changes(classified_or_folded: DataFrame) -> dict[str, int]:
     """Sum of the per-record counters (one small action at the boundary)."""
-    row = classified_or_folded.agg(*[F.coalesce(F.sum(n), F.lit(0)).alias(n) for n in COUNTERS]).first()
-    return {n: int(row[n]) for n in COUNTERS}
+    names = (*COUNTERS, NEWLY_DIRTY, INSERTED)
+    row = classified_or_folded.agg(*[F.coalesce(F.sum(F.col(n).cast("long")), F.lit(0)).alias(n)
+                                     for n in names]).first()
+    return {n: int(row[n]) for n in names}
 
 
 def changed_rows(folded: DataFrame, schema: ObjectSchema) -> DataFrame:

@@ -1,0 +1,153 @@
+"""change_events -> one replica table, one Delta merge per run (design §5-§8).
+
+A replica remembers in its own commits how far it has applied: the app transaction `cdc_apply` holds the
+change_events ingest sequence number applied through, and the commit metadata (`cdc.replica`) holds what a re-run
+needs besides: the still-open transaction held back, a pending resync, running row and dirty counts.
+
+A run reads only the change rows of its object ingested since that checkpoint (plus the rows of a transaction it
+held back), holds back the newest transaction while it may still grow, records overflow as a pending resync,
+folds the rest with the current rows of the touched records (read by partition), and writes the changed rows
+and the new checkpoint in one merge commit. Re-running after a crash at any point gives the same table.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyspark.sql.functions as F
+from pyspark.sql import DataFrame, SparkSession
+
+from cdc_assets.faults import fault_point
+from cdc_assets.ingest import CE_STATE
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from spark_ops.events import is_overflow
+from spark_ops.fold import changed_rows, count_changes, fold_changes
+from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
+
+log = logging.getLogger(__name__)
+
+REPLICA_STATE = "cdc.replica"
+APPLY_APP = "cdc_apply"
+EVENT_COUNTS = ("events_read", "applied", "gaps", "late", "superseded", "dirty_skipped", "held", "overflow")
+
+
+@dataclass
+class ApplyResult:
+    counts: dict[str, int] = field(default_factory=dict)
+    state: dict = field(default_factory=dict)
+    version: int | None = None
+    committed: bool = False
+
+
+def _seq_filter(applied: int, ce_seq: int, held: dict) -> pc.Expression:
+    seq = pc.field("_ingest_seq")
+    new = (seq > applied) & (seq <= ce_seq)
+    if held.get("transactions"):
+        again = (seq >= int(held["from_seq"])) & (seq <= applied) & \
+            pc.field("transaction_key").isin(held["transactions"])
+        return new | again
+    return new
+
+
+def read_changes(spark: SparkSession, warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: int,
+                 held: dict) -> DataFrame | None:
+    table = warehouse.table(CHANGE_EVENTS)
+    if table is None or ce_seq <= applied and not held.get("transactions"):
+        return None
+    rows = warehouse.read(table, partitions=[("entity", "=", entity)], filter=_seq_filter(applied, ce_seq, held))
+    return spark.createDataFrame(rows) if rows.num_rows else None
+
+
+def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema,
+                 ids: list[str]) -> tuple[DataFrame, list[str]]:
+    """Current replica rows of `ids`, read from their partitions only; and those partition values."""
+    buckets = sorted({i[: schema.bucket_chars] for i in ids})
+    table = warehouse.table(schema.name)
+    if table is None or not ids:
+        return spark.createDataFrame([], schema.spark_schema()), buckets
+    rows = warehouse.read(table, partitions=[(BUCKET_COLUMN, "in", buckets)], filter=pc.field("Id").isin(ids))
+    return spark.createDataFrame(rows), buckets
+
+
+def _open_transaction(ce_state: dict, close_after: float, now: datetime) -> str | None:
+    """The newest transaction stays open while no newer event has landed for `close_after` seconds (§5)."""
+    newest, last = ce_state.get("newest"), ce_state.get("last_ingested_at")
+    if not newest or not last:
+        return None
+    age = (now - datetime.fromisoformat(last)).total_seconds()
+    return newest["transaction_key"] if age < close_after else None
+
+
+def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, close_after: float,
+                  run_id: str, now: datetime | None = None) -> ApplyResult:
+    now = now or datetime.now(timezone.utc)
+    ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
+    ce_seq = int(ce_state.get("ingest_seq", 0))
+    replica = warehouse.table(schema.name)
+    prev = DeltaWarehouse.commit_state(replica, REPLICA_STATE)
+    applied = (replica.transaction_version(APPLY_APP) or 0) if replica is not None else 0
+    held = prev.get("held") or {}
+
+    rows = read_changes(spark, warehouse, schema.name, applied, ce_seq, held)
+    open_key = _open_transaction(ce_state, close_after, now)
+    counts = {k: 0 for k in EVENT_COUNTS} | {"newly_dirty": 0, "inserted": 0, "rows_written": 0}
+    state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts")}
+    state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None}
+    new_rows = pa.Table.from_pylist([], schema=schema.arrow_schema())
+    buckets: list[str] = []
+
+    if rows is not None:
+        rows = rows.cache()
+        counts["events_read"] = rows.count()
+        is_held = F.col("transaction_key") == F.lit(open_key) if open_key else F.lit(False)
+        held_rows = rows.where(is_held)
+        if counts_held := held_rows.count():
+            counts["held"] = counts_held
+            from_seq = held_rows.agg(F.min("_ingest_seq")).first()[0]
+            state["held"] = {"transactions": [open_key], "from_seq": int(from_seq)}
+        overflow = rows.where(~is_held & is_overflow())
+        if counts_overflow := overflow.count():
+            counts["overflow"] = counts_overflow
+            first = overflow.agg(F.min("commit_ts").alias("ts"), F.min("_ingest_seq").alias("seq")).first()
+            state["resync_pending"] = state.get("resync_pending") or {
+                "since": first["ts"].replace(tzinfo=timezone.utc).isoformat(), "from_seq": int(first["seq"]),
+                "reason": f"GAP_OVERFLOW at commit {first['ts'].isoformat()}Z"}
+        changes = rows.where(~is_held & ~is_overflow())
+        ids = [r[0] for r in changes.select("record_id").distinct().collect()]
+        if ids:
+            current, buckets = read_current(spark, warehouse, schema, ids)
+            folded = fold_changes(changes, current, schema).cache()
+            counts |= count_changes(folded)
+            new_rows = changed_rows(folded, schema).toArrow().cast(schema.arrow_schema())
+            folded.unpersist()
+        rows.unpersist()
+
+    counts["rows_written"] = new_rows.num_rows
+    if replica is not None and ce_seq <= applied and state["held"] == prev.get("held") and not new_rows.num_rows:
+        return ApplyResult(counts=counts, state=prev | {"applied_through": applied}, version=replica.version())
+
+    state["dirty_records"] = int(state.get("dirty_records") or 0) + counts["newly_dirty"]
+    if new_rows.num_rows:
+        latest = pc.max(new_rows["_sf_commit_ts"]).as_py()
+        if latest is not None:
+            state["last_commit_ts"] = max(filter(None, [state.get("last_commit_ts"), latest.isoformat()]))
+    state["counts"] = counts
+    txns = {APPLY_APP: state["applied_through"]}
+    fault_point("replica.before_commit")
+    if replica is None:
+        state["row_count"] = new_rows.num_rows
+        table = warehouse.append(schema.name, new_rows, partition_by=[BUCKET_COLUMN], key=REPLICA_STATE,
+                                 state=state, txns=txns)
+        version = table.version()
+    else:
+        state["row_count"] = int(state.get("row_count") or 0) + counts["inserted"]
+        warehouse.upsert(schema.name, new_rows, key_column="Id", partition_column=BUCKET_COLUMN,
+                         partition_values=buckets, key=REPLICA_STATE, state=state, txns=txns)
+        version = warehouse.table(schema.name).version()
+    fault_point("replica.after_commit")
+    return ApplyResult(counts=counts, state=state, version=version, committed=True)
+

@@ -1,0 +1,120 @@
+"""Dagster assets: the landing zone (external), change_events, and one replica asset per Salesforce object.
+
+The asset functions only wire resources to `ingest` / `apply_changes`; the logic lives there and in spark_ops.
+Metadata keys are module constants so sensors and checks read what assets write.
+"""
+
+
+from datetime import datetime, timezone
+
+import dagster as dg
+from dagster_pyspark import PySparkResource
+
+from cdc_assets.apply import apply_changes
+from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.ingest import ingest
+from resources.delta import DeltaWarehouse
+from resources.landing_zone import LandingZone
+from resources.spark import session
+from spark_ops.schema import ObjectSchema
+
+LANDING_ZONE = dg.AssetKey("landing_zone")
+CHANGE_EVENTS_KEY = dg.AssetKey("change_events")
+GROUP = "salesforce"
+KINDS = {"spark", "delta", "salesforce"}
+
+META_DELTA_VERSION = "delta_version"
+META_TABLE_URI = "table_uri"
+META_APPLIED_THROUGH = "applied_through"
+META_DIRTY = "dirty_records"
+META_RESYNC = "resync_pending"
+META_HELD = "held_transactions"
+META_LAG = "lag_seconds"
+
+
+def replica_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey(["salesforce", name])
+
+
+landing_zone = dg.AssetSpec(
+    LANDING_ZONE, group_name="cdc", kinds={"files"},
+    description="CDC event files dropped by a subscriber (JSON lines in the Streaming API shape). "
+                "Watched by landing_zone_sensor.",
+)
+
+
+def build_change_events_asset(*, config: ReplicationConfig, schemas: dict[str, ObjectSchema]) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name="cdc", kinds={"spark", "delta"},
+        description="Every CDC event line ever landed, parsed to canonical change rows and de-duplicated, with "
+                    "its source file and line. Bad lines go to _quarantine with a reason.",
+    )
+    def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
+                      landing: LandingZone) -> dg.MaterializeResult:
+        result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run_id)
+        c = result.counts
+        context.log.info(
+            f"Ingested {c['ingested']} events from {c['files']} files ({c['duplicates']} duplicates, "
+            f"{c['lines_quarantined']} lines quarantined, {c['files_quarantined']} files unreadable)")
+        for example in result.quarantine_examples:
+            context.log.warning(f"Quarantined {example}")
+        return dg.MaterializeResult(metadata={
+            **{k: dg.MetadataValue.int(v) for k, v in c.items()},
+            META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
+            META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
+            "ingest_seq": dg.MetadataValue.int(int(result.state.get("ingest_seq", 0))),
+            "files_ingested": dg.MetadataValue.json(result.files[:200]),
+        })
+
+    return change_events
+
+
+class ReplicaRunConfig(dg.Config):
+    transaction_close_after: float | None = None  # overrides replication.yaml for this run
+
+
+def column_schema(schema: ObjectSchema) -> dg.TableSchema:
+    return dg.TableSchema(columns=[
+        dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields])
+
+
+def build_replica_asset(*, sobject: SObjectConfig, schema: ObjectSchema, replication: ReplicationConfig
+                        ) -> dg.AssetsDefinition:
+    @dg.asset(
+        key=replica_key(sobject.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds=KINDS,
+        description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
+                    f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
+                    f"reconciliation.",
+        metadata={"dagster/column_schema": column_schema(schema)},
+    )
+    def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
+                warehouse: DeltaWarehouse) -> dg.MaterializeResult:
+        close_after = config.transaction_close_after
+        result = apply_changes(
+            session(pyspark), warehouse, schema, run_id=context.run_id,
+            close_after=replication.transaction_close_after if close_after is None else close_after)
+        c, s = result.counts, result.state
+        context.log.info(
+            f"{sobject.name}: {c['applied']} changes applied, {c['held']} held (open transaction), "
+            f"{c['gaps']} gaps, {c['late']} late, {c['dirty_skipped']} skipped while dirty, {c['overflow']} "
+            f"overflow; {c['rows_written']} rows written")
+        if s.get("resync_pending"):
+            context.log.warning(f"{sobject.name}: full resync pending: {s['resync_pending']['reason']}")
+        lag = {}
+        if s.get("last_commit_ts"):
+            seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s["last_commit_ts"])).total_seconds()
+            lag = {META_LAG: dg.MetadataValue.float(seconds)}
+        return dg.MaterializeResult(metadata={
+            **{k: dg.MetadataValue.int(v) for k, v in c.items()},
+            "dagster/row_count": dg.MetadataValue.int(int(s.get("row_count") or 0)),
+            "dagster/column_schema": column_schema(schema),
+            META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
+            META_TABLE_URI: dg.MetadataValue.path(warehouse.uri(sobject.name)),
+            META_APPLIED_THROUGH: dg.MetadataValue.int(int(s.get("applied_through") or 0)),
+            META_DIRTY: dg.MetadataValue.int(int(s.get("dirty_records") or 0)),
+            META_RESYNC: dg.MetadataValue.text(s["resync_pending"]["reason"] if s.get("resync_pending") else ""),
+            META_HELD: dg.MetadataValue.json((s.get("held") or {}).get("transactions") or []),
+            **lag,
+        })
+
+    return replica

@@ -1,0 +1,163 @@
+"""Landing files -> change_events, exactly once (design §4, §5, §9).
+
+One run ingests every landing file that no change_events commit has ingested yet:
+
+1. list files; a file is ingested iff a change_events commit carries the app transaction `landing:<path>`;
+2. read and parse the lines on Spark; bad lines (and unreadable files) go to `_quarantine`, keyed by
+   (file, line) so a re-run after a crash inserts nothing twice;
+3. drop events already stored (same identity and record, looked up only in the touched entities and commit-time
+   range) or repeated within the batch;
+4. append the rest in **one commit** that also records the ingested files, the new ingest sequence number and the
+   newest event seen so far (what closes transactions, §5).
+
+A crash before step 4 leaves nothing ingested; a crash after it leaves everything ingested. Either way the next
+run produces the same table.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyspark.sql.functions as F
+from pyspark.sql import DataFrame, SparkSession
+
+from cdc_assets.faults import fault_point
+from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
+from resources.landing_zone import LandingFile, LandingZone
+from spark_ops.events import DEDUP_KEY, mark_duplicates, newest_event
+from spark_ops.parse import CHANGE_COLUMNS, parse_lines, quarantined, to_change_rows
+from spark_ops.schema import ObjectSchema
+
+log = logging.getLogger(__name__)
+
+CE_STATE = "cdc.change_events"
+Q_STATE = "cdc.quarantine"
+SEQ_APP = "change_events"
+
+
+def file_app_id(f: LandingFile) -> str:
+    return f"landing:{f.path}"
+
+
+@dataclass
+class IngestResult:
+    files: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    state: dict = field(default_factory=dict)
+    version: int | None = None
+    quarantine_examples: list[str] = field(default_factory=list)
+
+
+def pending_files(warehouse: DeltaWarehouse, landing: LandingZone) -> list[LandingFile]:
+    """Visible landing files that no change_events commit has ingested."""
+    table = warehouse.table(CHANGE_EVENTS)
+    files = landing.list_files()
+    if table is None:
+        return files
+    return [f for f in files if table.transaction_version(file_app_id(f)) is None]
+
+
+def _known_keys(spark: SparkSession, warehouse: DeltaWarehouse, rows: DataFrame) -> DataFrame:
+    """Dedup keys already stored for the entities and commit-time range of `rows`."""
+    empty = spark.createDataFrame([], "event_key string, record_id string")
+    table = warehouse.table(CHANGE_EVENTS)
+    if table is None:
+        return empty
+    bounds = rows.groupBy("entity").agg(F.min("commit_ts").alias("lo"), F.max("commit_ts").alias("hi")).collect()
+    parts = []
+    for b in bounds:
+        lo, hi = (pa.scalar(v, pa.timestamp("us", tz="UTC")) for v in (b["lo"], b["hi"]))
+        flt = (pc.field("commit_ts") >= lo) & (pc.field("commit_ts") <= hi)
+        parts.append(warehouse.read(table, partitions=[("entity", "=", b["entity"])], filter=flt, columns=DEDUP_KEY))
+    known = pa.concat_tables(parts) if parts else None
+    return spark.createDataFrame(known) if known is not None and known.num_rows else empty
+
+
+def _later(a: dict | None, b: dict | None) -> dict | None:
+    if not a or not b:
+        return a or b
+    return a if a["position"] >= b["position"] else b
+
+
+def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
+           schemas: dict[str, ObjectSchema], run_id: str, now: datetime | None = None) -> IngestResult:
+    now = now or datetime.now(timezone.utc)
+    files = pending_files(warehouse, landing)
+    if not files:
+        return IngestResult(counts=_zero_counts())
+    read = landing.read(files)
+    lines = spark.createDataFrame(read.lines) if read.lines.num_rows else \
+        spark.createDataFrame([], "source_file string, source_line long, raw string")
+    parsed = parse_lines(lines, schemas).cache()
+
+    bad = pa.concat_tables([quarantined(parsed).toArrow().cast(read.quarantine.schema), read.quarantine])
+    if bad.num_rows:
+        stamped = bad.append_column("run_id", pa.array([run_id] * bad.num_rows, pa.string())) \
+                     .append_column("quarantined_at", pa.array([now] * bad.num_rows, pa.timestamp("us", tz="UTC")))
+        warehouse.insert_missing(QUARANTINE, stamped, keys=["source_file", "source_line"],
+                                 key=Q_STATE, state={"run_id": run_id})
+        for r in bad.slice(0, 20).to_pylist():
+            log.warning("Landing file %s line %s: %s; line quarantined", r["source_file"], r["source_line"],
+                        r["reason"])
+    fault_point("ingest.after_quarantine")
+
+    marked = mark_duplicates(to_change_rows(parsed), _known_keys(spark, warehouse, to_change_rows(parsed))).cache()
+    previous = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
+    seq = int(previous.get("ingest_seq", 0)) + 1
+    fresh = (marked.where(~F.col("is_duplicate"))
+             .select(*CHANGE_COLUMNS, F.lit(seq).cast("long").alias("_ingest_seq"),
+                     F.lit(now).cast("timestamp").alias("_ingested_at")))
+    fresh_arrow = fresh.toArrow()
+
+    counts = _count(files, read, parsed, marked, schemas)
+    newest = newest_event(fresh) if fresh_arrow.num_rows else None
+    state = {
+        "ingest_seq": seq,
+        "files": [f.path for f in files],
+        "newest": _later(previous.get("newest"), newest),
+        "last_ingested_at": now.isoformat() if fresh_arrow.num_rows else previous.get("last_ingested_at"),
+        "counts": counts,
+        "run_id": run_id,
+    }
+    txns = {file_app_id(f): 1 for f in files} | {SEQ_APP: seq}
+    table = warehouse.append(CHANGE_EVENTS, fresh_arrow, partition_by=["entity"], key=CE_STATE, state=state,
+                             txns=txns)
+    fault_point("ingest.after_commit")
+    parsed.unpersist()
+    marked.unpersist()
+    return IngestResult(files=state["files"], counts=counts, state=state, version=table.version(),
+                        quarantine_examples=[f"{r['source_file']}:{r['source_line']}: {r['reason']}"
+                                             for r in bad.slice(0, 5).to_pylist()])
+
+
+def _zero_counts() -> dict[str, int]:
+    return {k: 0 for k in ("files", "files_quarantined", "lines_read", "lines_quarantined", "events_parsed",
+                           "duplicates", "ingested", "ignored")}
+
+
+def _count(files: list[LandingFile], read, parsed: DataFrame, marked: DataFrame, schemas: dict[str, ObjectSchema]) -> dict[str, int]:
+    """Line and event accounting for change_events (they add up; see README 'Counts')."""
+    whole_files = int(pc.sum(pc.equal(read.quarantine["source_line"], 0)).as_py() or 0)
+    oversized = read.quarantine.num_rows - whole_files
+    p = parsed.agg(F.count("*").alias("lines"),
+                   F.sum(F.col("quarantine_reason").isNotNull().cast("int")).alias("bad")).first()
+    m = marked.agg(
+        F.count("*").alias("events"),
+        F.sum(F.col("is_duplicate").cast("int")).alias("dups"),
+        F.sum((~F.col("is_duplicate") & ~F.col("entity").isin(list(schemas) or [""])).cast("int")).alias("ignored"),
+    ).first()
+    events, dups = int(m["events"]), int(m["dups"] or 0)
+    return {
+        "files": len(files),
+        "files_quarantined": whole_files,
+        "lines_read": int(p["lines"]) + oversized,
+        "lines_quarantined": int(p["bad"] or 0) + oversized,
+        "events_parsed": events,
+        "duplicates": dups,
+        "ingested": events - dups,
+        "ignored": int(m["ignored"] or 0),
+    }

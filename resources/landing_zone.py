@@ -1,0 +1,130 @@
+"""The landing zone: where a CDC subscriber drops event files (design §2).
+
+Files are `*.jsonl` or `*.jsonl.gz`, made visible atomically; names starting with `_` or `.` (at any level) are
+in-flight and never read. A visible file is immutable, so its relative path identifies it. Listing and reading go
+through `pyarrow.fs`, so a local path and an object-store URI (s3://, gs://, abfs://) work the same way.
+
+Reading never loses a line silently: a file that cannot be decoded at all (truncated gzip, not UTF-8) comes back as
+one whole-file quarantine entry, and a line longer than `max_line_bytes` is quarantined on its own.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import re
+import zlib
+from dataclasses import dataclass
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.fs as pafs
+from pydantic import Field
+
+SUFFIXES = (".jsonl", ".jsonl.gz")
+LINES_SCHEMA = pa.schema([("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string())])
+QUARANTINE_SCHEMA = pa.schema([
+    ("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string()), ("reason", pa.string()),
+])
+RAW_KEPT = 4096  # characters of a bad line kept in quarantine
+_ENTITY = re.compile(rb'"entityName"\s*:\s*"([A-Za-z0-9_]+)"')
+PEEK_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True, order=True)
+class LandingFile:
+    path: str  # relative to the landing zone root, '/'-separated
+    size: int
+
+
+def file_set_key(files: list[LandingFile]) -> str:
+    """A deterministic key for a set of files (used as a run key)."""
+    digest = hashlib.sha256()
+    for f in sorted(files):
+        digest.update(f"{f.path}\0{f.size}\n".encode())
+    return digest.hexdigest()[:20]
+
+
+def _visible(rel: str) -> bool:
+    return rel.endswith(SUFFIXES) and not any(p.startswith(("_", ".")) for p in rel.split("/"))
+
+
+@dataclass
+class ReadResult:
+    lines: pa.Table  # LINES_SCHEMA
+    quarantine: pa.Table  # QUARANTINE_SCHEMA (whole files: source_line 0; oversized lines)
+
+
+class LandingZone(dg.ConfigurableResource):
+    """A directory (or object-store prefix) of immutable CDC event files."""
+
+    path: str = Field(description="Local directory or object-store URI of the landing zone.")
+    max_line_bytes: int = Field(default=8 * 1024 * 1024, description="Longer lines are quarantined.")
+
+    def _fs(self) -> tuple[pafs.FileSystem, str]:
+        fs, root = pafs.FileSystem.from_uri(self.path) if "://" in self.path else (
+            pafs.LocalFileSystem(), str(self.path))
+        return fs, root.rstrip("/")
+
+    def list_files(self) -> list[LandingFile]:
+        """Every visible event file, sorted by path (sorting is for humans; correctness never depends on it)."""
+        fs, root = self._fs()
+        try:
+            infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+        except FileNotFoundError:
+            return []
+        files = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            rel = info.path[len(root):].lstrip("/")
+            if _visible(rel):
+                files.append(LandingFile(rel, info.size))
+        return sorted(files)
+
+    def read(self, files: list[LandingFile]) -> ReadResult:
+        """All lines of `files` with their 1-based line numbers; undecodable files and huge lines quarantined."""
+        fs, root = self._fs()
+        cols: dict[str, list] = {"source_file": [], "source_line": [], "raw": []}
+        bad: dict[str, list] = {n: [] for n in QUARANTINE_SCHEMA.names}
+
+        def quarantine(path: str, line: int, raw: str, reason: str) -> None:
+            for k, v in zip(QUARANTINE_SCHEMA.names, (path, line, raw[:RAW_KEPT], reason)):
+                bad[k].append(v)
+
+        for f in files:
+            with fs.open_input_stream(f"{root}/{f.path}", compression=None) as stream:
+                data = stream.read()
+            try:
+                if f.path.endswith(".gz"):
+                    data = gzip.decompress(data)
+                text = data.decode("utf-8")
+            except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+                preview = data[:RAW_KEPT].decode("utf-8", errors="replace")
+                quarantine(f.path, 0, preview, f"file unreadable ({type(exc).__name__}: {exc}); whole file quarantined")
+                continue
+            for number, line in enumerate(text.splitlines(), start=1):
+                if not line.strip():
+                    continue
+                if len(line) > self.max_line_bytes:
+                    quarantine(f.path, number, line, f"line longer than {self.max_line_bytes} bytes")
+                    continue
+                cols["source_file"].append(f.path)
+                cols["source_line"].append(number)
+                cols["raw"].append(line)
+        return ReadResult(pa.table(cols, schema=LINES_SCHEMA), pa.table(bad, schema=QUARANTINE_SCHEMA))
+
+    def entities_in(self, files: list[LandingFile]) -> set[str] | None:
+        """Entity names the files mention (a cheap scan, not a parse); None if a file could not be scanned."""
+        fs, root = self._fs()
+        found: set[str] = set()
+        for f in files:
+            try:
+                with fs.open_input_stream(f"{root}/{f.path}", compression=None) as stream:
+                    data = stream.read(PEEK_BYTES)
+                if f.path.endswith(".gz"):
+                    data = gzip.decompress(data)
+            except (OSError, EOFError, zlib.error):
+                return None
+            found.update(m.decode() for m in _ENTITY.findall(data))
+        return found

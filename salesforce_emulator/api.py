@@ -1,0 +1,42 @@
+"""The emulator's API state shared by all endpoint modules: store, credentials, budget, cursors, bulk jobs."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from salesforce_emulator.server import Dispatcher, Route
+from salesforce_emulator.store import Store
+
+MAX_CURSORS = 64
+
+
+class Api:
+    def __init__(self, store: Store, *, token: str, daily_request_limit: int, bulk_dir: Path,
+                 credentials: dict[str, str], api_version: str = "59.0"):
+        self.store = store
+        self.token = token
+        self.daily_request_limit = daily_request_limit
+        self.budget_used = 0
+        self.bulk_dir = bulk_dir
+        self.credentials = credentials
+        self.api_version = api_version
+        self.instance_url = ""
+        self.cursors: OrderedDict[str, Any] = OrderedDict()
+        self.jobs: dict[str, Any] = {}
+        self.lock = threading.Lock()
+        self.dispatcher = Dispatcher(self, all_routes())
+
+    def remember_cursor(self, cursor_id: str, cursor: Any) -> None:
+        with self.lock:
+            self.cursors[cursor_id] = cursor
+            while len(self.cursors) > MAX_CURSORS:
+                self.cursors.popitem(last=False)
+
+
+def all_routes() -> list[Route]:
+    from salesforce_emulator import api_bulk, api_collections, api_query, api_rest
+
+    return [*api_rest.ROUTES, *api_query.ROUTES, *api_collections.ROUTES, *api_bulk.ROUTES]

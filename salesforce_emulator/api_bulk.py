@@ -1,0 +1,201 @@
+"""Bulk API 2.0 query jobs: create, poll, page through CSV results with ``Sforce-Locator``.
+
+A job runs in a background thread over its own read-only SQLite connection (a consistent snapshot even while
+the org keeps changing) and streams its CSV to a file under the data directory, remembering the byte offset of
+every row. A result page is then a byte range of that file plus the header line: constant memory, whatever the
+size of the object. Values follow Bulk API CSV: every value quoted, null as an empty unquoted cell, datetimes
+``2025-11-22T08:26:40.000Z``, booleans ``true``/``false``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from salesforce_emulator import ids, soql
+from salesforce_emulator.errors import ApiError, not_found
+from salesforce_emulator.schema import derived_value
+from salesforce_emulator.server import Request, Response, route
+from salesforce_emulator.values import ms_to_iso, to_csv
+
+if TYPE_CHECKING:
+    from salesforce_emulator.api import Api
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_RECORDS = 50_000
+_DELIMITERS = {"COMMA": ",", "TAB": "\t", "PIPE": "|", "SEMICOLON": ";", "CARET": "^", "BACKQUOTE": "`"}
+_job_counter = iter(range(1, 1 << 62))
+
+
+@dataclass
+class Job:
+    id: str
+    operation: str
+    query: soql.Query
+    path: Path
+    delimiter: str
+    line_ending: str
+    created: str
+    state: str = "UploadComplete"
+    error: str | None = None
+    offsets: array = field(default_factory=lambda: array("q"))
+    header: bytes = b""
+    started: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+
+    def info(self, api: Api) -> dict[str, Any]:
+        return {
+            "id": self.id, "operation": self.operation, "object": self.query.obj.name,
+            "createdById": api.store.default_user_id, "createdDate": self.created, "systemModstamp": self.created,
+            "state": self.state, "concurrencyMode": "Parallel", "contentType": "CSV",
+            "apiVersion": float(api.api_version), "jobType": "V2Query",
+            "lineEnding": "CRLF" if self.line_ending == "\r\n" else "LF",
+            "columnDelimiter": next(k for k, v in _DELIMITERS.items() if v == self.delimiter),
+            "numberRecordsProcessed": max(len(self.offsets) - 1, 0), "retries": 0,
+            "totalProcessingTime": int(((self.finished or time.monotonic()) - self.started) * 1000),
+            **({"errorMessage": self.error} if self.error else {}),
+        }
+
+
+def _csv_row(values: list[str | None], delimiter: str, line_ending: str) -> bytes:
+    cells = ("" if v is None else '"' + v.replace('"', '""') + '"' for v in values)
+    return (delimiter.join(cells) + line_ending).encode()
+
+
+def _run(api: Api, job: Job) -> None:
+    job.state = "InProgress"
+    query = job.query
+    try:
+        sql, params = query.sql(include_deleted=job.operation == "queryAll")
+        conn = api.store.open_reader()
+        try:
+            with job.path.open("wb") as out:
+                job.header = _csv_row([f.name for f in query.fields], job.delimiter, job.line_ending)
+                position = 0
+                for row in conn.execute(sql, params):
+                    if job.state == "Aborted":
+                        return
+                    data = dict(row)
+                    values = [to_csv(f.type, data[f.name] if f.stored else derived_value(query.obj, f, data))
+                              for f in query.fields]
+                    job.offsets.append(position)
+                    line = _csv_row(values, job.delimiter, job.line_ending)
+                    out.write(line)
+                    position += len(line)
+                job.offsets.append(position)
+        finally:
+            conn.close()
+        job.state = "JobComplete"
+    except Exception as exc:  # a failed job reports its error through the job state, as Salesforce does
+        log.exception("bulk query job %s failed", job.id)
+        job.error, job.state = str(exc), "Failed"
+    finally:
+        job.finished = time.monotonic()
+
+
+def create_job(api: Api, req: Request) -> Response:
+    body = req.json() or {}
+    operation = body.get("operation")
+    if operation not in ("query", "queryAll"):
+        raise ApiError(400, "INVALIDJOB", f"Invalid operation '{operation}': use query or queryAll")
+    query = soql.parse(body.get("query") or "")
+    if query.count_only:
+        raise ApiError(400, "INVALIDJOB", "COUNT() is not supported by Bulk API query jobs")
+    compound = [f.name for f in query.fields if f.type == "address"]
+    if compound:
+        raise ApiError(400, "INVALIDJOB", f"Compound fields are not supported by Bulk API: {', '.join(compound)}")
+    delimiter = _DELIMITERS.get(body.get("columnDelimiter", "COMMA"))
+    if delimiter is None:
+        raise ApiError(400, "INVALIDJOB", f"Unknown columnDelimiter {body.get('columnDelimiter')}")
+    job_id = ids.make_id("750", next(_job_counter))
+    api.bulk_dir.mkdir(parents=True, exist_ok=True)
+    job = Job(job_id, operation, query, api.bulk_dir / f"{job_id}.csv", delimiter,
+              "\r\n" if body.get("lineEnding") == "CRLF" else "\n", ms_to_iso(int(time.time() * 1000)))
+    with api.lock:
+        api.jobs[job_id] = job
+    threading.Thread(target=_run, args=(api, job), name=f"bulk-{job_id}", daemon=True).start()
+    return Response(200, job.info(api))
+
+
+def _job(api: Api, req: Request) -> Job:
+    job = api.jobs.get(req.params["job"])
+    if job is None:
+        raise not_found(f"Job {req.params['job']} not found")
+    return job
+
+
+def job_status(api: Api, req: Request) -> Response:
+    return Response(body=_job(api, req).info(api))
+
+
+def list_jobs(api: Api, req: Request) -> Response:
+    return Response(body={"done": True, "records": [j.info(api) for j in list(api.jobs.values())],
+                          "nextRecordsUrl": None})
+
+
+def abort_job(api: Api, req: Request) -> Response:
+    job = _job(api, req)
+    if (req.json() or {}).get("state") != "Aborted":
+        raise ApiError(400, "INVALIDJOB", "Only state Aborted can be set on a query job")
+    if job.state not in ("JobComplete", "Failed"):
+        job.state = "Aborted"
+    return Response(body=job.info(api))
+
+
+def delete_job(api: Api, req: Request) -> Response:
+    job = _job(api, req)
+    with api.lock:
+        api.jobs.pop(job.id, None)
+    job.path.unlink(missing_ok=True)
+    return Response(204)
+
+
+def results(api: Api, req: Request) -> Response:
+    job = _job(api, req)
+    if job.state != "JobComplete":
+        raise ApiError(400, "INVALIDJOB", f"Job {job.id} is not complete (state {job.state})")
+    max_records = req.arg("maxRecords")
+    if max_records is not None and (not max_records.isdigit() or int(max_records) < 1):
+        raise ApiError(400, "INVALIDJOB", "maxRecords must be a positive integer")
+    page = int(max_records) if max_records else DEFAULT_MAX_RECORDS
+    locator = req.arg("locator") or ""
+    try:
+        start = _decode_locator(locator) if locator and locator != "null" else 0
+    except ValueError:
+        raise ApiError(400, "INVALIDLOCATOR", f"Invalid locator: {locator}") from None
+    total = len(job.offsets) - 1
+    if start > total:
+        raise ApiError(400, "INVALIDLOCATOR", f"Invalid locator: {locator}")
+    end = min(start + page, total)
+    with job.path.open("rb") as handle:
+        handle.seek(job.offsets[start])
+        chunk = handle.read(job.offsets[end] - job.offsets[start])
+    next_locator = ids.to_base62(end, width=1) if end < total else "null"
+    return Response(body=job.header + chunk, content_type="text/csv",
+                    headers={"Sforce-Locator": next_locator, "Sforce-NumberOfRecords": str(end - start)})
+
+
+def _decode_locator(locator: str) -> int:
+    value = 0
+    for char in locator:
+        digit = ids.BASE62.find(char)
+        if digit < 0:
+            raise ValueError(locator)
+        value = value * 62 + digit
+    return value
+
+
+ROUTES = [
+    route("POST", "/jobs/query", "bulk_query_job", create_job),
+    route("GET", "/jobs/query", "bulk_job_status", list_jobs),
+    route("GET", r"/jobs/query/(?P<job>\w+)", "bulk_job_status", job_status),
+    route("PATCH", r"/jobs/query/(?P<job>\w+)", "bulk_job_status", abort_job),
+    route("DELETE", r"/jobs/query/(?P<job>\w+)", "bulk_job_delete", delete_job),
+    route("GET", r"/jobs/query/(?P<job>\w+)/results", "bulk_results", results),
+]

@@ -1,0 +1,166 @@
+"""REST endpoints on single records and metadata: versions, sobjects, describe, CRUD, undelete, limits, OAuth.
+
+``POST .../sobjects/<Object>/<Id>/undelete`` and ``DELETE .../sobjects/<Object>/<Id>/recycleBin`` are emulator
+extensions (Salesforce exposes undelete and emptying the recycle bin through SOAP and Apex only); they are how
+tests and the workload reach those operations over HTTP.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qs
+
+from salesforce_emulator.changes import normalize_id, resolve_object
+from salesforce_emulator.errors import ApiError, invalid_field, not_found
+from salesforce_emulator.schema import OBJECTS, Field, SObject, derived_value
+from salesforce_emulator.server import Request, Response, route
+from salesforce_emulator.values import to_rest
+
+if TYPE_CHECKING:
+    from salesforce_emulator.api import Api
+
+RELEASES = [("Winter '24", "59.0"), ("Spring '24", "60.0"), ("Summer '24", "61.0"), ("Winter '25", "62.0")]
+
+
+def render_record(obj: SObject, row: dict[str, Any], fields: list[Field], version: str) -> dict[str, Any]:
+    """A record in REST JSON form: ``attributes`` first, then the requested fields in order."""
+    out: dict[str, Any] = {"attributes": {"type": obj.name,
+                                          "url": f"/services/data/v{version}/sobjects/{obj.name}/{row['Id']}"}}
+    for fld in fields:
+        value = row.get(fld.name) if fld.stored else derived_value(obj, fld, row)
+        out[fld.name] = to_rest(fld.type, value) if fld.stored or fld.calculated else value
+    return out
+
+
+def resolve_fields(obj: SObject, names: list[str]) -> list[Field]:
+    fields = []
+    for name in names:
+        fld = obj.field(name.strip())
+        if fld is None:
+            raise invalid_field(f"No such column '{name.strip()}' on entity '{obj.name}'", [name.strip()])
+        fields.append(fld)
+    return fields
+
+
+def versions(api: Api, req: Request) -> Response:
+    return Response(body=[{"label": label, "url": f"/services/data/v{v}", "version": v} for label, v in RELEASES])
+
+
+def sobjects(api: Api, req: Request) -> Response:
+    entries = [{"name": o.name, "label": o.name, "keyPrefix": o.key_prefix, "custom": False, "queryable": True,
+                "createable": True, "updateable": True, "deletable": o.deletable, "replicateable": True,
+                "urls": {"sobject": f"/services/data/v{req.version}/sobjects/{o.name}",
+                         "describe": f"/services/data/v{req.version}/sobjects/{o.name}/describe"}}
+               for o in OBJECTS.values()]
+    return Response(body={"encoding": "UTF-8", "maxBatchSize": 200, "sobjects": entries})
+
+
+def describe(api: Api, req: Request) -> Response:
+    return Response(body=api.store.describe(req.params["object"], req.version))
+
+
+def sobject_info(api: Api, req: Request) -> Response:
+    obj = resolve_object(req.params["object"])
+    recent = api.store.select(f'SELECT * FROM "{obj.name}" WHERE IsDeleted = 0 ORDER BY Id DESC LIMIT 3')
+    short = [f for f in obj.fields if f.name in ("Id", "Name")]
+    return Response(body={"objectDescribe": {"name": obj.name, "keyPrefix": obj.key_prefix},
+                          "recentItems": [render_record(obj, r, short, req.version) for r in recent]})
+
+
+def create(api: Api, req: Request) -> Response:
+    obj = resolve_object(req.params["object"])
+    body = req.json()
+    if not isinstance(body, dict):
+        raise ApiError(400, "JSON_PARSER_ERROR", "Expected a JSON object with the record's fields")
+    with api.store.transaction(origin=req.origin) as txn:
+        record_id = txn.create(obj.name, body)
+    return Response(201, {"id": record_id, "success": True, "errors": []})
+
+
+def get(api: Api, req: Request) -> Response:
+    obj = resolve_object(req.params["object"])
+    row = api.store.get_row(obj.name, normalize_id(req.params["id"]))
+    if row is None or row["IsDeleted"]:
+        raise not_found()
+    names = req.arg("fields")
+    fields = resolve_fields(obj, names.split(",")) if names else list(obj.fields)
+    return Response(body=render_record(obj, row, fields, req.version))
+
+
+def update(api: Api, req: Request) -> Response:
+    obj = resolve_object(req.params["object"])
+    body = req.json()
+    if not isinstance(body, dict):
+        raise ApiError(400, "JSON_PARSER_ERROR", "Expected a JSON object with the fields to update")
+    with api.store.transaction(origin=req.origin) as txn:
+        txn.update(obj.name, req.params["id"], body)
+    return Response(204)
+
+
+def delete(api: Api, req: Request) -> Response:
+    obj = resolve_object(req.params["object"])
+    with api.store.transaction(origin=req.origin) as txn:
+        txn.delete(obj.name, [req.params["id"]])
+    return Response(204)
+
+
+def undelete(api: Api, req: Request) -> Response:
+    obj = resolve_object(req.params["object"])
+    with api.store.transaction(origin=req.origin) as txn:
+        txn.undelete(obj.name, [req.params["id"]])
+    return Response(200, {"id": normalize_id(req.params["id"]), "success": True, "errors": []})
+
+
+def empty_recycle_bin(api: Api, req: Request) -> Response:
+    obj = resolve_object(req.params["object"])
+    with api.store.transaction(origin=req.origin) as txn:
+        txn.purge(obj.name, [req.params["id"]])
+    return Response(204)
+
+
+def limits(api: Api, req: Request) -> Response:
+    limit = api.daily_request_limit
+    return Response(body={
+        "DailyApiRequests": {"Max": limit, "Remaining": max(limit - api.budget_used, 0)},
+        "DailyBulkV2QueryJobs": {"Max": 10000, "Remaining": 10000 - len(api.jobs)},
+        "DailyBulkV2QueryFileStorageMB": {"Max": 976562, "Remaining": 976562},
+    })
+
+
+def oauth_token(api: Api, req: Request) -> Response:
+    """OAuth 2.0 client-credentials and username-password flows against the configured dev credentials."""
+    form = {k: v[0] for k, v in parse_qs(req.body.decode() or "").items()}
+    form.update({k: v[0] for k, v in req.query.items()})
+    creds = api.credentials
+    grant = form.get("grant_type")
+    client_ok = form.get("client_id") == creds["client_id"] and form.get("client_secret") == creds["client_secret"]
+    if grant == "password":
+        ok = client_ok and form.get("username") == creds["username"] and form.get("password") in (
+            creds["password"], creds["password"] + creds.get("security_token", ""))
+    elif grant == "client_credentials":
+        ok = client_ok
+    else:
+        return Response(400, {"error": "unsupported_grant_type", "error_description": "grant type not supported"})
+    if not ok:
+        return Response(400, {"error": "invalid_grant", "error_description": "authentication failure"})
+    return Response(body={"access_token": api.token, "instance_url": api.instance_url, "token_type": "Bearer",
+                          "id": f"{api.instance_url}/id/00D000000000001AAA/{api.store.default_user_id}",
+                          "issued_at": str(int(time.time() * 1000)), "signature": "emulator"})
+
+
+_OBJ = r"/sobjects/(?P<object>\w+)"
+ROUTES = [
+    route("GET", "/services/data", "versions", versions, auth=False, data=False),
+    route("POST", "/services/oauth2/token", "oauth_token", oauth_token, auth=False, data=False),
+    route("GET", "/limits", "limits", limits),
+    route("GET", "/sobjects", "sobjects", sobjects),
+    route("GET", _OBJ + "/describe", "describe", describe),
+    route("GET", _OBJ, "sobject_info", sobject_info),
+    route("POST", _OBJ, "create", create),
+    route("POST", _OBJ + r"/(?P<id>\w+)/undelete", "undelete", undelete),
+    route("DELETE", _OBJ + r"/(?P<id>\w+)/recycleBin", "empty_recycle_bin", empty_recycle_bin),
+    route("GET", _OBJ + r"/(?P<id>\w+)", "retrieve", get),
+    route("PATCH", _OBJ + r"/(?P<id>\w+)", "update", update),
+    route("DELETE", _OBJ + r"/(?P<id>\w+)", "delete", delete),
+]

@@ -1,0 +1,108 @@
+"""Turns committed transactions into Change Data Capture events in the CometD JSON shape (design §2-3).
+
+Per transaction: one event per :class:`Change`, ``sequenceNumber`` 1..n in commit order (numbered before
+filtering by enabled objects, so an event's identity never depends on configuration), all sharing the
+transaction's ``transactionKey``, ``commitTimestamp`` and ``commitNumber``. Payloads follow Salesforce:
+
+- CREATE and UNDELETE carry every non-empty field; UPDATE only the changed ones plus ``LastModifiedDate``, with
+  explicit ``null`` for nulled fields (also listed in ``nulledFields``); DELETE carries no fields.
+- Compound components nest under their parent (``"BillingAddress": {"City": ...}``, Contact
+  ``"Name": {"FirstName": ...}``) and are named ``BillingAddress.City`` in ``changedFields`` / ``nulledFields``.
+- ``IsDeleted``, ``SystemModstamp`` and formula fields never appear; hard deletes send nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from typing import Any
+
+from salesforce_emulator.changes import Change, CommittedTransaction
+from salesforce_emulator.faults import FaultConfig
+from salesforce_emulator.ids import DUMMY_ID
+from salesforce_emulator.schema import OBJECTS, SObject
+from salesforce_emulator.values import to_event
+
+CHANNEL = "/data/ChangeEvents"
+
+
+def _payload(obj: SObject, values: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Event body fields (compounds nested), the changedFields names and the nulledFields names."""
+    body: dict[str, Any] = {}
+    changed: list[str] = []
+    nulled: list[str] = []
+    for fld in obj.fields:
+        if fld.name not in values or not fld.stored:
+            continue
+        value = to_event(fld.type, values[fld.name])
+        if fld.compound:
+            body.setdefault(fld.compound, {})[fld.key or fld.name] = value
+            name = f"{fld.compound}.{fld.key or fld.name}"
+        else:
+            body[fld.name] = value
+            name = fld.name
+        changed.append(name)
+        if value is None:
+            nulled.append(name)
+    return body, changed, nulled
+
+
+def _header(txn: CommittedTransaction, entity: str, record_ids: list[str], change_type: str,
+            sequence: int) -> dict[str, Any]:
+    return {
+        "entityName": entity, "recordIds": record_ids, "changeType": change_type, "changeOrigin": txn.origin,
+        "transactionKey": txn.key, "sequenceNumber": sequence, "commitTimestamp": txn.commit_ts,
+        "commitNumber": txn.commit_number, "commitUser": txn.user_id, "nulledFields": [], "diffFields": [],
+        "changedFields": [],
+    }
+
+
+def _envelope(obj: SObject, header: dict[str, Any], body: dict[str, Any], replay_id: int) -> dict[str, Any]:
+    return {"channel": CHANNEL, "data": {"schema": obj.schema_id, "payload": {"ChangeEventHeader": header, **body},
+                                         "event": {"replayId": replay_id}}}
+
+
+def change_event(txn: CommittedTransaction, change: Change, sequence: int) -> dict[str, Any]:
+    obj = OBJECTS[change.entity]
+    header = _header(txn, change.entity, list(change.record_ids), change.change_type, sequence)
+    body: dict[str, Any] = {}
+    if change.change_type != "DELETE":
+        body, changed, nulled = _payload(obj, change.values)
+        if change.change_type == "UPDATE":
+            header["changedFields"], header["nulledFields"] = changed, nulled
+    return _envelope(obj, header, body, change.replay_id)
+
+
+def gap_event(txn: CommittedTransaction, change: Change, sequence: int, overflow: bool = False) -> dict[str, Any]:
+    kind = "GAP_OVERFLOW" if overflow else f"GAP_{change.change_type}"
+    record_ids = [DUMMY_ID] if overflow else list(change.record_ids)
+    obj = OBJECTS[change.entity]
+    return _envelope(obj, _header(txn, change.entity, record_ids, kind, sequence), {}, change.replay_id)
+
+
+def build_events(txn: CommittedTransaction, enabled: Callable[[str], bool], faults: FaultConfig,
+                 rng: random.Random) -> list[str]:
+    """The JSON lines this transaction publishes, in order."""
+    lines: list[str] = []
+    record_changes = 0
+    overflowed: set[str] = set()
+    for sequence, change in enumerate(txn.changes, start=1):
+        record_changes += len(change.record_ids)
+        if not enabled(change.entity):
+            continue
+        if record_changes > faults.overflow_threshold:
+            if change.entity not in overflowed:
+                overflowed.add(change.entity)
+                lines.append(_dumps(gap_event(txn, change, sequence, overflow=True)))
+            continue
+        line = _dumps(change_event(txn, change, sequence))
+        too_big = faults.gap_over_bytes is not None and len(line.encode()) > faults.gap_over_bytes
+        if too_big or (faults.gap_fraction and rng.random() < faults.gap_fraction):
+            line = _dumps(gap_event(txn, change, sequence))
+        lines.append(line)
+    return lines
+
+
+def _dumps(event: dict[str, Any]) -> str:
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,253 @@
+"""The org's data model: which objects exist, their fields, and what describe() says about them.
+
+One declarative table per object. Everything else (SQLite columns, SOQL validation, describe(), CDC payload
+nesting, formula evaluation) is derived from it, so adding a field is one line here. The shapes follow
+``shared/samples/basic/describe/*.json``: compound parents (``BillingAddress``, Contact ``Name``) are listed
+as fields but never stored; their components carry ``compoundFieldName``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+AUDIT_FIELDS = ("CreatedDate", "CreatedById", "LastModifiedDate", "LastModifiedById")
+SYSTEM_FIELDS = ("IsDeleted", "SystemModstamp")
+READ_ONLY = {"Id", "IsDeleted", "SystemModstamp", *AUDIT_FIELDS}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+    nillable: bool = True
+    length: int | None = None
+    compound: str | None = None  # compoundFieldName: the parent compound field
+    key: str | None = None  # the component's key inside the nested CDC / REST value
+    calculated: bool = False
+    parent: bool = False  # a compound parent (address, or a person's Name): derived, never stored
+    updateable: bool = True
+    default: Any = None
+    label: str | None = None
+
+    @property
+    def stored(self) -> bool:
+        return not (self.calculated or self.parent)
+
+    @property
+    def createable(self) -> bool:
+        return self.stored and self.updateable and self.name not in READ_ONLY
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "name": self.name,
+            "label": self.label or self.name,
+            "type": self.type,
+            "nillable": self.nillable,
+            "compoundFieldName": self.compound,
+            "calculated": self.calculated,
+            "filterable": not self.parent,
+            "createable": self.createable,
+            "updateable": self.createable,
+            "custom": self.name.endswith("__c"),
+            "soapType": _SOAP_TYPES.get(self.type, "xsd:string"),
+        }
+        if self.length is not None:
+            out["length"] = self.length
+        if self.type == "picklist":
+            out["picklistValues"] = []
+        return out
+
+
+_SOAP_TYPES = {
+    "id": "tns:ID", "reference": "tns:ID", "boolean": "xsd:boolean", "int": "xsd:int", "double": "xsd:double",
+    "currency": "xsd:double", "percent": "xsd:double", "date": "xsd:date", "datetime": "xsd:dateTime",
+    "address": "urn:address",
+}
+
+
+@dataclass(frozen=True)
+class SObject:
+    name: str
+    key_prefix: str
+    fields: tuple[Field, ...]
+    formulas: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
+    deletable: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
+        object.__setattr__(self, "by_lower", {f.name.lower(): f for f in self.fields})
+
+    @property
+    def stored_fields(self) -> list[Field]:
+        return [f for f in self.fields if f.stored]
+
+    def field(self, name: str) -> Field | None:
+        return self.by_lower.get(name.lower())  # type: ignore[attr-defined]
+
+    def components(self, parent: str) -> list[Field]:
+        return [f for f in self.fields if f.compound == parent]
+
+    @property
+    def schema_id(self) -> str:
+        """A stable id of the field list, in the spirit of the CDC ``schema`` attribute."""
+        digest = hashlib.sha256("|".join(f"{f.name}:{f.type}" for f in self.fields).encode()).digest()
+        return base64.urlsafe_b64encode(digest[:16]).decode().rstrip("=")
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.name,
+            "keyPrefix": self.key_prefix,
+            "custom": False,
+            "createable": True,
+            "updateable": True,
+            "deletable": self.deletable,
+            "undeletable": self.deletable,
+            "queryable": True,
+            "replicateable": True,
+            "fields": [f.describe() for f in self.fields],
+            "urls": {"sobject": f"/services/data/v{{version}}/sobjects/{self.name}"},
+        }
+
+
+def _id() -> tuple[Field, ...]:
+    return (Field("Id", "id", nillable=False, length=18, updateable=False),)
+
+
+def _deleted() -> tuple[Field, ...]:
+    return (Field("IsDeleted", "boolean", nillable=False, updateable=False, default=0),)
+
+
+def _audit(owner: bool = True) -> tuple[Field, ...]:
+    owned = (Field("OwnerId", "reference", nillable=False, length=18),) if owner else ()
+    return owned + (
+        Field("CreatedDate", "datetime", nillable=False, updateable=False),
+        Field("CreatedById", "reference", nillable=False, length=18, updateable=False),
+        Field("LastModifiedDate", "datetime", nillable=False, updateable=False),
+        Field("LastModifiedById", "reference", nillable=False, length=18, updateable=False),
+        Field("SystemModstamp", "datetime", nillable=False, updateable=False),
+    )
+
+
+def _address(prefix: str, parent: str) -> tuple[Field, ...]:
+    parts = [
+        ("Street", "textarea", 255), ("City", "string", 40), ("State", "string", 80),
+        ("PostalCode", "string", 20), ("Country", "string", 80), ("Latitude", "double", None),
+        ("Longitude", "double", None), ("GeocodeAccuracy", "picklist", None),
+    ]
+    comps = tuple(Field(prefix + key, t, length=n, compound=parent, key=key) for key, t, n in parts)
+    return comps + (Field(parent, "address", parent=True, updateable=False),)
+
+
+def _person_name(last_nillable: bool = False) -> tuple[Field, ...]:
+    return (
+        Field("Salutation", "picklist", length=255, compound="Name", key="Salutation"),
+        Field("FirstName", "string", length=40, compound="Name", key="FirstName"),
+        Field("LastName", "string", nillable=last_nillable, length=80, compound="Name", key="LastName"),
+        Field("Name", "string", nillable=False, length=121, parent=True, updateable=False),
+    )
+
+
+def _account_score(row: dict[str, Any]) -> float | None:
+    revenue, employees = row.get("AnnualRevenue"), row.get("NumberOfEmployees")
+    if revenue is None or not employees:
+        return None
+    return round(revenue / employees / 1000.0, 2)
+
+
+ACCOUNT = SObject("Account", "001", _id() + _deleted() + (
+    Field("Name", "string", nillable=False, length=255),
+    Field("Type", "picklist", length=255),
+    Field("Industry", "picklist", length=255),
+    Field("AnnualRevenue", "currency"),
+    Field("NumberOfEmployees", "int"),
+    Field("Rating", "picklist", length=255),
+    Field("Phone", "phone", length=40),
+    Field("Website", "url", length=255),
+    Field("Description", "textarea", length=32000),
+) + _address("Billing", "BillingAddress") + _address("Shipping", "ShippingAddress") + _audit() + (
+    Field("Account_Score__c", "double", calculated=True, updateable=False),
+), formulas={"Account_Score__c": _account_score})
+
+CONTACT = SObject("Contact", "003", _id() + _deleted() + (
+    Field("AccountId", "reference", length=18),
+) + _person_name() + (
+    Field("Title", "string", length=128),
+    Field("Email", "email", length=80),
+    Field("Phone", "phone", length=40),
+    Field("Birthdate", "date"),
+    Field("HasOptedOutOfEmail", "boolean", nillable=False, default=0),
+) + _address("Mailing", "MailingAddress") + _audit())
+
+OPPORTUNITY = SObject("Opportunity", "006", _id() + _deleted() + (
+    Field("AccountId", "reference", length=18),
+    Field("Name", "string", nillable=False, length=120),
+    Field("StageName", "picklist", nillable=False, length=255),
+    Field("Amount", "currency"),
+    Field("Probability", "percent"),
+    Field("CloseDate", "date", nillable=False),
+    Field("IsWon", "boolean", nillable=False, default=0),
+    Field("LeadSource", "picklist", length=255),
+    Field("Description", "textarea", length=32000),
+) + _audit())
+
+LEAD = SObject("Lead", "00Q", _id() + _deleted() + _person_name() + (
+    Field("Company", "string", nillable=False, length=255),
+    Field("Title", "string", length=128),
+    Field("Email", "email", length=80),
+    Field("Phone", "phone", length=40),
+    Field("Status", "picklist", nillable=False, length=255, default="Open - Not Contacted"),
+    Field("LeadSource", "picklist", length=255),
+    Field("IsConverted", "boolean", nillable=False, default=0),
+    Field("ConvertedDate", "date"),
+    Field("ConvertedAccountId", "reference", length=18),
+    Field("ConvertedContactId", "reference", length=18),
+    Field("ConvertedOpportunityId", "reference", length=18),
+) + _address("", "Address") + _audit())
+
+CASE = SObject("Case", "500", _id() + _deleted() + (
+    Field("CaseNumber", "string", nillable=False, length=30, updateable=False),
+    Field("AccountId", "reference", length=18),
+    Field("ContactId", "reference", length=18),
+    Field("Subject", "string", length=255),
+    Field("Description", "textarea", length=32000),
+    Field("Status", "picklist", nillable=False, length=255, default="New"),
+    Field("Priority", "picklist", length=255),
+    Field("Origin", "picklist", length=255),
+    Field("IsClosed", "boolean", nillable=False, default=0),
+    Field("ClosedDate", "datetime"),
+) + _audit())
+
+USER = SObject("User", "005", _id() + _deleted() + _person_name() + (
+    Field("Username", "string", nillable=False, length=80),
+    Field("Email", "email", nillable=False, length=128),
+    Field("IsActive", "boolean", nillable=False, default=1),
+) + _audit(owner=False), deletable=False)
+
+OBJECTS: dict[str, SObject] = {o.name: o for o in (ACCOUNT, CONTACT, OPPORTUNITY, LEAD, CASE, USER)}
+_LOWER = {name.lower(): obj for name, obj in OBJECTS.items()}
+BY_PREFIX = {o.key_prefix: o for o in OBJECTS.values()}
+
+
+def get_object(name: str) -> SObject | None:
+    return _LOWER.get(name.lower())
+
+
+def derived_value(obj: SObject, fld: Field, row: dict[str, Any]) -> Any:
+    """Value of a field that is not stored: a formula, or a compound parent built from its components."""
+    if fld.calculated:
+        return obj.formulas[fld.name](row)
+    comps = obj.components(fld.name)
+    if fld.type == "address":
+        values = {_lower_first(c.key or c.name): row.get(c.name) for c in comps}
+        return None if all(v is None for v in values.values()) else values
+    parts = [row.get("FirstName"), row.get("LastName")]
+    return " ".join(p for p in parts if p) or None
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]

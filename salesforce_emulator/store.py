@@ -1,0 +1,209 @@
+"""The org's durable state: one SQLite table per object, a logical commit clock, and commit listeners.
+
+Why this shape:
+
+- **One writer at a time.** Every transaction holds ``Store.lock`` from the moment it draws its commit
+  timestamp until its listeners (the CDC publisher) have seen it. Commit order, timestamp order and event
+  order are therefore the same order, which the replication relies on.
+- **A logical clock.** Commit timestamps are wall-clock milliseconds, bumped by 1 ms when the wall clock has
+  not advanced, and persisted, so no two transactions ever share a ``commitTimestamp`` (even across restarts).
+  A record's ``SystemModstamp`` is the commit timestamp of its last change, so "apply events newer than the
+  fetched SystemModstamp" is exact.
+- **WAL mode.** Bulk query jobs read through their own connection and see a consistent snapshot while the API
+  keeps writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from salesforce_emulator import ids
+from salesforce_emulator.changes import CommittedTransaction, Transaction, resolve_object
+from salesforce_emulator.schema import OBJECTS, SObject, derived_value
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ORIGIN = "com/salesforce/api/emulator"
+COMMIT_NUMBER_START = 10_000_000_000
+_SQL_TYPES = {"boolean": "INTEGER", "int": "INTEGER", "double": "REAL", "currency": "REAL", "percent": "REAL"}
+
+Listener = Callable[[CommittedTransaction], None]
+
+
+def quote(name: str) -> str:
+    return f'"{name}"'
+
+
+class Store:
+    """A SQLite-backed org. Thread-safe; all writes go through :meth:`transaction`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+        self.conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.row_factory = sqlite3.Row
+        self._listeners: list[Listener] = []
+        self._active: Transaction | None = None
+        self._create_tables()
+        self._meta: dict[str, int] = dict(self.conn.execute("SELECT key, value FROM _meta").fetchall())
+        self._dirty_meta: set[str] = set()
+        self._last_ts = self._meta.get("last_commit_ts", 0)
+        self.default_user_id = ids.make_id("005", 1)
+        if self.get_row("User", self.default_user_id) is None:
+            with self.transaction(user_id=self.default_user_id) as txn:
+                txn.create("User", {"FirstName": "Integration", "LastName": "User",
+                                    "Username": "integration@emulator.local", "Email": "integration@emulator.local"})
+
+    # -- schema -------------------------------------------------------------------------------------
+    def _create_tables(self) -> None:
+        with self.lock:
+            self.conn.execute("CREATE TABLE IF NOT EXISTS _meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            for obj in OBJECTS.values():
+                cols = ", ".join(
+                    f"{quote(f.name)} {_SQL_TYPES.get(f.type, 'TEXT')}" + (" PRIMARY KEY" if f.name == "Id" else "")
+                    for f in obj.stored_fields
+                )
+                self.conn.execute(f"CREATE TABLE IF NOT EXISTS {quote(obj.name)} ({cols})")
+                for col in ("SystemModstamp", "LastModifiedDate"):
+                    self.conn.execute(
+                        f"CREATE INDEX IF NOT EXISTS {quote(f'{obj.name}_{col}')} ON {quote(obj.name)} ({quote(col)})"
+                    )
+
+    # -- transactions -------------------------------------------------------------------------------
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    def _tick(self) -> int:
+        self._last_ts = max(int(time.time() * 1000), self._last_ts + 1)
+        return self._last_ts
+
+    @contextmanager
+    def transaction(self, user_id: str | None = None, origin: str = DEFAULT_ORIGIN) -> Iterator[Transaction]:
+        """Open a transaction (or join the one this thread already has open, e.g. inside a composite call)."""
+        with self.lock:
+            if self._active is not None:
+                yield self._active
+                return
+            commit_ts = self._tick()
+            self.conn.execute("BEGIN IMMEDIATE")
+            txn = Transaction(self, self.conn, commit_ts, user_id or self.default_user_id, origin)
+            self._active = txn
+            try:
+                yield txn
+            except BaseException:
+                self._active = None
+                self.conn.execute("ROLLBACK")
+                raise
+            self._active = None
+            self._commit(txn)
+
+    def _commit(self, txn: Transaction) -> None:
+        commit_number = self._bump("commit_number", 1, start=COMMIT_NUMBER_START)
+        first_replay = self._bump("replay_id", len(txn.changes)) - len(txn.changes) + 1
+        for offset, change in enumerate(txn.changes):
+            change.replay_id = first_replay + offset
+        self._set_meta("last_commit_ts", txn.commit_ts)
+        self.conn.executemany(
+            "INSERT INTO _meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [(key, self._meta[key]) for key in self._dirty_meta],
+        )
+        self._dirty_meta.clear()
+        self.conn.execute("COMMIT")
+        committed = CommittedTransaction(
+            key=str(uuid.uuid4()), commit_ts=txn.commit_ts, commit_number=commit_number,
+            user_id=txn.user_id, origin=txn.origin, changes=txn.changes,
+        )
+        for listener in self._listeners:
+            listener(committed)
+
+    def _set_meta(self, key: str, value: int) -> None:
+        self._meta[key] = value
+        self._dirty_meta.add(key)
+
+    def _bump(self, key: str, by: int, start: int = 0) -> int:
+        self._set_meta(key, self._meta.get(key, start) + by)
+        return self._meta[key]
+
+    def next_sequence(self, object_name: str) -> int:
+        return self._bump(f"seq:{object_name}", 1)
+
+    # -- row access (callers hold the lock through a transaction, or take it here) -------------------
+    def get_row(self, object_name: str, record_id: str) -> dict[str, Any] | None:
+        with self.lock:
+            row = self.conn.execute(f"SELECT * FROM {quote(object_name)} WHERE Id = ?", (record_id,)).fetchone()
+        return dict(row) if row is not None else None
+
+    def insert_row(self, obj: SObject, row: dict[str, Any]) -> None:
+        names = [f.name for f in obj.stored_fields]
+        sql = f"INSERT INTO {quote(obj.name)} ({', '.join(map(quote, names))}) VALUES ({', '.join('?' * len(names))})"
+        self.conn.execute(sql, [row.get(n) for n in names])
+
+    def update_row(self, obj: SObject, record_id: str, values: dict[str, Any]) -> None:
+        assignments = ", ".join(f"{quote(k)} = ?" for k in values)
+        self.conn.execute(f"UPDATE {quote(obj.name)} SET {assignments} WHERE Id = ?", [*values.values(), record_id])
+
+    def delete_row(self, obj: SObject, record_id: str) -> None:
+        self.conn.execute(f"DELETE FROM {quote(obj.name)} WHERE Id = ?", (record_id,))
+
+    def select(self, sql: str, params: list[Any] | tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        with self.lock:
+            return [dict(r) for r in self.conn.execute(sql, params).fetchall()]
+
+    def open_reader(self) -> sqlite3.Connection:
+        """A separate read-only connection: one SELECT over it is a consistent snapshot (WAL)."""
+        conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    # -- direct, non-HTTP views for tests and tools -------------------------------------------------
+    def snapshot(self, object_name: str) -> list[dict[str, Any]]:
+        """Every row of the object, deleted ones included, with IsDeleted, SystemModstamp and formula values;
+        booleans as bool, datetimes as ``2025-11-22T08:26:40.000Z``. Ordered by Id."""
+        obj = resolve_object(object_name)
+        rows = self.select(f"SELECT * FROM {quote(obj.name)} ORDER BY Id")
+        return [public_row(obj, row) for row in rows]
+
+    def describe(self, object_name: str, api_version: str = "59.0") -> dict[str, Any]:
+        obj = resolve_object(object_name)
+        described = obj.describe()
+        described["urls"] = {"sobject": f"/services/data/v{api_version}/sobjects/{obj.name}",
+                             "describe": f"/services/data/v{api_version}/sobjects/{obj.name}/describe"}
+        return described
+
+    def count(self, object_name: str, include_deleted: bool = False) -> int:
+        obj = resolve_object(object_name)
+        where = "" if include_deleted else " WHERE IsDeleted = 0"
+        return self.select(f"SELECT COUNT(*) AS n FROM {quote(obj.name)}{where}")[0]["n"]
+
+    def ids(self, object_name: str, include_deleted: bool = False) -> list[str]:
+        obj = resolve_object(object_name)
+        where = "" if include_deleted else " WHERE IsDeleted = 0"
+        return [r["Id"] for r in self.select(f"SELECT Id FROM {quote(obj.name)}{where} ORDER BY Id")]
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+
+
+def public_row(obj: SObject, row: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for fld in obj.fields:
+        if fld.parent:
+            continue
+        value = derived_value(obj, fld, row) if fld.calculated else row.get(fld.name)
+        out[fld.name] = bool(value) if fld.type == "boolean" and value is not None else value
+    return out

@@ -151,6 +151,7 @@ class Dispatcher:
 
 class _HttpHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     server: _TlsServer
     timeout = 60
 

@@ -1,0 +1,149 @@
+"""``Emulator``: the local Salesforce org in one object (store + HTTPS API + CDC publisher).
+
+    with Emulator(tmp / "org", landing_dir=tmp / "landing") as emu:
+        sf = Salesforce(instance_url=emu.instance_url, session_id=emu.token, session=session_verifying(emu.ca_file))
+
+The store exists as soon as the object does (a workload can build the org before ``start()``); ``start()`` binds
+127.0.0.1 and serves HTTPS from a background thread; ``stop()`` publishes pending events and closes everything.
+Everything durable lives in ``data_dir`` (``org.sqlite``, ``tls/``, ``bulk/``), so a new Emulator on the same
+directory is a restart of the same org.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from salesforce_emulator.api import Api
+from salesforce_emulator.faults import FaultConfig
+from salesforce_emulator.publisher import CdcPublisher
+from salesforce_emulator.server import serve_in_thread
+from salesforce_emulator.store import Store
+from salesforce_emulator.tls import ensure_tls
+
+log = logging.getLogger(__name__)
+
+
+class Emulator:
+    api_version = "59.0"
+
+    def __init__(self, data_dir: Path, landing_dir: Path | None = None, port: int = 0, token: str = "dev-token",
+                 daily_request_limit: int = 1_000_000, cdc_objects: list[str] | None = None,
+                 faults: FaultConfig | None = None, *, host: str = "127.0.0.1", roll_bytes: int = 8 << 20,
+                 roll_seconds: float = 2.0, client_id: str = "emulator-client",
+                 client_secret: str = "emulator-secret", username: str = "dev@emulator.local",
+                 password: str = "dev-password", security_token: str = ""):
+        self.data_dir = Path(data_dir)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.landing_dir = Path(landing_dir) if landing_dir is not None else None
+        self.host, self.port, self.token = host, port, token
+        self.faults = faults or FaultConfig()
+        self.store = Store(self.data_dir / "org.sqlite")
+        self.publisher: CdcPublisher | None = None
+        if self.landing_dir is not None:
+            self.publisher = CdcPublisher(self.landing_dir, cdc_objects, self.faults, max_bytes=roll_bytes,
+                                          max_age_seconds=roll_seconds)
+            self.store.add_listener(self.publisher)
+        self._tls = ensure_tls(self.data_dir / "tls")
+        self.ca_file = str(self._tls.ca_file)
+        credentials = {"client_id": client_id, "client_secret": client_secret, "username": username,
+                       "password": password, "security_token": security_token}
+        self.api = Api(self.store, token=token, daily_request_limit=daily_request_limit,
+                       bulk_dir=self.data_dir / "bulk", credentials=credentials, api_version=self.api_version)
+        self._server: Any = None
+        self._ticker: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    def start(self) -> Emulator:
+        if self._server is not None:
+            return self
+        self._server, _ = serve_in_thread(self.host, self.port, self.api.dispatcher, self._tls.server_context())
+        self.port = self._server.server_address[1]
+        self.api.instance_url = self.instance_url
+        self._stopping.clear()
+        if self.publisher is not None:
+            self._ticker = threading.Thread(target=self._tick, name="salesforce-emulator-cdc-roll", daemon=True)
+            self._ticker.start()
+        log.info("Salesforce emulator serving %s (CA %s)", self.instance_url, self.ca_file)
+        return self
+
+    def _tick(self) -> None:
+        assert self.publisher is not None
+        while not self._stopping.wait(0.25):
+            self.publisher.writer.maybe_roll()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._ticker is not None:
+            self._ticker.join(timeout=2)
+            self._ticker = None
+        if self.publisher is not None:
+            with self.store.lock:
+                self.publisher.writer.close()
+        self.store.close()
+
+    def __enter__(self) -> Emulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- connection details -------------------------------------------------------------------------
+    @property
+    def instance_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the emulator is not serving yet: call start() first")
+        return f"https://{self.host}:{self.port}"
+
+    # -- CDC ------------------------------------------------------------------------------------------
+    def flush_cdc(self, include_late: bool = True) -> list[Path]:
+        """Make every pending event visible now (and held-back late files, unless ``include_late=False``).
+        Returns every landing file published so far."""
+        if self.publisher is None:
+            return []
+        with self.store.lock:
+            self.publisher.writer.flush(include_late=include_late)
+            return list(self.publisher.writer.published)
+
+    def set_faults(self, faults: FaultConfig | None = None, **changes: Any) -> FaultConfig:
+        """Replace the fault knobs, or change some of them: ``emu.set_faults(gap_fraction=0.1)``."""
+        new = dataclasses.replace(faults or self.faults, **changes)
+        self.faults = new
+        if self.publisher is not None:
+            with self.store.lock:
+                self.publisher.set_faults(new)
+        return new
+
+    def set_cdc_objects(self, cdc_objects: list[str] | None) -> None:
+        if self.publisher is None:
+            raise RuntimeError("CDC needs a landing_dir")
+        with self.store.lock:
+            self.publisher.set_objects(cdc_objects)
+
+    # -- API accounting -------------------------------------------------------------------------------
+    def request_counts(self) -> dict[str, int]:
+        return dict(self.api.dispatcher.counts)
+
+    def reset_request_counts(self) -> None:
+        self.api.dispatcher.counts.clear()
+
+    def api_usage(self) -> dict[str, int]:
+        return {"used": self.api.budget_used, "limit": self.api.daily_request_limit}
+
+    def set_request_budget(self, daily_request_limit: int | None = None, used: int | None = None) -> None:
+        if daily_request_limit is not None:
+            self.api.daily_request_limit = daily_request_limit
+        if used is not None:
+            self.api.budget_used = used
+
+    def fail_next_requests(self, count: int, status: int = 503) -> None:
+        """The next ``count`` authenticated requests fail with ``status`` (to exercise client retries)."""
+        self.api.dispatcher.fail_next.extend([status] * count)

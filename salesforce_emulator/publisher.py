@@ -1,0 +1,54 @@
+"""The CDC publisher: a store listener that writes each committed transaction's events to the landing zone.
+
+It runs inside the store's commit (the store lock is held), so files receive events in commit order. CDC is
+enabled per object (``None`` means every object); changes to other objects still take part in sequence numbering
+but publish nothing.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+from salesforce_emulator.cdc import build_events
+from salesforce_emulator.changes import CommittedTransaction
+from salesforce_emulator.faults import FaultConfig
+from salesforce_emulator.landing import LandingWriter
+from salesforce_emulator.schema import get_object
+
+
+class CdcPublisher:
+    def __init__(self, landing_dir: Path, cdc_objects: list[str] | None, faults: FaultConfig, *,
+                 max_bytes: int = 8 << 20, max_age_seconds: float = 2.0):
+        self.faults = faults
+        self.rng = random.Random(faults.seed)
+        self.set_objects(cdc_objects)
+        self.writer = LandingWriter(landing_dir, faults, self.rng, max_bytes=max_bytes,
+                                    max_age_seconds=max_age_seconds)
+        self.counts: Counter[str] = Counter()
+
+    def set_objects(self, cdc_objects: list[str] | None) -> None:
+        if cdc_objects is None:
+            self.enabled: set[str] | None = None
+            return
+        unknown = [name for name in cdc_objects if get_object(name) is None]
+        if unknown:
+            raise ValueError(f"CDC cannot be enabled for unknown objects: {', '.join(unknown)}")
+        self.enabled = {get_object(name).name for name in cdc_objects}  # type: ignore[union-attr]
+
+    def is_enabled(self, entity: str) -> bool:
+        return self.enabled is None or entity in self.enabled
+
+    def set_faults(self, faults: FaultConfig) -> None:
+        with self.writer.lock:
+            self.faults = faults
+            self.writer.faults = faults
+            if faults.seed is not None:
+                self.rng.seed(faults.seed)
+
+    def __call__(self, txn: CommittedTransaction) -> None:
+        lines = build_events(txn, self.is_enabled, self.faults, self.rng)
+        self.counts["events"] += len(lines)
+        self.counts["transactions"] += 1 if lines else 0
+        self.writer.write(lines, txn.commit_ts)

@@ -176,7 +176,7 @@ def results(api: Api, req: Request) -> Response:
     with job.path.open("rb") as handle:
         handle.seek(job.offsets[start])
         chunk = handle.read(job.offsets[end] - job.offsets[start])
-    next_locator = ids.to_base62(end, width=1) if end < total else "null"
+    next_locator = ids.to_base62(end, width=1, fixed=False) if end < total else "null"
     return Response(body=job.header + chunk, content_type="text/csv",
                     headers={"Sforce-Locator": next_locator, "Sforce-NumberOfRecords": str(end - start)})
 

@@ -28,7 +28,8 @@ def case_safe_suffix(id15: str) -> str:
     return "".join(out)
 
 
-def to_base62(number: int, width: int = BODY_LENGTH) -> str:
+def to_base62(number: int, width: int = BODY_LENGTH, fixed: bool = True) -> str:
+    """``number`` in base 62, left-padded to ``width``; with ``fixed`` it must also fit in ``width``."""
     if number < 0:
         raise ValueError("sequence numbers are non-negative")
     digits = []
@@ -36,7 +37,7 @@ def to_base62(number: int, width: int = BODY_LENGTH) -> str:
         number, rem = divmod(number, 62)
         digits.append(BASE62[rem])
     body = "".join(reversed(digits)).rjust(width, "0")
-    if len(body) > width:
+    if fixed and len(body) > width:
         raise OverflowError(f"sequence does not fit in {width} base-62 digits")
     return body
 

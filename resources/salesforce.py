@@ -1,0 +1,288 @@
+"""The Salesforce boundary: a Dagster resource over simple-salesforce, with the calls replication needs.
+
+Connection modes, chosen by which fields are set (secrets through ``dg.EnvVar``):
+
+1. ``instance_url`` + ``access_token``: use the token as is (the local emulator's default).
+2. ``client_id`` + ``client_secret`` (+ ``username`` / ``password`` [+ ``security_token``]) with an
+   ``instance_url``: OAuth 2.0 client-credentials (or username-password) flow against
+   ``<instance_url>/services/oauth2/token``; works with a My Domain URL and with the emulator.
+3. ``username`` + ``password`` + ``security_token``: simple-salesforce's SOAP login at ``<domain>.salesforce.com``.
+
+``salesforce_resource_from_env()`` is the one place that switches between the local emulator and a real org.
+
+Helpers: ``describe`` / ``replicated_fields`` (describe minus compound parents, formula fields, IsDeleted and
+SystemModstamp), ``retrieve`` (sObject Collections, 2,000 ids per call, ``None`` for ids that are gone),
+``query_all`` (REST queryAll, paged), ``bulk_query_all`` (Bulk API 2.0 queryAll, one CSV result page at a time
+parsed into Arrow record batches of strings, never the whole object in memory) and ``api_usage`` (from the last
+``Sforce-Limit-Info`` header). Idempotent reads retry with exponential backoff on 5xx, timeouts and connection
+errors. Tokens and passwords are never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import requests
+from pydantic import PrivateAttr
+from simple_salesforce import Salesforce
+
+log = logging.getLogger(__name__)
+
+LOCAL_INSTANCE_URL = "https://127.0.0.1:8443"
+LOCAL_ACCESS_TOKEN = "dev-token"
+LOCAL_CA_BUNDLE = ".demo/salesforce/tls/ca.pem"
+RETRIEVE_BATCH = 2000
+ENV_VARS = {
+    "instance_url": "SF_INSTANCE_URL", "access_token": "SF_ACCESS_TOKEN", "username": "SF_USERNAME",
+    "password": "SF_PASSWORD", "security_token": "SF_SECURITY_TOKEN", "client_id": "SF_CLIENT_ID",
+    "client_secret": "SF_CLIENT_SECRET", "domain": "SF_DOMAIN", "ca_bundle": "SF_CA_BUNDLE",
+    "api_version": "SF_API_VERSION",
+}
+NOT_REPLICATED = {"IsDeleted", "SystemModstamp"}
+_USAGE = re.compile(r"api-usage=(\d+)/(\d+)")
+
+
+class SalesforceApiError(RuntimeError):
+    """A Salesforce call failed for good (after retries, or with a non-retryable status)."""
+
+    def __init__(self, method: str, path: str, status: int, body: str):
+        super().__init__(f"Salesforce {method} {path} failed with HTTP {status}: {body[:500]}")
+        self.status = status
+        self.body = body
+
+
+class _CaPinnedSession(requests.Session):
+    """A session whose ``verify`` wins over REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment."""
+
+    def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
+        settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+        if verify is None or verify is True:
+            settings["verify"] = self.verify
+        return settings
+
+
+class SalesforceResource(dg.ConfigurableResource):
+    """A Salesforce org (by default the local emulator) reached through simple-salesforce."""
+
+    instance_url: str | None = LOCAL_INSTANCE_URL
+    access_token: str | None = None
+    username: str | None = None
+    password: str | None = None
+    security_token: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = None
+    domain: str | None = None
+    ca_bundle: str | None = None
+    api_version: str = "59.0"
+    timeout_seconds: float = 60.0
+    max_retries: int = 4
+    retry_backoff_seconds: float = 0.5
+
+    _client: Salesforce | None = PrivateAttr(default=None)
+    _usage: dict[str, int] = PrivateAttr(default_factory=dict)
+    _describes: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
+
+    # -- connection ---------------------------------------------------------------------------------
+    def _session(self) -> requests.Session:
+        session = _CaPinnedSession()
+        session.verify = self.ca_bundle or True
+        session.hooks["response"].append(self._remember_usage)
+        return session
+
+    def _remember_usage(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        match = _USAGE.search(response.headers.get("Sforce-Limit-Info", ""))
+        if match:
+            self._usage.update(used=int(match.group(1)), limit=int(match.group(2)))
+
+    def client(self) -> Salesforce:
+        """The simple-salesforce client (created once per resource instance)."""
+        if self._client is None:
+            self._client = self._connect()
+        return self._client
+
+    def _connect(self) -> Salesforce:
+        session = self._session()
+        if self.access_token:
+            if not self.instance_url:
+                raise ValueError("SalesforceResource: access_token needs instance_url (SF_INSTANCE_URL)")
+            return Salesforce(instance_url=self.instance_url, session_id=self.access_token, session=session,
+                              version=self.api_version)
+        if self.client_id and self.client_secret and self.instance_url:
+            token, instance_url = self._oauth_token(session)
+            return Salesforce(instance_url=instance_url, session_id=token, session=session, version=self.api_version)
+        if self.username and self.password:
+            return Salesforce(username=self.username, password=self.password,
+                              security_token=self.security_token or "", domain=self.domain, session=session,
+                              version=self.api_version)
+        raise ValueError("SalesforceResource needs access_token, or client_id/client_secret with instance_url, or "
+                         "username/password/security_token (SF_ACCESS_TOKEN, SF_CLIENT_ID, SF_USERNAME, ...)")
+
+    def _oauth_token(self, session: requests.Session) -> tuple[str, str]:
+        form = {"client_id": self.client_id, "client_secret": self.client_secret}
+        if self.username and self.password:
+            form.update(grant_type="password", username=self.username,
+                        password=self.password + (self.security_token or ""))
+        else:
+            form["grant_type"] = "client_credentials"
+        url = f"{str(self.instance_url).rstrip('/')}/services/oauth2/token"
+        response = session.post(url, data=form, timeout=self.timeout_seconds)
+        if response.status_code != 200:
+            # The body names the OAuth error (invalid_client, invalid_grant); it never echoes the secret.
+            raise SalesforceApiError("POST", "/services/oauth2/token", response.status_code, response.text)
+        body = response.json()
+        log.info("Salesforce OAuth %s login succeeded for %s", form["grant_type"], body.get("instance_url"))
+        return body["access_token"], body.get("instance_url") or str(self.instance_url)
+
+    # -- HTTP with retries --------------------------------------------------------------------------
+    def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> requests.Response:
+        """Call ``path`` (relative to /services/data/vXX.X/, or absolute from /services/...) with retries on
+        5xx, timeouts and connection errors when ``retry`` (idempotent calls only)."""
+        sf = self.client()
+        url = f"https://{sf.sf_instance}{path}" if path.startswith("/") else sf.base_url + path
+        attempts = self.max_retries + 1 if retry else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                response = sf.session.request(method, url, headers=sf.headers, timeout=self.timeout_seconds,
+                                              **kwargs)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                if attempt == attempts:
+                    raise
+                log.warning("Salesforce %s %s: %s; retry %d/%d", method, path, type(exc).__name__, attempt,
+                            attempts - 1)
+            else:
+                if response.status_code < 500 or attempt == attempts:
+                    if response.status_code >= 300:
+                        raise SalesforceApiError(method, path, response.status_code, response.text)
+                    return response
+                log.warning("Salesforce %s %s: HTTP %d; retry %d/%d", method, path, response.status_code, attempt,
+                            attempts - 1)
+            time.sleep(self.retry_backoff_seconds * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
+
+    # -- metadata -----------------------------------------------------------------------------------
+    def describe(self, object_name: str) -> dict[str, Any]:
+        if object_name not in self._describes:
+            self._describes[object_name] = self._request("GET", f"sobjects/{object_name}/describe").json()
+        return self._describes[object_name]
+
+    def replicated_fields(self, object_name: str) -> list[dict[str, Any]]:
+        """describe() fields a replica stores: no compound parents, no formula fields, no IsDeleted or
+        SystemModstamp (those become the replica's own system columns)."""
+        fields = self.describe(object_name)["fields"]
+        parents = {f.get("compoundFieldName") for f in fields if f.get("compoundFieldName")}
+        return [f for f in fields if f["name"] not in parents and f["name"] not in NOT_REPLICATED
+                and not f.get("calculated") and f.get("type") not in ("address", "location")]
+
+    # -- reads --------------------------------------------------------------------------------------
+    def retrieve(self, object_name: str, ids: Iterable[str], fields: list[str]) -> Iterator[dict[str, Any] | None]:
+        """Records by id, in the order given, ``None`` for ids that are unknown or deleted; one sObject
+        Collections call per 2,000 ids. ``attributes`` is dropped from each record."""
+        batch: list[str] = []
+        for record_id in ids:
+            batch.append(record_id)
+            if len(batch) == RETRIEVE_BATCH:
+                yield from self._retrieve_batch(object_name, batch, fields)
+                batch = []
+        if batch:
+            yield from self._retrieve_batch(object_name, batch, fields)
+
+    def _retrieve_batch(self, object_name: str, ids: list[str], fields: list[str]) -> list[dict[str, Any] | None]:
+        response = self._request("POST", f"composite/sobjects/{object_name}", json={"ids": ids, "fields": fields})
+        return [_strip(record) if record is not None else None for record in response.json()]
+
+    def query_all(self, soql: str, include_deleted: bool = True) -> Iterator[dict[str, Any]]:
+        """Records of a SOQL query through REST ``queryAll`` (deleted rows included) or ``query``, page by page."""
+        endpoint = "queryAll" if include_deleted else "query"
+        page = self._request("GET", endpoint, params={"q": soql}).json()
+        while True:
+            for record in page["records"]:
+                yield _strip(record)
+            if page.get("done", True) or not page.get("nextRecordsUrl"):
+                return
+            page = self._request("GET", page["nextRecordsUrl"]).json()
+
+    def bulk_query_all(self, object_name: str, fields: list[str], page_size: int = 50_000, where: str | None = None,
+                       poll_seconds: float = 0.2, timeout_seconds: float = 3600.0) -> Iterator[pa.RecordBatch]:
+        """Bulk API 2.0 ``queryAll`` of ``fields``: yields Arrow record batches (every column ``pa.string()``,
+        null for empty cells), one result page (``page_size`` records) in memory at a time."""
+        soql = f"SELECT {', '.join(fields)} FROM {object_name}" + (f" WHERE {where}" if where else "")
+        job = self._request("POST", "jobs/query", retry=False,
+                            json={"operation": "queryAll", "query": soql, "contentType": "CSV",
+                                  "columnDelimiter": "COMMA", "lineEnding": "LF"}).json()
+        job_id = job["id"]
+        try:
+            self._wait_for_job(job_id, poll_seconds, timeout_seconds)
+            convert = pa_csv.ConvertOptions(column_types={f: pa.string() for f in fields}, strings_can_be_null=True,
+                                            null_values=[""], quoted_strings_can_be_null=True)
+            locator: str | None = None
+            pages = 0
+            while True:
+                params: dict[str, Any] = {"maxRecords": page_size}
+                if locator:
+                    params["locator"] = locator
+                response = self._request("GET", f"jobs/query/{job_id}/results", params=params)
+                pages += 1
+                if int(response.headers.get("Sforce-NumberOfRecords", "1")) > 0 and response.content.strip():
+                    reader = pa_csv.open_csv(pa.BufferReader(response.content), convert_options=convert)
+                    for batch in reader:
+                        if batch.num_rows:
+                            yield batch
+                locator = response.headers.get("Sforce-Locator")
+                if not locator or locator == "null":
+                    break
+            log.info("Bulk queryAll of %s finished: job %s, %d result pages", object_name, job_id, pages)
+        finally:
+            self._delete_job(job_id)
+
+    def _wait_for_job(self, job_id: str, poll_seconds: float, timeout_seconds: float) -> None:
+        deadline = time.monotonic() + timeout_seconds
+        while True:
+            info = self._request("GET", f"jobs/query/{job_id}").json()
+            state = info["state"]
+            if state == "JobComplete":
+                return
+            if state in ("Failed", "Aborted"):
+                raise SalesforceApiError("GET", f"jobs/query/{job_id}", 200,
+                                         f"Bulk query job {state}: {info.get('errorMessage', '')}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"Bulk query job {job_id} still {state} after {timeout_seconds:.0f}s")
+            time.sleep(poll_seconds)
+
+    def _delete_job(self, job_id: str) -> None:
+        try:
+            self._request("DELETE", f"jobs/query/{job_id}", retry=False)
+        except (SalesforceApiError, requests.RequestException) as exc:
+            log.warning("could not delete Bulk query job %s (it expires on its own): %s", job_id, exc)
+
+    # -- limits -------------------------------------------------------------------------------------
+    def api_usage(self) -> dict[str, int]:
+        """``{"used": U, "limit": L}`` from the last ``Sforce-Limit-Info`` header (one ``limits`` call if none
+        has been seen yet)."""
+        if not self._usage:
+            self._request("GET", "limits")
+        return dict(self._usage)
+
+
+def _strip(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k != "attributes"}
+
+
+def salesforce_resource_from_env(environ: dict[str, str] | None = None) -> SalesforceResource:
+    """The resource for this environment: every ``SF_*`` variable that is set is passed as ``dg.EnvVar`` (so
+    secrets stay out of config); without credentials, the local emulator's defaults apply."""
+    env = os.environ if environ is None else environ
+    kwargs: dict[str, Any] = {name: dg.EnvVar(var) for name, var in ENV_VARS.items() if env.get(var)}
+    has_credentials = any(k in kwargs for k in ("access_token", "username", "client_id"))
+    if not has_credentials:
+        kwargs["access_token"] = LOCAL_ACCESS_TOKEN
+        if "ca_bundle" not in kwargs and os.path.exists(LOCAL_CA_BUNDLE):
+            kwargs["ca_bundle"] = os.path.abspath(LOCAL_CA_BUNDLE)
+    return SalesforceResource(**kwargs)

@@ -1,0 +1,142 @@
+"""SalesforceResource against the real HTTPS emulator: describe, retrieve, queryAll, Bulk → Arrow, limits, retries,
+OAuth, EnvVar configuration through a real Dagster run."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+
+from resources.salesforce import SalesforceApiError, SalesforceResource, salesforce_resource_from_env
+from salesforce_emulator import Emulator
+from salesforce_emulator.ids import make_id
+
+
+@pytest.fixture(scope="module")
+def org(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
+    with Emulator(tmp_path_factory.mktemp("resource") / "org") as emu:
+        with emu.store.transaction() as txn:
+            for n in range(4_100):
+                txn.create("Account", {"Name": f"Account {n}", "BillingCity": "Paris" if n % 2 else None,
+                                       "NumberOfEmployees": n, "AnnualRevenue": 1000.0 * n})
+        with emu.store.transaction() as txn:
+            txn.delete("Account", emu.store.ids("Account")[:10])
+        yield emu
+
+
+@pytest.fixture
+def resource(org: Emulator) -> SalesforceResource:
+    org.reset_request_counts()
+    return SalesforceResource(instance_url=org.instance_url, access_token=org.token, ca_bundle=org.ca_file,
+                              retry_backoff_seconds=0.01)
+
+
+def test_replicated_fields_drop_compound_parents_formulas_and_system_fields(resource: SalesforceResource):
+    names = [f["name"] for f in resource.replicated_fields("Account")]
+    assert "BillingCity" in names and "Id" in names and "LastModifiedDate" in names
+    assert not {"BillingAddress", "ShippingAddress", "Account_Score__c", "IsDeleted", "SystemModstamp"} & set(names)
+    contact = [f["name"] for f in resource.replicated_fields("Contact")]
+    assert {"FirstName", "LastName", "Salutation"} <= set(contact) and "Name" not in contact
+    assert resource.describe("Account")["keyPrefix"] == "001"
+
+
+def test_retrieve_batches_2000_ids_per_call_and_yields_none_for_gone_ids(resource: SalesforceResource,
+                                                                       org: Emulator):
+    all_ids = org.store.ids("Account", include_deleted=True)
+    wanted = [*all_ids, make_id("001", 9_999_999)]
+    records = list(resource.retrieve("Account", wanted, ["Id", "Name", "SystemModstamp"]))
+    assert len(records) == len(wanted) == 4_101
+    assert org.request_counts()["composite_retrieve"] == 3  # ceil(4101 / 2000)
+    assert records[:10] == [None] * 10 and records[-1] is None
+    assert records[10] == {"Id": all_ids[10], "Name": "Account 10",
+                           "SystemModstamp": records[10]["SystemModstamp"]}
+    assert "attributes" not in records[10]
+
+
+def test_query_all_pages_and_includes_deleted_rows(resource: SalesforceResource, org: Emulator):
+    rows = list(resource.query_all("SELECT Id, IsDeleted FROM Account"))
+    assert len(rows) == 4_100 and sum(r["IsDeleted"] for r in rows) == 10
+    assert org.request_counts()["query_more"] == 2
+    live = list(resource.query_all("SELECT Id FROM Account", include_deleted=False))
+    assert len(live) == 4_090
+
+
+def test_bulk_query_all_streams_string_record_batches_page_by_page(resource: SalesforceResource, org: Emulator):
+    fields = ["Id", "Name", "BillingCity", "NumberOfEmployees", "IsDeleted", "SystemModstamp"]
+    batches = list(resource.bulk_query_all("Account", fields, page_size=1_000))
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    assert all(b.schema == pa.schema([(f, pa.string()) for f in fields]) for b in batches)
+    table = pa.Table.from_batches(batches)
+    assert table.num_rows == 4_100
+    assert table.column("IsDeleted").to_pylist().count("true") == 10
+    cities = table.column("BillingCity").to_pylist()
+    assert cities[0] is None and cities[1] == "Paris"
+    assert table.column("NumberOfEmployees").to_pylist()[42] == "42"
+    counts = org.request_counts()
+    assert counts["bulk_results"] == 5 and counts["bulk_query_job"] == 1 and counts["bulk_job_delete"] == 1
+    assert max(b.num_rows for b in batches) <= 1_000
+
+
+def test_api_usage_comes_from_the_last_sforce_limit_info(resource: SalesforceResource, org: Emulator):
+    resource.describe("Lead")
+    usage = resource.api_usage()
+    assert usage == {"used": org.api_usage()["used"], "limit": 1_000_000}
+
+
+def test_reads_retry_on_server_errors(resource: SalesforceResource, org: Emulator, caplog):
+    org.fail_next_requests(2, status=503)
+    with caplog.at_level(logging.WARNING):
+        assert resource.describe("Case")["keyPrefix"] == "500"
+    assert "HTTP 503; retry 2/4" in caplog.text
+    org.fail_next_requests(5, status=500)
+    with pytest.raises(SalesforceApiError) as err:
+        resource.describe("Opportunity")
+    assert err.value.status == 500
+    assert org.token not in caplog.text
+
+
+def test_wrong_token_fails_without_logging_the_token(org: Emulator, caplog):
+    resource = SalesforceResource(instance_url=org.instance_url, access_token="s3cret-wrong", ca_bundle=org.ca_file)
+    with caplog.at_level(logging.DEBUG), pytest.raises(SalesforceApiError) as err:
+        resource.describe("Account")
+    assert err.value.status == 401 and "INVALID_SESSION_ID" in str(err.value)
+    assert "s3cret-wrong" not in caplog.text and "s3cret-wrong" not in str(err.value)
+
+
+def test_oauth_client_credentials_against_the_emulator(org: Emulator):
+    resource = SalesforceResource(instance_url=org.instance_url, client_id="emulator-client",
+                                  client_secret="emulator-secret", ca_bundle=org.ca_file)
+    assert resource.describe("Contact")["keyPrefix"] == "003"
+    bad = SalesforceResource(instance_url=org.instance_url, client_id="emulator-client", client_secret="nope",
+                             ca_bundle=org.ca_file)
+    with pytest.raises(SalesforceApiError) as err:
+        bad.client()
+    assert "invalid_grant" in str(err.value) and "nope" not in str(err.value)
+
+
+def test_env_vars_configure_the_resource_in_a_dagster_run(org: Emulator, monkeypatch, tmp_path: Path):
+    monkeypatch.setenv("SF_INSTANCE_URL", org.instance_url)
+    monkeypatch.setenv("SF_ACCESS_TOKEN", org.token)
+    monkeypatch.setenv("SF_CA_BUNDLE", org.ca_file)
+    seen = {}
+
+    @dg.asset
+    def account_fields(salesforce: SalesforceResource) -> None:
+        seen["fields"] = [f["name"] for f in salesforce.replicated_fields("Account")]
+        seen["usage"] = salesforce.api_usage()
+
+    result = dg.materialize([account_fields], resources={"salesforce": salesforce_resource_from_env()},
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    assert "Name" in seen["fields"] and seen["usage"]["limit"] == 1_000_000
+
+
+def test_without_credentials_the_local_emulator_is_the_default(monkeypatch):
+    for var in ("SF_INSTANCE_URL", "SF_ACCESS_TOKEN", "SF_USERNAME", "SF_CLIENT_ID", "SF_CA_BUNDLE"):
+        monkeypatch.delenv(var, raising=False)
+    resource = salesforce_resource_from_env({})
+    assert resource.instance_url == "https://127.0.0.1:8443" and resource.access_token == "dev-token"

@@ -51,7 +51,7 @@ def build_change_events_asset(*, config: ReplicationConfig, schemas: dict[str, O
     )
     def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
                       landing: LandingZone) -> dg.MaterializeResult:
-        result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run_id)
+        result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id)
         c = result.counts
         context.log.info(
             f"Ingested {c['ingested']} events from {c['files']} files ({c['duplicates']} duplicates, "
@@ -91,7 +91,7 @@ def build_replica_asset(*, sobject: SObjectConfig, schema: ObjectSchema, replica
                 warehouse: DeltaWarehouse) -> dg.MaterializeResult:
         close_after = config.transaction_close_after
         result = apply_changes(
-            session(pyspark), warehouse, schema, run_id=context.run_id,
+            session(pyspark), warehouse, schema, run_id=context.run.run_id,
             close_after=replication.transaction_close_after if close_after is None else close_after)
         c, s = result.counts, result.state
         context.log.info(

@@ -61,7 +61,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
     def read(self, table: DeltaTable, *, filter: ds.Expression | None = None, partitions=None,
              columns: Sequence[str] | None = None) -> pa.Table:
         """Rows of a snapshot as Arrow, pruned by partition values first, then by Parquet statistics."""
-        dataset = table.to_pyarrow_dataset(partitions=partitions)
+        dataset = table.to_pyarrow_dataset(file_pruning_predicate=partitions)
         return dataset.to_table(filter=filter, columns=list(columns) if columns else None)
 
     @staticmethod

@@ -92,3 +92,10 @@ def comparable(rows: dict[str, dict], columns: list[str] | None = None) -> dict[
     for rid, row in rows.items():
         out[rid] = {k: v for k, v in row.items() if k != "_sf_synced_at" and (columns is None or k in columns)}
     return json.loads(json.dumps(out, default=str, sort_keys=True))
+
+
+def _version(path: Path) -> int | None:
+    return DeltaTable(str(path)).version() if (path / "_delta_log").exists() else None
+
+
+Platform.table_version = lambda self, name: _version(self.warehouse / name)

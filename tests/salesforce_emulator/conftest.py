@@ -1,8 +1,10 @@
-"""Fixtures for the emulator tests: a running emulator per test, a simple-salesforce client, landed events."""
+"""Fixtures for the emulator tests: a running emulator per test and a simple-salesforce client.
+
+``landed_events`` is exposed as a fixture (a function) so test modules never import this conftest by name.
+"""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from simple_salesforce import Salesforce
 
 from salesforce_emulator import Emulator
 from salesforce_emulator.client import simple_salesforce_client
+from salesforce_emulator.testing import read_landed_events
 
 
 @pytest.fixture
@@ -29,16 +32,10 @@ def landed_events(emu: Emulator) -> list[dict[str, Any]]:
     """Every event line visible in the landing zone, in file-name order (flushes pending events first)."""
     assert emu.landing_dir is not None
     emu.flush_cdc()
-    events = []
-    for path in sorted(emu.landing_dir.rglob("*.jsonl")):
-        assert not path.name.startswith("_")
-        events.extend(json.loads(line) for line in path.read_text().splitlines())
-    return events
+    assert not [p for p in emu.landing_dir.rglob("_*")], "no invisible file may remain after a flush"
+    return read_landed_events(emu.landing_dir)
 
 
-def header(event: dict[str, Any]) -> dict[str, Any]:
-    return event["data"]["payload"]["ChangeEventHeader"]
-
-
-def body(event: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in event["data"]["payload"].items() if k != "ChangeEventHeader"}
+@pytest.fixture(name="landed_events")
+def landed_events_fixture():
+    return landed_events

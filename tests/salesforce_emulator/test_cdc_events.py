@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from simple_salesforce import Salesforce
 
-from conftest import body, header, landed_events
 from salesforce_emulator import Emulator
+from salesforce_emulator.testing import body, header
 from salesforce_emulator.values import iso_to_ms
 
 FORBIDDEN = {"IsDeleted", "SystemModstamp", "Account_Score__c", "Id"}
 
 
-def test_scripted_account_lifecycle_produces_salesforce_events(sf: Salesforce, emulator: Emulator):
+def test_scripted_account_lifecycle_produces_salesforce_events(sf: Salesforce, emulator: Emulator, landed_events):
     record_id = sf.Account.create({"Name": "Acme Corp", "Industry": "Manufacturing", "AnnualRevenue": 1_200_000,
                                    "NumberOfEmployees": 250, "BillingStreet": "1 Main St",
                                    "BillingCity": "Springfield", "Phone": "+1 555 0100"})["id"]
@@ -65,7 +65,7 @@ def test_scripted_account_lifecycle_produces_salesforce_events(sf: Salesforce, e
     assert iso_to_ms(body(two_fields)["LastModifiedDate"]) == stamps[1]
 
 
-def test_contact_name_components_nest_under_name(sf: Salesforce, emulator: Emulator):
+def test_contact_name_components_nest_under_name(sf: Salesforce, emulator: Emulator, landed_events):
     record_id = sf.Contact.create({"Salutation": "Ms.", "FirstName": "Ada", "LastName": "Lovelace"})["id"]
     sf.Contact.update(record_id, {"FirstName": "Augusta"})
     create, update = landed_events(emulator)
@@ -76,7 +76,7 @@ def test_contact_name_components_nest_under_name(sf: Salesforce, emulator: Emula
     assert header(create)["entityName"] == "Contact" and header(create)["recordIds"] == [record_id]
 
 
-def test_one_update_of_several_records_is_one_event_naming_all(sf: Salesforce, emulator: Emulator):
+def test_one_update_of_several_records_is_one_event_naming_all(sf: Salesforce, emulator: Emulator, landed_events):
     first = sf.Account.create({"Name": "Globex 1"})["id"]
     second = sf.Account.create({"Name": "Globex 2", "Rating": "Cold"})["id"]
     result = sf.restful("composite/sobjects", method="PATCH", json={"allOrNone": True, "records": [
@@ -89,7 +89,7 @@ def test_one_update_of_several_records_is_one_event_naming_all(sf: Salesforce, e
     assert header(update)["changedFields"] == ["Rating", "LastModifiedDate"]
 
 
-def test_all_or_none_failure_rolls_back_and_sends_nothing(sf: Salesforce, emulator: Emulator):
+def test_all_or_none_failure_rolls_back_and_sends_nothing(sf: Salesforce, emulator: Emulator, landed_events):
     first = sf.Account.create({"Name": "Keep"})["id"]
     before = len(landed_events(emulator))
     result = sf.restful("composite/sobjects", method="PATCH", json={"allOrNone": True, "records": [
@@ -102,7 +102,7 @@ def test_all_or_none_failure_rolls_back_and_sends_nothing(sf: Salesforce, emulat
     assert len(landed_events(emulator)) == before
 
 
-def test_lead_conversion_is_one_transaction_spanning_objects(sf: Salesforce, emulator: Emulator):
+def test_lead_conversion_is_one_transaction_spanning_objects(sf: Salesforce, emulator: Emulator, landed_events):
     lead = sf.Lead.create({"FirstName": "Grace", "LastName": "Hopper", "Company": "Navy", "City": "Arlington"})["id"]
     response = sf.restful("composite", method="POST", json={"allOrNone": True, "compositeRequest": [
         {"method": "POST", "url": "/services/data/v59.0/sobjects/Account", "referenceId": "acct",
@@ -129,7 +129,7 @@ def test_lead_conversion_is_one_transaction_spanning_objects(sf: Salesforce, emu
     assert emulator.request_counts()["composite"] == 1
 
 
-def test_hard_delete_and_formula_changes_send_no_event(sf: Salesforce, emulator: Emulator):
+def test_hard_delete_and_formula_changes_send_no_event(sf: Salesforce, emulator: Emulator, landed_events):
     record_id = sf.Account.create({"Name": "Temp", "AnnualRevenue": 10, "NumberOfEmployees": 1})["id"]
     sf.Account.delete(record_id)
     sf.restful(f"sobjects/Account/{record_id}/recycleBin", method="DELETE")
@@ -138,7 +138,7 @@ def test_hard_delete_and_formula_changes_send_no_event(sf: Salesforce, emulator:
     assert "Account_Score__c" not in body(events[0])
 
 
-def test_cdc_is_enabled_per_object(tmp_path):
+def test_cdc_is_enabled_per_object(tmp_path, landed_events):
     with Emulator(tmp_path / "org", landing_dir=tmp_path / "landing", cdc_objects=["Contact"]) as emu:
         with emu.store.transaction() as txn:
             txn.create("Account", {"Name": "not published"})

@@ -9,6 +9,7 @@ as fields but never stored; their components carry ``compoundFieldName``.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ _SOAP_TYPES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SObject:
     name: str
     key_prefix: str
@@ -91,7 +92,7 @@ class SObject:
     def components(self, parent: str) -> list[Field]:
         return [f for f in self.fields if f.compound == parent]
 
-    @property
+    @functools.cached_property
     def schema_id(self) -> str:
         """A stable id of the field list, in the spirit of the CDC ``schema`` attribute."""
         digest = hashlib.sha256("|".join(f"{f.name}:{f.type}" for f in self.fields).encode()).digest()

@@ -1,0 +1,103 @@
+"""Plausible field values for the workload generator, per object (seeded ``random.Random`` only)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from collections.abc import Callable
+from typing import Any
+
+FIRST = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Margaret", "Linus", "Donald", "Frances", "John",
+         "Radia", "Tim", "Katherine", "Dennis", "Hedy", "Niklaus", "Shafi", "Leslie", "Sophie"]
+LAST = ["Lovelace", "Hopper", "Turing", "Dijkstra", "Liskov", "Thompson", "Hamilton", "Torvalds", "Knuth",
+        "Allen", "Backus", "Perlman", "Berners-Lee", "Johnson", "Ritchie", "Lamarr", "Wirth", "Goldwasser"]
+COMPANY = ["Acme", "Globex", "Initech", "Umbrella", "Stark", "Wayne", "Hooli", "Vandelay", "Soylent", "Cyberdyne"]
+CITIES = [("Springfield", "IL", "USA"), ("Chicago", "IL", "USA"), ("Paris", None, "France"),
+          ("Berlin", None, "Germany"), ("Austin", "TX", "USA"), ("Lyon", None, "France"), ("Boston", "MA", "USA"),
+          ("Toronto", "ON", "Canada"), ("Sydney", "NSW", "Australia"), ("Osaka", None, "Japan")]
+INDUSTRY = ["Manufacturing", "Energy", "Retail", "Banking", "Technology", "Healthcare", "Education", "Media"]
+STAGES = ["Prospecting", "Qualification", "Needs Analysis", "Proposal", "Negotiation", "Closed Won", "Closed Lost"]
+LEAD_STATUS = ["Open - Not Contacted", "Working - Contacted", "Closed - Not Converted"]
+CASE_STATUS = ["New", "Working", "Escalated", "Closed"]
+
+
+def _date(rng: random.Random) -> str:
+    return (dt.date(2024, 1, 1) + dt.timedelta(days=rng.randrange(900))).isoformat()
+
+
+def _text(rng: random.Random, words: int = 12) -> str:
+    vocabulary = ["renewal", "pricing", "call", "demo", "escalation", "contract", "follow-up", "budget", "signed",
+                  "churn", "risk", "upsell", "meeting", "invoice", "delivery", "support"]
+    return " ".join(rng.choice(vocabulary) for _ in range(rng.randint(3, words))).capitalize() + "."
+
+
+def _phone(rng: random.Random) -> str:
+    return f"+1 555 {rng.randrange(10000):04d}"
+
+
+def address(rng: random.Random, prefix: str) -> dict[str, Any]:
+    city, state, country = rng.choice(CITIES)
+    return {f"{prefix}Street": f"{rng.randint(1, 999)} {rng.choice(LAST)} St", f"{prefix}City": city,
+            f"{prefix}State": state, f"{prefix}PostalCode": f"{rng.randrange(100000):05d}",
+            f"{prefix}Country": country, f"{prefix}Latitude": round(rng.uniform(-60, 60), 6),
+            f"{prefix}Longitude": round(rng.uniform(-150, 150), 6)}
+
+
+ADDRESS_PREFIXES = {"Account": ["Billing", "Shipping"], "Contact": ["Mailing"], "Lead": [""]}
+
+Gen = Callable[[random.Random], Any]
+UPDATABLE: dict[str, dict[str, Gen]] = {
+    "Account": {
+        "Industry": lambda r: r.choice(INDUSTRY), "Rating": lambda r: r.choice(["Hot", "Warm", "Cold"]),
+        "Phone": _phone, "Website": lambda r: f"https://{r.choice(COMPANY).lower()}.example",
+        "NumberOfEmployees": lambda r: r.randint(1, 50_000), "AnnualRevenue": lambda r: float(r.randint(1, 10**6) * 100),
+        "Description": _text, "Type": lambda r: r.choice(["Customer", "Partner", "Prospect"]),
+    },
+    "Contact": {
+        "Title": lambda r: r.choice(["CEO", "CTO", "VP Sales", "Engineer", "Buyer"]),
+        "Email": lambda r: f"{r.choice(FIRST).lower()}.{r.randrange(10**6)}@example.com", "Phone": _phone,
+        "Birthdate": _date, "HasOptedOutOfEmail": lambda r: r.random() < 0.2, "FirstName": lambda r: r.choice(FIRST),
+    },
+    "Opportunity": {
+        "StageName": lambda r: r.choice(STAGES), "Amount": lambda r: float(r.randint(1, 5000) * 100),
+        "Probability": lambda r: float(r.choice([10, 20, 50, 75, 90, 100])), "CloseDate": _date,
+        "Description": _text, "LeadSource": lambda r: r.choice(["Web", "Phone Inquiry", "Partner Referral"]),
+    },
+    "Lead": {
+        "Status": lambda r: r.choice(LEAD_STATUS), "Title": lambda r: r.choice(["Director", "Manager", "Analyst"]),
+        "Email": lambda r: f"lead{r.randrange(10**6)}@example.com", "Phone": _phone,
+        "LeadSource": lambda r: r.choice(["Web", "Trade Show", "Word of mouth"]),
+    },
+    "Case": {
+        "Status": lambda r: r.choice(CASE_STATUS), "Priority": lambda r: r.choice(["High", "Medium", "Low"]),
+        "Subject": lambda r: _text(r, 6), "Description": _text, "Origin": lambda r: r.choice(["Phone", "Email", "Web"]),
+    },
+}
+NULLABLE = {
+    "Account": ["Industry", "Rating", "Phone", "Website", "Description", "Type", "BillingState"],
+    "Contact": ["Title", "Phone", "Birthdate", "Email", "MailingCity"],
+    "Opportunity": ["Amount", "Probability", "Description", "LeadSource"],
+    "Lead": ["Title", "Phone", "Email", "City"],
+    "Case": ["Priority", "Description", "Origin"],
+}
+
+
+def new_record(rng: random.Random, object_name: str, parent: dict[str, str] | None = None) -> dict[str, Any]:
+    parent = parent or {}
+    if object_name == "Account":
+        return {"Name": f"{rng.choice(COMPANY)} {rng.randrange(10**6)}", "Industry": rng.choice(INDUSTRY),
+                "NumberOfEmployees": rng.randint(1, 5000), "AnnualRevenue": float(rng.randint(1, 10**5) * 1000),
+                "Phone": _phone(rng), **address(rng, "Billing")}
+    if object_name == "Contact":
+        return {"FirstName": rng.choice(FIRST), "LastName": rng.choice(LAST), "Email": f"c{rng.randrange(10**7)}@example.com",
+                "Salutation": rng.choice(["Mr.", "Ms.", "Dr.", None]), **address(rng, "Mailing"), **parent}
+    if object_name == "Opportunity":
+        return {"Name": f"{rng.choice(COMPANY)} deal {rng.randrange(10**5)}", "StageName": rng.choice(STAGES[:4]),
+                "CloseDate": _date(rng), "Amount": float(rng.randint(1, 5000) * 100), **parent}
+    if object_name == "Lead":
+        return {"FirstName": rng.choice(FIRST), "LastName": rng.choice(LAST), "Company": rng.choice(COMPANY),
+                "Status": "Open - Not Contacted", "Email": f"l{rng.randrange(10**7)}@example.com", **address(rng, "")}
+    if object_name == "Case":
+        return {"Subject": _text(rng, 6), "Status": "New", "Priority": rng.choice(["High", "Medium", "Low"]),
+                "Origin": rng.choice(["Phone", "Email", "Web"]), **parent}
+    raise ValueError(f"the workload does not create {object_name} records")

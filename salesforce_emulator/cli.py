@@ -72,7 +72,8 @@ def serve(args: argparse.Namespace) -> int:
     print(f"  export SF_ACCESS_TOKEN={emu.token}")
     print(f"  export SF_CA_BUNDLE={Path(emu.ca_file).resolve()}")
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for signum in (signal.SIGTERM, signal.SIGINT):  # SIGINT too: background jobs start with it ignored
+        signal.signal(signum, lambda *_: stop.set())
     try:
         while not stop.wait(0.5):
             pass

@@ -18,14 +18,12 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.faults import fault_point
 from cdc_assets.ingest import CE_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-from spark_ops.events import is_overflow
-from spark_ops.fold import changed_rows, count_changes, fold_changes
+from spark_ops.fold import CHANGED, COUNTERS, INSERTED, NEWLY_DIRTY, fold_changes
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -53,13 +51,12 @@ def _seq_filter(applied: int, ce_seq: int, held: dict) -> pc.Expression:
     return new
 
 
-def read_changes(spark: SparkSession, warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: int,
-                 held: dict) -> DataFrame | None:
+def read_changes(warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: int, held: dict) -> pa.Table | None:
+    """Change rows of `entity` ingested after `applied` (through `ce_seq`), plus those of held transactions."""
     table = warehouse.table(CHANGE_EVENTS)
     if table is None or ce_seq <= applied and not held.get("transactions"):
         return None
-    rows = warehouse.read(table, partitions=[("entity", "=", entity)], filter=_seq_filter(applied, ce_seq, held))
-    return spark.createDataFrame(rows) if rows.num_rows else None
+    return warehouse.read(table, partitions=[("entity", "=", entity)], filter=_seq_filter(applied, ce_seq, held))
 
 
 def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema,
@@ -92,39 +89,36 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     applied = (replica.transaction_version(APPLY_APP) or 0) if replica is not None else 0
     held = prev.get("held") or {}
 
-    rows = read_changes(spark, warehouse, schema.name, applied, ce_seq, held)
+    rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     open_key = _open_transaction(ce_state, close_after, now)
-    counts = {k: 0 for k in EVENT_COUNTS} | {"newly_dirty": 0, "inserted": 0, "rows_written": 0}
+    counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
     state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts")}
     state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None}
-    new_rows = pa.Table.from_pylist([], schema=schema.arrow_schema())
+    new_rows = schema.arrow_schema().empty_table()
     buckets: list[str] = []
 
-    if rows is not None:
-        rows = rows.cache()
-        counts["events_read"] = rows.count()
-        is_held = F.col("transaction_key") == F.lit(open_key) if open_key else F.lit(False)
-        held_rows = rows.where(is_held)
-        if counts_held := held_rows.count():
+    if rows is not None and rows.num_rows:
+        counts["events_read"] = rows.num_rows
+        held_mask = pc.equal(rows["transaction_key"], open_key) if open_key else pa.repeat(False, rows.num_rows)
+        overflow_mask = pc.and_not(
+            pc.or_(pc.equal(rows["change_type"], "GAP_OVERFLOW"), pc.ends_with(rows["record_id"], "*")), held_mask)
+        if counts_held := pc.sum(held_mask).as_py() or 0:
             counts["held"] = counts_held
-            from_seq = held_rows.agg(F.min("_ingest_seq")).first()[0]
+            from_seq = pc.min(rows.filter(held_mask)["_ingest_seq"]).as_py()
             state["held"] = {"transactions": [open_key], "from_seq": int(from_seq)}
-        overflow = rows.where(~is_held & is_overflow())
-        if counts_overflow := overflow.count():
+        if counts_overflow := pc.sum(overflow_mask).as_py() or 0:
             counts["overflow"] = counts_overflow
-            first = overflow.agg(F.min("commit_ts").alias("ts"), F.min("_ingest_seq").alias("seq")).first()
+            first = pc.min(rows.filter(overflow_mask)["commit_ts"]).as_py()
             state["resync_pending"] = state.get("resync_pending") or {
-                "since": first["ts"].replace(tzinfo=timezone.utc).isoformat(), "from_seq": int(first["seq"]),
-                "reason": f"GAP_OVERFLOW at commit {first['ts'].isoformat()}Z"}
-        changes = rows.where(~is_held & ~is_overflow())
-        ids = [r[0] for r in changes.select("record_id").distinct().collect()]
-        if ids:
+                "since": first.isoformat(), "from_seq": int(pc.min(rows.filter(overflow_mask)["_ingest_seq"]).as_py()),
+                "reason": f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z"}
+        changes = rows.filter(pc.invert(pc.or_(held_mask, overflow_mask)))
+        if changes.num_rows:
+            ids = pc.unique(changes["record_id"]).to_pylist()
             current, buckets = read_current(spark, warehouse, schema, ids)
-            folded = fold_changes(changes, current, schema).cache()
-            counts |= count_changes(folded)
-            new_rows = changed_rows(folded, schema).toArrow().cast(schema.arrow_schema())
-            folded.unpersist()
-        rows.unpersist()
+            folded = fold_changes(spark.createDataFrame(changes), current, schema).toArrow()
+            counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*COUNTERS, NEWLY_DIRTY, INSERTED)}
+            new_rows = folded.filter(folded[CHANGED]).select(schema.arrow_schema().names).cast(schema.arrow_schema())
 
     counts["rows_written"] = new_rows.num_rows
     if replica is not None and ce_seq <= applied and state["held"] == prev.get("held") and not new_rows.num_rows:

@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from cdc_assets.faults import fault_point
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone
-from spark_ops.events import DEDUP_KEY, mark_duplicates, newest_event
+from spark_ops.events import DEDUP_KEY, mark_duplicates
 from spark_ops.parse import CHANGE_COLUMNS, parse_lines, quarantined, to_change_rows
 from spark_ops.schema import ObjectSchema
 
@@ -105,16 +105,16 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
                         r["reason"])
     fault_point("ingest.after_quarantine")
 
-    marked = mark_duplicates(to_change_rows(parsed), _known_keys(spark, warehouse, to_change_rows(parsed))).cache()
+    rows = to_change_rows(parsed)
+    marked = mark_duplicates(rows, _known_keys(spark, warehouse, rows)).toArrow()
     previous = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
     seq = int(previous.get("ingest_seq", 0)) + 1
-    fresh = (marked.where(~F.col("is_duplicate"))
-             .select(*CHANGE_COLUMNS, F.lit(seq).cast("long").alias("_ingest_seq"),
-                     F.lit(now).cast("timestamp").alias("_ingested_at")))
-    fresh_arrow = fresh.toArrow()
+    fresh_arrow = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
+    fresh_arrow = fresh_arrow.append_column("_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)) \
+        .append_column("_ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), fresh_arrow.num_rows))
 
-    counts = _count(files, read, parsed, marked, schemas)
-    newest = newest_event(fresh) if fresh_arrow.num_rows else None
+    counts = _count(files, read, bad, marked, schemas)
+    newest = newest_event(fresh_arrow)
     state = {
         "ingest_seq": seq,
         "files": [f.path for f in files],
@@ -128,7 +128,6 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
                              txns=txns)
     fault_point("ingest.after_commit")
     parsed.unpersist()
-    marked.unpersist()
     return IngestResult(files=state["files"], counts=counts, state=state, version=table.version(),
                         quarantine_examples=[f"{r['source_file']}:{r['source_line']}: {r['reason']}"
                                              for r in bad.slice(0, 5).to_pylist()])
@@ -139,25 +138,33 @@ def _zero_counts() -> dict[str, int]:
                            "duplicates", "ingested", "ignored")}
 
 
-def _count(files: list[LandingFile], read, parsed: DataFrame, marked: DataFrame, schemas: dict[str, ObjectSchema]) -> dict[str, int]:
+def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
+           schemas: dict[str, ObjectSchema]) -> dict[str, int]:
     """Line and event accounting for change_events (they add up; see README 'Counts')."""
     whole_files = int(pc.sum(pc.equal(read.quarantine["source_line"], 0)).as_py() or 0)
     oversized = read.quarantine.num_rows - whole_files
-    p = parsed.agg(F.count("*").alias("lines"),
-                   F.sum(F.col("quarantine_reason").isNotNull().cast("int")).alias("bad")).first()
-    m = marked.agg(
-        F.count("*").alias("events"),
-        F.sum(F.col("is_duplicate").cast("int")).alias("dups"),
-        F.sum((~F.col("is_duplicate") & ~F.col("entity").isin(list(schemas) or [""])).cast("int")).alias("ignored"),
-    ).first()
-    events, dups = int(m["events"]), int(m["dups"] or 0)
+    dups = int(pc.sum(marked["is_duplicate"]).as_py() or 0)
+    kept = pc.invert(marked["is_duplicate"])
+    replicated = pc.is_in(marked["entity"], value_set=pa.array(list(schemas), pa.string()))
     return {
         "files": len(files),
         "files_quarantined": whole_files,
-        "lines_read": int(p["lines"]) + oversized,
-        "lines_quarantined": int(p["bad"] or 0) + oversized,
-        "events_parsed": events,
+        "lines_read": read.lines.num_rows + oversized,
+        "lines_quarantined": bad.num_rows - whole_files,
+        "events_parsed": marked.num_rows,
         "duplicates": dups,
-        "ingested": events - dups,
-        "ignored": int(m["ignored"] or 0),
+        "ingested": marked.num_rows - dups,
+        "ignored": int(pc.sum(pc.and_(kept, pc.invert(replicated))).as_py() or 0),
     }
+
+
+def newest_event(rows: pa.Table) -> dict | None:
+    """The newest event in commit order (design §4): its transaction key and position as
+    `[commit micros, commit number, sequence number, replay id]`."""
+    if not rows.num_rows:
+        return None
+    keys = [pc.cast(rows["commit_ts"], pa.int64()), rows["commit_number"], rows["sequence_number"],
+            pc.fill_null(rows["replay_id"], 0)]
+    table = pa.table({"a": keys[0], "b": keys[1], "c": keys[2], "d": keys[3], "t": rows["transaction_key"]})
+    top = table.take(pc.sort_indices(table, [(k, "descending") for k in "abcd"])[:1]).to_pylist()[0]
+    return {"transaction_key": top["t"], "position": [top["a"], top["b"], top["c"], top["d"]]}

@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from salesforce_emulator.changes import Transaction, normalize_id
 from salesforce_emulator.errors import ApiError
+from salesforce_emulator.schema import BY_PREFIX
 from salesforce_emulator.server import Request, Response, route
 
 if TYPE_CHECKING:
@@ -103,8 +104,6 @@ def collection_delete(api: Api, req: Request) -> Response:
     all_or_none = (req.arg("allOrNone") or "false").lower() == "true"
 
     def apply(txn: Transaction, record_id: str) -> str:
-        from salesforce_emulator.schema import BY_PREFIX
-
         record_id = normalize_id(record_id)
         obj = BY_PREFIX.get(record_id[:3])
         if obj is None:

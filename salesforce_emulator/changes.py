@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator import ids
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
-from salesforce_emulator.schema import OBJECTS, READ_ONLY, SObject, get_object
+from salesforce_emulator.schema import READ_ONLY, SObject, get_object
 from salesforce_emulator.values import ValueError_, ms_to_iso, to_storage
 
 if TYPE_CHECKING:
@@ -214,5 +214,3 @@ class Transaction:
             raise
         self.conn.execute("RELEASE part")
 
-
-__all__ = ["OBJECTS", "Change", "CommittedTransaction", "Transaction", "normalize_values", "resolve_object"]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator import ids, soql
 from salesforce_emulator.changes import normalize_id, resolve_object
-from salesforce_emulator.errors import ApiError, not_found
+from salesforce_emulator.errors import ApiError
 from salesforce_emulator.schema import Field, SObject
 from salesforce_emulator.server import Request, Response, route
 from salesforce_emulator.api_rest import render_record, resolve_fields
@@ -109,10 +109,6 @@ def composite_retrieve(api: Api, req: Request) -> Response:
         for row in api.store.select(f'SELECT * FROM "{obj.name}" WHERE Id IN ({marks}) AND IsDeleted = 0', chunk):
             found[row["Id"]] = row
     return Response(body=[render_record(obj, found[i], fields, req.version) if i in found else None for i in wanted])
-
-
-def _not_found(api: Api, req: Request) -> Response:
-    raise not_found()
 
 
 ROUTES = [

@@ -23,6 +23,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame, Window
 
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema, spark_type
+from spark_ops.sql import literal, quote
 
 RESETS = ("CREATE", "UNDELETE")
 LIFECYCLE = ("CREATE", "UNDELETE", "DELETE")
@@ -42,11 +43,6 @@ def position(prefix: str = "") -> Column:
 def bucket(schema: ObjectSchema, id_col: str = "Id") -> Column:
     """The layout column: a leading substring of the Id, so records created together share files (design §8)."""
     return F.substring(F.col(id_col), 1, schema.bucket_chars)
-
-
-def typed_value(column: str, sf_type: str) -> Column:
-    """A column's value from an event's `fields` map (JSON text), cast to the replica type."""
-    return F.element_at("fields", F.lit(column)).cast(spark_type(sf_type))
 
 
 def classify(changes: DataFrame, current: DataFrame) -> DataFrame:
@@ -71,25 +67,33 @@ def classify(changes: DataFrame, current: DataFrame) -> DataFrame:
         F.when(unknown_partial, F.min(F.when(F.col("_live") & (F.col("_pos") > F.col("_first_pos")), F.col("_pos")))
                .over(per_record)),
     )
+    live, gap, late = F.col("_live"), F.col("_gap"), F.col("late")
     return (
         changes.withColumn("_pos", position())
         .join(guard, "record_id", "left")
-        .withColumn("_exists", F.coalesce("_exists", F.lit(False)))
-        .withColumn("_stale", F.coalesce(stale, F.lit(False)))
-        .withColumn("superseded", F.col("_stale") & (F.col("_cur_source") != "cdc"))
-        .withColumn("_live", ~F.col("superseded"))
-        .withColumn("_gap", F.col("change_type").startswith("GAP_"))
-        .withColumn("late", F.col("_live") & F.col("_stale") & ~F.col("_gap"))
-        .withColumn("_first_pos", F.min(live_pos).over(per_record))
-        .withColumn("_first_type", F.min_by("change_type", live_pos).over(per_record))
+        .withColumns({
+            "_exists": F.coalesce("_exists", F.lit(False)),
+            "_stale": F.coalesce(stale, F.lit(False)),
+            "_gap": F.col("change_type").startswith("GAP_"),
+        })
+        .withColumns({
+            "superseded": F.col("_stale") & (F.col("_cur_source") != "cdc"),
+            "_live": ~(F.col("_stale") & (F.col("_cur_source") != "cdc")),
+        })
+        .withColumns({
+            "late": live & F.col("_stale") & ~gap,
+            "_first_pos": F.min(live_pos).over(per_record),
+            "_first_type": F.min_by("change_type", live_pos).over(per_record),
+        })
         .withColumn("_blocked_at", blocked_at)
-        .withColumn("applied", F.col("_live") & ~F.col("_gap") & ~F.col("late") & F.col("_cur_dirty").isNull()
+        .withColumn("applied", live & ~gap & ~late & F.col("_cur_dirty").isNull()
                     & (F.col("_blocked_at").isNull() | (F.col("_pos") < F.col("_blocked_at"))))
-        .withColumn("gaps", F.col("_live") & F.col("_gap"))
-        .withColumn("dirty_skipped", F.col("_live") & ~F.col("_gap") & ~F.col("late") & ~F.col("applied"))
-        .withColumn("_dirty_from", F.when(
-            (F.col("_live") & (F.col("_gap") | F.col("late")))
-            | (unknown_partial & (F.col("_pos") == F.col("_first_pos"))), F.col("commit_ts")))
+        .withColumns({
+            "gaps": live & gap,
+            "dirty_skipped": live & ~gap & ~late & ~F.col("applied"),
+            "_dirty_from": F.when((live & (gap | late)) | (unknown_partial & (F.col("_pos") == F.col("_first_pos"))),
+                                  F.col("commit_ts")),
+        })
     )
 
 
@@ -105,13 +109,13 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
     reset_pos = F.max(F.when(F.col("applied") & F.col("change_type").isin(*RESETS), F.col("_pos"))) \
         .over(Window.partitionBy("record_id"))
     effective = F.col("applied") & (F.col("_reset_pos").isNull() | (F.col("_pos") >= F.col("_reset_pos")))
-    value_aggs = [
-        F.max_by(F.struct(typed_value(c, t).alias("v")),
-                 F.when(effective & F.array_contains("set_fields", c), F.col("_pos"))).alias(f"_new_{c}")
-        for c, t in schema.columns if c != "Id"
-    ]
+    value_aggs = [F.expr(
+        f"max_by(named_struct('v', {_typed_sql(c, t)}), "
+        f"CASE WHEN _effective AND array_contains(set_fields, {literal(c)}) THEN _pos END) AS {quote('_new_' + c)}")
+        for c, t in schema.columns if c != "Id"]
     folded = (
         classified.withColumn("_reset_pos", reset_pos)
+        .withColumn("_effective", effective)
         .groupBy("record_id")
         .agg(
             *value_aggs,
@@ -128,15 +132,13 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
 
 def _merge_with_current(folded: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
     cur = aligned(current, schema)
-    cur = cur.select(*[F.col(c).alias(f"_cur_{c}") for c in cur.columns])
+    cur = cur.selectExpr(*[f"{quote(c)} AS {quote('_cur_' + c)}" for c in cur.columns])
     j = folded.join(cur, folded["record_id"] == cur["_cur_Id"], "left")
     life = F.col("_life.change_type")
-    values = [
-        F.when(F.col(f"_new_{c}").isNotNull(), F.col(f"_new_{c}.v"))
-        .when(F.col("_has_reset"), F.lit(None))
-        .otherwise(F.col(f"_cur_{c}")).cast(spark_type(t)).alias(c)
-        for c, t in schema.columns if c != "Id"
-    ]
+    values = [F.expr(
+        f"CAST(CASE WHEN {quote('_new_' + c)} IS NOT NULL THEN {quote('_new_' + c)}.v WHEN _has_reset THEN NULL "
+        f"ELSE {quote('_cur_' + c)} END AS {spark_type(t).simpleString()}) AS {quote(c)}")
+        for c, t in schema.columns if c != "Id"]
     system = [
         F.when(life == "DELETE", True).when(life.isNotNull(), False)
         .otherwise(F.coalesce(F.col("_cur__sf_deleted"), F.lit(False))).alias("_sf_deleted"),
@@ -163,10 +165,15 @@ def _merge_with_current(folded: DataFrame, current: DataFrame, schema: ObjectSch
 def aligned(rows: DataFrame, schema: ObjectSchema) -> DataFrame:
     """`rows` with exactly the replica columns of `schema`, in order; missing columns are null."""
     have = set(rows.columns)
-    return rows.select(*[
-        (F.col(f.name) if f.name in have else F.lit(None)).cast(f.dataType).alias(f.name)
+    return rows.selectExpr(*[
+        f"CAST({quote(f.name) if f.name in have else 'NULL'} AS {f.dataType.simpleString()}) AS {quote(f.name)}"
         for f in schema.spark_schema().fields
     ])
+
+
+def _typed_sql(column: str, sf_type: str) -> str:
+    """SQL for a column's value from an event's `fields` map (JSON text), cast to the replica type."""
+    return f"CAST(element_at(fields, {literal(column)}) AS {spark_type(sf_type).simpleString()})"
 
 
 def count_changes(classified_or_folded: DataFrame) -> dict[str, int]:

@@ -23,6 +23,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
 from spark_ops.schema import ObjectSchema, spark_type
+from spark_ops.sql import literal
 
 CHANGE_TYPES = (
     "CREATE", "UPDATE", "DELETE", "UNDELETE",
@@ -135,18 +136,25 @@ def flatten_fields(schemas: dict[str, ObjectSchema]):
 
 
 def _type_errors(schemas: dict[str, ObjectSchema]) -> Column:
-    """First value of a replicated object that does not fit its column type, as a reason, else null."""
+    """First value of a replicated object that does not fit its column type, as a reason, else null.
+
+    One SQL expression (see spark_ops.sql): objects can have hundreds of typed columns.
+    """
     checks = []
     for entity, schema in schemas.items():
         for column, sf_type in schema.columns:
             target = spark_type(sf_type)
             if isinstance(target, T.StringType):
                 continue
-            value = F.element_at("fields", F.lit(column))
-            bad = (F.col("entity") == entity) & value.isNotNull() & value.try_cast(target).isNull()
-            checks.append(F.when(bad, F.concat(
-                F.lit(f"field {column} value '"), F.substring(value, 1, 80), F.lit(f"' is not a valid {sf_type}"))))
-    return F.lit(None).cast("string") if not checks else F.element_at(F.array_compact(F.array(*checks)), 1)
+            value = f"element_at(fields, {literal(column)})"
+            prefix, suffix = literal(f"field {column} value '"), literal(f"' is not a valid {sf_type}")
+            checks.append(
+                f"CASE WHEN entity = {literal(entity)} AND {value} IS NOT NULL "
+                f"AND try_cast({value} AS {target.simpleString()}) IS NULL "
+                f"THEN concat({prefix}, substring({value}, 1, 80), {suffix}) END")
+    if not checks:
+        return F.lit(None).cast("string")
+    return F.expr(f"element_at(array_compact(array({', '.join(checks)})), 1)")
 
 
 def quarantine_reasons(schemas: dict[str, ObjectSchema]):

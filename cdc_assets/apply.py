@@ -93,7 +93,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     open_key = _open_transaction(ce_state, close_after, now)
     counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
     state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts")}
-    state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None}
+    state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None, "synced_at": now.isoformat()}
     new_rows = schema.arrow_schema().empty_table()
     buckets: list[str] = []
 

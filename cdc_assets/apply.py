@@ -80,7 +80,8 @@ def _open_transaction(ce_state: dict, close_after: float, now: datetime) -> str 
 
 
 def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, close_after: float,
-                  run_id: str, now: datetime | None = None) -> ApplyResult:
+                  run_id: str, now: datetime | None = None, description: str | None = None) -> ApplyResult:
+    """Apply the closed transactions ingested since the checkpoint; `description` is kept on a new table."""
     now = now or datetime.now(timezone.utc)
     ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
     ce_seq = int(ce_state.get("ingest_seq", 0))
@@ -135,7 +136,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     if replica is None:
         state["row_count"] = new_rows.num_rows
         table = warehouse.append(schema.name, new_rows, partition_by=[BUCKET_COLUMN], key=REPLICA_STATE,
-                                 state=state, txns=txns)
+                                 state=state, txns=txns, description=description)
         version = table.version()
     else:
         state["row_count"] = int(state.get("row_count") or 0) + counts["inserted"]

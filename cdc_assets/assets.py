@@ -6,15 +6,21 @@ Metadata keys are module constants so sensors and checks read what assets write.
 
 
 from datetime import datetime, timezone
+from typing import Literal
 
 import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
 from dagster_pyspark import PySparkResource
 
-from cdc_assets.apply import apply_changes
+from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.ingest import ingest
+from cdc_assets.schemas import resolve_schema
+from cdc_assets.sync import SyncResult, describe_note, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
+from resources.salesforce import SalesforceResource
 from resources.spark import session
 from spark_ops.schema import ObjectSchema
 
@@ -30,6 +36,7 @@ META_DIRTY = "dirty_records"
 META_RESYNC = "resync_pending"
 META_HELD = "held_transactions"
 META_LAG = "lag_seconds"
+META_API_CALLS = "api_calls"
 
 
 def replica_key(name: str) -> dg.AssetKey:
@@ -43,14 +50,15 @@ landing_zone = dg.AssetSpec(
 )
 
 
-def build_change_events_asset(*, config: ReplicationConfig, schemas: dict[str, ObjectSchema]) -> dg.AssetsDefinition:
+def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDefinition:
     @dg.asset(
-        key=CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name="cdc", kinds={"spark", "delta"},
+        key=CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name="cdc", kinds={"spark", "delta"}, pool="change_events",
         description="Every CDC event line ever landed, parsed to canonical change rows and de-duplicated, with "
                     "its source file and line. Bad lines go to _quarantine with a reason.",
     )
     def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
-                      landing: LandingZone) -> dg.MaterializeResult:
+                      landing: LandingZone, salesforce: SalesforceResource) -> dg.MaterializeResult:
+        schemas = {o.name: resolve_schema(o, warehouse, salesforce)[0] for o in replication.objects}
         result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id)
         c = result.counts
         context.log.info(
@@ -70,6 +78,7 @@ def build_change_events_asset(*, config: ReplicationConfig, schemas: dict[str, O
 
 
 class ReplicaRunConfig(dg.Config):
+    mode: Literal["apply", "reconcile", "resync"] = "apply"
     transaction_close_after: float | None = None  # overrides replication.yaml for this run
 
 
@@ -78,43 +87,70 @@ def column_schema(schema: ObjectSchema) -> dg.TableSchema:
         dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields])
 
 
-def build_replica_asset(*, sobject: SObjectConfig, schema: ObjectSchema, replication: ReplicationConfig
-                        ) -> dg.AssetsDefinition:
+def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetsDefinition:
+    file_schema = sobject.schema_from_file()
+    static_metadata = {"dagster/column_schema": column_schema(file_schema)} if file_schema else {}
+
     @dg.asset(
         key=replica_key(sobject.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds=KINDS,
+        pool=f"replica_{sobject.name}", metadata=static_metadata,
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
                     f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
-                    f"reconciliation.",
-        metadata={"dagster/column_schema": column_schema(schema)},
+                    f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0).",
     )
     def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
-                warehouse: DeltaWarehouse) -> dg.MaterializeResult:
+                warehouse: DeltaWarehouse, salesforce: SalesforceResource) -> dg.MaterializeResult:
+        spark, now, run_id = session(pyspark), datetime.now(timezone.utc), context.run.run_id
+        sync: SyncResult | None = None
+        initial = warehouse.table(sobject.name) is None and replication.initial_load
+        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
+        if config.mode == "resync" or initial:
+            sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe)
+        elif config.mode == "reconcile":
+            sync = reconcile(spark, warehouse, salesforce, schema, run_id=run_id, now=now)
         close_after = config.transaction_close_after
         result = apply_changes(
-            session(pyspark), warehouse, schema, run_id=context.run.run_id,
+            spark, warehouse, schema, run_id=run_id, now=now, description=describe_note(describe),
             close_after=replication.transaction_close_after if close_after is None else close_after)
-        c, s = result.counts, result.state
-        context.log.info(
-            f"{sobject.name}: {c['applied']} changes applied, {c['held']} held (open transaction), "
-            f"{c['gaps']} gaps, {c['late']} late, {c['dirty_skipped']} skipped while dirty, {c['overflow']} "
-            f"overflow; {c['rows_written']} rows written")
-        if s.get("resync_pending"):
-            context.log.warning(f"{sobject.name}: full resync pending: {s['resync_pending']['reason']}")
-        lag = {}
-        if s.get("last_commit_ts"):
-            seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s["last_commit_ts"])).total_seconds()
-            lag = {META_LAG: dg.MetadataValue.float(seconds)}
-        return dg.MaterializeResult(metadata={
-            **{k: dg.MetadataValue.int(v) for k, v in c.items()},
-            "dagster/row_count": dg.MetadataValue.int(int(s.get("row_count") or 0)),
-            "dagster/column_schema": column_schema(schema),
-            META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
-            META_TABLE_URI: dg.MetadataValue.path(warehouse.uri(sobject.name)),
-            META_APPLIED_THROUGH: dg.MetadataValue.int(int(s.get("applied_through") or 0)),
-            META_DIRTY: dg.MetadataValue.int(int(s.get("dirty_records") or 0)),
-            META_RESYNC: dg.MetadataValue.text(s["resync_pending"]["reason"] if s.get("resync_pending") else ""),
-            META_HELD: dg.MetadataValue.json((s.get("held") or {}).get("transactions") or []),
-            **lag,
-        })
+        return dg.MaterializeResult(metadata=replica_metadata(context, sobject, schema, warehouse, result, sync))
 
     return replica
+
+
+def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, schema: ObjectSchema,
+                     warehouse: DeltaWarehouse, result: ApplyResult, sync: SyncResult | None) -> dict:
+    c, s = result.counts, result.state
+    context.log.info(
+        f"{sobject.name}: {c['applied']} changes applied, {c['held']} held (open transaction), "
+        f"{c['gaps']} gaps, {c['late']} late, {c['dirty_skipped']} skipped while dirty, {c['overflow']} "
+        f"overflow; {c['rows_written']} rows written")
+    if s.get("resync_pending"):
+        context.log.warning(f"{sobject.name}: full resync pending: {s['resync_pending']['reason']}")
+    table = warehouse.table(sobject.name)
+    metadata = {
+        **{k: dg.MetadataValue.int(v) for k, v in c.items()},
+        "mode": dg.MetadataValue.text(sync.mode if sync else "apply"),
+        "dagster/row_count": dg.MetadataValue.int(row_count(table)),
+        "dagster/column_schema": column_schema(schema),
+        META_DELTA_VERSION: dg.MetadataValue.int(table.version() if table is not None else -1),
+        META_TABLE_URI: dg.MetadataValue.path(warehouse.uri(sobject.name)),
+        META_APPLIED_THROUGH: dg.MetadataValue.int(int(s.get("applied_through") or 0)),
+        META_DIRTY: dg.MetadataValue.int(int(s.get("dirty_records") or 0)),
+        META_RESYNC: dg.MetadataValue.text(s["resync_pending"]["reason"] if s.get("resync_pending") else ""),
+        META_HELD: dg.MetadataValue.json((s.get("held") or {}).get("transactions") or []),
+        META_API_CALLS: dg.MetadataValue.int(sync.api_calls if sync else 0),
+    }
+    if sync:
+        metadata |= {k: dg.MetadataValue.int(v) for k, v in sync.counts.items()}
+    if s.get("last_commit_ts"):
+        seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s["last_commit_ts"])).total_seconds()
+        metadata[META_LAG] = dg.MetadataValue.float(seconds)
+    return metadata
+
+
+def row_count(table) -> int:
+    """Rows in the table, from the Delta log's per-file statistics (no data read)."""
+    if table is None:
+        return 0
+    actions = pa.table(table.get_add_actions(flatten=True))
+    return int(pc.sum(actions["num_records"]).as_py() or 0) if actions.num_rows else 0

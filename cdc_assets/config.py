@@ -3,6 +3,7 @@
 ```yaml
 options:
   transaction_close_after: 60   # seconds without a newer event before the newest transaction counts as closed
+  initial_load: true            # an object's first run loads it fully through Bulk API 2.0 (needs the org)
 objects:
   - name: Account
     describe: path/to/Account.json   # optional: describe() from a file instead of the org
@@ -41,6 +42,7 @@ class SObjectConfig:
 class ReplicationConfig:
     objects: tuple[SObjectConfig, ...]
     transaction_close_after: float = 60.0
+    initial_load: bool = True
     options: dict = field(default_factory=dict)
 
     @property
@@ -64,4 +66,5 @@ def load_config(path: str | Path | None = None) -> ReplicationConfig:
     names = [o.name for o in objects]
     if len(set(names)) != len(names):
         raise ValueError(f"{path}: an object is listed twice in objects: {names}")
-    return ReplicationConfig(tuple(objects), float(options.get("transaction_close_after", 60)), options)
+    return ReplicationConfig(tuple(objects), float(options.get("transaction_close_after", 60)),
+                             bool(options.get("initial_load", True)), options)

@@ -74,18 +74,19 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 return json.loads(commit[key])
         return {}
 
-    def _properties(self, key: str, state: dict, txns: dict[str, int]) -> CommitProperties:
+    def properties(self, key: str, state: dict, txns: dict[str, int]) -> CommitProperties:
         return CommitProperties(
             custom_metadata={key: json.dumps(state, sort_keys=True, default=str)},
             app_transactions=[Transaction(app_id=a, version=v) for a, v in txns.items()],
         )
 
     def append(self, name: str, data: pa.Table, *, partition_by: list[str] | None, key: str, state: dict,
-               txns: dict[str, int]) -> DeltaTable:
+               txns: dict[str, int], description: str | None = None) -> DeltaTable:
         """Append `data` (possibly empty) and its checkpoint in one commit; creates the table if needed."""
         write_deltalake(
             self.uri(name), data, mode="append", partition_by=partition_by, schema_mode="merge",
-            storage_options=self._options(), commit_properties=self._properties(key, state, txns),
+            description=description,
+            storage_options=self._options(), commit_properties=self.properties(key, state, txns),
         )
         return DeltaTable(self.uri(name), storage_options=self._options())
 
@@ -104,7 +105,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
             predicate = f"t.{partition_column} IN ({literals}) AND {predicate}"
         return (
             table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                        commit_properties=self._properties(key, state, txns))
+                        commit_properties=self.properties(key, state, txns))
             .when_matched_update_all()
             .when_not_matched_insert_all()
             .execute()
@@ -118,5 +119,5 @@ class DeltaWarehouse(dg.ConfigurableResource):
             return
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         (table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                     commit_properties=self._properties(key, state, {}))
+                     commit_properties=self.properties(key, state, {}))
          .when_not_matched_insert_all().execute())

@@ -15,10 +15,13 @@ from cdc_assets.defs import build_defs
 from resources.delta import CHANGE_EVENTS, QUARANTINE
 
 
-def write_config(path: Path, describe_dir: Path, objects: list[str], close_after: float = 60.0) -> Path:
+def write_config(path: Path, describe_dir: Path | None, objects: list[str], close_after: float = 60.0,
+                 initial_load: bool = False, **options) -> Path:
+    """A replication.yaml; without `describe_dir`, describe() comes from the org."""
     path.write_text(yaml.safe_dump({
-        "options": {"transaction_close_after": close_after},
-        "objects": [{"name": o, "describe": str(describe_dir / f"{o}.json")} for o in objects],
+        "options": {"transaction_close_after": close_after, "initial_load": initial_load, **options},
+        "objects": [{"name": o, **({"describe": str(describe_dir / f"{o}.json")} if describe_dir else {})}
+                    for o in objects],
     }))
     return path
 
@@ -26,15 +29,17 @@ def write_config(path: Path, describe_dir: Path, objects: list[str], close_after
 class Platform:
     """One landing zone + warehouse in a temp dir, driven through Dagster's real materialize()."""
 
-    def __init__(self, root: Path, describe_dir: Path, objects: list[str], spark_conf: dict[str, str]):
+    def __init__(self, root: Path, describe_dir: Path | None, objects: list[str], spark_conf: dict[str, str], *,
+                 salesforce=None, initial_load: bool = False, **options):
         self.root = root
         self.landing = root / "landing"
         self.warehouse = root / "warehouse"
         self.landing.mkdir(parents=True, exist_ok=True)
         self.objects = objects
-        self.config = write_config(root / "replication.yaml", describe_dir, objects)
+        self.config = write_config(root / "replication.yaml", describe_dir, objects, initial_load=initial_load,
+                                   **options)
         self.defs = build_defs(config_path=self.config, landing_path=str(self.landing),
-                               warehouse_root=str(self.warehouse), spark_conf=spark_conf)
+                               warehouse_root=str(self.warehouse), spark_conf=spark_conf, salesforce=salesforce)
         self.instance = dg.DagsterInstance.ephemeral()
         self.counter = 0
 

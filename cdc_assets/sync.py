@@ -1,0 +1,197 @@
+"""Reconcile dirty records and resync whole objects from the org (design §6, §7), and initial loads.
+
+**Resync** (also the initial load of an object with no table): a Bulk API 2.0 `queryAll` of the replicated fields is
+streamed page by page (CSV -> Arrow -> Delta) into one overwrite commit; rows of records the result no longer
+contains follow as soft-deleted. The commit moves the apply checkpoint back to just before the overflow, so the
+apply step that follows re-folds every event since then over the snapshot: the per-record guard skips events at or
+before each record's SystemModstamp and applies the newer ones.
+
+**Reconcile**: dirty records are fetched by id with sObject Collections (2,000 ids a call); ids that come back null
+are looked up with `queryAll` (deleted or gone: both end deleted). The change events already ingested for those
+records are folded over the fetched rows (only those newer than SystemModstamp apply), and everything is written
+in one merge commit that also lowers the dirty count.
+
+Both leave the table as a re-run would make it: the overwrite and the merge are single commits.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import write_deltalake
+from pyspark.sql import SparkSession
+
+from cdc_assets.apply import APPLY_APP, REPLICA_STATE
+from cdc_assets.faults import fault_point
+from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.salesforce import SalesforceResource
+from spark_ops.fold import CHANGED, NEWLY_DIRTY, fold_changes
+from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
+
+log = logging.getLogger(__name__)
+
+SYSTEM_FIELDS = ["IsDeleted", "SystemModstamp"]
+QUERY_ALL_CHUNK = 200  # ids per queryAll (keeps the SOQL well under URL limits)
+
+
+@dataclass
+class SyncResult:
+    mode: str
+    counts: dict[str, int] = field(default_factory=dict)
+    api_calls: int = 0
+
+
+def describe_note(describe: dict | None) -> str | None:
+    """The describe() kept with the table (Delta table description), so later runs need no describe call."""
+    return json.dumps({"describe": describe}) if describe else None
+
+
+def _api_used(salesforce: SalesforceResource) -> int:
+    return int(salesforce.api_usage().get("used", 0))
+
+
+def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
+           now: datetime, describe: dict | None, page_size: int = 50_000) -> SyncResult:
+    """Replace the replica with a Bulk API 2.0 snapshot, in one overwrite commit."""
+    used_before = _api_used(salesforce)
+    replica = warehouse.table(schema.name)
+    prev = DeltaWarehouse.commit_state(replica, REPLICA_STATE)
+    pending = prev.get("resync_pending") or {}
+    held = prev.get("held") or {}
+    if replica is None:
+        replay_from = 1  # initial load: every event ever ingested is checked against the snapshot
+    elif pending:
+        replay_from = int(pending["from_seq"])  # every event since the overflow
+    else:
+        replay_from = (replica.transaction_version(APPLY_APP) or 0) + 1
+    if held:
+        replay_from = min(replay_from, int(held["from_seq"]))
+    target = schema.arrow_schema()
+    fields = [c for c in schema.column_names] + SYSTEM_FIELDS
+    counts = {"snapshot_rows": 0, "snapshot_deleted": 0, "missing_marked_deleted": 0}
+    seen: set[str] = set()
+
+    def batches():
+        for batch in salesforce.bulk_query_all(schema.name, fields, page_size=page_size):
+            rows = replica_rows(pa.Table.from_batches([batch]), schema, source=SNAPSHOT, synced_at=now)
+            counts["snapshot_rows"] += rows.num_rows
+            counts["snapshot_deleted"] += int(pc.sum(rows["_sf_deleted"]).as_py() or 0)
+            if replica is not None:
+                seen.update(rows["Id"].to_pylist())
+            yield from rows.to_batches()
+        fault_point("resync.after_snapshot_stream")
+        if replica is None:
+            return
+        for old in replica.to_pyarrow_dataset().to_batches():
+            old = _aligned_arrow(pa.Table.from_batches([old]), target)
+            gone = old.filter(pc.invert(pc.is_in(old["Id"], value_set=pa.array(list(seen), pa.string()))))
+            if gone.num_rows:
+                counts["missing_marked_deleted"] += gone.num_rows
+                yield from mark_deleted(gone, at=now, source=SNAPSHOT, synced_at=now).to_batches()
+
+    state = {"applied_through": replay_from - 1, "run_id": run_id, "held": None, "resync_pending": None,
+             "dirty_records": 0, "synced_at": now.isoformat(), "last_commit_ts": prev.get("last_commit_ts"),
+             "resynced": {"at": now.isoformat(), "reason": pending.get("reason") or "initial load"}}
+    fault_point("resync.before_commit")
+    write_deltalake(
+        warehouse.uri(schema.name), pa.RecordBatchReader.from_batches(target, batches()), mode="overwrite",
+        partition_by=[BUCKET_COLUMN], schema_mode="overwrite", description=describe_note(describe),
+        storage_options=warehouse.storage_options.str_dict(),
+        commit_properties=warehouse.properties(REPLICA_STATE, state, {APPLY_APP: replay_from - 1}),
+    )
+    fault_point("resync.after_commit")
+    log.info("%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
+             schema.name, counts["snapshot_rows"], counts["snapshot_deleted"], counts["missing_marked_deleted"])
+    return SyncResult("initial_load" if replica is None else "resync", counts,
+                      _api_used(salesforce) - used_before)
+
+
+def _aligned_arrow(rows: pa.Table, target: pa.Schema) -> pa.Table:
+    cols = [rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in target]
+    return pa.Table.from_arrays(cols, schema=target)
+
+
+def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema,
+              *, run_id: str, now: datetime) -> SyncResult:
+    """Fetch dirty records from the org, re-apply their newer events, clear the flags: one merge commit."""
+    replica = warehouse.table(schema.name)
+    if replica is None:
+        return SyncResult("reconcile", {"dirty_fetched": 0})
+    target = schema.arrow_schema()
+    dirty = _aligned_arrow(warehouse.read(replica, filter=pc.field("_sf_dirty_since").is_valid()), target)
+    if not dirty.num_rows:
+        return SyncResult("reconcile", {"dirty_fetched": 0})
+    used_before = _api_used(salesforce)
+    ids = dirty["Id"].to_pylist()
+    fields = [c for c in schema.column_names] + ["SystemModstamp"]
+    fetched = list(salesforce.retrieve(schema.name, ids, fields))
+    found = [r for r in fetched if r is not None]
+    missing = [i for i, r in zip(ids, fetched) if r is None]
+    parts = [replica_rows(records_to_text(found, fields), schema, source=RECONCILE, synced_at=now)] if found else []
+
+    deleted_in_org = _query_deleted(salesforce, schema, missing)
+    if deleted_in_org:
+        parts.append(replica_rows(records_to_text(deleted_in_org, fields + ["IsDeleted"]), schema,
+                                  source=RECONCILE, synced_at=now))
+    gone = sorted(set(missing) - {r["Id"] for r in deleted_in_org})
+    if gone:
+        parts.append(mark_deleted(dirty.filter(pc.is_in(dirty["Id"], value_set=pa.array(gone, pa.string()))),
+                                  at=now, source=RECONCILE, synced_at=now))
+    fresh = pa.concat_tables(parts).cast(target)
+
+    prev = DeltaWarehouse.commit_state(replica, REPLICA_STATE)
+    applied = replica.transaction_version(APPLY_APP) or 0
+    held = (prev.get("held") or {}).get("transactions") or []
+    events = _events_of(warehouse, schema.name, ids, applied, held)
+    rows, newly_dirty = fresh, 0
+    if events is not None and events.num_rows:
+        folded = fold_changes(spark.createDataFrame(events), spark.createDataFrame(fresh), schema).toArrow()
+        changed = folded.filter(folded[CHANGED]).select(target.names).cast(target)
+        newly_dirty = int(pc.sum(folded[NEWLY_DIRTY]).as_py() or 0)
+        untouched = fresh.filter(pc.invert(pc.is_in(fresh["Id"], value_set=changed["Id"])))
+        rows = pa.concat_tables([untouched, changed])
+
+    state = prev | {"run_id": run_id, "synced_at": now.isoformat(),
+                    "dirty_records": max(0, int(prev.get("dirty_records") or 0) - len(ids)) + newly_dirty,
+                    "reconciled": {"at": now.isoformat(), "records": len(ids)}}
+    fault_point("reconcile.before_commit")
+    warehouse.upsert(schema.name, rows, key_column="Id", partition_column=BUCKET_COLUMN,
+                     partition_values=rows[BUCKET_COLUMN].to_pylist(), key=REPLICA_STATE, state=state,
+                     txns={APPLY_APP: applied})
+    fault_point("reconcile.after_commit")
+    counts = {"dirty_fetched": len(ids), "reconciled_found": len(found), "reconciled_deleted": len(deleted_in_org),
+              "reconciled_gone": len(gone), "redirtied": newly_dirty}
+    log.info("%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone)", schema.name, len(ids),
+             len(found), len(deleted_in_org), len(gone))
+    return SyncResult("reconcile", counts, _api_used(salesforce) - used_before)
+
+
+def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: list[str]) -> list[dict]:
+    """Records among `ids` that queryAll still returns (deleted, in the recycle bin). Ids come from validated
+    events (design §9: only [A-Za-z0-9] ids reach a replica), so they are safe inside SOQL."""
+    found = []
+    fields = ", ".join([*schema.column_names, *SYSTEM_FIELDS])
+    for start in range(0, len(ids), QUERY_ALL_CHUNK):
+        chunk = ids[start:start + QUERY_ALL_CHUNK]
+        quoted = ", ".join(f"'{i}'" for i in chunk)
+        found.extend(salesforce.query_all(f"SELECT {fields} FROM {schema.name} WHERE Id IN ({quoted})"))
+    return found
+
+
+def _events_of(warehouse: DeltaWarehouse, entity: str, ids: list[str], applied: int,
+               held: list[str]) -> pa.Table | None:
+    """Ingested change rows of `ids` up to the apply checkpoint, outside held transactions and overflow."""
+    table = warehouse.table(CHANGE_EVENTS)
+    if table is None:
+        return None
+    flt = pc.field("record_id").isin(ids) & (pc.field("_ingest_seq") <= applied) & \
+        (pc.field("change_type") != "GAP_OVERFLOW")
+    if held:
+        flt = flt & ~pc.field("transaction_key").isin(held)
+    return warehouse.read(table, partitions=[("entity", "=", entity)], filter=flt)

@@ -19,6 +19,7 @@ from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import CE_STATE, pending_files
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingZone, file_set_key
+from sensors.reconciliation import object_tag
 
 SENSOR_NAME = "landing_zone_sensor"
 TAG_REASON = "cdc/reason"
@@ -47,7 +48,8 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
             request = dg.RunRequest(
                 run_key=f"landing-{file_set_key(new)}",
                 asset_selection=[CHANGE_EVENTS_KEY, *targets],
-                tags={TAG_REASON: "new landing files", TAG_FILES: str(len(new))},
+                tags={TAG_REASON: "new landing files", TAG_FILES: str(len(new)),
+                      **{object_tag(n): "1" for n in replication.names if replica_key(n) in targets}},
             )
             cursor["requested"] = still_pending | {f.path: f.size for f in new}
             return dg.SensorResult(run_requests=[request], cursor=json.dumps(cursor, sort_keys=True))
@@ -72,4 +74,5 @@ def _close_request(warehouse: DeltaWarehouse, replication: ReplicationConfig, re
         return None
     cursor["closed_seq"] = seq
     return dg.RunRequest(run_key=f"close-{seq}", asset_selection=replicas,
-                         tags={TAG_REASON: "newest transaction closed by timeout"})
+                         tags={TAG_REASON: "newest transaction closed by timeout",
+                               **{object_tag(n): "1" for n in replication.names}})

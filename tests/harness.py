@@ -57,13 +57,27 @@ class Platform:
     def executable_assets(self) -> list[dg.AssetsDefinition]:
         return [a for a in self.defs.assets if isinstance(a, dg.AssetsDefinition)]
 
-    def run(self, *, close_after: float | None = None, raise_on_error: bool = True) -> dg.ExecuteInProcessResult:
+    def run(self, *, close_after: float | None = None, raise_on_error: bool = True,
+            checks: bool = False) -> dg.ExecuteInProcessResult:
+        """One run of every asset; with `checks`, the replica asset checks run in it too (a failed blocking check
+        fails the run, as in production)."""
         ops = {}
         if close_after is not None:
             ops = {replica_key(o).to_python_identifier(): {"config": {"transaction_close_after": close_after}}
                    for o in self.objects}
-        return dg.materialize(self.executable_assets(), resources=self.defs.resources, instance=self.instance,
-                              run_config={"ops": ops}, raise_on_error=raise_on_error)
+        extra = list(self.defs.asset_checks or []) if checks else []
+        return dg.materialize(self.executable_assets() + extra, resources=self.defs.resources,
+                              instance=self.instance, run_config={"ops": ops}, raise_on_error=raise_on_error)
+
+    @staticmethod
+    def check_results(result: dg.ExecuteInProcessResult, name: str) -> dict[str, dg.AssetCheckEvaluation]:
+        """The check evaluations of replica `name` in `result`, by check name."""
+        return {e.check_name: e for e in result.get_asset_check_evaluations() if e.asset_key == replica_key(name)}
+
+    def materialization_of(self, name: str) -> dict:
+        """Metadata of the latest materialization of a replica in this platform's instance."""
+        event = self.instance.get_latest_materialization_event(replica_key(name))
+        return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
     def rows(self, name: str) -> dict[str, dict]:
         path = self.warehouse / name

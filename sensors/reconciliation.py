@@ -1,0 +1,84 @@
+"""reconciliation_sensor: dirty records or a pending resync -> re-materialize exactly those replicas (design §6-7).
+
+It reads each replica's latest materialization metadata (`dirty_records`, `resync_pending`), and requests a run of
+that one asset in `reconcile` or `resync` mode, tagged with the reason and the counts. A resync wins over a
+reconcile (it rewrites every row anyway). At most one run per object is in flight: objects with a queued or
+running run (tag `cdc/object/<Name>`, which every run this platform requests carries) are left alone. While the
+org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor holds back and says why.
+
+Run keys name the materialization that asked for the work, so a tick evaluated twice never requests it twice.
+"""
+
+import dagster as dg
+
+from cdc_assets.assets import META_DIRTY, META_RESYNC, replica_key
+from cdc_assets.config import ReplicationConfig
+from resources.salesforce import SalesforceResource
+
+SENSOR_NAME = "reconciliation_sensor"
+TAG_REASON = "cdc/reason"
+TAG_MODE = "cdc/mode"
+IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+             dg.DagsterRunStatus.STARTED]
+
+
+def object_tag(name: str) -> str:
+    return f"cdc/object/{name}"
+
+
+def mode_run_config(name: str, mode: str) -> dict:
+    return {"ops": {replica_key(name).to_python_identifier(): {"config": {"mode": mode}}}}
+
+
+def _in_flight(instance: dg.DagsterInstance, name: str) -> bool:
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags={object_tag(name): "1"}), limit=1)
+    return bool(runs)
+
+
+def build_reconciliation_sensor(*, replication: ReplicationConfig,
+                                default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+                                ) -> dg.SensorDefinition:
+    names = replication.names
+    budget_share = float(replication.options.get("api_budget_reserve", 0.1))
+
+    @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=15, default_status=default_status,
+               asset_selection=[replica_key(n) for n in names],
+               description="Re-materializes a replica in reconcile mode when it has dirty records (gap events, "
+                           "late events) and in resync mode when an overflow asked for a full resync.")
+    def reconciliation_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource
+                              ) -> dg.SensorResult:
+        wanted = []
+        for name in names:
+            event = context.instance.get_latest_materialization_event(replica_key(name))
+            if event is None or event.asset_materialization is None:
+                continue
+            metadata = event.asset_materialization.metadata
+            resync = metadata.get(META_RESYNC)
+            dirty = metadata.get(META_DIRTY)
+            if resync is not None and resync.value:
+                wanted.append((name, "resync", str(resync.value), event.run_id, {}))
+            elif dirty is not None and int(dirty.value or 0) > 0:
+                wanted.append((name, "reconcile", f"{dirty.value} dirty records", event.run_id,
+                               {"cdc/dirty_records": str(dirty.value)}))
+        wanted = [w for w in wanted if not _in_flight(context.instance, w[0])]
+        if not wanted:
+            return dg.SensorResult(skip_reason="no dirty records or pending resync (or runs already in flight)")
+
+        usage = salesforce.api_usage()
+        used, limit = usage.get("used", 0), usage.get("limit", 0)
+        if limit and limit - used < budget_share * limit:
+            return dg.SensorResult(skip_reason=f"holding back: org API budget nearly spent ({used}/{limit} "
+                                               f"requests used, reserve {budget_share:.0%})")
+        requests = [
+            dg.RunRequest(
+                run_key=f"{mode}-{name}-{source_run}",
+                asset_selection=[replica_key(name)],
+                run_config=mode_run_config(name, mode),
+                tags={TAG_MODE: mode, TAG_REASON: reason, object_tag(name): "1", **extra},
+            )
+            for name, mode, reason, source_run, extra in wanted
+        ]
+        context.log.info("; ".join(f"{n}: {m} ({r})" for n, m, r, _, _ in wanted))
+        return dg.SensorResult(run_requests=requests)
+
+    return reconciliation_sensor

@@ -8,6 +8,7 @@ from pathlib import Path
 import dagster as dg
 
 from cdc_assets.assets import build_change_events_asset, build_replica_asset, landing_zone
+from cdc_assets.checks import build_replica_checks
 from cdc_assets.config import load_config
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -28,6 +29,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
     return dg.Definitions(
         assets=assets,
+        asset_checks=[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
         sensors=[build_landing_zone_sensor(replication=replication, default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),

@@ -1,0 +1,268 @@
+"""Asset checks on every replica (design §9, §10): what a reader of the table needs to be true.
+
+One `multi_asset_check` per replica asset runs six checks in one step right after the asset (a `dg.materialize`
+or a sensor run that selects the asset includes them), reading the table and its replica state
+(`cdc.replica` commit metadata) once:
+
+- `schema` (blocking): rows written by the latest replica commit match the pandera schema built from describe();
+- `unique_id` (blocking): `Id` is unique and non-null over the whole table (reads only the Id column);
+- `no_pending_resync` (blocking): no overflow is waiting for a full resync; until it has run the table is missing
+  changes Salesforce never sent;
+- `no_stale_dirty`: no record has been dirty (awaiting reconciliation) longer than `dirty_threshold_seconds`;
+- `quarantine_empty`: `_quarantine` has no rows newer than the last acknowledgement (`acknowledge_quarantine`);
+- `freshness`: the newest applied change is less than `freshness_seconds` old (a quiet org trips it too, so it only
+  warns).
+
+Blocking checks are the ones under which a downstream reader would read wrong data; the others call for a person
+or a sensor. Thresholds come from replication.yaml `options`. A check whose table does not exist yet passes and
+says so, except `no_pending_resync`, which judges the replica state alone.
+"""
+
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+from dagster_pyspark import PySparkResource
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from cdc_assets.apply import REPLICA_STATE
+from cdc_assets.assets import replica_key
+from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.schemas import resolve_schema
+from resources.delta import QUARANTINE, DeltaWarehouse
+from resources.spark import session
+from spark_ops.schema import ObjectSchema
+from spark_ops.validation import replica_schema, schema_errors
+
+SCHEMA = "schema"
+UNIQUE_ID = "unique_id"
+NO_STALE_DIRTY = "no_stale_dirty"
+NO_PENDING_RESYNC = "no_pending_resync"
+QUARANTINE_EMPTY = "quarantine_empty"
+FRESHNESS = "freshness"
+CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS)
+BLOCKING = frozenset({SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC})
+
+QUARANTINE_ACK = "cdc.quarantine_ack"  # commit metadata key and app transaction id of an acknowledgement
+DIRTY_THRESHOLD_OPTION, DEFAULT_DIRTY_THRESHOLD = "dirty_threshold_seconds", 15 * 60.0
+FRESHNESS_OPTION, DEFAULT_FRESHNESS = "freshness_seconds", 3600.0
+EXAMPLES = 10
+TS = pa.timestamp("us", tz="UTC")
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+DESCRIPTIONS = {
+    SCHEMA: "Rows written by the latest replica commit match the schema built from describe() (column types, "
+            "non-null Id and system columns, _sf_source in cdc/snapshot/reconcile).",
+    UNIQUE_ID: "Id is unique and non-null over the whole table: one row per record.",
+    NO_PENDING_RESYNC: "No GAP_OVERFLOW is waiting for a full resync (until then the replica misses changes).",
+    NO_STALE_DIRTY: "No record has been dirty (awaiting reconciliation) longer than the threshold "
+                    f"(replication.yaml options.{DIRTY_THRESHOLD_OPTION}).",
+    QUARANTINE_EMPTY: "No line quarantined since the last acknowledgement. After reviewing _quarantine, acknowledge "
+                      "with cdc_assets.checks.acknowledge_quarantine(warehouse, until=<newest quarantined_at>).",
+    FRESHNESS: "The newest applied change is recent enough "
+               f"(replication.yaml options.{FRESHNESS_OPTION}; a quiet org also trips it).",
+}
+
+
+def _iso(ts: datetime | None) -> str:
+    return ts.isoformat() if ts else ""
+
+
+def _result(name: str, passed: bool, metadata: dict, description: str) -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(check_name=name, passed=passed, metadata=metadata, description=description)
+
+
+def _no_table(name: str, table_name: str) -> dg.AssetCheckResult:
+    return _result(name, True, {"table": f"{table_name} does not exist yet"},
+                   f"No {table_name} table yet: nothing to check.")
+
+
+def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse, table: DeltaTable | None,
+                 state: dict, name: str, schema_of: Callable[[], ObjectSchema]) -> dg.AssetCheckResult:
+    """pandera on the Spark DataFrame of the rows the latest replica commit wrote (`_sf_synced_at` >= its sync).
+
+    The session and the expected schema are asked for only when there are rows to validate.
+    """
+    if table is None:
+        return _no_table(SCHEMA, name)
+    synced_at = state.get("synced_at")
+    if not synced_at:
+        return _result(SCHEMA, True, {"rows_checked": 0}, "No replica commit recorded yet: nothing to check.")
+    since = pa.scalar(datetime.fromisoformat(synced_at), TS)
+    rows = warehouse.read(table, filter=pc.field("_sf_synced_at") >= since)
+    meta = {"rows_checked": rows.num_rows, "synced_at": synced_at, "delta_version": table.version()}
+    if not rows.num_rows:
+        return _result(SCHEMA, True, meta, "The latest replica commit wrote no rows.")
+    try:
+        schema = schema_of()
+    except RuntimeError as exc:  # no describe file and none kept with the table
+        return _result(SCHEMA, False, meta, f"Cannot build the expected schema: {exc}")
+    errors = schema_errors(spark_of().createDataFrame(rows), replica_schema(schema))
+    meta["failures"] = dg.MetadataValue.json(
+        [{k: (str(v)[:300] if v is not None else None) for k, v in e.items()} for e in errors[:EXAMPLES]])
+    if not errors:
+        return _result(SCHEMA, True, meta, f"{rows.num_rows} rows written at {synced_at} match the schema.")
+    columns = sorted({str(e["column"]) for e in errors})
+    return _result(SCHEMA, False, meta,
+                   f"{len(errors)} schema violations in columns {', '.join(columns)} (see failures). A wrong type "
+                   f"usually means a field's type changed in Salesforce: resync {name} so describe() is "
+                   f"read again. A null Id or an unknown _sf_source is a writer bug: do not read this commit; "
+                   f"restore the previous Delta version and report it.")
+
+
+def check_unique_id(warehouse: DeltaWarehouse, table: DeltaTable | None, name: str) -> dg.AssetCheckResult:
+    if table is None:
+        return _no_table(UNIQUE_ID, name)
+    ids = warehouse.read(table, columns=["Id"])
+    counts = ids.group_by("Id").aggregate([("Id", "count")])
+    duplicates = counts.filter(pc.greater(counts["Id_count"], 1))
+    nulls = ids["Id"].null_count
+    meta = {"rows": ids.num_rows, "null_ids": nulls, "duplicate_ids": duplicates.num_rows,
+            "examples": dg.MetadataValue.json(duplicates["Id"].to_pylist()[:EXAMPLES])}
+    if not nulls and not duplicates.num_rows:
+        return _result(UNIQUE_ID, True, meta, f"{ids.num_rows} rows, one per Id.")
+    return _result(UNIQUE_ID, False, meta,
+                   f"{duplicates.num_rows} Ids occur more than once and {nulls} rows have no Id (examples in "
+                   f"metadata). A writer bypassed the per-bucket merge (e.g. a plain append by hand): keep the row "
+                   f"with the newest _sf_commit_ts per Id, or restore the Delta version before the bad commit, or "
+                   f"resync {name}.")
+
+
+def check_no_pending_resync(state: dict, name: str) -> dg.AssetCheckResult:
+    pending = state.get("resync_pending")
+    if not pending:
+        return _result(NO_PENDING_RESYNC, True, {"resync_pending": ""}, "No resync pending.")
+    meta = {"resync_pending": pending.get("reason", ""), "since": pending.get("since", ""),
+            "from_seq": int(pending.get("from_seq") or 0)}
+    return _result(NO_PENDING_RESYNC, False, meta,
+                   f"{pending.get('reason')}: Salesforce dropped changes of {name}, so the replica is incomplete "
+                   f"until a full resync (Bulk API queryAll). reconciliation_sensor requests it; if no resync run "
+                   f"follows, check that the sensor is on and materialize {name} in resync mode.")
+
+
+def check_no_stale_dirty(warehouse: DeltaWarehouse, table: DeltaTable | None, name: str, *, threshold: float,
+                         now: datetime) -> dg.AssetCheckResult:
+    if table is None:
+        return _no_table(NO_STALE_DIRTY, name)
+    dirty = warehouse.read(table, columns=["Id", "_sf_dirty_since"], filter=pc.field("_sf_dirty_since").is_valid())
+    stale = dirty.filter(pc.less(dirty["_sf_dirty_since"], pa.scalar(now - timedelta(seconds=threshold), TS)))
+    oldest = pc.min(dirty["_sf_dirty_since"]).as_py() if dirty.num_rows else None
+    meta = {"stale_records": stale.num_rows, "dirty_records": dirty.num_rows, "oldest_dirty_since": _iso(oldest),
+            "oldest_dirty_seconds": (now - oldest).total_seconds() if oldest else 0.0,
+            "threshold_seconds": float(threshold),
+            "examples": dg.MetadataValue.json(stale["Id"].to_pylist()[:EXAMPLES])}
+    if not stale.num_rows:
+        return _result(NO_STALE_DIRTY, True, meta, f"{dirty.num_rows} dirty records, none older than {threshold:g} s.")
+    return _result(NO_STALE_DIRTY, False, meta,
+                   f"{stale.num_rows} records dirty for more than {threshold:g} s (oldest since {_iso(oldest)}): "
+                   f"reconciliation is not keeping up. Check that reconciliation_sensor is on and its reconcile "
+                   f"runs of {name} succeed (API limits, credentials), or materialize {name} in reconcile mode.")
+
+
+def acknowledged_until(table: DeltaTable) -> datetime | None:
+    """The newest acknowledgement: the app transaction survives log checkpoints; commit metadata is the fallback."""
+    micros = table.transaction_version(QUARANTINE_ACK)
+    if micros is not None:
+        return EPOCH + timedelta(microseconds=micros)
+    until = DeltaWarehouse.commit_state(table, QUARANTINE_ACK).get("until")
+    return datetime.fromisoformat(until) if until else None
+
+
+def acknowledge_quarantine(warehouse: DeltaWarehouse, until: datetime) -> int | None:
+    """Mark every quarantined line with `quarantined_at` <= `until` as reviewed; `quarantine_empty` passes again.
+
+    Writes an empty append commit to `_quarantine` carrying the timestamp (commit metadata `cdc.quarantine_ack`
+    and the app transaction of that name, in microseconds). Returns the new version, or None if nothing was ever
+    quarantined.
+    """
+    if until.tzinfo is None:
+        raise ValueError("acknowledge_quarantine: `until` must be timezone-aware, e.g. datetime.now(timezone.utc)")
+    table = warehouse.table(QUARANTINE)
+    if table is None:
+        return None
+    until = until.astimezone(timezone.utc)
+    empty = pa.schema(table.schema().to_arrow()).empty_table()
+    micros = (until - EPOCH) // timedelta(microseconds=1)
+    return warehouse.append(QUARANTINE, empty, partition_by=None, key=QUARANTINE_ACK,
+                            state={"until": until.isoformat()}, txns={QUARANTINE_ACK: micros}).version()
+
+
+def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
+    table = warehouse.table(QUARANTINE)
+    if table is None:
+        return _no_table(QUARANTINE_EMPTY, QUARANTINE)
+    acked = acknowledged_until(table)
+    rows = warehouse.read(table, columns=["source_file", "source_line", "reason", "quarantined_at"],
+                          filter=pc.field("quarantined_at") > pa.scalar(acked, TS) if acked else None)
+    newest = pc.max(rows["quarantined_at"]).as_py() if rows.num_rows else None
+    meta = {"unacknowledged_rows": rows.num_rows, "acknowledged_until": _iso(acked),
+            "newest_quarantined_at": _iso(newest), "quarantine_uri": dg.MetadataValue.path(warehouse.uri(QUARANTINE)),
+            "examples": dg.MetadataValue.json([f"{r['source_file']}:{r['source_line']}: {r['reason']}"
+                                               for r in rows.slice(0, EXAMPLES).to_pylist()])}
+    if not rows.num_rows:
+        return _result(QUARANTINE_EMPTY, True, meta, "No quarantined lines since the last acknowledgement.")
+    return _result(QUARANTINE_EMPTY, False, meta,
+                   f"{rows.num_rows} lines quarantined since the last acknowledgement (examples in metadata; raw "
+                   f"text in {warehouse.uri(QUARANTINE)}). Fix the subscriber or re-land corrected events, then "
+                   f"acknowledge: cdc_assets.checks.acknowledge_quarantine(warehouse, until="
+                   f"datetime.fromisoformat('{_iso(newest)}')).")
+
+
+def check_freshness(table: DeltaTable | None, state: dict, name: str, *, threshold: float,
+                    now: datetime) -> dg.AssetCheckResult:
+    if table is None:
+        return _no_table(FRESHNESS, name)
+    last = state.get("last_commit_ts")
+    if not last:
+        return _result(FRESHNESS, True, {"last_commit_ts": "", "threshold_seconds": float(threshold)},
+                       "No change applied yet: nothing to measure.")
+    lag = (now - datetime.fromisoformat(last)).total_seconds()
+    meta = {"lag_seconds": lag, "last_commit_ts": last, "threshold_seconds": float(threshold)}
+    if lag <= threshold:
+        return _result(FRESHNESS, True, meta, f"Newest applied change is {lag:.0f} s old.")
+    return _result(FRESHNESS, False, meta,
+                   f"Newest applied change ({last}) is {lag:.0f} s old, limit {threshold:g} s. If Salesforce had "
+                   f"changes since, check the CDC subscriber, landing_zone_sensor and the latest {name} runs; a "
+                   f"quiet org also trips this.")
+
+
+def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
+    """The six checks of one replica asset, as one multi-asset check (one step, one read of the replica state).
+
+    The expected schema comes from describe() as the asset gets it (the describe file, else the copy kept with the
+    table); checks never call the org.
+    """
+    key = replica_key(sobject.name)
+    dirty_threshold = float(replication.options.get(DIRTY_THRESHOLD_OPTION, DEFAULT_DIRTY_THRESHOLD))
+    freshness = float(replication.options.get(FRESHNESS_OPTION, DEFAULT_FRESHNESS))
+    specs = [dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name])
+             for name in CHECKS]
+
+    @dg.multi_asset_check(specs=specs, name=f"{key.to_python_identifier()}_checks", can_subset=True)
+    def replica_checks(context: dg.AssetCheckExecutionContext, pyspark: PySparkResource,
+                       warehouse: DeltaWarehouse):
+        selected = {k.name for k in context.selected_asset_check_keys}
+        now = datetime.now(timezone.utc)
+        table = warehouse.table(sobject.name)
+        state = DeltaWarehouse.commit_state(table, REPLICA_STATE)
+        run = {
+            SCHEMA: lambda: check_schema(lambda: session(pyspark), warehouse, table, state, sobject.name,
+                                         lambda: resolve_schema(sobject, warehouse, None)[0]),
+            UNIQUE_ID: lambda: check_unique_id(warehouse, table, sobject.name),
+            NO_PENDING_RESYNC: lambda: check_no_pending_resync(state, sobject.name),
+            NO_STALE_DIRTY: lambda: check_no_stale_dirty(warehouse, table, sobject.name, threshold=dirty_threshold,
+                                                         now=now),
+            QUARANTINE_EMPTY: lambda: check_quarantine_empty(warehouse),
+            FRESHNESS: lambda: check_freshness(table, state, sobject.name, threshold=freshness, now=now),
+        }
+        for name in CHECKS:
+            if name in selected:
+                result = run[name]()
+                if not result.passed:
+                    context.log.warning(f"{sobject.name} check {name} failed: {result.description}")
+                yield result
+
+    return replica_checks

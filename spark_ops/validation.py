@@ -1,0 +1,50 @@
+"""A pandera schema for replica rows, built from the same `ObjectSchema` that builds the table (design §8).
+
+What it enforces is what every replica row promises whatever wrote it (CDC fold, snapshot, reconcile):
+- each describe() column has its replica type, and the system columns theirs;
+- `Id` is never null, nor are the system columns every writer sets (`_sf_deleted`, `_sf_source`,
+  `_sf_synced_at`, the layout column);
+- `_sf_source` says which path wrote the row: `cdc`, `snapshot` or `reconcile`.
+
+What it leaves out on purpose: describe()'s `nillable`. A CDC replica legitimately holds partial rows (an UPDATE
+for a record it has never seen, a dirty placeholder awaiting reconciliation), so a required Salesforce field may be
+null here. Columns the table gained later (schema evolution) are allowed: the schema is not strict.
+
+Pure: a schema in, a pandera schema out; `schema_errors` validates a DataFrame it is handed.
+"""
+
+from __future__ import annotations
+
+from pandera.config import ValidationDepth, config_context
+from pandera.pyspark import Check, Column, DataFrameSchema
+from pyspark.sql import DataFrame
+
+from spark_ops.schema import BUCKET_COLUMN, SYSTEM_COLUMNS, ObjectSchema, spark_type
+
+SOURCES = ("cdc", "snapshot", "reconcile")
+NOT_NULL = frozenset({"Id", "_sf_deleted", "_sf_source", "_sf_synced_at", BUCKET_COLUMN})
+
+
+def replica_schema(schema: ObjectSchema) -> DataFrameSchema:
+    """The pandera (pyspark) schema every row of `schema`'s replica table satisfies."""
+    columns = {name: Column(spark_type(sf_type), nullable=name not in NOT_NULL) for name, sf_type in schema.columns}
+    for name, dtype in SYSTEM_COLUMNS:
+        checks = [Check.isin(list(SOURCES))] if name == "_sf_source" else []
+        columns[name] = Column(dtype, checks=checks, nullable=name not in NOT_NULL)
+    return DataFrameSchema(columns, name=f"replica_{schema.name}", strict=False, coerce=False)
+
+
+def schema_errors(df: DataFrame, schema: DataFrameSchema) -> list[dict]:
+    """Every way `df` violates `schema`, one dict per failure: `column`, `check`, `error` (the reason code), `message`.
+
+    Data-level checks always run (pandera's pyspark default can be lowered by `PANDERA_VALIDATION_DEPTH`).
+    """
+    with config_context(validation_depth=ValidationDepth.SCHEMA_AND_DATA):
+        validated = schema.validate(df, lazy=True)
+    errors = validated.pandera.errors or {}
+    return [
+        {"column": e.get("column"), "check": e.get("check"), "error": reason, "message": e.get("error")}
+        for by_reason in errors.values()
+        for reason, items in by_reason.items()
+        for e in items
+    ]

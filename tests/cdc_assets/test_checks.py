@@ -1,0 +1,163 @@
+"""Replica asset checks through Dagster's real materialize(): the golden sample, a corrupted table, no table yet."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import dagster as dg
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from cdc_assets.assets import replica_key
+from cdc_assets.checks import (
+    BLOCKING, CHECKS, FRESHNESS, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, SCHEMA, UNIQUE_ID,
+    acknowledge_quarantine, build_replica_checks, check_freshness, check_no_stale_dirty, check_quarantine_empty,
+)
+from cdc_assets.config import load_config
+from conftest import TEST_SPARK_CONF
+from harness import Platform, load_lines, write_config
+from resources.delta import DeltaWarehouse
+
+OBJECTS = ["Account", "Contact", "Opportunity"]
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory, spark, sample_dir) -> tuple[Platform, dg.ExecuteInProcessResult]:
+    """The basic sample, materialized once with the checks in the same run (the checks below share it)."""
+    platform = Platform(tmp_path_factory.mktemp("checks"), sample_dir / "describe", OBJECTS, TEST_SPARK_CONF)
+    platform.land(load_lines(sample_dir / "events.jsonl"), name="events.jsonl")
+    return platform, platform.run(checks=True, raise_on_error=False)
+
+
+def run_checks(platform: Platform, checks=None, selection=None) -> dg.ExecuteInProcessResult:
+    """Only checks, against the tables as they are (what "Execute checks" in the UI does)."""
+    checks = list(platform.defs.asset_checks) if checks is None else checks
+    return dg.materialize(platform.executable_assets() + checks, resources=platform.defs.resources,
+                          instance=platform.instance, selection=selection or dg.AssetSelection.all_asset_checks(),
+                          raise_on_error=False)
+
+
+def failed_steps(result: dg.ExecuteInProcessResult) -> list[str]:
+    return [e.step_key for e in result.all_events if e.is_step_failure]
+
+
+def meta(evaluation: dg.AssetCheckEvaluation) -> dict:
+    return {k: v.value for k, v in evaluation.metadata.items()}
+
+
+def warehouse(platform: Platform) -> DeltaWarehouse:
+    return platform.defs.resources["warehouse"]
+
+
+def test_golden_sample_checks_run_with_the_materialization(golden):
+    platform, result = golden
+    materialized = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert {replica_key(o) for o in OBJECTS} <= materialized
+    steps = [e.step_key for e in result.all_events if e.is_step_start]
+    assert steps.index("salesforce__Account_checks") > steps.index("salesforce__Account")
+    # The only blocking failure is Opportunity's pending resync; it fails the run, as it would in production.
+    assert not result.success and failed_steps(result) == ["salesforce__Opportunity_checks"]
+
+    checks = {o: platform.check_results(result, o) for o in OBJECTS}
+    for obj, results in checks.items():
+        assert set(results) == set(CHECKS), obj
+        assert {n for n, e in results.items() if e.blocking} == BLOCKING, obj
+        assert results[SCHEMA].passed and results[UNIQUE_ID].passed, obj
+        assert meta(results[SCHEMA])["rows_checked"] == len(platform.rows(obj)), obj  # first commit wrote all
+        assert meta(results[UNIQUE_ID])["rows"] == len(platform.rows(obj)), obj
+
+    assert checks["Account"][NO_PENDING_RESYNC].passed and checks["Contact"][NO_PENDING_RESYNC].passed
+    resync = checks["Opportunity"][NO_PENDING_RESYNC]
+    assert not resync.passed and meta(resync)["resync_pending"].startswith("GAP_OVERFLOW at commit 2025-11-22T08:36:40")
+    assert "resync" in resync.description
+
+    for obj in OBJECTS:
+        quarantine = checks[obj][QUARANTINE_EMPTY]
+        assert not quarantine.passed and not quarantine.blocking
+        assert meta(quarantine)["unacknowledged_rows"] == 1
+        assert meta(quarantine)["examples"] == ["events.jsonl:7: not a JSON object"]
+        assert "acknowledge_quarantine" in quarantine.description
+
+    stale = checks["Contact"][NO_STALE_DIRTY]  # the sample's gap dates from 2025: long past 15 minutes
+    assert not stale.passed and meta(stale)["stale_records"] == 1 and meta(stale)["examples"] == ["003000000000001AAA"]
+    assert meta(stale)["oldest_dirty_since"] == "2025-11-22T08:34:40+00:00"
+    assert checks["Account"][NO_STALE_DIRTY].passed
+    assert not checks["Account"][FRESHNESS].passed and meta(checks["Account"][FRESHNESS])["lag_seconds"] > 3600
+    assert checks["Opportunity"][FRESHNESS].passed  # nothing applied yet: no lag to measure
+
+
+def test_quarantine_passes_after_acknowledgement_up_to_the_newest_row(golden):
+    platform, _ = golden
+    newest = max(r["quarantined_at"] for r in platform.quarantine())
+    with pytest.raises(ValueError, match="timezone-aware"):
+        acknowledge_quarantine(warehouse(platform), newest.replace(tzinfo=None))
+
+    acknowledge_quarantine(warehouse(platform), newest - timedelta(microseconds=1))
+    assert not check_quarantine_empty(warehouse(platform)).passed
+
+    acknowledge_quarantine(warehouse(platform), newest)
+    result = run_checks(platform)
+    for obj in OBJECTS:
+        quarantine = platform.check_results(result, obj)[QUARANTINE_EMPTY]
+        assert quarantine.passed, obj
+        assert meta(quarantine)["acknowledged_until"] == newest.isoformat()
+        assert meta(quarantine)["unacknowledged_rows"] == 0
+
+
+def test_duplicate_id_fails_unique_id_and_bad_source_fails_schema(golden):
+    platform, _ = golden
+    rows = platform.table("Account")
+    duplicate = dict(rows[0])  # same Id, written by the same commit: only unique_id can object
+    stranger = dict(rows[1], Id="001000000000009AAA", _sf_source="bulk", _sf_synced_at=datetime.now(timezone.utc))
+    table = warehouse(platform).table("Account")
+    write_deltalake(warehouse(platform).uri("Account"),
+                    pa.Table.from_pylist([duplicate, stranger], schema=pa.schema(table.schema().to_arrow())),
+                    mode="append")
+
+    result = run_checks(platform)
+    assert "salesforce__Account_checks" in failed_steps(result)
+    account = platform.check_results(result, "Account")
+    assert not account[UNIQUE_ID].passed
+    assert meta(account[UNIQUE_ID])["duplicate_ids"] == 1 and meta(account[UNIQUE_ID])["null_ids"] == 0
+    assert meta(account[UNIQUE_ID])["examples"] == [duplicate["Id"]]
+    assert not account[SCHEMA].passed
+    assert [(f["column"], f["error"]) for f in meta(account[SCHEMA])["failures"]] == [("_sf_source", "DATAFRAME_CHECK")]
+    assert platform.check_results(result, "Contact")[UNIQUE_ID].passed
+
+
+def test_thresholds_come_from_replication_yaml(golden, tmp_path, sample_dir):
+    platform, _ = golden
+    lenient = load_config(write_config(tmp_path / "replication.yaml", sample_dir / "describe", OBJECTS,
+                                       dirty_threshold_seconds=1e9, freshness_seconds=1e9))
+    checks = [build_replica_checks(sobject=o, replication=lenient) for o in lenient.objects]
+    only = dg.AssetSelection.checks(*[dg.AssetCheckKey(replica_key(o), n) for o in OBJECTS
+                                      for n in (NO_STALE_DIRTY, FRESHNESS)])
+    result = run_checks(platform, checks, only)
+    for obj in ("Account", "Contact"):
+        results = platform.check_results(result, obj)
+        assert set(results) == {NO_STALE_DIRTY, FRESHNESS} and all(e.passed for e in results.values()), obj
+        assert meta(results[NO_STALE_DIRTY])["threshold_seconds"] == 1e9
+
+
+def test_stale_dirty_and_freshness_thresholds_are_exclusive_bounds(golden):
+    platform, _ = golden
+    table = warehouse(platform).table("Contact")
+    dirty_since = datetime(2025, 11, 22, 8, 34, 40, tzinfo=timezone.utc)
+    at = {s: dirty_since + timedelta(seconds=900 + s) for s in (-1, 1)}
+    assert check_no_stale_dirty(warehouse(platform), table, "Contact", threshold=900, now=at[-1]).passed
+    assert not check_no_stale_dirty(warehouse(platform), table, "Contact", threshold=900, now=at[1]).passed
+    state = {"last_commit_ts": dirty_since.isoformat()}
+    assert check_freshness(table, state, "Contact", threshold=900, now=at[-1]).passed
+    assert not check_freshness(table, state, "Contact", threshold=900, now=at[1]).passed
+
+
+def test_checks_pass_and_say_so_before_any_table_exists(tmp_path, sample_dir):
+    platform = Platform(tmp_path, sample_dir / "describe", OBJECTS, TEST_SPARK_CONF)
+    result = run_checks(platform)
+    assert result.success
+    for obj in OBJECTS:
+        results = platform.check_results(result, obj)
+        assert set(results) == set(CHECKS) and all(e.passed for e in results.values()), obj
+        for name in (SCHEMA, UNIQUE_ID, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS):
+            assert "does not exist yet" in meta(results[name])["table"], (obj, name)

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.faults import fault_point
 from cdc_assets.ingest import CE_STATE
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from spark_ops.fold import CHANGED, COUNTERS, INSERTED, NEWLY_DIRTY, fold_changes
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
@@ -66,7 +66,11 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
     table = warehouse.table(schema.name)
     if table is None or not ids:
         return spark.createDataFrame([], schema.spark_schema()), buckets
-    rows = warehouse.read(table, partitions=[(BUCKET_COLUMN, "in", buckets)], filter=pc.field("Id").isin(ids))
+    # Partition pruning by the bucket literals; the Id filter runs in memory on those few files (a pushed-down
+    # `isin` trips over files whose strings delta-rs wrote as string_view).
+    rows = warehouse.read(table, partitions=[(BUCKET_COLUMN, "in", buckets)])
+    rows = aligned_arrow(rows, schema.arrow_schema())
+    rows = rows.filter(pc.is_in(rows["Id"], value_set=pa.array(ids, pa.string())))
     return spark.createDataFrame(rows), buckets
 
 

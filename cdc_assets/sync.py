@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
 from cdc_assets.faults import fault_point
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.salesforce import SalesforceResource
 from spark_ops.fold import CHANGED, NEWLY_DIRTY, fold_changes
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
@@ -76,6 +76,8 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     fields = [c for c in schema.column_names] + SYSTEM_FIELDS
     counts = {"snapshot_rows": 0, "snapshot_deleted": 0, "missing_marked_deleted": 0}
     seen: set[str] = set()
+    # Opened before the write starts: delta-rs cannot be re-entered from inside the stream it is consuming.
+    previous_rows = replica.to_pyarrow_dataset() if replica is not None else None
 
     def batches():
         for batch in salesforce.bulk_query_all(schema.name, fields, page_size=page_size):
@@ -86,10 +88,10 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
                 seen.update(rows["Id"].to_pylist())
             yield from rows.to_batches()
         fault_point("resync.after_snapshot_stream")
-        if replica is None:
+        if previous_rows is None:
             return
-        for old in replica.to_pyarrow_dataset().to_batches():
-            old = _aligned_arrow(pa.Table.from_batches([old]), target)
+        for old in previous_rows.to_batches():
+            old = aligned_arrow(pa.Table.from_batches([old]), target)
             gone = old.filter(pc.invert(pc.is_in(old["Id"], value_set=pa.array(list(seen), pa.string()))))
             if gone.num_rows:
                 counts["missing_marked_deleted"] += gone.num_rows
@@ -112,11 +114,6 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
                       _api_used(salesforce) - used_before)
 
 
-def _aligned_arrow(rows: pa.Table, target: pa.Schema) -> pa.Table:
-    cols = [rows[f.name] if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in target]
-    return pa.Table.from_arrays(cols, schema=target)
-
-
 def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema,
               *, run_id: str, now: datetime) -> SyncResult:
     """Fetch dirty records from the org, re-apply their newer events, clear the flags: one merge commit."""
@@ -124,7 +121,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
     if replica is None:
         return SyncResult("reconcile", {"dirty_fetched": 0})
     target = schema.arrow_schema()
-    dirty = _aligned_arrow(warehouse.read(replica, filter=pc.field("_sf_dirty_since").is_valid()), target)
+    dirty = aligned_arrow(warehouse.read(replica, filter=pc.field("_sf_dirty_since").is_valid()), target)
     if not dirty.num_rows:
         return SyncResult("reconcile", {"dirty_fetched": 0})
     used_before = _api_used(salesforce)

@@ -37,6 +37,13 @@ def _sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def aligned_arrow(rows: pa.Table, target: pa.Schema) -> pa.Table:
+    """`rows` with exactly `target`'s columns and types (missing columns null; string views cast to strings)."""
+    cols = [rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
+            for f in target]
+    return pa.Table.from_arrays(cols, schema=target)
+
+
 class DeltaWarehouse(dg.ConfigurableResource):
     """Delta tables under one root (a path, or an s3:// / az:// / gs:// URI)."""
 

@@ -113,6 +113,10 @@ class Workload:
                 self.refresh()
         return dict(self.stats)
 
+    def large(self) -> dict[str, str]:
+        """One large transaction now (updates of `large_transaction` consecutive records of one object)."""
+        return self._apply(self._plan_large())
+
     # -- planning -----------------------------------------------------------------------------------
     def _object(self, choices: tuple[str, ...] = OBJECTS) -> str:
         return self.rng.choices(choices, [OBJECT_WEIGHTS[c] for c in choices])[0]

@@ -25,7 +25,7 @@ def snapshot(platform: Platform) -> dict:
     return {"tables": tables, "events": events, "quarantine": quarantine}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def clean_state(tmp_path_factory, spark, sample_dir):
     platform = Platform(tmp_path_factory.mktemp("clean"), sample_dir / "describe", OBJECTS, TEST_SPARK_CONF)
     platform.land(load_lines(sample_dir / "events.jsonl"), name="events.jsonl")

@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.faults import fault_point
+from cdc_assets.timing import Stopwatch
 from cdc_assets.ingest import CE_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from spark_ops.fold import CHANGED, COUNTERS, INSERTED, NEWLY_DIRTY, fold_changes
@@ -39,6 +40,7 @@ class ApplyResult:
     state: dict = field(default_factory=dict)
     version: int | None = None
     committed: bool = False
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def _seq_filter(applied: int, ce_seq: int, held: dict) -> pc.Expression:
@@ -87,6 +89,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
                   run_id: str, now: datetime | None = None, description: str | None = None) -> ApplyResult:
     """Apply the closed transactions ingested since the checkpoint; `description` is kept on a new table."""
     now = now or datetime.now(timezone.utc)
+    watch = Stopwatch()
     ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
     ce_seq = int(ce_state.get("ingest_seq", 0))
     replica = warehouse.table(schema.name)
@@ -121,13 +124,16 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
         if changes.num_rows:
             ids = pc.unique(changes["record_id"]).to_pylist()
             current, buckets = read_current(spark, warehouse, schema, ids)
+            watch.lap("read")
             folded = fold_changes(spark.createDataFrame(changes), current, schema).toArrow()
+            watch.lap("fold")
             counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*COUNTERS, NEWLY_DIRTY, INSERTED)}
             new_rows = folded.filter(folded[CHANGED]).select(schema.arrow_schema().names).cast(schema.arrow_schema())
 
     counts["rows_written"] = new_rows.num_rows
     if replica is not None and ce_seq <= applied and state["held"] == prev.get("held") and not new_rows.num_rows:
-        return ApplyResult(counts=counts, state=prev | {"applied_through": applied}, version=replica.version())
+        return ApplyResult(counts=counts, state=prev | {"applied_through": applied}, version=replica.version(),
+                           seconds=watch.seconds)
 
     state["dirty_records"] = int(state.get("dirty_records") or 0) + counts["newly_dirty"]
     if new_rows.num_rows:
@@ -147,6 +153,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
         warehouse.upsert(schema.name, new_rows, key_column="Id", partition_column=BUCKET_COLUMN,
                          partition_values=buckets, key=REPLICA_STATE, state=state, txns=txns)
         version = warehouse.table(schema.name).version()
+    watch.lap("merge")
     fault_point("replica.after_commit")
-    return ApplyResult(counts=counts, state=state, version=version, committed=True)
+    return ApplyResult(counts=counts, state=state, version=version, committed=True, seconds=watch.seconds)
 

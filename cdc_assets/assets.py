@@ -72,6 +72,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
             META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
             "ingest_seq": dg.MetadataValue.int(int(result.state.get("ingest_seq", 0))),
             "files_ingested": dg.MetadataValue.json(result.files[:200]),
+            **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
         })
 
     return change_events
@@ -139,6 +140,7 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         META_RESYNC: dg.MetadataValue.text(s["resync_pending"]["reason"] if s.get("resync_pending") else ""),
         META_HELD: dg.MetadataValue.json((s.get("held") or {}).get("transactions") or []),
         META_API_CALLS: dg.MetadataValue.int(sync.api_calls if sync else 0),
+        **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
     }
     if sync:
         metadata |= {k: dg.MetadataValue.int(v) for k, v in sync.counts.items()}

@@ -26,6 +26,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.faults import fault_point
+from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone
 from spark_ops.events import DEDUP_KEY, mark_duplicates
@@ -50,6 +51,7 @@ class IngestResult:
     state: dict = field(default_factory=dict)
     version: int | None = None
     quarantine_examples: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
 
 
 def pending_files(warehouse: DeltaWarehouse, landing: LandingZone) -> list[LandingFile]:
@@ -86,15 +88,18 @@ def _later(a: dict | None, b: dict | None) -> dict | None:
 def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
            schemas: dict[str, ObjectSchema], run_id: str, now: datetime | None = None) -> IngestResult:
     now = now or datetime.now(timezone.utc)
+    watch = Stopwatch()
     files = pending_files(warehouse, landing)
     if not files:
         return IngestResult(counts=_zero_counts())
     read = landing.read(files)
+    watch.lap("read")
     lines = spark.createDataFrame(read.lines) if read.lines.num_rows else \
         spark.createDataFrame([], "source_file string, source_line long, raw string")
     parsed = parse_lines(lines, schemas).cache()
 
     bad = pa.concat_tables([quarantined(parsed).toArrow().cast(read.quarantine.schema), read.quarantine])
+    watch.lap("parse")
     if bad.num_rows:
         stamped = bad.append_column("run_id", pa.array([run_id] * bad.num_rows, pa.string())) \
                      .append_column("quarantined_at", pa.array([now] * bad.num_rows, pa.timestamp("us", tz="UTC")))
@@ -107,6 +112,7 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
 
     rows = to_change_rows(parsed)
     marked = mark_duplicates(rows, _known_keys(spark, warehouse, rows)).toArrow()
+    watch.lap("dedup")
     previous = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
     seq = int(previous.get("ingest_seq", 0)) + 1
     fresh_arrow = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
@@ -126,11 +132,12 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
     txns = {file_app_id(f): 1 for f in files} | {SEQ_APP: seq}
     table = warehouse.append(CHANGE_EVENTS, fresh_arrow, partition_by=["entity"], key=CE_STATE, state=state,
                              txns=txns)
+    watch.lap("write")
     fault_point("ingest.after_commit")
     parsed.unpersist()
     return IngestResult(files=state["files"], counts=counts, state=state, version=table.version(),
                         quarantine_examples=[f"{r['source_file']}:{r['source_line']}: {r['reason']}"
-                                             for r in bad.slice(0, 5).to_pylist()])
+                                             for r in bad.slice(0, 5).to_pylist()], seconds=watch.seconds)
 
 
 def _zero_counts() -> dict[str, int]:

@@ -17,6 +17,9 @@ REQUIRED_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Generated methods over 8 KB are never JIT-compiled by HotSpot; fall back to per-operator code instead of
+    # interpreting one huge method (measured: parse 2.6x, fold 1.8x faster on the catch-up workload).
+    "spark.sql.codegen.hugeMethodLimit": "8000",
 }
 DEFAULT_CONF = {
     "spark.master": "local[*]",

@@ -1,0 +1,18 @@
+"""Builders of landing lines in the Streaming API (CometD) shape, for small tests."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+_replay = itertools.count(1)
+
+
+def event(entity: str, change_type: str, ids: list[str], ts: int, tx: str | None = None, seq: int = 1,
+          nulled: list[str] | None = None, **fields) -> str:
+    n = next(_replay)
+    header = {"entityName": entity, "recordIds": ids, "changeType": change_type, "transactionKey": tx or f"tx{n}",
+              "sequenceNumber": seq, "commitTimestamp": ts, "commitNumber": ts, "commitUser": "005000000000001AAA",
+              "nulledFields": nulled or [], "diffFields": [], "changedFields": list(fields)}
+    return json.dumps({"channel": "/data/ChangeEvents", "data": {
+        "schema": "s", "payload": {"ChangeEventHeader": header, **fields}, "event": {"replayId": n}}})

@@ -1,0 +1,107 @@
+"""spark_ops.fold: ordered changes + current rows -> net rows (design §3, §5, §6)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from event_lines import event
+from spark_ops.fold import CHANGED, fold_changes
+from spark_ops.parse import parse_lines, to_change_rows
+from spark_ops.schema import ObjectSchema
+
+A1, A2 = "001000000000001AAA", "001000000000002AAA"
+T0 = 1_763_800_000_000
+
+
+@pytest.fixture(scope="module")
+def account(sample_dir) -> ObjectSchema:
+    return ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
+
+
+def fold(spark, schema, lines, current=()):
+    df = spark.createDataFrame([("f", i + 1, line) for i, line in enumerate(lines)],
+                               "source_file string, source_line long, raw string")
+    changes = to_change_rows(parse_lines(df, {schema.name: schema}))
+    cur = spark.createDataFrame(list(current), schema.spark_schema())
+    return {r["Id"]: r.asDict() for r in fold_changes(changes, cur, schema).collect()}
+
+
+def row(schema, **values):
+    base = {f.name: None for f in schema.spark_schema().fields}
+    return {**base, "_sf_deleted": False, "_sf_source": "cdc", **values}
+
+
+def ts(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
+
+
+def test_update_only_overwrites_changed_fields(spark, account):
+    out = fold(spark, account, [
+        event("Account", "CREATE", [A1], T0, Name="Acme", Industry="Retail", Rating="Cold"),
+        event("Account", "UPDATE", [A1], T0 + 1000, Rating="Hot"),
+    ])
+    assert (out[A1]["Name"], out[A1]["Industry"], out[A1]["Rating"]) == ("Acme", "Retail", "Hot")
+
+
+def test_explicit_null_nulls_the_field(spark, account):
+    out = fold(spark, account, [
+        event("Account", "CREATE", [A1], T0, Name="Acme", Industry="Retail"),
+        event("Account", "UPDATE", [A1], T0 + 1000, nulled=["Industry"], Industry=None),
+    ])
+    assert out[A1]["Industry"] is None and out[A1]["Name"] == "Acme"
+
+
+def test_delete_keeps_values_and_undelete_resets_the_row(spark, account):
+    deleted = fold(spark, account, [
+        event("Account", "CREATE", [A1], T0, Name="Acme", Rating="Hot"),
+        event("Account", "DELETE", [A1], T0 + 1000),
+    ])
+    assert deleted[A1]["_sf_deleted"] and deleted[A1]["Name"] == "Acme"
+    assert deleted[A1]["_sf_deleted_at"] == ts(T0 + 1000)
+    undeleted = fold(spark, account, [
+        event("Account", "CREATE", [A1], T0, Name="Acme", Rating="Hot"),
+        event("Account", "DELETE", [A1], T0 + 1000),
+        event("Account", "UNDELETE", [A1], T0 + 2000, Name="Acme"),
+    ])
+    assert not undeleted[A1]["_sf_deleted"] and undeleted[A1]["Rating"] is None
+
+
+def test_changes_at_or_before_a_snapshot_row_are_superseded(spark, account):
+    snapshot = row(account, Id=A1, Name="Org", _sf_commit_ts=ts(T0 + 5000), _sf_source="snapshot",
+                   _sf_bucket=A1[:13])
+    out = fold(spark, account, [
+        event("Account", "UPDATE", [A1], T0 + 1000, Name="old"),
+        event("Account", "UPDATE", [A1], T0 + 9000, Rating="Warm"),
+    ], [snapshot])
+    assert out[A1]["Name"] == "Org" and out[A1]["Rating"] == "Warm"
+    assert out[A1]["superseded"] == 1 and out[A1]["applied"] == 1 and out[A1]["_sf_dirty_since"] is None
+
+
+def test_late_change_over_a_cdc_row_makes_it_dirty_without_applying(spark, account):
+    cdc_row = row(account, Id=A1, Name="New", _sf_commit_ts=ts(T0 + 5000), _sf_replay_id=10**9,
+                  _sf_bucket=A1[:13])
+    out = fold(spark, account, [event("Account", "UPDATE", [A1], T0 + 1000, Name="old")], [cdc_row])
+    assert out[A1]["Name"] == "New" and out[A1]["late"] == 1
+    assert out[A1]["_sf_dirty_since"] == ts(T0 + 1000) and out[A1][CHANGED]
+
+
+def test_gap_blocks_later_changes_until_reconciled(spark, account):
+    out = fold(spark, account, [
+        event("Account", "CREATE", [A1], T0, Name="Acme"),
+        event("Account", "GAP_UPDATE", [A1], T0 + 1000),
+        event("Account", "UPDATE", [A1], T0 + 2000, Name="after gap"),
+    ])
+    assert out[A1]["Name"] == "Acme" and out[A1]["_sf_dirty_since"] == ts(T0 + 1000)
+    assert (out[A1]["applied"], out[A1]["gaps"], out[A1]["dirty_skipped"]) == (1, 1, 1)
+
+
+def test_update_of_unknown_record_is_stored_but_dirty(spark, account):
+    out = fold(spark, account, [
+        event("Account", "UPDATE", [A2], T0, Rating="Hot"),
+        event("Account", "UPDATE", [A2], T0 + 1000, Name="skipped"),
+    ])
+    assert out[A2]["Rating"] == "Hot" and out[A2]["Name"] is None
+    assert out[A2]["_sf_dirty_since"] == ts(T0) and out[A2]["dirty_skipped"] == 1

@@ -1,0 +1,81 @@
+"""spark_ops.parse: landed lines -> canonical change rows, or a quarantine reason (design §4, §9)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from event_lines import event
+from spark_ops.parse import parse_lines, quarantined, to_change_rows
+from spark_ops.schema import ObjectSchema
+
+A1, A2 = "001000000000001AAA", "001000000000002AAA"
+C1 = "003000000000001AAA"
+
+
+@pytest.fixture(scope="module")
+def schemas(sample_dir) -> dict[str, ObjectSchema]:
+    return {n: ObjectSchema.from_describe(json.loads((sample_dir / "describe" / f"{n}.json").read_text()))
+            for n in ("Account", "Contact")}
+
+
+def parse(spark, schemas, lines):
+    df = spark.createDataFrame([("f.jsonl", i + 1, line) for i, line in enumerate(lines)],
+                               "source_file string, source_line long, raw string")
+    parsed = parse_lines(df, schemas).cache()
+    return ([r.asDict() for r in to_change_rows(parsed).orderBy("source_line", "record_id").collect()],
+            {r.source_line: r.reason for r in quarantined(parsed).collect()})
+
+
+def test_compound_fields_are_flattened_to_component_columns(spark, schemas):
+    rows, bad = parse(spark, schemas, [
+        event("Account", "UPDATE", [A1], 1, BillingAddress={"City": "Chicago"}),
+        event("Contact", "UPDATE", [C1], 2, Name={"FirstName": "Ada"}, nulled=["MailingAddress.City"],
+              MailingAddress={"City": None}),
+    ])
+    assert bad == {}
+    assert rows[0]["fields"] == {"BillingCity": "Chicago"} and rows[0]["set_fields"] == ["BillingCity"]
+    assert rows[1]["fields"] == {"FirstName": "Ada", "MailingCity": None}
+    assert rows[1]["set_fields"] == ["FirstName", "MailingCity"]
+
+
+def test_explicit_null_is_a_set_field_with_null_value(spark, schemas):
+    rows, _ = parse(spark, schemas, [event("Contact", "UPDATE", [C1], 1, nulled=["Phone"], Phone=None)])
+    assert rows[0]["fields"] == {"Phone": None} and rows[0]["set_fields"] == ["Phone"]
+
+
+def test_one_event_naming_two_records_becomes_two_rows(spark, schemas):
+    rows, _ = parse(spark, schemas, [event("Account", "UPDATE", [A1, A2], 1, Rating="Hot")])
+    assert [r["record_id"] for r in rows] == [A1, A2]
+    assert rows[0]["event_key"] == rows[1]["event_key"]
+
+
+@pytest.mark.parametrize("line, reason", [
+    ("{not json", "not a JSON object"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"data": {"event": {"replayId": 1}}}', "no data.payload object"),
+    ('{"data": {"payload": {"Name": "x"}}}', "payload has no ChangeEventHeader"),
+    (event("Account", "MERGE", [A1], 1), "unknown changeType 'MERGE'"),
+    (event("Account", "UPDATE", ["001' OR Id != '"], 1), "header recordIds holds a value that is not a Salesforce id"),
+    (event("Account", "UPDATE", [], 1), "header has no recordIds"),
+    (event("Account", "UPDATE", [A1], 1, NumberOfEmployees="many"),
+     "field NumberOfEmployees value 'many' is not a valid int"),
+    (event("Account", "UPDATE", [A1], 1, CreatedDate="yesterday"),
+     "field CreatedDate value 'yesterday' is not a valid datetime"),
+])
+def test_bad_lines_are_quarantined_with_a_reason(spark, schemas, line, reason):
+    rows, bad = parse(spark, schemas, [line])
+    assert rows == [] and bad == {1: reason}
+
+
+def test_header_with_wrong_type_is_quarantined_not_guessed(spark, schemas):
+    line = json.loads(event("Account", "UPDATE", [A1], 1))
+    line["data"]["payload"]["ChangeEventHeader"]["commitTimestamp"] = "soon"
+    rows, bad = parse(spark, schemas, [json.dumps(line)])
+    assert bad == {1: "header commitTimestamp missing or not an integer"}
+
+
+def test_unreplicated_entities_parse_without_typing(spark, schemas):
+    rows, bad = parse(spark, schemas, [event("Widget__c", "UPDATE", ["a01000000000001AAA"], 1, Size__c="big")])
+    assert bad == {} and rows[0]["entity"] == "Widget__c" and rows[0]["fields"] == {"Size__c": "big"}

@@ -38,6 +38,7 @@ class Platform:
         self.objects = objects
         self.config = write_config(root / "replication.yaml", describe_dir, objects, initial_load=initial_load,
                                    **options)
+        self.spark_conf, self.salesforce = spark_conf, salesforce
         self.defs = build_defs(config_path=self.config, landing_path=str(self.landing),
                                warehouse_root=str(self.warehouse), spark_conf=spark_conf, salesforce=salesforce)
         self.instance = dg.DagsterInstance.ephemeral()
@@ -73,6 +74,17 @@ class Platform:
     def check_results(result: dg.ExecuteInProcessResult, name: str) -> dict[str, dg.AssetCheckEvaluation]:
         """The check evaluations of replica `name` in `result`, by check name."""
         return {e.check_name: e for e in result.get_asset_check_evaluations() if e.asset_key == replica_key(name)}
+
+    def replication_close_after(self, seconds: float) -> None:
+        """Rebuild the definitions with another transaction_close_after (sensors read it from the config)."""
+
+
+        config = yaml.safe_load(self.config.read_text())
+        config["options"]["transaction_close_after"] = seconds
+        self.config.write_text(yaml.safe_dump(config))
+        self.defs = build_defs(config_path=self.config, landing_path=str(self.landing),
+                               warehouse_root=str(self.warehouse), spark_conf=self.spark_conf,
+                               salesforce=self.salesforce)
 
     def materialization_of(self, name: str) -> dict:
         """Metadata of the latest materialization of a replica in this platform's instance."""

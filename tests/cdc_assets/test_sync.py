@@ -18,10 +18,24 @@ from sensors.reconciliation import SENSOR_NAME, TAG_MODE
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
 
+CANARY = "CANARY-7f3a9c-token"  # the org's access token: must never be written anywhere
+
+
 @pytest.fixture
 def org(tmp_path):
-    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing") as emu:
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing", token=CANARY) as emu:
         yield emu
+
+
+def assert_no_canary(platform: Platform, caplog) -> None:
+    """The token appears in no Dagster event (logs, metadata), no table file, no log record."""
+    for run in platform.instance.get_runs():
+        for entry in platform.instance.all_logs(run.run_id):
+            assert CANARY not in repr(entry), f"token leaked into run {run.run_id} events"
+    for path in platform.warehouse.rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), f"token leaked into {path}"
+    assert CANARY not in caplog.text
 
 
 def resource(emu: Emulator) -> SalesforceResource:
@@ -69,7 +83,7 @@ def test_initial_load_then_cdc_equals_org(tmp_path, org):
     assert_equal_to_org(platform, org)
 
 
-def test_gap_events_are_reconciled_by_the_sensor(tmp_path, org):
+def test_gap_events_are_reconciled_by_the_sensor(tmp_path, org, caplog):
     workload = Workload(org, seed=5)
     workload.build_org(accounts=20)
     platform = make_platform(tmp_path, org)
@@ -88,6 +102,7 @@ def test_gap_events_are_reconciled_by_the_sensor(tmp_path, org):
     calls = org.request_counts().get("composite_retrieve", 0)
     assert calls == sum(math.ceil(d / 2000) for d in dirty.values())
     assert run_sensor_requests(platform) == []  # nothing left to do
+    assert_no_canary(platform, caplog)
 
 
 def test_overflow_triggers_a_resync_that_equals_the_org(tmp_path, org):

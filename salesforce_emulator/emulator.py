@@ -145,5 +145,8 @@ class Emulator:
             self.api.budget_used = used
 
     def fail_next_requests(self, count: int, status: int = 503) -> None:
-        """The next ``count`` authenticated requests fail with ``status`` (to exercise client retries)."""
+        """The next ``count`` authenticated requests fail with ``status`` (to exercise client retries);
+        ``count=0`` cancels the failures still pending."""
+        if count == 0:
+            self.api.dispatcher.fail_next.clear()
         self.api.dispatcher.fail_next.extend([status] * count)

@@ -51,19 +51,27 @@ def catch_up(platform: Platform, emu: Emulator) -> dg.ExecuteInProcessResult:
     return platform.run(close_after=0)
 
 
-def run_sensor_requests(platform: Platform) -> list[dg.RunRequest]:
-    """Evaluate the reconciliation sensor against the platform's instance, then execute what it requests."""
+def sensor_requests(platform: Platform) -> list[dg.RunRequest]:
+    """Evaluate the reconciliation sensor against the platform's instance."""
     sensor = platform.defs.get_sensor_def(SENSOR_NAME)
     context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
                                       definitions=platform.defs)
-    result = sensor(context)
-    requests = result.run_requests or []
+    return sensor(context).run_requests or []
+
+
+def execute(platform: Platform, request: dg.RunRequest) -> bool:
+    """Run what a sensor requested, as the daemon would (same assets, run config and tags)."""
+    assets = [a for a in platform.executable_assets() if set(a.keys) & set(request.asset_selection)]
+    return dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
+                          run_config=request.run_config, tags=request.tags, selection=request.asset_selection,
+                          raise_on_error=False).success
+
+
+def run_sensor_requests(platform: Platform) -> list[dg.RunRequest]:
+    """Evaluate the reconciliation sensor, then execute what it requests."""
+    requests = sensor_requests(platform)
     for request in requests:
-        assets = [a for a in platform.executable_assets() if set(a.keys) & set(request.asset_selection)]
-        outcome = dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
-                                 run_config=request.run_config, tags=request.tags,
-                                 selection=request.asset_selection)
-        assert outcome.success
+        assert execute(platform, request)
     return requests
 
 
@@ -95,6 +103,7 @@ def test_gap_events_are_reconciled_by_the_sensor(tmp_path, org, caplog):
     assert sum(dirty.values()) > 0
 
     org.reset_request_counts()
+    org.fail_next_requests(2, 503)  # transient org errors: retried with backoff, the run still completes
     requests = run_sensor_requests(platform)
     assert {r.tags[TAG_MODE] for r in requests} == {"reconcile"}
     assert {r.asset_selection[0].path[-1] for r in requests} == {n for n, d in dirty.items() if d}
@@ -117,8 +126,14 @@ def test_overflow_triggers_a_resync_that_equals_the_org(tmp_path, org):
     catch_up(platform, org)
     pending = [n for n in OBJECTS if platform.materialization_of(n)["resync_pending"]]
     assert pending, "the workload's large transactions should have overflowed"
-    requests = run_sensor_requests(platform)
+    requests = sensor_requests(platform)
     assert {r.tags[TAG_MODE] for r in requests} >= {"resync"}
+    before = {n: platform.rows(n) for n in OBJECTS}
+    org.fail_next_requests(50, 500)  # the org is down: the resync run fails cleanly, nothing half-written
+    assert not any([execute(platform, r) for r in requests])
+    assert {n: platform.rows(n) for n in OBJECTS} == before
+    org.fail_next_requests(0)
+    assert all([execute(platform, r) for r in requests])  # the next run completes
     assert_equal_to_org(platform, org)
 
 

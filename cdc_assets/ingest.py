@@ -69,10 +69,12 @@ def _known_keys(spark: SparkSession, warehouse: DeltaWarehouse, rows: DataFrame)
     table = warehouse.table(CHANGE_EVENTS)
     if table is None:
         return empty
-    bounds = rows.groupBy("entity").agg(F.min("commit_ts").alias("lo"), F.max("commit_ts").alias("hi")).collect()
+    # Bounds as epoch microseconds: Python datetimes from collect() would be in the process's local time zone.
+    bounds = rows.groupBy("entity").agg(F.min(F.unix_micros("commit_ts")).alias("lo"),
+                                        F.max(F.unix_micros("commit_ts")).alias("hi")).collect()
     parts = []
     for b in bounds:
-        lo, hi = (pa.scalar(v, pa.timestamp("us", tz="UTC")) for v in (b["lo"], b["hi"]))
+        lo, hi = (pa.scalar(v, pa.int64()).cast(pa.timestamp("us", tz="UTC")) for v in (b["lo"], b["hi"]))
         flt = (pc.field("commit_ts") >= lo) & (pc.field("commit_ts") <= hi)
         parts.append(warehouse.read(table, partitions=[("entity", "=", b["entity"])], filter=flt, columns=DEDUP_KEY))
     known = pa.concat_tables(parts) if parts else None

@@ -3,7 +3,9 @@
 The fold is what a loop over events would do, expressed as a few window and aggregate expressions so that Spark
 runs it in one pass per record:
 
-- **Guard.** A change at or before the row's position (`_sf_commit_ts`, `_sf_replay_id`) is never applied. Over a
+- **Guard.** A change at or before the row's position is never applied. The position is commit order (design §4):
+  `_sf_commit_ts`, then `_sf_commit_number` and `_sf_sequence_number`; replay ids are not compared, since they
+  differ between channels (the same change delivered twice has two). Over a
   snapshot or reconcile row it is *superseded* (the fetched state already includes it); over a CDC row it is
   *late*: it arrived after its record moved past it, so the record becomes dirty.
 - **Dirty.** A gap event, a late event, or an UPDATE/DELETE for a record never seen makes the record dirty; the
@@ -50,15 +52,18 @@ def classify(changes: DataFrame, current: DataFrame) -> DataFrame:
     guard = current.select(
         F.col("Id").alias("record_id"),
         F.col("_sf_commit_ts").alias("_cur_ts"),
-        F.col("_sf_replay_id").alias("_cur_replay"),
+        F.col("_sf_commit_number").alias("_cur_number"),
+        F.col("_sf_sequence_number").alias("_cur_seq"),
         F.col("_sf_dirty_since").alias("_cur_dirty"),
         F.col("_sf_source").alias("_cur_source"),
         F.lit(True).alias("_exists"),
     )
-    ts, replay = F.col("commit_ts"), F.coalesce(F.col("replay_id"), F.lit(0))
+    ts = F.col("commit_ts")
+    at_or_before = (F.struct("commit_number", "sequence_number")
+                    <= F.struct(F.col("_cur_number").alias("commit_number"), F.col("_cur_seq").alias("sequence_number")))
+    # A snapshot or reconcile row has no commit number: anything committed at or before its SystemModstamp is in it.
     stale = F.col("_exists") & F.col("_cur_ts").isNotNull() & (
-        (ts < F.col("_cur_ts"))
-        | ((ts == F.col("_cur_ts")) & (F.col("_cur_replay").isNull() | (replay <= F.col("_cur_replay")))))
+        (ts < F.col("_cur_ts")) | ((ts == F.col("_cur_ts")) & (F.col("_cur_number").isNull() | at_or_before)))
     per_record = Window.partitionBy("record_id")
     live_pos = F.when(F.col("_live"), F.col("_pos"))
     unknown_partial = ~F.col("_exists") & F.col("_first_type").isin(*PARTIAL)
@@ -122,7 +127,8 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
             F.max(F.col("_reset_pos").isNotNull()).alias("_has_reset"),
             F.max_by(F.struct("change_type", "commit_ts"),
                      F.when(F.col("applied") & F.col("change_type").isin(*LIFECYCLE), F.col("_pos"))).alias("_life"),
-            F.max_by(F.struct("commit_ts", "replay_id"), F.when(F.col("applied"), F.col("_pos"))).alias("_last"),
+            F.max_by(F.struct("commit_ts", "replay_id", "commit_number", "sequence_number"),
+                     F.when(F.col("applied"), F.col("_pos"))).alias("_last"),
             F.min("_dirty_from").alias("_dirty_from"),
             *[F.sum(F.col(n).cast("long")).alias(n) for n in COUNTERS],
         )
@@ -147,6 +153,10 @@ def _merge_with_current(folded: DataFrame, current: DataFrame, schema: ObjectSch
         F.coalesce(F.col("_last.commit_ts"), F.col("_cur__sf_commit_ts")).alias("_sf_commit_ts"),
         F.when(F.col("_last").isNotNull(), F.col("_last.replay_id"))
         .otherwise(F.col("_cur__sf_replay_id")).cast("long").alias("_sf_replay_id"),
+        F.when(F.col("_last").isNotNull(), F.col("_last.commit_number"))
+        .otherwise(F.col("_cur__sf_commit_number")).cast("long").alias("_sf_commit_number"),
+        F.when(F.col("_last").isNotNull(), F.col("_last.sequence_number"))
+        .otherwise(F.col("_cur__sf_sequence_number")).cast("long").alias("_sf_sequence_number"),
         F.least(F.col("_cur__sf_dirty_since"), F.col("_dirty_from")).alias("_sf_dirty_since"),
         F.when(F.col("_last").isNotNull(), F.lit("cdc"))
         .otherwise(F.coalesce(F.col("_cur__sf_source"), F.lit("cdc"))).alias("_sf_source"),

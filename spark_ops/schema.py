@@ -39,6 +39,8 @@ SYSTEM_COLUMNS: list[tuple[str, T.DataType]] = [
     ("_sf_deleted_at", T.TimestampType()),
     ("_sf_commit_ts", T.TimestampType()),
     ("_sf_replay_id", T.LongType()),
+    ("_sf_commit_number", T.LongType()),
+    ("_sf_sequence_number", T.LongType()),
     ("_sf_dirty_since", T.TimestampType()),
     ("_sf_source", T.StringType()),
     ("_sf_synced_at", T.TimestampType()),

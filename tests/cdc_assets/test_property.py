@@ -187,9 +187,9 @@ def test_reference_fold_reproduces_the_golden_sample(sample_dir):
                     _normalized(value, types.get(column, "")), f"{name} {want['Id']} {column}"
 
 
-# Minimal counterexamples: the first is what the property finds when the process runs outside UTC (e.g.
-# TZ=America/New_York); the second needs a duplicate from a second channel, which the streams above do not
-# generate. Both stay xfail until cdc_assets / spark_ops are fixed.
+# Regression tests from minimal counterexamples: the first is what the property found with the process outside UTC
+# (TZ=America/New_York: dedup bounds were read as local time); the second needs a duplicate from a second channel,
+# which the streams above do not generate (the guard compared replay ids, which differ between channels).
 
 ACME = "001000000000001AAA"
 T0 = 1_763_800_000_000
@@ -217,20 +217,12 @@ def local_time_zone(monkeypatch):
     time.tzset()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ingest._known_keys turns Spark's collect() timestamps (naive, Python local time) into UTC Arrow scalars, so "
-    "outside UTC the commit-time window misses stored events: a duplicate in a later file is ingested again, "
-    "then applied as a late event and the record turns dirty"))
 def test_duplicate_in_a_later_file_is_ignored_outside_utc(spark, tmp_path, local_time_zone):
     local_time_zone("America/New_York")
     plan = LandingPlan(files=[[0], [0]], names=["1.jsonl", "2.jsonl"], runs=[0.0, 0.0])
     check_replicas(tmp_path, [CREATE_ACME], plan)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the per-record guard compares replay ids when commit timestamps tie, but replay ids of two channels are not "
-    "comparable: after the copy of an event from another channel (higher replay id) was applied, a change later in "
-    "commit order in the same millisecond counts as late and the record turns dirty (design §4 vs §5)"))
 def test_same_event_on_two_channels_does_not_block_a_later_change_in_the_same_millisecond(spark, tmp_path):
     update = _account_event("UPDATE", "tx-update", T0, 9_000_002, 1008, {"Rating": "Hot"})
     other_channel = json.loads(to_line(CREATE_ACME))

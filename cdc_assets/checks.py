@@ -6,8 +6,9 @@ or a sensor run that selects the asset includes them), reading the table and its
 
 - `schema` (blocking): rows written by the latest replica commit match the pandera schema built from describe();
 - `unique_id` (blocking): `Id` is unique and non-null over the whole table (reads only the Id column);
-- `no_pending_resync` (blocking): no overflow is waiting for a full resync; until it has run the table is missing
-  changes Salesforce never sent;
+- `no_pending_resync`: no overflow is waiting for a full resync; until it has run the table is missing changes
+  Salesforce never sent (an ERROR, but not blocking: the pending resync is a state the platform resolves itself,
+  and failing every run until then would hide real failures);
 - `no_stale_dirty`: no record has been dirty (awaiting reconciliation) longer than `dirty_threshold_seconds`;
 - `quarantine_empty`: `_quarantine` has no rows newer than the last acknowledgement (`acknowledge_quarantine`);
 - `freshness`: the newest applied change is less than `freshness_seconds` old (a quiet org trips it too, so it only
@@ -44,7 +45,7 @@ NO_PENDING_RESYNC = "no_pending_resync"
 QUARANTINE_EMPTY = "quarantine_empty"
 FRESHNESS = "freshness"
 CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS)
-BLOCKING = frozenset({SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC})
+BLOCKING = frozenset({SCHEMA, UNIQUE_ID})
 
 QUARANTINE_ACK = "cdc.quarantine_ack"  # commit metadata key and app transaction id of an acknowledgement
 DIRTY_THRESHOLD_OPTION, DEFAULT_DIRTY_THRESHOLD = "dirty_threshold_seconds", 15 * 60.0

@@ -30,6 +30,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
     return dg.Definitions(
         assets=assets,
+        # One process per run: every step shares one Spark session instead of starting a JVM per step.
+        executor=dg.in_process_executor,
         asset_checks=[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
         sensors=[build_landing_zone_sensor(replication=replication, default_status=status),
                  build_reconciliation_sensor(replication=replication, default_status=status)],

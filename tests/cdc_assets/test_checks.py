@@ -56,8 +56,8 @@ def test_golden_sample_checks_run_with_the_materialization(golden):
     assert {replica_key(o) for o in OBJECTS} <= materialized
     steps = [e.step_key for e in result.all_events if e.is_step_start]
     assert steps.index("salesforce__Account_checks") > steps.index("salesforce__Account")
-    # The only blocking failure is Opportunity's pending resync; it fails the run, as it would in production.
-    assert not result.success and failed_steps(result) == ["salesforce__Opportunity_checks"]
+    # Checks fail (pending resync, quarantine, stale dirty) but none of them blocks: schema and Id are sound.
+    assert result.success and failed_steps(result) == []
 
     checks = {o: platform.check_results(result, o) for o in OBJECTS}
     for obj, results in checks.items():
@@ -69,7 +69,7 @@ def test_golden_sample_checks_run_with_the_materialization(golden):
 
     assert checks["Account"][NO_PENDING_RESYNC].passed and checks["Contact"][NO_PENDING_RESYNC].passed
     resync = checks["Opportunity"][NO_PENDING_RESYNC]
-    assert not resync.passed and meta(resync)["resync_pending"].startswith("GAP_OVERFLOW at commit 2025-11-22T08:36:40")
+    assert not resync.passed and not resync.blocking and meta(resync)["resync_pending"].startswith("GAP_OVERFLOW at commit 2025-11-22T08:36:40")
     assert "resync" in resync.description
 
     for obj in OBJECTS:

@@ -40,8 +40,9 @@ _ENVELOPE = T.StructType([
     ])),
     T.StructField("payload", T.StringType()),
     T.StructField("event", T.StructType([T.StructField("replayId", T.LongType())])),
+    T.StructField("_corrupt", T.StringType()),
 ])
-_HEADER = T.StructType([T.StructField(HEADER, T.StructType([
+_HEADER_FIELDS = T.StructType([
     T.StructField("entityName", T.StringType()),
     T.StructField("recordIds", T.ArrayType(T.StringType())),
     T.StructField("changeType", T.StringType()),
@@ -54,7 +55,7 @@ _HEADER = T.StructType([T.StructField(HEADER, T.StructType([
     T.StructField("nulledFields", T.ArrayType(T.StringType())),
     T.StructField("diffFields", T.ArrayType(T.StringType())),
     T.StructField("changedFields", T.ArrayType(T.StringType())),
-]))])
+])
 _MAP = T.MapType(T.StringType(), T.StringType())
 
 # Columns of a canonical change row, in the order change_events stores them.
@@ -65,27 +66,37 @@ CHANGE_COLUMNS = [
 
 
 def decode_envelope(lines: DataFrame) -> DataFrame:
-    """Decode the JSON envelope and header of each line; bad JSON leaves nulls for `quarantine_reasons`."""
-    env = F.from_json("raw", _ENVELOPE)
-    payload = F.coalesce(env["data"]["payload"], env["payload"])
-    header = F.from_json(payload, _HEADER)[HEADER]
-    return lines.select(
-        "source_file", "source_line", "raw",
-        F.expr("json_object_keys(raw)").isNotNull().alias("_is_object"),
-        payload.alias("_payload"),
-        F.from_json(payload, _MAP).alias("_body"),
-        F.coalesce(env["data"]["event"]["replayId"], env["event"]["replayId"]).alias("replay_id"),
-        header["entityName"].alias("entity"),
-        header["recordIds"].alias("record_ids"),
-        header["changeType"].alias("change_type"),
-        header["changeOrigin"].alias("change_origin"),
-        header["transactionKey"].alias("transaction_key"),
-        header["sequenceNumber"].alias("sequence_number"),
-        F.timestamp_millis(header["commitTimestamp"]).alias("commit_ts"),
-        F.coalesce(header["commitNumber"], F.lit(0)).alias("commit_number"),
-        header["commitUser"].alias("commit_user"),
-        F.coalesce(header["nulledFields"], F.array().cast("array<string>")).alias("_nulled"),
-        F.coalesce(header["diffFields"], F.array().cast("array<string>")).alias("diff_fields"),
+    """Decode the JSON envelope and header of each line; bad JSON leaves nulls for `quarantine_reasons`.
+
+    Each text is parsed once: the line into the envelope, the payload into a map of raw JSON values, and only the
+    header's own text into its struct (staged selects keep Spark from re-parsing a shared expression).
+    """
+    env = F.from_json("raw", _ENVELOPE, {"columnNameOfCorruptRecord": "_corrupt"})
+    header = F.col("_header")
+    return (
+        lines.select("source_file", "source_line", "raw", env.alias("_env"))
+        .select(
+            "source_file", "source_line", "raw",
+            F.col("_env._corrupt").isNull().alias("_is_object"),
+            F.coalesce(F.col("_env.data.payload"), F.col("_env.payload")).alias("_payload"),
+            F.coalesce(F.col("_env.data.event.replayId"), F.col("_env.event.replayId")).alias("replay_id"),
+        )
+        .withColumn("_body", F.from_json("_payload", _MAP))
+        .withColumn("_header", F.from_json(F.element_at("_body", F.lit(HEADER)), _HEADER_FIELDS))
+        .select(
+            "source_file", "source_line", "raw", "_is_object", "_payload", "_body", "replay_id",
+            header["entityName"].alias("entity"),
+            header["recordIds"].alias("record_ids"),
+            header["changeType"].alias("change_type"),
+            header["changeOrigin"].alias("change_origin"),
+            header["transactionKey"].alias("transaction_key"),
+            header["sequenceNumber"].alias("sequence_number"),
+            F.timestamp_millis(header["commitTimestamp"]).alias("commit_ts"),
+            F.coalesce(header["commitNumber"], F.lit(0)).alias("commit_number"),
+            header["commitUser"].alias("commit_user"),
+            F.coalesce(header["nulledFields"], F.array().cast("array<string>")).alias("_nulled"),
+            F.coalesce(header["diffFields"], F.array().cast("array<string>")).alias("diff_fields"),
+        )
     )
 
 

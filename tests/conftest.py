@@ -2,27 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("CDC_SHARED", REPO.parent / "shared"))
-SAMPLE = SHARED / "samples" / "basic"
-
-TEST_SPARK_CONF = {
-    "spark.master": "local[2]",
-    "spark.sql.shuffle.partitions": "2",
-    "spark.default.parallelism": "2",
-    "spark.driver.memory": "2g",
-    "spark.sql.adaptive.enabled": "false",
-}
+from settings import SAMPLE, TEST_SPARK_CONF
 
 
 @pytest.fixture(scope="session")
 def spark():
-    from resources.spark import session, spark_resource
+    from resources.spark import spark_resource
 
     resource = spark_resource(TEST_SPARK_CONF)
     from dagster_pyspark.resources import spark_session_from_config

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from conftest import TEST_SPARK_CONF  # noqa: E402
+from settings import TEST_SPARK_CONF  # noqa: E402
 from harness import Platform  # noqa: E402
 
 if __name__ == "__main__":

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from hypothesis import strategies as st
 
-from conftest import SAMPLE
+from settings import SAMPLE
 
 DESCRIBE_DIR = SAMPLE / "describe"
 OBJECTS = ("Account", "Contact")

@@ -15,7 +15,7 @@ from cdc_assets.checks import (
     acknowledge_quarantine, build_replica_checks, check_freshness, check_no_stale_dirty, check_quarantine_empty,
 )
 from cdc_assets.config import load_config
-from conftest import TEST_SPARK_CONF
+from settings import TEST_SPARK_CONF
 from harness import Platform, load_lines, write_config
 from resources.delta import DeltaWarehouse
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, TEST_SPARK_CONF
+from settings import REPO, TEST_SPARK_CONF
 from harness import Platform, comparable, load_lines
 
 OBJECTS = ["Account", "Contact", "Opportunity"]

@@ -6,7 +6,7 @@ import gzip
 
 import pytest
 
-from conftest import TEST_SPARK_CONF
+from settings import TEST_SPARK_CONF
 from event_lines import event
 from harness import Platform
 

@@ -26,7 +26,7 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from conftest import TEST_SPARK_CONF
+from settings import TEST_SPARK_CONF
 from harness import Platform
 from reference_fold import SYSTEM_COLUMNS, fold, position
 from streams import DESCRIBE_DIR, OBJECTS, event_streams, from_line, random_stream, sample_objects, to_line

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import TEST_SPARK_CONF
+from settings import TEST_SPARK_CONF
 from harness import Platform, comparable, load_lines
 
 OBJECTS = ["Account", "Contact", "Opportunity"]

@@ -7,7 +7,7 @@ import math
 import dagster as dg
 import pytest
 
-from conftest import TEST_SPARK_CONF
+from settings import TEST_SPARK_CONF
 from harness import Platform
 from org_compare import differences
 from resources.salesforce import SalesforceResource

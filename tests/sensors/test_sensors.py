@@ -6,7 +6,7 @@ import dagster as dg
 import pytest
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
-from conftest import TEST_SPARK_CONF
+from settings import TEST_SPARK_CONF
 from event_lines import event
 from harness import Platform, load_lines
 from resources.salesforce import SalesforceResource

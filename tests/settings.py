@@ -1,0 +1,18 @@
+"""Paths and Spark settings shared by tests (a plain module: `conftest` names differ per folder)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = Path(os.environ.get("CDC_SHARED", REPO.parent / "shared"))
+SAMPLE = SHARED / "samples" / "basic"
+
+TEST_SPARK_CONF = {
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "2g",
+    "spark.sql.adaptive.enabled": "false",
+}

@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test install bench clean
+.PHONY: run test install bench clean browser e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,14 @@ run: $(STAMP)
 ## The test suite (real Spark, real Delta tables, real HTTPS emulator, real Dagster).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+## Headless Chromium (Debian's `chromium`) for the browser check of the UI (tests/e2e/test_ui.py); needs root.
+browser:
+	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
+
+## End-to-end: the real Dagster daemon and webserver against the emulator (minutes; screenshots to docs/screenshots).
+e2e: $(STAMP) browser
+	$(BIN)/python -m pytest -q -m e2e tests/e2e
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -1,0 +1,5 @@
+import sys
+
+from demo.main import main
+
+sys.exit(main())

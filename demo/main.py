@@ -1,0 +1,107 @@
+"""`python -m demo`: emulator + workload + `dagster dev` with sensors on, until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+from demo import processes
+from demo.instance import fail_orphaned_runs, write_dagster_home
+from demo.org import WorkloadThread, open_org
+from demo.processes import REPO
+
+log = logging.getLogger("demo")
+
+STATUS_EVERY_SECONDS = 60
+WORKSPACE = Path(__file__).resolve().parent / "workspace.yaml"  # definitions.py, in-process executor
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__)
+    parser.add_argument("--root", type=Path, default=REPO / ".demo", help="where org, landing zone, warehouse live")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("CDC_DEMO_PORT", 8443)),
+                        help="Salesforce emulator port (env CDC_DEMO_PORT)")
+    parser.add_argument("--ui-port", type=int, default=int(os.environ.get("CDC_DEMO_UI_PORT", 3000)))
+    parser.add_argument("--accounts", type=int, default=500, help="size of a newly generated org")
+    parser.add_argument("--rate", type=float, default=6.0, help="workload transactions per second")
+    parser.add_argument("--config", type=Path, default=REPO / "replication.yaml")
+    return parser
+
+
+def _banner(ui_url: str, emu, root: Path, log_file: Path) -> str:  # type: ignore[no-untyped-def]
+    return "\n".join([
+        "",
+        f"  Dagster UI         {ui_url}   (sensors running; assets materialize on their own)",
+        f"  Salesforce org     {emu.instance_url}   token {emu.token}, CA {emu.ca_file}",
+        f"  landing zone       {root / 'landing'}",
+        f"  Delta warehouse    {root / 'warehouse'}",
+        f"  Dagster log        {log_file}",
+        "  latency probe      python -m demo.latency",
+        "  Ctrl-C stops everything.",
+        "",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the Dagster instance's storage migrations
+    root = args.root.resolve()
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):  # handled (not ignored) here, so children start with defaults
+        signal.signal(signum, lambda *_: stop.set())
+
+    try:
+        processes.free_port(args.ui_port)
+    except OSError as exc:
+        raise SystemExit(f"port {args.ui_port} for the Dagster UI is taken ({exc}); set CDC_DEMO_UI_PORT") from exc
+    home = write_dagster_home(root / "dagster_home")
+    if orphans := fail_orphaned_runs(home):
+        log.info("marked %d runs left in flight by an earlier session as failed", orphans)
+    emu, workload = open_org(root / "org", root / "landing", port=args.port, accounts=args.accounts)
+    worker = WorkloadThread(workload, rate=args.rate)
+    dagster = None
+    try:
+        env = processes.platform_env(home=home, config=args.config, landing=root / "landing",
+                                     warehouse=root / "warehouse", emu=emu)
+        log_file = root / "dagster.log"
+        dagster = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1",
+                                   "-p", str(args.ui_port)], env, log_file=log_file)
+        ui_url = f"http://127.0.0.1:{args.ui_port}"
+        (root / "demo.json").write_text(json.dumps({
+            "ui_url": ui_url, "instance_url": emu.instance_url, "token": emu.token, "ca_file": emu.ca_file,
+            "landing_dir": str(root / "landing"), "warehouse": str(root / "warehouse")}, indent=1))
+        worker.start()
+        log.info("starting dagster dev (log: %s)", log_file)
+        processes.wait_for_http(f"{ui_url}/server_info", dagster, stop=stop)
+        if not stop.is_set():
+            processes.wait_for_code_location(ui_url, dagster)
+            print(_banner(ui_url, emu, root, log_file), flush=True)
+        last_status = time.monotonic()
+        while not stop.wait(1):
+            if dagster.poll() is not None:
+                log.error("dagster dev exited with code %s; see %s", dagster.returncode, log_file)
+                return 1
+            if time.monotonic() - last_status < STATUS_EVERY_SECONDS:
+                continue
+            last_status, stats = time.monotonic(), worker.stats
+            log.info("workload: %d transactions, %d record changes so far; %d landing files",
+                     stats.get("transactions", 0), stats.get("record_changes", 0),
+                     len(emu.publisher.writer.published) if emu.publisher else 0)
+        return 0
+    finally:
+        log.info("stopping: workload, Dagster, emulator")
+        if worker.is_alive():
+            worker.stop()
+        if dagster is not None:
+            processes.stop(dagster)
+        fail_orphaned_runs(home)
+        emu.stop()
+        (root / "demo.json").unlink(missing_ok=True)
+        log.info("stopped")

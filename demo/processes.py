@@ -1,0 +1,126 @@
+"""Dagster's own processes (`dagster dev`, `dagster-daemon run`) as children we can stop cleanly.
+
+Each child starts in its own session, so stopping it reaches everything it started (webserver, daemon, code
+server, run workers): first SIGINT to the child (Dagster's orderly shutdown), then, after a grace period, SIGKILL
+to its process group. The environment tells the code location (definitions.py) where everything is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from salesforce_emulator import Emulator
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def platform_env(*, home: Path, config: Path, landing: Path, warehouse: Path, emu: Emulator,
+                 sensors_running: bool = True, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the code location: where config, landing zone, warehouse and org are."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SF_", "CDC_", "DAGSTER_"))}
+    env |= {
+        "DAGSTER_HOME": str(Path(home).resolve()),
+        "CDC_CONFIG": str(Path(config).resolve()),
+        "CDC_LANDING_ZONE": str(Path(landing).resolve()),
+        "CDC_WAREHOUSE": str(Path(warehouse).resolve()),
+        "CDC_SENSORS_RUNNING": "1" if sensors_running else "0",
+        "SF_INSTANCE_URL": emu.instance_url,
+        "SF_ACCESS_TOKEN": emu.token,
+        "SF_CA_BUNDLE": str(Path(emu.ca_file).resolve()),
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    return env | (extra or {})
+
+
+def free_port(port: int = 0, host: str = "127.0.0.1") -> int:
+    """`port` if nothing listens there (0: any free port); raises OSError if it is taken."""
+    with socket.socket() as probe:
+        probe.bind((host, port))
+        return probe.getsockname()[1]
+
+
+def start(command: list[str], env: dict[str, str], log_file: Path | None = None,
+          cwd: Path = REPO) -> subprocess.Popen:
+    """Start `command` (a Dagster CLI in this virtualenv) in its own session; output to `log_file` if given."""
+    out = open(log_file, "ab") if log_file else None  # noqa: SIM115 (the child owns it)
+    try:
+        return subprocess.Popen([str(BIN / command[0]), *command[1:]], env=env, cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT if out else None, start_new_session=True)
+    finally:
+        if out:
+            out.close()
+
+
+def stop(process: subprocess.Popen, grace_seconds: float = 30.0) -> int | None:
+    """Orderly shutdown, then SIGKILL to whatever of its process group is left."""
+    if process.poll() is None:
+        try:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=grace_seconds)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)  # run workers and code servers it left behind
+    except ProcessLookupError:
+        pass
+    try:
+        return process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+LOCATIONS_QUERY = """{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus
+  locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
+
+
+def graphql(ui_url: str, query: str, variables: dict | None = None) -> dict:
+    request = urllib.request.Request(f"{ui_url}/graphql", data=json.dumps({"query": query, "variables": variables or {}})
+                                     .encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["data"]
+
+
+def wait_for_code_location(ui_url: str, process: subprocess.Popen, timeout_seconds: float = 180.0) -> str:
+    """Wait until the webserver has loaded the code location; its name, or an error naming what failed."""
+    wait_for_http(f"{ui_url}/server_info", process, timeout_seconds)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        entries = graphql(ui_url, LOCATIONS_QUERY)["workspaceOrError"].get("locationEntries") or []
+        loaded = [e for e in entries if e["loadStatus"] == "LOADED"]
+        if loaded and all(e["locationOrLoadError"] for e in loaded):
+            errors = [e for e in loaded if e["locationOrLoadError"]["__typename"] == "PythonError"]
+            if errors:
+                raise RuntimeError(f"code location {errors[0]['name']} failed to load: "
+                                   f"{errors[0]['locationOrLoadError']['message']}")
+            return loaded[0]["name"]
+        time.sleep(1)
+    raise TimeoutError(f"no code location loaded at {ui_url} within {timeout_seconds:.0f} s")
+
+
+def wait_for_http(url: str, process: subprocess.Popen, timeout_seconds: float = 180.0,
+                  stop: threading.Event | None = None) -> None:
+    """Wait until `url` answers 200, failing early if `process` exits (and giving up quietly on `stop`)."""
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline and not (stop and stop.is_set()):
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited with code {process.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    if stop and stop.is_set():
+        return
+    raise TimeoutError(f"{url} did not answer within {timeout_seconds:.0f} s")

@@ -1,0 +1,134 @@
+"""End-to-end fixtures: the emulator, a temp DAGSTER_HOME and `dagster dev` (webserver + the real daemon) as
+subprocesses, with both sensors running against a replication.yaml of the five workload objects.
+
+One stack serves the whole session (starting Dagster and loading the code location takes a while on 2 cores):
+test_daemon drives a large workload through it, test_ui photographs its UI. These tests run only when asked
+for (`make e2e`, i.e. `pytest -m e2e tests/e2e`); a plain `pytest` run skips them.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from deltalake import DeltaTable
+
+from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
+from cdc_assets.ingest import CE_STATE, pending_files
+from demo import processes
+from demo.instance import in_flight_runs, open_instance, write_dagster_home
+from demo.main import WORKSPACE
+from harness import write_config
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.landing_zone import LandingZone
+from salesforce_emulator import Emulator
+from salesforce_emulator.workload import OBJECTS, Workload
+
+ACCOUNTS = 300
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if "e2e" in (config.option.markexpr or ""):
+        return
+    skip = pytest.mark.skip(reason="end-to-end (minutes, real Dagster daemon and browser): run `make e2e`")
+    for item in items:
+        if "e2e" in item.keywords:
+            item.add_marker(skip)
+
+
+@dataclass
+class Stack:
+    root: Path
+    emu: Emulator
+    workload: Workload
+    home: Path
+    ui_url: str
+    process: object
+    objects: tuple[str, ...] = OBJECTS
+
+    @property
+    def landing(self) -> Path:
+        return self.root / "landing"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root / "warehouse"
+
+    @contextmanager
+    def instance(self):
+        with open_instance(self.home) as instance:
+            yield instance
+
+    def rows(self, name: str) -> dict[str, dict]:
+        path = self.warehouse / name
+        if not (path / "_delta_log").exists():
+            return {}
+        return {r["Id"]: r for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+
+    def materializations(self, instance: dg.DagsterInstance, name: str) -> list[dict]:
+        """Metadata of every materialization of replica `name`, oldest first."""
+        records = instance.fetch_materializations(replica_key(name), limit=10_000, ascending=True).records
+        return [{k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records]
+
+    def unsettled(self) -> str | None:
+        """Why the platform is not at rest yet, or None: no run queued or in flight, every landing file ingested,
+        every replica applied through the newest ingest with nothing held, dirty or waiting for a resync."""
+        with self.instance() as instance:
+            if runs := in_flight_runs(instance):
+                return f"{len(runs)} runs queued or in flight"
+            warehouse = DeltaWarehouse(root=str(self.warehouse))
+            if pending := pending_files(warehouse, LandingZone(path=str(self.landing))):
+                return f"{len(pending)} landing files not ingested"
+            ingest_seq = int(DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
+                             .get("ingest_seq", 0))
+            for name in self.objects:
+                event = instance.get_latest_materialization_event(replica_key(name))
+                if event is None:
+                    return f"{name} not materialized yet"
+                meta = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+                if meta.get(META_DIRTY) or meta.get(META_RESYNC) or meta.get(META_HELD):
+                    return f"{name}: dirty {meta.get(META_DIRTY)}, resync {meta.get(META_RESYNC)!r}, " \
+                           f"held {meta.get(META_HELD)}"
+                if int(meta.get(META_APPLIED_THROUGH) or 0) < ingest_seq:
+                    return f"{name} applied through {meta.get(META_APPLIED_THROUGH)} of {ingest_seq}"
+        return None
+
+    def wait_settled(self, timeout_seconds: float = 600.0, poll_seconds: float = 5.0) -> float:
+        """Seconds until the platform is at rest (seen twice in a row); fails with the last reason on timeout."""
+        started = time.monotonic()
+        calm, reason = 0, None
+        while time.monotonic() - started < timeout_seconds:
+            reason = self.unsettled()
+            calm = calm + 1 if reason is None else 0
+            if calm == 2:
+                return time.monotonic() - started
+            time.sleep(poll_seconds)
+        pytest.fail(f"sensors did not settle within {timeout_seconds:.0f} s: {reason}")
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("e2e")
+    emu = Emulator(root / "org", landing_dir=root / "landing", roll_seconds=3.0)
+    workload = Workload(emu, seed=42)
+    workload.build_org(accounts=ACCOUNTS)
+    emu.start()
+    config = write_config(root / "replication.yaml", None, list(OBJECTS), close_after=10, initial_load=True)
+    home = write_dagster_home(root / "dagster_home")
+    env = processes.platform_env(home=home, config=config, landing=root / "landing",
+                                 warehouse=root / "warehouse", emu=emu)
+    port = processes.free_port()
+    process = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)],
+                              env, log_file=root / "dagster.log")
+    ui_url = f"http://127.0.0.1:{port}"
+    try:
+        processes.wait_for_code_location(ui_url, process)
+        yield Stack(root, emu, workload, home, ui_url, process)
+    finally:
+        processes.stop(process)
+        emu.stop()
+        print(f"\nDagster log: {root / 'dagster.log'}")

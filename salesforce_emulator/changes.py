@@ -205,7 +205,7 @@ class Transaction:
         self.conn.execute("SAVEPOINT part")
         try:
             yield
-        except BaseException:
+        except BaseException:  # undo this part, then let the error propagate
             self.conn.execute("ROLLBACK TO part")
             self.conn.execute("RELEASE part")
             del self.changes[marker:]

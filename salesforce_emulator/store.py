@@ -104,7 +104,7 @@ class Store:
             self._active = txn
             try:
                 yield txn
-            except BaseException:
+            except BaseException:  # roll the transaction back, then let the error propagate
                 self._active = None
                 self.conn.execute("ROLLBACK")
                 raise

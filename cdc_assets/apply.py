@@ -100,7 +100,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     open_key = _open_transaction(ce_state, close_after, now)
     counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
-    state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts")}
+    state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts", "resynced")}
     state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None, "synced_at": now.isoformat()}
     new_rows = schema.arrow_schema().empty_table()
     buckets: list[str] = []
@@ -116,9 +116,17 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             state["held"] = {"transactions": [open_key], "from_seq": int(from_seq)}
         if counts_overflow := pc.sum(overflow_mask).as_py() or 0:
             counts["overflow"] = counts_overflow
-            first = pc.min(rows.filter(overflow_mask)["commit_ts"]).as_py()
+        if resynced := (state.get("resynced") or {}).get("at"):
+            # Overflows committed before the last resync's snapshot are already covered by it.
+            covered = pc.less_equal(rows["commit_ts"], pa.scalar(datetime.fromisoformat(resynced),
+                                                                   pa.timestamp("us", tz="UTC")))
+            pending_mask = pc.and_(overflow_mask, pc.invert(covered))
+        else:
+            pending_mask = overflow_mask
+        if pc.sum(pending_mask).as_py():
+            first = pc.min(rows.filter(pending_mask)["commit_ts"]).as_py()
             state["resync_pending"] = state.get("resync_pending") or {
-                "since": first.isoformat(), "from_seq": int(pc.min(rows.filter(overflow_mask)["_ingest_seq"]).as_py()),
+                "since": first.isoformat(), "from_seq": int(pc.min(rows.filter(pending_mask)["_ingest_seq"]).as_py()),
                 "reason": f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z"}
         changes = rows.filter(pc.invert(pc.or_(held_mask, overflow_mask)))
         if changes.num_rows:

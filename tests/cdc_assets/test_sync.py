@@ -135,6 +135,9 @@ def test_overflow_triggers_a_resync_that_equals_the_org(tmp_path, org):
     org.fail_next_requests(0)
     assert all([execute(platform, r) for r in requests])  # the next run completes
     assert_equal_to_org(platform, org)
+    assert not any(platform.materialization_of(n)["resync_pending"] for n in OBJECTS)
+    assert not [r for r in sensor_requests(platform) if r.tags[TAG_MODE] == "resync"]  # no resync loop
+    assert_equal_to_org(platform, org)
 
 
 def test_object_added_later_is_loaded_fully_then_follows_cdc(tmp_path, org):

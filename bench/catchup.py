@@ -20,8 +20,9 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 import yaml
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
+from bench.naive import NaiveTable
 from bench.workloads import OBJECTS, cdc_workload, events_in
 from cdc_assets.assets import replica_key
 from cdc_assets.defs import build_defs
@@ -88,28 +89,7 @@ def floor_pass(root: Path, work: Path) -> float:
 
 def naive_pass(root: Path, work: Path, seconds: float = 20.0) -> tuple[int, float]:
     """One delta-rs merge per transaction (Python fold of each event); returns (events applied, elapsed)."""
-    lines = [json.loads(line) for f in sorted((root / "landing").rglob("*.jsonl")) for line in f.open()]
-    by_tx: dict[str, list[dict]] = defaultdict(list)
-    for line in lines:
-        header = line["data"]["payload"]["ChangeEventHeader"]
-        by_tx[header["transactionKey"]].append(line)
-    uri = str(work / "naive")
-    write_deltalake(uri, pa.table({"Id": pa.array([], pa.string()), "entity": pa.array([], pa.string()),
-                                   "body": pa.array([], pa.string())}))
-    applied, started = 0, time.perf_counter()
-    for events in by_tx.values():
-        rows = []
-        for e in events:
-            payload = e["data"]["payload"]
-            header = payload["ChangeEventHeader"]
-            body = json.dumps({k: v for k, v in payload.items() if k != "ChangeEventHeader"})
-            rows += [{"Id": rid, "entity": header["entityName"], "body": body} for rid in header["recordIds"]]
-        (DeltaTable(uri).merge(pa.Table.from_pylist(rows), "t.Id = s.Id", source_alias="s", target_alias="t")
-         .when_matched_update_all().when_not_matched_insert_all().execute())
-        applied += len(events)
-        if time.perf_counter() - started > seconds:
-            break
-    return applied, time.perf_counter() - started
+    return NaiveTable(work / "naive").apply(sorted((root / "landing").rglob("*.jsonl")), seconds=seconds)
 
 
 def run(*, accounts: int = 2500, changes: int = 40_000) -> list[dict]:

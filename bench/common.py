@@ -1,0 +1,114 @@
+"""What every benchmark workload shares: the Spark session, the platform wired to a work directory, Dagster's real
+`materialize()`, per-phase timings from materialization metadata, and per-workload peak memory.
+
+Several workloads run in one process (`python -m bench`), so peak RSS is reset before each one (`clear_refs`),
+and the figure is the peak of this process plus its children (the Spark driver JVM) during that workload only.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import dagster as dg
+import yaml
+
+from bench.catchup import peak_rss_mb
+from cdc_assets.defs import build_defs
+from resources.spark import spark_config
+
+BENCH_SPARK = {"spark.sql.shuffle.partitions": "8"}
+
+
+def _own_pids() -> list[str]:
+    me = str(os.getpid())
+    pids = [me]
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if f"PPid:\t{me}\n" in status.read_text():
+                pids.append(status.parent.name)
+        except OSError:
+            continue
+    return pids
+
+
+def reset_peak_rss() -> None:
+    """Start a new peak-RSS measurement for this process and its children (Linux `clear_refs` 5)."""
+    for pid in _own_pids():
+        try:
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+        except OSError:
+            pass
+
+
+def start_spark() -> tuple[dict[str, str], float]:
+    """The Spark conf the platform will use, with its session already started; and the start time (0 if reused)."""
+    from dagster_pyspark.resources import spark_session_from_config
+    from pyspark.sql import SparkSession
+
+    conf = spark_config(BENCH_SPARK)
+    if SparkSession.getActiveSession() is not None:
+        return conf, 0.0
+    started = time.perf_counter()
+    spark = spark_session_from_config(conf)
+    spark.sparkContext.setLogLevel("ERROR")
+    return conf, time.perf_counter() - started
+
+
+def write_replication(path: Path, objects: dict[str, Path | None], *, initial_load: bool = False) -> Path:
+    """A replication.yaml naming `objects` (with describe files where given), transactions closed at once."""
+    path.write_text(yaml.safe_dump({
+        "options": {"transaction_close_after": 0, "initial_load": initial_load},
+        "objects": [{"name": o, **({"describe": str(d)} if d else {})} for o, d in objects.items()],
+    }))
+    return path
+
+
+class PlatformRunner:
+    """The platform's Definitions over one landing zone and warehouse; `run()` is one `materialize()` of
+    change_events + the replicas, in this process, reusing the Spark session (as the in-process executor does)."""
+
+    def __init__(self, *, config: Path, landing: Path, warehouse: Path, spark_conf: dict[str, str],
+                 salesforce=None):
+        self.warehouse = warehouse
+        self.defs = build_defs(config_path=config, landing_path=str(landing), warehouse_root=str(warehouse),
+                               spark_conf=spark_conf, salesforce=salesforce)
+        self.assets = [a for a in self.defs.assets if isinstance(a, dg.AssetsDefinition)]
+        self.instance = dg.DagsterInstance.ephemeral()
+
+    def run(self, selection: list[dg.AssetKey] | None = None) -> tuple[float, dict[str, float], dict[str, dict]]:
+        """Wall seconds, summed per-phase seconds (`ingest.*`, `apply.*`), and each asset's metadata values."""
+        assets = [a for a in self.assets if selection is None or set(a.keys) & set(selection)]
+        started = time.perf_counter()
+        result = dg.materialize(assets, resources=self.defs.resources, instance=self.instance)
+        wall = time.perf_counter() - started
+        phases: dict[str, float] = defaultdict(float)
+        metadata: dict[str, dict] = {}
+        for event in result.get_asset_materialization_events():
+            m = event.materialization
+            where = "ingest" if m.asset_key == dg.AssetKey("change_events") else "apply"
+            values = {k: v.value for k, v in m.metadata.items()}
+            metadata[m.asset_key.to_user_string()] = values
+            for key, value in values.items():
+                if key.startswith("seconds_"):
+                    phases[f"{where}.{key[len('seconds_'):]}"] += float(value)
+        return wall, dict(phases), metadata
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def figures(*, workload: str, unit: str, count: int, wall_s: float, floor_s: float | None = None,
+            baseline_s: float | None = None, **extra) -> dict:
+    """One result row: throughput in `unit`/s, ratios to floor and baseline (ours / theirs, same work)."""
+    return {
+        "workload": workload, "unit": unit, "count": count, "wall_s": wall_s,
+        "per_s": count / wall_s if wall_s else float("nan"),
+        "floor_s": floor_s, "x_floor": wall_s / floor_s if floor_s else None,
+        "baseline_s": baseline_s, "x_baseline": wall_s / baseline_s if baseline_s else None,
+        "peak_rss_mb": peak_rss_mb(), **extra,
+    }

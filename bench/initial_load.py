@@ -1,0 +1,89 @@
+"""Initial load: an object's first materialization, a Bulk API 2.0 `queryAll` of every record (design §7), from
+the emulator over HTTPS through the platform's resync path, in one `materialize()` of the replica asset.
+
+Same run, same org: **floor** = the same Bulk API job fetched page by page with the same client and CSV parser
+(pyarrow), the pages written as Parquet, no typing or layout. The org (Accounts made by the emulator's workload
+data generator, in transactions of 5,000 records) is built once into `bench/out/initial-<n>/` and reused.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from bench.common import PlatformRunner, figures, reset_peak_rss, start_spark, write_replication
+from bench.workloads import OUT
+from cdc_assets.assets import replica_key
+from cdc_assets.sync import SYSTEM_FIELDS
+from resources.salesforce import SalesforceResource
+from salesforce_emulator import Emulator
+from salesforce_emulator import workload_data as data
+from spark_ops.schema import ObjectSchema
+
+OBJECT = "Account"
+TX_RECORDS = 5_000
+
+
+def build_org(records: int) -> tuple[Path, float]:
+    """An org with `records` Accounts (built once); and how long building took (0 if reused)."""
+    root = OUT / f"initial-{records}"
+    done = root / "done.json"
+    if done.exists():
+        return root, json.loads(done.read_text())["build_s"]
+    shutil.rmtree(root, ignore_errors=True)
+    rng = random.Random(11)
+    started = time.perf_counter()
+    emu = Emulator(root / "org")
+    try:
+        for start in range(0, records, TX_RECORDS):
+            with emu.store.transaction() as txn:
+                for _ in range(min(TX_RECORDS, records - start)):
+                    txn.create(OBJECT, data.new_record(rng, OBJECT))
+    finally:
+        emu.stop()
+    build_s = time.perf_counter() - started
+    done.write_text(json.dumps({"records": records, "build_s": build_s}))
+    return root, build_s
+
+
+def floor_pass(salesforce: SalesforceResource, out: Path) -> float:
+    fields = ObjectSchema.from_describe(salesforce.describe(OBJECT)).column_names + SYSTEM_FIELDS
+    started = time.perf_counter()
+    writer = None
+    for batch in salesforce.bulk_query_all(OBJECT, fields):
+        writer = writer or pq.ParquetWriter(out, batch.schema)
+        writer.write_batch(batch)
+    if writer:
+        writer.close()
+    return time.perf_counter() - started
+
+
+def run(*, records: int = 1_000_000) -> list[dict]:
+    root, build_s = build_org(records)
+    conf, spark_start = start_spark()
+    work = Path(tempfile.mkdtemp(prefix="bench-initial-"))
+    try:
+        with Emulator(root / "org") as emu:
+            salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
+                                            ca_bundle=str(emu.ca_file))
+            config = write_replication(work / "replication.yaml", {OBJECT: None}, initial_load=True)
+            (work / "landing").mkdir()
+            platform = PlatformRunner(config=config, landing=work / "landing", warehouse=work / "wh",
+                                      spark_conf=conf, salesforce=salesforce)
+            reset_peak_rss()
+            wall, phases, metadata = platform.run(selection=[replica_key(OBJECT)])
+            peak = figures(workload="", unit="records", count=records, wall_s=wall)["peak_rss_mb"]
+            floor = floor_pass(salesforce, work / "floor.parquet")
+        meta = metadata[replica_key(OBJECT).to_user_string()]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return [figures(workload=f"initial load: {records:,} Accounts, Bulk API 2.0", unit="records", count=records,
+                    wall_s=wall, floor_s=floor, spark_start_s=spark_start, org_build_s=build_s,
+                    snapshot_rows=meta.get("snapshot_rows"), row_count=meta.get("dagster/row_count"),
+                    phases=phases) | {"peak_rss_mb": peak}]

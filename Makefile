@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+E2E_STAMP := $(VENV)/.installed-e2e
 
 .PHONY: run test install bench clean browser e2e
 
@@ -27,8 +28,12 @@ browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
 
 ## End-to-end: the real Dagster daemon and webserver against the emulator (minutes; screenshots to docs/screenshots).
-e2e: $(STAMP) browser
-	$(BIN)/python -m pytest -q -m e2e tests/e2e
+$(E2E_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,e2e]'
+	touch $(E2E_STAMP)
+
+e2e: $(E2E_STAMP) browser
+	$(BIN)/python -m pytest -q -s -m e2e tests/e2e
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

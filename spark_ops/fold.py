@@ -114,16 +114,12 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
     reset_pos = F.max(F.when(F.col("applied") & F.col("change_type").isin(*RESETS), F.col("_pos"))) \
         .over(Window.partitionBy("record_id"))
     effective = F.col("applied") & (F.col("_reset_pos").isNull() | (F.col("_pos") >= F.col("_reset_pos")))
-    value_aggs = [F.expr(
-        f"max_by(named_struct('v', {_typed_sql(c, t)}), "
-        f"CASE WHEN _effective AND array_contains(set_fields, {literal(c)}) THEN _pos END) AS {quote('_new_' + c)}")
-        for c, t in schema.columns if c != "Id"]
     folded = (
         classified.withColumn("_reset_pos", reset_pos)
         .withColumn("_effective", effective)
         .groupBy("record_id")
         .agg(
-            *value_aggs,
+            _latest_values().alias("_values"),
             F.max(F.col("_reset_pos").isNotNull()).alias("_has_reset"),
             F.max_by(F.struct("change_type", "commit_ts"),
                      F.when(F.col("applied") & F.col("change_type").isin(*LIFECYCLE), F.col("_pos"))).alias("_life"),
@@ -136,14 +132,29 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
     return _merge_with_current(folded, current, schema)
 
 
+def _latest_values() -> Column:
+    """Per record: column name -> JSON text of the last effective change that set it (explicit nulls included).
+
+    One narrow aggregate whatever the width of the object: the effective changes' (column, value) entries are
+    collected, put in commit order and turned into a map in which the last entry of a key wins
+    (`spark.sql.mapKeyDedupPolicy=LAST_WIN`). A struct-valued `max_by` per column did the same with one aggregate
+    buffer per column, which forces a sort-based aggregate and generated code that grows with the object.
+    """
+    return F.expr(
+        "map_from_entries(flatten(transform(array_sort(collect_list(CASE WHEN _effective THEN "
+        "struct(_pos, transform(set_fields, c -> struct(c AS key, element_at(fields, c) AS value)) AS entries) "
+        "END)), x -> x.entries)))")
+
+
 def _merge_with_current(folded: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
     cur = aligned(current, schema)
     cur = cur.selectExpr(*[f"{quote(c)} AS {quote('_cur_' + c)}" for c in cur.columns])
     j = folded.join(cur, folded["record_id"] == cur["_cur_Id"], "left")
     life = F.col("_life.change_type")
     values = [F.expr(
-        f"CAST(CASE WHEN {quote('_new_' + c)} IS NOT NULL THEN {quote('_new_' + c)}.v WHEN _has_reset THEN NULL "
-        f"ELSE {quote('_cur_' + c)} END AS {spark_type(t).simpleString()}) AS {quote(c)}")
+        f"CASE WHEN map_contains_key(_values, {literal(c)}) THEN {_typed_sql(c, t, '_values')} "
+        f"WHEN _has_reset THEN NULL ELSE CAST({quote('_cur_' + c)} AS {spark_type(t).simpleString()}) END "
+        f"AS {quote(c)}")
         for c, t in schema.columns if c != "Id"]
     system = [
         F.when(life == "DELETE", True).when(life.isNotNull(), False)
@@ -181,9 +192,9 @@ def aligned(rows: DataFrame, schema: ObjectSchema) -> DataFrame:
     ])
 
 
-def _typed_sql(column: str, sf_type: str) -> str:
-    """SQL for a column's value from an event's `fields` map (JSON text), cast to the replica type."""
-    return f"CAST(element_at(fields, {literal(column)}) AS {spark_type(sf_type).simpleString()})"
+def _typed_sql(column: str, sf_type: str, values: str) -> str:
+    """SQL for a column's value from a map of JSON text (an event's `fields`), cast to the replica type."""
+    return f"CAST(element_at({values}, {literal(column)}) AS {spark_type(sf_type).simpleString()})"
 
 
 def count_changes(classified_or_folded: DataFrame) -> dict[str, int]:

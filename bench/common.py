@@ -20,7 +20,7 @@ from bench.catchup import peak_rss_mb
 from cdc_assets.defs import build_defs
 from resources.spark import spark_config
 
-BENCH_SPARK = {"spark.sql.shuffle.partitions": "8"}
+BENCH_SPARK = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
 
 
 def _own_pids() -> list[str]:
@@ -104,11 +104,12 @@ def median(values: list[float]) -> float:
 
 def figures(*, workload: str, unit: str, count: int, wall_s: float, floor_s: float | None = None,
             baseline_s: float | None = None, **extra) -> dict:
-    """One result row: throughput in `unit`/s, ratios to floor and baseline (ours / theirs, same work)."""
+    """One result row: throughput in `unit`/s; `x_floor` = our wall / the floor's (how far above the floor),
+    `x_baseline` = the baseline's wall / ours (how much faster than the baseline), as in the catch-up figures."""
     return {
         "workload": workload, "unit": unit, "count": count, "wall_s": wall_s,
         "per_s": count / wall_s if wall_s else float("nan"),
         "floor_s": floor_s, "x_floor": wall_s / floor_s if floor_s else None,
-        "baseline_s": baseline_s, "x_baseline": wall_s / baseline_s if baseline_s else None,
+        "baseline_s": baseline_s, "x_baseline": baseline_s / wall_s if baseline_s and wall_s else None,
         "peak_rss_mb": peak_rss_mb(), **extra,
     }

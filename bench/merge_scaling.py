@@ -5,15 +5,16 @@ Each replica is built directly with delta-rs in the platform's layout: Salesforc
 base-62 digits count up in creation order (as `salesforce_emulator.ids` makes them), partitioned by `_sf_bucket`,
 the first 13 characters (3,844 consecutive records a partition). Then 10,000 UPDATE events (100 transactions of
 100, made by the emulator's CDC event builder) are landed and applied by one `materialize()` of change_events +
-the replica: the platform's real apply path. Two change patterns:
+the replica: the platform's real apply path (after a warm-up run of 1,000 changes, not measured, so that
+Spark's generated code is compiled). Two change patterns:
 
 - **recent**: the changes hit records among the newest 100,000 (recently created records are the ones that
   change; the layout is built on that locality);
 - **uniform**: the changes hit records anywhere in the table (the worst case for this layout).
 
 Same run, same changes: **floor** = writing the 10,000 changed rows as Parquet; **baseline** = one delta-rs
-merge of those rows by `Id` alone (no partition literals, so delta-rs scans the whole table). For each merge the
-Delta log says how many files and bytes it rewrote.
+merge of those rows by `Id` alone (no partition literals: delta-rs can only prune files by the range of the
+source's ids). For each merge the Delta log says how many files and bytes it rewrote.
 """
 
 from __future__ import annotations

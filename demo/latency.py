@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -51,7 +52,9 @@ def _in_replica(warehouse: Path, record_id: str, name: str) -> bool:
         table = DeltaTable(str(warehouse / "Account"))
     except TableNotFoundError:
         return False
-    rows = table.to_pyarrow_dataset().to_table(columns=["Name"], filter=pc.field("Id") == record_id)
+    # The cast: delta-rs writes some files' strings as string_view, and `equal` has no (string, string_view) kernel.
+    rows = table.to_pyarrow_dataset().to_table(columns=["Name"],
+                                               filter=pc.field("Id").cast(pa.string()) == record_id)
     return rows.num_rows > 0 and rows["Name"][0].as_py() == name
 
 

@@ -7,6 +7,8 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import time
 
 from bench import catchup, initial_load, merge_scaling, steady, wide
@@ -52,21 +54,26 @@ def main() -> None:
     args = parser.parse_args()
     if unknown := [w for w in args.workloads if w not in WORKLOADS]:
         parser.error(f"unknown workload {', '.join(unknown)}: choose from {', '.join(WORKLOADS)}")
+    chosen = args.workloads or list(WORKLOADS)
+    if len(chosen) > 1:
+        # One process per workload: each gets its own Spark driver, so its peak RSS is its own.
+        for name in chosen:
+            subprocess.run([sys.executable, "-m", "bench", name, *(["--small"] if args.small else [])], check=True)
+        return
     print(f"machine: {platform.machine()} {platform.processor() or ''} {os.cpu_count()} cores, python "
           f"{platform.python_version()}; {time.strftime('%Y-%m-%d %H:%M %Z')}; load average "
           f"{os.getloadavg()[0]:.1f}")
     print("x_floor = our wall / the floor's; x_baseline = the baseline's wall / ours (higher is better)")
-    for name in args.workloads or list(WORKLOADS):
-        run, full, small = WORKLOADS[name]
-        rows = run(**(small if args.small else full))
-        print(" | ".join(HEADER))
-        for r in rows:
-            r = _catchup_row(r) if name == "catchup" else r
-            print(" | ".join(_cell(r.get(h)) for h in HEADER))
-            details = {k: v for k, v in r.items() if k not in HEADER and k not in ("events", "events_per_s")}
-            print("  " + json.dumps(_rounded(details), default=str))
-        print(f"  (load average now {os.getloadavg()[0]:.1f})", flush=True)
-
+    name = chosen[0]
+    run, full, small = WORKLOADS[name]
+    rows = run(**(small if args.small else full))
+    print(" | ".join(HEADER))
+    for r in rows:
+        r = _catchup_row(r) if name == "catchup" else r
+        print(" | ".join(_cell(r.get(h)) for h in HEADER))
+        details = {k: v for k, v in r.items() if k not in HEADER and k not in ("events", "events_per_s")}
+        print("  " + json.dumps(_rounded(details), default=str))
+    print(f"  (load average now {os.getloadavg()[0]:.1f})", flush=True)
 
 if __name__ == "__main__":
     main()

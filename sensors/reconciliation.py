@@ -3,7 +3,7 @@
 It reads each replica's latest materialization metadata (`dirty_records`, `resync_pending`), and requests a run of
 that one asset in `reconcile` or `resync` mode, tagged with the reason and the counts. A resync wins over a
 reconcile (it rewrites every row anyway). At most one run per object is in flight: objects with a queued or
-running run (tag `cdc/object/<Name>`, which every run this platform requests carries) are left alone. While the
+running run (tag `cdc/object.<Name>`, which every run this platform requests carries) are left alone. While the
 org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor holds back and says why.
 
 Run keys name the materialization that asked for the work, so a tick evaluated twice never requests it twice.
@@ -23,7 +23,7 @@ IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.Dag
 
 
 def object_tag(name: str) -> str:
-    return f"cdc/object/{name}"
+    return f"cdc/object.{name}"  # one namespace separator: Dagster deprecates more
 
 
 def mode_run_config(name: str, mode: str) -> dict:

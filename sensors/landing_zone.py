@@ -4,6 +4,10 @@ The cursor (JSON) remembers only files requested but not yet ingested, so it sta
 ingested is read from change_events itself (its commits name the files). The run key is derived from the file set
 (paths and sizes), so a re-evaluated tick never requests the same files twice.
 
+A landing run that is still queued ingests every file pending when it starts, so new files its selection already
+covers get no run of their own: runs slower than the landing rate would otherwise pile up in the queue, each one
+after the first finding nothing to ingest, and hold back the reconciliation sensor (it waits for an object's runs).
+
 When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, design §5);
 the sensor then requests one run of the replicas so that transaction is applied without waiting for more events.
 """
@@ -24,6 +28,8 @@ from sensors.reconciliation import object_tag
 SENSOR_NAME = "landing_zone_sensor"
 TAG_REASON = "cdc/reason"
 TAG_FILES = "cdc/files"
+REASON_FILES = "new landing files"
+WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING]
 
 
 def build_landing_zone_sensor(*, replication: ReplicationConfig,
@@ -45,13 +51,16 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
         if new:
             entities = landing.entities_in(new)
             targets = [r for n, r in zip(replication.names, replicas) if entities is None or n in entities]
+            cursor["requested"] = still_pending | {f.path: f.size for f in new}
+            if {CHANGE_EVENTS_KEY, *targets} <= _waiting_landing_selection(context.instance):
+                return dg.SensorResult(skip_reason=f"{len(new)} new landing files: a queued landing run will "
+                                                   "ingest them", cursor=json.dumps(cursor, sort_keys=True))
             request = dg.RunRequest(
                 run_key=f"landing-{file_set_key(new)}",
                 asset_selection=[CHANGE_EVENTS_KEY, *targets],
-                tags={TAG_REASON: "new landing files", TAG_FILES: str(len(new)),
+                tags={TAG_REASON: REASON_FILES, TAG_FILES: str(len(new)),
                       **{object_tag(n): "1" for n in replication.names if replica_key(n) in targets}},
             )
-            cursor["requested"] = still_pending | {f.path: f.size for f in new}
             return dg.SensorResult(run_requests=[request], cursor=json.dumps(cursor, sort_keys=True))
 
         cursor["requested"] = still_pending
@@ -61,6 +70,12 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
                                cursor=json.dumps(cursor, sort_keys=True))
 
     return landing_zone_sensor
+
+
+def _waiting_landing_selection(instance: dg.DagsterInstance) -> set[dg.AssetKey]:
+    """Assets selected by landing runs not started yet (each ingests every file pending when it starts)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=WAITING, tags={TAG_REASON: REASON_FILES}))
+    return {key for run in runs for key in run.asset_selection or ()}
 
 
 def _close_request(warehouse: DeltaWarehouse, replication: ReplicationConfig, replicas: list[dg.AssetKey],

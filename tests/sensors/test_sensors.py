@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
+from dagster._core.test_utils import create_run_for_test
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
 from settings import TEST_SPARK_CONF
@@ -43,6 +44,23 @@ def test_landing_sensor_requests_one_run_per_new_file_set(platform):
     [second] = more.run_requests
     assert second.run_key != request.run_key
     assert set(second.asset_selection) == {CHANGE_EVENTS_KEY, replica_key("Account")}
+
+
+def test_landing_sensor_leaves_new_files_to_a_queued_landing_run_that_covers_them(platform):
+    platform.land([event("Contact", "CREATE", ["003000000000001AAA"], 1, LastName="Lovelace")], name="a.jsonl")
+    first = evaluate(platform, LANDING)
+    [request] = first.run_requests
+    # Not started yet (QUEUED would need a code location origin; the sensor treats both alike).
+    create_run_for_test(platform.instance, status=dg.DagsterRunStatus.NOT_STARTED, tags=request.tags,
+                        asset_selection=frozenset(request.asset_selection))
+
+    platform.land([event("Contact", "UPDATE", ["003000000000001AAA"], 2, LastName="King")], name="b.jsonl")
+    covered = evaluate(platform, LANDING, cursor=first.cursor)
+    assert not covered.run_requests  # the queued run ingests b.jsonl too when it starts
+
+    platform.land([event("Account", "CREATE", ["001000000000001AAA"], 3, Name="Acme")], name="c.jsonl")
+    [other] = evaluate(platform, LANDING, cursor=covered.cursor).run_requests
+    assert set(other.asset_selection) == {CHANGE_EVENTS_KEY, replica_key("Account")}
 
 
 def test_landing_sensor_closes_the_newest_transaction_after_the_timeout(platform, sample_dir):

@@ -68,7 +68,7 @@ def words(page) -> set[str]:
 
 
 def check_statuses(page) -> dict[str, str]:
-    """Check name -> status label ("Passed", "Failed", "In Progress", ...) as the checks tab lists them: each entry
+    """Check name -> status label ("Succeeded", "Failed", "In progress", ...) as the checks tab lists them: each entry
     reads name, name (its tooltip target) and status, one per line."""
     lines = [line.strip() for line in page.locator("body").inner_text().splitlines() if line.strip()]
     return {a: c for a, b, c in zip(lines, lines[1:], lines[2:]) if a == b and a in CHECKS}
@@ -93,6 +93,7 @@ def test_asset_graph_shows_the_landing_zone_feeding_every_replica(page, material
     for name in materialized.objects:
         page.get_by_text(name, exact=True).first.wait_for()
     page.get_by_text("fetching statuses").first.wait_for(state="detached")
+    page.get_by_text("Loading...").first.wait_for(state="detached")  # each node's latest event and check results
     shoot(page, "asset_graph.png")
 
     assert page.get_by_text("Global asset lineage").count() == 1
@@ -111,8 +112,8 @@ def test_replica_checks_tab_lists_every_check(page, materialized):
     assert page.get_by_role("tab", name="Checks", selected=True).count() == 1
     statuses = check_statuses(page)
     assert set(statuses) == set(CHECKS), statuses
-    assert all(statuses[name] in ("Passed", "Failed") for name in CHECKS), f"every check evaluated: {statuses}"
-    assert statuses[SCHEMA] == statuses[UNIQUE_ID] == "Passed", statuses
+    assert all(statuses[name] in ("Succeeded", "Failed") for name in CHECKS), f"every check evaluated: {statuses}"
+    assert statuses[SCHEMA] == statuses[UNIQUE_ID] == "Succeeded", statuses
 
 
 def test_replica_metadata_plots_show_every_event_count(page, materialized):

@@ -1,7 +1,7 @@
 """Fold ordered change rows of one object into one net row per record (design §3, §5, §6).
 
-The fold is what a loop over events would do, expressed as a few window and aggregate expressions so that Spark
-runs it in one pass per record:
+The fold is what a loop over events would do, expressed as one Spark SQL query (window and aggregate expressions
+over the changes of each record) so that Spark runs it in one pass per record:
 
 - **Guard.** A change at or before the row's position is never applied. The position is commit order (design §4):
   `_sf_commit_ts`, then `_sf_commit_number` and `_sf_sequence_number`; replay ids are not compared, since they
@@ -15,16 +15,19 @@ runs it in one pass per record:
   value of the last applied change that set it, explicit nulls included, or keeps the stored value. DELETE and
   UNDELETE flip `_sf_deleted`; field values survive a DELETE.
 
+Why one SQL text: built through the Column API, the fold cost thousands of Python-to-JVM calls per object and
+run (seconds of fixed cost per replica, growing with the object's width); as SQL it is parsed and analysed once.
+Each step is a named CTE, in data-flow order.
+
 `fold_changes` returns the new full rows (only records that changed) plus per-record counters that the asset sums
 into run metadata.
 """
 
 from __future__ import annotations
 
-import pyspark.sql.functions as F
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame
 
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema, spark_type
+from spark_ops.schema import ObjectSchema, spark_type
 from spark_ops.sql import literal, quote
 
 RESETS = ("CREATE", "UNDELETE")
@@ -36,70 +39,105 @@ NEWLY_DIRTY = "newly_dirty"
 INSERTED = "inserted"
 
 
-def position(prefix: str = "") -> Column:
-    """Commit order (design §4): commit timestamp, commit number, sequence number, replay id."""
-    c = lambda n: F.col(prefix + n)  # noqa: E731
-    return F.struct(c("commit_ts"), c("commit_number"), c("sequence_number"), F.coalesce(c("replay_id"), F.lit(0)).alias("replay_id"))
+def _in(values: tuple[str, ...]) -> str:
+    return "(" + ", ".join(literal(v) for v in values) + ")"
 
 
-def bucket(schema: ObjectSchema, id_col: str = "Id") -> Column:
-    """The layout column: a leading substring of the Id, so records created together share files (design §8)."""
-    return F.substring(F.col(id_col), 1, schema.bucket_chars)
+# Per change row: its position, and the guard of its record's current row (if any).
+_GUARDED = """
+guarded AS (
+  SELECT ch.record_id, ch.change_type, ch.commit_ts, ch.commit_number, ch.sequence_number, ch.replay_id,
+         ch.fields, ch.set_fields,
+         named_struct('commit_ts', ch.commit_ts, 'commit_number', ch.commit_number,
+                      'sequence_number', ch.sequence_number, 'replay_id', coalesce(ch.replay_id, 0)) AS _pos,
+         cur.Id IS NOT NULL AS _exists,
+         cur._sf_dirty_since AS _cur_dirty,
+         -- A snapshot or reconcile row has no commit number: anything committed at or before its
+         -- SystemModstamp is in it.
+         coalesce(cur.Id IS NOT NULL AND cur._sf_commit_ts IS NOT NULL AND (
+             ch.commit_ts < cur._sf_commit_ts
+             OR (ch.commit_ts = cur._sf_commit_ts AND (
+                 cur._sf_commit_number IS NULL
+                 OR named_struct('n', ch.commit_number, 's', ch.sequence_number)
+                    <= named_struct('n', cur._sf_commit_number, 's', cur._sf_sequence_number)))), false) AS _stale,
+         cur._sf_source AS _cur_source,
+         startswith(ch.change_type, 'GAP_') AS _gap
+  FROM {{changes}} ch LEFT JOIN cur ON ch.record_id = cur.Id
+),
+live AS (
+  SELECT *, _stale AND _cur_source != 'cdc' AS superseded, NOT (_stale AND _cur_source != 'cdc') AS _live
+  FROM guarded
+),
+firsts AS (
+  SELECT *, _live AND _stale AND NOT _gap AS late,
+         min(CASE WHEN _live THEN _pos END) OVER rec AS _first_pos,
+         min_by(change_type, CASE WHEN _live THEN _pos END) OVER rec AS _first_type
+  FROM live WINDOW rec AS (PARTITION BY record_id)
+),
+blocked AS (
+  SELECT *, NOT _exists AND _first_type IN {partial} AS _unknown_partial,
+         least(min(CASE WHEN _live AND (_gap OR late) THEN _pos END) OVER rec,
+               CASE WHEN NOT _exists AND _first_type IN {partial}
+                    THEN min(CASE WHEN _live AND _pos > _first_pos THEN _pos END) OVER rec END) AS _blocked_at
+  FROM firsts WINDOW rec AS (PARTITION BY record_id)
+),
+classified AS (
+  SELECT *, _live AND NOT _gap AND NOT late AND _cur_dirty IS NULL
+            AND (_blocked_at IS NULL OR _pos < _blocked_at) AS applied
+  FROM blocked
+),
+counted AS (
+  SELECT *, _live AND _gap AS gaps,
+         _live AND NOT _gap AND NOT late AND NOT applied AS dirty_skipped,
+         CASE WHEN (_live AND (_gap OR late)) OR (_unknown_partial AND _pos = _first_pos) THEN commit_ts END
+           AS _dirty_from,
+         max(CASE WHEN applied AND change_type IN {resets} THEN _pos END) OVER rec AS _reset_pos
+  FROM classified WINDOW rec AS (PARTITION BY record_id)
+),
+effective AS (
+  SELECT *, applied AND (_reset_pos IS NULL OR _pos >= _reset_pos) AS _effective FROM counted
+),
+folded AS (
+  SELECT record_id,
+         -- column -> JSON text of the last effective change that set it (explicit nulls included): entries in
+         -- commit order, the last one of a key wins (spark.sql.mapKeyDedupPolicy=LAST_WIN). One narrow
+         -- aggregate whatever the object's width.
+         map_from_entries(flatten(transform(array_sort(collect_list(CASE WHEN _effective THEN struct(
+             _pos, transform(set_fields, c -> struct(c AS key, element_at(fields, c) AS value)) AS entries) END)),
+           x -> x.entries))) AS _values,
+         max(_reset_pos IS NOT NULL) AS _has_reset,
+         max_by(named_struct('change_type', change_type, 'commit_ts', commit_ts),
+                CASE WHEN applied AND change_type IN {lifecycle} THEN _pos END) AS _life,
+         max_by(named_struct('commit_ts', commit_ts, 'replay_id', replay_id, 'commit_number', commit_number,
+                             'sequence_number', sequence_number),
+                CASE WHEN applied THEN _pos END) AS _last,
+         min(_dirty_from) AS _dirty_from,
+         {counter_sums}
+  FROM effective GROUP BY record_id
+)"""
 
+_SYSTEM = """
+  CASE WHEN f._life.change_type = 'DELETE' THEN true WHEN f._life.change_type IS NOT NULL THEN false
+       ELSE coalesce(cur._sf_deleted, false) END AS _sf_deleted,
+  CAST(CASE WHEN f._life.change_type = 'DELETE' THEN f._life.commit_ts WHEN f._life.change_type IS NOT NULL THEN NULL
+       ELSE cur._sf_deleted_at END AS timestamp) AS _sf_deleted_at,
+  coalesce(f._last.commit_ts, cur._sf_commit_ts) AS _sf_commit_ts,
+  CAST(CASE WHEN f._last IS NOT NULL THEN f._last.replay_id ELSE cur._sf_replay_id END AS bigint) AS _sf_replay_id,
+  CAST(CASE WHEN f._last IS NOT NULL THEN f._last.commit_number ELSE cur._sf_commit_number END AS bigint)
+    AS _sf_commit_number,
+  CAST(CASE WHEN f._last IS NOT NULL THEN f._last.sequence_number ELSE cur._sf_sequence_number END AS bigint)
+    AS _sf_sequence_number,
+  least(cur._sf_dirty_since, f._dirty_from) AS _sf_dirty_since,
+  CASE WHEN f._last IS NOT NULL THEN 'cdc' ELSE coalesce(cur._sf_source, 'cdc') END AS _sf_source,
+  current_timestamp() AS _sf_synced_at,
+  substring(f.record_id, 1, {bucket_chars}) AS _sf_bucket,
+  {counters},
+  {changed} AS _changed,
+  f._dirty_from IS NOT NULL AND cur._sf_dirty_since IS NULL AS newly_dirty,
+  ({changed}) AND cur.Id IS NULL AS inserted"""
 
-def classify(changes: DataFrame, current: DataFrame) -> DataFrame:
-    """Per change row: whether it applies, is a gap, is late, is superseded, or is skipped because dirty."""
-    guard = current.select(
-        F.col("Id").alias("record_id"),
-        F.col("_sf_commit_ts").alias("_cur_ts"),
-        F.col("_sf_commit_number").alias("_cur_number"),
-        F.col("_sf_sequence_number").alias("_cur_seq"),
-        F.col("_sf_dirty_since").alias("_cur_dirty"),
-        F.col("_sf_source").alias("_cur_source"),
-        F.lit(True).alias("_exists"),
-    )
-    ts = F.col("commit_ts")
-    at_or_before = (F.struct("commit_number", "sequence_number")
-                    <= F.struct(F.col("_cur_number").alias("commit_number"), F.col("_cur_seq").alias("sequence_number")))
-    # A snapshot or reconcile row has no commit number: anything committed at or before its SystemModstamp is in it.
-    stale = F.col("_exists") & F.col("_cur_ts").isNotNull() & (
-        (ts < F.col("_cur_ts")) | ((ts == F.col("_cur_ts")) & (F.col("_cur_number").isNull() | at_or_before)))
-    per_record = Window.partitionBy("record_id")
-    live_pos = F.when(F.col("_live"), F.col("_pos"))
-    unknown_partial = ~F.col("_exists") & F.col("_first_type").isin(*PARTIAL)
-    blocked_at = F.least(
-        F.min(F.when(F.col("_live") & (F.col("_gap") | F.col("late")), F.col("_pos"))).over(per_record),
-        F.when(unknown_partial, F.min(F.when(F.col("_live") & (F.col("_pos") > F.col("_first_pos")), F.col("_pos")))
-               .over(per_record)),
-    )
-    live, gap, late = F.col("_live"), F.col("_gap"), F.col("late")
-    return (
-        changes.withColumn("_pos", position())
-        .join(guard, "record_id", "left")
-        .withColumns({
-            "_exists": F.coalesce("_exists", F.lit(False)),
-            "_stale": F.coalesce(stale, F.lit(False)),
-            "_gap": F.col("change_type").startswith("GAP_"),
-        })
-        .withColumns({
-            "superseded": F.col("_stale") & (F.col("_cur_source") != "cdc"),
-            "_live": ~(F.col("_stale") & (F.col("_cur_source") != "cdc")),
-        })
-        .withColumns({
-            "late": live & F.col("_stale") & ~gap,
-            "_first_pos": F.min(live_pos).over(per_record),
-            "_first_type": F.min_by("change_type", live_pos).over(per_record),
-        })
-        .withColumn("_blocked_at", blocked_at)
-        .withColumn("applied", live & ~gap & ~late & F.col("_cur_dirty").isNull()
-                    & (F.col("_blocked_at").isNull() | (F.col("_pos") < F.col("_blocked_at"))))
-        .withColumns({
-            "gaps": live & gap,
-            "dirty_skipped": live & ~gap & ~late & ~F.col("applied"),
-            "_dirty_from": F.when((live & (gap | late)) | (unknown_partial & (F.col("_pos") == F.col("_first_pos"))),
-                                  F.col("commit_ts")),
-        })
-    )
+_CHANGED = ("(f.applied > 0 OR (f._dirty_from IS NOT NULL AND (cur._sf_dirty_since IS NULL "
+            "OR f._dirty_from < cur._sf_dirty_since)))")
 
 
 def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
@@ -108,103 +146,30 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
     `changes`: canonical change rows of `schema`'s object (no overflow rows, closed transactions only).
     `current`: replica rows (full columns) of at least the touched ids.
     Returns one full replica row per touched record, one column per name in `COUNTERS`, and `_changed`: whether
-    the row differs from `current` (only those need writing; see `changed_rows`).
+    the row differs from `current` (only those need writing).
     """
-    classified = classify(changes, current)
-    reset_pos = F.max(F.when(F.col("applied") & F.col("change_type").isin(*RESETS), F.col("_pos"))) \
-        .over(Window.partitionBy("record_id"))
-    effective = F.col("applied") & (F.col("_reset_pos").isNull() | (F.col("_pos") >= F.col("_reset_pos")))
-    folded = (
-        classified.withColumn("_reset_pos", reset_pos)
-        .withColumn("_effective", effective)
-        .groupBy("record_id")
-        .agg(
-            _latest_values().alias("_values"),
-            F.max(F.col("_reset_pos").isNotNull()).alias("_has_reset"),
-            F.max_by(F.struct("change_type", "commit_ts"),
-                     F.when(F.col("applied") & F.col("change_type").isin(*LIFECYCLE), F.col("_pos"))).alias("_life"),
-            F.max_by(F.struct("commit_ts", "replay_id", "commit_number", "sequence_number"),
-                     F.when(F.col("applied"), F.col("_pos"))).alias("_last"),
-            F.min("_dirty_from").alias("_dirty_from"),
-            *[F.sum(F.col(n).cast("long")).alias(n) for n in COUNTERS],
-        )
-    )
-    return _merge_with_current(folded, current, schema)
+    return changes.sparkSession.sql(fold_sql(schema, current.columns), changes=changes, current=current)
 
 
-def _latest_values() -> Column:
-    """Per record: column name -> JSON text of the last effective change that set it (explicit nulls included).
-
-    One narrow aggregate whatever the width of the object: the effective changes' (column, value) entries are
-    collected, put in commit order and turned into a map in which the last entry of a key wins
-    (`spark.sql.mapKeyDedupPolicy=LAST_WIN`). A struct-valued `max_by` per column did the same with one aggregate
-    buffer per column, which forces a sort-based aggregate and generated code that grows with the object.
-    """
-    return F.expr(
-        "map_from_entries(flatten(transform(array_sort(collect_list(CASE WHEN _effective THEN "
-        "struct(_pos, transform(set_fields, c -> struct(c AS key, element_at(fields, c) AS value)) AS entries) "
-        "END)), x -> x.entries)))")
-
-
-def _merge_with_current(folded: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
-    cur = aligned(current, schema)
-    cur = cur.selectExpr(*[f"{quote(c)} AS {quote('_cur_' + c)}" for c in cur.columns])
-    j = folded.join(cur, folded["record_id"] == cur["_cur_Id"], "left")
-    life = F.col("_life.change_type")
-    values = [F.expr(
-        f"CASE WHEN map_contains_key(_values, {literal(c)}) THEN {_typed_sql(c, t, '_values')} "
-        f"WHEN _has_reset THEN NULL ELSE CAST({quote('_cur_' + c)} AS {spark_type(t).simpleString()}) END "
-        f"AS {quote(c)}")
-        for c, t in schema.columns if c != "Id"]
-    system = [
-        F.when(life == "DELETE", True).when(life.isNotNull(), False)
-        .otherwise(F.coalesce(F.col("_cur__sf_deleted"), F.lit(False))).alias("_sf_deleted"),
-        F.when(life == "DELETE", F.col("_life.commit_ts")).when(life.isNotNull(), F.lit(None))
-        .otherwise(F.col("_cur__sf_deleted_at")).cast("timestamp").alias("_sf_deleted_at"),
-        F.coalesce(F.col("_last.commit_ts"), F.col("_cur__sf_commit_ts")).alias("_sf_commit_ts"),
-        F.when(F.col("_last").isNotNull(), F.col("_last.replay_id"))
-        .otherwise(F.col("_cur__sf_replay_id")).cast("long").alias("_sf_replay_id"),
-        F.when(F.col("_last").isNotNull(), F.col("_last.commit_number"))
-        .otherwise(F.col("_cur__sf_commit_number")).cast("long").alias("_sf_commit_number"),
-        F.when(F.col("_last").isNotNull(), F.col("_last.sequence_number"))
-        .otherwise(F.col("_cur__sf_sequence_number")).cast("long").alias("_sf_sequence_number"),
-        F.least(F.col("_cur__sf_dirty_since"), F.col("_dirty_from")).alias("_sf_dirty_since"),
-        F.when(F.col("_last").isNotNull(), F.lit("cdc"))
-        .otherwise(F.coalesce(F.col("_cur__sf_source"), F.lit("cdc"))).alias("_sf_source"),
-        F.current_timestamp().alias("_sf_synced_at"),
-        bucket(schema, "record_id").alias(BUCKET_COLUMN),
-    ]
-    changed = (F.col("applied") > 0) | (
-        F.col("_dirty_from").isNotNull()
-        & (F.col("_cur__sf_dirty_since").isNull() | (F.col("_dirty_from") < F.col("_cur__sf_dirty_since"))))
-    newly_dirty = F.col("_dirty_from").isNotNull() & F.col("_cur__sf_dirty_since").isNull()
-    inserted = changed & F.col("_cur_Id").isNull()
-    return j.select(F.col("record_id").alias("Id"), *values, *system, *COUNTERS, changed.alias(CHANGED),
-                    newly_dirty.alias(NEWLY_DIRTY), inserted.alias(INSERTED))
+def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
+    """The fold as one query over `{changes}` and `{current}` (see `fold_changes`)."""
+    values = ",\n  ".join(
+        f"CASE WHEN map_contains_key(f._values, {literal(c)}) "
+        f"THEN CAST(element_at(f._values, {literal(c)}) AS {spark_type(t).simpleString()}) "
+        f"WHEN f._has_reset THEN NULL ELSE cur.{quote(c)} END AS {quote(c)}"
+        for c, t in schema.columns if c != "Id")
+    system = _SYSTEM.format(bucket_chars=schema.bucket_chars, changed=_CHANGED,
+                            counters=", ".join(f"f.{n}" for n in COUNTERS))
+    guarded = _GUARDED.format(partial=_in(PARTIAL), resets=_in(RESETS), lifecycle=_in(LIFECYCLE),
+                              counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in COUNTERS))
+    return (f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
+            f"SELECT f.record_id AS Id,\n  {values},{system}\n"
+            f"FROM folded f LEFT JOIN cur ON f.record_id = cur.Id")
 
 
-def aligned(rows: DataFrame, schema: ObjectSchema) -> DataFrame:
-    """`rows` with exactly the replica columns of `schema`, in order; missing columns are null."""
-    have = set(rows.columns)
-    return rows.selectExpr(*[
-        f"CAST({quote(f.name) if f.name in have else 'NULL'} AS {f.dataType.simpleString()}) AS {quote(f.name)}"
-        for f in schema.spark_schema().fields
-    ])
-
-
-def _typed_sql(column: str, sf_type: str, values: str) -> str:
-    """SQL for a column's value from a map of JSON text (an event's `fields`), cast to the replica type."""
-    return f"CAST(element_at({values}, {literal(column)}) AS {spark_type(sf_type).simpleString()})"
-
-
-def count_changes(classified_or_folded: DataFrame) -> dict[str, int]:
-    """Sum of the per-record counters (one small action at the boundary)."""
-    names = (*COUNTERS, NEWLY_DIRTY, INSERTED)
-    row = classified_or_folded.agg(*[F.coalesce(F.sum(F.col(n).cast("long")), F.lit(0)).alias(n)
-                                     for n in names]).first()
-    return {n: int(row[n]) for n in names}
-
-
-def changed_rows(folded: DataFrame, schema: ObjectSchema) -> DataFrame:
-    """The rows of a fold result that must be written, with exactly the replica columns."""
-    return folded.where(F.col(CHANGED)).select(*schema.spark_schema().fieldNames())
+def aligned_sql(schema: ObjectSchema, have: list[str]) -> str:
+    """Select list giving exactly the replica columns of `schema`, in order; columns not in `have` are null."""
+    present = set(have)
+    return ", ".join(
+        f"CAST({quote(f.name) if f.name in present else 'NULL'} AS {f.dataType.simpleString()}) AS {quote(f.name)}"
+        for f in schema.spark_schema().fields)

@@ -28,6 +28,7 @@ FAULTS = FaultConfig(gap_fraction=0.01, duplicate_file_fraction=0.2, late_file_f
                      seed=7)
 OVERFLOW_RECORDS = 150
 WARM_UP = 100
+RATE = 150  # transactions per second: the workload spans minutes and dozens of files, so every file fault happens
 
 
 def overflow_once(stack) -> None:
@@ -55,9 +56,9 @@ def test_daemon_sensors_keep_every_replica_equal_to_the_org(stack):
 
     started = time.monotonic()
     stack.emu.set_faults(FAULTS)
-    stats = stack.workload.run(changes=CHANGES // 2)
+    stats = stack.workload.run(changes=CHANGES // 2, rate=RATE)
     overflow_once(stack)
-    stats = stack.workload.run(changes=CHANGES - CHANGES // 2)
+    stats = stack.workload.run(changes=CHANGES - CHANGES // 2, rate=RATE)
     stack.emu.set_faults(FaultConfig())
     stack.emu.flush_cdc()  # the held-back (late) files land now, after newer ones were ingested
     workload_seconds = time.monotonic() - started

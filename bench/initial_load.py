@@ -2,8 +2,9 @@
 the emulator over HTTPS through the platform's resync path, in one `materialize()` of the replica asset.
 
 Same run, same org: **floor** = the same Bulk API job fetched page by page with the same client and CSV parser
-(pyarrow), the pages written as Parquet, no typing or layout (run before and after the platform; the mean). The org (Accounts made by the emulator's workload
-data generator, in transactions of 5,000 records) is built once into `bench/out/initial-<n>/` and reused.
+(pyarrow), the pages written as Parquet, no typing or layout (run before and after the platform; the mean).
+The org (Accounts made by the emulator's workload data generator, in transactions of 5,000 records) is built once
+into `bench/out/initial-<n>/` and reused.
 """
 
 from __future__ import annotations

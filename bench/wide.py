@@ -69,7 +69,8 @@ def _value(rng: random.Random, kind: str):
         "boolean": lambda: rng.random() < 0.5, "date": lambda: day,
         "datetime": lambda: f"{day}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00.000Z",
         "picklist": lambda: rng.choice(["Red", "Green", "Blue", "Amber"]),
-        "email": lambda: f"user{rng.randint(0, 9999)}@example.com", "phone": lambda: f"+1 555 {rng.randint(0, 9999):04d}",
+        "email": lambda: f"user{rng.randint(0, 9999)}@example.com",
+        "phone": lambda: f"+1 555 {rng.randint(0, 9999):04d}",
         "url": lambda: f"https://example.com/{rng.randint(0, 9999)}",
         "textarea": lambda: " ".join(rng.choice(["alpha", "beta", "gamma", "delta"]) for _ in range(8)),
     }.get(kind, lambda: f"value {rng.randint(0, 1_000_000)}")()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
+from bench.catchup import peak_rss_mb
 from bench.common import PlatformRunner, figures, reset_peak_rss, start_spark, write_replication
 from bench.workloads import OUT
 from cdc_assets.assets import replica_key
@@ -80,7 +81,7 @@ def run(*, records: int = 1_000_000) -> list[dict]:
             floors = [floor_pass(salesforce, work / "floor-before.parquet")]
             reset_peak_rss()
             wall, phases, metadata = platform.run(selection=[replica_key(OBJECT)])
-            peak = figures(workload="", unit="records", count=records, wall_s=wall)["peak_rss_mb"]
+            peak = peak_rss_mb()
             floors.append(floor_pass(salesforce, work / "floor-after.parquet"))
             floor = sum(floors) / len(floors)
         meta = metadata[replica_key(OBJECT).to_user_string()]

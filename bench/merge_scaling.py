@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
+from bench.catchup import peak_rss_mb
 from bench.common import PlatformRunner, figures, reset_peak_rss, start_spark, write_replication
 from bench.workloads import OUT
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
@@ -188,7 +189,7 @@ def one_size(rows: int, work: Path, conf: dict, rng: random.Random) -> list[dict
             continue
         applied = metadata["salesforce/Account"]["applied"]
         replica_s = sum(v for k, v in phases.items() if k.startswith("apply."))
-        peak = figures(workload="", unit="changes", count=CHANGES, wall_s=wall)["peak_rss_mb"]
+        peak = peak_rss_mb()
 
         table = DeltaTable(str(table_dir))
         buckets = sorted({i[:SCHEMA.bucket_chars] for i in record_ids})

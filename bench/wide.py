@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
+from bench.catchup import peak_rss_mb
 from bench.common import PlatformRunner, figures, reset_peak_rss, start_spark, write_replication
 from bench.naive import NaiveTable
 from bench.workloads import OUT, count_lines
@@ -128,7 +129,7 @@ def run(*, records: int = 5_000, updates: int = 20_000) -> list[dict]:
         config = write_replication(work / "replication.yaml", {OBJECT: root / "describe.json"})
         platform = PlatformRunner(config=config, landing=root / "landing", warehouse=work / "wh", spark_conf=conf)
         wall, phases, metadata = platform.run()
-        peak = figures(workload="", unit="events", count=events, wall_s=wall)["peak_rss_mb"]
+        peak = peak_rss_mb()
         floor = floor_pass(root, work)
         naive_events, naive_s = NaiveTable(work / "naive").apply(sorted((root / "landing").rglob("*.jsonl")),
                                                                  seconds=20.0)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from spark_ops.schema import ObjectSchema, spark_type
-from spark_ops.sql import literal, quote
+from spark_ops.sql import literal, quote, run_sql
 
 RESETS = ("CREATE", "UNDELETE")
 LIFECYCLE = ("CREATE", "UNDELETE", "DELETE")
@@ -148,7 +148,7 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
     Returns one full replica row per touched record, one column per name in `COUNTERS`, and `_changed`: whether
     the row differs from `current` (only those need writing).
     """
-    return changes.sparkSession.sql(fold_sql(schema, current.columns), changes=changes, current=current)
+    return run_sql(changes.sparkSession, fold_sql(schema, current.columns), changes=changes, current=current)
 
 
 def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:

@@ -16,14 +16,12 @@ built from Spark built-in functions: no Python UDF touches a row.
 
 from __future__ import annotations
 
-from functools import reduce
-
 import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
 from spark_ops.schema import ObjectSchema, spark_type
-from spark_ops.sql import literal
+from spark_ops.sql import literal, run_sql
 
 CHANGE_TYPES = (
     "CREATE", "UPDATE", "DELETE", "UNDELETE",
@@ -33,30 +31,14 @@ HEADER = "ChangeEventHeader"
 ID_PATTERN = r"^[A-Za-z0-9]{15}([A-Za-z0-9]{3})?$"
 WILDCARD_PATTERN = r"^[A-Za-z0-9]{3,17}\*$"
 
-_ENVELOPE = T.StructType([
-    T.StructField("data", T.StructType([
-        T.StructField("payload", T.StringType()),
-        T.StructField("event", T.StructType([T.StructField("replayId", T.LongType())])),
-    ])),
-    T.StructField("payload", T.StringType()),
-    T.StructField("event", T.StructType([T.StructField("replayId", T.LongType())])),
-    T.StructField("_corrupt", T.StringType()),
-])
-_HEADER_FIELDS = T.StructType([
-    T.StructField("entityName", T.StringType()),
-    T.StructField("recordIds", T.ArrayType(T.StringType())),
-    T.StructField("changeType", T.StringType()),
-    T.StructField("changeOrigin", T.StringType()),
-    T.StructField("transactionKey", T.StringType()),
-    T.StructField("sequenceNumber", T.LongType()),
-    T.StructField("commitTimestamp", T.LongType()),
-    T.StructField("commitNumber", T.LongType()),
-    T.StructField("commitUser", T.StringType()),
-    T.StructField("nulledFields", T.ArrayType(T.StringType())),
-    T.StructField("diffFields", T.ArrayType(T.StringType())),
-    T.StructField("changedFields", T.ArrayType(T.StringType())),
-])
-_MAP = T.MapType(T.StringType(), T.StringType())
+_ENVELOPE = ("data STRUCT<payload: STRING, event: STRUCT<replayId: BIGINT>>, payload STRING, "
+             "event STRUCT<replayId: BIGINT>, _corrupt STRING")
+_HEADER_FIELDS = ("entityName STRING, recordIds ARRAY<STRING>, changeType STRING, changeOrigin STRING, "
+                  "transactionKey STRING, sequenceNumber BIGINT, commitTimestamp BIGINT, commitNumber BIGINT, "
+                  "commitUser STRING, nulledFields ARRAY<STRING>, diffFields ARRAY<STRING>, "
+                  "changedFields ARRAY<STRING>")
+_MAP = "map<string,string>"
+_NO_STRINGS = "CAST(array() AS array<string>)"
 
 # Columns of a canonical change row, in the order change_events stores them.
 CHANGE_COLUMNS = [
@@ -64,93 +46,68 @@ CHANGE_COLUMNS = [
     "replay_id", "event_key", "fields", "set_fields", "change_origin", "commit_user", "source_file", "source_line",
 ]
 
-
-def decode_envelope(lines: DataFrame) -> DataFrame:
-    """Decode the JSON envelope and header of each line; bad JSON leaves nulls for `quarantine_reasons`.
-
-    Each text is parsed once: the line into the envelope, the payload into a map of raw JSON values, and only the
-    header's own text into its struct (staged selects keep Spark from re-parsing a shared expression).
-    """
-    env = F.from_json("raw", _ENVELOPE, {"columnNameOfCorruptRecord": "_corrupt"})
-    header = F.col("_header")
-    return (
-        lines.select("source_file", "source_line", "raw", env.alias("_env"))
-        .select(
-            "source_file", "source_line", "raw",
-            F.col("_env._corrupt").isNull().alias("_is_object"),
-            F.coalesce(F.col("_env.data.payload"), F.col("_env.payload")).alias("_payload"),
-            F.coalesce(F.col("_env.data.event.replayId"), F.col("_env.event.replayId")).alias("replay_id"),
-        )
-        .withColumn("_body", F.from_json("_payload", _MAP))
-        .withColumn("_header", F.from_json(F.element_at("_body", F.lit(HEADER)), _HEADER_FIELDS))
-        .select(
-            "source_file", "source_line", "raw", "_is_object", "_payload", "_body", "replay_id",
-            header["entityName"].alias("entity"),
-            header["recordIds"].alias("record_ids"),
-            header["changeType"].alias("change_type"),
-            header["changeOrigin"].alias("change_origin"),
-            header["transactionKey"].alias("transaction_key"),
-            header["sequenceNumber"].alias("sequence_number"),
-            F.timestamp_millis(header["commitTimestamp"]).alias("commit_ts"),
-            F.coalesce(header["commitNumber"], F.lit(0)).alias("commit_number"),
-            header["commitUser"].alias("commit_user"),
-            F.coalesce(header["nulledFields"], F.array().cast("array<string>")).alias("_nulled"),
-            F.coalesce(header["diffFields"], F.array().cast("array<string>")).alias("diff_fields"),
-        )
-    )
+# Decode the JSON envelope and header of each line; bad JSON leaves nulls for the quarantine reason. Each text is
+# parsed once: the line into the envelope, the payload into a map of raw JSON values, and only the header's own
+# text into its struct (one CTE each, so Spark does not re-parse a shared expression).
+_DECODE = f"""
+envelope AS (
+  SELECT source_file, source_line, raw,
+         from_json(raw, {literal(_ENVELOPE)}, map('columnNameOfCorruptRecord', '_corrupt')) AS _env
+  FROM {{lines}}
+),
+payload AS (
+  SELECT source_file, source_line, raw, _env._corrupt IS NULL AS _is_object,
+         coalesce(_env.data.payload, _env.payload) AS _payload,
+         coalesce(_env.data.event.replayId, _env.event.replayId) AS replay_id
+  FROM envelope
+),
+body AS (SELECT *, from_json(_payload, {literal(_MAP)}) AS _body FROM payload),
+header AS (SELECT *, from_json(element_at(_body, {literal(HEADER)}), {literal(_HEADER_FIELDS)}) AS _header FROM body),
+decoded AS (
+  SELECT source_file, source_line, raw, _is_object, _payload, _body, replay_id,
+         _header.entityName AS entity, _header.recordIds AS record_ids, _header.changeType AS change_type,
+         _header.changeOrigin AS change_origin, _header.transactionKey AS transaction_key,
+         _header.sequenceNumber AS sequence_number, timestamp_millis(_header.commitTimestamp) AS commit_ts,
+         coalesce(_header.commitNumber, 0) AS commit_number, _header.commitUser AS commit_user,
+         coalesce(_header.nulledFields, {_NO_STRINGS}) AS _nulled,
+         coalesce(_header.diffFields, {_NO_STRINGS}) AS diff_fields,
+         map_filter(_body, (k, v) -> k != {literal(HEADER)}) AS _fields_raw
+  FROM header
+)"""
 
 
-def _not_in(names: list[str]):
-    return lambda k, _v: ~k.isin(names)
+def _map_sql(pairs: dict[str, str]) -> str:
+    return "map(" + ", ".join(f"{literal(k)}, {literal(v)}" for k, v in pairs.items()) + ")"
 
 
-def _renamer(rename: Column, parent: str):
-    """Nested key -> component column; an unknown component keeps its dotted name (`BillingAddress.Foo`)."""
-    return lambda k, _v: F.coalesce(F.element_at(rename, k), F.concat(F.lit(parent + "."), k))
-
-
-def _flattened_body(schemas: dict[str, ObjectSchema]) -> Column:
-    """The payload body with compound values replaced by their component columns, header removed."""
-    body = F.map_filter("_body", lambda k, _v: k != HEADER)
-    branches = None
+def _flattened_body(schemas: dict[str, ObjectSchema]) -> str:
+    """The payload body (header removed) with compound values replaced by their component columns; a component
+    not in describe() keeps its dotted name (`BillingAddress.Foo`)."""
+    branches = []
     for entity, schema in schemas.items():
         if not schema.compound:
             continue
-        flat = F.map_filter(body, _not_in(list(schema.compound)))
-        parts = [flat]
+        parents = ", ".join(literal(p) for p in schema.compound)
+        parts = [f"map_filter(_fields_raw, (k, v) -> NOT k IN ({parents}))"]
         for parent, keys in schema.compound.items():
-            rename = F.create_map(*[F.lit(x) for kv in keys.items() for x in kv])
-            nested = F.from_json(F.element_at(body, F.lit(parent)), _MAP)
-            renamed = F.transform_keys(nested, _renamer(rename, parent))
-            parts.append(F.coalesce(renamed, F.create_map().cast(_MAP)))
-        merged = reduce(F.map_concat, parts)
-        branches = (F.when(F.col("entity") == entity, merged) if branches is None
-                    else branches.when(F.col("entity") == entity, merged))
-    return body if branches is None else branches.otherwise(body)
+            nested = f"from_json(element_at(_fields_raw, {literal(parent)}), {literal(_MAP)})"
+            renamed = (f"transform_keys({nested}, (k, v) -> coalesce(element_at({_map_sql(keys)}, k), "
+                       f"concat({literal(parent + '.')}, k)))")
+            parts.append(f"coalesce({renamed}, CAST(map() AS {_MAP}))")
+        branches.append(f"WHEN entity = {literal(entity)} THEN map_concat({', '.join(parts)})")
+    return f"CASE {' '.join(branches)} ELSE _fields_raw END" if branches else "_fields_raw"
 
 
-def _mapped_nulled(schemas: dict[str, ObjectSchema]) -> Column:
+def _mapped_nulled(schemas: dict[str, ObjectSchema]) -> str:
     """nulledFields with compound names (`BillingAddress.City`) mapped to columns (`BillingCity`)."""
     dotted = {k: v for s in schemas.values() for k, v in s.dotted_names.items()}
     if not dotted:
-        return F.col("_nulled")
-    rename = F.create_map(*[F.lit(x) for kv in dotted.items() for x in kv])
-    return F.transform("_nulled", lambda x: F.coalesce(F.element_at(rename, x), x))
+        return "_nulled"
+    return f"transform(_nulled, x -> coalesce(element_at({_map_sql(dotted)}, x), x))"
 
 
-def flatten_fields(schemas: dict[str, ObjectSchema]):
-    """`fields` (column -> JSON text, nulls kept) and `set_fields` (columns the event sets, nulls included)."""
-    def apply(df: DataFrame) -> DataFrame:
-        return (df.withColumn("fields", _flattened_body(schemas))
-                  .withColumn("set_fields", F.array_sort(F.array_union(F.map_keys("fields"), _mapped_nulled(schemas)))))
-    return apply
-
-
-def _type_errors(schemas: dict[str, ObjectSchema]) -> Column:
-    """First value of a replicated object that does not fit its column type, as a reason, else null.
-
-    One SQL expression (see spark_ops.sql): objects can have hundreds of typed columns.
-    """
+def _type_errors(schemas: dict[str, ObjectSchema]) -> str:
+    """First value of a replicated object that does not fit its column type, as a reason, else null."""
     checks = []
     for entity, schema in schemas.items():
         for column, sf_type in schema.columns:
@@ -164,39 +121,42 @@ def _type_errors(schemas: dict[str, ObjectSchema]) -> Column:
                 f"AND try_cast({value} AS {target.simpleString()}) IS NULL "
                 f"THEN concat({prefix}, substring({value}, 1, 80), {suffix}) END")
     if not checks:
-        return F.lit(None).cast("string")
-    return F.expr(f"element_at(array_compact(array({', '.join(checks)})), 1)")
+        return "CAST(NULL AS string)"
+    return f"element_at(array_compact(array({', '.join(checks)})), 1)"
 
 
-def quarantine_reasons(schemas: dict[str, ObjectSchema]):
-    """`quarantine_reason`: why a line cannot become change rows, or null when it can (design §9)."""
-    def apply(df: DataFrame) -> DataFrame:
-        ids_ok = F.forall("record_ids", lambda i: i.rlike(ID_PATTERN) | i.rlike(WILDCARD_PATTERN))
-        reason = (
-            F.when(~F.col("_is_object"), F.lit("not a JSON object"))
-            .when(F.col("_payload").isNull(), F.lit("no data.payload object"))
-            .when(F.col("_body").isNull(), F.lit("payload is not an object of fields"))
-            .when(~F.map_contains_key("_body", HEADER), F.lit(f"payload has no {HEADER}"))
-            .when(F.col("entity").isNull() | (F.col("entity") == ""), F.lit("header has no entityName"))
-            .when(F.col("change_type").isNull(), F.lit("header has no changeType"))
-            .when(~F.col("change_type").isin(*CHANGE_TYPES),
-                  F.concat(F.lit("unknown changeType '"), F.substring("change_type", 1, 40), F.lit("'")))
-            .when(F.col("transaction_key").isNull(), F.lit("header has no transactionKey"))
-            .when(F.col("sequence_number").isNull(), F.lit("header sequenceNumber missing or not an integer"))
-            .when(F.col("commit_ts").isNull(), F.lit("header commitTimestamp missing or not an integer"))
-            .when(F.col("record_ids").isNull() | (F.size("record_ids") == 0), F.lit("header has no recordIds"))
-            .when(~ids_ok, F.lit("header recordIds holds a value that is not a Salesforce id"))
-            .otherwise(_type_errors(schemas))
-        )
-        return df.withColumn("quarantine_reason", reason)
-    return apply
+def _quarantine_reason(schemas: dict[str, ObjectSchema]) -> str:
+    """Why a line cannot become change rows, or null when it can (design §9)."""
+    ids_ok = f"forall(record_ids, i -> i RLIKE {literal(ID_PATTERN)} OR i RLIKE {literal(WILDCARD_PATTERN)})"
+    return f"""CASE
+    WHEN NOT _is_object THEN 'not a JSON object'
+    WHEN _payload IS NULL THEN 'no data.payload object'
+    WHEN _body IS NULL THEN 'payload is not an object of fields'
+    WHEN NOT map_contains_key(_body, {literal(HEADER)}) THEN {literal(f"payload has no {HEADER}")}
+    WHEN entity IS NULL OR entity = '' THEN 'header has no entityName'
+    WHEN change_type IS NULL THEN 'header has no changeType'
+    WHEN NOT change_type IN ({", ".join(literal(t) for t in CHANGE_TYPES)})
+      THEN concat({literal("unknown changeType '")}, substring(change_type, 1, 40), {literal("'")})
+    WHEN transaction_key IS NULL THEN 'header has no transactionKey'
+    WHEN sequence_number IS NULL THEN 'header sequenceNumber missing or not an integer'
+    WHEN commit_ts IS NULL THEN 'header commitTimestamp missing or not an integer'
+    WHEN record_ids IS NULL OR size(record_ids) = 0 THEN 'header has no recordIds'
+    WHEN NOT {ids_ok} THEN 'header recordIds holds a value that is not a Salesforce id'
+    ELSE {_type_errors(schemas)} END"""
+
+
+def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
+    """`parse_lines` as one query over `{lines}`."""
+    return f"""WITH {_DECODE},
+flat AS (SELECT * EXCEPT (_fields_raw), {_flattened_body(schemas)} AS fields FROM decoded),
+fielded AS (SELECT *, array_sort(array_union(map_keys(fields), {_mapped_nulled(schemas)})) AS set_fields FROM flat)
+SELECT *, {_quarantine_reason(schemas)} AS quarantine_reason FROM fielded"""
 
 
 def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:
-    """Landed lines -> one row per line with its canonical fields and `quarantine_reason`."""
-    return (lines.transform(decode_envelope)
-                 .transform(flatten_fields(schemas))
-                 .transform(quarantine_reasons(schemas)))
+    """Landed lines (`source_file, source_line, raw`) -> one row per line with its canonical fields and
+    `quarantine_reason`. One SQL query: parsed and analysed once, whatever the number and width of the objects."""
+    return run_sql(lines.sparkSession, parse_sql(schemas), lines=lines)
 
 
 def event_key(prefix: str = "") -> Column:

@@ -67,12 +67,9 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
     buckets = sorted({i[: schema.bucket_chars] for i in ids})
     table = warehouse.table(schema.name)
     if table is None or not ids:
-        return spark.createDataFrame([], schema.spark_schema()), buckets
-    # Partition pruning by the bucket literals; the Id filter runs in memory on those few files (a pushed-down
-    # `isin` trips over files whose strings delta-rs wrote as string_view).
-    rows = warehouse.read(table, partitions=[(BUCKET_COLUMN, "in", buckets)])
+        return spark.createDataFrame(schema.arrow_schema().empty_table()), buckets
+    rows = warehouse.read_keys(table, key_column="Id", keys=ids, partitions=[(BUCKET_COLUMN, "in", buckets)])
     rows = aligned_arrow(rows, schema.arrow_schema())
-    rows = rows.filter(pc.is_in(rows["Id"], value_set=pa.array(ids, pa.string())))
     return spark.createDataFrame(rows), buckets
 
 

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -70,6 +71,22 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """Rows of a snapshot as Arrow, pruned by partition values first, then by Parquet statistics."""
         dataset = table.to_pyarrow_dataset(file_pruning_predicate=partitions)
         return dataset.to_table(filter=filter, columns=list(columns) if columns else None)
+
+    def read_keys(self, table: DeltaTable, *, key_column: str, keys: Sequence[str], partitions=None) -> pa.Table:
+        """Rows whose `key_column` is in `keys`, from the files `partitions` leaves, streamed batch by batch.
+
+        Memory holds the matches and one batch, not the pruned partitions (a spread-out change can name most
+        partitions of a large table). The key filter runs on each batch after a cast: a pushed-down `isin` fails
+        on files whose strings delta-rs wrote as string_view.
+        """
+        dataset = table.to_pyarrow_dataset(file_pruning_predicate=partitions)
+        wanted = pa.array(sorted(set(keys)), pa.string())
+        matches = []
+        for batch in dataset.to_batches():
+            mask = pc.is_in(batch[key_column].cast(pa.string()), value_set=wanted)
+            if pc.any(mask).as_py():
+                matches.append(batch.filter(mask))
+        return pa.Table.from_batches(matches, schema=dataset.schema)
 
     @staticmethod
     def commit_state(table: DeltaTable | None, key: str) -> dict:

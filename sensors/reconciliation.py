@@ -1,13 +1,16 @@
 """reconciliation_sensor: dirty records or a pending resync -> re-materialize exactly those replicas (design §6-7).
 
-It reads each replica's latest materialization metadata (`dirty_records`, `resync_pending`), and requests a run of
-that one asset in `reconcile` or `resync` mode, tagged with the reason and the counts. A resync wins over a
-reconcile (it rewrites every row anyway). At most one run per object is in flight: objects with a queued or
+It reads each replica's latest materialization metadata (`dirty_records`, `resync_pending`), and requests one run of
+exactly the replicas that need work, each in `reconcile` or `resync` mode (its op config), tagged with the reasons
+and the counts. A resync wins over a reconcile (it rewrites every row anyway). One run for all of them, not one per
+object: a run pays its process and Spark start (tens of seconds when cold), the fetches themselves are small. At most one run per object is in flight: objects with a queued or
 running run (tag `cdc/object.<Name>`, which every run this platform requests carries) are left alone. While the
 org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor holds back and says why.
 
-Run keys name the materialization that asked for the work, so a tick evaluated twice never requests it twice.
+Run keys name the materializations that asked for the work, so a tick evaluated twice never requests it twice.
 """
+
+import hashlib
 
 import dagster as dg
 
@@ -17,7 +20,8 @@ from resources.salesforce import SalesforceResource
 
 SENSOR_NAME = "reconciliation_sensor"
 TAG_REASON = "cdc/reason"
-TAG_MODE = "cdc/mode"
+TAG_MODE = "cdc/mode"  # the modes of the run's replicas, "+"-joined: reconcile, resync or reconcile+resync
+TAG_DIRTY = "cdc/dirty_records"
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED]
 
@@ -26,8 +30,10 @@ def object_tag(name: str) -> str:
     return f"cdc/object.{name}"  # one namespace separator: Dagster deprecates more
 
 
-def mode_run_config(name: str, mode: str) -> dict:
-    return {"ops": {replica_key(name).to_python_identifier(): {"config": {"mode": mode}}}}
+def mode_run_config(modes: dict[str, str]) -> dict:
+    """Op config putting each replica `name` of `modes` in its mode."""
+    return {"ops": {replica_key(name).to_python_identifier(): {"config": {"mode": mode}}
+                    for name, mode in modes.items()}}
 
 
 def _in_flight(instance: dg.DagsterInstance, name: str) -> bool:
@@ -56,10 +62,10 @@ def build_reconciliation_sensor(*, replication: ReplicationConfig,
             resync = metadata.get(META_RESYNC)
             dirty = metadata.get(META_DIRTY)
             if resync is not None and resync.value:
-                wanted.append((name, "resync", str(resync.value), event.run_id, {}))
+                wanted.append((name, "resync", str(resync.value), event.run_id, 0))
             elif dirty is not None and int(dirty.value or 0) > 0:
                 wanted.append((name, "reconcile", f"{dirty.value} dirty records", event.run_id,
-                               {"cdc/dirty_records": str(dirty.value)}))
+                               int(dirty.value)))
         wanted = [w for w in wanted if not _in_flight(context.instance, w[0])]
         if not wanted:
             return dg.SensorResult(skip_reason="no dirty records or pending resync (or runs already in flight)")
@@ -69,16 +75,17 @@ def build_reconciliation_sensor(*, replication: ReplicationConfig,
         if limit and limit - used < budget_share * limit:
             return dg.SensorResult(skip_reason=f"holding back: org API budget nearly spent ({used}/{limit} "
                                                f"requests used, reserve {budget_share:.0%})")
-        requests = [
-            dg.RunRequest(
-                run_key=f"{mode}-{name}-{source_run}",
-                asset_selection=[replica_key(name)],
-                run_config=mode_run_config(name, mode),
-                tags={TAG_MODE: mode, TAG_REASON: reason, object_tag(name): "1", **extra},
-            )
-            for name, mode, reason, source_run, extra in wanted
-        ]
+        source = "|".join(f"{mode}-{name}-{run}" for name, mode, _, run, _ in sorted(wanted))
+        request = dg.RunRequest(
+            run_key=f"sync-{hashlib.sha1(source.encode()).hexdigest()[:16]}",
+            asset_selection=[replica_key(name) for name, *_ in wanted],
+            run_config=mode_run_config({name: mode for name, mode, *_ in wanted}),
+            tags={TAG_MODE: "+".join(sorted({mode for _, mode, *_ in wanted})),
+                  TAG_REASON: "; ".join(f"{n}: {m} ({r})" for n, m, r, _, _ in wanted)[:1000],
+                  TAG_DIRTY: str(sum(dirty for *_, dirty in wanted)),
+                  **{object_tag(name): "1" for name, *_ in wanted}},
+        )
         context.log.info("; ".join(f"{n}: {m} ({r})" for n, m, r, _, _ in wanted))
-        return dg.SensorResult(run_requests=requests)
+        return dg.SensorResult(run_requests=[request])
 
     return reconciliation_sensor

@@ -84,9 +84,13 @@ def test_reconciliation_sensor_requests_reconcile_and_resync_and_respects_the_bu
                                                 ca_bundle=str(emu.ca_file))}
         resources = {**platform.defs.resources, **org}
         result = evaluate(platform, RECONCILE, resources=resources)
-        modes = {r.asset_selection[0]: r.tags[TAG_MODE] for r in result.run_requests}
-        assert modes == {replica_key("Contact"): "reconcile", replica_key("Opportunity"): "resync"}
-        assert all(r.run_config["ops"] for r in result.run_requests)
+        [request] = result.run_requests  # one run for every replica that needs work: one process, one Spark
+        assert set(request.asset_selection) == {replica_key("Contact"), replica_key("Opportunity")}
+        modes = {op: c["config"]["mode"] for op, c in request.run_config["ops"].items()}
+        assert modes == {replica_key("Contact").to_python_identifier(): "reconcile",
+                         replica_key("Opportunity").to_python_identifier(): "resync"}
+        assert request.tags[TAG_MODE] == "reconcile+resync"
+        assert request.tags[object_tag("Contact")] == request.tags[object_tag("Opportunity")] == "1"
 
         emu.set_request_budget(daily_request_limit=1000, used=990)
         held = evaluate(platform, RECONCILE, resources=resources)

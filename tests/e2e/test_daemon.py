@@ -24,9 +24,12 @@ from salesforce_emulator.workload_backends import Op
 pytestmark = pytest.mark.e2e
 
 CHANGES = 20_000
-FAULTS = FaultConfig(gap_fraction=0.01, duplicate_file_fraction=0.2, late_file_fraction=0.2, late_after_files=2,
+FAULTS = FaultConfig(gap_fraction=0.01, duplicate_file_fraction=0.2, late_file_fraction=0.2, late_after_files=15,
                      seed=7)
 OVERFLOW_RECORDS = 150
+# A late file lands 15 files (~45 s at the stack's 3 s rolls) after it was due: by then the runs have ingested and
+# applied newer changes of some of its records, so those events are late (with 2 files, ~6 s, a late file always
+# landed before the next ingest and was ordered in with the newer ones: `late` stayed 0).
 WARM_UP = 100
 RATE = 150  # transactions per second: the workload spans minutes and dozens of files, so every file fault happens
 

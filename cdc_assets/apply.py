@@ -95,6 +95,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     held = prev.get("held") or {}
 
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
+    fault_point("replica.after_read_changes")
     open_key = _open_transaction(ce_state, close_after, now)
     counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
     state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts", "resynced")}
@@ -130,8 +131,10 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             ids = pc.unique(changes["record_id"]).to_pylist()
             current, buckets = read_current(spark, warehouse, schema, ids)
             watch.lap("read")
+            fault_point("replica.after_read_current")
             folded = fold_changes(spark.createDataFrame(changes), current, schema).toArrow()
             watch.lap("fold")
+            fault_point("replica.after_fold")
             counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*COUNTERS, NEWLY_DIRTY, INSERTED)}
             new_rows = folded.filter(folded[CHANGED]).select(schema.arrow_schema().names).cast(schema.arrow_schema())
 

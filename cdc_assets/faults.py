@@ -10,6 +10,18 @@ import os
 import signal
 
 
+# Every point, in run order (a crash test asserts it covers them all, and that no `fault_point` call names another).
+INGEST_POINTS = ("ingest.after_read", "ingest.after_parse", "ingest.after_quarantine", "ingest.after_dedup",
+                 "ingest.before_commit", "ingest.after_commit")
+APPLY_POINTS = ("replica.after_read_changes", "replica.after_read_current", "replica.after_fold",
+                "replica.before_commit", "replica.after_commit")
+RECONCILE_POINTS = ("reconcile.after_dirty_read", "reconcile.after_retrieve", "reconcile.after_query_all",
+                    "reconcile.after_fold", "reconcile.before_commit", "reconcile.after_commit")
+RESYNC_POINTS = ("resync.before_commit", "resync.after_first_page", "resync.after_snapshot_stream",
+                 "resync.after_missing_marked_deleted", "resync.after_commit")
+FAULT_POINTS = INGEST_POINTS + APPLY_POINTS + RECONCILE_POINTS + RESYNC_POINTS
+
+
 class InjectedFault(RuntimeError):
     pass
 

@@ -96,12 +96,14 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
         return IngestResult(counts=_zero_counts())
     read = landing.read(files)
     watch.lap("read")
+    fault_point("ingest.after_read")
     lines = spark.createDataFrame(read.lines) if read.lines.num_rows else \
         spark.createDataFrame([], "source_file string, source_line long, raw string")
     parsed = parse_lines(lines, schemas).cache()
 
     bad = pa.concat_tables([quarantined(parsed).toArrow().cast(read.quarantine.schema), read.quarantine])
     watch.lap("parse")
+    fault_point("ingest.after_parse")
     if bad.num_rows:
         stamped = bad.append_column("run_id", pa.array([run_id] * bad.num_rows, pa.string())) \
                      .append_column("quarantined_at", pa.array([now] * bad.num_rows, pa.timestamp("us", tz="UTC")))
@@ -115,6 +117,7 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
     rows = to_change_rows(parsed)
     marked = mark_duplicates(rows, _known_keys(spark, warehouse, rows)).toArrow()
     watch.lap("dedup")
+    fault_point("ingest.after_dedup")
     previous = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
     seq = int(previous.get("ingest_seq", 0)) + 1
     fresh_arrow = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
@@ -132,6 +135,7 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
         "run_id": run_id,
     }
     txns = {file_app_id(f): 1 for f in files} | {SEQ_APP: seq}
+    fault_point("ingest.before_commit")
     table = warehouse.append(CHANGE_EVENTS, fresh_arrow, partition_by=["entity"], key=CE_STATE, state=state,
                              txns=txns)
     watch.lap("write")

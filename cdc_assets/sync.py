@@ -87,6 +87,7 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
             if replica is not None:
                 seen.update(rows["Id"].to_pylist())
             yield from rows.to_batches()
+            fault_point("resync.after_first_page")
         fault_point("resync.after_snapshot_stream")
         if previous_rows is None:
             return
@@ -96,6 +97,7 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
             if gone.num_rows:
                 counts["missing_marked_deleted"] += gone.num_rows
                 yield from mark_deleted(gone, at=now, source=SNAPSHOT, synced_at=now).to_batches()
+        fault_point("resync.after_missing_marked_deleted")
 
     state = {"applied_through": replay_from - 1, "run_id": run_id, "held": None, "resync_pending": None,
              "dirty_records": 0, "synced_at": now.isoformat(), "last_commit_ts": prev.get("last_commit_ts"),
@@ -126,13 +128,16 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
         return SyncResult("reconcile", {"dirty_fetched": 0})
     used_before = _api_used(salesforce)
     ids = dirty["Id"].to_pylist()
+    fault_point("reconcile.after_dirty_read")
     fields = [c for c in schema.column_names] + ["SystemModstamp"]
     fetched = list(salesforce.retrieve(schema.name, ids, fields))
     found = [r for r in fetched if r is not None]
     missing = [i for i, r in zip(ids, fetched) if r is None]
+    fault_point("reconcile.after_retrieve")
     parts = [replica_rows(records_to_text(found, fields), schema, source=RECONCILE, synced_at=now)] if found else []
 
     deleted_in_org = _query_deleted(salesforce, schema, missing)
+    fault_point("reconcile.after_query_all")
     if deleted_in_org:
         parts.append(replica_rows(records_to_text(deleted_in_org, fields + ["IsDeleted"]), schema,
                                   source=RECONCILE, synced_at=now))
@@ -151,6 +156,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
         folded = fold_changes(spark.createDataFrame(events), spark.createDataFrame(fresh), schema).toArrow()
         changed = folded.filter(folded[CHANGED]).select(target.names).cast(target)
         newly_dirty = int(pc.sum(folded[NEWLY_DIRTY]).as_py() or 0)
+        fault_point("reconcile.after_fold")
         untouched = fresh.filter(pc.invert(pc.is_in(fresh["Id"], value_set=changed["Id"])))
         rows = pa.concat_tables([untouched, changed])
 

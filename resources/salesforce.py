@@ -15,7 +15,7 @@ SystemModstamp), ``retrieve`` (sObject Collections, 2,000 ids per call, ``None``
 ``query_all`` (REST queryAll, paged), ``bulk_query_all`` (Bulk API 2.0 queryAll, one CSV result page at a time
 parsed into Arrow record batches of strings, never the whole object in memory) and ``api_usage`` (from the last
 ``Sforce-Limit-Info`` header). Idempotent reads retry with exponential backoff on 5xx, timeouts and connection
-errors. Tokens and passwords are never logged.
+errors (a connection dropped mid-response too). Tokens and passwords are never logged.
 """
 
 from __future__ import annotations
@@ -144,7 +144,8 @@ class SalesforceResource(dg.ConfigurableResource):
     # -- HTTP with retries --------------------------------------------------------------------------
     def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> requests.Response:
         """Call ``path`` (relative to /services/data/vXX.X/, or absolute from /services/...) with retries on
-        5xx, timeouts and connection errors when ``retry`` (idempotent calls only)."""
+        5xx, timeouts and connection errors (also one dropped in the middle of a response) when ``retry``
+        (idempotent calls only)."""
         sf = self.client()
         url = f"https://{sf.sf_instance}{path}" if path.startswith("/") else sf.base_url + path
         attempts = self.max_retries + 1 if retry else 1
@@ -152,7 +153,8 @@ class SalesforceResource(dg.ConfigurableResource):
             try:
                 response = sf.session.request(method, url, headers=sf.headers, timeout=self.timeout_seconds,
                                               **kwargs)
-            except (requests.ConnectionError, requests.Timeout) as exc:
+            # ChunkedEncodingError: the connection dropped in the middle of the body (an IncompleteRead).
+            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
                 if attempt == attempts:
                     raise
                 log.warning("Salesforce %s %s: %s; retry %d/%d", method, path, type(exc).__name__, attempt,

@@ -20,7 +20,7 @@ from typing import Any
 from salesforce_emulator.api import Api
 from salesforce_emulator.faults import FaultConfig
 from salesforce_emulator.publisher import CdcPublisher
-from salesforce_emulator.server import serve_in_thread
+from salesforce_emulator.server import NetworkFault, serve_in_thread
 from salesforce_emulator.store import Store
 from salesforce_emulator.tls import ensure_tls
 
@@ -150,3 +150,16 @@ class Emulator:
         if count == 0:
             self.api.dispatcher.fail_next.clear()
         self.api.dispatcher.fail_next.extend([status] * count)
+
+    def stall_next_requests(self, count: int, seconds: float, kind: str | None = None) -> None:
+        """The next ``count`` authenticated requests (of endpoint ``kind``, e.g. ``"bulk_results"``, or any) answer
+        only after ``seconds``: a client with a shorter timeout sees a read timeout."""
+        self.api.dispatcher.network_faults.extend([NetworkFault(kind, stall_seconds=seconds)] * count)
+
+    def drop_next_responses(self, count: int, kind: str | None = None) -> None:
+        """The next ``count`` authenticated responses (of endpoint ``kind``, or any) send their headers and half
+        their body, then the connection drops (a network failure in the middle of e.g. a Bulk result page)."""
+        self.api.dispatcher.network_faults.extend([NetworkFault(kind, drop=True)] * count)
+
+    def clear_network_faults(self) -> None:
+        self.api.dispatcher.network_faults.clear()

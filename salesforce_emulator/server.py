@@ -13,6 +13,7 @@ import logging
 import re
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ class Response:
     body: Any = None  # JSON-serialisable, or bytes/str sent as is
     content_type: str = "application/json;charset=UTF-8"
     headers: dict[str, str] = field(default_factory=dict)
+    truncate: bool = False  # send the headers and half the body, then drop the connection (a network fault)
 
     def encode(self) -> bytes:
         if self.body is None:
@@ -79,6 +81,16 @@ class Response:
 
 
 Handler = Callable[["Api", Request], Response]
+
+
+@dataclass(frozen=True)
+class NetworkFault:
+    """One request (of endpoint `kind`, or any) that answers only after `stall_seconds`, or whose response is cut
+    off in the middle of its body (`drop`)."""
+
+    kind: str | None = None
+    stall_seconds: float = 0.0
+    drop: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +115,7 @@ class Dispatcher:
         self.counts: Counter[str] = Counter()
         self._lock = threading.Lock()
         self.fail_next: list[int] = []  # statuses to return for the next authenticated requests
+        self.network_faults: list[NetworkFault] = []  # stalls and dropped connections still to inject
 
     def find(self, method: str, path: str) -> tuple[Route, dict[str, str]] | None:
         allowed = False
@@ -126,12 +139,24 @@ class Dispatcher:
             target, request.params = found
             if target.auth and not nested:
                 self._authorize(request)
+            fault = None
             if not nested:
                 with self._lock:
                     self.counts[target.kind] += 1
-            return target.handler(self.api, request)
+                    fault = self._take_network_fault(target.kind)
+            if fault is not None and fault.stall_seconds:
+                time.sleep(fault.stall_seconds)
+            response = target.handler(self.api, request)
+            response.truncate = fault is not None and fault.drop
+            return response
         except ApiError as exc:
             return Response(exc.status, exc.body())
+
+    def _take_network_fault(self, kind: str) -> NetworkFault | None:
+        for index, fault in enumerate(self.network_faults):
+            if fault.kind in (None, kind):
+                return self.network_faults.pop(index)
+        return None
 
     def _authorize(self, request: Request) -> None:
         header = request.headers.get("authorization", "")
@@ -178,7 +203,17 @@ class _HttpHandler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         if payload and self.command != "HEAD":
-            self.wfile.write(payload)
+            try:
+                if response.truncate:
+                    self.wfile.write(payload[: len(payload) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                else:
+                    self.wfile.write(payload)
+            except OSError as exc:  # the client gave up (e.g. its read timed out on a stalled request)
+                log.debug("%s %s: client went away: %s", self.command, parts.path, exc)
+                self.close_connection = True
 
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = do_HEAD = _serve
 

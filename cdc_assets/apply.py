@@ -24,6 +24,7 @@ from cdc_assets.faults import fault_point
 from cdc_assets.timing import Stopwatch
 from cdc_assets.ingest import CE_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
+from resources.spark import from_arrow
 from spark_ops.fold import CHANGED, COUNTERS, INSERTED, NEWLY_DIRTY, fold_changes
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
@@ -70,7 +71,7 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
         return spark.createDataFrame(schema.arrow_schema().empty_table()), buckets
     rows = warehouse.read_keys(table, key_column="Id", keys=ids, partitions=[(BUCKET_COLUMN, "in", buckets)])
     rows = aligned_arrow(rows, schema.arrow_schema())
-    return spark.createDataFrame(rows), buckets
+    return from_arrow(spark, rows), buckets
 
 
 def _open_transaction(ce_state: dict, close_after: float, now: datetime) -> str | None:
@@ -132,7 +133,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             current, buckets = read_current(spark, warehouse, schema, ids)
             watch.lap("read")
             fault_point("replica.after_read_current")
-            folded = fold_changes(spark.createDataFrame(changes), current, schema).toArrow()
+            folded = fold_changes(from_arrow(spark, changes), current, schema).toArrow()
             watch.lap("fold")
             fault_point("replica.after_fold")
             counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*COUNTERS, NEWLY_DIRTY, INSERTED)}

@@ -29,6 +29,7 @@ from cdc_assets.faults import fault_point
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone
+from resources.spark import from_arrow
 from spark_ops.events import DEDUP_KEY, mark_duplicates
 from spark_ops.parse import CHANGE_COLUMNS, parse_lines, quarantined, to_change_rows
 from spark_ops.schema import ObjectSchema
@@ -78,7 +79,7 @@ def _known_keys(spark: SparkSession, warehouse: DeltaWarehouse, rows: DataFrame)
         flt = (pc.field("commit_ts") >= lo) & (pc.field("commit_ts") <= hi)
         parts.append(warehouse.read(table, partitions=[("entity", "=", b["entity"])], filter=flt, columns=DEDUP_KEY))
     known = pa.concat_tables(parts) if parts else None
-    return spark.createDataFrame(known) if known is not None and known.num_rows else empty
+    return from_arrow(spark, known) if known is not None and known.num_rows else empty
 
 
 def _later(a: dict | None, b: dict | None) -> dict | None:
@@ -97,7 +98,7 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
     read = landing.read(files)
     watch.lap("read")
     fault_point("ingest.after_read")
-    lines = spark.createDataFrame(read.lines) if read.lines.num_rows else \
+    lines = from_arrow(spark, read.lines) if read.lines.num_rows else \
         spark.createDataFrame([], "source_file string, source_line long, raw string")
     parsed = parse_lines(lines, schemas).cache()
 

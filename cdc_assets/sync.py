@@ -31,6 +31,7 @@ from cdc_assets.faults import fault_point
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.salesforce import SalesforceResource
+from resources.spark import from_arrow
 from spark_ops.fold import CHANGED, NEWLY_DIRTY, fold_changes
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
@@ -153,7 +154,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
     events = _events_of(warehouse, schema.name, ids, applied, held)
     rows, newly_dirty = fresh, 0
     if events is not None and events.num_rows:
-        folded = fold_changes(spark.createDataFrame(events), spark.createDataFrame(fresh), schema).toArrow()
+        folded = fold_changes(from_arrow(spark, events), from_arrow(spark, fresh), schema).toArrow()
         changed = folded.filter(folded[CHANGED]).select(target.names).cast(target)
         newly_dirty = int(pc.sum(folded[NEWLY_DIRTY]).as_py() or 0)
         fault_point("reconcile.after_fold")

@@ -1,16 +1,62 @@
 """Run one platform pass in a separate process (used by crash tests to SIGKILL a real run).
 
-Usage: python tests/crash_runner.py <root> <describe_dir> <objects comma-separated>
+Usage: python tests/crash_runner.py <root> <describe_dir or -> <objects comma-separated> [apply|reconcile|resync]
+
+With `-` for describe_dir, describe() comes from the org named by the `SF_*` variables (SF_INSTANCE_URL,
+SF_ACCESS_TOKEN, SF_CA_BUNDLE: e.g. an emulator the parent test serves), as in production. In `reconcile` or
+`resync` mode every replica runs in that mode, as a run requested by the reconciliation sensor would.
 """
 
+import os
 import sys
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
+import dagster as dg  # noqa: E402
+
 from settings import TEST_SPARK_CONF  # noqa: E402
 from harness import Platform  # noqa: E402
+from cdc_assets.assets import replica_key  # noqa: E402
+
+
+def attach_to_running_jvm() -> None:
+    """With PYSPARK_GATEWAY_PORT / PYSPARK_GATEWAY_SECRET set (by a parent test process), compute on the parent's
+    Spark JVM and its SparkContext instead of starting a cold one: a crash test then costs seconds, not half a
+    minute. A SIGKILL still kills everything that writes: Delta commits are made by delta-rs in this process; the
+    JVM only computes, and holds nothing a later run reads."""
+    from pyspark import SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway()
+    spark = gateway.jvm.org.apache.spark
+    jsc = spark.api.java.JavaSparkContext.fromSparkContext(spark.SparkContext.getOrCreate())
+    SparkContext(gateway=gateway, jsc=jsc)
+
+
+def run_mode(platform: Platform, mode: str) -> dg.ExecuteInProcessResult:
+    """One run of every asset, each replica in `mode`, every transaction closed (transaction_close_after 0)."""
+    if mode == "apply":
+        return platform.run(close_after=0, raise_on_error=False)
+    ops = {replica_key(o).to_python_identifier(): {"config": {"mode": mode, "transaction_close_after": 0}}
+           for o in platform.objects}
+    return dg.materialize(platform.executable_assets(), resources=platform.defs.resources, instance=platform.instance,
+                          run_config={"ops": ops}, raise_on_error=False)
+
 
 if __name__ == "__main__":
-    root, describe_dir, objects = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3].split(",")
-    Platform(root, describe_dir, objects, TEST_SPARK_CONF).run()
+    root, describe_arg, objects = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        attach_to_running_jvm()
+    mode = sys.argv[4] if len(sys.argv) > 4 else None
+    if describe_arg == "-":
+        from resources.salesforce import salesforce_resource_from_env
+
+        platform = Platform(root, None, objects, TEST_SPARK_CONF, salesforce=salesforce_resource_from_env(),
+                            initial_load=True)
+    else:
+        platform = Platform(root, Path(describe_arg), objects, TEST_SPARK_CONF)
+    if mode is None:
+        platform.run()
+    else:
+        sys.exit(0 if run_mode(platform, mode).success else 1)

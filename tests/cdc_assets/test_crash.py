@@ -1,21 +1,43 @@
-"""A run that dies at any point, then a re-run, gives the same tables as a run that never died (design §5)."""
+"""A run that dies at any point, then a re-run, gives the same tables as a run that never died (design §5).
+
+Every named fault point (`cdc_assets.faults.FAULT_POINTS`) is hit by a SIGKILL in a real subprocess run: ingest and
+apply points on the golden sample; reconcile and resync points (and apply's replay after them) against an emulator
+org this process serves, over a warehouse with dirty records and a pending resync. The re-run happens here, and the
+tables (and the replica checkpoints) must equal those of a clean run from the same starting state.
+"""
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from settings import REPO, TEST_SPARK_CONF
 from harness import Platform, comparable, load_lines
+from crash_runner import run_mode
+from cdc_assets.apply import APPLY_APP, REPLICA_STATE
+from cdc_assets.faults import APPLY_POINTS, FAULT_POINTS, INGEST_POINTS, RECONCILE_POINTS, RESYNC_POINTS
+from resources.delta import DeltaWarehouse
+from resources.salesforce import SalesforceResource
+from salesforce_emulator import Emulator, FaultConfig
+from salesforce_emulator.workload import Workload
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 TABLES = [*OBJECTS]
 POINTS = ["ingest.after_quarantine", "ingest.after_commit", "replica.before_commit", "replica.after_commit"]
+SAMPLE_KILL_POINTS = [*INGEST_POINTS, *APPLY_POINTS]
+# (mode, point): the sync points, and apply's replay of the events since the overflow over the snapshot, in the
+# resync's run (a reconcile folds its records' events itself: the apply after it has nothing left to write).
+ORG_KILL_POINTS = [*(("reconcile", p) for p in RECONCILE_POINTS), *(("resync", p) for p in RESYNC_POINTS),
+                   ("resync", "replica.after_fold"), ("resync", "replica.after_commit")]
+STATE_KEYS = ("dirty_records", "resync_pending", "held", "row_count", "last_commit_ts")
 
 
 def snapshot(platform: Platform) -> dict:
@@ -24,6 +46,29 @@ def snapshot(platform: Platform) -> dict:
     quarantine = sorted((q["source_file"], q["source_line"], q["reason"]) for q in platform.quarantine())
     return {"tables": tables, "events": events, "quarantine": quarantine}
 
+
+def kill_run(spark, root: Path, point: str, describe: str, mode: str | None = None, env: dict | None = None) -> None:
+    """One platform pass in a subprocess, SIGKILLed at `point`. The subprocess computes on this process's warm Spark
+    JVM (see crash_runner.attach_to_running_jvm); what it writes, it writes itself, and dies with it."""
+    gateway = spark.sparkContext._gateway.gateway_parameters
+    env = {**os.environ, **(env or {}), "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill",
+           "PYSPARK_GATEWAY_PORT": str(gateway.port), "PYSPARK_GATEWAY_SECRET": gateway.auth_token}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(root), describe, ",".join(OBJECTS),
+         *([mode] if mode else [])], env=env, cwd=REPO, capture_output=True, timeout=300)
+    spark.catalog.clearCache()  # what the dead run cached in the shared JVM
+    assert proc.returncode == -signal.SIGKILL, f"{point} was not reached: {proc.stderr.decode()[-2000:]}"
+
+
+def test_every_fault_point_is_named_once_and_killed_by_a_test():
+    called = [m for path in (REPO / "cdc_assets").glob("*.py")
+              for m in re.findall(r'fault_point\("([^"]+)"\)', path.read_text())]
+    assert sorted(called) == sorted(FAULT_POINTS)
+    assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 20
+    assert set(SAMPLE_KILL_POINTS) | {p for _, p in ORG_KILL_POINTS} == set(FAULT_POINTS)
+
+
+# -- the golden sample: ingest and apply ----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def clean_state(tmp_path_factory, spark, sample_dir):
@@ -46,14 +91,119 @@ def test_injected_failure_then_rerun_equals_clean_run(point, tmp_path, spark, sa
     assert snapshot(platform) == clean_state
 
 
-@pytest.mark.parametrize("point", ["ingest.after_commit", "replica.after_commit"])
+@pytest.mark.parametrize("point", SAMPLE_KILL_POINTS)
 def test_sigkill_in_subprocess_then_rerun_equals_clean_run(point, tmp_path, spark, sample_dir, clean_state):
     platform = Platform(tmp_path, sample_dir / "describe", OBJECTS, TEST_SPARK_CONF)
     platform.land(load_lines(sample_dir / "events.jsonl"), name="events.jsonl")
-    env = {**os.environ, "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill"}
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(tmp_path), str(sample_dir / "describe"),
-         ",".join(OBJECTS)], env=env, cwd=REPO, capture_output=True, timeout=300)
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    kill_run(spark, tmp_path, point, str(sample_dir / "describe"))
     assert platform.run().success
     assert snapshot(platform) == clean_state
+
+
+# -- an emulator org: reconcile and resync ----------------------------------------------------------------------------
+
+def replica_state(platform: Platform) -> dict:
+    """Each replica's checkpoint and the commit state a later run reads (no run ids or wall-clock times)."""
+    out = {}
+    for name in OBJECTS:
+        table = DeltaTable(str(platform.warehouse / name))
+        state = DeltaWarehouse.commit_state(table, REPLICA_STATE)
+        out[name] = {"applied": table.transaction_version(APPLY_APP), **{k: state.get(k) for k in STATE_KEYS}}
+    return out
+
+
+def org_snapshot(platform: Platform) -> dict:
+    return {"tables": {o: comparable(platform.rows(o)) for o in OBJECTS}, "state": replica_state(platform)}
+
+
+@pytest.fixture(scope="module")
+def org_world(tmp_path_factory, spark):
+    """An org of 20 accounts served here, and a warehouse (`start`) left with dirty records and a pending resync
+    by gap events and overflowed transactions; plus the tables a clean reconcile and a clean resync make of it."""
+    base = tmp_path_factory.mktemp("org")
+    start = base / "start"
+    with Emulator(base / "org", landing_dir=start / "landing") as emu:
+        workload = Workload(emu, seed=5, large_transaction=(25, 35))
+        workload.build_org(accounts=20)
+        platform = Platform(start, None, OBJECTS, TEST_SPARK_CONF, initial_load=True, salesforce=SalesforceResource(
+            instance_url=emu.instance_url, access_token=emu.token, ca_bundle=emu.ca_file))
+        assert platform.run().success
+        emu.set_faults(FaultConfig(gap_fraction=0.3, overflow_threshold=20, seed=1))
+        workload.run(changes=60)
+        for _ in range(6):  # each on a random object (Lead and Case are not replicated here)
+            workload.large()
+        workload.run(changes=60)
+        emu.flush_cdc()
+        assert platform.run(close_after=0).success
+        state = replica_state(platform)
+        assert any(s["dirty_records"] for s in state.values()), state
+        assert any(s["resync_pending"] for s in state.values()), state
+        env = {"SF_INSTANCE_URL": emu.instance_url, "SF_ACCESS_TOKEN": emu.token, "SF_CA_BUNDLE": emu.ca_file}
+        before, clean = org_snapshot(platform), {}
+        for mode in ("reconcile", "resync"):
+            run = copy_platform(start, base / f"clean-{mode}", env)
+            assert run_mode(run, mode).success
+            clean[mode] = org_snapshot(run)
+            assert clean[mode] != before, f"a {mode} run should change the tables"
+        yield {"start": start, "env": env, "clean": clean, "emu": emu, "before": before}
+
+
+def org_platform(root: Path, env: dict) -> Platform:
+    """The platform over `root`, connected to the org named by `env` (the SF_* variables a subprocess gets)."""
+    salesforce = SalesforceResource(instance_url=env["SF_INSTANCE_URL"], access_token=env["SF_ACCESS_TOKEN"],
+                                    ca_bundle=env["SF_CA_BUNDLE"], retry_backoff_seconds=0.05)
+    return Platform(root, None, OBJECTS, TEST_SPARK_CONF, initial_load=True, salesforce=salesforce)
+
+
+def copy_platform(start: Path, root: Path, env: dict) -> Platform:
+    shutil.copytree(start, root)
+    return org_platform(root, env)
+
+
+@pytest.mark.parametrize(("mode", "point"), ORG_KILL_POINTS)
+def test_sigkill_during_reconcile_or_resync_then_rerun_equals_clean_run(mode, point, tmp_path, spark, org_world):
+    platform = copy_platform(org_world["start"], tmp_path / "p", org_world["env"])
+    kill_run(spark, platform.root, point, "-", mode, org_world["env"])
+    assert run_mode(platform, mode).success
+    assert org_snapshot(platform) == org_world["clean"][mode]
+
+
+def exhaust_budget_after(emu: Emulator, calls: int) -> None:
+    emu.set_request_budget(daily_request_limit=emu.api_usage()["used"] + calls)
+
+
+# What the org does to a run: (mode, fault, whether the run survives it). A failed run may have committed some
+# replicas; the next run (the org healthy again) must still end equal to a clean run.
+ORG_FAULTS = {
+    "reconcile-500-throughout": ("reconcile", lambda emu: emu.fail_next_requests(100, 500), False),
+    "reconcile-budget-runs-out": ("reconcile", lambda emu: exhaust_budget_after(emu, 3), False),
+    "resync-budget-runs-out": ("resync", lambda emu: exhaust_budget_after(emu, 12), False),
+    "resync-bulk-page-dropped": ("resync", lambda emu: emu.drop_next_responses(2, kind="bulk_results"), True),
+    "resync-503-twice": ("resync", lambda emu: emu.fail_next_requests(2, 503), True),
+}
+
+
+@pytest.mark.parametrize("fault", ORG_FAULTS)
+def test_org_faults_are_retried_or_fail_the_run_and_the_next_run_completes(fault, tmp_path, org_world):
+    mode, inject, survives = ORG_FAULTS[fault]
+    emu = org_world["emu"]
+    platform = copy_platform(org_world["start"], tmp_path / "p", org_world["env"])
+    inject(emu)
+    try:
+        assert run_mode(platform, mode).success == survives
+    finally:
+        emu.fail_next_requests(0)
+        emu.clear_network_faults()
+        emu.set_request_budget(daily_request_limit=1_000_000)
+    if not survives:
+        assert run_mode(platform, mode).success
+    assert org_snapshot(platform) == org_world["clean"][mode]
+
+
+def test_a_rejected_token_fails_the_run_before_anything_is_written(tmp_path, org_world):
+    env = org_world["env"]
+    platform = copy_platform(org_world["start"], tmp_path / "p", {**env, "SF_ACCESS_TOKEN": "expired-token"})
+    assert not run_mode(platform, "resync").success  # 401 INVALID_SESSION_ID: not retried
+    assert org_snapshot(platform) == org_world["before"]
+    assert run_mode(org_platform(platform.root, env), "resync").success  # the token renewed
+    assert org_snapshot(platform) == org_world["clean"]["resync"]

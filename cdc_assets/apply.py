@@ -68,7 +68,7 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
     buckets = sorted({i[: schema.bucket_chars] for i in ids})
     table = warehouse.table(schema.name)
     if table is None or not ids:
-        return spark.createDataFrame(schema.arrow_schema().empty_table()), buckets
+        return from_arrow(spark, schema.arrow_schema().empty_table()), buckets
     rows = warehouse.read_keys(table, key_column="Id", keys=ids, partitions=[(BUCKET_COLUMN, "in", buckets)])
     rows = aligned_arrow(rows, schema.arrow_schema())
     return from_arrow(spark, rows), buckets

@@ -3,8 +3,8 @@
 It reads each replica's latest materialization metadata (`dirty_records`, `resync_pending`), and requests one run of
 exactly the replicas that need work, each in `reconcile` or `resync` mode (its op config), tagged with the reasons
 and the counts. A resync wins over a reconcile (it rewrites every row anyway). One run for all of them, not one per
-object: a run pays its process and Spark start (tens of seconds when cold), the fetches themselves are small. At most one run per object is in flight: objects with a queued or
-running run (tag `cdc/object.<Name>`, which every run this platform requests carries) are left alone. While the
+object: a run pays its process and Spark start (tens of seconds when cold), the fetches themselves are small.
+At most one run per object is in flight: objects with a queued or running run (tag `cdc/object.<Name>`, which every run this platform requests carries) are left alone. While the
 org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor holds back and says why.
 
 Run keys name the materializations that asked for the work, so a tick evaluated twice never requests it twice.
@@ -75,17 +75,18 @@ def build_reconciliation_sensor(*, replication: ReplicationConfig,
         if limit and limit - used < budget_share * limit:
             return dg.SensorResult(skip_reason=f"holding back: org API budget nearly spent ({used}/{limit} "
                                                f"requests used, reserve {budget_share:.0%})")
+        reasons = "; ".join(f"{n}: {m} ({r})" for n, m, r, _, _ in wanted)
         source = "|".join(f"{mode}-{name}-{run}" for name, mode, _, run, _ in sorted(wanted))
         request = dg.RunRequest(
             run_key=f"sync-{hashlib.sha1(source.encode()).hexdigest()[:16]}",
             asset_selection=[replica_key(name) for name, *_ in wanted],
             run_config=mode_run_config({name: mode for name, mode, *_ in wanted}),
             tags={TAG_MODE: "+".join(sorted({mode for _, mode, *_ in wanted})),
-                  TAG_REASON: "; ".join(f"{n}: {m} ({r})" for n, m, r, _, _ in wanted)[:1000],
+                  TAG_REASON: reasons[:1000],
                   TAG_DIRTY: str(sum(dirty for *_, dirty in wanted)),
                   **{object_tag(name): "1" for name, *_ in wanted}},
         )
-        context.log.info("; ".join(f"{n}: {m} ({r})" for n, m, r, _, _ in wanted))
+        context.log.info(reasons)
         return dg.SensorResult(run_requests=[request])
 
     return reconciliation_sensor

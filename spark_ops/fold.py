@@ -28,7 +28,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from spark_ops.schema import ObjectSchema, spark_type
-from spark_ops.sql import literal, quote, run_sql
+from spark_ops.sql import in_list, literal, quote, run_sql
 
 RESETS = ("CREATE", "UNDELETE")
 LIFECYCLE = ("CREATE", "UNDELETE", "DELETE")
@@ -37,10 +37,6 @@ COUNTERS = ("applied", "gaps", "late", "superseded", "dirty_skipped")
 CHANGED = "_changed"
 NEWLY_DIRTY = "newly_dirty"
 INSERTED = "inserted"
-
-
-def _in(values: tuple[str, ...]) -> str:
-    return "(" + ", ".join(literal(v) for v in values) + ")"
 
 
 # Per change row: its position, and the guard of its record's current row (if any).
@@ -160,7 +156,7 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
         for c, t in schema.columns if c != "Id")
     system = _SYSTEM.format(bucket_chars=schema.bucket_chars, changed=_CHANGED,
                             counters=", ".join(f"f.{n}" for n in COUNTERS))
-    guarded = _GUARDED.format(partial=_in(PARTIAL), resets=_in(RESETS), lifecycle=_in(LIFECYCLE),
+    guarded = _GUARDED.format(partial=in_list(PARTIAL), resets=in_list(RESETS), lifecycle=in_list(LIFECYCLE),
                               counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in COUNTERS))
     return (f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
             f"SELECT f.record_id AS Id,\n  {values},{system}\n"

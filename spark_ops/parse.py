@@ -21,7 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
 from spark_ops.schema import ObjectSchema, spark_type
-from spark_ops.sql import literal, run_sql
+from spark_ops.sql import in_list, literal, run_sql
 
 CHANGE_TYPES = (
     "CREATE", "UPDATE", "DELETE", "UNDELETE",
@@ -135,7 +135,7 @@ def _quarantine_reason(schemas: dict[str, ObjectSchema]) -> str:
     WHEN NOT map_contains_key(_body, {literal(HEADER)}) THEN {literal(f"payload has no {HEADER}")}
     WHEN entity IS NULL OR entity = '' THEN 'header has no entityName'
     WHEN change_type IS NULL THEN 'header has no changeType'
-    WHEN NOT change_type IN ({", ".join(literal(t) for t in CHANGE_TYPES)})
+    WHEN NOT change_type IN {in_list(CHANGE_TYPES)}
       THEN concat({literal("unknown changeType '")}, substring(change_type, 1, 40), {literal("'")})
     WHEN transaction_key IS NULL THEN 'header has no transactionKey'
     WHEN sequence_number IS NULL THEN 'header sequenceNumber missing or not an integer'

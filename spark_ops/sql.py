@@ -19,6 +19,11 @@ def literal(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def in_list(values: tuple[str, ...] | list[str]) -> str:
+    """A parenthesised list of string literals, for `x IN (...)`."""
+    return "(" + ", ".join(literal(v) for v in values) + ")"
+
+
 def run_sql(spark: SparkSession, query: str, **frames: DataFrame) -> DataFrame:
     """Run `query`, binding each `{name}` placeholder to the DataFrame given as `name` (other braces, such as
     regex quantifiers, are literal text)."""

@@ -5,7 +5,8 @@ exactly the replicas that need work, each in `reconcile` or `resync` mode (its o
 and the counts. A resync wins over a reconcile (it rewrites every row anyway). One run for all of them, not one per
 object: a run pays its process and Spark start (tens of seconds when cold), the fetches themselves are small.
 At most one run per object is in flight: objects with a queued or running run (tag `cdc/object.<Name>`, which
-every run this platform requests carries) are left alone. While the org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor holds back and says why.
+every run this platform requests carries) are left alone. While the org's daily API budget (from
+`Sforce-Limit-Info`) is nearly spent, the sensor holds back and says why.
 
 Run keys name the materializations that asked for the work, so a tick evaluated twice never requests it twice.
 """

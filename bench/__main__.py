@@ -10,6 +10,7 @@ import platform
 import subprocess
 import sys
 import time
+from functools import partial
 
 from bench import catchup, initial_load, merge_scaling, steady, wide
 
@@ -17,6 +18,7 @@ from bench import catchup, initial_load, merge_scaling, steady, wide
 WORKLOADS = {
     "catchup": (catchup.run, {"accounts": 2500, "changes": 40_000}, {"accounts": 250, "changes": 4_000}),
     "steady": (steady.run, {"runs": 100}, {"runs": 10}),
+    "steady-local": (partial(steady.run, spark="local"), {"runs": 10}, {"runs": 3}),
     "merge": (merge_scaling.run, {"small_rows": 100_000, "large_rows": 10_000_000},
               {"small_rows": 100_000, "large_rows": 1_000_000}),
     "initial": (initial_load.run, {"records": 1_000_000}, {"records": 50_000}),

@@ -22,26 +22,12 @@ import pyarrow.parquet as pq
 import yaml
 from deltalake import DeltaTable
 
+from bench.common import peak_rss_mb
 from bench.naive import NaiveTable
 from bench.workloads import OBJECTS, cdc_workload, events_in
 from cdc_assets.assets import replica_key
 from cdc_assets.defs import build_defs
 from resources.spark import spark_config
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process plus its children still running (the Spark JVM)."""
-    total = 0
-    for status in Path("/proc").glob("[0-9]*/status"):
-        try:
-            text = status.read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        pid, ppid = status.parent.name, fields.get("PPid", "").strip()
-        if pid == str(__import__("os").getpid()) or ppid == str(__import__("os").getpid()):
-            total += int(fields.get("VmHWM", "0 kB").split()[0])
-    return total / 1024
 
 
 def platform_pass(root: Path, work: Path, spark_conf: dict) -> dict:

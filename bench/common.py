@@ -16,28 +16,38 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from bench.catchup import peak_rss_mb
 from cdc_assets.defs import build_defs
 from resources.spark import spark_config
 
 BENCH_SPARK = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
 
 
-def _own_pids() -> list[str]:
-    me = str(os.getpid())
-    pids = [me]
-    for status in Path("/proc").glob("[0-9]*/status"):
+def _process_tree() -> dict[str, dict[str, str]]:
+    """`/proc/<pid>/status` fields of this process and every process under it (a Spark driver JVM, a Spark Connect
+    server and its JVM)."""
+    status: dict[str, dict[str, str]] = {}
+    for path in Path("/proc").glob("[0-9]*/status"):
         try:
-            if f"PPid:\t{me}\n" in status.read_text():
-                pids.append(status.parent.name)
+            status[path.parent.name] = dict(line.split(":\t", 1) for line in path.read_text().splitlines()
+                                            if ":\t" in line)
         except OSError:
             continue
-    return pids
+    tree, grew = {str(os.getpid())}, True
+    while grew:
+        below = {pid for pid, f in status.items() if f.get("PPid", "").strip() in tree} - tree
+        tree |= below
+        grew = bool(below)
+    return {pid: status[pid] for pid in tree if pid in status}
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory (VmHWM) of this process plus every process under it still running, in MB."""
+    return sum(int(f.get("VmHWM", "0 kB").split()[0]) for f in _process_tree().values()) / 1024
 
 
 def reset_peak_rss() -> None:
-    """Start a new peak-RSS measurement for this process and its children (Linux `clear_refs` 5)."""
-    for pid in _own_pids():
+    """Start a new peak-RSS measurement for this process and those under it (Linux `clear_refs` 5)."""
+    for pid in _process_tree():
         try:
             Path(f"/proc/{pid}/clear_refs").write_text("5")
         except OSError:
@@ -48,13 +58,15 @@ def start_spark() -> tuple[dict[str, str], float]:
     """The Spark conf the platform will use, with its session already started; and the start time (0 if reused)."""
     from dagster_pyspark.resources import spark_session_from_config
     from pyspark.sql import SparkSession
+    from pyspark.sql.utils import is_remote
 
     conf = spark_config(BENCH_SPARK)
     if SparkSession.getActiveSession() is not None:
         return conf, 0.0
     started = time.perf_counter()
     spark = spark_session_from_config(conf)
-    spark.sparkContext.setLogLevel("ERROR")
+    if not is_remote():
+        spark.sparkContext.setLogLevel("ERROR")
     return conf, time.perf_counter() - started
 
 

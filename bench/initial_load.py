@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from bench.catchup import peak_rss_mb
-from bench.common import PlatformRunner, figures, reset_peak_rss, start_spark, write_replication
+from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from bench.workloads import OUT
 from cdc_assets.assets import replica_key
 from cdc_assets.sync import SYSTEM_FIELDS

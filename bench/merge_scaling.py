@@ -33,8 +33,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable, write_deltalake
 
-from bench.catchup import peak_rss_mb
-from bench.common import PlatformRunner, figures, reset_peak_rss, start_spark, write_replication
+from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from bench.workloads import OUT
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
 from resources.delta import DeltaWarehouse

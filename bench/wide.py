@@ -25,8 +25,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from bench.catchup import peak_rss_mb
-from bench.common import PlatformRunner, figures, reset_peak_rss, start_spark, write_replication
+from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from bench.naive import NaiveTable
 from bench.workloads import OUT, count_lines
 from salesforce_emulator import Emulator, schema

@@ -15,7 +15,7 @@ from dagster_pyspark import PySparkResource
 
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
-from cdc_assets.ingest import ingest
+from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.sync import SyncResult, describe_note, reconcile, resync
 from resources.delta import DeltaWarehouse
@@ -59,7 +59,8 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
     def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
                       landing: LandingZone, salesforce: SalesforceResource) -> dg.MaterializeResult:
         schemas = {o.name: resolve_schema(o, warehouse, salesforce)[0] for o in replication.objects}
-        result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id)
+        result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id,
+                        max_batch_bytes=int(replication.options.get("max_ingest_batch_bytes", MAX_BATCH_BYTES)))
         c = result.counts
         context.log.info(
             f"Ingested {c['ingested']} events from {c['files']} files ({c['duplicates']} duplicates, "

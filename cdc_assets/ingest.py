@@ -1,17 +1,19 @@
 """Landing files -> change_events, exactly once (design §4, §5, §9).
 
-One run ingests every landing file that no change_events commit has ingested yet:
+One run ingests every landing file that no change_events commit has ingested yet, in batches of files of at most
+`max_batch_bytes` together (a backlog of any size is read a bounded slice at a time; a larger file is a batch of
+its own). For each batch:
 
 1. list files; a file is ingested iff a change_events commit carries the app transaction `landing:<path>`;
 2. read and parse the lines on Spark; bad lines (and unreadable files) go to `_quarantine`, keyed by
    (file, line) so a re-run after a crash inserts nothing twice;
 3. drop events already stored (same identity and record, looked up only in the touched entities and commit-time
-   range) or repeated within the batch;
-4. append the rest in **one commit** that also records the ingested files, the new ingest sequence number and the
+   range, so also those of the batches before) or repeated within the batch;
+4. append the rest in **one commit** that also records the batch's files, the new ingest sequence number and the
    newest event seen so far (what closes transactions, §5).
 
-A crash before step 4 leaves nothing ingested; a crash after it leaves everything ingested. Either way the next
-run produces the same table.
+A crash before a batch's step 4 leaves none of its files ingested; a crash after it leaves all of them ingested.
+Either way the next run produces the same table.
 """
 
 from __future__ import annotations
@@ -82,19 +84,47 @@ def _known_keys(spark: SparkSession, warehouse: DeltaWarehouse, rows: DataFrame)
     return from_arrow(spark, known) if known is not None and known.num_rows else empty
 
 
+MAX_BATCH_BYTES = 128 * 1024 * 1024
+
+
+def batches(files: list[LandingFile], max_bytes: int) -> list[list[LandingFile]]:
+    """`files` in order, cut into runs of at most `max_bytes` together (a larger file alone)."""
+    out: list[list[LandingFile]] = []
+    size = 0
+    for f in files:
+        if not out or size + f.size > max_bytes:
+            out.append([])
+            size = 0
+        out[-1].append(f)
+        size += f.size
+    return out
+
+
 def _later(a: dict | None, b: dict | None) -> dict | None:
     if not a or not b:
         return a or b
     return a if a["position"] >= b["position"] else b
 
 
-def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
-           schemas: dict[str, ObjectSchema], run_id: str, now: datetime | None = None) -> IngestResult:
+def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, schemas: dict[str, ObjectSchema],
+           run_id: str, now: datetime | None = None, max_batch_bytes: int = MAX_BATCH_BYTES) -> IngestResult:
+    """Ingest every pending landing file, one commit per batch; the counts and timings of all batches summed."""
     now = now or datetime.now(timezone.utc)
+    total = IngestResult(counts=_zero_counts())
+    for batch in batches(pending_files(warehouse, landing), max_batch_bytes):
+        result = _ingest_batch(spark, warehouse, landing, batch, schemas, run_id, now)
+        total.files += result.files
+        total.counts = {k: total.counts[k] + v for k, v in result.counts.items()}
+        total.state, total.version = result.state, result.version
+        total.quarantine_examples = (total.quarantine_examples + result.quarantine_examples)[:5]
+        total.seconds = {k: total.seconds.get(k, 0.0) + result.seconds.get(k, 0.0)
+                         for k in {*total.seconds, *result.seconds}}
+    return total
+
+
+def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, files: list[LandingFile],
+                  schemas: dict[str, ObjectSchema], run_id: str, now: datetime) -> IngestResult:
     watch = Stopwatch()
-    files = pending_files(warehouse, landing)
-    if not files:
-        return IngestResult(counts=_zero_counts())
     read = landing.read(files)
     watch.lap("read")
     fault_point("ingest.after_read")

@@ -31,14 +31,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--accounts", type=int, default=500, help="size of a newly generated org")
     parser.add_argument("--rate", type=float, default=6.0, help="workload transactions per second")
     parser.add_argument("--config", type=Path, default=REPO / "replication.yaml")
+    parser.add_argument("--spark-port", type=int, default=int(os.environ.get("CDC_DEMO_SPARK_PORT", 15002)),
+                        help="port of the Spark Connect server the runs share (env CDC_DEMO_SPARK_PORT)")
+    parser.add_argument("--no-spark-connect", action="store_true",
+                        help="no shared Spark server: every run starts its own local Spark JVM")
     return parser
 
 
-def _banner(ui_url: str, emu, root: Path, log_file: Path) -> str:  # type: ignore[no-untyped-def]
+def _banner(ui_url: str, emu, root: Path, log_file: Path, spark: str) -> str:  # type: ignore[no-untyped-def]
     return "\n".join([
         "",
         f"  Dagster UI         {ui_url}   (sensors running; assets materialize on their own)",
         f"  Salesforce org     {emu.instance_url}   token {emu.token}, CA {emu.ca_file}",
+        f"  Spark              {spark}",
         f"  landing zone       {root / 'landing'}",
         f"  Delta warehouse    {root / 'warehouse'}",
         f"  Dagster log        {log_file}",
@@ -66,10 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         log.info("marked %d runs left in flight by an earlier session as failed", orphans)
     emu, workload = open_org(root / "org", root / "landing", port=args.port, accounts=args.accounts)
     worker = WorkloadThread(workload, rate=args.rate)
-    dagster = None
+    dagster = spark_server = None
     try:
+        spark = "a local JVM per run"
+        extra = {}
+        if not args.no_spark_connect:
+            log.info("starting the Spark Connect server the runs share (log: %s)", root / "spark_connect.log")
+            spark_server, spark = processes.start_spark_connect(root / "spark_connect.log", args.spark_port)
+            extra["SPARK_REMOTE"] = spark
         env = processes.platform_env(home=home, config=args.config, landing=root / "landing",
-                                     warehouse=root / "warehouse", emu=emu)
+                                     warehouse=root / "warehouse", emu=emu, extra=extra)
         log_file = root / "dagster.log"
         dagster = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1",
                                    "-p", str(args.ui_port)], env, log_file=log_file)
@@ -82,11 +93,15 @@ def main(argv: list[str] | None = None) -> int:
         processes.wait_for_http(f"{ui_url}/server_info", dagster, stop=stop)
         if not stop.is_set():
             processes.wait_for_code_location(ui_url, dagster)
-            print(_banner(ui_url, emu, root, log_file), flush=True)
+            print(_banner(ui_url, emu, root, log_file, spark), flush=True)
         last_status = time.monotonic()
         while not stop.wait(1):
             if dagster.poll() is not None:
                 log.error("dagster dev exited with code %s; see %s", dagster.returncode, log_file)
+                return 1
+            if spark_server is not None and spark_server.poll() is not None:
+                log.error("the Spark Connect server exited with code %s; see %s", spark_server.returncode,
+                          root / "spark_connect.log")
                 return 1
             if time.monotonic() - last_status < STATUS_EVERY_SECONDS:
                 continue
@@ -96,11 +111,13 @@ def main(argv: list[str] | None = None) -> int:
                      len(emu.publisher.writer.published) if emu.publisher else 0)
         return 0
     finally:
-        log.info("stopping: workload, Dagster, emulator")
+        log.info("stopping: workload, Dagster, Spark, emulator")
         if worker.is_alive():
             worker.stop()
         if dagster is not None:
             processes.stop(dagster)
+        if spark_server is not None:
+            processes.stop(spark_server)
         fail_orphaned_runs(home)
         emu.stop()
         (root / "demo.json").unlink(missing_ok=True)

@@ -79,6 +79,27 @@ def stop(process: subprocess.Popen, grace_seconds: float = 30.0) -> int | None:
         return None
 
 
+def start_spark_connect(log_file: Path, port: int = 0, timeout_seconds: float = 180.0,
+                        conf: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """A Spark Connect server (`resources.spark_connect`) for the runs to share, once it accepts connections; and
+    the `SPARK_REMOTE` URL of it. Port 0: any free port."""
+    port = free_port(port)
+    extra = [arg for key, value in (conf or {}).items() for arg in ("--conf", f"{key}={value}")]
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
+    process = start(["python", "-m", "resources.spark_connect", "--port", str(port), *extra], env, log_file=log_file)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the Spark Connect server exited with code {process.returncode}; see {log_file}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return process, f"sc://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(1)
+    stop(process)
+    raise TimeoutError(f"the Spark Connect server did not listen on port {port} within {timeout_seconds:.0f} s")
+
+
 LOCATIONS_QUERY = """{ workspaceOrError { ... on Workspace { locationEntries { name loadStatus
   locationOrLoadError { __typename ... on PythonError { message } } } } } }"""
 

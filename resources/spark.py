@@ -1,17 +1,23 @@
 """The Spark session: dagster-pyspark's `PySparkResource`, with defaults that suit CDC folding.
 
-`local[*]` by default; any master (a cluster, Spark Connect) by setting `spark.master` in `spark_config`. The
-settings below are the ones correctness depends on (UTC timestamps, map key de-duplication) plus small-job defaults
-(few shuffle partitions, Arrow hand-off, no UI). `SPARK_MASTER` overrides the master without code changes.
+`local[*]` by default; any master by setting `spark.master` in `spark_config` (`SPARK_MASTER` overrides it without
+code changes). With `SPARK_REMOTE=sc://host:port` every run is a client of a Spark Connect server instead, such as
+the long-lived one of `resources.spark_connect` (one warm JVM for all runs). The settings below are the ones
+correctness depends on (UTC timestamps, map key de-duplication) plus small-job defaults (few shuffle partitions,
+Arrow hand-off, no UI).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 
+import dagster as dg
 import pyarrow as pa
 from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.utils import is_remote
 
 # Required for correctness: session time zone and map-key policy are relied upon by spark_ops.
 REQUIRED_CONF = {
@@ -35,14 +41,34 @@ DEFAULT_CONF = {
 
 
 def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
+    """The platform's Spark settings with `overrides`. With a Spark Connect URL (`spark.remote`, or `SPARK_REMOTE`
+    in the environment) the session is a client of that server."""
     conf = dict(DEFAULT_CONF)
     if master := os.environ.get("SPARK_MASTER"):
         conf["spark.master"] = master
-    return {**conf, **(overrides or {})}
+    conf |= overrides or {}
+    if "spark.remote" in conf or os.environ.get("SPARK_REMOTE"):
+        # A Connect client sets session (SQL) settings only; master, memory and the rest are the server's.
+        return {k: v for k, v in conf.items() if k.startswith("spark.sql.") or k == "spark.remote"}
+    return conf
 
 
-def spark_resource(overrides: dict[str, str] | None = None) -> PySparkResource:
-    return PySparkResource(spark_config=spark_config(overrides))
+class SparkResource(PySparkResource):
+    """dagster-pyspark's resource; a Spark Connect session is released when the process ends.
+
+    A Connect session lives on the server until released (or idle for `spark_connect.CONNECT_CONF`'s timeout),
+    with everything it cached. A run is one process, so its session goes with it. (Not in a teardown hook: that
+    would make this a context-manager resource, which sensors and `build_*_context` then need to enter.)
+    """
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        super().setup_for_execution(context)
+        if is_remote():
+            atexit.register(self._spark_session.stop)
+
+
+def spark_resource(overrides: dict[str, str] | None = None) -> SparkResource:
+    return SparkResource(spark_config=spark_config(overrides))
 
 
 def session(resource: PySparkResource) -> SparkSession:
@@ -65,5 +91,7 @@ def from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
     from a checkpoint; the whole parse 2x faster). Past `LOCAL_RELATION_MAX_ROWS` the rows are stored once in the
     block manager (`localCheckpoint`) and the plan only refers to them; small tables skip that extra job.
     """
+    if not table.num_rows:  # Spark Connect cannot take the schema from an empty Arrow table
+        return spark.createDataFrame([], from_arrow_schema(table.schema))
     df = spark.createDataFrame(table)
     return df.localCheckpoint() if table.num_rows > LOCAL_RELATION_MAX_ROWS else df

@@ -14,8 +14,8 @@ OBJECTS = ["Account", "Contact", "Opportunity"]
 
 @pytest.fixture
 def make_platform(tmp_path, spark, sample_dir):
-    def make(name: str = "p") -> Platform:
-        return Platform(tmp_path / name, sample_dir / "describe", OBJECTS, TEST_SPARK_CONF)
+    def make(name: str = "p", **options) -> Platform:
+        return Platform(tmp_path / name, sample_dir / "describe", OBJECTS, TEST_SPARK_CONF, **options)
     return make
 
 
@@ -39,6 +39,22 @@ def test_same_events_landed_twice_give_same_tables(make_platform, sample_lines):
     ce = twice.materialization(result, "change_events")
     # Each file holds 16 change rows (15 good lines, one naming two records); 15 are distinct events.
     assert ce["events_parsed"] == 32 and ce["duplicates"] == 17 and ce["ingested"] == 15
+
+
+def test_a_backlog_ingested_one_file_per_commit_gives_the_same_tables(make_platform, sample_lines):
+    whole, sliced = make_platform("whole"), make_platform("sliced", max_ingest_batch_bytes=1)
+    for p in (whole, sliced):
+        for i in range(0, len(sample_lines), 4):  # 4 files, then all lines again: every event twice
+            p.land(sample_lines[i:i + 4], name=f"a{i:02d}.jsonl")
+        p.land(sample_lines, name="b.jsonl")
+    results = [whole.run(), sliced.run()]
+    assert state(sliced) == state(whole)
+    meta = [p.materialization(r, "change_events") for p, r in zip((whole, sliced), results)]
+    counts = [{k: m[k] for k in ("files", "lines_read", "lines_quarantined", "events_parsed", "duplicates",
+                                 "ingested", "ignored")} for m in meta]
+    assert counts[1] == counts[0] and counts[1]["duplicates"] == 17 and counts[1]["files"] == 5
+    # one commit per file (each is over the 1-byte limit), each with the next ingest sequence number
+    assert meta[1]["ingest_seq"] == 5 and meta[0]["ingest_seq"] == 1
 
 
 def test_split_files_landed_in_reverse_order_give_same_tables(make_platform, sample_lines):

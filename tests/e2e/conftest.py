@@ -119,8 +119,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     emu.start()
     config = write_config(root / "replication.yaml", None, list(OBJECTS), close_after=10, initial_load=True)
     home = write_dagster_home(root / "dagster_home")
+    # As `make run`: the runs are clients of one Spark Connect server.
+    spark_server, spark_url = processes.start_spark_connect(root / "spark_connect.log")
     env = processes.platform_env(home=home, config=config, landing=root / "landing",
-                                 warehouse=root / "warehouse", emu=emu)
+                                 warehouse=root / "warehouse", emu=emu, extra={"SPARK_REMOTE": spark_url})
     port = processes.free_port()
     process = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)],
                               env, log_file=root / "dagster.log")
@@ -130,5 +132,6 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         yield Stack(root, emu, workload, home, ui_url, process)
     finally:
         processes.stop(process)
+        processes.stop(spark_server)
         emu.stop()
         print(f"\nDagster log: {root / 'dagster.log'}")

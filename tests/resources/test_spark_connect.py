@@ -1,0 +1,44 @@
+"""Runs as clients of a Spark Connect server (`resources.spark_connect`, as `make run` and the e2e stack start it).
+
+The golden sample and its asset checks run through a real server, in a separate pytest process: a process that
+has made a Connect session cannot go back to a local one, and this test session's Spark is local.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from demo import processes
+from resources.spark import spark_config
+from settings import REPO, TEST_SPARK_CONF
+
+CLIENT_TESTS = [
+    "tests/cdc_assets/test_golden.py",
+    "tests/cdc_assets/test_checks.py::test_golden_sample_checks_run_with_the_materialization",
+]
+
+
+def test_a_connect_client_sets_only_session_settings():
+    conf = spark_config({**TEST_SPARK_CONF, "spark.remote": "sc://localhost:15002"})
+    assert conf["spark.remote"] == "sc://localhost:15002"
+    assert conf["spark.sql.mapKeyDedupPolicy"] == "LAST_WIN" and conf["spark.sql.shuffle.partitions"] == "2"
+    assert not [k for k in conf if k != "spark.remote" and not k.startswith("spark.sql.")]
+
+
+def test_golden_sample_and_checks_through_a_spark_connect_server(tmp_path):
+    server, url = processes.start_spark_connect(
+        tmp_path / "spark_connect.log", conf={"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2"})
+    try:
+        client = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", *CLIENT_TESTS],
+            env=os.environ | {"SPARK_REMOTE": url}, cwd=REPO, capture_output=True, text=True, timeout=900)
+    finally:
+        processes.stop(server)
+    summary = client.stdout.strip().splitlines()[-1] if client.stdout.strip() else client.stderr[-2000:]
+    assert client.returncode == 0, client.stdout[-4000:]
+    assert re.search(rf"\b{len(CLIENT_TESTS)} passed", summary) and "skipped" not in summary, summary
+    log = (tmp_path / "spark_connect.log").read_text()
+    assert "Spark Connect server listening at" in log

@@ -16,7 +16,7 @@ from bench import catchup, initial_load, merge_scaling, steady, wide
 
 # workload -> (full size, --small size), as keyword arguments of its run()
 WORKLOADS = {
-    "catchup": (catchup.run, {"accounts": 2500, "changes": 40_000}, {"accounts": 250, "changes": 4_000}),
+    "catchup": (catchup.run, {"accounts": 10_000, "changes": 300_000}, {"accounts": 250, "changes": 4_000}),
     "steady": (steady.run, {"runs": 100}, {"runs": 10}),
     "steady-local": (partial(steady.run, spark="local"), {"runs": 10}, {"runs": 3}),
     "merge": (merge_scaling.run, {"small_rows": 100_000, "large_rows": 10_000_000},

@@ -12,46 +12,16 @@ import json
 import shutil
 import tempfile
 import time
-from collections import defaultdict
 from pathlib import Path
 
-import dagster as dg
 import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
-import yaml
 from deltalake import DeltaTable
 
-from bench.common import peak_rss_mb
+from bench.common import PlatformRunner, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from bench.naive import NaiveTable
 from bench.workloads import OBJECTS, cdc_workload, events_in
-from cdc_assets.assets import replica_key
-from cdc_assets.defs import build_defs
-from resources.spark import spark_config
-
-
-def platform_pass(root: Path, work: Path, spark_conf: dict) -> dict:
-    config = work / "replication.yaml"
-    config.write_text(yaml.safe_dump({
-        "options": {"transaction_close_after": 0, "initial_load": False},
-        "objects": [{"name": o, "describe": str(root / "describe" / f"{o}.json")} for o in OBJECTS],
-    }))
-    defs = build_defs(config_path=config, landing_path=str(root / "landing"), warehouse_root=str(work / "wh"),
-                      spark_conf=spark_conf)
-    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)]
-    instance = dg.DagsterInstance.ephemeral()
-    started = time.perf_counter()
-    result = dg.materialize(assets, resources=defs.resources, instance=instance)
-    wall = time.perf_counter() - started
-    phases: dict[str, float] = defaultdict(float)
-    for mat in result.get_asset_materialization_events():
-        m = mat.materialization
-        where = "ingest" if m.asset_key == dg.AssetKey("change_events") else "apply"
-        for key, value in m.metadata.items():
-            if key.startswith("seconds_"):
-                phases[f"{where}.{key[len('seconds_'):]}"] += float(value.value)
-    return {"wall": wall, "phases": dict(phases), "rows": {
-        o: DeltaTable(str(work / "wh" / o)).count() for o in OBJECTS if (work / "wh" / o / "_delta_log").exists()}}
 
 
 _HEADER = pa.struct([("entityName", pa.string()), ("recordIds", pa.list_(pa.string())),
@@ -78,28 +48,27 @@ def naive_pass(root: Path, work: Path, seconds: float = 20.0) -> tuple[int, floa
     return NaiveTable(work / "naive").apply(sorted((root / "landing").rglob("*.jsonl")), seconds=seconds)
 
 
-def run(*, accounts: int = 2500, changes: int = 40_000) -> list[dict]:
-    from dagster_pyspark.resources import spark_session_from_config
-
+def run(*, accounts: int = 10_000, changes: int = 300_000) -> list[dict]:
     root = cdc_workload(f"catchup-{accounts}-{changes}", accounts=accounts, changes=changes)
-    events = events_in(root)
-    conf = spark_config({"spark.sql.shuffle.partitions": "8"})
-    started = time.perf_counter()
-    spark = spark_session_from_config(conf)
-    spark_start = time.perf_counter() - started
-    spark.sparkContext.setLogLevel("ERROR")
+    reset_peak_rss()
+    conf, spark_start = start_spark()
     work = Path(tempfile.mkdtemp(prefix="bench-catchup-"))
     try:
-        ours = platform_pass(root, work, conf)
+        config = write_replication(work / "replication.yaml", {o: root / "describe" / f"{o}.json" for o in OBJECTS})
+        platform = PlatformRunner(config=config, landing=root / "landing", warehouse=work / "wh", spark_conf=conf)
+        wall, phases, metadata = platform.run()
+        peak = peak_rss_mb()
+        rows = {o: DeltaTable(str(work / "wh" / o)).count() for o in OBJECTS}
         floor = floor_pass(root, work)
         naive_events, naive_seconds = naive_pass(root, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    events = int(metadata["change_events"]["events_parsed"])
     naive_rate = naive_events / naive_seconds
-    ours_rate = events / ours["wall"]
+    ours_rate = events / wall
     return [{
-        "workload": f"catch-up {events:,} events, 5 objects", "events": events, "spark_start_s": spark_start,
-        "wall_s": ours["wall"], "events_per_s": ours_rate, "floor_s": floor, "x_floor": ours["wall"] / floor,
-        "naive_events_per_s": naive_rate, "x_naive": ours_rate / naive_rate, "peak_rss_mb": peak_rss_mb(),
-        "phases": ours["phases"], "rows": ours["rows"],
+        "workload": f"catch-up {events:,} events ({events_in(root):,} lines), 5 objects, {sum(rows.values()):,} records",
+        "events": events, "spark_start_s": spark_start, "wall_s": wall, "events_per_s": ours_rate, "floor_s": floor,
+        "x_floor": wall / floor, "naive_events_per_s": naive_rate, "x_naive": ours_rate / naive_rate,
+        "peak_rss_mb": peak, "phases": phases, "rows": rows,
     }]

@@ -127,7 +127,9 @@ def _type_errors(schemas: dict[str, ObjectSchema]) -> str:
 
 def _quarantine_reason(schemas: dict[str, ObjectSchema]) -> str:
     """Why a line cannot become change rows, or null when it can (design §9)."""
-    ids_ok = f"forall(record_ids, i -> i RLIKE {literal(ID_PATTERN)} OR i RLIKE {literal(WILDCARD_PATTERN)})"
+    # `i IS NOT NULL` first: a null id makes RLIKE null, and forall() of a null is null, not false.
+    ids_ok = (f"forall(record_ids, i -> i IS NOT NULL AND (i RLIKE {literal(ID_PATTERN)} "
+              f"OR i RLIKE {literal(WILDCARD_PATTERN)}))")
     return f"""CASE
     WHEN NOT _is_object THEN 'not a JSON object'
     WHEN _payload IS NULL THEN 'no data.payload object'

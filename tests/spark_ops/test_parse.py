@@ -58,6 +58,7 @@ def test_one_event_naming_two_records_becomes_two_rows(spark, schemas):
     ('{"data": {"payload": {"Name": "x"}}}', "payload has no ChangeEventHeader"),
     (event("Account", "MERGE", [A1], 1), "unknown changeType 'MERGE'"),
     (event("Account", "UPDATE", ["001' OR Id != '"], 1), "header recordIds holds a value that is not a Salesforce id"),
+    (event("Account", "UPDATE", [A1, None], 1), "header recordIds holds a value that is not a Salesforce id"),
     (event("Account", "UPDATE", [], 1), "header has no recordIds"),
     (event("Account", "UPDATE", [A1], 1, NumberOfEmployees="many"),
      "field NumberOfEmployees value 'many' is not a valid int"),

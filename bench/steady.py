@@ -149,8 +149,8 @@ def run(*, runs: int = 100, spark: str = "connect") -> list[dict]:
                 continue
             walls.append(wall), floors.append(floor), naives.append(naive_s), phases.append(child["phases"])
             children.append(child)
-            print(f"  run {batch}: {events[batch]} events, {wall:.1f} s (in the run {child['wall_s']:.1f} s)",
-                  flush=True)
+            print(f"  run {batch}: {events[batch]} events, {wall:.1f} s (in the run {child['wall_s']:.1f} s: "
+                  + ", ".join(f"{k} {v:.1f}" for k, v in sorted(child["phases"].items())) + ")", flush=True)
         idle = [_run_in_new_process(work, env)[0] for _ in range(IDLE_RUNS)]
         server_peak = peak_rss_mb()
     finally:

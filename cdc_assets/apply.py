@@ -59,7 +59,9 @@ def read_changes(warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: i
     table = warehouse.table(CHANGE_EVENTS)
     if table is None or ce_seq <= applied and not held.get("transactions"):
         return None
-    return warehouse.read(table, partitions=[("entity", "=", entity)], filter=_seq_filter(applied, ce_seq, held))
+    lowest = min(applied + 1, int(held["from_seq"])) if held.get("transactions") else applied + 1
+    return warehouse.read(table, partitions=[("entity", "=", entity)], filter=_seq_filter(applied, ce_seq, held),
+                          prune=[("_ingest_seq", ">=", lowest), ("_ingest_seq", "<=", ce_seq)])
 
 
 def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema,

@@ -79,7 +79,8 @@ def _known_keys(spark: SparkSession, warehouse: DeltaWarehouse, rows: DataFrame)
     for b in bounds:
         lo, hi = (pa.scalar(v, pa.int64()).cast(pa.timestamp("us", tz="UTC")) for v in (b["lo"], b["hi"]))
         flt = (pc.field("commit_ts") >= lo) & (pc.field("commit_ts") <= hi)
-        parts.append(warehouse.read(table, partitions=[("entity", "=", b["entity"])], filter=flt, columns=DEDUP_KEY))
+        parts.append(warehouse.read(table, partitions=[("entity", "=", b["entity"])], filter=flt, columns=DEDUP_KEY,
+                                    prune=[("commit_ts", ">=", lo.as_py()), ("commit_ts", "<=", hi.as_py())]))
     known = pa.concat_tables(parts) if parts else None
     return from_arrow(spark, known) if known is not None and known.num_rows else empty
 

@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         processes.free_port(args.ui_port)
     except OSError as exc:
         raise SystemExit(f"port {args.ui_port} for the Dagster UI is taken ({exc}); set CDC_DEMO_UI_PORT") from exc
+    if not args.no_spark_connect:
+        try:
+            processes.free_port(args.spark_port)
+        except OSError as exc:
+            raise SystemExit(f"port {args.spark_port} for the Spark Connect server is taken ({exc}); set "
+                             f"CDC_DEMO_SPARK_PORT, or --no-spark-connect") from exc
     home = write_dagster_home(root / "dagster_home")
     if orphans := fail_orphaned_runs(home):
         log.info("marked %d runs left in flight by an earlier session as failed", orphans)

@@ -66,10 +66,15 @@ class DeltaWarehouse(dg.ConfigurableResource):
         except TableNotFoundError:
             return None
 
-    def read(self, table: DeltaTable, *, filter: ds.Expression | None = None, partitions=None,
+    def read(self, table: DeltaTable, *, filter: ds.Expression | None = None, partitions=None, prune=None,
              columns: Sequence[str] | None = None) -> pa.Table:
-        """Rows of a snapshot as Arrow, pruned by partition values first, then by Parquet statistics."""
-        dataset = table.to_pyarrow_dataset(file_pruning_predicate=partitions)
+        """Rows of a snapshot as Arrow matching `filter`, from the files that `partitions` and `prune` leave.
+
+        `prune`: `(column, op, value)` bounds on data columns that every wanted row meets; files whose min/max
+        statistics in the Delta log rule them out are never opened. (An append-only table such as change_events
+        gains files with every run: without this, each read opened every one of them.)
+        """
+        dataset = table.to_pyarrow_dataset(file_pruning_predicate=[*(partitions or []), *(prune or [])] or None)
         return dataset.to_table(filter=filter, columns=list(columns) if columns else None)
 
     def read_keys(self, table: DeltaTable, *, key_column: str, keys: Sequence[str], partitions=None) -> pa.Table:

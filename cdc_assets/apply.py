@@ -161,9 +161,8 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
         version = table.version()
     else:
         state["row_count"] = int(state.get("row_count") or 0) + counts["inserted"]
-        warehouse.upsert(schema.name, new_rows, key_column="Id", partition_column=BUCKET_COLUMN,
-                         partition_values=buckets, key=REPLICA_STATE, state=state, txns=txns)
-        version = warehouse.table(schema.name).version()
+        version = warehouse.upsert(schema.name, new_rows, key_column="Id", partition_column=BUCKET_COLUMN,
+                                   partition_values=buckets, key=REPLICA_STATE, state=state, txns=txns).version()
     watch.lap("merge")
     fault_point("replica.after_commit")
     return ApplyResult(counts=counts, state=state, version=version, committed=True, seconds=watch.seconds)

@@ -129,8 +129,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     read = landing.read(files)
     watch.lap("read")
     fault_point("ingest.after_read")
-    lines = from_arrow(spark, read.lines) if read.lines.num_rows else \
-        spark.createDataFrame([], "source_file string, source_line long, raw string")
+    lines = from_arrow(spark, read.lines)
     parsed = parse_lines(lines, schemas).cache()
 
     bad = pa.concat_tables([quarantined(parsed).toArrow().cast(read.quarantine.schema), read.quarantine])

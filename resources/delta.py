@@ -133,8 +133,9 @@ class DeltaWarehouse(dg.ConfigurableResource):
         return self._checkpointed(name)
 
     def upsert(self, name: str, data: pa.Table, *, key_column: str, partition_column: str,
-               partition_values: Iterable[str], key: str, state: dict, txns: dict[str, int]) -> dict:
-        """Insert-or-replace rows by `key_column` in one merge commit, touching only the named partitions.
+               partition_values: Iterable[str], key: str, state: dict, txns: dict[str, int]) -> DeltaTable:
+        """Insert-or-replace rows by `key_column` in one merge commit, touching only the named partitions; returns
+        the table after the commit.
 
         delta-rs prunes files only for partition values written as literals in the predicate, so the touched
         partitions are spelled out: the merge rewrites those partitions' files, not the table.
@@ -145,15 +146,14 @@ class DeltaWarehouse(dg.ConfigurableResource):
         if values:
             literals = ", ".join(_sql_literal(v) for v in values)
             predicate = f"t.{partition_column} IN ({literals}) AND {predicate}"
-        metrics = (
+        (
             table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
                         commit_properties=self.properties(key, state, txns))
             .when_matched_update_all()
             .when_not_matched_insert_all()
             .execute()
         )
-        self._checkpointed(name)
-        return metrics
+        return self._checkpointed(name)
 
     def insert_missing(self, name: str, data: pa.Table, *, keys: Sequence[str], key: str, state: dict) -> None:
         """Insert rows whose `keys` are not in the table yet (idempotent append); creates the table if needed."""

@@ -13,6 +13,7 @@ and the new checkpoint in one merge commit. Re-running after a crash at any poin
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -21,6 +22,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.faults import fault_point
+from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
 from cdc_assets.timing import Stopwatch
 from cdc_assets.ingest import CE_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
@@ -42,6 +44,8 @@ class ApplyResult:
     version: int | None = None
     committed: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
+    schema: ObjectSchema | None = None  # the schema applied with (describe() may have been refreshed)
+    unknown_fields: list[str] = field(default_factory=list)  # set by events, unknown even to a fresh describe()
 
 
 def _seq_filter(applied: int, ce_seq: int, held: dict) -> pc.Expression:
@@ -86,8 +90,10 @@ def _open_transaction(ce_state: dict, close_after: float, now: datetime) -> str 
 
 
 def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, close_after: float,
-                  run_id: str, now: datetime | None = None, description: str | None = None) -> ApplyResult:
-    """Apply the closed transactions ingested since the checkpoint; `description` is kept on a new table."""
+                  run_id: str, now: datetime | None = None, description: str | None = None,
+                  refresh_schema: Callable[[], ObjectSchema] | None = None) -> ApplyResult:
+    """Apply the closed transactions ingested since the checkpoint; `description` is kept on a new table;
+    `refresh_schema` asks describe() again when events set fields `schema` does not know."""
     now = now or datetime.now(timezone.utc)
     watch = Stopwatch()
     ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
@@ -101,6 +107,8 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     fault_point("replica.after_read_changes")
     open_key = _open_transaction(ce_state, close_after, now)
     counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
+    counts |= {k: 0 for k in DRIFT_COUNTS}
+    unknown: list[str] = []
     state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts", "resynced")}
     state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None, "synced_at": now.isoformat()}
     new_rows = schema.arrow_schema().empty_table()
@@ -131,6 +139,10 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
                 "reason": f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z"}
         changes = rows.filter(pc.invert(pc.or_(held_mask, overflow_mask)))
         if changes.num_rows:
+            schema, changes, drift = meet_describe(spark, warehouse, schema, changes, replica=replica,
+                                                   applied=applied, run_id=run_id, now=now, refresh=refresh_schema)
+            counts |= drift.counts
+            unknown = drift.unknown
             ids = pc.unique(changes["record_id"]).to_pylist()
             current, buckets = read_current(spark, warehouse, schema, ids)
             watch.lap("read")
@@ -139,12 +151,13 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             watch.lap("fold")
             fault_point("replica.after_fold")
             counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*COUNTERS, NEWLY_DIRTY, INSERTED)}
+            counts["gaps"] -= counts["schema_backfill"]  # not events read: gaps the run added (see prepare.py)
             new_rows = folded.filter(folded[CHANGED]).select(schema.arrow_schema().names).cast(schema.arrow_schema())
 
     counts["rows_written"] = new_rows.num_rows
     if replica is not None and ce_seq <= applied and state["held"] == prev.get("held") and not new_rows.num_rows:
         return ApplyResult(counts=counts, state=prev | {"applied_through": applied}, version=replica.version(),
-                           seconds=watch.seconds)
+                           seconds=watch.seconds, schema=schema, unknown_fields=unknown)
 
     state["dirty_records"] = int(state.get("dirty_records") or 0) + counts["newly_dirty"]
     if new_rows.num_rows:
@@ -165,5 +178,6 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
                                    partition_values=buckets, key=REPLICA_STATE, state=state, txns=txns).version()
     watch.lap("merge")
     fault_point("replica.after_commit")
-    return ApplyResult(counts=counts, state=state, version=version, committed=True, seconds=watch.seconds)
+    return ApplyResult(counts=counts, state=state, version=version, committed=True, seconds=watch.seconds,
+                       schema=schema, unknown_fields=unknown)
 

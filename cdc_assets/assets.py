@@ -16,7 +16,7 @@ from dagster_pyspark import PySparkResource
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
-from cdc_assets.schemas import resolve_schema
+from cdc_assets.schemas import refresh_schema, resolve_schema
 from cdc_assets.sync import SyncResult, describe_note, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -37,6 +37,7 @@ META_RESYNC = "resync_pending"
 META_HELD = "held_transactions"
 META_LAG = "lag_seconds"
 META_API_CALLS = "api_calls"
+META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a fresh describe(): not replicated
 
 
 def replica_key(name: str) -> dg.AssetKey:
@@ -113,8 +114,10 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         close_after = config.transaction_close_after
         result = apply_changes(
             spark, warehouse, schema, run_id=run_id, now=now, description=describe_note(describe),
-            close_after=replication.transaction_close_after if close_after is None else close_after)
-        return dg.MaterializeResult(metadata=replica_metadata(context, sobject, schema, warehouse, result, sync))
+            close_after=replication.transaction_close_after if close_after is None else close_after,
+            refresh_schema=lambda: refresh_schema(sobject, warehouse, salesforce))
+        return dg.MaterializeResult(metadata=replica_metadata(context, sobject, result.schema or schema, warehouse,
+                                                              result, sync))
 
     return replica
 
@@ -141,6 +144,7 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         META_RESYNC: dg.MetadataValue.text(s["resync_pending"]["reason"] if s.get("resync_pending") else ""),
         META_HELD: dg.MetadataValue.json((s.get("held") or {}).get("transactions") or []),
         META_API_CALLS: dg.MetadataValue.int(sync.api_calls if sync else 0),
+        META_UNKNOWN_FIELDS: dg.MetadataValue.json(result.unknown_fields),
         **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
     }
     if sync:

@@ -28,8 +28,9 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.faults import fault_point
+from cdc_assets.quarantine import record_quarantine
 from cdc_assets.timing import Stopwatch
-from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone
 from resources.spark import from_arrow
 from spark_ops.events import DEDUP_KEY, mark_duplicates
@@ -132,17 +133,13 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     lines = from_arrow(spark, read.lines)
     parsed = parse_lines(lines, schemas).cache()
 
-    bad = pa.concat_tables([quarantined(parsed).toArrow().cast(read.quarantine.schema), read.quarantine])
+    bad_lines = quarantined(parsed).toArrow()
+    gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)
+    bad = pa.concat_tables([bad_lines.select(read.quarantine.schema.names).cast(read.quarantine.schema),
+                            read.quarantine])
     watch.lap("parse")
     fault_point("ingest.after_parse")
-    if bad.num_rows:
-        stamped = bad.append_column("run_id", pa.array([run_id] * bad.num_rows, pa.string())) \
-                     .append_column("quarantined_at", pa.array([now] * bad.num_rows, pa.timestamp("us", tz="UTC")))
-        warehouse.insert_missing(QUARANTINE, stamped, keys=["source_file", "source_line"],
-                                 key=Q_STATE, state={"run_id": run_id})
-        for r in bad.slice(0, 20).to_pylist():
-            log.warning("Landing file %s line %s: %s; line quarantined", r["source_file"], r["source_line"],
-                        r["reason"])
+    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE)
     fault_point("ingest.after_quarantine")
 
     rows = to_change_rows(parsed)
@@ -155,7 +152,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     fresh_arrow = fresh_arrow.append_column("_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)) \
         .append_column("_ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), fresh_arrow.num_rows))
 
-    counts = _count(files, read, bad, marked, schemas)
+    counts = _count(files, read, bad, marked, schemas) | {"lines_gapped": gapped}
     newest = newest_event(fresh_arrow)
     state = {
         "ingest_seq": seq,
@@ -178,8 +175,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
 
 
 def _zero_counts() -> dict[str, int]:
-    return {k: 0 for k in ("files", "files_quarantined", "lines_read", "lines_quarantined", "events_parsed",
-                           "duplicates", "ingested", "ignored")}
+    return {k: 0 for k in ("files", "files_quarantined", "lines_read", "lines_quarantined", "lines_gapped",
+                           "events_parsed", "duplicates", "ingested", "ignored")}
 
 
 def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,

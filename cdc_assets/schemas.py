@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
+
 from cdc_assets.config import SObjectConfig
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
@@ -44,9 +46,29 @@ def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce
     schema = ObjectSchema.from_describe(describe, bucket_chars=sobject.bucket_chars)
     table = warehouse.table(sobject.name)
     if table is not None:
-        # Columns already in the table stay (schema evolution never drops a column).
+        # Columns already in the table stay, with the type they have (schema evolution never drops a column).
         known = set(schema.column_names)
-        extra = {f.name: "string" for f in table.schema().fields
+        extra = {f.name: _sf_type(f.type) for f in pa.schema(table.schema().to_arrow())
                  if f.name not in known and not f.name.startswith("_sf_")}
         schema = schema.with_columns(extra) if extra else schema
     return schema, describe
+
+
+def _sf_type(arrow_type: pa.DataType) -> str:
+    """A Salesforce type that maps back to a stored column's type (design §8), for columns describe() lost."""
+    for check, sf_type in ((pa.types.is_boolean, "boolean"), (pa.types.is_integer, "int"),
+                           (pa.types.is_floating, "double"), (pa.types.is_date, "date"),
+                           (pa.types.is_timestamp, "datetime")):
+        if check(arrow_type):
+            return sf_type
+    return "string"
+
+
+def refresh_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse,
+                   salesforce: SalesforceResource | None) -> ObjectSchema:
+    """The schema from a fresh describe() (the org's, or the file again), kept with the table for later runs."""
+    schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=True)
+    table = warehouse.table(sobject.name)
+    if table is not None and not sobject.describe_path:
+        table.alter.set_table_description(json.dumps({"describe": describe}))
+    return schema

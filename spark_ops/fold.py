@@ -12,7 +12,8 @@ over the changes of each record) so that Spark runs it in one pass per record:
   changes after that point (and every change while already dirty) are *skipped*: they stay in change_events for
   reconciliation.
 - **Values.** A CREATE/UNDELETE resets the row (fields it does not carry become null); each column then takes the
-  value of the last applied change that set it, explicit nulls included, or keeps the stored value. DELETE and
+  value of the last applied change that set it, explicit nulls included, or keeps the stored value. An empty string
+  is null, as on the snapshot and reconcile paths (Salesforce stores no empty strings). DELETE and
   UNDELETE flip `_sf_deleted`; field values survive a DELETE.
 
 Why one SQL text: built through the Column API, the fold cost thousands of Python-to-JVM calls per object and
@@ -151,7 +152,7 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
     """The fold as one query over `{changes}` and `{current}` (see `fold_changes`)."""
     values = ",\n  ".join(
         f"CASE WHEN map_contains_key(f._values, {literal(c)}) "
-        f"THEN CAST(element_at(f._values, {literal(c)}) AS {spark_type(t).simpleString()}) "
+        f"THEN CAST(nullif(element_at(f._values, {literal(c)}), '') AS {spark_type(t).simpleString()}) "
         f"WHEN f._has_reset THEN NULL ELSE cur.{quote(c)} END AS {quote(c)}"
         for c, t in schema.columns if c != "Id")
     system = _SYSTEM.format(bucket_chars=schema.bucket_chars, changed=_CHANGED,

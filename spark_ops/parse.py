@@ -7,11 +7,19 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
   `null` stays distinguishable from an absent key;
 - compound fields (`BillingAddress: {"City": ...}`) are flattened to their component columns (`BillingCity`)
   using describe() metadata, and `nulledFields` names (`BillingAddress.City`) are mapped the same way;
-- every value of a replicated object is checked against its column type; a value that does not fit quarantines
-  the whole line (applying part of an event would be silently wrong).
+- every value of a replicated object is checked strictly against its describe() type (`true`/`false` for a
+  boolean, `YYYY-MM-DD` for a date, an ISO-8601 instant with its zone for a datetime, ...: Spark's lenient casts
+  would take `"yes"` as true or cut a datetime to a date). A value that does not fit quarantines the line with a
+  reason (`value_error`), and its change rows become gap rows (`GAP_<type>`, no fields): applying part of an event
+  would be silently wrong, dropping it would lose the change, so the record becomes dirty and is reconciled;
+- an empty string means null (Salesforce stores no empty strings; the snapshot and reconcile paths read it so too).
 
-A line is either quarantined (`quarantine_reason` is set) or becomes one change row per record id. Everything is
-built from Spark built-in functions: no Python UDF touches a row.
+Rows of an entity that is not replicated when its line is parsed keep the raw body (`typed` false); when the entity
+becomes replicated, `normalize_changes` derives the same rows from them with its describe() (design §4).
+
+A line is quarantined with no rows (`quarantine_reason`: it cannot be read as an event), quarantined with gap rows
+(`value_error`), or becomes one change row per record id. Everything is built from Spark built-in functions: no
+Python UDF touches a row.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ _NO_STRINGS = "CAST(array() AS array<string>)"
 CHANGE_COLUMNS = [
     "entity", "record_id", "change_type", "commit_ts", "commit_number", "transaction_key", "sequence_number",
     "replay_id", "event_key", "fields", "set_fields", "change_origin", "commit_user", "source_file", "source_line",
+    "typed",
 ]
 
 # Decode the JSON envelope and header of each line; bad JSON leaves nulls for the quarantine reason. Each text is
@@ -80,53 +89,80 @@ def _map_sql(pairs: dict[str, str]) -> str:
     return "map(" + ", ".join(f"{literal(k)}, {literal(v)}" for k, v in pairs.items()) + ")"
 
 
-def _flattened_body(schemas: dict[str, ObjectSchema]) -> str:
-    """The payload body (header removed) with compound values replaced by their component columns; a component
-    not in describe() keeps its dotted name (`BillingAddress.Foo`)."""
-    branches = []
-    for entity, schema in schemas.items():
+def _per_entity(schemas: dict[str, ObjectSchema], branch, otherwise: str) -> str:
+    """`CASE WHEN entity = <name> THEN branch(schema) ... ELSE otherwise END` over the schemas that need a branch."""
+    branches = [f"WHEN entity = {literal(e)} THEN {sql}" for e, s in schemas.items() if (sql := branch(s))]
+    return f"CASE {' '.join(branches)} ELSE {otherwise} END" if branches else otherwise
+
+
+def _flattened(schemas: dict[str, ObjectSchema], body: str) -> str:
+    """The map `body` with compound values replaced by their component columns; a component not in describe()
+    keeps its dotted name (`BillingAddress.Foo`). Idempotent: a flattened map has no compound parents left."""
+    def branch(schema: ObjectSchema) -> str | None:
         if not schema.compound:
-            continue
+            return None
         parents = ", ".join(literal(p) for p in schema.compound)
-        parts = [f"map_filter(_fields_raw, (k, v) -> NOT k IN ({parents}))"]
+        parts = [f"map_filter({body}, (k, v) -> NOT k IN ({parents}))"]
         for parent, keys in schema.compound.items():
-            nested = f"from_json(element_at(_fields_raw, {literal(parent)}), {literal(_MAP)})"
+            nested = f"from_json(element_at({body}, {literal(parent)}), {literal(_MAP)})"
             renamed = (f"transform_keys({nested}, (k, v) -> coalesce(element_at({_map_sql(keys)}, k), "
                        f"concat({literal(parent + '.')}, k)))")
             parts.append(f"coalesce({renamed}, CAST(map() AS {_MAP}))")
-        branches.append(f"WHEN entity = {literal(entity)} THEN map_concat({', '.join(parts)})")
-    return f"CASE {' '.join(branches)} ELSE _fields_raw END" if branches else "_fields_raw"
+        return f"map_concat({', '.join(parts)})"
+    return _per_entity(schemas, branch, body)
 
 
-def _mapped_nulled(schemas: dict[str, ObjectSchema]) -> str:
-    """nulledFields with compound names (`BillingAddress.City`) mapped to columns (`BillingCity`)."""
-    dotted = {k: v for s in schemas.values() for k, v in s.dotted_names.items()}
-    if not dotted:
-        return "_nulled"
-    return f"transform(_nulled, x -> coalesce(element_at({_map_sql(dotted)}, x), x))"
+def _set_fields(schemas: dict[str, ObjectSchema], fields: str, names: str) -> str:
+    """Names set by a change: the keys of its (flattened) `fields` plus the field names in `names` (nulledFields, or
+    stored set_fields), compound names (`BillingAddress.City`) mapped to columns, compound parents dropped."""
+    def branch(schema: ObjectSchema) -> str | None:
+        if not schema.compound:
+            return None
+        parents = ", ".join(literal(p) for p in schema.compound)
+        mapped = (f"transform(filter({names}, x -> NOT x IN ({parents})), "
+                  f"x -> coalesce(element_at({_map_sql(schema.dotted_names)}, x), x))")
+        return f"array_sort(array_union(map_keys({fields}), {mapped}))"
+    return _per_entity(schemas, branch, f"array_sort(array_union(map_keys({fields}), {names}))")
 
 
-def _type_errors(schemas: dict[str, ObjectSchema]) -> str:
+# What a value of each non-text column type must look like (as the JSON text of the value). Spark's own casts are
+# lenient ('yes' and '1' are true, '2025-1-2' is a date, a datetime casts to its date), so the form is checked first.
+_VALUE_FORMS: dict[type, str] = {
+    T.BooleanType: r"^(true|false)$",
+    T.LongType: r"^-?[0-9]{1,19}$",
+    T.DoubleType: r"^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$",
+    T.DateType: r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
+    T.TimestampType: r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})$",
+}
+
+
+def value_fits(value: str, target: T.DataType) -> str:
+    """SQL: the JSON text `value` (not null, not '') is a value of column type `target`."""
+    form = _VALUE_FORMS.get(type(target))
+    if form is None:
+        return "true"
+    return f"({value} RLIKE {literal(form)} AND try_cast({value} AS {target.simpleString()}) IS NOT NULL)"
+
+
+def _value_errors(schemas: dict[str, ObjectSchema]) -> str:
     """First value of a replicated object that does not fit its column type, as a reason, else null."""
-    checks = []
-    for entity, schema in schemas.items():
+    def branch(schema: ObjectSchema) -> str | None:
+        checks = []
         for column, sf_type in schema.columns:
             target = spark_type(sf_type)
-            if isinstance(target, T.StringType):
+            if type(target) not in _VALUE_FORMS:
                 continue
             value = f"element_at(fields, {literal(column)})"
             prefix, suffix = literal(f"field {column} value '"), literal(f"' is not a valid {sf_type}")
             checks.append(
-                f"CASE WHEN entity = {literal(entity)} AND {value} IS NOT NULL "
-                f"AND try_cast({value} AS {target.simpleString()}) IS NULL "
+                f"CASE WHEN {value} IS NOT NULL AND {value} != '' AND NOT {value_fits(value, target)} "
                 f"THEN concat({prefix}, substring({value}, 1, 80), {suffix}) END")
-    if not checks:
-        return "CAST(NULL AS string)"
-    return f"element_at(array_compact(array({', '.join(checks)})), 1)"
+        return f"element_at(array_compact(array({', '.join(checks)})), 1)" if checks else None
+    return _per_entity(schemas, branch, "CAST(NULL AS string)")
 
 
-def _quarantine_reason(schemas: dict[str, ObjectSchema]) -> str:
-    """Why a line cannot become change rows, or null when it can (design §9)."""
+def _quarantine_reason() -> str:
+    """Why a line cannot be read as an event at all, or null when it can (design §9)."""
     # `i IS NOT NULL` first: a null id makes RLIKE null, and forall() of a null is null, not false.
     ids_ok = (f"forall(record_ids, i -> i IS NOT NULL AND (i RLIKE {literal(ID_PATTERN)} "
               f"OR i RLIKE {literal(WILDCARD_PATTERN)}))")
@@ -144,15 +180,18 @@ def _quarantine_reason(schemas: dict[str, ObjectSchema]) -> str:
     WHEN commit_ts IS NULL THEN 'header commitTimestamp missing or not an integer'
     WHEN record_ids IS NULL OR size(record_ids) = 0 THEN 'header has no recordIds'
     WHEN NOT {ids_ok} THEN 'header recordIds holds a value that is not a Salesforce id'
-    ELSE {_type_errors(schemas)} END"""
+    END"""
 
 
 def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
     """`parse_lines` as one query over `{lines}`."""
+    typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
     return f"""WITH {_DECODE},
-flat AS (SELECT * EXCEPT (_fields_raw), {_flattened_body(schemas)} AS fields FROM decoded),
-fielded AS (SELECT *, array_sort(array_union(map_keys(fields), {_mapped_nulled(schemas)})) AS set_fields FROM flat)
-SELECT *, {_quarantine_reason(schemas)} AS quarantine_reason FROM fielded"""
+flat AS (SELECT * EXCEPT (_fields_raw), {_flattened(schemas, '_fields_raw')} AS fields FROM decoded),
+fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed
+            FROM flat),
+reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded)
+SELECT *, CASE WHEN quarantine_reason IS NULL THEN {_value_errors(schemas)} END AS value_error FROM reasoned"""
 
 
 def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:
@@ -167,15 +206,48 @@ def event_key(prefix: str = "") -> Column:
     return F.concat_ws("|", c("entity"), c("transaction_key"), c("sequence_number").cast("string"), c("change_type"))
 
 
+# A change with a value that does not fit is not applied: it becomes a gap of its record (design §6).
+_AS_GAP = """CASE WHEN value_error IS NULL OR startswith(change_type, 'GAP_') THEN change_type
+               ELSE concat('GAP_', change_type) END"""
+_NO_FIELDS = f"CAST(map() AS {_MAP})"
+
+
+def _gapped(frame: DataFrame) -> DataFrame:
+    """Rows with a `value_error` as gap rows: `GAP_<type>`, no fields."""
+    bad = F.col("value_error").isNotNull()
+    return (frame.withColumn("change_type", F.expr(_AS_GAP))
+                 .withColumn("fields", F.when(bad, F.expr(_NO_FIELDS)).otherwise(F.col("fields")))
+                 .withColumn("set_fields", F.when(bad, F.expr(_NO_STRINGS)).otherwise(F.col("set_fields"))))
+
+
 def to_change_rows(parsed: DataFrame) -> DataFrame:
-    """Good lines -> canonical change rows: one per record id the event names."""
+    """Lines that read as events -> canonical change rows: one per record id the event names; a line with a value
+    that does not fit gives gap rows (its identity stays the event's own)."""
     return (parsed.where(F.col("quarantine_reason").isNull())
                   .withColumn("record_id", F.explode(F.array_distinct("record_ids")))
                   .withColumn("event_key", event_key())
+                  .transform(_gapped)
                   .select(*CHANGE_COLUMNS))
 
 
 def quarantined(parsed: DataFrame) -> DataFrame:
-    """Bad lines with their reason: `source_file, source_line, raw, reason`."""
-    return (parsed.where(F.col("quarantine_reason").isNotNull())
-                  .select("source_file", "source_line", "raw", F.col("quarantine_reason").alias("reason")))
+    """Quarantined lines with their reason: `source_file, source_line, raw, reason`, and `gapped`: the line still
+    gave gap rows (a value did not fit)."""
+    return (parsed.where(F.col("quarantine_reason").isNotNull() | F.col("value_error").isNotNull())
+                  .select("source_file", "source_line", "raw",
+                          F.coalesce("quarantine_reason", "value_error").alias("reason"),
+                          F.col("quarantine_reason").isNull().alias("gapped")))
+
+
+def normalize_changes(changes: DataFrame, schema: ObjectSchema) -> DataFrame:
+    """Stored change rows of `schema`'s object parsed while it was not replicated (`typed` not true) -> the rows
+    parsing with its describe() would have made: compound values flattened, set names mapped, values checked
+    (rows with a value that does not fit become gap rows, the reason in `value_error`). Other columns pass through.
+    Idempotent: a row parsed with the same describe() comes out as it went in."""
+    schemas = {schema.name: schema}
+    checked = run_sql(changes.sparkSession, f"""
+WITH flat AS (SELECT * EXCEPT (fields, set_fields), {_flattened(schemas, 'fields')} AS fields,
+                     set_fields AS _names FROM {{changes}}),
+fielded AS (SELECT * EXCEPT (_names), {_set_fields(schemas, 'fields', '_names')} AS set_fields FROM flat)
+SELECT * EXCEPT (typed), true AS typed, {_value_errors(schemas)} AS value_error FROM fielded""", changes=changes)
+    return checked.transform(_gapped).select(*changes.columns, "value_error")

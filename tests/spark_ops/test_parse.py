@@ -60,14 +60,55 @@ def test_one_event_naming_two_records_becomes_two_rows(spark, schemas):
     (event("Account", "UPDATE", ["001' OR Id != '"], 1), "header recordIds holds a value that is not a Salesforce id"),
     (event("Account", "UPDATE", [A1, None], 1), "header recordIds holds a value that is not a Salesforce id"),
     (event("Account", "UPDATE", [], 1), "header has no recordIds"),
-    (event("Account", "UPDATE", [A1], 1, NumberOfEmployees="many"),
-     "field NumberOfEmployees value 'many' is not a valid int"),
-    (event("Account", "UPDATE", [A1], 1, CreatedDate="yesterday"),
-     "field CreatedDate value 'yesterday' is not a valid datetime"),
 ])
 def test_bad_lines_are_quarantined_with_a_reason(spark, schemas, line, reason):
     rows, bad = parse(spark, schemas, [line])
     assert rows == [] and bad == {1: reason}
+
+
+@pytest.mark.parametrize("field, value, sf_type", [
+    ("NumberOfEmployees", "many", "int"),
+    ("NumberOfEmployees", 2.5, "int"),
+    ("CreatedDate", "yesterday", "datetime"),
+    ("CreatedDate", "2025-11-22T08:26:40", "datetime"),  # no zone: which instant?
+    ("AnnualRevenue", "NaN", "currency"),
+    ("AnnualRevenue", " 5", "currency"),
+])
+def test_value_that_does_not_fit_quarantines_the_line_and_makes_its_records_dirty(spark, schemas, field, value,
+                                                                                  sf_type):
+    rows, bad = parse(spark, schemas, [event("Account", "UPDATE", [A1, A2], 1, Name="Kept?", **{field: value})])
+    assert bad == {1: f"field {field} value '{value}' is not a valid {sf_type}"}
+    assert [(r["record_id"], r["change_type"], r["fields"], r["set_fields"]) for r in rows] == [
+        (A1, "GAP_UPDATE", {}, []), (A2, "GAP_UPDATE", {}, [])]
+
+
+def test_a_create_with_a_bad_value_becomes_a_gap_create_with_the_events_identity(spark, schemas):
+    rows, bad = parse(spark, schemas, [event("Account", "CREATE", [A1], 1, tx="t1", Name="A", AnnualRevenue="lots")])
+    assert list(bad) == [1]
+    assert rows[0]["change_type"] == "GAP_CREATE" and rows[0]["event_key"] == "Account|t1|1|CREATE"
+
+
+@pytest.mark.parametrize("field, value, sf_type", [
+    ("Birthdate", "2025-1-2", "date"),
+    ("Birthdate", "2025-11-22T23:26:40-05:00", "date"),  # a datetime is not a date (a cast would cut it)
+    ("Birthdate", "2025-02-30", "date"),
+    ("HasOptedOutOfEmail", "yes", "boolean"),
+    ("HasOptedOutOfEmail", "1", "boolean"),
+    ("HasOptedOutOfEmail", "TRUE", "boolean"),
+])
+def test_lenient_spark_casts_are_not_accepted(spark, schemas, field, value, sf_type):
+    rows, bad = parse(spark, schemas, [event("Contact", "UPDATE", [C1], 1, **{field: value})])
+    assert bad == {1: f"field {field} value '{value}' is not a valid {sf_type}"}
+    assert rows[0]["change_type"] == "GAP_UPDATE"
+
+
+def test_strict_forms_accept_what_salesforce_sends(spark, schemas):
+    rows, bad = parse(spark, schemas, [
+        event("Contact", "UPDATE", [C1], 1, Birthdate="1815-12-10", HasOptedOutOfEmail=False, Email="",
+              LastModifiedDate="2025-11-22T23:26:40-05:00", MailingAddress={"Latitude": 51.5, "Longitude": -1e-3}),
+    ])
+    assert bad == {} and rows[0]["change_type"] == "UPDATE"
+    assert rows[0]["fields"]["HasOptedOutOfEmail"] == "false" and rows[0]["fields"]["Email"] == ""
 
 
 def test_header_with_wrong_type_is_quarantined_not_guessed(spark, schemas):

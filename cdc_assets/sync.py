@@ -28,6 +28,8 @@ from pyspark.sql import SparkSession
 
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
 from cdc_assets.faults import fault_point
+from cdc_assets.prepare import Q_APPLY_STATE, normalized
+from cdc_assets.quarantine import record_quarantine
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.salesforce import SalesforceResource
@@ -154,6 +156,8 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
     events = _events_of(warehouse, schema.name, ids, applied, held)
     rows, newly_dirty = fresh, 0
     if events is not None and events.num_rows:
+        events, bad, _ = normalized(spark, events, schema)  # rows stored before the object was replicated
+        record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_APPLY_STATE)
         folded = fold_changes(from_arrow(spark, events), from_arrow(spark, fresh), schema).toArrow()
         changed = folded.filter(folded[CHANGED]).select(target.names).cast(target)
         newly_dirty = int(pc.sum(folded[NEWLY_DIRTY]).as_py() or 0)

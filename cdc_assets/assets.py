@@ -16,7 +16,7 @@ from dagster_pyspark import PySparkResource
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
-from cdc_assets.schemas import refresh_schema, resolve_schema
+from cdc_assets.schemas import DescribeRefresh, resolve_schema
 from cdc_assets.sync import SyncResult, describe_note, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -112,10 +112,12 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         elif config.mode == "reconcile":
             sync = reconcile(spark, warehouse, salesforce, schema, run_id=run_id, now=now)
         close_after = config.transaction_close_after
+        refresh = DescribeRefresh(sobject, warehouse, salesforce)
         result = apply_changes(
             spark, warehouse, schema, run_id=run_id, now=now, description=describe_note(describe),
             close_after=replication.transaction_close_after if close_after is None else close_after,
-            refresh_schema=lambda: refresh_schema(sobject, warehouse, salesforce))
+            refresh_schema=refresh)
+        refresh.keep()
         return dg.MaterializeResult(metadata=replica_metadata(context, sobject, result.schema or schema, warehouse,
                                                               result, sync))
 

@@ -8,6 +8,7 @@ fields added in Salesforce reach the table (new columns are added, none dropped)
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 
 import pyarrow as pa
 
@@ -17,14 +18,27 @@ from resources.salesforce import SalesforceResource
 from spark_ops.schema import ObjectSchema
 
 
-def stored_describe(warehouse: DeltaWarehouse, name: str) -> dict | None:
-    table = warehouse.table(name)
-    if table is None or not table.metadata().description:
-        return None
+DESCRIBE_PROPERTY = "cdc.describe"  # a describe() asked again during a run (the description is set on writes only)
+
+
+def _kept(text: str | None) -> dict:
     try:
-        return json.loads(table.metadata().description).get("describe")
-    except (ValueError, AttributeError):
+        kept = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return kept if isinstance(kept, dict) and kept.get("describe") else {}
+
+
+def stored_describe(warehouse: DeltaWarehouse, name: str) -> dict | None:
+    """The newest describe() kept with the table: the description written with the data, or the table property a
+    refresh wrote (`at` says which is newer; a description without one is the oldest)."""
+    table = warehouse.table(name)
+    if table is None:
         return None
+    metadata = table.metadata()
+    kept = [_kept(metadata.description), _kept(metadata.configuration.get(DESCRIBE_PROPERTY))]
+    newest = max((k for k in kept if k), key=lambda k: k.get("at") or "", default=None)
+    return newest["describe"] if newest else None
 
 
 def resolve_describe(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce: SalesforceResource | None,
@@ -64,11 +78,23 @@ def _sf_type(arrow_type: pa.DataType) -> str:
     return "string"
 
 
-def refresh_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse,
-                   salesforce: SalesforceResource | None) -> ObjectSchema:
-    """The schema from a fresh describe() (the org's, or the file again), kept with the table for later runs."""
-    schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=True)
-    table = warehouse.table(sobject.name)
-    if table is not None and not sobject.describe_path:
-        table.alter.set_table_description(json.dumps({"describe": describe}))
-    return schema
+class DescribeRefresh:
+    """describe() asked again during a run (a field events set is unknown): the new schema now, and the describe()
+    kept with the table (a table property) once the run has committed, so later runs start from it. Kept after the
+    commit, not before: a commit in between would race the run's own merge. If the process dies before, nothing
+    is lost: the added columns are in the table with their types (`resolve_schema`), the next refresh keeps it."""
+
+    def __init__(self, sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce: SalesforceResource | None):
+        self.sobject, self.warehouse, self.salesforce = sobject, warehouse, salesforce
+        self.describe: dict | None = None
+
+    def __call__(self) -> ObjectSchema:
+        schema, self.describe = resolve_schema(self.sobject, self.warehouse, self.salesforce, fresh=True)
+        return schema
+
+    def keep(self) -> None:
+        table = self.warehouse.table(self.sobject.name)
+        if self.describe is None or table is None or self.sobject.describe_path:
+            return
+        note = json.dumps({"describe": self.describe, "at": datetime.now(timezone.utc).isoformat()})
+        table.alter.set_table_properties({DESCRIBE_PROPERTY: note}, raise_if_not_exists=False)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,8 +51,9 @@ class SyncResult:
 
 
 def describe_note(describe: dict | None) -> str | None:
-    """The describe() kept with the table (Delta table description), so later runs need no describe call."""
-    return json.dumps({"describe": describe}) if describe else None
+    """The describe() kept with the table (Delta table description), so later runs need no describe call; `at`
+    tells it from a newer one kept after a refresh (cdc_assets/schemas.py)."""
+    return json.dumps({"describe": describe, "at": datetime.now(timezone.utc).isoformat()}) if describe else None
 
 
 def _api_used(salesforce: SalesforceResource) -> int:

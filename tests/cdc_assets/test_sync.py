@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import dagster as dg
 import pytest
 
 from settings import TEST_SPARK_CONF
+from cdc_assets.schemas import stored_describe
 from harness import Platform
 from org_compare import differences
 from resources.salesforce import SalesforceResource
@@ -155,3 +157,39 @@ def test_object_added_later_is_loaded_fully_then_follows_cdc(tmp_path, org):
     workload.run(changes=100)
     catch_up(later, org)
     assert_equal_to_org(later, org, ["Account", "Contact"])
+
+
+def test_a_field_added_in_the_org_is_found_by_refreshing_describe_and_backfilled(tmp_path, org):
+    """Rating and Website are new in the org (null everywhere) and missing from the describe() the table was made
+    with. An event sets them while describe() still lacks them (counted, named); once describe() has them (the
+    org's, asked again), the columns are added, later events fill them, and the record whose earlier event carried
+    them is reconciled: the replica equals the org."""
+    workload = Workload(org, seed=13)
+    workload.build_org(accounts=12)
+    ids = org.store.ids("Account")
+    with org.store.transaction() as txn:
+        txn.update_many("Account", ids, {"Rating": None, "Website": None})
+    full = org.store.describe("Account")
+    old = full | {"fields": [f for f in full["fields"] if f["name"] not in ("Rating", "Website")]}
+    describe_dir = tmp_path / "describe"
+    describe_dir.mkdir()
+    (describe_dir / "Account.json").write_text(json.dumps(old))
+    early = Platform(tmp_path / "p", describe_dir, ["Account"], TEST_SPARK_CONF, salesforce=resource(org),
+                     initial_load=True)
+    early.run()
+    with org.store.transaction() as txn:
+        txn.update("Account", ids[0], {"Rating": "Hot", "Website": "https://example.com/a,b?c=\"d\""})
+    meta = early.materialization(catch_up(early, org), "Account")
+    assert meta["unknown_fields"] == 2 and meta["unknown_field_names"] == ["Rating", "Website"]
+
+    with org.store.transaction() as txn:
+        txn.update("Account", ids[1], {"Rating": "Warm"})
+    later = make_platform(tmp_path, org, objects=["Account"])  # describe() from the org, kept with the table
+    meta = later.materialization(catch_up(later, org), "Account")
+    assert (meta["columns_added"], meta["schema_backfill"], meta["unknown_fields"]) == (2, 1, 0)
+    rows = later.rows("Account")
+    assert rows[ids[1]]["Rating"] == "Warm" and rows[ids[0]]["_sf_dirty_since"] is not None
+    kept = stored_describe(later.defs.resources["warehouse"], "Account")
+    assert "Rating" in {f["name"] for f in kept["fields"]}  # kept with the table for the next runs
+    run_sensor_requests(later)  # reconcile of the record that carried the fields before their columns existed
+    assert_equal_to_org(later, org, ["Account"])

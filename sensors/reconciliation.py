@@ -28,9 +28,6 @@ from resources.salesforce import SalesforceResource
 from sensors.work import (INITIAL_LOAD, TAG_MODE, TAG_REASON, Planned, mode_run_config, object_tag, plan,
                           work_tag)
 
-__all__ = ["SENSOR_NAME", "TAG_DIRTY", "TAG_MODE", "TAG_REASON", "build_reconciliation_sensor", "mode_run_config",
-           "object_tag"]
-
 SENSOR_NAME = "reconciliation_sensor"
 TAG_DIRTY = "cdc/dirty_records"
 

@@ -27,13 +27,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from cdc_assets.assets import (
-    META_APPLIED_THROUGH,
-    META_DIRTY,
-    META_HELD,
-    META_RESYNC,
-    replica_key,
-)
+from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.config import ReplicationConfig
 from resources.delta import DeltaWarehouse
 

@@ -33,7 +33,7 @@ from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import CE_STATE, pending_files
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone, file_set_key
-from sensors.work import TAG_REASON, Backoff, lagging, object_tag, retry_state
+from sensors.work import TAG_REASON, Backoff, object_tag, replicas_to_include, retry_state
 
 SENSOR_NAME = "landing_zone_sensor"
 TAG_FILES = "cdc/files"
@@ -64,33 +64,34 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
         ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
         if new:
             request = landing_request(context.instance, landing, replication, ce_state, new, key=file_set_key(new))
-            if request is None:
-                return dg.SensorResult(skip_reason=f"{len(new)} new landing files: a queued landing run will "
-                                                   "ingest them", cursor=json.dumps(cursor, sort_keys=True))
-            return dg.SensorResult(run_requests=[request], cursor=json.dumps(cursor, sort_keys=True))
-        if pending:
-            runs = landing_runs(context.instance, {TAG_REASON: REASON_FILES})
-            if not runs:
-                return dg.SensorResult(skip_reason=f"{len(pending)} landing files requested, their run not "
-                                                   "created yet", cursor=json.dumps(cursor, sort_keys=True))
-            retry = retry_state(runs, f"{len(pending)} landing files", backoff)
-            if retry.wait:
-                return dg.SensorResult(skip_reason=retry.wait, cursor=json.dumps(cursor, sort_keys=True))
-            # Their run failed (or ended without ingesting them): ask again, a new key per attempt.
-            key = f"{file_set_key(pending)}-{retry.attempt}-{runs[0].dagster_run.run_id[:8]}"
-            request = landing_request(context.instance, landing, replication, ce_state, pending, key=key,
-                                      attempt=retry.attempt)
-            context.log.info(f"Requesting {len(pending)} landing files again (attempt {retry.attempt + 1}) after "
-                             f"run {runs[0].dagster_run.run_id[:8]} ({runs[0].dagster_run.status.value})")
-            return dg.SensorResult(run_requests=[request] if request else [],
-                                   skip_reason=None if request else "a queued landing run will ingest them",
-                                   cursor=json.dumps(cursor, sort_keys=True))
-
-        close, why = close_request(context.instance, replication, ce_state, backoff, cursor)
-        return dg.SensorResult(run_requests=[close] if close else [], skip_reason=why,
+            why = None if request else f"{len(new)} new landing files: a queued landing run will ingest them"
+        elif pending:
+            request, why = _again(context, landing, replication, ce_state, pending, backoff)
+        else:
+            request, why = close_request(context.instance, replication, ce_state, backoff, cursor)
+        return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why,
                                cursor=json.dumps(cursor, sort_keys=True))
 
     return landing_zone_sensor
+
+
+def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replication: ReplicationConfig,
+           ce_state: dict, pending: list[LandingFile], backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
+    """Files requested before and still not ingested: wait for their run, or ask again once it failed (backoff)."""
+    runs = landing_runs(context.instance, {TAG_REASON: REASON_FILES})
+    if not runs:
+        return None, f"{len(pending)} landing files requested, their run not created yet"
+    retry = retry_state(runs, f"{len(pending)} landing files", backoff)
+    if retry.wait:
+        return None, retry.wait
+    last = runs[0].dagster_run
+    request = landing_request(context.instance, landing, replication, ce_state, pending, attempt=retry.attempt,
+                              key=f"{file_set_key(pending)}-{retry.attempt}-{last.run_id[:8]}")
+    if request is None:
+        return None, f"{len(pending)} landing files: a queued landing run will ingest them"
+    context.log.info(f"Requesting {len(pending)} landing files again (retry {retry.attempt}) after run "
+                     f"{last.run_id[:8]} ({last.status.value})")
+    return request, None
 
 
 def landing_runs(instance: dg.DagsterInstance, tags: dict[str, str], limit: int = 20) -> list[dg.RunRecord]:
@@ -103,7 +104,7 @@ def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replicat
     when a landing run not started yet already covers that."""
     entities = landing.entities_in(files)
     names = {n for n in replication.names if entities is None or n in entities}
-    names |= lagging(instance, replication, ce_state)
+    names |= replicas_to_include(instance, replication, ce_state)
     selection = [CHANGE_EVENTS_KEY, *[replica_key(n) for n in replication.names if n in names]]
     if not attempt and set(selection) <= _waiting_landing_selection(instance):
         return None

@@ -15,9 +15,11 @@ cursor is reset. For each piece of work:
   600; replication.yaml options) counted from the end of the last failure, and say so until then;
 - else ask for it now (attempt n, which the run key includes, so a retry is a new run).
 
-A landing run that includes a replica without its work does not count as carrying it: the work gets its own run
-and starts alongside (the runs' concurrency pools keep writes to one table in order), instead of waiting behind a
-steady stream of landing runs.
+A landing run that includes a replica does not count as carrying its reconcile or resync: that work gets its own
+run, which starts alongside (the runs' concurrency pools keep writes to one table in order) instead of waiting
+behind a steady stream of landing runs. (It does carry an initial load: any run of a replica with no table loads
+it first.) Landing runs could carry the work too, in their op config, saving a run start; they do not, so that
+only this sensor spends the org's API budget and checks it first.
 """
 
 from __future__ import annotations
@@ -168,9 +170,11 @@ def plan(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: R
     return out
 
 
-def lagging(instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: dict) -> set[str]:
-    """Replicas with ingested rows to apply (ingested by a run that did not include them), or holding a
-    transaction back (a newer event may close it), or possibly holding rows of the newest transaction."""
+def replicas_to_include(instance: dg.DagsterInstance, replication: ReplicationConfig,
+                        ce_state: dict) -> set[str]:
+    """Replicas a landing run must include besides those its files name: holding a transaction back (the new
+    files may close it), possibly holding rows of the newest transaction, or with ingested rows not applied yet
+    (ingested by a run that did not include them: files that landed after the sensor's tick)."""
     entity_seq = ce_state.get("entity_seq") or {}
     newest = set((ce_state.get("newest") or {}).get("entities") or [])
     out = set()

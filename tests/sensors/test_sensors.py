@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 
 import dagster as dg
 import pytest
@@ -223,3 +224,18 @@ def test_new_files_that_close_a_held_transaction_bring_every_replica_holding_it_
     run = platform.execute(request)
     assert_applied_together(platform, run)
     assert platform.materialization(run, "Account")["held_transactions"] == ["TY"]
+
+
+def test_every_replica_of_a_run_applies_through_the_pinned_cut_even_after_another_run_ingested(platform):
+    transaction_across_objects(platform)  # ingest 1: Account and Contact hold TX
+    platform.land([event("Account", "UPDATE", ["001000000000001AAA"], 2_000, tx="TY", Industry="Energy")])
+    platform.execute(dg.RunRequest(asset_selection=[CHANGE_EVENTS_KEY]))  # another run ingests: TY closes TX
+    run_id = str(uuid.uuid4())
+    pinned = {"run": run_id, "through": 1, "open_key": "TX", "clock": "2026-01-01T00:00:00+00:00", "reason": "test"}
+    job = platform.defs.get_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=platform.instance, run_id=run_id, tags={TAG_CUT: json.dumps(pinned)},
+                                    asset_selection=[replica_key("Account"), replica_key("Contact")])
+    for name in ("Account", "Contact"):  # as the run's first step decided, not the newer ingest
+        meta = platform.materialization(result, name)
+        assert (meta["applied_through"], meta["held_transactions"]) == (1, ["TX"]), name
+    assert platform.rows("Account") == {}

@@ -78,7 +78,7 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
 def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replication: ReplicationConfig,
            ce_state: dict, pending: list[LandingFile], backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
     """Files requested before and still not ingested: wait for their run, or ask again once it failed (backoff)."""
-    runs = landing_runs(context.instance, {TAG_REASON: REASON_FILES})
+    runs = runs_tagged(context.instance, {TAG_REASON: REASON_FILES})
     if not runs:
         return None, f"{len(pending)} landing files requested, their run not created yet"
     retry = retry_state(runs, f"{len(pending)} landing files", backoff)
@@ -94,7 +94,7 @@ def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replicatio
     return request, None
 
 
-def landing_runs(instance: dg.DagsterInstance, tags: dict[str, str], limit: int = 20) -> list[dg.RunRecord]:
+def runs_tagged(instance: dg.DagsterInstance, tags: dict[str, str], limit: int = 20) -> list[dg.RunRecord]:
     return list(instance.get_run_records(filters=dg.RunsFilter(tags=tags), limit=limit))
 
 
@@ -131,7 +131,7 @@ def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, 
         return None, "no new landing files"
     if open_transaction(ce_state, replication.transaction_close_after, datetime.now(timezone.utc)):
         return None, "no new landing files; the newest transaction is still open"
-    runs = landing_runs(instance, {TAG_REASON: REASON_CLOSE, TAG_CLOSE_SEQ: str(seq)})
+    runs = runs_tagged(instance, {TAG_REASON: REASON_CLOSE, TAG_CLOSE_SEQ: str(seq)})
     if not runs and cursor.get("closed_seq") == seq:
         return None, f"closing ingest {seq}: run requested, not created yet"
     if not runs:

@@ -13,8 +13,8 @@ under steady traffic). While the org's daily API budget (from `Sforce-Limit-Info
 holds back. The skip reason always says which case it is: nothing to do, waiting for run X, retry N in S s, or
 holding back for the budget.
 
-Run keys name the materializations that asked for the work and the attempt, so a tick evaluated twice never
-requests the same work twice, and a retry is a new run.
+Run keys name the materializations that asked for the work, the attempt and the last run that carried it, so a
+tick evaluated twice never requests the same work twice, and a retry is a new run.
 """
 
 import hashlib
@@ -35,7 +35,8 @@ TAG_DIRTY = "cdc/dirty_records"
 def work_request(due: list[Planned]) -> dg.RunRequest:
     """One run doing the work of every planned item in `due`."""
     reasons = "; ".join(p.work.describe() + (f", retry {p.retry.attempt}" if p.retry.attempt else "") for p in due)
-    source = "|".join(sorted(f"{p.work.kind}-{p.work.name}-{p.work.source}-a{p.retry.attempt}" for p in due))
+    source = "|".join(sorted(f"{p.work.kind}-{p.work.name}-{p.work.source}-a{p.retry.attempt}-{p.retry.after}"
+                             for p in due))
     return dg.RunRequest(
         run_key=f"sync-{hashlib.sha1(source.encode()).hexdigest()[:16]}",
         asset_selection=[replica_key(p.work.name) for p in due],

@@ -72,9 +72,11 @@ class Backoff:
 
 @dataclass(frozen=True)
 class Retry:
-    """Where a piece of work stands given its runs: `wait` says why not now (None: ask now, as `attempt`)."""
+    """Where a piece of work stands given its runs: `wait` says why not now (None: ask now, as `attempt`);
+    `after` is the newest run that carried it (part of the run key, so no situation reuses an old key)."""
     attempt: int = 0
     wait: str | None = None
+    after: str = ""
 
 
 def retry_state(records: list[dg.RunRecord], what: str, backoff: Backoff, *, now: float | None = None,
@@ -86,20 +88,22 @@ def retry_state(records: list[dg.RunRecord], what: str, backoff: Backoff, *, now
         if record.dagster_run.status in IN_FLIGHT:
             return Retry(wait=f"{what} waiting for run {record.dagster_run.run_id[:8]} "
                               f"({record.dagster_run.status.value})")
+    after = records[0].dagster_run.run_id if records else ""
     failures = []
     for record in records:
         if record.dagster_run.status not in FAILED or record.dagster_run.run_id == materialized_by:
             break
         failures.append(record)
     if not failures:
-        return Retry()
+        return Retry(after=after)
     last = failures[0]
     ended = last.end_time or last.update_timestamp.timestamp()
     due_in = ended + backoff.delay(len(failures)) - now
     if due_in > 0:
-        return Retry(attempt=len(failures), wait=f"retry {len(failures)} of {what} after run "
-                                                  f"{last.dagster_run.run_id[:8]} failed, in {due_in:.0f} s")
-    return Retry(attempt=len(failures))
+        return Retry(attempt=len(failures), after=after, wait=f"retry {len(failures)} of {what} after run "
+                                                               f"{last.dagster_run.run_id[:8]} failed, in "
+                                                               f"{due_in:.0f} s")
+    return Retry(attempt=len(failures), after=after)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ A replica remembers in its own commits how far it has applied: the app transacti
 change_events ingest sequence number applied through, and the commit metadata (`cdc.replica`) holds what a re-run
 needs besides: the still-open transaction held back, a pending resync, running row and dirty counts.
 
-A run reads only the change rows of its object ingested since that checkpoint (plus the rows of a transaction it
-held back), holds back the newest transaction while it may still grow, records overflow as a pending resync,
+A run reads only the change rows of its object ingested since that checkpoint through the run's cut (plus the rows
+of a transaction it held back), holds back the transaction the cut says is open (decided once a run, for all its
+replicas: cdc_assets/closure.py), records overflow as a pending resync,
 folds the rest with the current rows of the touched records (read by partition), and writes the changed rows
 and the new checkpoint in one merge commit. Re-running after a crash at any point gives the same table.
 """
@@ -21,10 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
+from cdc_assets.closure import Cut
 from cdc_assets.faults import fault_point
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
 from cdc_assets.timing import Stopwatch
-from cdc_assets.ingest import CE_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.spark import from_arrow
 from spark_ops.fold import CHANGED, COUNTERS, INSERTED, NEWLY_DIRTY, fold_changes
@@ -80,32 +81,26 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
     return from_arrow(spark, rows), buckets
 
 
-def _open_transaction(ce_state: dict, close_after: float, now: datetime) -> str | None:
-    """The newest transaction stays open while no newer event has landed for `close_after` seconds (§5)."""
-    newest, last = ce_state.get("newest"), ce_state.get("last_ingested_at")
-    if not newest or not last:
-        return None
-    age = (now - datetime.fromisoformat(last)).total_seconds()
-    return newest["transaction_key"] if age < close_after else None
-
-
-def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, close_after: float,
-                  run_id: str, now: datetime | None = None, description: str | None = None,
+def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, cut: Cut, run_id: str,
+                  now: datetime | None = None, description: str | None = None,
                   refresh_schema: Callable[[], ObjectSchema] | None = None) -> ApplyResult:
-    """Apply the closed transactions ingested since the checkpoint; `description` is kept on a new table;
-    `refresh_schema` asks describe() again when events set fields `schema` does not know."""
+    """Apply the closed transactions ingested since the checkpoint, through the run's `cut` (and holding its open
+    transaction, cdc_assets/closure.py); `description` is kept on a new table; `refresh_schema` asks describe()
+    again when events set fields `schema` does not know."""
     now = now or datetime.now(timezone.utc)
     watch = Stopwatch()
-    ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
-    ce_seq = int(ce_state.get("ingest_seq", 0))
+    ce_seq, open_key = cut.through, cut.open_key
     replica = warehouse.table(schema.name)
     prev = DeltaWarehouse.commit_state(replica, REPLICA_STATE)
     applied = (replica.transaction_version(APPLY_APP) or 0) if replica is not None else 0
     held = prev.get("held") or {}
+    counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
+    if replica is not None and ce_seq < applied:
+        # A later run applied past this run's cut; applying this run's cut now could apply what that run held.
+        return ApplyResult(counts=counts, state=prev | {"applied_through": applied}, version=replica.version())
 
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
-    open_key = _open_transaction(ce_state, close_after, now)
     counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
     counts |= {k: 0 for k in DRIFT_COUNTS}
     unknown: list[str] = []

@@ -16,6 +16,7 @@ from dagster_pyspark import PySparkResource
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
+from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, resolve_schema
 from cdc_assets.sync import SyncResult, describe_note, reconcile, resync
 from resources.delta import DeltaWarehouse
@@ -82,7 +83,8 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
 
 class ReplicaRunConfig(dg.Config):
     mode: Literal["apply", "reconcile", "resync"] = "apply"
-    transaction_close_after: float | None = None  # overrides replication.yaml for this run
+    # Overrides replication.yaml for this run (the run's first replica step decides for all: cdc_assets/closure.py).
+    transaction_close_after: float | None = None
 
 
 def column_schema(schema: ObjectSchema) -> dg.TableSchema:
@@ -112,11 +114,11 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         elif config.mode == "reconcile":
             sync = reconcile(spark, warehouse, salesforce, schema, run_id=run_id, now=now)
         close_after = config.transaction_close_after
+        cut = pinned_cut(context, warehouse, replicated=set(replication.names),
+                         close_after=replication.transaction_close_after if close_after is None else close_after)
         refresh = DescribeRefresh(sobject, warehouse, salesforce)
-        result = apply_changes(
-            spark, warehouse, schema, run_id=run_id, now=now, description=describe_note(describe),
-            close_after=replication.transaction_close_after if close_after is None else close_after,
-            refresh_schema=refresh)
+        result = apply_changes(spark, warehouse, schema, cut=cut, run_id=run_id, now=now,
+                               description=describe_note(describe), refresh_schema=refresh)
         refresh.keep()
         return dg.MaterializeResult(metadata=replica_metadata(context, sobject, result.schema or schema, warehouse,
                                                               result, sync))

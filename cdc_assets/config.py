@@ -5,6 +5,8 @@ options:
   transaction_close_after: 60   # seconds without a newer event before the newest transaction counts as closed
   initial_load: true            # an object's first run loads it fully through Bulk API 2.0 (needs the org)
   max_ingest_batch_bytes: 134217728  # landing files ingested per change_events commit (bounds a run's memory)
+  retry_backoff_seconds: 30     # a failed run's work is requested again after this, doubling (sensors/work.py)
+  retry_backoff_max_seconds: 600
 objects:
   - name: Account
     describe: path/to/Account.json   # optional: describe() from a file instead of the org

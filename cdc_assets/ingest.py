@@ -10,7 +10,7 @@ its own). For each batch:
 3. drop events already stored (same identity and record, looked up only in the touched entities and commit-time
    range, so also those of the batches before) or repeated within the batch;
 4. append the rest in **one commit** that also records the batch's files, the new ingest sequence number and the
-   newest event seen so far (what closes transactions, §5).
+   newest event seen so far, with what closes transactions (§5, `cdc_assets/closure.py`).
 
 A crash before a batch's step 4 leaves none of its files ingested; a crash after it leaves all of them ingested.
 Either way the next run produces the same table.
@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
+from cdc_assets.closure import ingest_progress
 from cdc_assets.faults import fault_point
 from cdc_assets.quarantine import record_quarantine
 from cdc_assets.timing import Stopwatch
@@ -102,12 +103,6 @@ def batches(files: list[LandingFile], max_bytes: int) -> list[list[LandingFile]]
     return out
 
 
-def _later(a: dict | None, b: dict | None) -> dict | None:
-    if not a or not b:
-        return a or b
-    return a if a["position"] >= b["position"] else b
-
-
 def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, schemas: dict[str, ObjectSchema],
            run_id: str, now: datetime | None = None, max_batch_bytes: int = MAX_BATCH_BYTES) -> IngestResult:
     """Ingest every pending landing file, one commit per batch; the counts and timings of all batches summed."""
@@ -153,12 +148,10 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
         .append_column("_ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), fresh_arrow.num_rows))
 
     counts = _count(files, read, bad, marked, schemas) | {"lines_gapped": gapped}
-    newest = newest_event(fresh_arrow)
     state = {
         "ingest_seq": seq,
         "files": [f.path for f in files],
-        "newest": _later(previous.get("newest"), newest),
-        "last_ingested_at": now.isoformat() if fresh_arrow.num_rows else previous.get("last_ingested_at"),
+        **ingest_progress(previous, fresh_arrow, seq, now),  # newest event, close timer (cdc_assets/closure.py)
         "counts": counts,
         "run_id": run_id,
     }
@@ -198,14 +191,3 @@ def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
         "ignored": int(pc.sum(pc.and_(kept, pc.invert(replicated))).as_py() or 0),
     }
 
-
-def newest_event(rows: pa.Table) -> dict | None:
-    """The newest event in commit order (design §4): its transaction key and position as
-    `[commit micros, commit number, sequence number, replay id]`."""
-    if not rows.num_rows:
-        return None
-    keys = [pc.cast(rows["commit_ts"], pa.int64()), rows["commit_number"], rows["sequence_number"],
-            pc.fill_null(rows["replay_id"], 0)]
-    table = pa.table({"a": keys[0], "b": keys[1], "c": keys[2], "d": keys[3], "t": rows["transaction_key"]})
-    top = table.take(pc.sort_indices(table, [(k, "descending") for k in "abcd"])[:1]).to_pylist()[0]
-    return {"transaction_key": top["t"], "position": [top["a"], top["b"], top["c"], top["d"]]}

@@ -1,17 +1,26 @@
-"""landing_zone_sensor: new landing files -> one run of change_events and the replicas those files touch.
+"""landing_zone_sensor: new landing files -> one run of change_events and the replicas that must apply them.
 
 The cursor (JSON) remembers only files requested but not yet ingested, so it stays small: whether a file is
 ingested is read from change_events itself (its commits name the files). The run key is derived from the file set
 (paths and sizes), so a re-evaluated tick never requests the same files twice.
 
+A landing run includes the replicas the new files name, and also every replica that may have to apply something
+once they are ingested: one holding a transaction back (the new files may close it: a transaction spanning
+objects must be applied by all of them in the same run, design §5), one that may hold rows of the newest
+transaction, and one with ingested rows it has not applied (files a run ingested without the sensor having seen
+them). The run's replicas then apply through one cut decided once for the run (`cdc_assets/closure.py`).
+
 A landing run that is still queued ingests every file pending when it starts, so new files its selection already
 covers get no run of their own: runs slower than the landing rate would otherwise pile up in the queue, each one
-after the first finding nothing to ingest, and hold back the reconciliation sensor (it waits for an object's runs).
+after the first finding nothing to ingest.
 
-When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, design §5);
-the sensor then requests one run of the replicas so that transaction is applied without waiting for more events.
+Files whose landing run failed are requested again with backoff (as `sensors/work.py` retries replica work), with
+the attempt in the run key; until then the skip reason says when.
+
+When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, the rule in
+`cdc_assets/closure.py`); the sensor then requests one run of every replica so that transaction is applied by all
+that hold it, without waiting for more events (retried the same way if it fails).
 """
-
 
 import json
 from datetime import datetime, timezone
@@ -19,16 +28,18 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import CE_STATE, pending_files
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-from resources.landing_zone import LandingZone, file_set_key
-from sensors.reconciliation import object_tag
+from resources.landing_zone import LandingFile, LandingZone, file_set_key
+from sensors.work import TAG_REASON, Backoff, object_tag, replicas_to_include, retry_state
 
 SENSOR_NAME = "landing_zone_sensor"
-TAG_REASON = "cdc/reason"
 TAG_FILES = "cdc/files"
 REASON_FILES = "new landing files"
+REASON_CLOSE = "newest transaction closed by timeout"
+TAG_CLOSE_SEQ = "cdc/close_seq"
 WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING]
 
 
@@ -36,40 +47,72 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
                               default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
                               ) -> dg.SensorDefinition:
     replicas = [replica_key(n) for n in replication.names]
+    backoff = Backoff.from_options(replication.options)
 
     @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=10, default_status=default_status,
                asset_selection=[CHANGE_EVENTS_KEY, *replicas],
-               description="Requests a change_events + replica run for newly landed CDC files, and a replica run "
-                           "when the newest transaction closes by timeout.")
+               description="Requests a change_events + replica run for newly landed CDC files (again, with "
+                           "backoff, if that run failed), and a replica run when the newest transaction closes "
+                           "by timeout.")
     def landing_zone_sensor(context: dg.SensorEvaluationContext, landing: LandingZone,
                             warehouse: DeltaWarehouse) -> dg.SensorResult:
         cursor = json.loads(context.cursor) if context.cursor else {}
         requested: dict[str, int] = cursor.get("requested", {})
         pending = pending_files(warehouse, landing)
         new = [f for f in pending if requested.get(f.path) != f.size]
-        still_pending = {f.path: f.size for f in pending if f.path in requested}
+        cursor["requested"] = {f.path: f.size for f in pending}
+        ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
         if new:
-            entities = landing.entities_in(new)
-            targets = [r for n, r in zip(replication.names, replicas) if entities is None or n in entities]
-            cursor["requested"] = still_pending | {f.path: f.size for f in new}
-            if {CHANGE_EVENTS_KEY, *targets} <= _waiting_landing_selection(context.instance):
-                return dg.SensorResult(skip_reason=f"{len(new)} new landing files: a queued landing run will "
-                                                   "ingest them", cursor=json.dumps(cursor, sort_keys=True))
-            request = dg.RunRequest(
-                run_key=f"landing-{file_set_key(new)}",
-                asset_selection=[CHANGE_EVENTS_KEY, *targets],
-                tags={TAG_REASON: REASON_FILES, TAG_FILES: str(len(new)),
-                      **{object_tag(n): "1" for n in replication.names if replica_key(n) in targets}},
-            )
-            return dg.SensorResult(run_requests=[request], cursor=json.dumps(cursor, sort_keys=True))
-
-        cursor["requested"] = still_pending
-        close = _close_request(warehouse, replication, replicas, cursor)
-        return dg.SensorResult(run_requests=[close] if close else [],
-                               skip_reason=None if close else "no new landing files",
+            request = landing_request(context.instance, landing, replication, ce_state, new, key=file_set_key(new))
+            why = None if request else f"{len(new)} new landing files: a queued landing run will ingest them"
+        elif pending:
+            request, why = _again(context, landing, replication, ce_state, pending, backoff)
+        else:
+            request, why = close_request(context.instance, replication, ce_state, backoff, cursor)
+        return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why,
                                cursor=json.dumps(cursor, sort_keys=True))
 
     return landing_zone_sensor
+
+
+def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replication: ReplicationConfig,
+           ce_state: dict, pending: list[LandingFile], backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
+    """Files requested before and still not ingested: wait for their run, or ask again once it failed (backoff)."""
+    runs = runs_tagged(context.instance, {TAG_REASON: REASON_FILES})
+    if not runs:
+        return None, f"{len(pending)} landing files requested, their run not created yet"
+    retry = retry_state(runs, f"{len(pending)} landing files", backoff)
+    if retry.wait:
+        return None, retry.wait
+    last = runs[0].dagster_run
+    request = landing_request(context.instance, landing, replication, ce_state, pending, attempt=retry.attempt,
+                              key=f"{file_set_key(pending)}-{retry.attempt}-{last.run_id[:8]}")
+    if request is None:
+        return None, f"{len(pending)} landing files: a queued landing run will ingest them"
+    context.log.info(f"Requesting {len(pending)} landing files again (retry {retry.attempt}) after run "
+                     f"{last.run_id[:8]} ({last.status.value})")
+    return request, None
+
+
+def runs_tagged(instance: dg.DagsterInstance, tags: dict[str, str], limit: int = 20) -> list[dg.RunRecord]:
+    return list(instance.get_run_records(filters=dg.RunsFilter(tags=tags), limit=limit))
+
+
+def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replication: ReplicationConfig,
+                    ce_state: dict, files: list[LandingFile], *, key: str, attempt: int = 0) -> dg.RunRequest | None:
+    """A run ingesting `files` (and every other pending file) and applying them in every replica that must; None
+    when a landing run not started yet already covers that."""
+    entities = landing.entities_in(files)
+    names = {n for n in replication.names if entities is None or n in entities}
+    names |= replicas_to_include(instance, replication, ce_state)
+    selection = [CHANGE_EVENTS_KEY, *[replica_key(n) for n in replication.names if n in names]]
+    if not attempt and set(selection) <= _waiting_landing_selection(instance):
+        return None
+    return dg.RunRequest(
+        run_key=f"landing-{key}",
+        asset_selection=selection,
+        tags={TAG_REASON: REASON_FILES, TAG_FILES: str(len(files)), **{object_tag(n): "1" for n in names}},
+    )
 
 
 def _waiting_landing_selection(instance: dg.DagsterInstance) -> set[dg.AssetKey]:
@@ -78,16 +121,28 @@ def _waiting_landing_selection(instance: dg.DagsterInstance) -> set[dg.AssetKey]
     return {key for run in runs for key in run.asset_selection or ()}
 
 
-def _close_request(warehouse: DeltaWarehouse, replication: ReplicationConfig, replicas: list[dg.AssetKey],
-                   cursor: dict) -> dg.RunRequest | None:
-    state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
-    seq, last = state.get("ingest_seq"), state.get("last_ingested_at")
-    if not seq or not last or cursor.get("closed_seq") == seq:
-        return None
-    age = (datetime.now(timezone.utc) - datetime.fromisoformat(last)).total_seconds()
-    if age < replication.transaction_close_after:
-        return None
+def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: dict,
+                  backoff: Backoff, cursor: dict) -> tuple[dg.RunRequest | None, str | None]:
+    """The run of every replica that applies the newest transaction once it counts as closed by timeout (it
+    includes all replicas: whichever hold rows of it apply it in this one run); else why not. `cursor["closed_seq"]`
+    remembers the last ingest it was requested for."""
+    seq = ce_state.get("ingest_seq")
+    if not seq or not ce_state.get("newest"):
+        return None, "no new landing files"
+    if open_transaction(ce_state, replication.transaction_close_after, datetime.now(timezone.utc)):
+        return None, "no new landing files; the newest transaction is still open"
+    runs = runs_tagged(instance, {TAG_REASON: REASON_CLOSE, TAG_CLOSE_SEQ: str(seq)})
+    if not runs and cursor.get("closed_seq") == seq:
+        return None, f"closing ingest {seq}: run requested, not created yet"
+    if not runs:
+        attempt = 0
+    else:
+        retry = retry_state(runs, f"closing ingest {seq}", backoff)
+        if retry.wait or not retry.attempt:  # waiting, or done
+            return None, retry.wait or "no new landing files; the newest transaction is applied"
+        attempt = retry.attempt
     cursor["closed_seq"] = seq
-    return dg.RunRequest(run_key=f"close-{seq}", asset_selection=replicas,
-                         tags={TAG_REASON: "newest transaction closed by timeout",
-                               **{object_tag(n): "1" for n in replication.names}})
+    return dg.RunRequest(run_key=f"close-{seq}" + (f"-{attempt}" if attempt else ""),
+                         asset_selection=[replica_key(n) for n in replication.names],
+                         tags={TAG_REASON: REASON_CLOSE, TAG_CLOSE_SEQ: str(seq),
+                               **{object_tag(n): "1" for n in replication.names}}), None

@@ -1,93 +1,80 @@
-"""reconciliation_sensor: dirty records or a pending resync -> re-materialize exactly those replicas (design §6-7).
+"""reconciliation_sensor: replicas with work besides CDC -> one run doing exactly that work (design §6-7).
 
-It reads each replica's latest materialization metadata (`dirty_records`, `resync_pending`), and requests one run of
-exactly the replicas that need work, each in `reconcile` or `resync` mode (its op config), tagged with the reasons
-and the counts. A resync wins over a reconcile (it rewrites every row anyway). One run for all of them, not one per
-object: a run pays its process and Spark start (tens of seconds when cold), the fetches themselves are small.
-At most one run per object is in flight: objects with a queued or running run (tag `cdc/object.<Name>`, which
-every run this platform requests carries) are left alone. While the org's daily API budget (from
-`Sforce-Limit-Info`) is nearly spent, the sensor holds back and says why.
+The work and when to ask for it come from the planner (`sensors/work.py`): a pending resync (overflow), dirty
+records, or no table yet (initial load, asked for at once: it needs no events). One run for every replica whose
+work is due, each in its mode (op config `reconcile` / `resync`; an initial load is what `apply` does on a replica
+with no table), tagged with the reasons, counts, `cdc/work.<Name>` and `cdc/object.<Name>`. One run for all of
+them, not one per object: a run pays its process and Spark start (tens of seconds when cold), the fetches
+themselves are small.
 
-Run keys name the materializations that asked for the work, so a tick evaluated twice never requests it twice.
+Work is left alone while a run carrying it is queued or running, and retried with backoff after a run carrying it
+failed; a landing run that merely includes the replica does not hold it back (that starved a resync for minutes
+under steady traffic). While the org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor
+holds back. The skip reason always says which case it is: nothing to do, waiting for run X, retry N in S s, or
+holding back for the budget.
+
+Run keys name the materializations that asked for the work, the attempt and the last run that carried it, so a
+tick evaluated twice never requests the same work twice, and a retry is a new run.
 """
 
 import hashlib
 
 import dagster as dg
 
-from cdc_assets.assets import META_DIRTY, META_RESYNC, replica_key
+from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig
+from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
+from sensors.work import (INITIAL_LOAD, TAG_MODE, TAG_REASON, Planned, mode_run_config, object_tag, plan,
+                          work_tag)
 
 SENSOR_NAME = "reconciliation_sensor"
-TAG_REASON = "cdc/reason"
-TAG_MODE = "cdc/mode"  # the modes of the run's replicas, "+"-joined: reconcile, resync or reconcile+resync
 TAG_DIRTY = "cdc/dirty_records"
-IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED]
 
 
-def object_tag(name: str) -> str:
-    return f"cdc/object.{name}"  # one namespace separator: Dagster deprecates more
-
-
-def mode_run_config(modes: dict[str, str]) -> dict:
-    """Op config putting each replica `name` of `modes` in its mode."""
-    return {"ops": {replica_key(name).to_python_identifier(): {"config": {"mode": mode}}
-                    for name, mode in modes.items()}}
-
-
-def _in_flight(instance: dg.DagsterInstance, name: str) -> bool:
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags={object_tag(name): "1"}), limit=1)
-    return bool(runs)
+def work_request(due: list[Planned]) -> dg.RunRequest:
+    """One run doing the work of every planned item in `due`."""
+    reasons = "; ".join(p.work.describe() + (f", retry {p.retry.attempt}" if p.retry.attempt else "") for p in due)
+    source = "|".join(sorted(f"{p.work.kind}-{p.work.name}-{p.work.source}-a{p.retry.attempt}-{p.retry.after}"
+                             for p in due))
+    return dg.RunRequest(
+        run_key=f"sync-{hashlib.sha1(source.encode()).hexdigest()[:16]}",
+        asset_selection=[replica_key(p.work.name) for p in due],
+        run_config=mode_run_config({p.work.name: p.work.mode for p in due if p.work.kind != INITIAL_LOAD}),
+        tags={TAG_MODE: "+".join(sorted({p.work.kind for p in due})),
+              TAG_REASON: reasons[:1000],
+              TAG_DIRTY: str(sum(p.work.dirty for p in due)),
+              **{object_tag(p.work.name): "1" for p in due},
+              **{work_tag(p.work.name): p.work.kind for p in due}},
+    )
 
 
 def build_reconciliation_sensor(*, replication: ReplicationConfig,
                                 default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
                                 ) -> dg.SensorDefinition:
-    names = replication.names
     budget_share = float(replication.options.get("api_budget_reserve", 0.1))
 
     @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=15, default_status=default_status,
-               asset_selection=[replica_key(n) for n in names],
+               asset_selection=[replica_key(n) for n in replication.names],
                description="Re-materializes a replica in reconcile mode when it has dirty records (gap events, "
-                           "late events) and in resync mode when an overflow asked for a full resync.")
-    def reconciliation_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource
-                              ) -> dg.SensorResult:
-        wanted = []
-        for name in names:
-            event = context.instance.get_latest_materialization_event(replica_key(name))
-            if event is None or event.asset_materialization is None:
-                continue
-            metadata = event.asset_materialization.metadata
-            resync = metadata.get(META_RESYNC)
-            dirty = metadata.get(META_DIRTY)
-            if resync is not None and resync.value:
-                wanted.append((name, "resync", str(resync.value), event.run_id, 0))
-            elif dirty is not None and int(dirty.value or 0) > 0:
-                wanted.append((name, "reconcile", f"{dirty.value} dirty records", event.run_id,
-                               int(dirty.value)))
-        wanted = [w for w in wanted if not _in_flight(context.instance, w[0])]
-        if not wanted:
-            return dg.SensorResult(skip_reason="no dirty records or pending resync (or runs already in flight)")
-
+                           "late events), in resync mode when an overflow asked for a full resync, and loads a "
+                           "replica with no table; failed work is retried with backoff.")
+    def reconciliation_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource,
+                              warehouse: DeltaWarehouse) -> dg.SensorResult:
+        planned = plan(context.instance, warehouse, replication)
+        due = [p for p in planned if p.ready]
+        waiting = "; ".join(f"{p.work.describe()}: {p.retry.wait}" for p in planned if not p.ready)
+        if not due:
+            return dg.SensorResult(skip_reason=waiting or "nothing to do: no dirty records, pending resync or "
+                                                          "replica without a table")
         usage = salesforce.api_usage()
         used, limit = usage.get("used", 0), usage.get("limit", 0)
         if limit and limit - used < budget_share * limit:
             return dg.SensorResult(skip_reason=f"holding back: org API budget nearly spent ({used}/{limit} "
-                                               f"requests used, reserve {budget_share:.0%})")
-        reasons = "; ".join(f"{n}: {m} ({r})" for n, m, r, _, _ in wanted)
-        source = "|".join(f"{mode}-{name}-{run}" for name, mode, _, run, _ in sorted(wanted))
-        request = dg.RunRequest(
-            run_key=f"sync-{hashlib.sha1(source.encode()).hexdigest()[:16]}",
-            asset_selection=[replica_key(name) for name, *_ in wanted],
-            run_config=mode_run_config({name: mode for name, mode, *_ in wanted}),
-            tags={TAG_MODE: "+".join(sorted({mode for _, mode, *_ in wanted})),
-                  TAG_REASON: reasons[:1000],
-                  TAG_DIRTY: str(sum(dirty for *_, dirty in wanted)),
-                  **{object_tag(name): "1" for name, *_ in wanted}},
-        )
-        context.log.info(reasons)
+                                               f"requests used, reserve {budget_share:.0%}); due: "
+                                               + "; ".join(p.work.describe() for p in due))
+        request = work_request(due)
+        context.log.info(request.tags[TAG_REASON] + (f" (not yet: {waiting})" if waiting else ""))
         return dg.SensorResult(run_requests=[request])
 
     return reconciliation_sensor

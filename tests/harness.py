@@ -77,14 +77,23 @@ class Platform:
 
     def replication_close_after(self, seconds: float) -> None:
         """Rebuild the definitions with another transaction_close_after (sensors read it from the config)."""
+        self.set_options(transaction_close_after=seconds)
 
-
+    def set_options(self, **options) -> None:
+        """Rebuild the definitions with other replication.yaml options."""
         config = yaml.safe_load(self.config.read_text())
-        config["options"]["transaction_close_after"] = seconds
+        config["options"].update(options)
         self.config.write_text(yaml.safe_dump(config))
         self.defs = build_defs(config_path=self.config, landing_path=str(self.landing),
                                warehouse_root=str(self.warehouse), spark_conf=self.spark_conf,
                                salesforce=self.salesforce)
+
+    def execute(self, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
+        """Run what a sensor requested, as the daemon would (same assets, run config and tags)."""
+        assets = [a for a in self.executable_assets() if set(a.keys) & set(request.asset_selection)]
+        return dg.materialize(assets, resources=self.defs.resources, instance=self.instance,
+                              run_config=request.run_config, tags=request.tags, selection=request.asset_selection,
+                              raise_on_error=False)
 
     def materialization_of(self, name: str) -> dict:
         """Metadata of the latest materialization of a replica in this platform's instance."""

@@ -62,11 +62,7 @@ def sensor_requests(platform: Platform) -> list[dg.RunRequest]:
 
 
 def execute(platform: Platform, request: dg.RunRequest) -> bool:
-    """Run what a sensor requested, as the daemon would (same assets, run config and tags)."""
-    assets = [a for a in platform.executable_assets() if set(a.keys) & set(request.asset_selection)]
-    return dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
-                          run_config=request.run_config, tags=request.tags, selection=request.asset_selection,
-                          raise_on_error=False).success
+    return platform.execute(request).success
 
 
 def run_sensor_requests(platform: Platform) -> list[dg.RunRequest]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import uuid
+
 import dagster as dg
 import pytest
 from dagster._core.test_utils import create_run_for_test
@@ -12,8 +15,10 @@ from event_lines import event
 from harness import Platform, load_lines
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
-from sensors.landing_zone import SENSOR_NAME as LANDING
+from cdc_assets.run_cut import TAG_CUT
+from sensors.landing_zone import REASON_FILES, SENSOR_NAME as LANDING
 from sensors.reconciliation import SENSOR_NAME as RECONCILE, TAG_MODE, object_tag
+from sensors.work import TAG_REASON, work_tag
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
@@ -95,3 +100,142 @@ def test_reconciliation_sensor_requests_reconcile_and_resync_and_respects_the_bu
         emu.set_request_budget(daily_request_limit=1000, used=990)
         held = evaluate(platform, RECONCILE, resources=resources)
         assert not held.run_requests and "API budget" in held.skip_reason.skip_message
+
+
+def skipped(result) -> str:
+    return result.skip_reason.skip_message if result.skip_reason else ""
+
+
+def org_resources(platform: Platform, emu: Emulator) -> dict:
+    return {**platform.defs.resources, "salesforce": SalesforceResource(
+        instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file))}
+
+
+def test_a_replica_without_a_table_is_loaded_at_once_and_a_failed_load_is_retried_after_the_backoff(
+        tmp_path, spark, sample_dir, monkeypatch):
+    with Emulator(tmp_path / "org") as emu:
+        salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
+                                        ca_bundle=str(emu.ca_file))
+        platform = Platform(tmp_path / "p", sample_dir / "describe", OBJECTS, TEST_SPARK_CONF, salesforce=salesforce,
+                            initial_load=True, retry_backoff_seconds=300)
+        [request] = evaluate(platform, RECONCILE).run_requests  # no landing file, no event: loaded all the same
+        assert set(request.asset_selection) == {replica_key(n) for n in OBJECTS}
+        assert {request.tags[work_tag(n)] for n in OBJECTS} == {"initial_load"}
+
+        monkeypatch.setenv("CDC_FAULT_POINT", "resync.before_commit")  # the first load dies before its commit
+        failed = platform.execute(request)
+        monkeypatch.delenv("CDC_FAULT_POINT")
+        assert not failed.success and platform.table_version("Account") is None
+        later = evaluate(platform, RECONCILE)
+        assert not later.run_requests  # not before the backoff, and the skip reason says when
+        assert f"retry 1 of initial load of Account after run {failed.run_id[:8]} failed, in 300 s" \
+            in skipped(later)
+
+        platform.set_options(retry_backoff_seconds=0)
+        [retry] = evaluate(platform, RECONCILE).run_requests
+        assert retry.run_key != request.run_key and "retry 1" in retry.tags[TAG_REASON]
+        assert platform.execute(retry).success
+        assert all(platform.table_version(n) is not None for n in OBJECTS)
+        assert skipped(evaluate(platform, RECONCILE)).startswith("nothing to do")
+
+
+def test_landing_files_whose_run_failed_are_requested_again_after_the_backoff(platform, monkeypatch):
+    platform.set_options(retry_backoff_seconds=300)
+    platform.land([event("Contact", "CREATE", ["003000000000001AAA"], 1, LastName="Lovelace")], name="a.jsonl")
+    first = evaluate(platform, LANDING)
+    [request] = first.run_requests
+    monkeypatch.setenv("CDC_FAULT_POINT", "ingest.after_read")
+    failed = platform.execute(request)
+    monkeypatch.delenv("CDC_FAULT_POINT")
+    assert not failed.success
+
+    waiting = evaluate(platform, LANDING, cursor=first.cursor)
+    assert not waiting.run_requests
+    assert f"retry 1 of 1 landing files after run {failed.run_id[:8]} failed, in 300 s" in skipped(waiting)
+    platform.set_options(retry_backoff_seconds=0)
+    [retry] = evaluate(platform, LANDING, cursor=waiting.cursor).run_requests
+    assert retry.run_key != request.run_key and replica_key("Contact") in retry.asset_selection
+    assert platform.execute(retry).success
+    assert [r["record_id"] for r in platform.change_events()] == ["003000000000001AAA"]
+
+
+def test_work_does_not_wait_behind_landing_runs_and_the_skip_reason_says_what_it_waits_for(platform, sample_dir,
+                                                                                           tmp_path):
+    platform.land(load_lines(sample_dir / "events.jsonl"))
+    platform.run()  # Contact has dirty records, Opportunity a pending resync
+    with Emulator(tmp_path / "org") as emu:
+        resources = org_resources(platform, emu)
+        # Steady traffic: a landing run of every object is always queued.
+        create_run_for_test(platform.instance, status=dg.DagsterRunStatus.NOT_STARTED,
+                            tags={TAG_REASON: REASON_FILES, **{object_tag(n): "1" for n in OBJECTS}})
+        [request] = evaluate(platform, RECONCILE, resources=resources).run_requests
+        assert set(request.asset_selection) == {replica_key("Contact"), replica_key("Opportunity")}
+
+        queued = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.NOT_STARTED, tags=request.tags,
+                                     asset_selection=frozenset(request.asset_selection))
+        waiting = evaluate(platform, RECONCILE, resources=resources)
+        assert not waiting.run_requests
+        assert f"resync of Opportunity waiting for run {queued.run_id[:8]} (NOT_STARTED)" in skipped(waiting)
+        assert "reconcile of Contact waiting for run" in skipped(waiting)
+
+        platform.instance.report_run_failed(queued)
+        backing_off = evaluate(platform, RECONCILE, resources=resources)
+        assert not backing_off.run_requests
+        assert f"retry 1 of resync of Opportunity after run {queued.run_id[:8]} failed, in" in skipped(backing_off)
+
+
+def transaction_across_objects(platform: Platform) -> str | None:
+    """Land transaction TX creating an Account and a Contact; run what the landing sensor asks: both hold TX."""
+    platform.land([event("Account", "CREATE", ["001000000000001AAA"], 1_000, tx="TX", seq=1, Name="Acme"),
+                   event("Contact", "CREATE", ["003000000000001AAA"], 1_000, tx="TX", seq=2, LastName="Lovelace")])
+    result = evaluate(platform, LANDING)
+    [request] = result.run_requests
+    assert platform.execute(request).success
+    assert [platform.materialization_of(n)["held_transactions"] for n in ("Account", "Contact")] == [["TX"]] * 2
+    return result.cursor
+
+
+def assert_applied_together(platform: Platform, run: dg.ExecuteInProcessResult) -> None:
+    account, contact = (platform.materialization(run, n) for n in ("Account", "Contact"))
+    cut = json.loads(platform.instance.get_run_by_id(run.run_id).tags[TAG_CUT])
+    assert account["applied_through"] == contact["applied_through"] == cut["through"]
+    assert "TX" not in account["held_transactions"] + contact["held_transactions"]
+    assert platform.rows("Account")["001000000000001AAA"]["Name"] == "Acme"
+    assert platform.rows("Contact")["003000000000001AAA"]["LastName"] == "Lovelace"
+
+
+def test_a_transaction_spanning_objects_closes_by_timeout_in_one_run_for_all_of_them(platform):
+    transaction_across_objects(platform)
+    platform.replication_close_after(0)
+    # A run of Account alone (a reconcile run, say) must not close TX for Account only.
+    assert platform.execute(dg.RunRequest(asset_selection=[replica_key("Account")])).success
+    assert platform.materialization_of("Account")["held_transactions"] == ["TX"]
+    assert platform.rows("Account") == {}
+
+    [close] = evaluate(platform, LANDING).run_requests
+    assert_applied_together(platform, platform.execute(close))
+
+
+def test_new_files_that_close_a_held_transaction_bring_every_replica_holding_it_into_the_run(platform):
+    cursor = transaction_across_objects(platform)
+    platform.land([event("Account", "UPDATE", ["001000000000001AAA"], 2_000, tx="TY", Industry="Energy")])
+    [request] = evaluate(platform, LANDING, cursor=cursor).run_requests
+    assert replica_key("Contact") in request.asset_selection  # the new file names Account only
+    run = platform.execute(request)
+    assert_applied_together(platform, run)
+    assert platform.materialization(run, "Account")["held_transactions"] == ["TY"]
+
+
+def test_every_replica_of_a_run_applies_through_the_pinned_cut_even_after_another_run_ingested(platform):
+    transaction_across_objects(platform)  # ingest 1: Account and Contact hold TX
+    platform.land([event("Account", "UPDATE", ["001000000000001AAA"], 2_000, tx="TY", Industry="Energy")])
+    platform.execute(dg.RunRequest(asset_selection=[CHANGE_EVENTS_KEY]))  # another run ingests: TY closes TX
+    run_id = str(uuid.uuid4())
+    pinned = {"run": run_id, "through": 1, "open_key": "TX", "clock": "2026-01-01T00:00:00+00:00", "reason": "test"}
+    job = platform.defs.get_implicit_global_asset_job_def()
+    result = job.execute_in_process(instance=platform.instance, run_id=run_id, tags={TAG_CUT: json.dumps(pinned)},
+                                    asset_selection=[replica_key("Account"), replica_key("Contact")])
+    for name in ("Account", "Contact"):  # as the run's first step decided, not the newer ingest
+        meta = platform.materialization(result, name)
+        assert (meta["applied_through"], meta["held_transactions"]) == (1, ["TX"]), name
+    assert platform.rows("Account") == {}

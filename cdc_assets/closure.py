@@ -1,0 +1,103 @@
+"""When the newest transaction counts as closed, and how far a run applies: one rule, one decision a run (§5).
+
+A transaction is applied only once it is closed: a later event (in commit order) of another transaction has been
+ingested, or no newer event has landed for `transaction_close_after` seconds. Only the newest transaction can be
+open. `open_transaction` is that rule, written once: the replica asset, the landing sensor (when to request the
+close-by-timeout run) and the run decision below all use it.
+
+What the rule reads is kept by ingest in change_events' commit state (`cdc.change_events`), by `ingest_progress`:
+
+- `newest`: the newest event ingested, its transaction key and the entities that transaction touched (so a sensor
+  knows which replicas hold it);
+- `last_ingested_at`: when the newest event last *moved forward*. A late file of older events moves nothing and
+  leaves the timer alone: it is not a newer event, so it must not keep the newest transaction open;
+- `entity_seq`: per entity, the last ingest sequence number that stored rows of it (a replica whose
+  `applied_through` is below it has rows to apply).
+
+**One decision a run** (`Cut`): each replica step would otherwise read change_events and the clock for itself, and
+two replicas of one run could disagree (one holds transaction TX, the other applies it, both recording the same
+`applied_through`) at the timeout boundary or when another run ingests in between. So `decide` is made once, by
+the first replica step of a run (`cdc_assets/run_cut.py` pins it as a run tag), and every replica of the run
+applies through the same ingest sequence number and holds the same transaction. A run that does not include every
+replica holding rows of the newest transaction never closes it by timeout (it would apply it to some of them only):
+it keeps it open, and the runs the landing sensor requests, which include them all, close it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def open_transaction(ce_state: dict, close_after: float, clock: datetime) -> str | None:
+    """The newest transaction's key while no newer event has landed for `close_after` seconds at `clock`."""
+    newest, last = ce_state.get("newest"), ce_state.get("last_ingested_at")
+    if not newest or not last:
+        return None
+    age = (clock - datetime.fromisoformat(last)).total_seconds()
+    return newest["transaction_key"] if age < close_after else None
+
+
+def newest_event(rows: pa.Table) -> dict | None:
+    """The newest event in commit order (design §4): its transaction key and position as
+    `[commit micros, commit number, sequence number, replay id]`."""
+    if not rows.num_rows:
+        return None
+    keys = [pc.cast(rows["commit_ts"], pa.int64()), rows["commit_number"], rows["sequence_number"],
+            pc.fill_null(rows["replay_id"], 0)]
+    table = pa.table({"a": keys[0], "b": keys[1], "c": keys[2], "d": keys[3], "t": rows["transaction_key"]})
+    top = table.take(pc.sort_indices(table, [(k, "descending") for k in "abcd"])[:1]).to_pylist()[0]
+    return {"transaction_key": top["t"], "position": [top["a"], top["b"], top["c"], top["d"]]}
+
+
+def _entities_of(rows: pa.Table, transaction_key: str) -> set[str]:
+    return set(pc.unique(rows.filter(pc.equal(rows["transaction_key"], transaction_key))["entity"]).to_pylist())
+
+
+def ingest_progress(previous: dict, fresh: pa.Table, seq: int, now: datetime) -> dict:
+    """The closure part of change_events' commit state after storing `fresh` rows as ingest `seq` at `now`."""
+    before, candidate = previous.get("newest"), newest_event(fresh)
+    moved = candidate is not None and (not before or candidate["position"] > before["position"])
+    newest = candidate if moved else before
+    if newest is not None and fresh.num_rows:
+        same = before is not None and before["transaction_key"] == newest["transaction_key"]
+        known = set(before.get("entities") or []) if same else set()
+        # Unknown (state written before entities were recorded) stays unknown: every replica may hold it.
+        if not same or before.get("entities") is not None:
+            newest = newest | {"entities": sorted(known | _entities_of(fresh, newest["transaction_key"]))}
+    entity_seq = dict(previous.get("entity_seq") or {})
+    if fresh.num_rows:
+        entity_seq |= {e: seq for e in pc.unique(fresh["entity"]).to_pylist()}
+    return {"newest": newest, "last_ingested_at": now.isoformat() if moved else previous.get("last_ingested_at"),
+            "entity_seq": entity_seq}
+
+
+@dataclass(frozen=True)
+class Cut:
+    """What every replica step of one run applies: change rows ingested through `through`, except those of
+    `open_key` (held back); decided at `clock`."""
+    through: int
+    open_key: str | None
+    clock: str
+    reason: str = ""
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def decide(ce_state: dict, close_after: float, clock: datetime, *, in_run: set[str],
+           replicated: set[str]) -> Cut:
+    """The run's cut. The newest transaction stays open by the timeout rule, and also when some replica that may
+    hold rows of it (its entities, or every replica if unknown) is not in the run."""
+    through, newest = int(ce_state.get("ingest_seq", 0)), ce_state.get("newest")
+    key = open_transaction(ce_state, close_after, clock)
+    reason = f"no newer event for less than {close_after:g} s" if key else ""
+    if key is None and newest:
+        entities = newest.get("entities")
+        holders = replicated & set(entities) if entities is not None else replicated
+        if missing := sorted(holders - in_run):
+            key, reason = newest["transaction_key"], f"replicas {', '.join(missing)} that hold it are not in this run"
+    return Cut(through=through, open_key=key, clock=clock.isoformat(), reason=reason)

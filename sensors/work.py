@@ -1,0 +1,190 @@
+"""What replicas need besides applying CDC, and whether to ask for it now: the planner both sensors share.
+
+**Work** (`needed_work`): from each replica's latest materialization metadata and its table, one of
+- `resync`: an overflow left a pending resync (`resync_pending`);
+- `reconcile`: the replica has dirty records (`dirty_records`);
+- `initial_load`: no table yet and `initial_load: true` (needs no events: nothing else would start it).
+
+**When** (`plan`): the runs that did or do this work are found in the instance by their tags (every run the
+sensors request tags each object it includes, `cdc/object.<Name>`, and the work it does for it,
+`cdc/work.<Name>`), not in a sensor cursor: so either sensor sees the runs of the other, and nothing is lost when a
+cursor is reset. For each piece of work:
+- a run carrying it is queued or running: wait for it ("waiting for run <id> (<status>)");
+- the runs that carried it last failed (or were canceled) without materializing the replica, n times in a row:
+  retry after a backoff (`retry_backoff_seconds`, default 30, doubling up to `retry_backoff_max_seconds`, default
+  600; replication.yaml options) counted from the end of the last failure, and say so until then;
+- else ask for it now (attempt n, which the run key includes, so a retry is a new run).
+
+A landing run that includes a replica does not count as carrying its reconcile or resync: that work gets its own
+run, which starts alongside (the runs' concurrency pools keep writes to one table in order) instead of waiting
+behind a steady stream of landing runs. (It does carry an initial load: any run of a replica with no table loads
+it first.) Landing runs could carry the work too, in their op config, saving a run start; they do not, so that
+only this sensor spends the org's API budget and checks it first.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import dagster as dg
+
+from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
+from cdc_assets.config import ReplicationConfig
+from resources.delta import DeltaWarehouse
+
+TAG_REASON = "cdc/reason"
+TAG_MODE = "cdc/mode"  # the modes of the run's replicas, "+"-joined: reconcile, resync or reconcile+resync
+IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
+             dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+BACKOFF_OPTION, BACKOFF_MAX_OPTION = "retry_backoff_seconds", "retry_backoff_max_seconds"
+RESYNC, RECONCILE, INITIAL_LOAD = "resync", "reconcile", "initial_load"
+COVERS = {RECONCILE: {RECONCILE, RESYNC}, RESYNC: {RESYNC}}  # a resync rewrites every row, dirty ones too
+
+
+def object_tag(name: str) -> str:
+    return f"cdc/object.{name}"  # one namespace separator: Dagster deprecates more
+
+
+def work_tag(name: str) -> str:
+    return f"cdc/work.{name}"
+
+
+def mode_run_config(modes: dict[str, str]) -> dict:
+    """Op config putting each replica `name` of `modes` in its mode."""
+    return {"ops": {replica_key(name).to_python_identifier(): {"config": {"mode": mode}}
+                    for name, mode in modes.items()}}
+
+
+@dataclass(frozen=True)
+class Backoff:
+    first: float = 30.0
+    cap: float = 600.0
+
+    @classmethod
+    def from_options(cls, options: dict) -> Backoff:
+        return cls(float(options.get(BACKOFF_OPTION, 30)), float(options.get(BACKOFF_MAX_OPTION, 600)))
+
+    def delay(self, failures: int) -> float:
+        return min(self.first * 2 ** (failures - 1), self.cap) if failures else 0.0
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Where a piece of work stands given its runs: `wait` says why not now (None: ask now, as `attempt`);
+    `after` is the newest run that carried it (part of the run key, so no situation reuses an old key)."""
+    attempt: int = 0
+    wait: str | None = None
+    after: str = ""
+
+
+def retry_state(records: list[dg.RunRecord], what: str, backoff: Backoff, *, now: float | None = None,
+                materialized_by: str | None = None) -> Retry:
+    """`records`: the runs that carried `what`, newest first. A run that materialized the replica
+    (`materialized_by`) did the work even if a check failed the run after."""
+    now = time.time() if now is None else now
+    for record in records:
+        if record.dagster_run.status in IN_FLIGHT:
+            return Retry(wait=f"{what} waiting for run {record.dagster_run.run_id[:8]} "
+                              f"({record.dagster_run.status.value})")
+    after = records[0].dagster_run.run_id if records else ""
+    failures = []
+    for record in records:
+        if record.dagster_run.status not in FAILED or record.dagster_run.run_id == materialized_by:
+            break
+        failures.append(record)
+    if not failures:
+        return Retry(after=after)
+    last = failures[0]
+    ended = last.end_time or last.update_timestamp.timestamp()
+    due_in = ended + backoff.delay(len(failures)) - now
+    if due_in > 0:
+        return Retry(attempt=len(failures), after=after, wait=f"retry {len(failures)} of {what} after run "
+                                                               f"{last.dagster_run.run_id[:8]} failed, in "
+                                                               f"{due_in:.0f} s")
+    return Retry(attempt=len(failures), after=after)
+
+
+@dataclass(frozen=True)
+class Work:
+    name: str
+    kind: str  # resync | reconcile | initial_load
+    reason: str
+    source: str  # the run whose materialization asked for it ("" when there is none)
+    dirty: int = 0
+
+    @property
+    def mode(self) -> str:
+        """The replica's op config mode: an initial load is what apply does on a replica with no table."""
+        return "apply" if self.kind == INITIAL_LOAD else self.kind
+
+    def describe(self) -> str:
+        return f"{self.name}: {self.kind.replace('_', ' ')} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class Planned:
+    work: Work
+    retry: Retry
+
+    @property
+    def ready(self) -> bool:
+        return self.retry.wait is None
+
+
+def latest_materialization(instance: dg.DagsterInstance, name: str) -> tuple[str | None, dict]:
+    """(run id, metadata values) of the replica's latest materialization; (None, {}) if it has none."""
+    event = instance.get_latest_materialization_event(replica_key(name))
+    if event is None or event.asset_materialization is None:
+        return None, {}
+    return event.run_id, {k: v.value for k, v in event.asset_materialization.metadata.items()}
+
+
+def needed_work(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: ReplicationConfig,
+                name: str) -> Work | None:
+    run_id, meta = latest_materialization(instance, name)
+    if replication.initial_load and warehouse.table(name) is None:
+        return Work(name, INITIAL_LOAD, "no table yet", run_id or "")
+    if meta.get(META_RESYNC):
+        return Work(name, RESYNC, str(meta[META_RESYNC]), run_id or "")
+    if dirty := int(meta.get(META_DIRTY) or 0):
+        return Work(name, RECONCILE, f"{dirty} dirty records", run_id or "", dirty)
+    return None
+
+
+def runs_carrying(instance: dg.DagsterInstance, work: Work, limit: int = 20) -> list[dg.RunRecord]:
+    """Runs that did or do `work`, newest first. Every run that includes a replica with no table loads it."""
+    tags = {object_tag(work.name): "1"} if work.kind == INITIAL_LOAD else \
+        {work_tag(work.name): sorted(COVERS[work.kind])}
+    return list(instance.get_run_records(filters=dg.RunsFilter(tags=tags), limit=limit))
+
+
+def plan(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: ReplicationConfig,
+         now: float | None = None) -> list[Planned]:
+    """Every replica's pending work, and whether to ask for it now."""
+    backoff = Backoff.from_options(replication.options)
+    out = []
+    for name in replication.names:
+        if (work := needed_work(instance, warehouse, replication, name)) is None:
+            continue
+        retry = retry_state(runs_carrying(instance, work), f"{work.kind.replace('_', ' ')} of {name}", backoff,
+                            now=now, materialized_by=work.source or None)
+        out.append(Planned(work, retry))
+    return out
+
+
+def replicas_to_include(instance: dg.DagsterInstance, replication: ReplicationConfig,
+                        ce_state: dict) -> set[str]:
+    """Replicas a landing run must include besides those its files name: holding a transaction back (the new
+    files may close it), possibly holding rows of the newest transaction, or with ingested rows not applied yet
+    (ingested by a run that did not include them: files that landed after the sensor's tick)."""
+    entity_seq = ce_state.get("entity_seq") or {}
+    newest = set((ce_state.get("newest") or {}).get("entities") or [])
+    out = set()
+    for name in replication.names:
+        _, meta = latest_materialization(instance, name)
+        if meta.get(META_HELD) or name in newest or \
+                int(entity_seq.get(name, 0)) > int(meta.get(META_APPLIED_THROUGH) or 0):
+            out.add(name)
+    return out

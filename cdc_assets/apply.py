@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
+from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.timing import Stopwatch
 from cdc_assets.ingest import CE_STATE
@@ -100,7 +101,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
     open_key = _open_transaction(ce_state, close_after, now)
-    counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
+    counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written", *DIFF_COUNTS)}
     state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts", "resynced")}
     state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None, "synced_at": now.isoformat()}
     new_rows = schema.arrow_schema().empty_table()
@@ -135,6 +136,8 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             current, buckets = read_current(spark, warehouse, schema, ids)
             watch.lap("read")
             fault_point("replica.after_read_current")
+            changes, diff_counts = resolve_diffs(changes, current, schema)
+            counts |= diff_counts
             folded = fold_changes(from_arrow(spark, changes), current, schema).toArrow()
             watch.lap("fold")
             fault_point("replica.after_fold")

@@ -24,6 +24,7 @@ This is plain Python on the driver, over the few rows that carry a diff (there i
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 
@@ -149,3 +150,57 @@ def apply_diff(base: str, diff: str) -> str:
             return value
         tried.add(value)
     raise DiffError("SHA-256 of the patched value differs from the diff's +++ hash")
+
+
+def diff_text(value: str | None) -> str:
+    """The unified diff in a diff field's value: `{"diff": "..."}` (Streaming API JSON, kept as its JSON text by
+    the parse) or the bare diff text (the Pub/Sub API shape)."""
+    if value is None:
+        raise DiffError("the event carries no value for the diff field")
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = value
+    if isinstance(parsed, dict) and isinstance(parsed.get("diff"), str):
+        return parsed["diff"]
+    if isinstance(parsed, str) and parsed.startswith("---"):
+        return parsed
+    raise DiffError('the value is neither {"diff": "<unified diff>"} nor a unified diff')
+
+
+def resolve_record(changes: list[dict], stored: dict[str, str | None] | None,
+                   columns: set[str]) -> tuple[int, tuple[str, str] | None]:
+    """Resolve the diffs of one record's *applied* changes, in commit order, in place.
+
+    `changes`: dicts with `change_type`, `fields` (name -> JSON text), `set_fields`, `diff_fields`, sorted by
+    position; only those the fold applies. `stored`: the replica row's values, or None for a record the replica
+    does not have. `columns`: the replicated text columns (other diff fields are never written, so never resolved).
+
+    Each diff is applied to the value its field holds just before the change (the stored value, or what an earlier
+    change set; a CREATE/UNDELETE resets every field) and its `fields` entry becomes the new text. The first diff
+    that cannot be resolved turns its change into `GAP_<type>` (the fold then marks the record dirty there and
+    skips what follows) and ends the walk. Returns the number of diffs applied and, if one failed, its field and
+    why.
+    """
+    values = dict(stored) if stored is not None else None
+    applied = 0
+    for change in changes:
+        fields = change["fields"]
+        if change["change_type"] in ("CREATE", "UNDELETE"):
+            values = {}
+        for name in change["diff_fields"] or ():
+            if name not in columns:
+                continue
+            try:
+                if values is None:
+                    raise DiffError("the record is not in the replica, so there is no stored value to patch")
+                if values.get(name) is None:
+                    raise DiffError("the stored value is null")
+                fields[name] = apply_diff(values[name], diff_text(fields.get(name)))
+            except DiffError as exc:
+                change["change_type"] = f"GAP_{change['change_type']}"
+                return applied, (name, str(exc))
+            applied += 1
+        if values is not None:
+            values.update({name: fields.get(name) for name in change["set_fields"] or ()})
+    return applied, None

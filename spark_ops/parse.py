@@ -7,6 +7,8 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
   `null` stays distinguishable from an absent key;
 - compound fields (`BillingAddress: {"City": ...}`) are flattened to their component columns (`BillingCity`)
   using describe() metadata, and `nulledFields` names (`BillingAddress.City`) are mapped the same way;
+- `diffFields` names are kept (`diff_fields`, mapped likewise): their values are still the `{"diff": ...}` JSON
+  text, resolved against the stored value at apply time (spark_ops/diffs.py);
 - every value of a replicated object is checked against its column type; a value that does not fit quarantines
   the whole line (applying part of an event would be silently wrong).
 
@@ -43,7 +45,8 @@ _NO_STRINGS = "CAST(array() AS array<string>)"
 # Columns of a canonical change row, in the order change_events stores them.
 CHANGE_COLUMNS = [
     "entity", "record_id", "change_type", "commit_ts", "commit_number", "transaction_key", "sequence_number",
-    "replay_id", "event_key", "fields", "set_fields", "change_origin", "commit_user", "source_file", "source_line",
+    "replay_id", "event_key", "fields", "set_fields", "diff_fields", "change_origin", "commit_user", "source_file",
+    "source_line",
 ]
 
 # Decode the JSON envelope and header of each line; bad JSON leaves nulls for the quarantine reason. Each text is
@@ -70,7 +73,7 @@ decoded AS (
          _header.sequenceNumber AS sequence_number, timestamp_millis(_header.commitTimestamp) AS commit_ts,
          coalesce(_header.commitNumber, 0) AS commit_number, _header.commitUser AS commit_user,
          coalesce(_header.nulledFields, {_NO_STRINGS}) AS _nulled,
-         coalesce(_header.diffFields, {_NO_STRINGS}) AS diff_fields,
+         coalesce(_header.diffFields, {_NO_STRINGS}) AS _diffs,
          map_filter(_body, (k, v) -> k != {literal(HEADER)}) AS _fields_raw
   FROM header
 )"""
@@ -98,12 +101,13 @@ def _flattened_body(schemas: dict[str, ObjectSchema]) -> str:
     return f"CASE {' '.join(branches)} ELSE _fields_raw END" if branches else "_fields_raw"
 
 
-def _mapped_nulled(schemas: dict[str, ObjectSchema]) -> str:
-    """nulledFields with compound names (`BillingAddress.City`) mapped to columns (`BillingCity`)."""
+def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
+    """A header list of field names (nulledFields, diffFields) with compound names (`BillingAddress.City`) mapped
+    to columns (`BillingCity`)."""
     dotted = {k: v for s in schemas.values() for k, v in s.dotted_names.items()}
     if not dotted:
-        return "_nulled"
-    return f"transform(_nulled, x -> coalesce(element_at({_map_sql(dotted)}, x), x))"
+        return names
+    return f"transform({names}, x -> coalesce(element_at({_map_sql(dotted)}, x), x))"
 
 
 def _type_errors(schemas: dict[str, ObjectSchema]) -> str:
@@ -151,7 +155,8 @@ def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
     """`parse_lines` as one query over `{lines}`."""
     return f"""WITH {_DECODE},
 flat AS (SELECT * EXCEPT (_fields_raw), {_flattened_body(schemas)} AS fields FROM decoded),
-fielded AS (SELECT *, array_sort(array_union(map_keys(fields), {_mapped_nulled(schemas)})) AS set_fields FROM flat)
+fielded AS (SELECT *, array_sort(array_union(map_keys(fields), {_mapped_names(schemas, "_nulled")})) AS set_fields,
+                   {_mapped_names(schemas, "_diffs")} AS diff_fields FROM flat)
 SELECT *, {_quarantine_reason(schemas)} AS quarantine_reason FROM fielded"""
 
 

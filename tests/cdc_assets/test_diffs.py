@@ -60,7 +60,7 @@ def test_diffs_resolve_against_stored_and_batch_values_or_make_the_record_dirty(
     df = spark.createDataFrame([("f", i + 1, line) for i, line in enumerate(lines)],
                                "source_file string, source_line long, raw string")
     changes = to_change_rows(parse_lines(df, {"Account": account})).toArrow()
-    stored = dict(Name="Old", Description=V0, _sf_commit_ts=ts(T0))
+    stored = {"Name": "Old", "Description": V0, "_sf_commit_ts": ts(T0)}
     current = spark.createDataFrame([
         row(account, Id=a_stored, **stored), row(account, Id=a_dirty, **stored, _sf_dirty_since=ts(T0)),
         row(account, Id=a_stale, **stored | {"_sf_source": "snapshot"}), row(account, Id=a_corrupt, **stored),

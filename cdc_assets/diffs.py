@@ -14,9 +14,9 @@ match) turns its change into `GAP_<type>`: the fold marks the record dirty at th
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 
+import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyspark.sql.functions as F
@@ -28,7 +28,7 @@ from spark_ops.diffs import resolve_record
 from spark_ops.fold import applied_changes
 from spark_ops.schema import ObjectSchema, spark_type
 
-log = logging.getLogger(__name__)
+log = dg.get_dagster_logger(__name__)  # the warnings belong in the run's event log, where operators look
 
 DIFF_COUNTS = ("diffs_applied", "diffs_unresolved")
 _POSITION = ("commit_micros", "commit_number", "sequence_number", "replay_id")

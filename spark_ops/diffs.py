@@ -1,13 +1,8 @@
 """Salesforce CDC text diffs (design §3): rebuild a large text field's new value from the stored one.
 
 An UPDATE may carry a large text field as `{"diff": "<unified diff>"}` (the header's `diffFields` names it).
-Salesforce's shape (Change Data Capture Developer Guide, "Data Differences in Event Fields"):
-
-    --- 
-    +++ <SHA-256 of the whole new value, hex>
-    @@ -2,1 +2,1 @@
-    -old line 2
-    +new line 2
+Salesforce's shape (Change Data Capture Developer Guide, "Data Differences in Event Fields"), lines joined by `\\n`:
+`--- ` / `+++ <SHA-256 of the whole new value, hex>` / `@@ -2,1 +2,1 @@` / `-old line 2` / `+new line 2`.
 
 The value is cut into lines at its line breaks (`\\r\\n`, `\\r` or `\\n`); diff lines carry no line break. So a
 value is a list of lines *and* the separators between them: lines that survive keep the separator they had, and
@@ -18,7 +13,9 @@ must equal the `+++` hash: that is the safety net, a wrong base never yields a w
 line break at all, the separator of new lines is unknown: each candidate is tried and only a matching hash is
 accepted.
 
-This is plain Python on the driver, over the few rows that carry a diff (there is no Spark built-in for patching).
+`resolve_record` walks one record's applied changes in commit order, so that a diff applies to the value left by
+the changes before it. This is plain Python on the driver, over the few rows that carry a diff (there is no Spark
+built-in for patching); `cdc_assets/diffs.py` picks those rows and feeds the fold.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ def test_descriptions_sent_as_diffs_equal_the_org_and_corrupt_ones_are_reconcile
     catch_up(platform, org)
     applied, unresolved = total(platform, "diffs_applied"), total(platform, "diffs_unresolved")
     assert applied > 10 and unresolved > 0, (applied, unresolved)
+    warnings = [e.user_message for run in platform.instance.get_runs() for e in platform.instance.all_logs(run.run_id)
+                if "cannot be applied" in (e.user_message or "")]
+    assert len(warnings) == unresolved  # one line per unresolved diff in the run's event log (record, field, why)
     assert total(platform, "gaps") >= unresolved and total(platform, "dirty_records") > 0
     for name in OBJECTS:
         meta = platform.materialization_of(name)

@@ -47,6 +47,11 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
     has_diff = pc.fill_null(pc.greater(pc.list_value_length(changes["diff_fields"]), 0), False)
     if not pc.any(has_diff).as_py():
         return changes, counts
+    text_columns = {c for c, t in schema.columns if isinstance(spark_type(t), T.StringType)}
+    wanted = sorted({f for fs in changes.filter(has_diff)["diff_fields"].to_pylist() for f in fs
+                     if f in text_columns})
+    if not wanted:  # diffs of fields not replicated: never written, nothing to resolve
+        return changes, counts
     ids = pc.unique(changes.filter(has_diff)["record_id"])
     concerned = pc.is_in(changes["record_id"], value_set=ids)
     subset = changes.filter(concerned)
@@ -56,8 +61,6 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
     spark = current.sparkSession
     applied = applied_changes(from_arrow(spark, subset), current, schema).where("applied").toArrow()
     applied_keys = {_key(r) for r in applied.to_pylist()}
-    text_columns = {c for c, t in schema.columns if isinstance(spark_type(t), T.StringType)}
-    wanted = sorted({f for fs in subset["diff_fields"].to_pylist() for f in fs or () if f in text_columns})
     stored = {r["Id"]: r for r in current.where(F.col("Id").isin(ids.to_pylist()))
               .select("Id", *wanted).toArrow().to_pylist()}
 

@@ -90,8 +90,10 @@ def test_diffs_resolve_against_stored_and_batch_values_or_make_the_record_dirty(
     assert sum(totals.values()) == changes.num_rows
 
 
-def test_rows_without_diffs_pass_through_untouched(spark, account):
-    df = spark.createDataFrame([("f", 1, event("Account", "CREATE", [IDS[0]], T0, Name="A", Description=V0))],
+def test_rows_without_diffs_of_replicated_fields_pass_through_untouched(spark, account):
+    lines = [event("Account", "CREATE", [IDS[0]], T0, Name="A", Description=V0),
+             event("Account", "UPDATE", [IDS[0]], T0 + 1, diffs=["Notes__c"], Notes__c={"diff": "not replicated"})]
+    df = spark.createDataFrame([("f", i + 1, line) for i, line in enumerate(lines)],
                                "source_file string, source_line long, raw string")
     changes = to_change_rows(parse_lines(df, {"Account": account})).toArrow()
     current = spark.createDataFrame([], account.spark_schema())

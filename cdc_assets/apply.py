@@ -138,6 +138,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             fault_point("replica.after_read_current")
             changes, diff_counts = resolve_diffs(changes, current, schema)
             counts |= diff_counts
+            watch.lap("diffs")
             folded = fold_changes(from_arrow(spark, changes), current, schema).toArrow()
             watch.lap("fold")
             fault_point("replica.after_fold")

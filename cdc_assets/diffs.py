@@ -58,11 +58,12 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
     subset = subset.append_column("commit_micros", pc.cast(
         pc.cast(subset["commit_ts"], pa.timestamp("us", tz="UTC")), pa.int64()))
 
+    # The concerned rows only, read once: the fold's classification and the stored values both come from them.
     spark = current.sparkSession
-    applied = applied_changes(from_arrow(spark, subset), current, schema).where("applied").toArrow()
+    mine = current.where(F.col("Id").isin(ids.to_pylist())).toArrow()
+    applied = applied_changes(from_arrow(spark, subset), from_arrow(spark, mine), schema).where("applied").toArrow()
     applied_keys = {_key(r) for r in applied.to_pylist()}
-    stored = {r["Id"]: r for r in current.where(F.col("Id").isin(ids.to_pylist()))
-              .select("Id", *wanted).toArrow().to_pylist()}
+    stored = {r["Id"]: r for r in mine.select(["Id", *wanted]).to_pylist()}
 
     rows = subset.to_pylist()
     by_record: dict[str, list[dict]] = defaultdict(list)

@@ -20,7 +20,8 @@ run (seconds of fixed cost per replica, growing with the object's width); as SQL
 Each step is a named CTE, in data-flow order.
 
 `fold_changes` returns the new full rows (only records that changed) plus per-record counters that the asset sums
-into run metadata.
+into run metadata. `applied_changes` runs the same steps and stops at which change rows are applied (text diffs
+are resolved from that before the fold; cdc_assets/diffs.py).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.closure import Cut
+from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
 from cdc_assets.timing import Stopwatch
@@ -94,16 +95,14 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     prev = DeltaWarehouse.commit_state(replica, REPLICA_STATE)
     applied = (replica.transaction_version(APPLY_APP) or 0) if replica is not None else 0
     held = prev.get("held") or {}
-    counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
+    counts = {k: 0 for k in (*EVENT_COUNTS, "newly_dirty", "inserted", "rows_written", *DIFF_COUNTS, *DRIFT_COUNTS)}
+    unknown: list[str] = []
     if replica is not None and ce_seq < applied:
         # A later run applied past this run's cut; applying this run's cut now could apply what that run held.
         return ApplyResult(counts=counts, state=prev | {"applied_through": applied}, version=replica.version())
 
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
-    counts = {k: 0 for k in EVENT_COUNTS} | {k: 0 for k in ("newly_dirty", "inserted", "rows_written")}
-    counts |= {k: 0 for k in DRIFT_COUNTS}
-    unknown: list[str] = []
     state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts", "resynced")}
     state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None, "synced_at": now.isoformat()}
     new_rows = schema.arrow_schema().empty_table()
@@ -142,6 +141,9 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             current, buckets = read_current(spark, warehouse, schema, ids)
             watch.lap("read")
             fault_point("replica.after_read_current")
+            changes, diff_counts = resolve_diffs(changes, current, schema)
+            counts |= diff_counts
+            watch.lap("diffs")
             folded = fold_changes(from_arrow(spark, changes), current, schema).toArrow()
             watch.lap("fold")
             fault_point("replica.after_fold")

@@ -151,8 +151,8 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         META_UNKNOWN_FIELDS: dg.MetadataValue.json(result.unknown_fields),
         **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
     }
-    if sync:
-        metadata |= {k: dg.MetadataValue.int(v) for k, v in sync.counts.items()}
+    if sync:  # a count both steps report (diffs_applied, diffs_unresolved) is their sum
+        metadata |= {k: dg.MetadataValue.int(v + c.get(k, 0)) for k, v in sync.counts.items()}
     if s.get("last_commit_ts"):
         seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s["last_commit_ts"])).total_seconds()
         metadata[META_LAG] = dg.MetadataValue.float(seconds)

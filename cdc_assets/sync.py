@@ -27,6 +27,7 @@ from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
+from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.prepare import Q_APPLY_STATE, normalized
 from cdc_assets.quarantine import record_quarantine
@@ -155,11 +156,13 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
     applied = replica.transaction_version(APPLY_APP) or 0
     held = (prev.get("held") or {}).get("transactions") or []
     events = _events_of(warehouse, schema.name, ids, applied, held)
-    rows, newly_dirty = fresh, 0
+    rows, newly_dirty, diff_counts = fresh, 0, dict.fromkeys(DIFF_COUNTS, 0)
     if events is not None and events.num_rows:
         events, bad, _ = normalized(spark, events, schema)  # rows stored before the object was replicated
         record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_APPLY_STATE)
-        folded = fold_changes(from_arrow(spark, events), from_arrow(spark, fresh), schema).toArrow()
+        current = from_arrow(spark, fresh)
+        events, diff_counts = resolve_diffs(events, current, schema)
+        folded = fold_changes(from_arrow(spark, events), current, schema).toArrow()
         changed = folded.filter(folded[CHANGED]).select(target.names).cast(target)
         newly_dirty = int(pc.sum(folded[NEWLY_DIRTY]).as_py() or 0)
         fault_point("reconcile.after_fold")
@@ -175,7 +178,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
                      txns={APPLY_APP: applied})
     fault_point("reconcile.after_commit")
     counts = {"dirty_fetched": len(ids), "reconciled_found": len(found), "reconciled_deleted": len(deleted_in_org),
-              "reconciled_gone": len(gone), "redirtied": newly_dirty}
+              "reconciled_gone": len(gone), "redirtied": newly_dirty, **diff_counts}
     log.info("%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone)", schema.name, len(ids),
              len(found), len(deleted_in_org), len(gone))
     return SyncResult("reconcile", counts, _api_used(salesforce) - used_before)

@@ -9,6 +9,8 @@ transaction's ``transactionKey``, ``commitTimestamp`` and ``commitNumber``. Payl
 - Compound components nest under their parent (``"BillingAddress": {"City": ...}``, Contact
   ``"Name": {"FirstName": ...}``) and are named ``BillingAddress.City`` in ``changedFields`` / ``nulledFields``.
 - ``IsDeleted``, ``SystemModstamp`` and formula fields never appear; hard deletes send nothing.
+- With ``FaultConfig.diff_over_chars`` set, an UPDATE of a long text field may carry it as ``{"diff": ...}``
+  (listed in ``diffFields``); a change naming several records does so only when they all had the same old value.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from salesforce_emulator.changes import Change, CommittedTransaction
 from salesforce_emulator.faults import FaultConfig
 from salesforce_emulator.ids import DUMMY_ID
 from salesforce_emulator.schema import OBJECTS, SObject
+from salesforce_emulator.text_diff import corrupted, diff_or_value
 from salesforce_emulator.values import to_event
 
 CHANNEL = "/data/ChangeEvents"
@@ -63,7 +66,8 @@ def _envelope(obj: SObject, header: dict[str, Any], body: dict[str, Any], replay
                                          "event": {"replayId": replay_id}}}
 
 
-def change_event(txn: CommittedTransaction, change: Change, sequence: int) -> dict[str, Any]:
+def change_event(txn: CommittedTransaction, change: Change, sequence: int, faults: FaultConfig | None = None,
+                 rng: random.Random | None = None) -> dict[str, Any]:
     obj = OBJECTS[change.entity]
     header = _header(txn, change.entity, list(change.record_ids), change.change_type, sequence)
     body: dict[str, Any] = {}
@@ -71,7 +75,27 @@ def change_event(txn: CommittedTransaction, change: Change, sequence: int) -> di
         body, changed, nulled = _payload(obj, change.values)
         if change.change_type == "UPDATE":
             header["changedFields"], header["nulledFields"] = changed, nulled
+            if faults is not None and faults.diff_over_chars is not None:
+                _send_diffs(change, body, header, faults, rng or random.Random(0))
     return _envelope(obj, header, body, change.replay_id)
+
+
+def _send_diffs(change: Change, body: dict[str, Any], header: dict[str, Any], faults: FaultConfig,
+                rng: random.Random) -> None:
+    """Replace long text values by their diff where Salesforce would (see ``text_diff.diff_or_value``)."""
+    names = sorted({name for before in change.previous.values() for name in before})
+    for name in names:
+        olds = {change.previous.get(record_id, {}).get(name) for record_id in change.record_ids}
+        if len(olds) != 1:
+            continue  # one event for records whose old values differ: no single diff fits them all
+        old, new = olds.pop(), change.values.get(name)
+        diff = diff_or_value(old, new, faults.diff_over_chars or 0)
+        if diff is None:
+            continue
+        if faults.diff_corrupt_fraction and rng.random() < faults.diff_corrupt_fraction:
+            diff = corrupted(old, new, rng.choice(["hash", "base"]))  # type: ignore[arg-type]
+        body[name] = {"diff": diff}
+        header["diffFields"].append(name)
 
 
 def gap_event(txn: CommittedTransaction, change: Change, sequence: int, overflow: bool = False) -> dict[str, Any]:
@@ -96,7 +120,7 @@ def build_events(txn: CommittedTransaction, enabled: Callable[[str], bool], faul
                 overflowed.add(change.entity)
                 lines.append(_dumps(gap_event(txn, change, sequence, overflow=True)))
             continue
-        line = _dumps(change_event(txn, change, sequence))
+        line = _dumps(change_event(txn, change, sequence, faults, rng))
         too_big = faults.gap_over_bytes is not None and len(line.encode()) > faults.gap_over_bytes
         if too_big or (faults.gap_fraction and rng.random() < faults.gap_fraction):
             line = _dumps(gap_event(txn, change, sequence))

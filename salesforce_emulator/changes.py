@@ -34,6 +34,8 @@ class Change:
     values: dict[str, Any] = field(default_factory=dict)  # storage form; UPDATE: changed fields only
     nulled: list[str] = field(default_factory=list)
     replay_id: int = 0
+    # UPDATE: the values long text fields had before, per record (CDC may send such a field as a diff).
+    previous: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,7 +153,10 @@ class Transaction:
             event_values = {**diff, "LastModifiedDate": self.stamp}
             if "LastModifiedById" in audit:
                 event_values["LastModifiedById"] = self.user_id
-            self._record(Change(obj.name, "UPDATE", [row["Id"]], event_values, [k for k, v in diff.items() if v is None]))
+            previous = {k: row[k] for k in diff if obj.field(k).type == "textarea" and not obj.field(k).compound}
+            nulled = [k for k, v in diff.items() if v is None]
+            self._record(Change(obj.name, "UPDATE", [row["Id"]], event_values, nulled,
+                                previous={row["Id"]: previous} if previous else {}))
 
     def _record(self, change: Change) -> None:
         """Append a change, merging it into the previous one when it is the same change to another record
@@ -161,6 +166,7 @@ class Transaction:
                 and last.change_type == change.change_type and last.values == change.values
                 and not set(change.record_ids) & set(last.record_ids)):
             last.record_ids.extend(change.record_ids)
+            last.previous.update(change.previous)
         else:
             self.changes.append(change)
 

@@ -43,12 +43,18 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--overflow-threshold", type=int, default=100_000)
     serve.add_argument("--duplicate-file-fraction", type=float, default=0.0)
     serve.add_argument("--late-file-fraction", type=float, default=0.0)
+    serve.add_argument("--diff-over-chars", type=int, default=None,
+                       help="send long text updates as unified diffs when both values have this many characters")
+    serve.add_argument("--diff-corrupt-fraction", type=float, default=0.0,
+                       help="fraction of those diffs sent with a wrong hash or against another base")
 
     generate = commands.add_parser("generate", help="build an org and/or make changes")
     generate.add_argument("--accounts", type=int, default=0, help="build an org with this many accounts first")
     generate.add_argument("--changes", type=int, default=1000, help="number of change transactions")
     generate.add_argument("--rate", type=float, default=None, help="changes per second (default: as fast as possible)")
     generate.add_argument("--seed", type=int, default=0)
+    generate.add_argument("--long-text", action="store_true",
+                          help="long multi-line Descriptions, and small edits of them in the mix")
     generate.add_argument("--instance-url", help="drive this org over REST (default: the one in serve.json)")
     generate.add_argument("--token", default=None)
     generate.add_argument("--ca-file", default=None)
@@ -58,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     faults = FaultConfig(gap_fraction=args.gap_fraction, overflow_threshold=args.overflow_threshold,
                          duplicate_file_fraction=args.duplicate_file_fraction,
-                         late_file_fraction=args.late_file_fraction)
+                         late_file_fraction=args.late_file_fraction, diff_over_chars=args.diff_over_chars,
+                         diff_corrupt_fraction=args.diff_corrupt_fraction)
     objects = [o.strip() for o in args.cdc_objects.split(",")] if args.cdc_objects else None
     emu = Emulator(args.data_dir, landing_dir=args.landing_dir, port=args.port, token=args.token,
                    daily_request_limit=args.daily_request_limit, cdc_objects=objects, faults=faults,
@@ -100,11 +107,11 @@ def generate(args: argparse.Namespace) -> int:
         sf = Salesforce(instance_url=instance_url, session_id=args.token or info.get("token", "dev-token"),
                         session=CaPinnedSession(args.ca_file or info.get("ca_file") or True), version="59.0")
         print(f"generating through the REST API of {instance_url}")
-        stats = _drive(Workload(sf, seed=args.seed), args)
+        stats = _drive(Workload(sf, seed=args.seed, long_text=args.long_text), args)
     else:
         with Emulator(args.data_dir, landing_dir=args.landing_dir) as emu:
             print(f"generating straight into {args.data_dir} (events to {args.landing_dir})")
-            stats = _drive(Workload(emu, seed=args.seed), args)
+            stats = _drive(Workload(emu, seed=args.seed, long_text=args.long_text), args)
     print(json.dumps({**stats, "seconds": round(time.monotonic() - started, 1)}, indent=1))
     return 0
 

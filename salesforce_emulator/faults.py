@@ -8,6 +8,12 @@
 - ``duplicate_file_fraction``: that fraction of landing files is published twice (at-least-once delivery).
 - ``late_file_fraction``: that fraction of files is held back and published after ``late_after_files`` later
   files (or at the next ``flush_cdc()``), out of name order.
+- ``diff_over_chars``: not a fault but Salesforce behaviour, off by default: an UPDATE of a long text field
+  (textarea) whose old and new values both have at least this many characters sends the field as
+  ``{"diff": "<unified diff>"}`` and lists it in ``diffFields`` (Salesforce: 1,000), unless the diff is not
+  shorter than the new value (then the whole value, as Salesforce does). See ``text_diff.py``.
+- ``diff_corrupt_fraction``: that fraction of those diffs is one a subscriber must refuse: half with a wrong
+  SHA-256 in the ``+++`` line, half made against another base (its hunks do not match the stored value).
 """
 
 from __future__ import annotations
@@ -23,12 +29,16 @@ class FaultConfig:
     duplicate_file_fraction: float = 0.0
     late_file_fraction: float = 0.0
     late_after_files: int = 2
+    diff_over_chars: int | None = None
+    diff_corrupt_fraction: float = 0.0
     seed: int | None = 0
 
     def __post_init__(self) -> None:
-        for name in ("gap_fraction", "duplicate_file_fraction", "late_file_fraction"):
+        for name in ("gap_fraction", "duplicate_file_fraction", "late_file_fraction", "diff_corrupt_fraction"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"FaultConfig.{name} must be between 0 and 1, got {value}")
         if self.overflow_threshold < 1:
             raise ValueError("FaultConfig.overflow_threshold must be at least 1")
+        if self.diff_over_chars is not None and self.diff_over_chars < 1:
+            raise ValueError("FaultConfig.diff_over_chars must be at least 1 (or None: never send diffs)")

@@ -9,6 +9,10 @@ The mix (weights in ``MIX``): few-field updates, nulling, address edits, creates
 lead conversions (a Lead update plus Account, Contact and Opportunity creates in one transaction) and large
 transactions. Records are picked with a recency bias (recently created or touched records change more often),
 but old records are picked too. Every choice comes from one seeded ``random.Random``: same seed, same workload.
+
+With ``long_text=True`` records get long multi-line Descriptions and the mix gains ``edit_text`` (weight
+``LONG_TEXT_WEIGHT``): small edits of a Description, which CDC sends as diffs when ``FaultConfig.diff_over_chars``
+is set. Off by default, so existing seeds make the same workload.
 """
 
 from __future__ import annotations
@@ -31,10 +35,12 @@ MIX = {
     "multi_update": 7, "mixed": 6, "convert_lead": 4, "large": 0.5,
 }
 OBJECT_WEIGHTS = {"Account": 3, "Contact": 4, "Opportunity": 3, "Lead": 2, "Case": 3}
+LONG_TEXT_WEIGHT = 30
 
 
 class Workload:
-    def __init__(self, target: Any, seed: int = 0, large_transaction: tuple[int, int] = (100, 400)):
+    def __init__(self, target: Any, seed: int = 0, large_transaction: tuple[int, int] = (100, 400),
+                 long_text: bool = False):
         from salesforce_emulator.emulator import Emulator
         from salesforce_emulator.store import Store
 
@@ -46,6 +52,7 @@ class Workload:
             self.backend = RestBackend(target)
         self.rng = random.Random(seed)
         self.large_transaction = large_transaction
+        self.long_text = long_text
         self.live: dict[str, list[str]] = {}
         self.deleted: dict[str, list[str]] = {}
         self.recent: dict[str, deque[str]] = {name: deque(maxlen=100) for name in OBJECTS}
@@ -92,7 +99,8 @@ class Workload:
     # -- changing it --------------------------------------------------------------------------------
     def run(self, changes: int = 1000, rate: float | None = None) -> dict[str, int]:
         """Make ``changes`` transactions from the mix; ``rate`` limits them to that many per second."""
-        kinds, weights = list(MIX), list(MIX.values())
+        mix = MIX | ({"edit_text": LONG_TEXT_WEIGHT} if self.long_text else {})
+        kinds, weights = list(mix), list(mix.values())
         started = time.monotonic()
         for number in range(changes):
             if rate:
@@ -142,7 +150,10 @@ class Workload:
 
     def _create(self, name: str, extra: dict[str, Any] | None = None) -> Op:
         self._refs += 1
-        return Op("create", name, fields=data.new_record(self.rng, name, extra), ref=f"r{self._refs}")
+        fields = data.new_record(self.rng, name, extra)
+        if self.long_text and name in data.LONG_TEXT_OBJECTS:
+            fields["Description"] = data.long_text(self.rng)
+        return Op("create", name, fields=fields, ref=f"r{self._refs}")
 
     def _update(self, name: str) -> list[Op]:
         record_id = self._pick(name)
@@ -150,6 +161,15 @@ class Workload:
 
     def _plan_update(self) -> list[Op]:
         return self._update(self._object())
+
+    def _plan_edit_text(self) -> list[Op]:
+        name = self._object(data.LONG_TEXT_OBJECTS)
+        record_id = self._pick(name)
+        if record_id is None:
+            return []
+        old = self.backend.value(name, record_id, "Description")
+        new = data.edit_long_text(self.rng, old) if old and len(old) > 200 else data.long_text(self.rng)
+        return [Op("update", name, record_id, {"Description": new})]
 
     def _plan_nulling(self) -> list[Op]:
         name = self._object()

@@ -41,6 +41,9 @@ class Backend(Protocol):
     def live_and_deleted(self, object_name: str) -> tuple[list[str], list[str]]:
         """Ids of live and recycle-bin records of an object, in Id order."""
 
+    def value(self, object_name: str, record_id: str, field: str) -> Any:
+        """One field's current value (an edit starts from it)."""
+
 
 def _resolve(fields: dict[str, Any] | None, created: dict[str, str]) -> dict[str, Any]:
     return {k: created[v.name] if isinstance(v, Ref) else v for k, v in (fields or {}).items()}
@@ -69,6 +72,10 @@ class StoreBackend:
     def live_and_deleted(self, object_name: str) -> tuple[list[str], list[str]]:
         rows = self.store.select(f'SELECT Id, IsDeleted FROM "{object_name}" ORDER BY Id')
         return [r["Id"] for r in rows if not r["IsDeleted"]], [r["Id"] for r in rows if r["IsDeleted"]]
+
+    def value(self, object_name: str, record_id: str, field: str) -> Any:
+        row = self.store.get_row(object_name, record_id)
+        return row[field] if row else None
 
 
 class RestBackend:
@@ -160,6 +167,9 @@ class RestBackend:
         rows = self.sf.query_all(f"SELECT Id, IsDeleted FROM {object_name} ORDER BY Id", include_deleted=True)
         records = rows["records"]
         return [r["Id"] for r in records if not r["IsDeleted"]], [r["Id"] for r in records if r["IsDeleted"]]
+
+    def value(self, object_name: str, record_id: str, field: str) -> Any:
+        return getattr(self.sf, object_name).get(record_id)[field]
 
 
 def object_of(record_id: str) -> str:

@@ -31,6 +31,46 @@ def _text(rng: random.Random, words: int = 12) -> str:
     return " ".join(rng.choice(vocabulary) for _ in range(rng.randint(3, words))).capitalize() + "."
 
 
+LONG_TEXT_OBJECTS = ("Account", "Opportunity", "Case")  # objects with a long text field (Description)
+_NOTES = ["Kick-off call with the buying committee", "Renewal terms discussed; pricing sheet sent",
+          "Escalation closed after the on-site visit", "Budget approved for next quarter",
+          "Contract redlines returned by legal", "Déjà vu: the same invoice question again",
+          "Follow-up scheduled — bring the roadmap", "Support backlog reviewed, 3 tickets left",
+          "Upsell to premium tier 🚀 under discussion", "Delivery slipped by two weeks (東京 warehouse)"]
+
+
+def long_text(rng: random.Random, lines: int | None = None) -> str:
+    """A long multi-line Description (1-3k characters), as account notes grow: dated lines, some unicode, and
+    the line breaks of the client that wrote it (browsers send CRLF, APIs usually LF). No leading or trailing
+    whitespace: Salesforce trims it."""
+    count = lines or rng.randint(25, 45)
+    separator = rng.choice(["\n", "\r\n"])
+    return separator.join(_note_line(rng, number) for number in range(count))
+
+
+def _note_line(rng: random.Random, number: int) -> str:
+    return f"{_date(rng)} #{number:03d} {rng.choice(_NOTES)}. {_text(rng, 10)}"
+
+
+def edit_long_text(rng: random.Random, old: str) -> str:
+    """A small edit of a long text, as users make them: a line rewritten, inserted, removed or appended (so
+    Salesforce would send a diff). Keeps the text's line breaks."""
+    separator = "\r\n" if "\r\n" in old else "\n"
+    lines = old.split(separator)
+    for _ in range(rng.randint(1, 2)):
+        at = rng.randrange(len(lines))
+        kind = rng.choice(["rewrite", "insert", "remove", "append"])
+        if kind == "rewrite":
+            lines[at] = lines[at].split(". ")[0] + ". " + _text(rng, 10)
+        elif kind == "insert":
+            lines.insert(at, _note_line(rng, 900 + at))
+        elif kind == "remove" and len(lines) > 10:
+            del lines[at]
+        else:
+            lines.append(_note_line(rng, len(lines)))
+    return separator.join(lines)
+
+
 def _phone(rng: random.Random) -> str:
     return f"+1 555 {rng.randrange(10000):04d}"
 

@@ -21,7 +21,8 @@ run (seconds of fixed cost per replica, growing with the object's width); as SQL
 Each step is a named CTE, in data-flow order.
 
 `fold_changes` returns the new full rows (only records that changed) plus per-record counters that the asset sums
-into run metadata.
+into run metadata. `applied_changes` runs the same steps and stops at which change rows are applied (text diffs
+are resolved from that before the fold; cdc_assets/diffs.py).
 """
 
 from __future__ import annotations
@@ -148,6 +149,13 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
     return run_sql(changes.sparkSession, fold_sql(schema, current.columns), changes=changes, current=current)
 
 
+def _steps(schema: ObjectSchema, current_columns: list[str]) -> str:
+    """The WITH clause: current rows aligned to the schema, then every step through `folded`."""
+    guarded = _GUARDED.format(partial=in_list(PARTIAL), resets=in_list(RESETS), lifecycle=in_list(LIFECYCLE),
+                              counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in COUNTERS))
+    return f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
+
+
 def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
     """The fold as one query over `{changes}` and `{current}` (see `fold_changes`)."""
     values = ",\n  ".join(
@@ -157,11 +165,17 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
         for c, t in schema.columns if c != "Id")
     system = _SYSTEM.format(bucket_chars=schema.bucket_chars, changed=_CHANGED,
                             counters=", ".join(f"f.{n}" for n in COUNTERS))
-    guarded = _GUARDED.format(partial=in_list(PARTIAL), resets=in_list(RESETS), lifecycle=in_list(LIFECYCLE),
-                              counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in COUNTERS))
-    return (f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
-            f"SELECT f.record_id AS Id,\n  {values},{system}\n"
+    return (f"{_steps(schema, current_columns)}SELECT f.record_id AS Id,\n  {values},{system}\n"
             f"FROM folded f LEFT JOIN cur ON f.record_id = cur.Id")
+
+
+def applied_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
+    """Which rows of `changes` the fold applies over `current` (its own steps, stopped before the values):
+    `record_id, change_type, commit_micros, commit_number, sequence_number, replay_id, applied`. Resolving text
+    diffs needs it: a diff applies to the value left by the applied changes before it (spark_ops/diffs.py)."""
+    query = (f"{_steps(schema, current.columns)}SELECT record_id, change_type, unix_micros(commit_ts) AS "
+             f"commit_micros, commit_number, sequence_number, replay_id, applied FROM classified")
+    return run_sql(changes.sparkSession, query, changes=changes, current=current)
 
 
 def aligned_sql(schema: ObjectSchema, have: list[str]) -> str:

@@ -7,6 +7,8 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
   `null` stays distinguishable from an absent key;
 - compound fields (`BillingAddress: {"City": ...}`) are flattened to their component columns (`BillingCity`)
   using describe() metadata, and `nulledFields` names (`BillingAddress.City`) are mapped the same way;
+- `diffFields` names are kept (`diff_fields`, mapped likewise): their values are still the `{"diff": ...}` JSON
+  text, resolved against the stored value at apply time (spark_ops/diffs.py);
 - every value of a replicated object is checked strictly against its describe() type (`true`/`false` for a
   boolean, `YYYY-MM-DD` for a date, an ISO-8601 instant with its zone for a datetime, ...: Spark's lenient casts
   would take `"yes"` as true or cut a datetime to a date). A value that does not fit quarantines the line with a
@@ -51,8 +53,8 @@ _NO_STRINGS = "CAST(array() AS array<string>)"
 # Columns of a canonical change row, in the order change_events stores them.
 CHANGE_COLUMNS = [
     "entity", "record_id", "change_type", "commit_ts", "commit_number", "transaction_key", "sequence_number",
-    "replay_id", "event_key", "fields", "set_fields", "change_origin", "commit_user", "source_file", "source_line",
-    "typed",
+    "replay_id", "event_key", "fields", "set_fields", "diff_fields", "change_origin", "commit_user", "source_file",
+    "source_line", "typed",
 ]
 
 # Decode the JSON envelope and header of each line; bad JSON leaves nulls for the quarantine reason. Each text is
@@ -79,7 +81,7 @@ decoded AS (
          _header.sequenceNumber AS sequence_number, timestamp_millis(_header.commitTimestamp) AS commit_ts,
          coalesce(_header.commitNumber, 0) AS commit_number, _header.commitUser AS commit_user,
          coalesce(_header.nulledFields, {_NO_STRINGS}) AS _nulled,
-         coalesce(_header.diffFields, {_NO_STRINGS}) AS diff_fields,
+         coalesce(_header.diffFields, {_NO_STRINGS}) AS _diffs,
          map_filter(_body, (k, v) -> k != {literal(HEADER)}) AS _fields_raw
   FROM header
 )"""
@@ -123,6 +125,15 @@ def _set_fields(schemas: dict[str, ObjectSchema], fields: str, names: str) -> st
                   f"x -> coalesce(element_at({_map_sql(schema.dotted_names)}, x), x))")
         return f"array_sort(array_union(map_keys({fields}), {mapped}))"
     return _per_entity(schemas, branch, f"array_sort(array_union(map_keys({fields}), {names}))")
+
+
+def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
+    """A header list of field names (nulledFields, diffFields) with compound names (`BillingAddress.City`) mapped
+    to columns (`BillingCity`)."""
+    dotted = {k: v for s in schemas.values() for k, v in s.dotted_names.items()}
+    if not dotted:
+        return names
+    return f"transform({names}, x -> coalesce(element_at({_map_sql(dotted)}, x), x))"
 
 
 # What a value of each non-text column type must look like (as the JSON text of the value). Spark's own casts are
@@ -188,8 +199,8 @@ def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
     typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
     return f"""WITH {_DECODE},
 flat AS (SELECT * EXCEPT (_fields_raw), {_flattened(schemas, '_fields_raw')} AS fields FROM decoded),
-fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed
-            FROM flat),
+fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed,
+                   {_mapped_names(schemas, "_diffs")} AS diff_fields FROM flat),
 reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded)
 SELECT *, CASE WHEN quarantine_reason IS NULL THEN {_value_errors(schemas)} END AS value_error FROM reasoned"""
 

@@ -9,10 +9,10 @@ _replay = itertools.count(1)
 
 
 def event(entity: str, change_type: str, ids: list[str], ts: int, tx: str | None = None, seq: int = 1,
-          nulled: list[str] | None = None, **fields) -> str:
+          nulled: list[str] | None = None, diffs: list[str] | None = None, **fields) -> str:
     n = next(_replay)
     header = {"entityName": entity, "recordIds": ids, "changeType": change_type, "transactionKey": tx or f"tx{n}",
               "sequenceNumber": seq, "commitTimestamp": ts, "commitNumber": ts, "commitUser": "005000000000001AAA",
-              "nulledFields": nulled or [], "diffFields": [], "changedFields": list(fields)}
+              "nulledFields": nulled or [], "diffFields": diffs or [], "changedFields": list(fields)}
     return json.dumps({"channel": "/data/ChangeEvents", "data": {
         "schema": "s", "payload": {"ChangeEventHeader": header, **fields}, "event": {"replayId": n}}})

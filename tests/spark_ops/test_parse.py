@@ -45,6 +45,19 @@ def test_explicit_null_is_a_set_field_with_null_value(spark, schemas):
     assert rows[0]["fields"] == {"Phone": None} and rows[0]["set_fields"] == ["Phone"]
 
 
+def test_diff_fields_are_kept_with_the_diff_as_json_text(spark, schemas):
+    diff = "--- \n+++ " + "0" * 64 + "\n@@ -1,1 +1,1 @@\n-a\n+b"
+    rows, bad = parse(spark, schemas, [
+        event("Account", "UPDATE", [A1], 1, diffs=["Description", "BillingAddress.Street"],
+              Description={"diff": diff}),
+        event("Account", "UPDATE", [A2], 2, Rating="Hot"),
+    ])
+    assert bad == {}
+    assert rows[0]["diff_fields"] == ["Description", "BillingStreet"]  # compound names mapped like nulledFields
+    assert json.loads(rows[0]["fields"]["Description"]) == {"diff": diff}
+    assert rows[1]["diff_fields"] == []
+
+
 def test_one_event_naming_two_records_becomes_two_rows(spark, schemas):
     rows, _ = parse(spark, schemas, [event("Account", "UPDATE", [A1, A2], 1, Rating="Hot")])
     assert [r["record_id"] for r in rows] == [A1, A2]

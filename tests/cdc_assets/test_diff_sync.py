@@ -1,0 +1,85 @@
+"""Long text fields sent as diffs, end to end: emulator org -> landing -> Dagster materialize() -> reconcile;
+and change_events from before `diff_fields` existed."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_assets import ingest
+from event_lines import event
+from harness import Platform
+from org_compare import differences
+from salesforce_emulator import Emulator, FaultConfig
+from salesforce_emulator.text_diff import unified_diff
+from salesforce_emulator.workload import Workload
+from settings import TEST_SPARK_CONF
+from test_sync import assert_equal_to_org, catch_up, make_platform, run_sensor_requests
+
+OBJECTS = ["Account", "Opportunity"]
+
+
+@pytest.fixture
+def org(tmp_path):
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing") as emu:
+        yield emu
+
+
+def total(platform, key: str) -> int:
+    return sum(int(platform.materialization_of(n).get(key, 0)) for n in OBJECTS)
+
+
+@pytest.mark.slow
+def test_descriptions_sent_as_diffs_equal_the_org_and_corrupt_ones_are_reconciled(tmp_path, org):
+    workload = Workload(org, seed=21, long_text=True)
+    workload.build_org(accounts=15)
+    platform = make_platform(tmp_path, org, objects=OBJECTS)
+    platform.run()  # initial load: long multi-line Descriptions from the Bulk API
+
+    org.set_faults(FaultConfig(diff_over_chars=1000, diff_corrupt_fraction=0.15, seed=4))
+    workload.run(changes=150)
+    catch_up(platform, org)
+    applied, unresolved = total(platform, "diffs_applied"), total(platform, "diffs_unresolved")
+    assert applied > 10 and unresolved > 0, (applied, unresolved)
+    warnings = [e.user_message for run in platform.instance.get_runs() for e in platform.instance.all_logs(run.run_id)
+                if "cannot be applied" in (e.user_message or "")]
+    assert len(warnings) == unresolved  # one line per unresolved diff in the run's event log (record, field, why)
+    # The only gaps and dirty records of this workload are the unresolved diffs (one record each).
+    assert total(platform, "gaps") == unresolved == total(platform, "dirty_records")
+    for name in OBJECTS:
+        meta = platform.materialization_of(name)
+        assert meta["events_read"] == sum(meta[k] for k in ("applied", "gaps", "late", "superseded",
+                                                            "dirty_skipped", "held", "overflow"))
+        rows = platform.rows(name)
+        assert not [r for r in rows.values() if (r["Description"] or "").startswith('{"diff"')]
+        dirty = {rid for rid, r in rows.items() if r["_sf_dirty_since"] is not None}
+        # Every difference from the org is a record waiting for reconciliation: no diff wrote a wrong value.
+        wrong = {line.split()[1].split(".")[0].rstrip(":") for line in differences(org, name, rows, limit=0)}
+        assert wrong <= dirty, wrong - dirty
+
+    requests = run_sensor_requests(platform)  # reconcile mode fetches the dirty records by id
+    assert requests and all(r.tags["cdc/mode"] == "reconcile" for r in requests)
+    assert_equal_to_org(platform, org, OBJECTS)
+
+    org.set_faults(FaultConfig(diff_over_chars=1000, seed=5))  # diffs over reconciled rows apply too
+    workload.run(changes=60)
+    catch_up(platform, org)
+    assert total(platform, "diffs_applied") > 0 and total(platform, "diffs_unresolved") == 0
+    assert_equal_to_org(platform, org, OBJECTS)
+
+
+def test_change_events_written_before_diff_fields_evolve_and_diffs_apply(tmp_path, sample_dir, monkeypatch):
+    record, t0 = "001000000000001AAA", 1_763_800_000_000
+    v0 = "\r\n".join(f"Note {i}: renewal pricing — café" for i in range(40))
+    v1 = v0.replace("Note 9:", "N9:")
+    platform = Platform(tmp_path / "p", sample_dir / "describe", ["Account"], TEST_SPARK_CONF)
+    with monkeypatch.context() as old_code:  # change_events as written before diff_fields existed
+        old_code.setattr(ingest, "CHANGE_COLUMNS", [c for c in ingest.CHANGE_COLUMNS if c != "diff_fields"])
+        platform.land([event("Account", "CREATE", [record], t0, Name="A", Description=v0)])
+        platform.run(close_after=0)
+    assert "diff_fields" not in platform.change_events()[0]
+    platform.land([event("Account", "UPDATE", [record], t0 + 1000, diffs=["Description"],
+                         Description={"diff": unified_diff(v0, v1)})])
+    result = platform.run(close_after=0)
+    assert sorted(str(r["diff_fields"]) for r in platform.change_events()) == ["None", "['Description']"]
+    assert platform.rows("Account")[record]["Description"] == v1
+    assert platform.materialization(result, "Account")["diffs_applied"] == 1

@@ -5,6 +5,7 @@ options:
   transaction_close_after: 60   # seconds without a newer event before the newest transaction counts as closed
   initial_load: true            # an object's first run loads it fully through Bulk API 2.0 (needs the org)
   max_ingest_batch_bytes: 134217728  # landing files ingested per change_events commit (bounds a run's memory)
+  bulk_page_size: 50000         # records per Bulk API 2.0 result page in a resync / initial load (maxRecords)
 objects:
   - name: Account
     describe: path/to/Account.json   # optional: describe() from a file instead of the org

@@ -178,8 +178,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
 
 
 def _zero_counts() -> dict[str, int]:
-    return {k: 0 for k in ("files", "files_quarantined", "lines_read", "lines_quarantined", "events_parsed",
-                           "duplicates", "ingested", "ignored")}
+    return {k: 0 for k in ("files", "files_quarantined", "lines_read", "lines_quarantined", "lines_blank",
+                           "events_parsed", "duplicates", "ingested", "ignored")}
 
 
 def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
@@ -193,8 +193,9 @@ def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
     return {
         "files": len(files),
         "files_quarantined": whole_files,
-        "lines_read": read.lines.num_rows + oversized,
+        "lines_read": read.lines.num_rows + oversized + read.blank_lines,
         "lines_quarantined": bad.num_rows - whole_files,
+        "lines_blank": read.blank_lines,
         "events_parsed": marked.num_rows,
         "duplicates": dups,
         "ingested": marked.num_rows - dups,

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 SYSTEM_FIELDS = ["IsDeleted", "SystemModstamp"]
 QUERY_ALL_CHUNK = 200  # ids per queryAll (keeps the SOQL well under URL limits)
+BULK_PAGE_SIZE = 50_000  # records per Bulk API 2.0 result page (maxRecords); replication.yaml options.bulk_page_size
 
 
 @dataclass
@@ -58,7 +59,7 @@ def _api_used(salesforce: SalesforceResource) -> int:
 
 
 def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
-           now: datetime, describe: dict | None, page_size: int = 50_000) -> SyncResult:
+           now: datetime, describe: dict | None, page_size: int = BULK_PAGE_SIZE) -> SyncResult:
     """Replace the replica with a Bulk API 2.0 snapshot, in one overwrite commit."""
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)

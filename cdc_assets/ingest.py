@@ -126,6 +126,16 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
 def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, files: list[LandingFile],
                   schemas: dict[str, ObjectSchema], run_id: str, now: datetime) -> IngestResult:
     watch = Stopwatch()
+    # The snapshot this batch reads its checkpoint from and commits against (DeltaWarehouse.append): if another
+    # writer commits in between, this commit fails instead of ingesting the same files twice.
+    events = warehouse.table(CHANGE_EVENTS)
+    done = [f for f in files if events is not None and events.transaction_version(file_app_id(f)) is not None]
+    if done:
+        log.warning("%d landing files were ingested by another run meanwhile; skipped", len(done))
+        files = [f for f in files if f not in done]
+        if not files:
+            return IngestResult(counts=_zero_counts(), state=DeltaWarehouse.commit_state(events, CE_STATE),
+                                version=events.version())
     read = landing.read(files)
     watch.lap("read")
     fault_point("ingest.after_read")
@@ -149,7 +159,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     marked = mark_duplicates(rows, _known_keys(spark, warehouse, rows)).toArrow()
     watch.lap("dedup")
     fault_point("ingest.after_dedup")
-    previous = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
+    previous = DeltaWarehouse.commit_state(events, CE_STATE)
     seq = int(previous.get("ingest_seq", 0)) + 1
     fresh_arrow = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
     fresh_arrow = fresh_arrow.append_column("_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)) \
@@ -167,8 +177,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     }
     txns = {file_app_id(f): 1 for f in files} | {SEQ_APP: seq}
     fault_point("ingest.before_commit")
-    table = warehouse.append(CHANGE_EVENTS, fresh_arrow, partition_by=["entity"], key=CE_STATE, state=state,
-                             txns=txns)
+    table = warehouse.append(CHANGE_EVENTS, fresh_arrow, read=events, partition_by=["entity"], key=CE_STATE,
+                             state=state, txns=txns)
     watch.lap("write")
     fault_point("ingest.after_commit")
     parsed.unpersist()

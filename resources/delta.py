@@ -178,7 +178,8 @@ class DeltaWarehouse(dg.ConfigurableResource):
             write_deltalake(
                 read if read is not None else self.uri(name), data,
                 mode="overwrite" if read is not None else "error", partition_by=partition_by,
-                schema_mode="overwrite", description=description, storage_options=self._options(),
+                schema_mode="overwrite" if read is not None else None, description=description,
+                storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns),
             )
         return self._checkpointed(name)

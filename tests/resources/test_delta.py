@@ -102,3 +102,16 @@ def test_writers_that_read_after_each_other_both_commit(warehouse):
                          partition_values=["001"], key="k", state={"by": step},
                          txns={"apply": table.transaction_version("apply") + 1})
     assert snapshot(warehouse)[:3] == (2, 3, {"by": 2})
+
+
+def test_an_overwrite_that_found_no_table_creates_it_once(tmp_path):
+    warehouse = DeltaWarehouse(root=str(tmp_path))
+    for attempt in range(2):
+        reader = pa.RecordBatchReader.from_batches(rows([A], 0).schema, rows([A], attempt).to_batches())
+        if attempt == 0:
+            warehouse.overwrite("T", reader, read=None, partition_by=["bucket"], key="k", state={}, txns={"apply": 0})
+        else:
+            with pytest.raises(ConcurrentWriteError, match="found no table"):
+                warehouse.overwrite("T", reader, read=None, partition_by=["bucket"], key="k", state={},
+                                    txns={"apply": 0})
+    assert warehouse.table("T").to_pyarrow_table().to_pylist() == [{"Id": A, "bucket": "001", "n": 0}]

@@ -94,7 +94,8 @@ UPDATABLE: dict[str, dict[str, Gen]] = {
     },
     "Case": {
         "Status": lambda r: r.choice(CASE_STATUS), "Priority": lambda r: r.choice(["High", "Medium", "Low"]),
-        "Subject": lambda r: _text(r, 6), "Description": long_text, "Origin": lambda r: r.choice(["Phone", "Email", "Web"]),
+        "Subject": lambda r: _text(r, 6), "Description": long_text,
+        "Origin": lambda r: r.choice(["Phone", "Email", "Web"]),
     },
 }
 NULLABLE = {

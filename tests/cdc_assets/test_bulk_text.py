@@ -48,7 +48,8 @@ def resource(emu: Emulator) -> SalesforceResource:
     return SalesforceResource(instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file))
 
 
-def test_bulk_query_all_reads_multi_line_text_over_pages_larger_than_a_mebibyte(org: Emulator):
+@pytest.mark.parametrize("line_ending", ["LF", "CRLF"])
+def test_bulk_query_all_reads_multi_line_text_over_pages_larger_than_a_mebibyte(org: Emulator, line_ending: str):
     salesforce = resource(org)
     page_bytes: list[int] = []
 
@@ -58,7 +59,8 @@ def test_bulk_query_all_reads_multi_line_text_over_pages_larger_than_a_mebibyte(
 
     salesforce.client().session.hooks["response"].append(remember)
     fields = ["Id", "Subject", "Description", "IsDeleted", "SystemModstamp"]
-    table = pa.Table.from_batches(list(salesforce.bulk_query_all("Case", fields, page_size=PAGE)))
+    table = pa.Table.from_batches(list(salesforce.bulk_query_all("Case", fields, page_size=PAGE,
+                                                                 line_ending=line_ending)))
 
     assert len(page_bytes) == 5 and min(page_bytes[:-1]) > 2**20, page_bytes
     got = {r["Id"]: r for r in table.to_pylist()}
@@ -92,9 +94,9 @@ def test_initial_load_cdc_and_resync_of_multi_line_text_equal_the_org(tmp_path, 
         for record_id in org.store.ids("Case")[:50]:
             txn.update("Case", record_id, {"Description": "changed\r\nagain, \"quoted\" 🙈"})
     org.flush_cdc()
+    resync = {replica_key("Case").to_python_identifier(): {"config": {"mode": "resync", "transaction_close_after": 0}}}
     resynced = dg.materialize(platform.executable_assets(), resources=platform.defs.resources,
-                              instance=platform.instance, run_config={"ops": {replica_key("Case").to_python_identifier(): {
-                                  "config": {"mode": "resync", "transaction_close_after": 0}}}})
+                              instance=platform.instance, run_config={"ops": resync})
     assert platform.materialization(resynced, "Case")["mode"] == "resync"
     assert org.request_counts()["bulk_results"] == 10
     assert differences(org, "Case", platform.rows("Case")) == []

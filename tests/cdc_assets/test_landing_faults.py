@@ -52,7 +52,8 @@ def test_blank_lines_are_read_and_counted_and_unicode_separators_stay_inside_the
     text = "first line\u2028second line\x85third, \"quoted\" 😀\r\nafter a CRLF"
     a1 = json.loads(event("Account", "CREATE", [A1], T0, Name="Acme"))
     a1["data"]["payload"]["Description"] = text
-    lines = [json.dumps(a1, ensure_ascii=False), "", "   \t", event("Account", "CREATE", [A2], T0 + 1000, Name="Globex")]
+    a2 = event("Account", "CREATE", [A2], T0 + 1000, Name="Globex")
+    lines = [json.dumps(a1, ensure_ascii=False), "", "   \t", a2]
     (platform.landing / "blank.jsonl").write_bytes(("\n".join(lines[:2]) + "\r\n" + "\n".join(lines[2:]) + "\n\n")
                                                    .encode())
     result = platform.run(close_after=0)

@@ -59,8 +59,8 @@ def test_a_second_merge_from_the_same_read_version_fails_and_leaves_the_first_wr
                                                    r"version 1\) after this run read it at version 0"):
         warehouse.upsert("T", rows([C], 2), read=second, key_column="Id", partition_column="bucket",
                          partition_values=["003"], key="k", state={"by": "second"}, txns={"apply": applied + 1})
-    assert snapshot(warehouse) == after_first == (1, 2, {"by": "first"},
-                                                  [{"Id": A, "bucket": "001", "n": 1}, {"Id": B, "bucket": "001", "n": 0}])
+    first_rows = [{"Id": A, "bucket": "001", "n": 1}, {"Id": B, "bucket": "001", "n": 0}]
+    assert snapshot(warehouse) == after_first == (1, 2, {"by": "first"}, first_rows)
 
 
 def test_a_second_append_from_the_same_read_version_fails_and_appends_nothing(warehouse):

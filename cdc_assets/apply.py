@@ -166,12 +166,13 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     fault_point("replica.before_commit")
     if replica is None:
         state["row_count"] = new_rows.num_rows
-        table = warehouse.append(schema.name, new_rows, partition_by=[BUCKET_COLUMN], key=REPLICA_STATE,
+        table = warehouse.append(schema.name, new_rows, read=None, partition_by=[BUCKET_COLUMN], key=REPLICA_STATE,
                                  state=state, txns=txns, description=description)
         version = table.version()
     else:
         state["row_count"] = int(state.get("row_count") or 0) + counts["inserted"]
-        version = warehouse.upsert(schema.name, new_rows, key_column="Id", partition_column=BUCKET_COLUMN,
+        # Committed against `replica`, the snapshot `applied` came from: a concurrent writer fails this commit.
+        version = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
                                    partition_values=buckets, key=REPLICA_STATE, state=state, txns=txns).version()
     watch.lap("merge")
     fault_point("replica.after_commit")

@@ -18,7 +18,7 @@ from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, resolve_schema
-from cdc_assets.sync import SyncResult, describe_note, reconcile, resync
+from cdc_assets.sync import BULK_PAGE_SIZE, SyncResult, describe_note, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource
@@ -110,7 +110,8 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         initial = warehouse.table(sobject.name) is None and replication.initial_load
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
         if config.mode == "resync" or initial:
-            sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe)
+            sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
+                          page_size=int(replication.options.get("bulk_page_size", BULK_PAGE_SIZE)))
         elif config.mode == "reconcile":
             sync = reconcile(spark, warehouse, salesforce, schema, run_id=run_id, now=now)
         close_after = config.transaction_close_after

@@ -187,7 +187,7 @@ def acknowledge_quarantine(warehouse: DeltaWarehouse, until: datetime) -> int | 
     until = until.astimezone(timezone.utc)
     empty = pa.schema(table.schema().to_arrow()).empty_table()
     micros = (until - EPOCH) // timedelta(microseconds=1)
-    return warehouse.append(QUARANTINE, empty, partition_by=None, key=QUARANTINE_ACK,
+    return warehouse.append(QUARANTINE, empty, read=table, partition_by=None, key=QUARANTINE_ACK,
                             state={"until": until.isoformat()}, txns={QUARANTINE_ACK: micros}).version()
 
 

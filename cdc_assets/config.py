@@ -7,6 +7,7 @@ options:
   max_ingest_batch_bytes: 134217728  # landing files ingested per change_events commit (bounds a run's memory)
   retry_backoff_seconds: 30     # a failed run's work is requested again after this, doubling (sensors/work.py)
   retry_backoff_max_seconds: 600
+  bulk_page_size: 50000         # records per Bulk API 2.0 result page in a resync / initial load (maxRecords)
 objects:
   - name: Account
     describe: path/to/Account.json   # optional: describe() from a file instead of the org

@@ -122,6 +122,16 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
 def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, files: list[LandingFile],
                   schemas: dict[str, ObjectSchema], run_id: str, now: datetime) -> IngestResult:
     watch = Stopwatch()
+    # The snapshot this batch reads its checkpoint from and commits against (DeltaWarehouse.append): if another
+    # writer commits in between, this commit fails instead of ingesting the same files twice.
+    events = warehouse.table(CHANGE_EVENTS)
+    done = [f for f in files if events is not None and events.transaction_version(file_app_id(f)) is not None]
+    if done:
+        log.warning("%d landing files were ingested by another run meanwhile; skipped", len(done))
+        files = [f for f in files if f not in done]
+        if not files:
+            return IngestResult(counts=_zero_counts(), state=DeltaWarehouse.commit_state(events, CE_STATE),
+                                version=events.version())
     read = landing.read(files)
     watch.lap("read")
     fault_point("ingest.after_read")
@@ -141,7 +151,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     marked = mark_duplicates(rows, _known_keys(spark, warehouse, rows)).toArrow()
     watch.lap("dedup")
     fault_point("ingest.after_dedup")
-    previous = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
+    previous = DeltaWarehouse.commit_state(events, CE_STATE)
     seq = int(previous.get("ingest_seq", 0)) + 1
     fresh_arrow = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
     fresh_arrow = fresh_arrow.append_column("_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)) \
@@ -157,8 +167,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     }
     txns = {file_app_id(f): 1 for f in files} | {SEQ_APP: seq}
     fault_point("ingest.before_commit")
-    table = warehouse.append(CHANGE_EVENTS, fresh_arrow, partition_by=["entity"], key=CE_STATE, state=state,
-                             txns=txns)
+    table = warehouse.append(CHANGE_EVENTS, fresh_arrow, read=events, partition_by=["entity"], key=CE_STATE,
+                             state=state, txns=txns)
     watch.lap("write")
     fault_point("ingest.after_commit")
     parsed.unpersist()
@@ -168,8 +178,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
 
 
 def _zero_counts() -> dict[str, int]:
-    return {k: 0 for k in ("files", "files_quarantined", "lines_read", "lines_quarantined", "lines_gapped",
-                           "events_parsed", "duplicates", "ingested", "ignored")}
+    return {k: 0 for k in ("files", "files_quarantined", "lines_read", "lines_quarantined", "lines_blank",
+                           "lines_gapped", "events_parsed", "duplicates", "ingested", "ignored")}
 
 
 def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
@@ -183,8 +193,9 @@ def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
     return {
         "files": len(files),
         "files_quarantined": whole_files,
-        "lines_read": read.lines.num_rows + oversized,
+        "lines_read": read.lines.num_rows + oversized + read.blank_lines,
         "lines_quarantined": bad.num_rows - whole_files,
+        "lines_blank": read.blank_lines,
         "events_parsed": marked.num_rows,
         "duplicates": dups,
         "ingested": marked.num_rows - dups,

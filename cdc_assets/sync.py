@@ -23,7 +23,6 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import write_deltalake
 from pyspark.sql import SparkSession
 
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
@@ -42,6 +41,7 @@ log = logging.getLogger(__name__)
 
 SYSTEM_FIELDS = ["IsDeleted", "SystemModstamp"]
 QUERY_ALL_CHUNK = 200  # ids per queryAll (keeps the SOQL well under URL limits)
+BULK_PAGE_SIZE = 50_000  # records per Bulk API 2.0 result page (maxRecords); replication.yaml options.bulk_page_size
 
 
 @dataclass
@@ -62,7 +62,7 @@ def _api_used(salesforce: SalesforceResource) -> int:
 
 
 def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
-           now: datetime, describe: dict | None, page_size: int = 50_000) -> SyncResult:
+           now: datetime, describe: dict | None, page_size: int = BULK_PAGE_SIZE) -> SyncResult:
     """Replace the replica with a Bulk API 2.0 snapshot, in one overwrite commit."""
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)
@@ -108,12 +108,10 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
              "dirty_records": 0, "synced_at": now.isoformat(), "last_commit_ts": prev.get("last_commit_ts"),
              "resynced": {"at": now.isoformat(), "reason": pending.get("reason") or "initial load"}}
     fault_point("resync.before_commit")
-    write_deltalake(
-        warehouse.uri(schema.name), pa.RecordBatchReader.from_batches(target, batches()), mode="overwrite",
-        partition_by=[BUCKET_COLUMN], schema_mode="overwrite", description=describe_note(describe),
-        storage_options=warehouse.storage_options.str_dict(),
-        commit_properties=warehouse.properties(REPLICA_STATE, state, {APPLY_APP: replay_from - 1}),
-    )
+    # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.
+    warehouse.overwrite(schema.name, pa.RecordBatchReader.from_batches(target, batches()), read=replica,
+                        partition_by=[BUCKET_COLUMN], description=describe_note(describe), key=REPLICA_STATE,
+                        state=state, txns={APPLY_APP: replay_from - 1})
     fault_point("resync.after_commit")
     log.info("%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
              schema.name, counts["snapshot_rows"], counts["snapshot_deleted"], counts["missing_marked_deleted"])
@@ -173,7 +171,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
                     "dirty_records": max(0, int(prev.get("dirty_records") or 0) - len(ids)) + newly_dirty,
                     "reconciled": {"at": now.isoformat(), "records": len(ids)}}
     fault_point("reconcile.before_commit")
-    warehouse.upsert(schema.name, rows, key_column="Id", partition_column=BUCKET_COLUMN,
+    warehouse.upsert(schema.name, rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
                      partition_values=rows[BUCKET_COLUMN].to_pylist(), key=REPLICA_STATE, state=state,
                      txns={APPLY_APP: applied})
     fault_point("reconcile.after_commit")

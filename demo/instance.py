@@ -1,4 +1,5 @@
-"""The Dagster instance the demo (and the end-to-end tests) run against: a DAGSTER_HOME with one dagster.yaml.
+"""The Dagster instance the demo (and the end-to-end tests) run against: a DAGSTER_HOME holding the repository's
+`dagster.yaml` (the instance settings the platform depends on; README "Dagster instance").
 
 Runs are queued (QueuedRunCoordinator) and every concurrency pool defaults to one slot: each replica asset has its
 own pool (`replica_<Name>`) and change_events has `change_events`, so two runs never write the same Delta table at
@@ -15,37 +16,34 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from sensors.landing_zone import TAG_FILES
-
 IN_FLIGHT = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
              dg.DagsterRunStatus.CANCELING]
 
 
-def instance_config(*, max_concurrent_runs: int = 2, dequeue_interval_seconds: int = 2) -> dict:
-    return {
-        "run_coordinator": {
-            "module": "dagster._core.run_coordinator",
-            "class": "QueuedRunCoordinator",
-            "config": {"dequeue_interval_seconds": dequeue_interval_seconds},
-        },
-        "concurrency": {
-            "pools": {"default_limit": 1},
-            # One landing run at a time (it ingests every pending file anyway); a reconcile or resync run may
-            # go alongside it rather than wait behind queued landing runs.
-            "runs": {"max_concurrent_runs": max_concurrent_runs,
-                     "tag_concurrency_limits": [{"key": TAG_FILES, "limit": 1}]},
-        },
-        "telemetry": {"enabled": False},
-    }
+INSTANCE_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
+
+
+def instance_config(*, max_concurrent_runs: int | None = None, dequeue_interval_seconds: int | None = None) -> dict:
+    """The repository's `dagster.yaml` (the settings the platform depends on), with optional overrides."""
+    config = yaml.safe_load(INSTANCE_YAML.read_text())
+    if max_concurrent_runs is not None:
+        config["concurrency"]["runs"]["max_concurrent_runs"] = max_concurrent_runs
+    if dequeue_interval_seconds is not None:
+        config["run_coordinator"]["config"]["dequeue_interval_seconds"] = dequeue_interval_seconds
+    return config
 
 
 def write_dagster_home(home: Path, **options) -> Path:
-    """Create `home` with its dagster.yaml (rewritten every time, so a changed setting takes effect)."""
+    """Create `home` with its dagster.yaml (rewritten every time, so a changed setting takes effect): the
+    repository's dagster.yaml as is, or with `options` applied."""
     home = Path(home).resolve()
     home.mkdir(parents=True, exist_ok=True)
-    (home / "dagster.yaml").write_text(
-        "# Written by demo/instance.py: queued runs, one slot per concurrency pool.\n"
-        + yaml.safe_dump(instance_config(**options), sort_keys=False))
+    target = home / "dagster.yaml"
+    if options:
+        target.write_text("# Written by demo/instance.py from the repository's dagster.yaml, with overrides.\n"
+                          + yaml.safe_dump(instance_config(**options), sort_keys=False))
+    else:
+        target.write_text(INSTANCE_YAML.read_text())
     return home
 
 

@@ -10,13 +10,24 @@ Checkpoints live in the data (design §5). Every commit carries:
 - **custom commit metadata** under one key per table kind (JSON), for state a re-run needs (held transactions,
   pending resync, running counts).
 Either the data and its checkpoint commit together, or neither does.
+
+**One writer per table, enforced.** A writer reads its checkpoint from a snapshot and must commit against *that*
+snapshot (`read=`), never against a table reloaded just before the commit. delta-rs then checks every commit made
+since the snapshot and rejects ours when one of them carries an app transaction id ours carries too (every replica
+commit carries `apply`, every change_events commit `change_events`) or, for a merge or overwrite, touched data
+ours read. So when two runs apply to the same replica (or ingest into change_events) from the same starting
+version, the second commit fails with `ConcurrentWriteError` and the table stays as the first writer left it:
+nothing is applied twice. Dagster pools with one slot (README) keep this from happening; this is what makes it
+safe when it does. A writer that found no table creates it with `mode="error"`: a table someone else created
+in the meantime fails it the same way.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 
 import dagster as dg
 import pyarrow as pa
@@ -24,7 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
-from deltalake.exceptions import TableNotFoundError
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from pydantic import Field
 
 log = logging.getLogger(__name__)
@@ -35,6 +46,10 @@ HISTORY_SCAN = 50  # commits searched backwards for our metadata (other writers,
 # A log checkpoint every this many commits: loading a table then replays at most this many JSON commits. A run
 # loads each table several times; measured at 90 commits, one load took 65 ms without a checkpoint, 6 ms with.
 CHECKPOINT_EVERY = 10
+
+
+class ConcurrentWriteError(RuntimeError):
+    """Another writer committed to a table after this writer read its checkpoint: this commit was rejected."""
 
 
 def _sql_literal(value: str) -> str:
@@ -122,44 +137,81 @@ class DeltaWarehouse(dg.ConfigurableResource):
             app_transactions=[Transaction(app_id=a, version=v) for a, v in txns.items()],
         )
 
-    def append(self, name: str, data: pa.Table, *, partition_by: list[str] | None, key: str, state: dict,
-               txns: dict[str, int], description: str | None = None) -> DeltaTable:
-        """Append `data` (possibly empty) and its checkpoint in one commit; creates the table if needed."""
-        write_deltalake(
-            self.uri(name), data, mode="append", partition_by=partition_by, schema_mode="merge",
-            description=description,
-            storage_options=self._options(), commit_properties=self.properties(key, state, txns),
-        )
+    @contextmanager
+    def _sole_writer(self, name: str, read: DeltaTable | None) -> Iterator[None]:
+        """Turn delta-rs's rejection of a commit that raced another writer into an error that says what to do."""
+        try:
+            yield
+        except CommitFailedError as exc:
+            raise ConcurrentWriteError(self._conflict(name, read, exc)) from exc
+        except DeltaError as exc:
+            if read is None and "already exists" in str(exc):
+                raise ConcurrentWriteError(self._conflict(name, read, exc)) from exc
+            raise
+
+    def _conflict(self, name: str, read: DeltaTable | None, exc: Exception) -> str:
+        now = self.table(name)
+        seen = f"read it at version {read.version()}" if read is not None else "found no table"
+        reason = str(exc).strip().splitlines()[0]
+        return (f"Delta table {name}: another writer committed to it (now at version "
+                f"{now.version() if now is not None else '?'}) after this run {seen}; delta-rs rejected this run's "
+                f"commit ({reason}), so nothing of it was written and the table is as the other writer left it. "
+                f"Two runs wrote {name} at the same time: give its Dagster pool one concurrency slot (README "
+                f"'Dagster instance'). Re-running is safe: a new run continues from the other writer's checkpoint.")
+
+    def append(self, name: str, data: pa.Table, *, read: DeltaTable | None, partition_by: list[str] | None,
+               key: str, state: dict, txns: dict[str, int], description: str | None = None) -> DeltaTable:
+        """Append `data` (possibly empty) and its checkpoint in one commit against `read`, the snapshot the
+        checkpoint was read from (None: there was no table, so this creates it); returns the table after it."""
+        with self._sole_writer(name, read):
+            write_deltalake(
+                read if read is not None else self.uri(name), data, mode="append" if read is not None else "error",
+                partition_by=partition_by, schema_mode="merge", description=description,
+                storage_options=self._options(), commit_properties=self.properties(key, state, txns),
+            )
         return self._checkpointed(name)
 
-    def upsert(self, name: str, data: pa.Table, *, key_column: str, partition_column: str,
+    def overwrite(self, name: str, data: pa.RecordBatchReader, *, read: DeltaTable | None, partition_by: list[str],
+                  key: str, state: dict, txns: dict[str, int], description: str | None = None) -> DeltaTable:
+        """Replace the table's rows and schema with `data` (streamed) in one commit against `read` (None: create)."""
+        with self._sole_writer(name, read):
+            write_deltalake(
+                read if read is not None else self.uri(name), data,
+                mode="overwrite" if read is not None else "error", partition_by=partition_by,
+                schema_mode="overwrite" if read is not None else None, description=description,
+                storage_options=self._options(),
+                commit_properties=self.properties(key, state, txns),
+            )
+        return self._checkpointed(name)
+
+    def upsert(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str, partition_column: str,
                partition_values: Iterable[str], key: str, state: dict, txns: dict[str, int]) -> DeltaTable:
-        """Insert-or-replace rows by `key_column` in one merge commit, touching only the named partitions; returns
-        the table after the commit.
+        """Insert-or-replace rows by `key_column` in one merge commit against `read` (the snapshot the checkpoint
+        was read from), touching only the named partitions; returns the table after the commit.
 
         delta-rs prunes files only for partition values written as literals in the predicate, so the touched
         partitions are spelled out: the merge rewrites those partitions' files, not the table.
         """
         values = sorted(set(partition_values))
-        table = DeltaTable(self.uri(name), storage_options=self._options())
         predicate = f"t.{key_column} = s.{key_column}"
         if values:
             literals = ", ".join(_sql_literal(v) for v in values)
             predicate = f"t.{partition_column} IN ({literals}) AND {predicate}"
-        (
-            table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                        commit_properties=self.properties(key, state, txns))
-            .when_matched_update_all()
-            .when_not_matched_insert_all()
-            .execute()
-        )
+        with self._sole_writer(name, read):
+            (
+                read.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
+                           commit_properties=self.properties(key, state, txns))
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
         return self._checkpointed(name)
 
     def insert_missing(self, name: str, data: pa.Table, *, keys: Sequence[str], key: str, state: dict) -> None:
         """Insert rows whose `keys` are not in the table yet (idempotent append); creates the table if needed."""
         table = self.table(name)
         if table is None:
-            self.append(name, data, partition_by=None, key=key, state=state, txns={})
+            self.append(name, data, read=None, partition_by=None, key=key, state=state, txns={})
             return
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         (table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,

@@ -5,7 +5,12 @@ in-flight and never read. A visible file is immutable, so its relative path iden
 through `pyarrow.fs`, so a local path and an object-store URI (s3://, gs://, abfs://) work the same way.
 
 Reading never loses a line silently: a file that cannot be decoded at all (truncated gzip, not UTF-8) comes back as
-one whole-file quarantine entry, and a line longer than `max_line_bytes` is quarantined on its own.
+one whole-file quarantine entry, a line longer than `max_line_bytes` is quarantined on its own, and blank lines
+(empty or only whitespace: read, but no event) are counted.
+
+Lines end at LF, CRLF or CR only. JSON cannot hold those raw inside a string, but it can hold U+2028, U+0085, form
+feeds and other characters that Python's `str.splitlines()` also treats as line ends: free text pasted from a word
+processor carries U+2028, and splitting there would cut one event in two bad lines.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ LINES_SCHEMA = pa.schema([("source_file", pa.string()), ("source_line", pa.int64
 QUARANTINE_SCHEMA = pa.schema([
     ("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string()), ("reason", pa.string()),
 ])
+_LINE_END = re.compile(r"\r\n|\r|\n")
 RAW_KEPT = 4096  # characters of a bad line kept in quarantine
 _ENTITY = re.compile(rb'"entityName"\s*:\s*"([A-Za-z0-9_]+)"')
 PEEK_BYTES = 64 * 1024 * 1024
@@ -45,6 +51,15 @@ def file_set_key(files: list[LandingFile]) -> str:
     return digest.hexdigest()[:20]
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of a JSONL text, split at LF, CRLF or CR only; a final line terminator ends the last line (it
+    does not start an empty one)."""
+    lines = _LINE_END.split(text)
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def _visible(rel: str) -> bool:
     return rel.endswith(SUFFIXES) and not any(p.startswith(("_", ".")) for p in rel.split("/"))
 
@@ -53,6 +68,7 @@ def _visible(rel: str) -> bool:
 class ReadResult:
     lines: pa.Table  # LINES_SCHEMA
     quarantine: pa.Table  # QUARANTINE_SCHEMA (whole files: source_line 0; oversized lines)
+    blank_lines: int = 0  # empty or whitespace-only lines: read, counted, not events
 
 
 class LandingZone(dg.ConfigurableResource):
@@ -83,10 +99,12 @@ class LandingZone(dg.ConfigurableResource):
         return sorted(files)
 
     def read(self, files: list[LandingFile]) -> ReadResult:
-        """All lines of `files` with their 1-based line numbers; undecodable files and huge lines quarantined."""
+        """All lines of `files` with their 1-based line numbers; undecodable files and huge lines quarantined,
+        blank lines counted."""
         fs, root = self._fs()
         cols: dict[str, list] = {"source_file": [], "source_line": [], "raw": []}
         bad: dict[str, list] = {n: [] for n in QUARANTINE_SCHEMA.names}
+        blank = 0
 
         def quarantine(path: str, line: int, raw: str, reason: str) -> None:
             for k, v in zip(QUARANTINE_SCHEMA.names, (path, line, raw[:RAW_KEPT], reason)):
@@ -103,8 +121,9 @@ class LandingZone(dg.ConfigurableResource):
                 preview = data[:RAW_KEPT].decode("utf-8", errors="replace")
                 quarantine(f.path, 0, preview, f"file unreadable ({type(exc).__name__}: {exc}); whole file quarantined")
                 continue
-            for number, line in enumerate(text.splitlines(), start=1):
+            for number, line in enumerate(split_lines(text), start=1):
                 if not line.strip():
+                    blank += 1
                     continue
                 if len(line) > self.max_line_bytes:
                     quarantine(f.path, number, line, f"line longer than {self.max_line_bytes} bytes")
@@ -112,7 +131,7 @@ class LandingZone(dg.ConfigurableResource):
                 cols["source_file"].append(f.path)
                 cols["source_line"].append(number)
                 cols["raw"].append(line)
-        return ReadResult(pa.table(cols, schema=LINES_SCHEMA), pa.table(bad, schema=QUARANTINE_SCHEMA))
+        return ReadResult(pa.table(cols, schema=LINES_SCHEMA), pa.table(bad, schema=QUARANTINE_SCHEMA), blank)
 
     def entities_in(self, files: list[LandingFile]) -> set[str] | None:
         """Entity names the files mention (a cheap scan, not a parse); None if a file could not be scanned."""

@@ -212,18 +212,18 @@ class SalesforceResource(dg.ConfigurableResource):
             page = self._request("GET", page["nextRecordsUrl"]).json()
 
     def bulk_query_all(self, object_name: str, fields: list[str], page_size: int = 50_000, where: str | None = None,
-                       poll_seconds: float = 0.2, timeout_seconds: float = 3600.0) -> Iterator[pa.RecordBatch]:
+                       poll_seconds: float = 0.2, timeout_seconds: float = 3600.0,
+                       line_ending: str = "LF") -> Iterator[pa.RecordBatch]:
         """Bulk API 2.0 ``queryAll`` of ``fields``: yields Arrow record batches (every column ``pa.string()``,
-        null for empty cells), one result page (``page_size`` records) in memory at a time."""
+        null for empty cells), one result page (``page_size`` records) in memory at a time. ``line_ending``
+        (``LF`` or ``CRLF``) is the job's record terminator; values keep their own line breaks either way."""
         soql = f"SELECT {', '.join(fields)} FROM {object_name}" + (f" WHERE {where}" if where else "")
         job = self._request("POST", "jobs/query", retry=False,
                             json={"operation": "queryAll", "query": soql, "contentType": "CSV",
-                                  "columnDelimiter": "COMMA", "lineEnding": "LF"}).json()
+                                  "columnDelimiter": "COMMA", "lineEnding": line_ending}).json()
         job_id = job["id"]
         try:
             self._wait_for_job(job_id, poll_seconds, timeout_seconds)
-            convert = pa_csv.ConvertOptions(column_types={f: pa.string() for f in fields}, strings_can_be_null=True,
-                                            null_values=[""], quoted_strings_can_be_null=True)
             locator: str | None = None
             pages = 0
             while True:
@@ -233,10 +233,7 @@ class SalesforceResource(dg.ConfigurableResource):
                 response = self._request("GET", f"jobs/query/{job_id}/results", params=params)
                 pages += 1
                 if int(response.headers.get("Sforce-NumberOfRecords", "1")) > 0 and response.content.strip():
-                    reader = pa_csv.open_csv(pa.BufferReader(response.content), convert_options=convert)
-                    for batch in reader:
-                        if batch.num_rows:
-                            yield batch
+                    yield from parse_bulk_page(response.content, fields)
                 locator = response.headers.get("Sforce-Locator")
                 if not locator or locator == "null":
                     break
@@ -271,6 +268,32 @@ class SalesforceResource(dg.ConfigurableResource):
         if not self._usage:
             self._request("GET", "limits")
         return dict(self._usage)
+
+
+def parse_bulk_page(content: bytes, fields: list[str]) -> Iterator[pa.RecordBatch]:
+    """One Bulk API 2.0 CSV result page (header line + records) -> Arrow record batches of strings.
+
+    Salesforce writes RFC 4180 CSV: values in double quotes, ``""`` for a quote inside one, and line breaks
+    (LF, CRLF or a lone CR) kept as they are inside the quotes of multi-line text (descriptions, email bodies).
+    So the parser must let quoted values span lines (``newlines_in_values``): without it pyarrow cuts the page
+    into blocks at line breaks and fails once a page passes one block (1 MiB) with a multi-line value in it
+    (``Expected 18 columns, got 6``, ``CSV parser got out of sync with chunker``). The page is already in
+    memory, so it is parsed as one block: no record, however long, can straddle a block boundary. Record
+    terminators may be LF or CRLF (the job's ``lineEnding``); a leading UTF-8 BOM is skipped. Empty cells are
+    null (quoted or not): Salesforce stores no empty strings. Values are never trimmed.
+    """
+    block = min(max(len(content) + 1, 1 << 20), (1 << 31) - 1)
+    reader = pa_csv.open_csv(
+        pa.BufferReader(content),
+        read_options=pa_csv.ReadOptions(block_size=block),
+        parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+        convert_options=pa_csv.ConvertOptions(column_types={f: pa.string() for f in fields},
+                                              strings_can_be_null=True, null_values=[""],
+                                              quoted_strings_can_be_null=True),
+    )
+    for batch in reader:
+        if batch.num_rows:
+            yield batch
 
 
 def _strip(record: dict[str, Any]) -> dict[str, Any]:

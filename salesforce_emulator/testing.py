@@ -8,12 +8,13 @@ from typing import Any
 
 
 def read_landed_events(landing_dir: Path) -> list[dict[str, Any]]:
-    """Every event line in the visible ``*.jsonl`` files under ``landing_dir``, files in name order."""
+    """Every event line in the visible ``*.jsonl`` files under ``landing_dir``, files in name order. Lines end at
+    LF only: ``str.splitlines()`` would also cut at U+2028 and U+0085, which JSON strings may hold raw."""
     events = []
     for path in sorted(Path(landing_dir).rglob("*.jsonl")):
         if path.name.startswith(("_", ".")):
             continue
-        events.extend(json.loads(line) for line in path.read_text().splitlines() if line)
+        events.extend(json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line)
     return events
 
 

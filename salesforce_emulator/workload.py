@@ -121,9 +121,10 @@ class Workload:
                 self.refresh()
         return dict(self.stats)
 
-    def large(self) -> dict[str, str]:
-        """One large transaction now (updates of `large_transaction` consecutive records of one object)."""
-        return self._apply(self._plan_large())
+    def large(self, object_name: str | None = None) -> dict[str, str]:
+        """One large transaction now (updates of `large_transaction` consecutive records of `object_name`, by
+        default an object drawn from the mix)."""
+        return self._apply(self._plan_large(object_name))
 
     # -- planning -----------------------------------------------------------------------------------
     def _object(self, choices: tuple[str, ...] = OBJECTS) -> str:
@@ -237,8 +238,8 @@ class Workload:
             "ConvertedOpportunityId": Ref(str(opportunity.ref))})
         return [account, contact, opportunity, convert]
 
-    def _plan_large(self) -> list[Op]:
-        name = self._object()
+    def _plan_large(self, object_name: str | None = None) -> list[Op]:
+        name = object_name or self._object()
         live = self.live[name]
         size = min(len(live), self.rng.randint(*self.large_transaction))
         start = self.rng.randrange(max(1, len(live) - size + 1))

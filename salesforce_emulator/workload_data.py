@@ -31,6 +31,30 @@ def _text(rng: random.Random, words: int = 12) -> str:
     return " ".join(rng.choice(vocabulary) for _ in range(rng.randint(3, words))).capitalize() + "."
 
 
+# Pieces of the free text people type into Description fields and email bodies: commas, quotes, apostrophes,
+# accents, CJK and 4-byte emoji, tabs. Line breaks are LF, CRLF (pasted from Windows) or U+2028 (pasted from a
+# word processor), so every reader of Bulk CSV, REST JSON and CDC landing lines meets multi-line quoted values.
+PHRASES = [
+    "Customer called about the renewal, asked for a 10% discount", 'They said "we\'ll sign by Friday"',
+    "Follow-up: send the revised quote, cc legal", "Réunion à Paris avec l'équipe achats; très positif",
+    "Zürich office wants a demo (Größe: 500 seats)", "東京の担当者から連絡あり。見積もりを再送すること",
+    "Escalated 🚨 after the outage; root cause in the sync job 🚀", "Budget approved ✅, PO pending 🤞",
+    'Quote: "Price, not features, is the issue"', "Tab\tseparated\tnotes from the call", "Ticket #4521 \u2014 closed",
+    "Contact prefers email; phone after 5pm only", "Naïve question from procurement: \"what is an API?\"",
+    "Emoji in subject line 👍🏽 and a flag 🇫🇷", "Line with a trailing comma,", '"Quoted line at the start',
+]
+BREAKS = ["\n", "\n", "\n", "\r\n", "\n\n", "\u2028"]
+
+
+def free_text(rng: random.Random) -> str:
+    """Realistic free text: a few lines to a few paragraphs (now and then a long email body of several KB)."""
+    lines = rng.randint(1, 8) if rng.random() < 0.95 else rng.randint(40, 120)
+    text = rng.choice(PHRASES)
+    for _ in range(lines - 1):
+        text += rng.choice(BREAKS) + rng.choice(PHRASES)
+    return text
+
+
 LONG_TEXT_OBJECTS = ("Account", "Opportunity", "Case")  # objects with a long text field (Description)
 _NOTES = ["Kick-off call with the buying committee", "Renewal terms discussed; pricing sheet sent",
           "Escalation closed after the on-site visit", "Budget approved for next quarter",
@@ -91,7 +115,7 @@ UPDATABLE: dict[str, dict[str, Gen]] = {
         "Industry": lambda r: r.choice(INDUSTRY), "Rating": lambda r: r.choice(["Hot", "Warm", "Cold"]),
         "Phone": _phone, "Website": lambda r: f"https://{r.choice(COMPANY).lower()}.example",
         "NumberOfEmployees": lambda r: r.randint(1, 50_000), "AnnualRevenue": lambda r: float(r.randint(1, 10**6) * 100),
-        "Description": _text, "Type": lambda r: r.choice(["Customer", "Partner", "Prospect"]),
+        "Description": free_text, "Type": lambda r: r.choice(["Customer", "Partner", "Prospect"]),
     },
     "Contact": {
         "Title": lambda r: r.choice(["CEO", "CTO", "VP Sales", "Engineer", "Buyer"]),
@@ -101,7 +125,7 @@ UPDATABLE: dict[str, dict[str, Gen]] = {
     "Opportunity": {
         "StageName": lambda r: r.choice(STAGES), "Amount": lambda r: float(r.randint(1, 5000) * 100),
         "Probability": lambda r: float(r.choice([10, 20, 50, 75, 90, 100])), "CloseDate": _date,
-        "Description": _text, "LeadSource": lambda r: r.choice(["Web", "Phone Inquiry", "Partner Referral"]),
+        "Description": free_text, "LeadSource": lambda r: r.choice(["Web", "Phone Inquiry", "Partner Referral"]),
     },
     "Lead": {
         "Status": lambda r: r.choice(LEAD_STATUS), "Title": lambda r: r.choice(["Director", "Manager", "Analyst"]),
@@ -110,7 +134,8 @@ UPDATABLE: dict[str, dict[str, Gen]] = {
     },
     "Case": {
         "Status": lambda r: r.choice(CASE_STATUS), "Priority": lambda r: r.choice(["High", "Medium", "Low"]),
-        "Subject": lambda r: _text(r, 6), "Description": _text, "Origin": lambda r: r.choice(["Phone", "Email", "Web"]),
+        "Subject": lambda r: _text(r, 6), "Description": free_text,
+        "Origin": lambda r: r.choice(["Phone", "Email", "Web"]),
     },
 }
 NULLABLE = {
@@ -139,5 +164,5 @@ def new_record(rng: random.Random, object_name: str, parent: dict[str, str] | No
                 "Status": "Open - Not Contacted", "Email": f"l{rng.randrange(10**7)}@example.com", **address(rng, "")}
     if object_name == "Case":
         return {"Subject": _text(rng, 6), "Status": "New", "Priority": rng.choice(["High", "Medium", "Low"]),
-                "Origin": rng.choice(["Phone", "Email", "Web"]), **parent}
+                "Origin": rng.choice(["Phone", "Email", "Web"]), "Description": free_text(rng), **parent}
     raise ValueError(f"the workload does not create {object_name} records")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 
 import pytest
 
@@ -42,3 +43,24 @@ def test_bad_files_and_lines_are_quarantined_and_good_ones_applied(platform):
     again = platform.run(close_after=0)  # quarantined files are ingested (recorded), not retried forever
     assert platform.materialization(again, "change_events")["files"] == 0
     assert len(platform.quarantine()) == 3
+
+
+def test_blank_lines_are_read_and_counted_and_unicode_separators_stay_inside_their_line(platform):
+    """A blank line is read but is no event: `lines_read = lines_quarantined + lines_blank + lines parsed`
+    (README Counts). Raw U+2028 / U+0085 inside a JSON string (allowed there, and what a word processor pastes)
+    does not end the line; LF, CRLF and CR do."""
+    text = "first line\u2028second line\x85third, \"quoted\" 😀\r\nafter a CRLF"
+    a1 = json.loads(event("Account", "CREATE", [A1], T0, Name="Acme"))
+    a1["data"]["payload"]["Description"] = text
+    a2 = event("Account", "CREATE", [A2], T0 + 1000, Name="Globex")
+    lines = [json.dumps(a1, ensure_ascii=False), "", "   \t", a2]
+    (platform.landing / "blank.jsonl").write_bytes(("\n".join(lines[:2]) + "\r\n" + "\n".join(lines[2:]) + "\n\n")
+                                                   .encode())
+    result = platform.run(close_after=0)
+
+    ce = platform.materialization(result, "change_events")
+    assert (ce["lines_read"], ce["lines_blank"], ce["lines_quarantined"], ce["events_parsed"]) == (5, 3, 0, 2)
+    assert ce["lines_read"] == ce["lines_quarantined"] + ce["lines_blank"] + ce["events_parsed"]
+    assert platform.quarantine() == []
+    assert platform.rows("Account")[A1]["Description"] == text
+    assert [e["source_line"] for e in sorted(platform.change_events(), key=lambda e: e["source_line"])] == [1, 4]

@@ -119,7 +119,7 @@ def test_overflow_triggers_a_resync_that_equals_the_org(tmp_path, org):
     platform.run()
     org.set_faults(FaultConfig(overflow_threshold=50, seed=2))
     workload.run(changes=100)
-    workload.large()  # 60-80 changes in one transaction: over the threshold, Salesforce sends GAP_OVERFLOW
+    workload.large("Contact")  # 60-80 changes in one transaction: over the threshold, Salesforce sends GAP_OVERFLOW
     workload.run(changes=100)
     catch_up(platform, org)
     pending = [n for n in OBJECTS if platform.materialization_of(n)["resync_pending"]]

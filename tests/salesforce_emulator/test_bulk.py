@@ -91,3 +91,31 @@ def test_bulk_job_errors_follow_salesforce(big_org: Emulator):
     assert page.headers["Sforce-NumberOfRecords"] == "10" and page.headers["Sforce-Locator"] == "null"
     assert session.delete(f"{base}/{job_id}").status_code == 204
     assert session.get(f"{base}/{job_id}").status_code == 404
+
+
+@pytest.mark.parametrize("line_ending", ["LF", "CRLF"])
+def test_bulk_results_are_rfc4180_csv_with_the_jobs_line_ending(tmp_path, line_ending: str):
+    """Every value quoted, quotes doubled, line breaks inside values kept as they are; records end with the job's
+    lineEnding; a null is an empty unquoted cell. Python's csv module (RFC 4180) reads back every value."""
+    texts = ['Hello, "world"\nsecond line\r\nthird\u2028fourth', '"', "   ", "😀🇫🇷 日本語, é", "\n", ",", 'x""y']
+    with Emulator(tmp_path / "org") as emu:
+        with emu.store.transaction() as txn:
+            ids = [txn.create("Case", {"Subject": f"case {n}", "Description": text}) for n, text in enumerate(texts)]
+            ids.append(txn.create("Case", {"Subject": "no description"}))
+        session = CaPinnedSession(emu.ca_file)
+        session.headers["Authorization"] = f"Bearer {emu.token}"
+        base = f"{emu.instance_url}/services/data/v59.0/jobs/query"
+        job = session.post(base, json={"operation": "queryAll", "lineEnding": line_ending,
+                                       "query": "SELECT Id, Description FROM Case ORDER BY Id"}).json()
+        for _ in range(200):
+            if session.get(f"{base}/{job['id']}").json()["state"] == "JobComplete":
+                break
+            time.sleep(0.05)
+        raw = session.get(f"{base}/{job['id']}/results").content.decode()
+    end = "\r\n" if line_ending == "CRLF" else "\n"
+    assert raw.startswith('"Id","Description"' + end)
+    assert f'"{ids[0]}","Hello, ""world""\nsecond line\r\nthird\u2028fourth"{end}' in raw
+    assert raw.endswith(f'"{ids[-1]}",{end}')  # null: empty and unquoted
+    rows = list(csv.reader(io.StringIO(raw, newline="")))
+    assert rows[0] == ["Id", "Description"]
+    assert rows[1:] == [[i, t] for i, t in zip(ids, texts)] + [[ids[-1], ""]]

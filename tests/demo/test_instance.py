@@ -1,0 +1,30 @@
+"""The shipped dagster.yaml (what `make run` and the e2e tests put in DAGSTER_HOME) is a real instance config with
+the settings exactly-once relies on: queued runs, one slot per pool, and a pool per table writer."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from cdc_assets.defs import build_defs
+from demo.instance import INSTANCE_YAML, open_instance, write_dagster_home
+from sensors.landing_zone import TAG_FILES
+
+
+def test_the_shipped_dagster_yaml_queues_runs_and_gives_every_pool_one_slot(tmp_path):
+    home = write_dagster_home(tmp_path / "home")
+    assert (home / "dagster.yaml").read_text() == INSTANCE_YAML.read_text()
+    with open_instance(home) as instance:
+        assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
+        config = instance.get_concurrency_config()
+        assert config.pool_config.default_pool_limit == 1
+        assert config.run_queue_config.tag_concurrency_limits == [{"key": TAG_FILES, "limit": 1}]
+
+
+def test_every_table_writer_has_its_own_pool(tmp_path):
+    config = tmp_path / "replication.yaml"
+    config.write_text("objects: [Account, Contact]\n")
+    defs = build_defs(config_path=config, landing_path=str(tmp_path / "l"), warehouse_root=str(tmp_path / "w"))
+    pools = {key.to_user_string(): node.pool for a in defs.assets if isinstance(a, dg.AssetsDefinition)
+             for key in a.keys for node in [a.node_def]}
+    assert pools == {"change_events": "change_events", "salesforce/Account": "replica_Account",
+                     "salesforce/Contact": "replica_Contact"}

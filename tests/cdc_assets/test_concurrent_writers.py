@@ -12,7 +12,8 @@ from deltalake import DeltaTable
 from cdc_assets import apply as apply_module
 from cdc_assets import ingest as ingest_module
 from cdc_assets.apply import apply_changes
-from cdc_assets.ingest import ingest
+from cdc_assets.closure import Cut
+from cdc_assets.ingest import CE_STATE, ingest
 from event_lines import event
 from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -67,19 +68,25 @@ def test_a_second_ingest_of_the_same_files_fails_and_ingests_nothing_twice(setup
     assert len(seen["first"][1]) == 3  # every event once
 
 
+def closed_cut(warehouse) -> Cut:
+    """Everything ingested so far, nothing held (as a run deciding after the close timeout would)."""
+    return Cut(through=int(DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)["ingest_seq"]),
+               open_key=None, clock="")
+
+
 def test_a_second_apply_from_the_same_read_version_fails_and_applies_nothing_twice(setup, spark, monkeypatch):
     warehouse, zone, schema = setup
     land(zone, "a.jsonl", [event("Account", "CREATE", [A1], T0, Name="Acme")])
     ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
 
     def first_apply():
-        apply_changes(spark, warehouse, schema, close_after=0, run_id="first")
+        apply_changes(spark, warehouse, schema, cut=closed_cut(warehouse), run_id="first")
         return state(warehouse, "Account")
 
     # Both runs find no replica: the first creates it, the second may not append to it.
     seen = interleave(monkeypatch, apply_module, "replica.before_commit", first_apply)
     with pytest.raises(ConcurrentWriteError, match="Delta table Account: .* after this run found no table"):
-        apply_changes(spark, warehouse, schema, close_after=0, run_id="second")
+        apply_changes(spark, warehouse, schema, cut=closed_cut(warehouse), run_id="second")
     assert state(warehouse, "Account") == seen["first"] and len(seen["first"][1]) == 1
 
     # Both runs read the replica's checkpoint at the same version: the second merge is rejected.
@@ -88,7 +95,7 @@ def test_a_second_apply_from_the_same_read_version_fails_and_applies_nothing_twi
     ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
     seen = interleave(monkeypatch, apply_module, "replica.before_commit", first_apply)
     with pytest.raises(ConcurrentWriteError, match="after this run read it at version 0"):
-        apply_changes(spark, warehouse, schema, close_after=0, run_id="second")
+        apply_changes(spark, warehouse, schema, cut=closed_cut(warehouse), run_id="second")
     version, rows = state(warehouse, "Account")
     assert (version, rows) == seen["first"] and version == 1
     assert {r["Id"]: (r["Name"], r["Rating"]) for r in rows} == {A1: ("Acme", "Hot"), A2: ("Globex", None)}

@@ -59,12 +59,13 @@ def _bits(hex_text: str) -> list[int]:
     return [i for i in range(value.bit_length()) if value >> i & 1]
 
 
-def decode(bitmaps: list[str] | None, schema: Schema) -> list[str]:
-    """Field names (``Name``, ``BillingAddress.City``) a bitmap list names, in schema order."""
+def decode(bitmaps: list[str] | None, schema: Schema, named: dict[str, Schema] | None = None) -> list[str]:
+    """Field names (``Name``, ``BillingAddress.City``) a bitmap list names, in schema order (``named``: the
+    schema's :func:`named_records`, when the caller keeps them)."""
     if not bitmaps:
         return []
     fields = schema["fields"]
-    named = named_records(schema)
+    named = named if named is not None else named_records(schema)
     top: set[int] = set()
     nested: dict[int, list[int]] = {}
     for item in bitmaps:

@@ -11,7 +11,8 @@ A Pub/Sub event is Avro: every field of the entity's schema is present, unchange
 - datetimes as ``2025-11-22T08:26:40.000Z`` and dates as ``2025-11-22`` instead of epoch numbers: which fields
   are dates and datetimes comes from describe() (Avro alone cannot tell a date from an int).
 
-Schemas are fetched once per schema id (``GetSchema``) and cached.
+Schemas are fetched once per schema id (``GetSchema``) and cached; describe() is asked again when an entity's
+schema id changes.
 """
 
 from __future__ import annotations
@@ -59,23 +60,31 @@ class EventDecoder:
     def __init__(self, fetch_schema: Callable[[str], str], field_types: Callable[[str], dict[str, str]]):
         self.fetch_schema = fetch_schema
         self.field_types = field_types
-        self._schemas: dict[str, tuple[dict[str, Any], Any]] = {}
+        self._schemas: dict[str, tuple[dict[str, Any], Any, dict[str, Any]]] = {}
+        self._types: dict[tuple[str, str], dict[str, str]] = {}
 
-    def schema(self, schema_id: str) -> tuple[dict[str, Any], Any]:
+    def schema(self, schema_id: str) -> tuple[dict[str, Any], Any, dict[str, Any]]:
+        """The schema (JSON), parsed for fastavro, and its named records (for the bitmaps)."""
         if schema_id not in self._schemas:
             schema = json.loads(self.fetch_schema(schema_id))
-            self._schemas[schema_id] = (schema, fastavro.parse_schema(schema))
+            self._schemas[schema_id] = (schema, fastavro.parse_schema(schema), bitmap.named_records(schema))
         return self._schemas[schema_id]
+
+    def types(self, entity: str, schema_id: str) -> dict[str, str]:
+        """describe() types, asked again whenever the entity's schema changes (a field added in the org)."""
+        if (entity, schema_id) not in self._types:
+            self._types[(entity, schema_id)] = self.field_types(entity)
+        return self._types[(entity, schema_id)]
 
     def decode(self, event: Any, channel: str) -> dict[str, Any]:
         """A ``ConsumerEvent`` -> the CometD event ``{"channel", "data": {"schema", "payload", "event"}}``."""
-        schema, parsed = self.schema(event.event.schema_id)
+        schema, parsed, named = self.schema(event.event.schema_id)
         record = fastavro.schemaless_reader(io.BytesIO(event.event.payload), parsed, None)
         header = dict(record["ChangeEventHeader"])
-        names = {key: bitmap.decode(header.get(key), schema) for key in ("changedFields", "nulledFields",
-                                                                           "diffFields")}
+        names = {key: bitmap.decode(header.get(key), schema, named) for key in ("changedFields", "nulledFields",
+                                                                                  "diffFields")}
         header.update(names)
-        types = self.field_types(header["entityName"])
+        types = self.types(header["entityName"], event.event.schema_id)
         if header["changeType"] in WITH_ALL_FIELDS:
             body = self._all_fields(schema, record, types)
         elif header["changeType"] == "UPDATE":

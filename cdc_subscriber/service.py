@@ -123,6 +123,7 @@ class Subscriber:
         return info.schema_json
 
     def _field_types(self, entity: str) -> dict[str, str]:
+        self.salesforce._describes.pop(entity, None)  # a new schema: the org's fields may have changed
         return {f["name"]: f["type"] for f in self.salesforce.describe(entity)["fields"]}
 
     def _tenant_id(self) -> str:

@@ -17,11 +17,14 @@ from __future__ import annotations
 import collections
 import datetime as dt
 import json
+import logging
 import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 STATES = ("NOT_STARTED", "STARTING", "RUNNING", "DRAINING", "PAUSED", "FAILED", "FAILED_PERMANENTLY")
 RATE_WINDOW = 10.0
@@ -126,6 +129,6 @@ def read_statuses(state_dir: Path) -> list[StreamStatus]:
     for path in sorted(Path(state_dir).glob("status-*.json")):
         try:
             statuses.append(StreamStatus(**json.loads(path.read_text())))
-        except (json.JSONDecodeError, TypeError):
-            continue  # replaced atomically, so only a foreign file can be unreadable
+        except (json.JSONDecodeError, TypeError) as exc:  # replaced atomically: only a foreign file can be bad
+            log.warning("ignoring %s: not a subscriber status file (%s)", path, exc)
     return statuses

@@ -108,6 +108,7 @@ class Subscriber:
         self._call: Any = None
         self._last_response = time.monotonic()
         self._from_tip = False
+        self._silent = False  # the watchdog cancelled a stream that went quiet
         self._saved = replay_to_int(self.positions.load() or b"")
 
     # -- callbacks ------------------------------------------------------------------------------------------
@@ -164,22 +165,11 @@ class Subscriber:
                 except grpc.RpcError as exc:
                     if self.stopping.is_set():
                         break
-                    code = exc.code()  # type: ignore[attr-defined]
-                    if code == grpc.StatusCode.UNAUTHENTICATED and auth_failures < MAX_AUTH_RETRIES:
-                        auth_failures += 1
-                        log.warning("Pub/Sub API rejected the session (%s): logging in again", exc.details())  # type: ignore[attr-defined]
-                        self.reporter.set_state("STARTING", f"session rejected: {exc.details()}; logged in again")  # type: ignore[attr-defined]
-                        self.salesforce.relogin()
+                    handled = self._handle(exc, auth_failures)
+                    if handled is None:  # logged in again, or resynced: reconnect at once
+                        auth_failures += exc.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
                         continue
-                    if code == grpc.StatusCode.UNAUTHENTICATED:
-                        raise PermanentError(f"the org rejects every session ({exc.details()}): check the "  # type: ignore[attr-defined]
-                                             "SF_* credentials; a fixed SF_ACCESS_TOKEN cannot be renewed") from exc
-                    if replay_rejected(exc):
-                        self._resync(exc)
-                        continue
-                    if code in PERMANENT:
-                        raise PermanentError(f"{code.name}: {exc.details()}") from exc  # type: ignore[attr-defined]
-                    error: BaseException = exc
+                    error: BaseException = handled
                 except (SalesforceApiError, requests.RequestException, OSError, ValueError, KeyError) as exc:
                     if isinstance(exc, SalesforceApiError) and exc.status == 401:
                         self.salesforce.relogin()  # REST (describe) saw the session expire before gRPC did
@@ -201,12 +191,36 @@ class Subscriber:
             self.reporter.set_state(final)
         return final
 
+    def _handle(self, exc: grpc.RpcError, auth_failures: int) -> BaseException | None:
+        """None when the failure is dealt with (log in again; resync) and the stream may reconnect at once, else
+        the error to report and back off from; raises PermanentError when retrying cannot help."""
+        code = exc.code()  # type: ignore[attr-defined]
+        details = exc.details()  # type: ignore[attr-defined]
+        if self._silent:
+            self._silent = False
+            return TimeoutError(f"no keepalive within {self.config.keepalive_timeout:.0f}s: stream cancelled")
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            if auth_failures >= MAX_AUTH_RETRIES:
+                raise PermanentError(f"the org rejects every session ({details}): check the SF_* credentials; a "
+                                     "fixed SF_ACCESS_TOKEN cannot be renewed") from exc
+            log.warning("Pub/Sub API rejected the session (%s): logging in again", details)
+            self.reporter.set_state("STARTING", f"session rejected: {details}; logged in again")
+            self.salesforce.relogin()
+            return None
+        if replay_rejected(exc):
+            self._resync(exc)
+            return None
+        if code in PERMANENT:
+            raise PermanentError(f"{code.name}: {details}") from exc
+        return exc
+
     def _tick(self) -> None:
         while not self.stopping.wait(0.1):
             self.writer.tick()
             self.reporter.write()
             call = self._call
             if call is not None and time.monotonic() - self._last_response > self.config.keepalive_timeout:
+                self._silent = True
                 log.warning("no response (not even a keepalive) for %.0fs: reconnecting", self.config.keepalive_timeout)
                 call.cancel()
 

@@ -47,7 +47,6 @@ class _Demand:
     def __init__(self, changed: threading.Condition):
         self.value = 0
         self.changed = changed
-        self.closed = False
 
     def add(self, n: int) -> None:
         with self.changed:
@@ -60,8 +59,6 @@ class _Demand:
                 self.add(request.num_requested)
         except grpc.RpcError:
             pass  # the client went away; the sending loop notices through context.is_active()
-        finally:
-            self.closed = True
 
 
 class PubSubServicer(services.PubSubServicer):
@@ -141,7 +138,7 @@ class PubSubServicer(services.PubSubServicer):
                          name="pubsub-fetch-requests").start()
         rpc_id = str(uuid.uuid4())
         last_sent = time.monotonic()
-        while context.is_active() and not self.stopping.is_set() and not demand.closed:
+        while context.is_active() and not self.stopping.is_set():  # a half-closed request stream still gets its events
             if self.token() != token:
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, "Session expired or invalid: log in again")
             with self.events.changed:

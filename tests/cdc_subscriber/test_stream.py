@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import queue
+import time
 
 import grpc
 import pytest
@@ -170,3 +171,24 @@ def test_an_expired_replay_id_lands_a_resync_of_every_object_then_follows_the_ti
     assert fresh in events[-1]["data"]["payload"]["ChangeEventHeader"]["recordIds"]
     [status] = read_statuses(tmp_path / "sub" / "state")
     assert status.resyncs == 1 and "no longer retained" in status.last_error
+
+
+def test_a_silent_stream_is_cancelled_and_resumed_from_the_position(tmp_path, start_subscriber, landed):
+    from salesforce_emulator import Emulator
+
+    # The server's keepalive (270 s, as Salesforce) is far beyond the subscriber's patience (1 s): the watchdog
+    # cancels the quiet stream, which reconnects after its durable position and misses nothing.
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "reference", pubsub=True, roll_seconds=3600) as org:
+        workload = Workload(org, seed=8)
+        workload.build_org(accounts=3)
+        sub = start_subscriber(org, keepalive_timeout=1.0)
+        sub.wait_for(org.events.tip)
+        deadline = time.monotonic() + 10
+        while "no keepalive" not in (read_statuses(tmp_path / "sub" / "state")[0].last_error or ""):
+            assert time.monotonic() < deadline, "the watchdog never cancelled the silent stream"
+            time.sleep(0.1)
+        workload.run(changes=30)
+        sub.wait_for(org.events.tip)
+        sub.stop()
+        org.flush_cdc()
+        assert landed(tmp_path / "sub" / "landing") == landed(tmp_path / "reference")

@@ -192,3 +192,17 @@ def test_a_silent_stream_is_cancelled_and_resumed_from_the_position(tmp_path, st
         sub.stop()
         org.flush_cdc()
         assert landed(tmp_path / "sub" / "landing") == landed(tmp_path / "reference")
+
+
+def test_a_per_object_channel_lands_that_objects_events_and_follows_the_tip(org, start_subscriber, landed, tmp_path):
+    workload = Workload(org, seed=9)
+    workload.build_org(accounts=5)
+    workload.run(changes=60)
+    sub = start_subscriber(org, topic="/data/AccountChangeEvent")
+    sub.wait_for(org.events.tip)  # the last events are not Account's: keepalives carry the position to the tip
+    sub.stop()
+    org.flush_cdc()
+    accounts = [e for e in landed(tmp_path / "reference")
+                if e["data"]["payload"]["ChangeEventHeader"]["entityName"] == "Account"]
+    ours = landed(tmp_path / "sub" / "landing")
+    assert ours == [e | {"channel": "/data/AccountChangeEvent"} for e in accounts] and len(ours) > 5

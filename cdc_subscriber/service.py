@@ -170,9 +170,14 @@ class Subscriber:
                         auth_failures += exc.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
                         continue
                     error: BaseException = handled
-                except (SalesforceApiError, requests.RequestException, OSError, ValueError, KeyError) as exc:
+                except (SalesforceApiError, requests.RequestException, OSError) as exc:
                     if isinstance(exc, SalesforceApiError) and exc.status == 401:
                         self.salesforce.relogin()  # REST (describe) saw the session expire before gRPC did
+                    error = exc
+                except PermanentError:
+                    raise
+                except Exception as exc:  # e.g. an event that does not decode: report it, back off, resume from
+                    log.exception("stream %s: unexpected error", self.config.topic)  # the durable position
                     error = exc
                 log.warning("stream %s failed (%s); reconnecting in %.1fs", self.config.topic, error, backoff)
                 self.reporter.set_state("FAILED", error)
@@ -228,6 +233,9 @@ class Subscriber:
         saved = self.positions.load()
         request = pb.FetchRequest(topic_name=self.config.topic, num_requested=self.config.batch)
         if self._from_tip:
+            # Once only: should this stream fail before anything lands, the next one is refused the stale id again
+            # and lands a fresh marker first, so the tip is never reached without a resync marker right before it.
+            self._from_tip = False
             request.replay_preset = pb.ReplayPreset.Value("LATEST")
         elif saved is not None:
             request.replay_preset = pb.ReplayPreset.Value("CUSTOM")
@@ -277,7 +285,6 @@ class Subscriber:
             outstanding -= len(response.events)
             if not response.events:
                 self._keepalive(response.latest_replay_id)
-            self._from_tip = False
             if outstanding <= self.config.batch // 2:
                 pending.put(pb.FetchRequest(topic_name=self.config.topic,
                                             num_requested=self.config.batch - outstanding))

@@ -115,12 +115,11 @@ class StatusReporter:
             if self.status.lag_seconds and self.status.newest_commit_ts and self.status.state == "RUNNING":
                 self.status.lag_seconds = round(max(0.0, time.time() - self.status.newest_commit_ts / 1000), 3)
             self.status.updated_at = _now()
-            body = json.dumps(asdict(self.status))
             self._written = now
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temp = self.path.with_name("." + self.path.name)
-        temp.write_text(body)
-        os.replace(temp, self.path)
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temp = self.path.with_name("." + self.path.name)
+            temp.write_text(json.dumps(asdict(self.status)))
+            os.replace(temp, self.path)
 
 
 def read_statuses(state_dir: Path) -> list[StreamStatus]:

@@ -1,5 +1,5 @@
-"""`python -m bench [catchup|steady|merge|initial|wide|subscriber ...] [--small]`: run benchmarks (default: all) and print
-their figures (see bench/RESULTS.md)."""
+"""`python -m bench [catchup|steady|merge|initial|wide|subscriber ...] [--small]`: run benchmarks (default: all)
+and print their figures (see bench/RESULTS.md)."""
 
 from __future__ import annotations
 

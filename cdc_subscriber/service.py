@@ -85,12 +85,13 @@ def _requests(pending: queue.Queue[Any]) -> Iterator[Any]:
         yield request
 
 
-def replay_rejected(exc: grpc.RpcError) -> bool:
-    """The org refused the replay id we resumed from (not retained any more, or corrupted)."""
-    if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:  # type: ignore[attr-defined]
+def replay_rejected(exc: Any) -> bool:
+    """The org refused the replay id we resumed from (not retained any more, or corrupted). ``exc`` is the
+    ``grpc.RpcError`` of a call (it is also a ``grpc.Call``: code, details, trailers)."""
+    if exc.code() != grpc.StatusCode.INVALID_ARGUMENT:
         return False
-    trailers = dict(exc.trailing_metadata() or ())  # type: ignore[attr-defined]
-    return "replayid" in str(trailers.get("error-code", "")).lower() or "replay" in (exc.details() or "").lower()  # type: ignore[attr-defined]
+    error_code = str(dict(exc.trailing_metadata() or ()).get("error-code", "")).lower()
+    return "replayid" in error_code or "replay" in (exc.details() or "").lower()
 
 
 class Subscriber:
@@ -167,7 +168,7 @@ class Subscriber:
                         break
                     handled = self._handle(exc, auth_failures)
                     if handled is None:  # logged in again, or resynced: reconnect at once
-                        auth_failures += exc.code() == grpc.StatusCode.UNAUTHENTICATED  # type: ignore[attr-defined]
+                        auth_failures += exc.code() == grpc.StatusCode.UNAUTHENTICATED
                         continue
                     error: BaseException = handled
                 except (SalesforceApiError, requests.RequestException, OSError) as exc:
@@ -196,11 +197,10 @@ class Subscriber:
             self.reporter.set_state(final)
         return final
 
-    def _handle(self, exc: grpc.RpcError, auth_failures: int) -> BaseException | None:
+    def _handle(self, exc: Any, auth_failures: int) -> BaseException | None:
         """None when the failure is dealt with (log in again; resync) and the stream may reconnect at once, else
         the error to report and back off from; raises PermanentError when retrying cannot help."""
-        code = exc.code()  # type: ignore[attr-defined]
-        details = exc.details()  # type: ignore[attr-defined]
+        code, details = exc.code(), exc.details()
         if self._silent:
             self._silent = False
             return TimeoutError(f"no keepalive within {self.config.keepalive_timeout:.0f}s: stream cancelled")
@@ -298,7 +298,7 @@ class Subscriber:
                 self.reporter.status.last_replay_id = self._saved
         self.reporter.caught_up()
 
-    def _resync(self, exc: grpc.RpcError) -> None:
+    def _resync(self, exc: Any) -> None:
         """The saved replay id is gone: land a GAP_OVERFLOW per replicated object, then continue from the tip."""
         if not self.config.entities:
             raise PermanentError("the saved replay id is no longer retained and no replicated objects are "
@@ -310,7 +310,7 @@ class Subscriber:
                               now, key, None)
         self.writer.roll()
         self.reporter.resynced()
-        message = (f"replay id {self._saved} is no longer retained ({exc.details()}): landed a resync of "  # type: ignore[attr-defined]
+        message = (f"replay id {self._saved} is no longer retained ({exc.details()}): landed a resync of "
                    f"{len(self.config.entities)} objects; continuing from the tip")
         log.warning(message)
         self.reporter.set_state("STARTING", message)

@@ -127,13 +127,14 @@ def _record(obj: SObject, schema: dict[str, Any], body: dict[str, Any]) -> dict[
     for fld in schema["fields"][1:]:
         name = fld["name"]
         value = body.get(name)
-        components = obj.components(name)
-        if components and (obj.field(name) is None or obj.field(name).parent):  # type: ignore[union-attr]
-            nested = value or {}
-            record[name] = None if value is None else {
-                c.key or c.name: _to_avro(c.type, nested.get(c.key or c.name)) for c in components}
+        described = obj.field(name)
+        if described is not None and not described.parent:
+            record[name] = _to_avro(described.type, value)
+        elif value is not None:  # a compound: every component, unchanged ones null
+            record[name] = {c.key or c.name: _to_avro(c.type, value.get(c.key or c.name))
+                            for c in obj.components(name)}
         else:
-            record[name] = _to_avro(obj.field(name).type, value)  # type: ignore[union-attr]
+            record[name] = None
     return record
 
 

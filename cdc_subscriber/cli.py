@@ -60,9 +60,18 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
     from cdc_assets.config import load_config
     from resources.salesforce import salesforce_resource_from_env
 
+    subscribers: list[Subscriber] = []
+    stopping = threading.Event()
+
+    def stop(*_: object) -> None:
+        stopping.set()
+        for s in subscribers:
+            s.stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):  # first: a signal during start-up stops cleanly too
+        signal.signal(signum, stop)
     entities = tuple(load_config(args.config).names) if Path(args.config).exists() else ()
     topics = args.topic or ([f"/data/{name}ChangeEvent" for name in entities] if args.per_object else [ALL_CHANGES])
-    subscribers = []
     for topic in topics:
         salesforce = salesforce_resource_from_env(resolved=True)
         config = SubscriberConfig(landing_dir=args.landing_dir, state_dir=state_dir, endpoint=args.endpoint,
@@ -71,8 +80,8 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
                                   roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
                                   keepalive_timeout=args.keepalive_timeout)
         subscribers.append(Subscriber(config, salesforce))
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: [s.stop() for s in subscribers])
+        if stopping.is_set():
+            subscribers[-1].stop()
     results: dict[str, str] = {}
     threads = [threading.Thread(target=lambda s=s: results.__setitem__(s.config.topic, s.run()), name=s.config.topic)
                for s in subscribers]

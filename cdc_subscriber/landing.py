@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from cdc_assets.faults import fault_point
+
 
 @dataclass
 class _OpenFile:
@@ -107,6 +109,7 @@ class LandingFileWriter:
                 final = current.folder / f"{current.stem}-{suffix}.jsonl"
             os.replace(current.temp, final)
             _fsync_dir(current.folder)
+            fault_point("subscriber.after_rename")  # landed, position not saved yet: these events come again
             self.files_landed += 1
             self.on_landed(final, current.lines, current.last_replay)
             return final

@@ -36,6 +36,7 @@ from typing import Any
 import grpc
 import requests
 
+from cdc_assets.faults import fault_point
 from cdc_subscriber.decode import EventDecoder, dumps
 from cdc_subscriber.landing import LandingFileWriter
 from cdc_subscriber.position import PositionStore, _slug
@@ -50,6 +51,8 @@ DUMMY_RECORD_ID = "000000000000000AAA"  # the record id Salesforce puts in GAP_O
 MAX_BATCH = 100
 PERMANENT = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED}
 MAX_AUTH_RETRIES = 3
+# Where a crash test kills the subscriber (CDC_FAULT_POINT, with CDC_FAULT_ACTION=kill), in the order they happen.
+FAULT_POINTS = ("subscriber.after_write", "subscriber.after_rename", "subscriber.after_position")
 
 
 class PermanentError(RuntimeError):
@@ -116,6 +119,7 @@ class Subscriber:
     def _landed(self, path: Path, lines: int, replay_id: bytes | None) -> None:
         if replay_id is not None:
             self.positions.save(replay_id)
+            fault_point("subscriber.after_position")
             self._saved = replay_to_int(replay_id)
         self.reporter.landed(lines, self._saved if replay_id is not None else None)
         log.debug("landed %s (%d events, position %s)", path.name, lines, self._saved)
@@ -282,6 +286,7 @@ class Subscriber:
                 self.reporter.received(header["commitTimestamp"])
                 self.writer.write(dumps(decoded), header["commitTimestamp"], header["transactionKey"],
                                   event.replay_id)
+                fault_point("subscriber.after_write")  # in the open (invisible) file only
             outstanding -= len(response.events)
             if not response.events:
                 self._keepalive(response.latest_replay_id)

@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from cdc_subscriber.service import FAULT_POINTS
 from conftest import landed, resource
 from harness import Platform
 from org_compare import differences
@@ -35,9 +36,9 @@ def org(tmp_path):
         yield emu
 
 
-def spawn(org: Emulator, platform: Platform) -> subprocess.Popen:
+def spawn(org: Emulator, platform: Platform, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
     env = os.environ | {"SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token,
-                        "SF_CA_BUNDLE": org.ca_file, "PYTHONPATH": str(REPO)}
+                        "SF_CA_BUNDLE": org.ca_file, "PYTHONPATH": str(REPO)} | (extra_env or {})
     return subprocess.Popen(
         [sys.executable, "-m", "cdc_subscriber", "--landing-dir", str(platform.landing), "subscribe",
          "--endpoint", org.pubsub_address, "--config", str(platform.config), "--initial-replay", "EARLIEST",
@@ -51,14 +52,23 @@ def position(platform: Platform) -> int:
 
 
 def drain(org: Emulator, platform: Platform, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    """Wait until everything the org published is landed, then stop the subscriber gracefully."""
+    """Wait until this subscriber runs and everything the org published is landed, then stop it gracefully."""
     deadline = time.monotonic() + timeout
-    while position(platform) < org.events.tip:
+    status = platform.landing / "_subscriber" / "status-data_ChangeEvents.json"
+    while (position(platform) < org.events.tip or f'"pid": {proc.pid}' not in _read(status)
+           or '"RUNNING"' not in _read(status)):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert time.monotonic() < deadline, f"position {position(platform)} < tip {org.events.tip}"
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def make_platform(tmp_path: Path, org: Emulator) -> Platform:
@@ -140,3 +150,25 @@ def test_expired_replay_id_resyncs_every_object_and_the_replicas_equal_the_org(t
     assert {platform.materialization_of(n)["resync_pending"] is not None for n in OBJECTS} == {True}
     run_sensor_requests(platform)
     assert_equal_to_org(platform, org)
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_killed_at_each_fault_point_the_restart_relands_and_never_skips(tmp_path, org, point):
+    workload = Workload(org, seed=23)
+    workload.build_org(accounts=5)
+    platform = make_platform(tmp_path, org)
+    killed = spawn(org, platform, {"CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill"})
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    first = sorted(p for p in platform.landing.rglob("*.jsonl") if not p.name.startswith("_"))
+    before = position(platform)
+    drain(org, platform, spawn(org, platform))
+    published = {p.replay_id for p in org.events.read(0, org.events.tip, None, 1_000_000)}
+    ours = [e["data"]["event"]["replayId"] for e in landed(platform.landing)]
+    assert set(ours) == published  # nothing skipped
+    assert not list(platform.landing.rglob("_*.jsonl")), "the killed subscriber's open file was cleaned up"
+    if point == "subscriber.after_write":  # nothing was visible yet
+        assert first == [] and before == 0 and len(ours) == len(published)
+    elif point == "subscriber.after_rename":  # its first file landed but not its position: landed again
+        assert len(first) == 1 and before == 0 and len(ours) > len(published)
+    else:  # the position was saved: the restart continues after it
+        assert len(first) == 1 and before > 0 and len(ours) == len(published)

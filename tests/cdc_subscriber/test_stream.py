@@ -207,3 +207,21 @@ def test_a_per_object_channel_lands_that_objects_events_and_follows_the_tip(org,
                 if e["data"]["payload"]["ChangeEventHeader"]["entityName"] == "Account"]
     ours = landed(tmp_path / "sub" / "landing")
     assert ours == [e | {"channel": "/data/AccountChangeEvent"} for e in accounts] and len(ours) > 5
+
+
+def test_a_corrupted_saved_position_lands_a_resync_instead_of_starting_at_the_tip(org, start_subscriber, landed,
+                                                                                   tmp_path):
+    from cdc_subscriber.position import PositionStore
+
+    with org.store.transaction() as txn:
+        txn.create("Account", {"Name": "before"})
+    PositionStore(tmp_path / "sub" / "state", "/data/ChangeEvents").save(int_to_replay(org.events.tip + 1000))
+    sub = start_subscriber(org)
+    deadline = time.monotonic() + 10
+    while not read_statuses(tmp_path / "sub" / "state") or read_statuses(tmp_path / "sub" / "state")[0].resyncs < 1:
+        assert time.monotonic() < deadline, "no resync for a replay id the org never issued"
+        time.sleep(0.05)
+    sub.stop()
+    kinds = {e["data"]["payload"]["ChangeEventHeader"]["changeType"] for e in landed(tmp_path / "sub" / "landing")}
+    assert kinds == {"GAP_OVERFLOW"}
+    assert "corrupted" in read_statuses(tmp_path / "sub" / "state")[0].last_error

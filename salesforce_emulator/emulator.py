@@ -135,8 +135,8 @@ class Emulator:
     def expire_session(self, new_token: str | None = None) -> str:
         """Invalidate the current access token (sessions expire): REST calls and open Pub/Sub streams with it now
         fail as unauthenticated; an OAuth login returns the new token."""
-        self.api.token = new_token or f"token-{uuid.uuid4().hex[:12]}"
-        return self.api.token
+        self.token = self.api.token = new_token or f"token-{uuid.uuid4().hex[:12]}"
+        return self.token
 
     def expire_events_through(self, replay_id: int) -> None:
         """Drop the event bus's events up to ``replay_id``, as if they had aged out of the retention window."""

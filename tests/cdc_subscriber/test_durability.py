@@ -17,7 +17,7 @@ import dagster as dg
 import pytest
 
 from cdc_subscriber.service import FAULT_POINTS
-from conftest import landed, resource
+from subscriber_harness import landed, resource
 from harness import Platform
 from org_compare import differences
 from salesforce_emulator import Emulator

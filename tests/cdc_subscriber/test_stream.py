@@ -12,7 +12,7 @@ import pytest
 
 from cdc_subscriber.proto import int_to_replay, pb, replay_to_int, services
 from cdc_subscriber.status import read_statuses
-from conftest import resource
+from subscriber_harness import resource
 from salesforce_emulator import FaultConfig
 from salesforce_emulator.workload import Workload
 

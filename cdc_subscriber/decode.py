@@ -93,7 +93,7 @@ class EventDecoder:
             body = {}
         return {"channel": channel, "data": {"schema": event.event.schema_id,
                                              "payload": {"ChangeEventHeader": header, **body},
-                                             "event": {"replayId": replay_to_int(event.replay_id)}}}
+                                             "event": {"replayId": cometd_replay_id(event.replay_id)}}}
 
     @staticmethod
     def _all_fields(schema: dict[str, Any], record: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:
@@ -119,6 +119,13 @@ class EventDecoder:
             value = _value(types.get(name), record.get(name))
             body[name] = {"diff": value} if name in diffs and value is not None else value
         return body
+
+
+def cometd_replay_id(replay_id: bytes) -> int | None:
+    """The CometD ``replayId`` (a long): the replay id's integer when it fits in 8 bytes, else null (the platform
+    orders by commit position first and keeps replay ids for reference only; the subscriber's position keeps the
+    bytes themselves)."""
+    return replay_to_int(replay_id) if len(replay_id) <= 8 else None
 
 
 def dumps(event: dict[str, Any]) -> str:

@@ -59,6 +59,10 @@ class PermanentError(RuntimeError):
     """A failure retrying cannot fix (bad topic, no permission, no way to log in)."""
 
 
+class StreamError(RuntimeError):
+    """A stream that ended with a gRPC status (retried with backoff): ``UNAVAILABLE: <details>``."""
+
+
 @dataclass
 class SubscriberConfig:
     landing_dir: Path
@@ -221,7 +225,7 @@ class Subscriber:
             return None
         if code in PERMANENT:
             raise PermanentError(f"{code.name}: {details}") from exc
-        return exc
+        return StreamError(f"{code.name}: {details}")
 
     def _tick(self) -> None:
         while not self.stopping.wait(0.1):

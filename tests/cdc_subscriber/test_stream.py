@@ -225,3 +225,31 @@ def test_a_corrupted_saved_position_lands_a_resync_instead_of_starting_at_the_ti
     kinds = {e["data"]["payload"]["ChangeEventHeader"]["changeType"] for e in landed(tmp_path / "sub" / "landing")}
     assert kinds == {"GAP_OVERFLOW"}
     assert "corrupted" in read_statuses(tmp_path / "sub" / "state")[0].last_error
+
+
+def test_the_org_going_away_fails_the_stream_then_it_reconnects_and_catches_up(tmp_path, start_subscriber, landed):
+    from salesforce_emulator import Emulator
+    from demo.processes import free_port
+
+    rest_port, pubsub_port = free_port(), free_port()
+
+    def serve() -> Emulator:  # the same org on the same ports each time
+        return Emulator(tmp_path / "org", landing_dir=tmp_path / "reference", port=rest_port, pubsub=True,
+                        pubsub_port=pubsub_port, keepalive_seconds=0.3, roll_seconds=3600).start()
+
+    org = serve()
+    Workload(org, seed=12).build_org(accounts=3)
+    sub = start_subscriber(org, backoff_max=0.3)
+    sub.wait_for(org.events.tip)
+    org.stop()  # the server goes away mid-stream: the subscriber retries with backoff
+    deadline = time.monotonic() + 10
+    while read_statuses(tmp_path / "sub" / "state")[0].state != "FAILED":
+        assert time.monotonic() < deadline, "the stream never reported FAILED while the org was down"
+        time.sleep(0.05)
+    org = serve()
+    Workload(org, seed=13).run(changes=40)
+    sub.wait_for(org.events.tip)
+    assert sub.stop() == "PAUSED"
+    org.flush_cdc()
+    org.stop()
+    assert landed(tmp_path / "sub" / "landing") == landed(tmp_path / "reference")

@@ -16,6 +16,7 @@ from resources.salesforce import SalesforceResource, salesforce_resource_from_en
 from resources.spark import spark_resource
 from sensors.landing_zone import build_landing_zone_sensor
 from sensors.reconciliation import build_reconciliation_sensor
+from sensors.subscriber_status import build_subscriber_check, build_subscriber_status_sensor
 
 
 def build_defs(*, config_path: str | Path | None = None, landing_path: str | None = None,
@@ -32,9 +33,11 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         assets=assets,
         # One process per run: every step shares one Spark session instead of starting a JVM per step.
         executor=dg.in_process_executor,
-        asset_checks=[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
+        asset_checks=[*[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
+                      build_subscriber_check(replication=replication)],
         sensors=[build_landing_zone_sensor(replication=replication, default_status=status),
-                 build_reconciliation_sensor(replication=replication, default_status=status)],
+                 build_reconciliation_sensor(replication=replication, default_status=status),
+                 build_subscriber_status_sensor(replication=replication, default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),
             "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),

@@ -38,6 +38,11 @@ class Probe:
         return self.visible_at - self.landed_at
 
     @property
+    def change_to_landing(self) -> float:
+        """Commit in the org -> visible landing file: the CDC delivery (emulator writer, or subscriber)."""
+        return self.landed_at - self.created_at
+
+    @property
     def change_to_delta(self) -> float:
         return self.visible_at - self.created_at
 
@@ -84,7 +89,8 @@ def summary(probes: list[Probe]) -> str:
     lat = [p.landing_to_delta for p in probes]
     return (f"landing -> Delta: median {statistics.median(lat):.1f} s, min {min(lat):.1f} s, max {max(lat):.1f} s "
             f"over {len(lat)} probes (change -> Delta median "
-            f"{statistics.median(p.change_to_delta for p in probes):.1f} s)")
+            f"{statistics.median(p.change_to_delta for p in probes):.1f} s; change -> landed median "
+            f"{statistics.median(p.change_to_landing for p in probes):.2f} s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         if number:
             time.sleep(args.pause)
         probes.append(probe(sf, Path(info["landing_dir"]), Path(info["warehouse"])))
-        print(f"probe {number + 1}: landing -> Delta {probes[-1].landing_to_delta:.1f} s", flush=True)
+        print(f"probe {number + 1}: change -> landed {probes[-1].change_to_landing:.2f} s, landing -> Delta "
+              f"{probes[-1].landing_to_delta:.1f} s", flush=True)
     print(summary(probes))
     return 0
 

@@ -1,4 +1,9 @@
-"""`python -m demo`: emulator + workload + `dagster dev` with sensors on, until Ctrl-C or SIGTERM."""
+"""`python -m demo`: emulator + workload + CDC subscriber + `dagster dev` with sensors on, until Ctrl-C or SIGTERM.
+
+The emulator serves its change events over the Pub/Sub API; the subscriber (`python -m cdc_subscriber subscribe`)
+lands them in the landing zone, where Dagster's sensors pick them up: emulator -> subscriber -> landing zone ->
+Dagster, as with a real org. `--emulator-lands` skips the subscriber (the emulator writes the files itself).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ import threading
 import time
 from pathlib import Path
 
+from cdc_subscriber.cli import state_dir_for
+from cdc_subscriber.status import read_statuses
 from demo import processes
 from demo.instance import fail_orphaned_runs, write_dagster_home
 from demo.org import WorkloadThread, open_org
@@ -33,16 +40,24 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, default=REPO / "replication.yaml")
     parser.add_argument("--spark-port", type=int, default=int(os.environ.get("CDC_DEMO_SPARK_PORT", 15002)),
                         help="port of the Spark Connect server the runs share (env CDC_DEMO_SPARK_PORT)")
+    parser.add_argument("--pubsub-port", type=int, default=int(os.environ.get("CDC_DEMO_PUBSUB_PORT", 7443)),
+                        help="the emulator's Pub/Sub API port (env CDC_DEMO_PUBSUB_PORT)")
+    parser.add_argument("--emulator-lands", action="store_true",
+                        help="no subscriber: the emulator writes the landing files itself")
     parser.add_argument("--no-spark-connect", action="store_true",
                         help="no shared Spark server: every run starts its own local Spark JVM")
     return parser
 
 
 def _banner(ui_url: str, emu, root: Path, log_file: Path, spark: str) -> str:  # type: ignore[no-untyped-def]
+    landing = (f"  CDC subscriber     Pub/Sub API {emu.pubsub_address} -> landing zone; status: python -m "
+               f"cdc_subscriber --landing-dir {root / 'landing'} status (log {root / 'subscriber.log'})"
+               if emu.events is not None else "  CDC                the emulator writes the landing files itself")
     return "\n".join([
         "",
         f"  Dagster UI         {ui_url}   (sensors running; assets materialize on their own)",
         f"  Salesforce org     {emu.instance_url}   token {emu.token}, CA {emu.ca_file}",
+        landing,
         f"  Spark              {spark}",
         f"  landing zone       {root / 'landing'}",
         f"  Delta warehouse    {root / 'warehouse'}",
@@ -51,6 +66,14 @@ def _banner(ui_url: str, emu, root: Path, log_file: Path, spark: str) -> str:  #
         "  Ctrl-C stops everything.",
         "",
     ])
+
+
+def _landing_status(emu, root: Path) -> str:  # type: ignore[no-untyped-def]
+    if emu.events is None:
+        return f"{len(emu.publisher.writer.published) if emu.publisher else 0} landing files"
+    streams = read_statuses(state_dir_for(root / "landing"))
+    return "; ".join(f"subscriber {s.effective_state()}: {s.events_landed} events in {s.files_landed} files, "
+                     f"lag {s.lag_seconds or 0:.1f}s" for s in streams) or "subscriber not reporting yet"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,9 +98,16 @@ def main(argv: list[str] | None = None) -> int:
     home = write_dagster_home(root / "dagster_home")
     if orphans := fail_orphaned_runs(home):
         log.info("marked %d runs left in flight by an earlier session as failed", orphans)
-    emu, workload = open_org(root / "org", root / "landing", port=args.port, accounts=args.accounts)
+    if not args.emulator_lands:
+        try:
+            processes.free_port(args.pubsub_port)
+        except OSError as exc:
+            raise SystemExit(f"port {args.pubsub_port} for the Pub/Sub API is taken ({exc}); set "
+                             "CDC_DEMO_PUBSUB_PORT") from exc
+    emu, workload = open_org(root / "org", root / "landing", port=args.port, accounts=args.accounts,
+                             emulator_lands=args.emulator_lands, pubsub_port=args.pubsub_port)
     worker = WorkloadThread(workload, rate=args.rate)
-    dagster = spark_server = None
+    dagster = spark_server = subscriber = None
     try:
         spark = "a local JVM per run"
         extra = {}
@@ -87,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
             extra["SPARK_REMOTE"] = spark
         env = processes.platform_env(home=home, config=args.config, landing=root / "landing",
                                      warehouse=root / "warehouse", emu=emu, extra=extra)
+        if not args.emulator_lands:
+            log.info("starting the CDC subscriber (log: %s)", root / "subscriber.log")
+            subscriber = processes.start_subscriber(env, root / "landing", emu.pubsub_address, args.config,
+                                                    root / "subscriber.log")
         log_file = root / "dagster.log"
         dagster = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1",
                                    "-p", str(args.ui_port)], env, log_file=log_file)
@@ -105,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
             if dagster.poll() is not None:
                 log.error("dagster dev exited with code %s; see %s", dagster.returncode, log_file)
                 return 1
+            if subscriber is not None and subscriber.poll() is not None:
+                log.error("the CDC subscriber exited with code %s; see %s", subscriber.returncode,
+                          root / "subscriber.log")
+                return 1
             if spark_server is not None and spark_server.poll() is not None:
                 log.error("the Spark Connect server exited with code %s; see %s", spark_server.returncode,
                           root / "spark_connect.log")
@@ -112,14 +150,15 @@ def main(argv: list[str] | None = None) -> int:
             if time.monotonic() - last_status < STATUS_EVERY_SECONDS:
                 continue
             last_status, stats = time.monotonic(), worker.stats
-            log.info("workload: %d transactions, %d record changes so far; %d landing files",
-                     stats.get("transactions", 0), stats.get("record_changes", 0),
-                     len(emu.publisher.writer.published) if emu.publisher else 0)
+            log.info("workload: %d transactions, %d record changes so far; %s",
+                     stats.get("transactions", 0), stats.get("record_changes", 0), _landing_status(emu, root))
         return 0
     finally:
-        log.info("stopping: workload, Dagster, Spark, emulator")
+        log.info("stopping: workload, subscriber, Dagster, Spark, emulator")
         if worker.is_alive():
             worker.stop()
+        if subscriber is not None:
+            processes.stop(subscriber)  # SIGINT: it lands its open file and saves its position
         if dagster is not None:
             processes.stop(dagster)
         if spark_server is not None:

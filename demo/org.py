@@ -1,5 +1,10 @@
 """The demo's Salesforce org: the emulator with a generated org, and a workload changing it in the background.
 
+By default the org serves its change events over the Pub/Sub API (gRPC) and writes no landing files: the CDC
+subscriber (``python -m cdc_subscriber subscribe``, started by ``demo.main``) lands them, as against a real org.
+``emulator_lands=True`` is the older shortcut: the emulator writes the landing files itself (with its duplicate and
+late file faults, which only exist on that path).
+
 The org is built once (500 accounts with their contacts, opportunities and cases, plus leads) and kept in
 `.demo/org`, so a restarted demo continues the same org. The workload runs straight against the store (the REST
 API stays free for the platform) at a modest rate. The fault knobs make the interesting cases happen on their
@@ -31,9 +36,13 @@ DEMO_FAULTS = FaultConfig(
 
 
 def open_org(data_dir: Path, landing_dir: Path, *, port: int, accounts: int = 500,
-             roll_seconds: float = 5.0, faults: FaultConfig = DEMO_FAULTS) -> tuple[Emulator, Workload]:
-    """The emulator on `port` with its org (generated if new) and a workload over it; the server is started."""
-    emu = Emulator(data_dir, landing_dir=landing_dir, port=port, faults=faults, roll_seconds=roll_seconds)
+             roll_seconds: float = 5.0, faults: FaultConfig = DEMO_FAULTS, emulator_lands: bool = False,
+             pubsub_port: int = 7443, keepalive_seconds: float = 5.0) -> tuple[Emulator, Workload]:
+    """The emulator on `port` (Pub/Sub API on `pubsub_port`) with its org (generated if new) and a workload over
+    it; the server is started."""
+    emu = Emulator(data_dir, landing_dir=landing_dir if emulator_lands else None, port=port, faults=faults,
+                   roll_seconds=roll_seconds, pubsub=not emulator_lands, pubsub_port=pubsub_port,
+                   keepalive_seconds=keepalive_seconds)
     workload = Workload(emu, seed=int(time.time()))
     if not workload.live["Account"]:
         log.info("building a new org with %d accounts in %s", accounts, data_dir)

@@ -79,6 +79,15 @@ def stop(process: subprocess.Popen, grace_seconds: float = 30.0) -> int | None:
         return None
 
 
+def start_subscriber(env: dict[str, str], landing: Path, endpoint: str, config: Path,
+                     log_file: Path) -> subprocess.Popen:
+    """The CDC subscriber (``python -m cdc_subscriber subscribe``) landing the org's Pub/Sub events into `landing`,
+    from the oldest retained event the first time (so the demo's generated org lands too), then from its position."""
+    return start(["python", "-m", "cdc_subscriber", "--landing-dir", str(Path(landing).resolve()), "subscribe",
+                  "--endpoint", endpoint, "--config", str(Path(config).resolve()), "--initial-replay", "EARLIEST"],
+                 env, log_file=log_file)
+
+
 def start_spark_connect(log_file: Path, port: int = 0, timeout_seconds: float = 180.0,
                         conf: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """A Spark Connect server (`resources.spark_connect`) for the runs to share, once it accepts connections; and

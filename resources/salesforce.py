@@ -108,6 +108,16 @@ class SalesforceResource(dg.ConfigurableResource):
             self._client = self._connect()
         return self._client
 
+    def session(self) -> tuple[str, str]:
+        """(access token, instance URL) of the current session, logging in first if needed: what the Pub/Sub API
+        wants in its call metadata."""
+        sf = self.client()
+        return sf.session_id, f"https://{sf.sf_instance}"
+
+    def relogin(self) -> None:
+        """Forget the session: the next call logs in again (after the org rejected an expired token)."""
+        self._client = None
+
     def _connect(self) -> Salesforce:
         session = self._session()
         if self.access_token:
@@ -300,11 +310,14 @@ def _strip(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k != "attributes"}
 
 
-def salesforce_resource_from_env(environ: dict[str, str] | None = None) -> SalesforceResource:
+def salesforce_resource_from_env(environ: dict[str, str] | None = None, *,
+                                 resolved: bool = False) -> SalesforceResource:
     """The resource for this environment: every ``SF_*`` variable that is set is passed as ``dg.EnvVar`` (so
-    secrets stay out of config); without credentials, the local emulator's defaults apply."""
+    secrets stay out of config); without credentials, the local emulator's defaults apply. ``resolved`` passes
+    the values themselves, for a process that uses the resource outside Dagster (the CDC subscriber)."""
     env = os.environ if environ is None else environ
-    kwargs: dict[str, Any] = {name: dg.EnvVar(var) for name, var in ENV_VARS.items() if env.get(var)}
+    kwargs: dict[str, Any] = {name: env[var] if resolved else dg.EnvVar(var)
+                              for name, var in ENV_VARS.items() if env.get(var)}
     has_credentials = any(k in kwargs for k in ("access_token", "username", "client_id"))
     if not has_credentials:
         kwargs["access_token"] = LOCAL_ACCESS_TOKEN

@@ -47,6 +47,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="send long text updates as unified diffs when both values have this many characters")
     serve.add_argument("--diff-corrupt-fraction", type=float, default=0.0,
                        help="fraction of those diffs sent with a wrong hash or against another base")
+    serve.add_argument("--pubsub-port", type=int, default=None,
+                       help="also serve the Pub/Sub API (gRPC, TLS) on this port (0: any free port)")
+    serve.add_argument("--no-landing", action="store_true",
+                       help="write no landing files (a subscriber lands the Pub/Sub events instead)")
 
     generate = commands.add_parser("generate", help="build an org and/or make changes")
     generate.add_argument("--accounts", type=int, default=0, help="build an org with this many accounts first")
@@ -67,14 +71,19 @@ def serve(args: argparse.Namespace) -> int:
                          late_file_fraction=args.late_file_fraction, diff_over_chars=args.diff_over_chars,
                          diff_corrupt_fraction=args.diff_corrupt_fraction)
     objects = [o.strip() for o in args.cdc_objects.split(",")] if args.cdc_objects else None
-    emu = Emulator(args.data_dir, landing_dir=args.landing_dir, port=args.port, token=args.token,
-                   daily_request_limit=args.daily_request_limit, cdc_objects=objects, faults=faults,
-                   roll_seconds=args.roll_seconds)
+    pubsub = args.pubsub_port is not None
+    emu = Emulator(args.data_dir, landing_dir=None if args.no_landing else args.landing_dir, port=args.port,
+                   token=args.token, daily_request_limit=args.daily_request_limit, cdc_objects=objects,
+                   faults=faults, roll_seconds=args.roll_seconds, pubsub=pubsub, pubsub_port=args.pubsub_port or 0)
     emu.start()
     info = args.data_dir / "serve.json"
     info.write_text(json.dumps({"instance_url": emu.instance_url, "ca_file": str(Path(emu.ca_file).resolve()),
-                                "token": emu.token, "landing_dir": str(args.landing_dir.resolve())}))
-    print(f"Salesforce emulator serving {emu.instance_url}  (landing zone: {args.landing_dir})")
+                                "token": emu.token, "landing_dir": str(args.landing_dir.resolve()),
+                                "pubsub_endpoint": emu.pubsub_address if pubsub else None}))
+    print(f"Salesforce emulator serving {emu.instance_url}  (landing zone: "
+          f"{'none' if args.no_landing else args.landing_dir})")
+    if pubsub:
+        print(f"  export SF_PUBSUB_ENDPOINT={emu.pubsub_address}   (Pub/Sub API)")
     print(f"  export SF_INSTANCE_URL={emu.instance_url}")
     print(f"  export SF_ACCESS_TOKEN={emu.token}")
     print(f"  export SF_CA_BUNDLE={Path(emu.ca_file).resolve()}")

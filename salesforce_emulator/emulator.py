@@ -3,6 +3,9 @@
     with Emulator(tmp / "org", landing_dir=tmp / "landing") as emu:
         sf = Salesforce(instance_url=emu.instance_url, session_id=emu.token, session=session_verifying(emu.ca_file))
 
+With ``pubsub=True`` it also serves the Pub/Sub API over gRPC (``pubsub_address``, same TLS CA) from an event bus
+kept in ``events.sqlite``; without a ``landing_dir`` it then writes no landing files itself (a subscriber does).
+
 The store exists as soon as the object does (a workload can build the org before ``start()``); ``start()`` binds
 127.0.0.1 and serves HTTPS from a background thread; ``stop()`` publishes pending events and closes everything.
 Everything durable lives in ``data_dir`` (``org.sqlite``, ``tls/``, ``bulk/``), so a new Emulator on the same
@@ -14,12 +17,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
+from salesforce_emulator import ids
 from salesforce_emulator.api import Api
+from salesforce_emulator.event_log import DEFAULT_RETENTION_SECONDS, EventLog
 from salesforce_emulator.faults import FaultConfig
 from salesforce_emulator.publisher import CdcPublisher
+from salesforce_emulator.pubsub_server import PubSubServer, PubSubServicer
 from salesforce_emulator.server import NetworkFault, serve_in_thread
 from salesforce_emulator.store import Store
 from salesforce_emulator.tls import ensure_tls
@@ -35,7 +42,9 @@ class Emulator:
                  faults: FaultConfig | None = None, *, host: str = "127.0.0.1", roll_bytes: int = 8 << 20,
                  roll_seconds: float = 2.0, client_id: str = "emulator-client",
                  client_secret: str = "emulator-secret", username: str = "dev@emulator.local",
-                 password: str = "dev-password", security_token: str = ""):
+                 password: str = "dev-password", security_token: str = "", pubsub: bool = False,
+                 pubsub_port: int = 0, retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+                 keepalive_seconds: float = 270.0):
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.landing_dir = Path(landing_dir) if landing_dir is not None else None
@@ -43,10 +52,14 @@ class Emulator:
         self.faults = faults or FaultConfig()
         self.store = Store(self.data_dir / "org.sqlite")
         self.publisher: CdcPublisher | None = None
-        if self.landing_dir is not None:
+        self.events = EventLog(self.data_dir / "events.sqlite", retention_seconds) if pubsub else None
+        if self.landing_dir is not None or self.events is not None:
             self.publisher = CdcPublisher(self.landing_dir, cdc_objects, self.faults, max_bytes=roll_bytes,
-                                          max_age_seconds=roll_seconds)
+                                          max_age_seconds=roll_seconds, events=self.events)
             self.store.add_listener(self.publisher)
+        self.tenant_id = ids.make_id("00D", 1)
+        self.pubsub_port, self.keepalive_seconds = pubsub_port, keepalive_seconds
+        self._pubsub: PubSubServer | None = None
         self._tls = ensure_tls(self.data_dir / "tls")
         self.ca_file = str(self._tls.ca_file)
         credentials = {"client_id": client_id, "client_secret": client_secret, "username": username,
@@ -64,6 +77,10 @@ class Emulator:
         self._server, _ = serve_in_thread(self.host, self.port, self.api.dispatcher, self._tls.server_context())
         self.port = self._server.server_address[1]
         self.api.instance_url = self.instance_url
+        if self.events is not None:
+            servicer = PubSubServicer(self.events, lambda: self.api.token, self.tenant_id, self.keepalive_seconds)
+            self._pubsub = PubSubServer(servicer, self._tls, self.host, self.pubsub_port).start()
+            self.pubsub_port = self._pubsub.port
         self._stopping.clear()
         if self.publisher is not None:
             self._ticker = threading.Thread(target=self._tick, name="salesforce-emulator-cdc-roll", daemon=True)
@@ -78,6 +95,9 @@ class Emulator:
 
     def stop(self) -> None:
         self._stopping.set()
+        if self._pubsub is not None:
+            self._pubsub.stop()
+            self._pubsub = None
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -89,6 +109,8 @@ class Emulator:
             with self.store.lock:
                 self.publisher.writer.close()
         self.store.close()
+        if self.events is not None:
+            self.events.close()
 
     def __enter__(self) -> Emulator:
         return self.start()
@@ -102,6 +124,25 @@ class Emulator:
         if self._server is None:
             raise RuntimeError("the emulator is not serving yet: call start() first")
         return f"https://{self.host}:{self.port}"
+
+    @property
+    def pubsub_address(self) -> str:
+        """``host:port`` of the Pub/Sub API (gRPC over TLS; trust ``ca_file``)."""
+        if self._pubsub is None:
+            raise RuntimeError("the Pub/Sub API is not serving: Emulator(pubsub=True) and start() first")
+        return self._pubsub.address
+
+    def expire_session(self, new_token: str | None = None) -> str:
+        """Invalidate the current access token (sessions expire): REST calls and open Pub/Sub streams with it now
+        fail as unauthenticated; an OAuth login returns the new token."""
+        self.token = self.api.token = new_token or f"token-{uuid.uuid4().hex[:12]}"
+        return self.token
+
+    def expire_events_through(self, replay_id: int) -> None:
+        """Drop the event bus's events up to ``replay_id``, as if they had aged out of the retention window."""
+        if self.events is None:
+            raise RuntimeError("the event bus needs Emulator(pubsub=True)")
+        self.events.expire_through(replay_id)
 
     # -- CDC ------------------------------------------------------------------------------------------
     def flush_cdc(self, include_late: bool = True) -> list[Path]:

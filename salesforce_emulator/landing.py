@@ -4,7 +4,8 @@ Lines go to ``YYYY/MM/DD/HH/_<name>.jsonl`` (invisible: names starting with ``_`
 is renamed to ``<name>.jsonl`` when it is rolled: by size, by age (a background tick), or on ``flush()``.
 A transaction's lines always land in one file. ``<name>`` is the first commit timestamp in the file plus a
 counter, so names sort by time and never collide across restarts (the commit clock is persisted).
-Landing faults (duplicate and late files) are applied at publish time.
+Landing faults (duplicate and late files) are applied at publish time. A writer built with ``enabled=False``
+writes nothing (the emulator then only serves its events over the Pub/Sub API, for a subscriber to land).
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ class _HeldFile:
 
 class LandingWriter:
     def __init__(self, root: Path, faults: FaultConfig, rng: random.Random, *, max_bytes: int = 8 << 20,
-                 max_age_seconds: float = 2.0):
+                 max_age_seconds: float = 2.0, enabled: bool = True):
         self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.enabled = enabled
+        if enabled:
+            self.root.mkdir(parents=True, exist_ok=True)
         self.faults = faults
         self.rng = rng
         self.max_bytes = max_bytes
@@ -57,7 +60,7 @@ class LandingWriter:
         self._counter = 0
 
     def write(self, lines: list[str], commit_ts: int) -> None:
-        if not lines:
+        if not lines or not self.enabled:
             return
         data = ("\n".join(lines) + "\n").encode()
         with self.lock:

@@ -1,4 +1,5 @@
-"""The CDC publisher: a store listener that writes each committed transaction's events to the landing zone.
+"""The CDC publisher: a store listener that writes each committed transaction's events to the landing zone
+and/or appends them to the event bus the Pub/Sub API server reads (``event_log.py``): the same lines, built once.
 
 It runs inside the store's commit (the store lock is held), so files receive events in commit order. CDC is
 enabled per object (``None`` means every object); changes to other objects still take part in sequence numbering
@@ -13,19 +14,22 @@ from pathlib import Path
 
 from salesforce_emulator.cdc import build_events
 from salesforce_emulator.changes import CommittedTransaction
+from salesforce_emulator.event_log import EventLog
 from salesforce_emulator.faults import FaultConfig
 from salesforce_emulator.landing import LandingWriter
 from salesforce_emulator.schema import get_object
 
 
 class CdcPublisher:
-    def __init__(self, landing_dir: Path, cdc_objects: list[str] | None, faults: FaultConfig, *,
-                 max_bytes: int = 8 << 20, max_age_seconds: float = 2.0):
+    def __init__(self, landing_dir: Path | None, cdc_objects: list[str] | None, faults: FaultConfig, *,
+                 max_bytes: int = 8 << 20, max_age_seconds: float = 2.0, events: EventLog | None = None):
         self.faults = faults
         self.rng = random.Random(faults.seed)
         self.set_objects(cdc_objects)
-        self.writer = LandingWriter(landing_dir, faults, self.rng, max_bytes=max_bytes,
-                                    max_age_seconds=max_age_seconds)
+        self.writer = LandingWriter(landing_dir if landing_dir is not None else Path(), faults, self.rng,
+                                    max_bytes=max_bytes, max_age_seconds=max_age_seconds,
+                                    enabled=landing_dir is not None)
+        self.events = events
         self.counts: Counter[str] = Counter()
 
     def set_objects(self, cdc_objects: list[str] | None) -> None:
@@ -52,3 +56,5 @@ class CdcPublisher:
         self.counts["events"] += len(lines)
         self.counts["transactions"] += 1 if lines else 0
         self.writer.write(lines, txn.commit_ts)
+        if self.events is not None:
+            self.events.append(lines, txn.commit_ts)

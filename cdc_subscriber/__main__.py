@@ -1,0 +1,5 @@
+import sys
+
+from cdc_subscriber.cli import main
+
+sys.exit(main())

@@ -1,0 +1,125 @@
+"""``python -m cdc_subscriber subscribe | status``.
+
+``subscribe`` streams change events from the org (``SF_*`` variables, as for Dagster; ``SF_PUBSUB_ENDPOINT`` is
+the Pub/Sub API, ``api.pubsub.salesforce.com:7443`` by default) into the landing zone (``CDC_LANDING_ZONE``) until
+SIGTERM/SIGINT, one stream per topic: ``/data/ChangeEvents`` by default, or ``--per-object`` for one
+``/data/<Object>ChangeEvent`` channel per object of ``replication.yaml``. State (positions, status) lives in
+``<landing zone>/_subscriber`` unless ``--state-dir`` says otherwise. ``status`` prints every stream's status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from dataclasses import asdict
+from pathlib import Path
+
+from cdc_subscriber.service import ALL_CHANGES, Subscriber, SubscriberConfig
+from cdc_subscriber.status import read_statuses
+
+DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
+STATE_FOLDER = "_subscriber"  # inside the landing zone: a name starting with "_" is never read as events
+
+
+def state_dir_for(landing_dir: Path) -> Path:
+    return Path(landing_dir) / STATE_FOLDER
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m cdc_subscriber",
+                                     description="Salesforce Pub/Sub API change events -> landing zone files.")
+    parser.add_argument("--landing-dir", type=Path, default=Path(os.environ.get("CDC_LANDING_ZONE", "landing")))
+    parser.add_argument("--state-dir", type=Path, default=None, help="default: <landing-dir>/_subscriber")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    commands = parser.add_subparsers(dest="command", required=True)
+    sub = commands.add_parser("subscribe", help="stream change events into the landing zone until stopped")
+    sub.add_argument("--endpoint", default=os.environ.get("SF_PUBSUB_ENDPOINT", DEFAULT_ENDPOINT))
+    sub.add_argument("--config", default=os.environ.get("CDC_CONFIG", "replication.yaml"),
+                     help="replication.yaml: the objects a resync marker names (and --per-object channels)")
+    sub.add_argument("--topic", action="append", help=f"a channel (repeatable; default {ALL_CHANGES})")
+    sub.add_argument("--per-object", action="store_true", help="one /data/<Object>ChangeEvent stream per object")
+    sub.add_argument("--initial-replay", choices=("LATEST", "EARLIEST"), default="LATEST",
+                     help="where a stream with no saved position starts")
+    sub.add_argument("--tenant-id", default=os.environ.get("SF_TENANT_ID"))
+    sub.add_argument("--roll-seconds", type=float, default=2.0, help="land the open file after this age")
+    sub.add_argument("--roll-bytes", type=int, default=8 << 20, help="land the open file at this size")
+    sub.add_argument("--keepalive-timeout", type=float, default=300.0,
+                     help="reconnect when not even a keepalive came for this long (Salesforce sends one in 270 s)")
+    status = commands.add_parser("status", help="print each stream's status")
+    status.add_argument("--json", action="store_true")
+    return parser
+
+
+def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
+    from cdc_assets.config import load_config
+    from resources.salesforce import salesforce_resource_from_env
+
+    subscribers: list[Subscriber] = []
+    stopping = threading.Event()
+
+    def stop(*_: object) -> None:
+        stopping.set()
+        for s in subscribers:
+            s.stop()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):  # first: a signal during start-up stops cleanly too
+        signal.signal(signum, stop)
+    entities = tuple(load_config(args.config).names) if Path(args.config).exists() else ()
+    topics = args.topic or ([f"/data/{name}ChangeEvent" for name in entities] if args.per_object else [ALL_CHANGES])
+    for topic in topics:
+        salesforce = salesforce_resource_from_env(resolved=True)
+        config = SubscriberConfig(landing_dir=args.landing_dir, state_dir=state_dir, endpoint=args.endpoint,
+                                  topic=topic, entities=entities, initial_replay=args.initial_replay,
+                                  ca_file=salesforce.ca_bundle, tenant_id=args.tenant_id,
+                                  roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
+                                  keepalive_timeout=args.keepalive_timeout)
+        subscribers.append(Subscriber(config, salesforce))
+        if stopping.is_set():
+            subscribers[-1].stop()
+    results: dict[str, str] = {}
+    threads = [threading.Thread(target=lambda s=s: results.__setitem__(s.config.topic, s.run()), name=s.config.topic)
+               for s in subscribers]
+    for thread in threads:
+        thread.start()
+    print(f"subscribed to {', '.join(topics)} at {args.endpoint}; landing in {args.landing_dir}", flush=True)
+    while any(t.is_alive() for t in threads):
+        for thread in threads:
+            thread.join(timeout=0.5)
+    return 1 if "FAILED_PERMANENTLY" in results.values() else 0
+
+
+def show_status(args: argparse.Namespace, state_dir: Path) -> int:
+    statuses = read_statuses(state_dir)
+    now = dt.datetime.now(dt.UTC)
+    if args.json:
+        print(json.dumps([asdict(s) | {"state": s.effective_state(now)} for s in statuses], indent=1))
+        return 0
+    if not statuses:
+        print(f"NOT_STARTED: no subscriber has reported in {state_dir}")
+        return 0
+    for s in statuses:
+        lag = "-" if s.lag_seconds is None else f"{s.lag_seconds:.1f}s"
+        print(f"{s.topic}: {s.effective_state(now)}  replay id {s.last_replay_id}  {s.events_per_second} events/s  "
+              f"lag {lag}  landed {s.events_landed} events in {s.files_landed} files  resyncs {s.resyncs}  "
+              f"updated {s.updated_at}")
+        if s.last_error:
+            print(f"  last error at {s.last_error_at}: {s.last_error}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    state_dir = args.state_dir or state_dir_for(args.landing_dir)
+    return subscribe(args, state_dir) if args.command == "subscribe" else show_status(args, state_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Lands decoded events as files in the landing zone (design §2), and says when each file is durable.
+
+Lines go to ``YYYY/MM/DD/HH/_<name>.jsonl`` (invisible) and the file is renamed to ``<name>.jsonl`` when it is
+rolled, after an ``fsync`` of the file (and then of its directory): once renamed, its events survive a crash.
+``on_landed(path, lines, replay_id)`` is then called with the last replay id in the file: that is the only moment the
+subscriber may move its durable position (a crash before it re-lands events, which dedup absorbs; it never skips).
+
+A file rolls by size or age, but only between transactions (before an event of a new ``transactionKey``), so a
+transaction's events land in one file as the platform prefers; an idle stream rolls its open file once it is
+old enough and no event came for ``quiet_seconds`` (the transaction is then complete in practice; if it was not,
+the platform's ``transaction_close_after`` still handles a transaction split across files).
+
+``<name>`` is the first event's commit timestamp and replay id: names sort by time, and a name taken by a file
+landed before a crash gets a ``-<n>`` suffix (a visible file is immutable, never overwritten).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from cdc_assets.faults import fault_point
+
+
+@dataclass
+class _OpenFile:
+    temp: Path
+    folder: Path
+    stem: str
+    handle: IO[bytes]
+    opened: float
+    size: int = 0
+    lines: int = 0
+    last_replay: bytes | None = None
+    last_key: str | None = None
+
+
+class LandingFileWriter:
+    def __init__(self, root: Path, on_landed: Callable[[Path, int, bytes | None], None], *, max_bytes: int = 8 << 20,
+                 max_age_seconds: float = 2.0, quiet_seconds: float = 0.2):
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.on_landed = on_landed
+        self.max_bytes, self.max_age_seconds, self.quiet_seconds = max_bytes, max_age_seconds, quiet_seconds
+        self.lock = threading.RLock()
+        self.files_landed = 0
+        self._current: _OpenFile | None = None
+        self._last_write = 0.0
+
+    @property
+    def pending(self) -> bool:
+        """True while written events wait in an open (invisible) file."""
+        return self._current is not None
+
+    def write(self, line: str, commit_ts: int, transaction_key: str, replay_id: bytes | None) -> None:
+        data = (line + "\n").encode()
+        with self.lock:
+            current = self._current
+            if current is not None and transaction_key != current.last_key and self._due(current):
+                self.roll()
+            if self._current is None:
+                self._current = self._open(commit_ts, replay_id)
+            current = self._current
+            current.handle.write(data)
+            current.size += len(data)
+            current.lines += 1
+            current.last_key = transaction_key
+            if replay_id is not None:
+                current.last_replay = replay_id
+            self._last_write = time.monotonic()
+
+    def _due(self, current: _OpenFile) -> bool:
+        return current.size >= self.max_bytes or time.monotonic() - current.opened >= self.max_age_seconds
+
+    def tick(self) -> None:
+        """Roll an open file that is old enough once the stream has been quiet (called from a timer)."""
+        with self.lock:
+            if (self._current is not None and self._due(self._current)
+                    and time.monotonic() - self._last_write >= self.quiet_seconds):
+                self.roll()
+
+    def _open(self, commit_ts: int, replay_id: bytes | None) -> _OpenFile:
+        stamp = dt.datetime.fromtimestamp(commit_ts / 1000, tz=dt.UTC)
+        folder = self.root / stamp.strftime("%Y/%m/%d/%H")
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = f"{commit_ts:013d}-{int.from_bytes(replay_id or b'', 'big'):016d}"
+        temp = folder / f"_{stem}-{os.getpid()}.jsonl"
+        return _OpenFile(temp, folder, stem, temp.open("wb"), time.monotonic())
+
+    def roll(self) -> Path | None:
+        """Make the open file visible (durably) and report it; None when nothing was open."""
+        with self.lock:
+            current, self._current = self._current, None
+            if current is None:
+                return None
+            current.handle.flush()
+            os.fsync(current.handle.fileno())
+            current.handle.close()
+            final = current.folder / f"{current.stem}.jsonl"
+            suffix = 0
+            while final.exists():  # landed before a crash: never replace a visible file
+                suffix += 1
+                final = current.folder / f"{current.stem}-{suffix}.jsonl"
+            os.replace(current.temp, final)
+            _fsync_dir(current.folder)
+            fault_point("subscriber.after_rename")  # landed, position not saved yet: these events come again
+            self.files_landed += 1
+            self.on_landed(final, current.lines, current.last_replay)
+            return final
+
+    def discard_orphans(self) -> int:
+        """Remove in-flight files a killed subscriber left (their events were never acknowledged: they come
+        again). Only this writer's naming (``_<ts>-<replay>-<pid>.jsonl``) of processes no longer alive."""
+        removed = 0
+        for path in self.root.rglob("_*.jsonl"):
+            parts = path.name[1:].removesuffix(".jsonl").split("-")
+            if len(parts) == 3 and all(p.isdigit() for p in parts) and not _alive(int(parts[2])):
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,43 @@
+"""The Pub/Sub API messages and stubs, generated from ``pubsub_api.proto`` when this module is imported.
+
+``grpc.protos_and_services`` (grpcio-tools) compiles the ``.proto`` in memory, so no generated code is kept in the
+repository or on disk: a fresh clone works as soon as ``pyproject.toml``'s dependencies are installed, and the
+stubs always match the ``.proto`` next to this file. ``pb`` holds the messages (``pb.FetchRequest``), ``services``
+the client stub (``services.PubSubStub``) and the server helpers (``services.PubSubServicer``,
+``services.add_PubSubServicer_to_server``), shared by the subscriber and the emulator's server.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import grpc
+
+_HERE = str(Path(__file__).resolve().parent)
+_LOCK = threading.Lock()
+
+
+def _load():  # type: ignore[no-untyped-def]
+    # protos_and_services resolves the file against sys.path: put this directory first, only for the call.
+    with _LOCK:
+        sys.path.insert(0, _HERE)
+        try:
+            return grpc.protos_and_services("pubsub_api.proto")
+        finally:
+            sys.path.remove(_HERE)
+
+
+pb, services = _load()
+
+# Replay ids are opaque bytes to the protocol; Salesforce's (and the emulator's) are a big-endian long, which is
+# also the ``replayId`` integer the Streaming API (CometD) shows.
+
+
+def replay_to_int(replay_id: bytes) -> int:
+    return int.from_bytes(replay_id, "big")
+
+
+def int_to_replay(value: int) -> bytes:
+    return value.to_bytes(8, "big")

@@ -1,0 +1,133 @@
+"""Stream status, in the states of Google Datastream: what the subscriber reports and Dagster observes.
+
+``NOT_STARTED`` (never ran), ``STARTING`` (connecting / logging in), ``RUNNING`` (streaming), ``DRAINING`` (stopping:
+landing what it holds), ``PAUSED`` (stopped on request), ``FAILED`` (an error; retrying with backoff),
+``FAILED_PERMANENTLY`` (an error retrying cannot fix: bad topic, no permission, bad configuration).
+
+Each stream (topic) writes ``status-<topic>.json`` in the subscriber's state folder (by default
+``<landing zone>/_subscriber``, which the platform never reads as events): state, last landed replay id, events
+landed, events per second (over the last ``RATE_WINDOW`` seconds), lag, last error and its time, and
+``updated_at``. Lag is now minus the newest ``commitTimestamp`` received, or 0 when the server's keepalive says
+nothing newer exists (an idle org is not a lagging stream). A status whose ``updated_at`` is older than
+``STALE_AFTER_SECONDS`` comes from a subscriber that is no longer running, and reads as FAILED.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+STATES = ("NOT_STARTED", "STARTING", "RUNNING", "DRAINING", "PAUSED", "FAILED", "FAILED_PERMANENTLY")
+RATE_WINDOW = 10.0
+WRITE_EVERY = 1.0
+STALE_AFTER_SECONDS = 30.0
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()
+
+
+@dataclass
+class StreamStatus:
+    topic: str
+    state: str = "NOT_STARTED"
+    last_replay_id: int | None = None
+    events_landed: int = 0
+    files_landed: int = 0
+    events_per_second: float = 0.0
+    lag_seconds: float | None = None
+    newest_commit_ts: int | None = None
+    last_error: str | None = None
+    last_error_at: str | None = None
+    resyncs: int = 0
+    started_at: str = field(default_factory=_now)
+    updated_at: str = field(default_factory=_now)
+    pid: int = field(default_factory=os.getpid)
+
+    def effective_state(self, now: dt.datetime | None = None) -> str:
+        """The state, or FAILED when a running stream stopped reporting (its process is gone)."""
+        now = now or dt.datetime.now(dt.UTC)
+        age = (now - dt.datetime.fromisoformat(self.updated_at)).total_seconds()
+        if self.state in ("STARTING", "RUNNING", "DRAINING", "FAILED") and age > STALE_AFTER_SECONDS:
+            return "FAILED"
+        return self.state
+
+
+class StatusReporter:
+    """Keeps one stream's status and writes it (atomically) at most every ``WRITE_EVERY`` seconds, and at once
+    on a state change or an error."""
+
+    def __init__(self, state_dir: Path, topic: str, slug: str):
+        self.path = Path(state_dir) / f"status-{slug}.json"
+        self.status = StreamStatus(topic=topic)
+        self.lock = threading.Lock()
+        self._landed: collections.deque[tuple[float, int]] = collections.deque()
+        self._written = 0.0
+
+    def set_state(self, state: str, error: BaseException | str | None = None) -> None:
+        with self.lock:
+            self.status.state = state
+            if error is not None:
+                self.status.last_error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+                self.status.last_error_at = _now()
+        self.write(force=True)
+
+    def received(self, commit_ts: int) -> None:
+        with self.lock:
+            newest = max(self.status.newest_commit_ts or 0, commit_ts)
+            self.status.newest_commit_ts = newest
+            self.status.lag_seconds = max(0.0, time.time() - newest / 1000)
+
+    def caught_up(self) -> None:
+        with self.lock:
+            self.status.lag_seconds = 0.0
+
+    def landed(self, events: int, replay_int: int | None) -> None:
+        with self.lock:
+            self.status.events_landed += events
+            self.status.files_landed += 1
+            if replay_int is not None:
+                self.status.last_replay_id = replay_int
+            self._landed.append((time.monotonic(), events))
+        self.write()
+
+    def resynced(self) -> None:
+        with self.lock:
+            self.status.resyncs += 1
+
+    def write(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._written < WRITE_EVERY:
+            return
+        with self.lock:
+            while self._landed and now - self._landed[0][0] > RATE_WINDOW:
+                self._landed.popleft()
+            self.status.events_per_second = round(sum(n for _, n in self._landed) / RATE_WINDOW, 1)
+            if self.status.lag_seconds and self.status.newest_commit_ts and self.status.state == "RUNNING":
+                self.status.lag_seconds = round(max(0.0, time.time() - self.status.newest_commit_ts / 1000), 3)
+            self.status.updated_at = _now()
+            self._written = now
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temp = self.path.with_name("." + self.path.name)
+            temp.write_text(json.dumps(asdict(self.status)))
+            os.replace(temp, self.path)
+
+
+def read_statuses(state_dir: Path) -> list[StreamStatus]:
+    """Every stream's last status in a state folder (none: the subscriber never ran there)."""
+    statuses = []
+    for path in sorted(Path(state_dir).glob("status-*.json")):
+        try:
+            statuses.append(StreamStatus(**json.loads(path.read_text())))
+        except (json.JSONDecodeError, TypeError) as exc:  # replaced atomically: only a foreign file can be bad
+            log.warning("ignoring %s: not a subscriber status file (%s)", path, exc)
+    return statuses

@@ -1,0 +1,188 @@
+"""The org's Pub/Sub API over gRPC (HTTP/2, TLS): GetTopic, GetSchema and Subscribe on change event channels.
+
+It serves the events of :class:`EventLog` (the ones the CDC publisher builds, re-encoded to Avro by
+``pubsub_avro``), and behaves as Salesforce documents:
+
+- **auth**: every call carries ``accesstoken`` (and ``instanceurl``, ``tenantid``) in its metadata; a wrong token
+  is ``UNAUTHENTICATED``, and an open stream ends with ``UNAUTHENTICATED`` once the session it was opened with is
+  no longer valid (the token rotated: ``Emulator.expire_session``);
+- **topics**: ``/data/ChangeEvents`` (every CDC-enabled object) or ``/data/<Object>ChangeEvent``;
+- **replay**: ``LATEST`` (the tip), ``EARLIEST`` (the oldest retained event), ``CUSTOM`` (after a replay id); a
+  replay id outside retention, or one never issued, fails with ``INVALID_ARGUMENT`` and an ``error-code`` trailer;
+- **flow control**: a stream sends at most the events its FetchRequests asked for (``num_requested`` adds up);
+- **keepalive**: with nothing to send for ``keepalive_seconds`` (270 s in Salesforce), an empty FetchResponse
+  carries the latest replay id of the stream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from cdc_subscriber.proto import int_to_replay, pb, replay_to_int, services
+from salesforce_emulator.event_log import EventLog
+from salesforce_emulator.pubsub_avro import encode_event, entity_for_schema, schema_id, schema_json
+from salesforce_emulator.schema import get_object
+from salesforce_emulator.tls import TlsFiles
+
+log = logging.getLogger(__name__)
+
+ALL_CHANGES = "/data/ChangeEvents"
+MAX_BATCH = 100
+REPLAY_CORRUPTED = "sfdc.platform.eventbus.grpc.subscription.fetch.replayid.corrupted"
+REPLAY_EXPIRED = "sfdc.platform.eventbus.grpc.subscription.fetch.replayid.invalid"
+
+
+class _Demand:
+    """Events a stream may still send: FetchRequests add, deliveries take."""
+
+    def __init__(self, changed: threading.Condition):
+        self.value = 0
+        self.changed = changed
+
+    def add(self, n: int) -> None:
+        with self.changed:
+            self.value += max(0, n)
+            self.changed.notify_all()
+
+    def consume(self, requests: Iterator[Any]) -> None:
+        try:
+            for request in requests:
+                self.add(request.num_requested)
+        except grpc.RpcError:
+            pass  # the client went away; the sending loop notices through context.is_active()
+
+
+class PubSubServicer(services.PubSubServicer):
+    def __init__(self, events: EventLog, token: Callable[[], str], tenant_id: str, keepalive_seconds: float):
+        self.events = events
+        self.token = token
+        self.tenant_id = tenant_id
+        self.keepalive_seconds = keepalive_seconds
+        self.stopping = threading.Event()
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    def _authenticate(self, context: grpc.ServicerContext) -> str:
+        metadata = dict(context.invocation_metadata())
+        token = metadata.get("accesstoken", "")
+        if token != self.token():
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "Invalid session: send a valid accesstoken, "
+                                                           "instanceurl and tenantid in the call metadata")
+        return token
+
+    def _entities(self, topic: str, context: grpc.ServicerContext) -> set[str] | None:
+        if topic == ALL_CHANGES:
+            return None
+        name = topic.removeprefix("/data/").removesuffix("ChangeEvent")
+        obj = get_object(name) if topic.startswith("/data/") and topic.endswith("ChangeEvent") else None
+        if obj is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"Topic {topic!r} not found: use /data/ChangeEvents or "
+                                                     "/data/<Object>ChangeEvent")
+        return {obj.name}  # type: ignore[union-attr]
+
+    def _start(self, request: Any, context: grpc.ServicerContext) -> int:
+        if request.replay_preset == pb.ReplayPreset.Value("EARLIEST"):
+            return self.events.earliest()
+        if request.replay_preset != pb.ReplayPreset.Value("CUSTOM"):
+            return self.events.tip
+        if len(request.replay_id) != 8 or replay_to_int(request.replay_id) > self.events.tip:
+            context.set_trailing_metadata((("error-code", REPLAY_CORRUPTED),))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "The Replay ID validation failed: the replay id is "
+                                                            "corrupted or was never issued")
+        replay = replay_to_int(request.replay_id)
+        if replay < self.events.purged_through:
+            context.set_trailing_metadata((("error-code", REPLAY_EXPIRED),))
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"The Replay ID validation failed: replay id {replay} "
+                                                            "is outside the retention window")
+        return replay
+
+    def _consumer_event(self, replay_id: int, line: str) -> Any:
+        schema, payload = encode_event(json.loads(line))
+        return pb.ConsumerEvent(event=pb.ProducerEvent(id=str(replay_id), schema_id=schema, payload=payload),
+                                replay_id=int_to_replay(replay_id))
+
+    # -- RPCs ---------------------------------------------------------------------------------------------
+    def GetTopic(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._authenticate(context)
+        entities = self._entities(request.topic_name, context)
+        schema = schema_id(next(iter(entities))) if entities else ""
+        return pb.TopicInfo(topic_name=request.topic_name, tenant_guid=self.tenant_id, can_publish=False,
+                            can_subscribe=True, schema_id=schema, rpc_id=str(uuid.uuid4()))
+
+    def GetSchema(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self._authenticate(context)
+        entity = entity_for_schema(request.schema_id)
+        if entity is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"Schema {request.schema_id!r} not found")
+        return pb.SchemaInfo(schema_json=schema_json(entity), schema_id=request.schema_id,  # type: ignore[arg-type]
+                             rpc_id=str(uuid.uuid4()))
+
+    def Subscribe(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        token = self._authenticate(context)
+        first = next(request_iterator, None)
+        if first is None:
+            return
+        entities = self._entities(first.topic_name, context)
+        cursor = self._start(first, context)
+        demand = _Demand(self.events.changed)
+        demand.add(first.num_requested)
+        threading.Thread(target=demand.consume, args=(request_iterator,), daemon=True,
+                         name="pubsub-fetch-requests").start()
+        rpc_id = str(uuid.uuid4())
+        last_sent = time.monotonic()
+        while context.is_active() and not self.stopping.is_set():  # a half-closed request stream still gets its events
+            if self.token() != token:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, "Session expired or invalid: log in again")
+            with self.events.changed:
+                if not (demand.value > 0 and self.events.tip > cursor):
+                    self.events.changed.wait(timeout=0.2)
+            tip = self.events.tip
+            if demand.value > 0 and tip > cursor:
+                batch = self.events.read(cursor, tip, entities, min(demand.value, MAX_BATCH))
+                if batch:
+                    with self.events.changed:
+                        demand.value -= len(batch)
+                    cursor = batch[-1].replay_id
+                    last_sent = time.monotonic()
+                    yield pb.FetchResponse(events=[self._consumer_event(e.replay_id, e.line) for e in batch],
+                                           latest_replay_id=int_to_replay(cursor), rpc_id=rpc_id,
+                                           pending_num_requested=demand.value)
+                    continue
+                cursor = tip  # nothing on this topic up to the tip
+            if time.monotonic() - last_sent >= self.keepalive_seconds:
+                last_sent = time.monotonic()
+                yield pb.FetchResponse(latest_replay_id=int_to_replay(cursor), rpc_id=rpc_id,
+                                       pending_num_requested=demand.value)
+
+
+class PubSubServer:
+    """A gRPC server on 127.0.0.1 (TLS with the emulator's certificate) in background threads."""
+
+    def __init__(self, servicer: PubSubServicer, tls: TlsFiles, host: str = "127.0.0.1", port: int = 0):
+        self.servicer = servicer
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="pubsub"))
+        services.add_PubSubServicer_to_server(servicer, self.server)
+        credentials = grpc.ssl_server_credentials([(tls.key_file.read_bytes(), tls.cert_file.read_bytes())])
+        self.port = self.server.add_secure_port(f"{host}:{port}", credentials)
+        self.host = host
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> PubSubServer:
+        self.server.start()
+        log.info("Pub/Sub API serving %s", self.address)
+        return self
+
+    def stop(self) -> None:
+        self.servicer.stopping.set()
+        self.server.stop(grace=1).wait()

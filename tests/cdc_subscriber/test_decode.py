@@ -1,0 +1,53 @@
+"""Decoding cases Salesforce sends that the emulator's events do not: diff fields, a compound nulled as a whole,
+dates as epoch milliseconds."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import fastavro
+
+from cdc_subscriber.bitmap import encode
+from cdc_subscriber.decode import EventDecoder
+from cdc_subscriber.proto import int_to_replay, pb
+from salesforce_emulator.pubsub_avro import schema_json
+
+# The emulator's Contact schema, but Birthdate a long: an org may send dates as epoch milliseconds.
+SCHEMA = json.loads(schema_json("Contact"))
+next(f for f in SCHEMA["fields"] if f["name"] == "Birthdate")["type"] = ["null", "long"]
+TYPES = {"Birthdate": "date", "LastModifiedDate": "datetime", "Description": "textarea", "Title": "string"}
+
+
+def consumer_event(changed: list[str], nulled: list[str], diff: list[str], **values) -> pb.ConsumerEvent:
+    header = {"entityName": "Contact", "recordIds": ["003000000000001AAA"], "changeType": "UPDATE",
+              "changeOrigin": "", "transactionKey": "t", "sequenceNumber": 1, "commitTimestamp": 1,
+              "commitNumber": 1, "commitUser": "005000000000001AAA", "changedFields": changed,
+              "nulledFields": nulled, "diffFields": diff}
+    record = {f["name"]: None for f in SCHEMA["fields"]} | {"ChangeEventHeader": header} | values
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(SCHEMA), record)
+    return pb.ConsumerEvent(event=pb.ProducerEvent(schema_id="s", payload=out.getvalue()), replay_id=int_to_replay(9))
+
+
+def decode(event: pb.ConsumerEvent) -> dict:
+    decoder = EventDecoder(lambda _: json.dumps(SCHEMA), lambda _: TYPES)
+    return decoder.decode(event, "/data/ContactChangeEvent")["data"]["payload"]
+
+
+def test_a_compound_nulled_as_a_whole_nulls_each_component():
+    nulled = ["0x" + f"{1 << [f['name'] for f in SCHEMA['fields']].index('Name'):X}"]  # the top-level bit only
+    payload = decode(consumer_event(encode(["Title"], SCHEMA), nulled, [], Title="CEO"))
+    assert payload["Title"] == "CEO"
+    assert payload["Name"] == {"Salutation": None, "FirstName": None, "LastName": None}
+    assert payload["ChangeEventHeader"]["nulledFields"] == ["Name.Salutation", "Name.FirstName", "Name.LastName"]
+
+
+def test_a_diff_field_arrives_as_a_diff_object_and_dates_in_milliseconds_become_dates():
+    diff = "--- a\n+++ b sha256=...\n@@ -1 +1 @@\n-x\n+y\n"
+    event = consumer_event(encode(["Birthdate", "LastModifiedDate"], SCHEMA), [], encode(["Title"], SCHEMA),
+                           Birthdate=1_700_000_000_000, LastModifiedDate=1_700_000_000_123, Title=diff)
+    payload = decode(event)
+    assert payload["Birthdate"] == "2023-11-14" and payload["LastModifiedDate"] == "2023-11-14T22:13:20.123Z"
+    assert payload["Title"] == {"diff": diff}
+    assert payload["ChangeEventHeader"]["diffFields"] == ["Title"]

@@ -1,0 +1,174 @@
+"""The subscriber as its own process, killed with SIGKILL at random points, and an expired replay id: the
+replicas built from what it landed equal the org (Dagster's real materialize(), real Spark and Delta)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from cdc_subscriber.service import FAULT_POINTS
+from subscriber_harness import landed, resource
+from harness import Platform
+from org_compare import differences
+from salesforce_emulator import Emulator
+from salesforce_emulator.workload import Workload
+from sensors.reconciliation import SENSOR_NAME
+from settings import REPO, TEST_SPARK_CONF
+
+OBJECTS = ["Account", "Contact", "Opportunity"]
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def org(tmp_path):
+    with Emulator(tmp_path / "org", pubsub=True, keepalive_seconds=0.3) as emu:  # no landing files of its own
+        yield emu
+
+
+def spawn(org: Emulator, platform: Platform, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = os.environ | {"SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token,
+                        "SF_CA_BUNDLE": org.ca_file, "PYTHONPATH": str(REPO)} | (extra_env or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", "cdc_subscriber", "--landing-dir", str(platform.landing), "subscribe",
+         "--endpoint", org.pubsub_address, "--config", str(platform.config), "--initial-replay", "EARLIEST",
+         "--roll-seconds", "0.1", "--keepalive-timeout", "10"],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def position(platform: Platform) -> int:
+    path = platform.landing / "_subscriber" / "position-data_ChangeEvents.json"
+    return json.loads(path.read_text())["replay_int"] if path.exists() else 0
+
+
+def drain(org: Emulator, platform: Platform, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait until this subscriber runs and everything the org published is landed, then stop it gracefully."""
+    deadline = time.monotonic() + timeout
+    status = platform.landing / "_subscriber" / "status-data_ChangeEvents.json"
+    while (position(platform) < org.events.tip or f'"pid": {proc.pid}' not in _read(status)
+           or '"RUNNING"' not in _read(status)):
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert time.monotonic() < deadline, f"position {position(platform)} < tip {org.events.tip}"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def make_platform(tmp_path: Path, org: Emulator) -> Platform:
+    return Platform(tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org), initial_load=True)
+
+
+def assert_equal_to_org(platform: Platform, org: Emulator) -> None:
+    for name in OBJECTS:
+        assert differences(org, name, platform.rows(name)) == [], name
+
+
+def run_sensor_requests(platform: Platform) -> list[dg.RunRequest]:
+    """What the reconciliation sensor asks for, executed as the daemon would."""
+    sensor = platform.defs.get_sensor_def(SENSOR_NAME)
+    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
+                                      definitions=platform.defs)
+    requests = sensor(context).run_requests or []
+    for request in requests:
+        assets = [a for a in platform.executable_assets() if set(a.keys) & set(request.asset_selection)]
+        assert dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
+                              run_config=request.run_config, tags=request.tags,
+                              selection=request.asset_selection).success
+    return requests
+
+
+def test_sigkill_at_random_points_then_restart_loses_nothing(tmp_path, org, spark):
+    workload = Workload(org, seed=21)
+    workload.build_org(accounts=20)
+    platform = make_platform(tmp_path, org)
+    platform.run()  # initial load
+    done = threading.Event()
+
+    def changes() -> None:
+        while not done.is_set():
+            workload.run(changes=5)
+            time.sleep(0.02)
+
+    writer = threading.Thread(target=changes)
+    writer.start()
+    rng = random.Random(7)
+    kills = 0
+    try:
+        for _ in range(8):
+            proc = spawn(org, platform)
+            time.sleep(rng.uniform(0.8, 2.5))  # startup is ~0.7 s: some kills land mid-stream, some mid-file
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+    finally:
+        done.set()
+        writer.join()
+    proc = spawn(org, platform)
+    drain(org, platform, proc)
+    published = org.events.read(0, org.events.tip, None, 1_000_000)
+    ours = landed(platform.landing)
+    identity = lambda e: json.dumps(e["data"], sort_keys=True)  # noqa: E731
+    assert {identity(e) for e in ours} == {identity(json.loads(p.line)) for p in published}  # nothing skipped
+    assert kills == 8 and len(published) > 300
+    platform.run(close_after=0)
+    assert_equal_to_org(platform, org)
+
+
+def test_expired_replay_id_resyncs_every_object_and_the_replicas_equal_the_org(tmp_path, org, spark):
+    workload = Workload(org, seed=22)
+    workload.build_org(accounts=15)
+    platform = make_platform(tmp_path, org)
+    platform.run()
+    proc = spawn(org, platform)
+    workload.run(changes=60)
+    drain(org, platform, proc)
+    platform.run(close_after=0)
+    workload.run(changes=80)  # the subscriber is down longer than the retention window: these events are gone
+    org.expire_events_through(org.events.tip)
+    proc = spawn(org, platform)
+    time.sleep(1.5)
+    workload.run(changes=40)
+    drain(org, platform, proc)
+    platform.run(close_after=0)
+    assert {platform.materialization_of(n)["resync_pending"] is not None for n in OBJECTS} == {True}
+    run_sensor_requests(platform)
+    assert_equal_to_org(platform, org)
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_killed_at_each_fault_point_the_restart_relands_and_never_skips(tmp_path, org, point):
+    workload = Workload(org, seed=23)
+    workload.build_org(accounts=5)
+    platform = make_platform(tmp_path, org)
+    killed = spawn(org, platform, {"CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill"})
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    first = sorted(p for p in platform.landing.rglob("*.jsonl") if not p.name.startswith("_"))
+    before = position(platform)
+    drain(org, platform, spawn(org, platform))
+    published = {p.replay_id for p in org.events.read(0, org.events.tip, None, 1_000_000)}
+    ours = [e["data"]["event"]["replayId"] for e in landed(platform.landing)]
+    assert set(ours) == published  # nothing skipped
+    assert not list(platform.landing.rglob("_*.jsonl")), "the killed subscriber's open file was cleaned up"
+    if point == "subscriber.after_write":  # nothing was visible yet
+        assert first == [] and before == 0 and len(ours) == len(published)
+    elif point == "subscriber.after_rename":  # its first file landed but not its position: landed again
+        assert len(first) == 1 and before == 0 and len(ours) > len(published)
+    else:  # the position was saved: the restart continues after it
+        assert len(first) == 1 and before > 0 and len(ours) == len(published)

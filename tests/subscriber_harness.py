@@ -1,0 +1,61 @@
+"""Drives the CDC subscriber in tests: a subscriber in a thread, its config against an emulator, landed events.
+
+A plain module (like harness.py) so test modules import it by name; conftest modules cannot be.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from cdc_subscriber.service import Subscriber, SubscriberConfig
+from resources.salesforce import SalesforceResource
+from salesforce_emulator import Emulator
+
+
+class RunningSubscriber:
+    def __init__(self, subscriber: Subscriber):
+        self.subscriber = subscriber
+        self.result: str | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.result = self.subscriber.run()
+
+    def wait_for(self, replay_id: int, timeout: float = 30.0) -> None:
+        """Until the durable position reaches ``replay_id`` (everything up to it is landed)."""
+        deadline = time.monotonic() + timeout
+        while self.subscriber._saved < replay_id:
+            assert self.thread.is_alive(), f"subscriber stopped: {self.result}"
+            assert time.monotonic() < deadline, f"position {self.subscriber._saved} never reached {replay_id}"
+            time.sleep(0.05)
+
+    def stop(self) -> str | None:
+        self.subscriber.stop()
+        self.thread.join(timeout=10)
+        return self.result
+
+
+def subscriber_config(emu: Emulator, root: Path, **overrides: Any) -> SubscriberConfig:
+    options: dict[str, Any] = dict(landing_dir=root / "landing", state_dir=root / "state",
+                                   endpoint=emu.pubsub_address, ca_file=emu.ca_file, initial_replay="EARLIEST",
+                                   roll_seconds=0.2, backoff_initial=0.05, backoff_max=0.5,
+                                   entities=("Account", "Contact", "Opportunity", "Lead", "Case"))
+    return SubscriberConfig(**(options | overrides))
+
+
+def resource(emu: Emulator, **overrides: Any) -> SalesforceResource:
+    return SalesforceResource(**({"instance_url": emu.instance_url, "access_token": emu.token,
+                                  "ca_bundle": emu.ca_file} | overrides))
+
+
+def landed(root: Path) -> list[dict[str, Any]]:
+    """Every visible event line under ``root``, in replay order (then file name)."""
+    events = []
+    for path in sorted(p for p in root.rglob("*.jsonl") if not any(x.startswith("_") for x in p.parts[-5:])):
+        events += [json.loads(line) for line in path.read_text().splitlines()]
+    return sorted(events, key=lambda e: e["data"]["event"]["replayId"] or 0)

@@ -57,5 +57,6 @@ def landed(root: Path) -> list[dict[str, Any]]:
     """Every visible event line under ``root``, in replay order (then file name)."""
     events = []
     for path in sorted(p for p in root.rglob("*.jsonl") if not any(x.startswith("_") for x in p.parts[-5:])):
-        events += [json.loads(line) for line in path.read_text().splitlines()]
+        # LF only: str.splitlines() would also cut at U+2028, which JSON strings hold raw (free text has it)
+        events += [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line]
     return sorted(events, key=lambda e: e["data"]["event"]["replayId"] or 0)

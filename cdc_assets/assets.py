@@ -16,6 +16,7 @@ from dagster_pyspark import PySparkResource
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
+from cdc_assets.poll import PollResult, poll, poll_state, polled_result
 from cdc_assets.schemas import refresh_schema, resolve_schema
 from cdc_assets.sync import SyncResult, describe_note, reconcile, resync
 from resources.delta import DeltaWarehouse
@@ -38,6 +39,8 @@ META_HELD = "held_transactions"
 META_LAG = "lag_seconds"
 META_API_CALLS = "api_calls"
 META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a fresh describe(): not replicated
+META_POLL_CURSOR = "poll_cursor"
+TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's mode in replication.yaml); on runs: the run's modes
 
 
 def replica_key(name: str) -> dg.AssetKey:
@@ -81,7 +84,8 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
 
 
 class ReplicaRunConfig(dg.Config):
-    mode: Literal["apply", "reconcile", "resync"] = "apply"
+    mode: Literal["apply", "reconcile", "resync", "poll"] = "apply"  # apply: the object's own (cdc or poll)
+    compare_ids: bool = False  # poll: compare Ids with the org now (hard deletes), whatever the schedule
     transaction_close_after: float | None = None  # overrides replication.yaml for this run
 
 
@@ -96,21 +100,29 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
 
     @dg.asset(
         key=replica_key(sobject.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds=KINDS,
-        pool=f"replica_{sobject.name}", metadata=static_metadata,
+        pool=f"replica_{sobject.name}", metadata=static_metadata, tags={TAG_MODE: sobject.mode},
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
                     f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
                     f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0).",
     )
     def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
                 warehouse: DeltaWarehouse, salesforce: SalesforceResource) -> dg.MaterializeResult:
-        spark, now, run_id = session(pyspark), datetime.now(timezone.utc), context.run.run_id
+        now, run_id = datetime.now(timezone.utc), context.run.run_id
         sync: SyncResult | None = None
         initial = warehouse.table(sobject.name) is None and replication.initial_load
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
+        polled = config.mode == "poll" or sobject.mode == "poll" and config.mode == "apply"
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe)
+        elif polled or poll_state(warehouse.table(sobject.name)).get("active"):  # the latter: poll -> cdc hand-off
+            sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
+                        compare_ids=config.compare_ids, handoff=not polled)
         elif config.mode == "reconcile":
-            sync = reconcile(spark, warehouse, salesforce, schema, run_id=run_id, now=now)
+            sync = reconcile(session(pyspark), warehouse, salesforce, schema, run_id=run_id, now=now)
+        if polled:  # no change events to apply: no Spark either
+            return dg.MaterializeResult(metadata=replica_metadata(
+                context, sobject, schema, warehouse, polled_result(warehouse, schema.name), sync))
+        spark = session(pyspark)
         close_after = config.transaction_close_after
         result = apply_changes(
             spark, warehouse, schema, run_id=run_id, now=now, description=describe_note(describe),
@@ -149,6 +161,8 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
     }
     if sync:
         metadata |= {k: dg.MetadataValue.int(v) for k, v in sync.counts.items()}
+    if isinstance(sync, PollResult):
+        metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor or {})
     if s.get("last_commit_ts"):
         seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s["last_commit_ts"])).total_seconds()
         metadata[META_LAG] = dg.MetadataValue.float(seconds)

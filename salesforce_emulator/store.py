@@ -98,7 +98,8 @@ class Store:
     def skew_next_commits(self, offsets_ms: list[int]) -> None:
         """The next ``len(offsets_ms)`` transactions commit at the newest commit timestamp plus their offset (<= 0):
         ``0`` shares the timestamp of the transaction before (a same-SystemModstamp burst), ``-N`` commits N ms in
-        the past (a late commit: a row appears after newer ones). This breaks the strict clock the CDC ordering
+        the past (a late commit: a row appears after newer ones; it must not change a record stamped later, as
+        Salesforce never moves a SystemModstamp back). This breaks the strict clock the CDC ordering
         relies on, as a real org does for pollers: meant for objects replicated by polling."""
         if any(o > 0 for o in offsets_ms):
             raise ValueError("commit offsets must be <= 0 (the clock only moves forward by itself)")

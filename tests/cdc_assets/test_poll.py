@@ -24,6 +24,7 @@ from org_compare import differences
 from cdc_assets.apply import REPLICA_STATE
 from cdc_assets.assets import replica_key
 from cdc_assets.defs import build_defs
+from cdc_assets.faults import POLL_POINTS
 from cdc_assets.poll import POLL_KEY
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
@@ -153,32 +154,43 @@ def poll_state(platform: Platform, name: str) -> dict:
     return DeltaWarehouse.commit_state(table, REPLICA_STATE).get(POLL_KEY) or {}
 
 
-def test_sigkill_during_a_bulk_job_resumes_from_the_locator(tmp_path, org, spark):
-    workload = Workload(org, seed=8)
-    workload.build_org(accounts=40)
-    platform = poll_platform(tmp_path, org, objects=["Contact"])
+@pytest.mark.parametrize("point", POLL_POINTS)
+def test_sigkill_during_a_poll_then_rerun_equals_the_org(point, tmp_path, org, spark):
+    """Killed between Bulk pages, the re-run reads the same job on from its locator (no new query)."""
+    Workload(org, seed=8).build_org(accounts=40)
+    bulk = point == "poll.after_page_commit"
+    options = OPTIONS | ({} if bulk else {"poll_rest_max_records": 1000})  # Bulk pages of 40, or one REST query
+    platform = poll_platform(tmp_path, org, objects=["Contact"], **options)
     run_replicas(platform, ["Contact"])
-    for record_id in org.store.ids("Contact")[:100]:  # 100 changed records: 3 Bulk pages of 40
+    changed = 100 if bulk else 10
+    for record_id in org.store.ids("Contact")[:changed]:
         update(org, "Contact", record_id, Title=f"T-{record_id[-4:]}")
+    purged = org.store.ids("Contact")[-1]
+    with org.store.transaction() as txn:
+        txn.delete("Contact", [purged])
+    with org.store.transaction() as txn:
+        txn.purge("Contact", [purged])
 
     gateway = spark.sparkContext._gateway.gateway_parameters
-    env = {**os.environ, "CDC_FAULT_POINT": "poll.after_page_commit", "CDC_FAULT_ACTION": "kill",
+    env = {**os.environ, "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill",
            "PYSPARK_GATEWAY_PORT": str(gateway.port), "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
            "SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token, "SF_CA_BUNDLE": str(org.ca_file),
-           "CRASH_RUNNER_OPTIONS": json.dumps(OPTIONS)}
+           "CRASH_RUNNER_OPTIONS": json.dumps(options)}
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "crash_runner.py"), str(platform.root), "-",
                            "Contact", "poll"], env=env, cwd=REPO, capture_output=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     state = poll_state(platform, "Contact")
-    assert state["job"]["locator"] and state["job"]["records"] == 40, state
+    if bulk:
+        assert state["job"]["locator"] and state["job"]["records"] == 40, state
 
     org.reset_request_counts()
     set_modes(platform, {"Contact": "poll"})
     result = run_replicas(platform, ["Contact"])
     meta = platform.materialization(result, "Contact")
-    assert meta["poll_resumed"] == 1
-    counts = org.request_counts()
-    assert counts.get("bulk_query_job", 0) == 1  # only the Id comparison's job: the poll read the same job on
+    if bulk:
+        assert meta["poll_resumed"] == 1
+        # One job: the Id comparison's. The poll read the killed run's job on from its locator.
+        assert org.request_counts().get("bulk_query_job", 0) == 1
     assert poll_state(platform, "Contact")["job"] is None
     assert_equal_to_org(platform, org, ["Contact"])
 

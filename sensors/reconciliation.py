@@ -18,6 +18,7 @@ import dagster as dg
 from cdc_assets.assets import META_DIRTY, META_RESYNC, replica_key
 from cdc_assets.config import ReplicationConfig
 from resources.salesforce import SalesforceResource
+from sensors.budget import budget_hold_back
 
 SENSOR_NAME = "reconciliation_sensor"
 TAG_REASON = "cdc/reason"
@@ -37,7 +38,7 @@ def mode_run_config(modes: dict[str, str]) -> dict:
                     for name, mode in modes.items()}}
 
 
-def _in_flight(instance: dg.DagsterInstance, name: str) -> bool:
+def in_flight(instance: dg.DagsterInstance, name: str) -> bool:
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags={object_tag(name): "1"}), limit=1)
     return bool(runs)
 
@@ -67,15 +68,12 @@ def build_reconciliation_sensor(*, replication: ReplicationConfig,
             elif dirty is not None and int(dirty.value or 0) > 0:
                 wanted.append((name, "reconcile", f"{dirty.value} dirty records", event.run_id,
                                int(dirty.value)))
-        wanted = [w for w in wanted if not _in_flight(context.instance, w[0])]
+        wanted = [w for w in wanted if not in_flight(context.instance, w[0])]
         if not wanted:
             return dg.SensorResult(skip_reason="no dirty records or pending resync (or runs already in flight)")
 
-        usage = salesforce.api_usage()
-        used, limit = usage.get("used", 0), usage.get("limit", 0)
-        if limit and limit - used < budget_share * limit:
-            return dg.SensorResult(skip_reason=f"holding back: org API budget nearly spent ({used}/{limit} "
-                                               f"requests used, reserve {budget_share:.0%})")
+        if hold := budget_hold_back(salesforce, budget_share):
+            return dg.SensorResult(skip_reason=hold)
         reasons = "; ".join(f"{n}: {m} ({r})" for n, m, r, _, _ in wanted)
         source = "|".join(f"{mode}-{name}-{run}" for name, mode, _, run, _ in sorted(wanted))
         request = dg.RunRequest(

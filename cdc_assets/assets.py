@@ -103,15 +103,18 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         pool=f"replica_{sobject.name}", metadata=static_metadata, tags={TAG_MODE: sobject.mode},
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
                     f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
-                    f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0).",
+                    f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0), "
+                    f"poll (records changed since a SystemModstamp cursor, for objects without CDC). This "
+                    f"object: {sobject.mode}.",
     )
     def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
                 warehouse: DeltaWarehouse, salesforce: SalesforceResource) -> dg.MaterializeResult:
         now, run_id = datetime.now(timezone.utc), context.run.run_id
         sync: SyncResult | None = None
-        initial = warehouse.table(sobject.name) is None and replication.initial_load
-        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
         polled = config.mode == "poll" or sobject.mode == "poll" and config.mode == "apply"
+        # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
+        initial = warehouse.table(sobject.name) is None and (replication.initial_load or polled)
+        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe)
         elif polled or poll_state(warehouse.table(sobject.name)).get("active"):  # the latter: poll -> cdc hand-off

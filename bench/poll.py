@@ -5,7 +5,9 @@ over HTTPS, each one `materialize()` of the replica asset.
 Rows: a poll through one REST query (the delta fits `poll_rest_max_records`), the same delta through a Bulk API 2.0
 job (`poll_rest_max_records` below the delta), a poll that also compares every Id with the org (hard deletes), and
 the full re-query. The org (Accounts, built once into `bench/out/initial-<n>/` by the initial-load benchmark) is
-copied, loaded once (initial load), then `changes` Accounts are updated, one transaction each.
+copied and loaded once (initial load); then, for each row, the cursor is settled on a marker record (`_settle`),
+`changes` Accounts are updated, one transaction each, and the run is timed. A poll re-reads `OVERLAP` seconds behind
+its cursor (1 s here, 5 min by default): `rows_read` is the changes and the marker.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ from cdc_assets.defs import build_defs
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 
+OVERLAP = 1  # seconds: a poll also re-reads the last second of the previous round's changes
+
 
 def _defs(work: Path, conf: dict, salesforce: SalesforceResource, **poll) -> dg.Definitions:
     config = work / "replication.yaml"
     config.write_text(yaml.safe_dump({
         "options": {"transaction_close_after": 0, "initial_load": True},
-        "objects": [{"name": OBJECT, "mode": "poll", "poll_overlap": 5, **poll}]}))
+        "objects": [{"name": OBJECT, "mode": "poll", "poll_overlap": OVERLAP, **poll}]}))
     return build_defs(config_path=config, landing_path=str(work / "landing"), warehouse_root=str(work / "wh"),
                       spark_conf=conf, salesforce=salesforce)
 
@@ -55,6 +59,15 @@ def _change(emu: Emulator, changes: int, seed: int) -> None:
             txn.update(OBJECT, record_id, {"Description": f"changed {rng.random():.6f}"})
 
 
+def _settle(defs: dg.Definitions, instance: dg.DagsterInstance, emu: Emulator) -> None:
+    """Leave the cursor on one marker record stamped more than the overlap after every earlier change, so that the
+    next poll's delta is the next changes (and the marker)."""
+    time.sleep(OVERLAP + 0.2)
+    with emu.store.transaction() as txn:
+        txn.update(OBJECT, emu.store.ids(OBJECT)[0], {"Description": f"marker {time.time()}"})
+    _run(defs, instance, emu)
+
+
 def run(*, records: int = 1_000_000, changes: int = 1_000) -> list[dict]:
     source, _ = build_org(records)
     conf, _ = start_spark()
@@ -68,7 +81,6 @@ def run(*, records: int = 1_000_000, changes: int = 1_000) -> list[dict]:
             instance = dg.DagsterInstance.ephemeral()
             rest = _defs(work, conf, salesforce, poll_hard_delete_check_every=10 ** 9)
             load_s, load_calls, _ = _run(rest, instance, emu)  # the initial load
-            time.sleep(5)  # the loaded records fall out of the 5 s overlap: the next delta is the changes
             label = f"{changes:,} changes in {records:,} Accounts"
             for name, defs, config, seed in (
                     ("poll, one REST query", rest, {}, 1),
@@ -76,8 +88,8 @@ def run(*, records: int = 1_000_000, changes: int = 1_000) -> list[dict]:
                                                      poll_hard_delete_check_every=10 ** 9), {}, 2),
                     ("poll + Id comparison", rest, {"compare_ids": True}, 3),
                     ("full re-query (resync)", rest, {"mode": "resync"}, 4)):
+                _settle(rest, instance, emu)
                 _change(emu, changes, seed)
-                time.sleep(5.5)  # the previous round's changes out of the overlap window
                 wall, calls, meta = _run(defs, instance, emu, **config)
                 rows.append(figures(workload=f"{name}: {label}", unit="records", count=changes, wall_s=wall,
                                     api_calls=calls, rows_read=meta.get("poll_rows_read", meta.get("snapshot_rows")),

@@ -127,13 +127,13 @@ def newer_rows(polled: pa.Table, current: pa.Table) -> tuple[pa.Table, dict[str,
 
 
 def _differs(joined: pa.Table, current: pa.Table, same: pa.Array) -> pa.Array:
-    """Per joined row: true where a row at the same position as its replica row has other values (few rows)."""
+    """Per joined row: true where a row at the same position as its replica row has other values (compared in
+    Python: only the rows at the same position, few)."""
     compared = [c for c in joined.column_names if not c.startswith("_") or c == "_sf_deleted"]
+    candidates = joined.filter(same).select(compared)
     by_id = {r["Id"]: r for r in current.select(compared).to_pylist()}
-    flags = []
-    for is_same, row in zip(same.to_pylist(), joined.select(compared).to_pylist()):
-        flags.append(bool(is_same) and row != by_id.get(row["Id"]))
-    return pa.array(flags, pa.bool_())
+    differing = [r["Id"] for r in candidates.to_pylist() if r != by_id.get(r["Id"])]
+    return pc.and_(same, pc.is_in(joined["Id"], value_set=pa.array(differing, pa.string())))
 
 
 class PollWriter:

@@ -79,13 +79,13 @@ def run(*, records: int = 1_000_000, changes: int = 1_000) -> list[dict]:
             salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
                                             ca_bundle=str(emu.ca_file))
             instance = dg.DagsterInstance.ephemeral()
-            rest = _defs(work, conf, salesforce, poll_hard_delete_check_every=10 ** 9)
+            rest = _defs(work, conf, salesforce, hard_delete_check_every=10 ** 9)
             load_s, load_calls, _ = _run(rest, instance, emu)  # the initial load
             label = f"{changes:,} changes in {records:,} Accounts"
             for name, defs, config, seed in (
                     ("poll, one REST query", rest, {}, 1),
                     ("poll, Bulk API 2.0 job", _defs(work, conf, salesforce, poll_rest_max_records=100,
-                                                     poll_hard_delete_check_every=10 ** 9), {}, 2),
+                                                     hard_delete_check_every=10 ** 9), {}, 2),
                     ("poll + Id comparison", rest, {"compare_ids": True}, 3),
                     ("full re-query (resync)", rest, {"mode": "resync"}, 4)):
                 _settle(rest, instance, emu)

@@ -14,6 +14,8 @@ objects:
     poll_interval: 300               # seconds between polls (one sensor per polled object)
     poll_overlap: 300                # seconds re-read behind the cursor each poll (rows committed late)
     hard_delete_check_every: 86400   # seconds between Id comparisons with the org (purged records)
+    # also poll_rest_max_records (2000) and poll_page_size (50000); under `options`, any of these keys is the
+    # default for every polled object
 ```
 Paths are relative to the YAML file. `CDC_CONFIG` names the file (default `replication.yaml`).
 """
@@ -50,7 +52,7 @@ class SObjectConfig:
     describe_path: Path | None = None
     bucket_chars: int = DEFAULT_BUCKET_CHARS
     mode: str = "cdc"
-    poll: PollOptions = field(default_factory=lambda: PollOptions())
+    poll: PollOptions = field(default_factory=PollOptions)
 
     def load_describe(self) -> dict | None:
         return json.loads(self.describe_path.read_text()) if self.describe_path else None
@@ -79,11 +81,19 @@ def _mode(path: Path, entry: dict) -> str:
     return mode
 
 
-def _poll_defaults(options: dict) -> dict:
-    """Poll options from `options` (poll_interval, ...), else PollOptions' defaults; an object may override each."""
-    defaults = PollOptions()
-    return {k: options.get(f"poll_{k}", options.get(k, getattr(defaults, k)))
-            for k in ("interval", "overlap", "hard_delete_check_every", "rest_max_records", "page_size")}
+# PollOptions attribute -> its key in an object's entry or in `options` (the default for every polled object)
+POLL_KEYS = {"interval": "poll_interval", "overlap": "poll_overlap",
+             "hard_delete_check_every": "hard_delete_check_every", "rest_max_records": "poll_rest_max_records",
+             "page_size": "poll_page_size"}
+
+
+def _poll_options(entry: dict, options: dict) -> PollOptions:
+    """Each poll option from the object's entry, else from `options`, else PollOptions' default."""
+    values = {}
+    for attr, key in POLL_KEYS.items():
+        default = getattr(PollOptions, attr)
+        values[attr] = type(default)(entry.get(key, options.get(key, default)))
+    return PollOptions(**values)
 
 
 def load_config(path: str | Path | None = None) -> ReplicationConfig:
@@ -99,8 +109,7 @@ def load_config(path: str | Path | None = None) -> ReplicationConfig:
             describe_path=(path.parent / describe).resolve() if describe else None,
             bucket_chars=int(entry.get("bucket_chars", options.get("bucket_chars", DEFAULT_BUCKET_CHARS))),
             mode=_mode(path, entry),
-            poll=PollOptions(**{k: type(getattr(PollOptions, k))(entry.get(f"poll_{k}", entry.get(k, v)))
-                                for k, v in _poll_defaults(options).items()}),
+            poll=_poll_options(entry, options),
         ))
     names = [o.name for o in objects]
     if len(set(names)) != len(names):

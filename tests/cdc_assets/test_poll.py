@@ -33,7 +33,7 @@ from salesforce_emulator.workload import Workload
 
 POLLED = ["Account", "Contact"]
 # Small pages so that bursts span several REST limits and Bulk pages; every run compares Ids (purges).
-OPTIONS = {"poll_overlap": 2, "poll_rest_max_records": 50, "poll_page_size": 40, "poll_hard_delete_check_every": 0}
+OPTIONS = {"poll_overlap": 2, "poll_rest_max_records": 50, "poll_page_size": 40, "hard_delete_check_every": 0}
 
 
 @pytest.fixture

@@ -117,7 +117,8 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe)
-        elif polled or poll_state(warehouse.table(sobject.name)).get("active"):  # the latter: poll -> cdc hand-off
+        elif polled or sobject.mode == "cdc" and poll_state(warehouse.table(sobject.name)).get("active"):
+            # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
                         compare_ids=config.compare_ids, handoff=not polled)
         elif config.mode == "reconcile":

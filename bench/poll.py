@@ -94,7 +94,8 @@ def run(*, records: int = 1_000_000, changes: int = 1_000) -> list[dict]:
                 rows.append(figures(workload=f"{name}: {label}", unit="records", count=changes, wall_s=wall,
                                     api_calls=calls, rows_read=meta.get("poll_rows_read", meta.get("snapshot_rows")),
                                     rows_written=meta.get("poll_rows_written", meta.get("snapshot_rows")),
-                                    initial_load_s=load_s, initial_load_calls=load_calls))
+                                    initial_load_s=load_s, initial_load_calls=load_calls,
+                                    phases={k: v for k, v in meta.items() if k.startswith("seconds_")}))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     full = rows[-1]["wall_s"]

@@ -125,7 +125,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             sync = reconcile(session(pyspark), warehouse, salesforce, schema, run_id=run_id, now=now)
         if polled:  # no change events to apply: no Spark either
             return dg.MaterializeResult(metadata=replica_metadata(
-                context, sobject, schema, warehouse, polled_result(warehouse, schema.name), sync))
+                context, sobject, schema, warehouse, polled_result(warehouse, schema.name, sync), sync))
         spark = session(pyspark)
         close_after = config.transaction_close_after
         result = apply_changes(

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
@@ -45,6 +45,7 @@ from cdc_assets.config import PollOptions
 from cdc_assets.faults import fault_point
 from cdc_assets.records import mark_deleted, records_to_text, replica_rows
 from cdc_assets.sync import SYSTEM_FIELDS, SyncResult
+from cdc_assets.timing import Stopwatch
 from resources.delta import DeltaWarehouse, aligned_arrow
 from resources.salesforce import BulkPosition, SalesforceApiError, SalesforceResource
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
@@ -62,14 +63,16 @@ COUNTS = ("poll_rows_read", "poll_rows_written", "poll_inserted", "poll_deleted"
 @dataclass
 class PollResult(SyncResult):
     cursor: dict | None = None
+    seconds: dict[str, float] = field(default_factory=dict)  # org: queries and pages; read/merge: the replica
 
 
-def polled_result(warehouse: DeltaWarehouse, name: str) -> ApplyResult:
+def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None) -> ApplyResult:
     """The replica's state after a poll, as an apply result with no events (for the shared metadata)."""
     table = warehouse.table(name)
     counts = {k: 0 for k in (*EVENT_COUNTS, "rows_written")}
     return ApplyResult(counts=counts, state=DeltaWarehouse.commit_state(table, REPLICA_STATE),
-                       version=table.version() if table is not None else None)
+                       version=table.version() if table is not None else None,
+                       seconds=sync.seconds if isinstance(sync, PollResult) else {})
 
 
 def soql_datetime(ts: datetime) -> str:
@@ -143,6 +146,7 @@ class PollWriter:
         self.warehouse, self.schema, self.run_id, self.now = warehouse, schema, run_id, now
         self.target = schema.arrow_schema()
         self.counts = {k: 0 for k in COUNTS}
+        self.watch = Stopwatch()  # laps: "org" (queries, pages, parsing), "read" (current rows), "merge"
 
     def current(self, ids: list[str]) -> pa.Table:
         table = self.warehouse.table(self.schema.name)
@@ -154,6 +158,7 @@ class PollWriter:
         """Merge the rows of `rows` that move their record forward (all of them without `guard`); commit them with
         `poll` as the new cursor state (also with nothing to write when `force`). Returns the rows written and
         counts (`inserted`: new records, `cleaned`: dirty rows made clean)."""
+        self.watch.lap("org")
         fresh, c = rows, {}
         if rows.num_rows:
             current = self.current(rows["Id"].to_pylist())
@@ -161,6 +166,7 @@ class PollWriter:
                 fresh, c = newer_rows(rows, current)
             else:
                 c = {"inserted": rows.num_rows - current.num_rows}
+        self.watch.lap("read")
         if not fresh.num_rows and not force:
             return fresh, c
         table = self.warehouse.table(self.schema.name)
@@ -179,6 +185,7 @@ class PollWriter:
         else:
             self.warehouse.append(self.schema.name, self.target.empty_table(), partition_by=[BUCKET_COLUMN],
                                   key=REPLICA_STATE, state=state, txns=txns)
+        self.watch.lap("merge")
         return fresh, c
 
     def write_polled(self, rows: pa.Table, poll: dict, *, force: bool) -> None:
@@ -249,8 +256,10 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
              schema.name, writer.counts["poll_rows_read"], writer.counts["poll_rows_written"],
              writer.counts["poll_inserted"], writer.counts["poll_deleted"], writer.counts["hard_deleted"],
              after.get("cursor"))
-    return PollResult("poll_handoff" if handoff else "poll", writer.counts, int(salesforce.api_usage().get("used", 0)) - used_before,
-                      cursor=after.get("cursor"))
+    writer.watch.lap("org")
+    return PollResult("poll_handoff" if handoff else "poll", writer.counts,
+                      int(salesforce.api_usage().get("used", 0)) - used_before, cursor=after.get("cursor"),
+                      seconds={f"poll_{k}": v for k, v in writer.watch.seconds.items()})
 
 
 def _read_bulk(salesforce: SalesforceResource, schema: ObjectSchema, fields: list[str], job: dict,

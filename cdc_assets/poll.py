@@ -241,8 +241,9 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
             rows = replica_rows(records_to_text(records, fields), schema, source=POLL, synced_at=now)
             cursor = newest_position(rows, state.get("cursor"))
             writer.counts["poll_pages"] = 1
-            writer.write_polled(rows, base | {"cursor": cursor, "job": None}, force=cursor != state.get("cursor")
-                         or handoff != (not state.get("active", True)))
+            # Nothing new and no hand-off: no commit (an idle poll leaves the table as it was).
+            changed = cursor != state.get("cursor") or base["active"] != state.get("active", True)
+            writer.write_polled(rows, base | {"cursor": cursor, "job": None}, force=changed)
             fault_point("poll.after_rest_commit")
         else:
             job = {"id": None, "locator": None, "where": where, "hash": query_hash(schema.name, fields, where),
@@ -301,7 +302,7 @@ def _compare_ids(salesforce: SalesforceResource, schema: ObjectSchema, writer: P
     known = pa.chunked_array(org_ids, pa.string()).combine_chunks() if org_ids else pa.array([], pa.string())
     table = writer.warehouse.table(schema.name)
     gone = []
-    for batch in table.to_pyarrow_dataset().to_batches(filter=pc.field("_sf_deleted") == False):  # noqa: E712
+    for batch in table.to_pyarrow_dataset().to_batches(filter=~pc.field("_sf_deleted")):
         batch = aligned_arrow(pa.Table.from_batches([batch]), writer.target)
         missing = batch.filter(pc.invert(pc.is_in(batch["Id"], value_set=known)))
         if missing.num_rows:

@@ -129,6 +129,11 @@ def test_polled_replicas_equal_the_org_after_bursts_late_commits_deletes_and_pur
     assert {o: platform.materialization(later, o)["poll_rows_written"] for o in POLLED} == {"Account": 1, "Contact": 1}
     assert_equal_to_org(platform, org)
 
+    checked = platform.run(checks=True)  # the replica checks of a CDC object, unchanged, on polled replicas
+    for name in POLLED:
+        results = platform.check_results(checked, name)
+        assert results and all(r.passed for r in results.values()), {k: r.description for k, r in results.items()}
+
 
 def test_a_late_commit_older_than_the_overlap_is_what_the_overlap_is_for(tmp_path, org):
     Workload(org, seed=4).build_org(accounts=10)

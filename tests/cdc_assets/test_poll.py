@@ -219,6 +219,8 @@ def test_an_object_switches_from_poll_to_cdc_and_back_without_a_reload(tmp_path,
     handoff = platform.run(close_after=0)
     meta = platform.materialization(handoff, "Account")
     assert meta["mode"] == "poll_handoff"
+    # The events of the changes the hand-off poll already wrote are at or before the polled rows: superseded.
+    assert meta["superseded"] > 0 and meta["poll_rows_written"] > 0
     assert_equal_to_org(platform, org, ["Account"])
     workload.run(changes=60)
     org.flush_cdc()

@@ -12,7 +12,7 @@ import sys
 import time
 from functools import partial
 
-from bench import catchup, initial_load, merge_scaling, steady, subscriber, wide
+from bench import catchup, initial_load, merge_scaling, poll, steady, subscriber, wide
 
 # workload -> (full size, --small size), as keyword arguments of its run()
 WORKLOADS = {
@@ -22,6 +22,7 @@ WORKLOADS = {
     "merge": (merge_scaling.run, {"small_rows": 100_000, "large_rows": 10_000_000},
               {"small_rows": 100_000, "large_rows": 1_000_000}),
     "initial": (initial_load.run, {"records": 1_000_000}, {"records": 50_000}),
+    "poll": (poll.run, {"records": 1_000_000, "changes": 1_000}, {"records": 50_000, "changes": 1_000}),
     "wide": (wide.run, {"records": 5_000, "updates": 20_000}, {"records": 500, "updates": 2_000}),
     "subscriber": (subscriber.run, {"accounts": 2_000, "changes": 30_000}, {"accounts": 100, "changes": 2_000}),
 }

@@ -16,6 +16,7 @@ from dagster_pyspark import PySparkResource
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
+from cdc_assets.poll import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, resolve_schema
 from cdc_assets.sync import BULK_PAGE_SIZE, SyncResult, describe_note, reconcile, resync
@@ -39,6 +40,8 @@ META_HELD = "held_transactions"
 META_LAG = "lag_seconds"
 META_API_CALLS = "api_calls"
 META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a fresh describe(): not replicated
+META_POLL_CURSOR = "poll_cursor"
+TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's mode in replication.yaml); on runs: the run's modes
 
 
 def replica_key(name: str) -> dg.AssetKey:
@@ -82,7 +85,8 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
 
 
 class ReplicaRunConfig(dg.Config):
-    mode: Literal["apply", "reconcile", "resync"] = "apply"
+    mode: Literal["apply", "reconcile", "resync", "poll"] = "apply"  # apply: the object's own (cdc or poll)
+    compare_ids: bool = False  # poll: compare Ids with the org now (hard deletes), whatever the schedule
     # Overrides replication.yaml for this run (the run's first replica step decides for all: cdc_assets/closure.py).
     transaction_close_after: float | None = None
 
@@ -98,22 +102,34 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
 
     @dg.asset(
         key=replica_key(sobject.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds=KINDS,
-        pool=f"replica_{sobject.name}", metadata=static_metadata,
+        pool=f"replica_{sobject.name}", metadata=static_metadata, tags={TAG_MODE: sobject.mode},
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
                     f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
-                    f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0).",
+                    f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0), "
+                    f"poll (records changed since a SystemModstamp cursor, for objects without CDC). This "
+                    f"object: {sobject.mode}.",
     )
     def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
                 warehouse: DeltaWarehouse, salesforce: SalesforceResource) -> dg.MaterializeResult:
-        spark, now, run_id = session(pyspark), datetime.now(timezone.utc), context.run.run_id
+        now, run_id = datetime.now(timezone.utc), context.run.run_id
         sync: SyncResult | None = None
-        initial = warehouse.table(sobject.name) is None and replication.initial_load
+        polled = config.mode == "poll" or sobject.mode == "poll" and config.mode == "apply"
+        # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
+        initial = warehouse.table(sobject.name) is None and (replication.initial_load or polled)
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
                           page_size=int(replication.options.get("bulk_page_size", BULK_PAGE_SIZE)))
+        elif polled or sobject.mode == "cdc" and poll_state(warehouse.table(sobject.name)).get("active"):
+            # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
+            sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
+                        compare_ids=config.compare_ids, handoff=not polled)
         elif config.mode == "reconcile":
-            sync = reconcile(spark, warehouse, salesforce, schema, run_id=run_id, now=now)
+            sync = reconcile(session(pyspark), warehouse, salesforce, schema, run_id=run_id, now=now)
+        if polled:  # no change events to apply: no Spark either
+            return dg.MaterializeResult(metadata=replica_metadata(
+                context, sobject, schema, warehouse, polled_result(warehouse, schema.name, sync), sync))
+        spark = session(pyspark)
         close_after = config.transaction_close_after
         cut = pinned_cut(context, warehouse, replicated=set(replication.names),
                          close_after=replication.transaction_close_after if close_after is None else close_after)
@@ -154,6 +170,8 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
     }
     if sync:  # a count both steps report (diffs_applied, diffs_unresolved) is their sum
         metadata |= {k: dg.MetadataValue.int(v + c.get(k, 0)) for k, v in sync.counts.items()}
+    if isinstance(sync, PollResult):
+        metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor or {})
     if s.get("last_commit_ts"):
         seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s["last_commit_ts"])).total_seconds()
         metadata[META_LAG] = dg.MetadataValue.float(seconds)

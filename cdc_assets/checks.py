@@ -56,7 +56,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 DESCRIPTIONS = {
     SCHEMA: "Rows written by the latest replica commit match the schema built from describe() (column types, "
-            "non-null Id and system columns, _sf_source in cdc/snapshot/reconcile).",
+            "non-null Id and system columns, _sf_source in cdc/snapshot/reconcile/poll).",
     UNIQUE_ID: "Id is unique and non-null over the whole table: one row per record.",
     NO_PENDING_RESYNC: "No GAP_OVERFLOW is waiting for a full resync (until then the replica misses changes).",
     NO_STALE_DIRTY: "No record has been dirty (awaiting reconciliation) longer than the threshold "

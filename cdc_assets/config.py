@@ -12,6 +12,13 @@ objects:
   - name: Account
     describe: path/to/Account.json   # optional: describe() from a file instead of the org
     bucket_chars: 13                 # optional: Id prefix length that lays out the table (design §8)
+  - name: Campaign                   # an object without CDC: polled through SystemModstamp (cdc_assets/poll.py)
+    mode: poll                       # cdc (default) | poll
+    poll_interval: 300               # seconds between polls (one sensor per polled object)
+    poll_overlap: 300                # seconds re-read behind the cursor each poll (rows committed late)
+    hard_delete_check_every: 86400   # seconds between Id comparisons with the org (purged records)
+    # also poll_rest_max_records (2000) and poll_page_size (50000); under `options`, any of these keys is the
+    # default for every polled object
 ```
 Paths are relative to the YAML file. `CDC_CONFIG` names the file (default `replication.yaml`).
 """
@@ -28,11 +35,27 @@ import yaml
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
 
+MODES = ("cdc", "poll")
+
+
+@dataclass(frozen=True)
+class PollOptions:
+    """How a `mode: poll` object is polled (seconds; see cdc_assets/poll.py)."""
+
+    interval: float = 300.0
+    overlap: float = 300.0
+    hard_delete_check_every: float = 86400.0
+    rest_max_records: int = 2000  # a delta below this many rows is read with one REST query, else Bulk API 2.0
+    page_size: int = 50_000       # Bulk API 2.0 result page (one Delta commit each)
+
+
 @dataclass(frozen=True)
 class SObjectConfig:
     name: str
     describe_path: Path | None = None
     bucket_chars: int = DEFAULT_BUCKET_CHARS
+    mode: str = "cdc"
+    poll: PollOptions = field(default_factory=PollOptions)
 
     def load_describe(self) -> dict | None:
         return json.loads(self.describe_path.read_text()) if self.describe_path else None
@@ -54,6 +77,28 @@ class ReplicationConfig:
         return [o.name for o in self.objects]
 
 
+def _mode(path: Path, entry: dict) -> str:
+    mode = entry.get("mode", "cdc")
+    if mode not in MODES:
+        raise ValueError(f"{path}: object {entry['name']}: mode must be one of {MODES}, not {mode!r}")
+    return mode
+
+
+# PollOptions attribute -> its key in an object's entry or in `options` (the default for every polled object)
+POLL_KEYS = {"interval": "poll_interval", "overlap": "poll_overlap",
+             "hard_delete_check_every": "hard_delete_check_every", "rest_max_records": "poll_rest_max_records",
+             "page_size": "poll_page_size"}
+
+
+def _poll_options(entry: dict, options: dict) -> PollOptions:
+    """Each poll option from the object's entry, else from `options`, else PollOptions' default."""
+    values = {}
+    for attr, key in POLL_KEYS.items():
+        default = getattr(PollOptions, attr)
+        values[attr] = type(default)(entry.get(key, options.get(key, default)))
+    return PollOptions(**values)
+
+
 def load_config(path: str | Path | None = None) -> ReplicationConfig:
     path = Path(path or os.environ.get("CDC_CONFIG", "replication.yaml")).resolve()
     raw = yaml.safe_load(path.read_text()) or {}
@@ -66,6 +111,8 @@ def load_config(path: str | Path | None = None) -> ReplicationConfig:
             name=entry["name"],
             describe_path=(path.parent / describe).resolve() if describe else None,
             bucket_chars=int(entry.get("bucket_chars", options.get("bucket_chars", DEFAULT_BUCKET_CHARS))),
+            mode=_mode(path, entry),
+            poll=_poll_options(entry, options),
         ))
     names = [o.name for o in objects]
     if len(set(names)) != len(names):

@@ -15,6 +15,7 @@ from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource, salesforce_resource_from_env
 from resources.spark import spark_resource
 from sensors.landing_zone import build_landing_zone_sensor
+from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
 from sensors.subscriber_status import build_subscriber_check, build_subscriber_status_sensor
 
@@ -37,7 +38,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
                       build_subscriber_check(replication=replication)],
         sensors=[build_landing_zone_sensor(replication=replication, default_status=status),
                  build_reconciliation_sensor(replication=replication, default_status=status),
-                 build_subscriber_status_sensor(replication=replication, default_status=status)],
+                 build_subscriber_status_sensor(replication=replication, default_status=status),
+                 *build_poll_sensors(replication=replication, default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),
             "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),

@@ -19,7 +19,8 @@ RECONCILE_POINTS = ("reconcile.after_dirty_read", "reconcile.after_retrieve", "r
                     "reconcile.after_fold", "reconcile.before_commit", "reconcile.after_commit")
 RESYNC_POINTS = ("resync.before_commit", "resync.after_first_page", "resync.after_snapshot_stream",
                  "resync.after_missing_marked_deleted", "resync.after_commit")
-FAULT_POINTS = INGEST_POINTS + APPLY_POINTS + RECONCILE_POINTS + RESYNC_POINTS
+POLL_POINTS = ("poll.after_rest_commit", "poll.after_page_commit", "poll.after_id_compare")
+FAULT_POINTS = INGEST_POINTS + APPLY_POINTS + RECONCILE_POINTS + RESYNC_POINTS + POLL_POINTS
 
 
 class InjectedFault(RuntimeError):

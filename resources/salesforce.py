@@ -24,7 +24,8 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -48,6 +49,15 @@ ENV_VARS = {
 }
 NOT_REPLICATED = {"IsDeleted", "SystemModstamp"}
 _USAGE = re.compile(r"api-usage=(\d+)/(\d+)")
+
+
+@dataclass(frozen=True)
+class BulkPosition:
+    """Where a Bulk API 2.0 query job's reading stands: the job, and the locator of the next result page (None: the
+    first page, or, after the last page, nothing left)."""
+
+    job_id: str
+    locator: str | None
 
 
 class SalesforceApiError(RuntimeError):
@@ -222,19 +232,24 @@ class SalesforceResource(dg.ConfigurableResource):
             page = self._request("GET", page["nextRecordsUrl"]).json()
 
     def bulk_query_all(self, object_name: str, fields: list[str], page_size: int = 50_000, where: str | None = None,
-                       poll_seconds: float = 0.2, timeout_seconds: float = 3600.0,
-                       line_ending: str = "LF") -> Iterator[pa.RecordBatch]:
+                       poll_seconds: float = 0.2, timeout_seconds: float = 3600.0, line_ending: str = "LF",
+                       order_by: str | None = None, resume: BulkPosition | None = None,
+                       on_page: Callable[[BulkPosition], None] | None = None) -> Iterator[pa.RecordBatch]:
         """Bulk API 2.0 ``queryAll`` of ``fields``: yields Arrow record batches (every column ``pa.string()``,
         null for empty cells), one result page (``page_size`` records) in memory at a time. ``line_ending``
-        (``LF`` or ``CRLF``) is the job's record terminator; values keep their own line breaks either way."""
-        soql = f"SELECT {', '.join(fields)} FROM {object_name}" + (f" WHERE {where}" if where else "")
-        job = self._request("POST", "jobs/query", retry=False,
-                            json={"operation": "queryAll", "query": soql, "contentType": "CSV",
-                                  "columnDelimiter": "COMMA", "lineEnding": line_ending}).json()
-        job_id = job["id"]
+        (``LF`` or ``CRLF``) is the job's record terminator; values keep their own line breaks either way.
+
+        ``on_page(position)`` is called after a page's batches are yielded and before the next page is asked for,
+        with the job id and the next page's locator (``None`` after the last page): a caller that commits each
+        page there can continue a killed run with ``resume=position`` (the same job, no new query)."""
+        soql = f"SELECT {', '.join(fields)} FROM {object_name}" + (f" WHERE {where}" if where else "") + \
+            (f" ORDER BY {order_by}" if order_by else "")
+        job_id = resume.job_id if resume else self._request(
+            "POST", "jobs/query", retry=False, json={"operation": "queryAll", "query": soql, "contentType": "CSV",
+                                                     "columnDelimiter": "COMMA", "lineEnding": line_ending}).json()["id"]
         try:
             self._wait_for_job(job_id, poll_seconds, timeout_seconds)
-            locator: str | None = None
+            locator: str | None = resume.locator if resume else None
             pages = 0
             while True:
                 params: dict[str, Any] = {"maxRecords": page_size}
@@ -245,6 +260,8 @@ class SalesforceResource(dg.ConfigurableResource):
                 if int(response.headers.get("Sforce-NumberOfRecords", "1")) > 0 and response.content.strip():
                     yield from parse_bulk_page(response.content, fields)
                 locator = response.headers.get("Sforce-Locator")
+                if on_page is not None:
+                    on_page(BulkPosition(job_id, None if not locator or locator == "null" else locator))
                 if not locator or locator == "null":
                     break
             log.info("Bulk queryAll of %s finished: job %s, %d result pages", object_name, job_id, pages)

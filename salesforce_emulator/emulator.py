@@ -169,6 +169,16 @@ class Emulator:
         with self.store.lock:
             self.publisher.set_objects(cdc_objects)
 
+    # -- commit clock (for polled objects) ------------------------------------------------------------
+    def same_timestamp_commits(self, count: int) -> None:
+        """The next ``count`` transactions share the newest commit timestamp (and so SystemModstamp)."""
+        self.store.skew_next_commits([0] * count)
+
+    def late_commits(self, count: int, behind_ms: int) -> None:
+        """The next ``count`` transactions commit ``behind_ms`` before the newest one: their rows carry an older
+        SystemModstamp than rows already visible (Salesforce stamps a transaction before it commits)."""
+        self.store.skew_next_commits([-behind_ms] * count)
+
     # -- API accounting -------------------------------------------------------------------------------
     def request_counts(self) -> dict[str, int]:
         return dict(self.api.dispatcher.counts)

@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -59,6 +60,7 @@ class Store:
         self._meta: dict[str, int] = dict(self.conn.execute("SELECT key, value FROM _meta").fetchall())
         self._dirty_meta: set[str] = set()
         self._last_ts = self._meta.get("last_commit_ts", 0)
+        self._skews: deque[int] = deque()  # commit-time offsets of the next transactions (see skew_next_commits)
         self.default_user_id = ids.make_id("005", 1)
         if self.get_row("User", self.default_user_id) is None:
             with self.transaction(user_id=self.default_user_id) as txn:
@@ -88,8 +90,21 @@ class Store:
         self._listeners.remove(listener)
 
     def _tick(self) -> int:
+        if self._skews:
+            return self._last_ts + self._skews.popleft()  # the clock itself does not move
         self._last_ts = max(int(time.time() * 1000), self._last_ts + 1)
         return self._last_ts
+
+    def skew_next_commits(self, offsets_ms: list[int]) -> None:
+        """The next ``len(offsets_ms)`` transactions commit at the newest commit timestamp plus their offset (<= 0):
+        ``0`` shares the timestamp of the transaction before (a same-SystemModstamp burst), ``-N`` commits N ms in
+        the past (a late commit: a row appears after newer ones; it must not change a record stamped later, as
+        Salesforce never moves a SystemModstamp back). This breaks the strict clock the CDC ordering
+        relies on, as a real org does for pollers: meant for objects replicated by polling."""
+        if any(o > 0 for o in offsets_ms):
+            raise ValueError("commit offsets must be <= 0 (the clock only moves forward by itself)")
+        with self.lock:
+            self._skews.extend(offsets_ms)
 
     @contextmanager
     def transaction(self, user_id: str | None = None, origin: str = DEFAULT_ORIGIN) -> Iterator[Transaction]:
@@ -116,7 +131,7 @@ class Store:
         first_replay = self._bump("replay_id", len(txn.changes)) - len(txn.changes) + 1
         for offset, change in enumerate(txn.changes):
             change.replay_id = first_replay + offset
-        self._set_meta("last_commit_ts", txn.commit_ts)
+        self._set_meta("last_commit_ts", self._last_ts)
         self.conn.executemany(
             "INSERT INTO _meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             [(key, self._meta[key]) for key in self._dirty_meta],

@@ -25,6 +25,7 @@ from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
+from sensors.budget import budget_hold_back
 from sensors.work import (INITIAL_LOAD, TAG_MODE, TAG_REASON, Planned, mode_run_config, object_tag, plan,
                           work_tag)
 
@@ -67,12 +68,8 @@ def build_reconciliation_sensor(*, replication: ReplicationConfig,
         if not due:
             return dg.SensorResult(skip_reason=waiting or "nothing to do: no dirty records, pending resync or "
                                                           "replica without a table")
-        usage = salesforce.api_usage()
-        used, limit = usage.get("used", 0), usage.get("limit", 0)
-        if limit and limit - used < budget_share * limit:
-            return dg.SensorResult(skip_reason=f"holding back: org API budget nearly spent ({used}/{limit} "
-                                               f"requests used, reserve {budget_share:.0%}); due: "
-                                               + "; ".join(p.work.describe() for p in due))
+        if hold := budget_hold_back(salesforce, budget_share):
+            return dg.SensorResult(skip_reason=f"{hold}; due: " + "; ".join(p.work.describe() for p in due))
         request = work_request(due)
         context.log.info(request.tags[TAG_REASON] + (f" (not yet: {waiting})" if waiting else ""))
         return dg.SensorResult(run_requests=[request])

@@ -51,6 +51,11 @@ def work_tag(name: str) -> str:
     return f"cdc/work.{name}"
 
 
+def in_flight(instance: dg.DagsterInstance, name: str) -> bool:
+    """A run of replica `name` (any run this platform requests carries its object tag) is queued or running."""
+    return bool(instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags={object_tag(name): "1"}), limit=1))
+
+
 def mode_run_config(modes: dict[str, str]) -> dict:
     """Op config putting each replica `name` of `modes` in its mode."""
     return {"ops": {replica_key(name).to_python_identifier(): {"config": {"mode": mode}}

@@ -4,7 +4,7 @@ What it enforces is what every replica row promises whatever wrote it (CDC fold,
 - each describe() column has its replica type, and the system columns theirs;
 - `Id` is never null, nor are the system columns every writer sets (`_sf_deleted`, `_sf_source`,
   `_sf_synced_at`, the layout column);
-- `_sf_source` says which path wrote the row: `cdc`, `snapshot` or `reconcile`.
+- `_sf_source` says which path wrote the row: `cdc`, `snapshot`, `reconcile` or `poll`.
 
 What it leaves out on purpose: describe()'s `nillable`. A CDC replica legitimately holds partial rows (an UPDATE
 for a record it has never seen, a dirty placeholder awaiting reconciliation), so a required Salesforce field may be
@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 
 from spark_ops.schema import BUCKET_COLUMN, SYSTEM_COLUMNS, ObjectSchema, spark_type
 
-SOURCES = ("cdc", "snapshot", "reconcile")
+SOURCES = ("cdc", "snapshot", "reconcile", "poll")
 NOT_NULL = frozenset({"Id", "_sf_deleted", "_sf_source", "_sf_synced_at", BUCKET_COLUMN})
 
 

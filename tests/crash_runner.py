@@ -1,12 +1,14 @@
 """Run one platform pass in a separate process (used by crash tests to SIGKILL a real run).
 
-Usage: python tests/crash_runner.py <root> <describe_dir or -> <objects comma-separated> [apply|reconcile|resync]
+Usage: python tests/crash_runner.py <root> <describe_dir or -> <objects comma-separated> [apply|reconcile|resync|poll]
 
 With `-` for describe_dir, describe() comes from the org named by the `SF_*` variables (SF_INSTANCE_URL,
 SF_ACCESS_TOKEN, SF_CA_BUNDLE: e.g. an emulator the parent test serves), as in production. In `reconcile` or
-`resync` mode every replica runs in that mode, as a run requested by the reconciliation sensor would.
+`resync` mode every replica runs in that mode, as a run requested by the reconciliation sensor would (`poll` too).
+`CRASH_RUNNER_OPTIONS` (JSON) adds replication.yaml options.
 """
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -53,7 +55,7 @@ if __name__ == "__main__":
         from resources.salesforce import salesforce_resource_from_env
 
         platform = Platform(root, None, objects, TEST_SPARK_CONF, salesforce=salesforce_resource_from_env(),
-                            initial_load=True)
+                            initial_load=True, **json.loads(os.environ.get("CRASH_RUNNER_OPTIONS", "{}")))
     else:
         platform = Platform(root, Path(describe_arg), objects, TEST_SPARK_CONF)
     if mode is None:

@@ -1,0 +1,56 @@
+"""poll sensors: one per `mode: poll` object in replication.yaml, each requesting a poll run of its replica every
+`poll_interval` seconds (cdc_assets/poll.py does the work).
+
+A sensor rather than a schedule, so that each tick can decide like the reconciliation sensor does: no run while one
+of the object's runs is queued or in flight (tag `cdc/object.<Name>`, which every run carries), and none while the
+org's daily API budget is nearly spent (`api_budget_reserve`, as for reconciliation). The run key names the poll
+window (`poll-<Object>-<n>`, n = seconds since the epoch // interval), so a tick evaluated twice requests one run.
+Runs are tagged `cdc/mode=poll`; whether the run also compares Ids with the org (hard deletes) is decided by the run
+from the replica's own commit state (`hard_delete_check_every`).
+"""
+
+import time
+
+import dagster as dg
+
+from cdc_assets.assets import replica_key
+from cdc_assets.config import ReplicationConfig, SObjectConfig
+from resources.salesforce import SalesforceResource
+from sensors.budget import budget_hold_back
+from sensors.work import TAG_MODE, TAG_REASON, in_flight, mode_run_config, object_tag
+
+
+def sensor_name(name: str) -> str:
+    return f"poll_{name}"
+
+
+def build_poll_sensors(*, replication: ReplicationConfig,
+                       default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+                       ) -> list[dg.SensorDefinition]:
+    reserve = float(replication.options.get("api_budget_reserve", 0.1))
+    return [_poll_sensor(o, reserve, default_status) for o in replication.objects if o.mode == "poll"]
+
+
+def _poll_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.DefaultSensorStatus
+                 ) -> dg.SensorDefinition:
+    name, interval = sobject.name, sobject.poll.interval
+
+    @dg.sensor(name=sensor_name(name), minimum_interval_seconds=max(1, int(interval)), default_status=default_status,
+               asset_selection=[replica_key(name)],
+               description=f"Polls Salesforce {name} (no Change Data Capture) every {interval:g} s: records changed "
+                           f"since the cursor kept in the replica's Delta commits.")
+    def poll_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource) -> dg.SensorResult:
+        window = int(time.time() // interval)
+        if context.cursor == str(window):
+            return dg.SensorResult(skip_reason=f"{name} already polled in this {interval:g} s window")
+        if in_flight(context.instance, name):
+            return dg.SensorResult(skip_reason=f"a run of {name} is queued or in flight")
+        if hold := budget_hold_back(salesforce, reserve):
+            return dg.SensorResult(skip_reason=hold)
+        request = dg.RunRequest(
+            run_key=f"poll-{name}-{window}", asset_selection=[replica_key(name)],
+            run_config=mode_run_config({name: "poll"}),
+            tags={TAG_MODE: "poll", TAG_REASON: f"poll every {interval:g} s", object_tag(name): "1"})
+        return dg.SensorResult(run_requests=[request], cursor=str(window))
+
+    return poll_sensor

@@ -1,0 +1,239 @@
+"""Polling replication (`mode: poll`) against the real HTTPS emulator, with CDC disabled in the org.
+
+After workloads with bursts of equal SystemModstamps (large transactions, transactions sharing a timestamp),
+late-committed rows, deletes, undeletes and purges, every polled replica equals the org; a run SIGKILLed in the
+middle of a Bulk job resumes from the locator; an object switches from poll to cdc and back without a reload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+import pytest
+import yaml
+
+from settings import REPO, TEST_SPARK_CONF
+from harness import Platform
+from org_compare import differences
+from cdc_assets.apply import REPLICA_STATE
+from cdc_assets.assets import replica_key
+from cdc_assets.defs import build_defs
+from cdc_assets.faults import POLL_POINTS
+from cdc_assets.poll import POLL_KEY
+from resources.delta import DeltaWarehouse
+from resources.salesforce import SalesforceResource
+from salesforce_emulator import Emulator
+from salesforce_emulator.workload import Workload
+
+POLLED = ["Account", "Contact"]
+# Small pages so that bursts span several REST limits and Bulk pages; every run compares Ids (purges).
+OPTIONS = {"poll_overlap": 2, "poll_rest_max_records": 50, "poll_page_size": 40, "hard_delete_check_every": 0}
+
+
+@pytest.fixture
+def org(tmp_path):
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing", cdc_objects=[]) as emu:
+        yield emu
+
+
+def resource(emu: Emulator) -> SalesforceResource:
+    return SalesforceResource(instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file))
+
+
+def set_modes(platform: Platform, modes: dict[str, str]) -> None:
+    """Rewrite replication.yaml with each object's mode and rebuild the definitions (as a deploy would)."""
+    config = yaml.safe_load(platform.config.read_text())
+    for entry in config["objects"]:
+        entry["mode"] = modes.get(entry["name"], entry.get("mode", "cdc"))
+    platform.config.write_text(yaml.safe_dump(config))
+    platform.defs = build_defs(config_path=platform.config, landing_path=str(platform.landing),
+                               warehouse_root=str(platform.warehouse), spark_conf=platform.spark_conf,
+                               salesforce=platform.salesforce)
+
+
+def poll_platform(tmp_path, emu: Emulator, objects=POLLED, **options) -> Platform:
+    platform = Platform(tmp_path / "p", None, objects, TEST_SPARK_CONF, salesforce=resource(emu), initial_load=True,
+                        **(OPTIONS | options))
+    set_modes(platform, {o: "poll" for o in objects})
+    return platform
+
+
+def run_replicas(platform: Platform, objects=POLLED, **config) -> dg.ExecuteInProcessResult:
+    """One run of the replicas alone (what a poll sensor requests): no change_events, no Spark."""
+    keys = [replica_key(o) for o in objects]
+    assets = [a for a in platform.executable_assets() if set(a.keys) & set(keys)]
+    ops = {replica_key(o).to_python_identifier(): {"config": config} for o in objects} if config else {}
+    return dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
+                          selection=keys, run_config={"ops": ops})
+
+
+def assert_equal_to_org(platform: Platform, emu: Emulator, objects=POLLED) -> None:
+    for name in objects:
+        assert differences(emu, name, platform.rows(name)) == [], name
+
+
+def update(emu: Emulator, name: str, record_id: str, **values) -> None:
+    with emu.store.transaction() as txn:
+        txn.update(name, record_id, values)
+
+
+def test_polled_replicas_equal_the_org_after_bursts_late_commits_deletes_and_purges(tmp_path, org):
+    workload = Workload(org, seed=21, large_transaction=(60, 90))
+    workload.build_org(accounts=30)
+    platform = poll_platform(tmp_path, org)
+    first = run_replicas(platform)
+    assert platform.materialization(first, "Account")["mode"] == "initial_load"
+    assert_equal_to_org(platform, org)
+
+    time.sleep(1.1)  # the late commit below goes 1 s back: behind it, records the workload leaves untouched
+    workload.run(changes=150)  # updates, creates, deletes, undeletes, purges
+    workload.large()  # 60-90 records, one SystemModstamp: more than a REST probe (50) and a Bulk page (40)
+    org.same_timestamp_commits(8)  # eight transactions sharing the newest SystemModstamp
+    workload.run(changes=8)
+    for name in POLLED:  # one record deleted and purged, one deleted and undeleted, between two polls
+        gone, back = org.store.ids(name)[:2]  # both loaded by the first run
+        with org.store.transaction() as txn:
+            txn.delete(name, [gone, back])
+        with org.store.transaction() as txn:
+            txn.purge(name, [gone])
+            txn.undelete(name, [back])
+    result = run_replicas(platform)
+    meta = {o: platform.materialization(result, o) for o in POLLED}
+    assert any(m["poll_bulk"] and m["poll_pages"] > 1 for m in meta.values()), meta
+    purged = {o: [i for i in platform.rows(o) if i not in set(org.store.ids(o, include_deleted=True))] for o in POLLED}
+    assert {o: m["hard_deleted"] for o, m in meta.items()} == {o: len(ids) for o, ids in purged.items()}
+    assert all(purged.values())
+    assert_equal_to_org(platform, org)
+
+    again = run_replicas(platform)  # the inclusive re-query re-reads the boundary: nothing written twice
+    assert all(platform.materialization(again, o)["poll_rows_read"] > 0 for o in POLLED)
+    assert all(platform.materialization(again, o)["poll_rows_written"] == 0 for o in POLLED)
+
+    # Another transaction at the cursor's own SystemModstamp (the org's newest: the Contact undelete above), changing
+    # the cursor's record: the same position, other values.
+    cursor = platform.materialization(again, "Contact")["poll_cursor"]
+    assert cursor["ts"] == max(platform.materialization(again, o)["poll_cursor"]["ts"] for o in POLLED)
+    org.same_timestamp_commits(1)
+    update(org, "Contact", cursor["id"], Title="Same millisecond, other transaction")
+    # A transaction stamped a second before rows already polled (committed late): within the 2 s overlap.
+    account = min((r for r in org.store.snapshot("Account") if not r["IsDeleted"]), key=lambda r: r["SystemModstamp"])
+    org.late_commits(1, 1000)
+    update(org, "Account", account["Id"], Name="Committed late")
+    later = run_replicas(platform)
+    assert {o: platform.materialization(later, o)["poll_rows_written"] for o in POLLED} == {"Account": 1, "Contact": 1}
+    assert_equal_to_org(platform, org)
+
+    checked = platform.run(checks=True)  # the replica checks of a CDC object, unchanged, on polled replicas
+    for name in POLLED:
+        results = platform.check_results(checked, name)
+        assert results and all(r.passed for r in results.values()), {k: r.description for k, r in results.items()}
+
+
+def test_a_late_commit_older_than_the_overlap_is_what_the_overlap_is_for(tmp_path, org):
+    Workload(org, seed=4).build_org(accounts=10)
+    platform = poll_platform(tmp_path, org, objects=["Account"], poll_overlap=0)
+    run_replicas(platform, ["Account"])
+    # A late commit never predates the SystemModstamp of a record it changes (Salesforce never moves one back).
+    time.sleep(1.1)
+    update(org, "Account", org.store.ids("Account")[0], Name="moves the cursor")
+    run_replicas(platform, ["Account"])
+    org.late_commits(1, 1000)
+    update(org, "Account", org.store.ids("Account")[1], Name="committed late")
+    run_replicas(platform, ["Account"])
+    assert differences(org, "Account", platform.rows("Account")) != []  # no overlap: missed
+    set_overlap = yaml.safe_load(platform.config.read_text())
+    set_overlap["options"]["poll_overlap"] = 5
+    platform.config.write_text(yaml.safe_dump(set_overlap))
+    set_modes(platform, {})
+    caught = run_replicas(platform, ["Account"])
+    assert platform.materialization(caught, "Account")["poll_rows_written"] == 1, platform.materialization(caught, "Account")
+    assert differences(org, "Account", platform.rows("Account")) == []
+
+
+def poll_state(platform: Platform, name: str) -> dict:
+    table = DeltaWarehouse(root=str(platform.warehouse)).table(name)
+    return DeltaWarehouse.commit_state(table, REPLICA_STATE).get(POLL_KEY) or {}
+
+
+@pytest.mark.parametrize("point", POLL_POINTS)
+def test_sigkill_during_a_poll_then_rerun_equals_the_org(point, tmp_path, org, spark):
+    """Killed between Bulk pages, the re-run reads the same job on from its locator (no new query)."""
+    Workload(org, seed=8).build_org(accounts=40)
+    bulk = point == "poll.after_page_commit"
+    options = OPTIONS | ({} if bulk else {"poll_rest_max_records": 1000})  # Bulk pages of 40, or one REST query
+    platform = poll_platform(tmp_path, org, objects=["Contact"], **options)
+    run_replicas(platform, ["Contact"])
+    changed = 100 if bulk else 10
+    for record_id in org.store.ids("Contact")[:changed]:
+        update(org, "Contact", record_id, Title=f"T-{record_id[-4:]}")
+    purged = org.store.ids("Contact")[-1]
+    with org.store.transaction() as txn:
+        txn.delete("Contact", [purged])
+    with org.store.transaction() as txn:
+        txn.purge("Contact", [purged])
+
+    gateway = spark.sparkContext._gateway.gateway_parameters
+    env = {**os.environ, "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill",
+           "PYSPARK_GATEWAY_PORT": str(gateway.port), "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
+           "SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token, "SF_CA_BUNDLE": str(org.ca_file),
+           "CRASH_RUNNER_OPTIONS": json.dumps(options)}
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "crash_runner.py"), str(platform.root), "-",
+                           "Contact", "poll"], env=env, cwd=REPO, capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    state = poll_state(platform, "Contact")
+    if bulk:
+        assert state["job"]["locator"] and state["job"]["records"] == 40, state
+
+    org.reset_request_counts()
+    set_modes(platform, {"Contact": "poll"})
+    result = run_replicas(platform, ["Contact"])
+    meta = platform.materialization(result, "Contact")
+    if bulk:
+        assert meta["poll_resumed"] == 1
+        # One job: the Id comparison's. The poll read the killed run's job on from its locator.
+        assert org.request_counts().get("bulk_query_job", 0) == 1
+    assert poll_state(platform, "Contact")["job"] is None
+    assert_equal_to_org(platform, org, ["Contact"])
+
+
+def test_an_object_switches_from_poll_to_cdc_and_back_without_a_reload(tmp_path, org):
+    workload = Workload(org, seed=13)
+    workload.build_org(accounts=20)
+    platform = poll_platform(tmp_path, org, objects=["Account"])
+    run_replicas(platform, ["Account"])
+    workload.run(changes=60)
+    run_replicas(platform, ["Account"])
+    assert_equal_to_org(platform, org, ["Account"])
+
+    # poll -> cdc: CDC is enabled in the org first, changes go on, then replication.yaml says cdc.
+    org.set_cdc_objects(["Account"])
+    workload.run(changes=60)
+    set_modes(platform, {"Account": "cdc"})
+    org.flush_cdc()
+    handoff = platform.run(close_after=0)
+    meta = platform.materialization(handoff, "Account")
+    assert meta["mode"] == "poll_handoff"
+    # The events of the changes the hand-off poll already wrote are at or before the polled rows: superseded.
+    assert meta["superseded"] > 0 and meta["poll_rows_written"] > 0
+    assert_equal_to_org(platform, org, ["Account"])
+    workload.run(changes=60)
+    org.flush_cdc()
+    cdc = platform.run(close_after=0)
+    assert platform.materialization(cdc, "Account")["mode"] == "apply"
+    assert platform.materialization(cdc, "Account")["applied"] > 0
+    assert_equal_to_org(platform, org, ["Account"])
+
+    # cdc -> poll: CDC off again in the org; polling starts behind the replica's newest change.
+    org.set_cdc_objects([])
+    workload.run(changes=60)
+    set_modes(platform, {"Account": "poll"})
+    back = run_replicas(platform, ["Account"])
+    assert platform.materialization(back, "Account")["mode"] == "poll"
+    assert platform.materialization(back, "Account")["poll_rows_written"] > 0
+    assert_equal_to_org(platform, org, ["Account"])

@@ -39,6 +39,7 @@ from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from cdc_assets.apply import APPLY_APP, EVENT_COUNTS, REPLICA_STATE, ApplyResult
 from cdc_assets.config import PollOptions
@@ -104,8 +105,7 @@ class PollWriter:
         self.counts = {k: 0 for k in COUNTS}
         self.watch = Stopwatch()  # laps: "org" (queries, pages, parsing), "read" (current rows), "merge"
 
-    def current(self, ids: list[str]) -> pa.Table:
-        table = self.warehouse.table(self.schema.name)
+    def current(self, table: DeltaTable, ids: list[str]) -> pa.Table:
         buckets = sorted({i[: self.schema.bucket_chars] for i in ids})
         rows = self.warehouse.read_keys(table, key_column="Id", keys=ids, partitions=[(BUCKET_COLUMN, "in", buckets)])
         return aligned_arrow(rows, self.target)
@@ -116,8 +116,10 @@ class PollWriter:
         counts (`inserted`: new records, `cleaned`: dirty rows made clean)."""
         self.watch.lap("org")
         fresh, c = rows, {}
+        # One snapshot for the current rows, the state and the commit: a writer racing this one fails safely.
+        table = self.warehouse.table(self.schema.name)
         if rows.num_rows:
-            current = self.current(rows["Id"].to_pylist())
+            current = self.current(table, rows["Id"].to_pylist())
             if guard:
                 fresh, c = newer_rows(rows, current)
             else:
@@ -125,7 +127,6 @@ class PollWriter:
         self.watch.lap("read")
         if not fresh.num_rows and not force:
             return fresh, c
-        table = self.warehouse.table(self.schema.name)
         prev = DeltaWarehouse.commit_state(table, REPLICA_STATE)
         state = prev | {"run_id": self.run_id, "synced_at": self.now.isoformat(), POLL_KEY: poll}
         state["row_count"] = int(prev.get("row_count") or 0) + c.get("inserted", 0)
@@ -135,12 +136,12 @@ class PollWriter:
             state["last_commit_ts"] = max(filter(None, [prev.get("last_commit_ts"), latest]))
         txns = {APPLY_APP: table.transaction_version(APPLY_APP) or 0}
         if fresh.num_rows:
-            self.warehouse.upsert(self.schema.name, fresh, key_column="Id", partition_column=BUCKET_COLUMN,
-                                  partition_values=fresh[BUCKET_COLUMN].to_pylist(), key=REPLICA_STATE, state=state,
-                                  txns=txns)
-        else:
-            self.warehouse.append(self.schema.name, self.target.empty_table(), partition_by=[BUCKET_COLUMN],
+            self.warehouse.upsert(self.schema.name, fresh, read=table, key_column="Id",
+                                  partition_column=BUCKET_COLUMN, partition_values=fresh[BUCKET_COLUMN].to_pylist(),
                                   key=REPLICA_STATE, state=state, txns=txns)
+        else:
+            self.warehouse.append(self.schema.name, self.target.empty_table(), read=table,
+                                  partition_by=[BUCKET_COLUMN], key=REPLICA_STATE, state=state, txns=txns)
         self.watch.lap("merge")
         return fresh, c
 

@@ -93,7 +93,7 @@ def test_polled_replicas_equal_the_org_after_bursts_late_commits_deletes_and_pur
 
     time.sleep(1.1)  # the late commit below goes 1 s back: behind it, records the workload leaves untouched
     workload.run(changes=150)  # updates, creates, deletes, undeletes, purges
-    workload.large()  # 60-90 records, one SystemModstamp: more than a REST probe (50) and a Bulk page (40)
+    workload.large("Contact")  # 60-90 records, one SystemModstamp: more than a REST probe (50) and a Bulk page (40)
     org.same_timestamp_commits(8)  # eight transactions sharing the newest SystemModstamp
     workload.run(changes=8)
     for name in POLLED:  # one record deleted and purged, one deleted and undeleted, between two polls
@@ -107,7 +107,7 @@ def test_polled_replicas_equal_the_org_after_bursts_late_commits_deletes_and_pur
     meta = {o: platform.materialization(result, o) for o in POLLED}
     assert any(m["poll_bulk"] and m["poll_pages"] > 1 for m in meta.values()), meta
     purged = {o: [i for i in platform.rows(o) if i not in set(org.store.ids(o, include_deleted=True))] for o in POLLED}
-    assert {o: m["hard_deleted"] for o, m in meta.items()} == {o: len(ids) for o, ids in purged.items()}
+    assert {o: m["hard_deleted"] for o, m in meta.items()} == {o: len(ids) for o, ids in purged.items()}, (meta, purged)
     assert all(purged.values())
     assert_equal_to_org(platform, org)
 

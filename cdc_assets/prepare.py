@@ -41,8 +41,6 @@ Q_APPLY_STATE = "cdc.quarantine.apply"
 
 
 def _untyped(rows: pa.Table) -> pa.Array:
-    if "typed" not in rows.column_names:
-        return pa.repeat(True, rows.num_rows)
     return pc.invert(pc.fill_null(rows["typed"], False))
 
 
@@ -52,6 +50,8 @@ def normalized(spark: SparkSession, rows: pa.Table, schema: ObjectSchema, *,
     `also` (columns whose values nobody has checked yet), derived again with `schema`; and the quarantine entries
     (`source_file, source_line, raw, reason`) of the lines whose values do not fit, one per line; and how many rows
     became gap rows for it."""
+    if "typed" not in rows.column_names:  # stored before change_events had the column: none of them typed
+        rows = rows.append_column(pa.field("typed", pa.bool_()), pa.nulls(rows.num_rows, pa.bool_()))
     needs = _untyped(rows)
     if also:
         sets_new = pc.is_in(pc.list_flatten(rows["set_fields"]), value_set=pa.array(sorted(also), pa.string()))
@@ -68,8 +68,8 @@ def normalized(spark: SparkSession, rows: pa.Table, schema: ObjectSchema, *,
     for r in bad.select(["source_file", "source_line", "entity", "transaction_key", "sequence_number",
                          "value_error"]).to_pylist():
         raw = json.dumps({k: r[k] for k in ("entity", "transaction_key", "sequence_number")})
-        entries.setdefault((r["source_file"], r["source_line"]), (raw, f"{r['value_error']} (checked when "
-                                                                      f"{schema.name} became replicated)"))
+        entries.setdefault((r["source_file"], r["source_line"]),
+                           (raw, f"{r['value_error']} (checked at apply time with {schema.name}'s describe())"))
     quarantine = pa.table({
         "source_file": [k[0] for k in entries], "source_line": [k[1] for k in entries],
         "raw": [v[0] for v in entries.values()], "reason": [v[1] for v in entries.values()]}, schema=QUARANTINE_SCHEMA)

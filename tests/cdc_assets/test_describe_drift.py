@@ -10,9 +10,12 @@ import shutil
 
 import pytest
 
+from cdc_assets.prepare import normalized
 from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
+from spark_ops.parse import parse_lines, to_change_rows
+from spark_ops.schema import ObjectSchema
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
 C1, C2 = "003000000000001AAA", "003000000000002AAA"
@@ -117,3 +120,18 @@ def test_a_field_unknown_to_describe_is_counted_then_added_and_backfilled(tmp_pa
     assert meta["events_read"] == 2 and meta["applied"] == 2 and add_up(meta)
     p.run(close_after=0)
     assert p.rows("Account")[A1]["_sf_dirty_since"] == rows[A1]["_sf_dirty_since"]
+
+
+def test_rows_stored_before_change_events_had_a_typed_column_are_derived(spark, sample_dir):
+    """A warehouse from before `typed` existed: its rows are all derived with the describe() (idempotent)."""
+    schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Contact.json").read_text()))
+    lines = spark.createDataFrame(
+        [("old.jsonl", 1, event("Contact", "UPDATE", [C1], T0, Name={"FirstName": "Ada"}, Birthdate="1815-12-10")),
+         ("old.jsonl", 2, event("Contact", "UPDATE", [C2], T0, HasOptedOutOfEmail="yes"))],
+        "source_file string, source_line long, raw string")
+    stored = to_change_rows(parse_lines(lines, {})).toArrow().drop_columns(["typed"])
+    rows, bad, gapped = normalized(spark, stored, schema)
+    by_id = {r["record_id"]: r for r in rows.to_pylist()}
+    assert dict(by_id[C1]["fields"]) == {"FirstName": "Ada", "Birthdate": "1815-12-10"}
+    assert by_id[C2]["change_type"] == "GAP_UPDATE" and gapped == 1
+    assert bad.to_pylist()[0]["source_line"] == 2 and "HasOptedOutOfEmail" in bad.to_pylist()[0]["reason"]

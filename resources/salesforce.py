@@ -244,9 +244,9 @@ class SalesforceResource(dg.ConfigurableResource):
         page there can continue a killed run with ``resume=position`` (the same job, no new query)."""
         soql = f"SELECT {', '.join(fields)} FROM {object_name}" + (f" WHERE {where}" if where else "") + \
             (f" ORDER BY {order_by}" if order_by else "")
-        job_id = resume.job_id if resume else self._request(
-            "POST", "jobs/query", retry=False, json={"operation": "queryAll", "query": soql, "contentType": "CSV",
-                                                     "columnDelimiter": "COMMA", "lineEnding": line_ending}).json()["id"]
+        job = {"operation": "queryAll", "query": soql, "contentType": "CSV", "columnDelimiter": "COMMA",
+               "lineEnding": line_ending}
+        job_id = resume.job_id if resume else self._request("POST", "jobs/query", retry=False, json=job).json()["id"]
         try:
             self._wait_for_job(job_id, poll_seconds, timeout_seconds)
             locator: str | None = resume.locator if resume else None

@@ -92,8 +92,14 @@ def from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
     lookup and temp view walks it (measured: 17-41 s of plan building for 40,000 landing lines, against 1.6-2.9 s
     from a checkpoint; the whole parse 2x faster). Past `LOCAL_RELATION_MAX_ROWS` the rows are stored once in the
     block manager (`localCheckpoint`) and the plan only refers to them; small tables skip that extra job.
+
+    Not as a Spark Connect client: there a checkpoint is a DataFrame cached in the server session by id, and
+    under the daemon (`make e2e`, 2026-11-23) runs began failing with `CONNECT_INVALID_PLAN.DATAFRAME_NOT_FOUND`
+    on such a DataFrame (a checkpointed replica `current` analysed by the fold) once batches passed the threshold,
+    every retry again. The Connect client ships a large Arrow table as a cached local relation (an artifact by
+    hash) instead, which no session cache can lose.
     """
     if not table.num_rows:  # Spark Connect cannot take the schema from an empty Arrow table
         return spark.createDataFrame([], from_arrow_schema(table.schema))
     df = spark.createDataFrame(table)
-    return df.localCheckpoint() if table.num_rows > LOCAL_RELATION_MAX_ROWS else df
+    return df.localCheckpoint() if table.num_rows > LOCAL_RELATION_MAX_ROWS and not is_remote() else df

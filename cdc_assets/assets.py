@@ -18,8 +18,8 @@ from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
 from cdc_assets.poll import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
-from cdc_assets.schemas import DescribeRefresh, resolve_schema
-from cdc_assets.sync import BULK_PAGE_SIZE, SyncResult, describe_note, reconcile, resync
+from cdc_assets.schemas import DescribeRefresh, describe_note, resolve_schema
+from cdc_assets.sync import BULK_PAGE_SIZE, SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource

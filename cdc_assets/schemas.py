@@ -21,6 +21,12 @@ from spark_ops.schema import ObjectSchema
 DESCRIBE_PROPERTY = "cdc.describe"  # a describe() asked again during a run (the description is set on writes only)
 
 
+def describe_note(describe: dict | None) -> str | None:
+    """The describe() kept with the table (its description when written, `DESCRIBE_PROPERTY` after a refresh), so
+    later runs need no describe call; `at` tells which of the two is newer."""
+    return json.dumps({"describe": describe, "at": datetime.now(timezone.utc).isoformat()}) if describe else None
+
+
 def _kept(text: str | None) -> dict:
     try:
         kept = json.loads(text) if text else {}
@@ -96,5 +102,5 @@ class DescribeRefresh:
         table = self.warehouse.table(self.sobject.name)
         if self.describe is None or table is None or self.sobject.describe_path:
             return
-        note = json.dumps({"describe": self.describe, "at": datetime.now(timezone.utc).isoformat()})
-        table.alter.set_table_properties({DESCRIBE_PROPERTY: note}, raise_if_not_exists=False)
+        table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(self.describe)},
+                                         raise_if_not_exists=False)

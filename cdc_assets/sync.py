@@ -16,10 +16,9 @@ Both leave the table as a re-run would make it: the overwrite and the merge are 
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -28,6 +27,7 @@ from pyspark.sql import SparkSession
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
 from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
+from cdc_assets.schemas import describe_note
 from cdc_assets.prepare import Q_APPLY_STATE, normalized
 from cdc_assets.quarantine import record_quarantine
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
@@ -49,12 +49,6 @@ class SyncResult:
     mode: str
     counts: dict[str, int] = field(default_factory=dict)
     api_calls: int = 0
-
-
-def describe_note(describe: dict | None) -> str | None:
-    """The describe() kept with the table (Delta table description), so later runs need no describe call; `at`
-    tells it from a newer one kept after a refresh (cdc_assets/schemas.py)."""
-    return json.dumps({"describe": describe, "at": datetime.now(timezone.utc).isoformat()}) if describe else None
 
 
 def _api_used(salesforce: SalesforceResource) -> int:

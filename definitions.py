@@ -1,10 +1,60 @@
-"""The platform's Dagster definitions, configured from the environment (see README):
+"""The platform's Dagster definitions: `build_defs` assembles them, `defs` is them as configured by the environment.
 
-CDC_CONFIG (replication.yaml), CDC_LANDING_ZONE, CDC_WAREHOUSE, CDC_SENSORS_RUNNING (1 = sensors start on).
+CDC_CONFIG (replication.yaml), CDC_LANDING_ZONE, CDC_WAREHOUSE, CDC_SENSORS_RUNNING (1 = sensors start on); see
+README. This module is the only place that puts assets (`cdc_assets/`), sensors (`sensors/`) and resources
+(`resources/`) together: sensors import what the assets write, never the other way round, so the folders form no
+cycle. Tests, the demo and the benchmarks call `build_defs` with their own config, landing zone and warehouse.
 """
 
-import os
+from __future__ import annotations
 
-from cdc_assets.defs import build_defs
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from cdc_assets.assets import build_change_events_asset, build_replica_asset, landing_zone
+from cdc_assets.checks import build_replica_checks
+from cdc_assets.config import load_config
+from resources.delta import DeltaWarehouse
+from resources.landing_zone import LandingZone
+from resources.salesforce import SalesforceResource, salesforce_resource_from_env
+from resources.spark import spark_resource
+from sensors.landing_zone import build_landing_zone_sensor
+from sensors.poll import build_poll_sensors
+from sensors.reconciliation import build_reconciliation_sensor
+from sensors.subscriber_status import build_subscriber_check, build_subscriber_status_sensor
+
+
+def build_defs(*, config_path: str | Path | None = None, landing_path: str | None = None,
+               warehouse_root: str | None = None, spark_conf: dict[str, str] | None = None,
+               sensors_running: bool = False, salesforce: SalesforceResource | None = None) -> dg.Definitions:
+    """Every asset, check, sensor and resource for the objects in `config_path` (default: CDC_CONFIG)."""
+    replication = load_config(config_path)
+    assets = [
+        landing_zone,
+        build_change_events_asset(replication=replication),
+        *[build_replica_asset(sobject=o, replication=replication) for o in replication.objects],
+    ]
+    status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
+    return dg.Definitions(
+        assets=assets,
+        # One process per run: every step shares one Spark session instead of starting a JVM per step.
+        executor=dg.in_process_executor,
+        asset_checks=[*[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
+                      build_subscriber_check(replication=replication)],
+        sensors=[build_landing_zone_sensor(replication=replication, default_status=status),
+                 build_reconciliation_sensor(replication=replication, default_status=status),
+                 build_subscriber_status_sensor(replication=replication, default_status=status),
+                 *build_poll_sensors(replication=replication, default_status=status)],
+        resources={
+            "pyspark": spark_resource(spark_conf),
+            "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),
+            "landing": LandingZone(path=landing_path or os.environ.get("CDC_LANDING_ZONE", "landing"),
+                                   max_line_bytes=int(replication.options.get("max_line_bytes", 8 * 1024 * 1024))),
+            "salesforce": salesforce or salesforce_resource_from_env(),
+        },
+    )
+
 
 defs = build_defs(sensors_running=os.environ.get("CDC_SENSORS_RUNNING") == "1")

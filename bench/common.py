@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 import yaml
 
-from cdc_assets.defs import build_defs
+from definitions import build_defs
 from resources.spark import spark_config
 
 BENCH_SPARK = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}

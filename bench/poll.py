@@ -24,7 +24,7 @@ import yaml
 from bench.common import figures, start_spark
 from bench.initial_load import OBJECT, build_org
 from cdc_assets.assets import replica_key
-from cdc_assets.defs import build_defs
+from definitions import build_defs
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 

@@ -2,7 +2,7 @@
 
 The decision is stored as the run tag `cdc/cut` (JSON, with the run id, so tags a re-executed run inherits from its
 parent are not taken for its own decision) through `instance.add_run_tags`. The executor is in-process (one step
-at a time, `cdc_assets/defs.py`), so the first replica step writes it before any other replica step reads it; the
+at a time, `definitions.py`), so the first replica step writes it before any other replica step reads it; the
 tag also shows in the UI which transaction a run held back and why.
 """
 

@@ -11,7 +11,7 @@ import yaml
 from deltalake import DeltaTable
 
 from cdc_assets.assets import replica_key
-from cdc_assets.defs import build_defs
+from definitions import build_defs
 from resources.delta import CHANGE_EVENTS, QUARANTINE
 
 

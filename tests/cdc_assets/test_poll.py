@@ -23,9 +23,9 @@ from harness import Platform
 from org_compare import differences
 from cdc_assets.apply import REPLICA_STATE
 from cdc_assets.assets import replica_key
-from cdc_assets.defs import build_defs
 from cdc_assets.faults import POLL_POINTS
 from cdc_assets.poll import POLL_KEY
+from definitions import build_defs
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator

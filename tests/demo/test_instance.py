@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from cdc_assets.defs import build_defs
+from definitions import build_defs
 from demo.instance import INSTANCE_YAML, open_instance, write_dagster_home
 from sensors.landing_zone import TAG_FILES
 

@@ -8,7 +8,7 @@ import yaml
 from dagster._core.test_utils import create_run_for_test
 
 from cdc_assets.assets import TAG_MODE as ASSET_TAG_MODE, replica_key
-from cdc_assets.defs import build_defs
+from definitions import build_defs
 from harness import write_config
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator

@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from cdc_assets.assets import LANDING_ZONE
-from cdc_assets.defs import build_defs
+from definitions import build_defs
 from cdc_subscriber.status import StatusReporter
 from harness import write_config
 from sensors.subscriber_status import CHECK_NAME, SENSOR_NAME

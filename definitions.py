@@ -51,7 +51,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
             "pyspark": spark_resource(spark_conf),
             "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),
             "landing": LandingZone(path=landing_path or os.environ.get("CDC_LANDING_ZONE", "landing"),
-                                   max_line_bytes=int(replication.options.get("max_line_bytes", 8 * 1024 * 1024))),
+                                   max_line_bytes=replication.options.max_line_bytes),
             "salesforce": salesforce or salesforce_resource_from_env(),
         },
     )

@@ -15,11 +15,11 @@ from dagster_pyspark import PySparkResource
 
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
-from cdc_assets.ingest import MAX_BATCH_BYTES, ingest
+from cdc_assets.ingest import ingest
 from cdc_assets.poll import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, describe_note, resolve_schema
-from cdc_assets.sync import BULK_PAGE_SIZE, SyncResult, reconcile, resync
+from cdc_assets.sync import SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource
@@ -65,7 +65,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
                       landing: LandingZone, salesforce: SalesforceResource) -> dg.MaterializeResult:
         schemas = {o.name: resolve_schema(o, warehouse, salesforce)[0] for o in replication.objects}
         result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id,
-                        max_batch_bytes=int(replication.options.get("max_ingest_batch_bytes", MAX_BATCH_BYTES)))
+                        max_batch_bytes=replication.options.max_ingest_batch_bytes)
         c = result.counts
         context.log.info(
             f"Ingested {c['ingested']} events from {c['files']} files ({c['duplicates']} duplicates, "
@@ -119,7 +119,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
-                          page_size=int(replication.options.get("bulk_page_size", BULK_PAGE_SIZE)))
+                          page_size=replication.options.bulk_page_size)
         elif polled or sobject.mode == "cdc" and poll_state(warehouse.table(sobject.name)).get("active"):
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,

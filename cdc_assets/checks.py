@@ -48,8 +48,7 @@ CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY
 BLOCKING = frozenset({SCHEMA, UNIQUE_ID})
 
 QUARANTINE_ACK = "cdc.quarantine_ack"  # commit metadata key and app transaction id of an acknowledgement
-DIRTY_THRESHOLD_OPTION, DEFAULT_DIRTY_THRESHOLD = "dirty_threshold_seconds", 15 * 60.0
-FRESHNESS_OPTION, DEFAULT_FRESHNESS = "freshness_seconds", 3600.0
+DIRTY_THRESHOLD_OPTION, FRESHNESS_OPTION = "dirty_threshold_seconds", "freshness_seconds"  # ReplicationOptions
 EXAMPLES = 10
 TS = pa.timestamp("us", tz="UTC")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -237,8 +236,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
     table); checks never call the org.
     """
     key = replica_key(sobject.name)
-    dirty_threshold = float(replication.options.get(DIRTY_THRESHOLD_OPTION, DEFAULT_DIRTY_THRESHOLD))
-    freshness = float(replication.options.get(FRESHNESS_OPTION, DEFAULT_FRESHNESS))
+    dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.options.freshness_seconds
     specs = [dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name])
              for name in CHECKS]
 

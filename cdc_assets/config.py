@@ -1,61 +1,136 @@
-"""`replication.yaml`: which Salesforce objects replicate, and how.
+"""`replication.yaml`: which Salesforce objects replicate, and how. Every option is a field of a model below, with its
+default and meaning; that is the one reference (`python -m cdc_assets.config` prints it as the README's tables).
 
 ```yaml
-options:
-  transaction_close_after: 60   # seconds without a newer event before the newest transaction counts as closed
-  initial_load: true            # an object's first run loads it fully through Bulk API 2.0 (needs the org)
-  max_ingest_batch_bytes: 134217728  # landing files ingested per change_events commit (bounds a run's memory)
-  retry_backoff_seconds: 30     # a failed run's work is requested again after this, doubling (sensors/work.py)
-  retry_backoff_max_seconds: 600
-  bulk_page_size: 50000         # records per Bulk API 2.0 result page in a resync / initial load (maxRecords)
-objects:
-  - name: Account
-    describe: path/to/Account.json   # optional: describe() from a file instead of the org
-    bucket_chars: 13                 # optional: Id prefix length that lays out the table (design §8)
-  - name: Campaign                   # an object without CDC: polled through SystemModstamp (cdc_assets/poll.py)
-    mode: poll                       # cdc (default) | poll
-    poll_interval: 300               # seconds between polls (one sensor per polled object)
-    poll_overlap: 300                # seconds re-read behind the cursor each poll (rows committed late)
-    hard_delete_check_every: 86400   # seconds between Id comparisons with the org (purged records)
-    # also poll_rest_max_records (2000) and poll_page_size (50000); under `options`, any of these keys is the
-    # default for every polled object
+options:                        # ReplicationOptions: platform-wide settings
+  transaction_close_after: 60
+  initial_load: true
+  poll_interval: 300            # an ObjectOptions key under `options` is the default for every object
+objects:                        # SObjectConfig each: a name, or a mapping
+  - Account
+  - name: Campaign
+    mode: poll
+    poll_interval: 60           # ... and in an object's entry it overrides that default
 ```
-Paths are relative to the YAML file. `CDC_CONFIG` names the file (default `replication.yaml`).
+
+The file is validated when the definitions load: a key that is not an option (a typo at the top level, under
+`options`, in an object) or a value of the wrong type stops loading with an error naming the file, the path of the
+key in it (`objects[1].pol_interval`) and the closest option. `describe` paths are relative to the YAML file;
+`CDC_CONFIG` names the file (default `replication.yaml`).
+
+The models are frozen and are what the code reads (`replication.options.freshness_seconds`, `sobject.poll.overlap`).
+A new section is a nested model and one field: in `ReplicationOptions` (platform-wide) and, when objects may
+override it, in `ObjectOptions`, which objects inherit from `options` key by key.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
-from dataclasses import dataclass, field
+import typing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
 
-MODES = ("cdc", "poll")
+class ConfigError(ValueError):
+    """replication.yaml is not valid: every problem, each with the file and the path of the key."""
+
+
+class _Section(BaseModel):
+    """A mapping of replication.yaml: unknown keys are errors, values are checked and converted once, then frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_by_name=True, validate_by_alias=True)
+
+
+class ObjectOptions(_Section):
+    """Settings of one object. Under `options` each is the default for every object; an object's entry overrides
+    it. The poll keys apply to `mode: poll` objects (cdc_assets/poll.py)."""
+
+    bucket_chars: int = Field(DEFAULT_BUCKET_CHARS, ge=1, le=18, description=(
+        "Leading Id characters that form the table's layout column `_sf_bucket` (design §8): records created "
+        "together share a partition."))
+    poll_interval: float = Field(300.0, gt=0, description=(
+        "Seconds between polls (the sensor `poll_<Object>`)."))
+    poll_overlap: float = Field(300.0, ge=0, description=(
+        "Seconds re-read behind the cursor each poll, for rows committed late."))
+    hard_delete_check_every: float = Field(86400.0, ge=0, description=(
+        "Seconds between Id comparisons with the org, which find records purged from the recycle bin."))
+    poll_rest_max_records: int = Field(2000, ge=0, description=(
+        "A delta smaller than this is read with one REST queryAll; a larger one through a Bulk API 2.0 job."))
+    poll_page_size: int = Field(50_000, gt=0, description=(
+        "Records per Bulk API 2.0 result page when polling (one Delta commit each)."))
+    # Per-object sections go here (and under the same name in ReplicationOptions for the default), e.g.
+    # `changefeed: ChangefeedOptions | None = None`.
+
+
+class ReplicationOptions(ObjectOptions):
+    """`options`: platform-wide settings, and the default of every object setting (ObjectOptions)."""
+
+    transaction_close_after: float = Field(60.0, ge=0, description=(
+        "Seconds without a newer event before the newest transaction counts as closed and is applied."))
+    initial_load: bool = Field(True, description=(
+        "An object's first run loads it fully through Bulk API 2.0 (needs the org); false: replicas start empty "
+        "and follow the events."))
+    bulk_page_size: int = Field(50_000, gt=0, description=(
+        "Records per Bulk API 2.0 result page in a resync or initial load (maxRecords)."))
+    max_ingest_batch_bytes: int = Field(128 * 1024 * 1024, gt=0, description=(
+        "Bytes of landing files ingested per change_events commit (bounds a run's memory on a backlog)."))
+    max_line_bytes: int = Field(8 * 1024 * 1024, gt=0, description=(
+        "A landing line longer than this is quarantined on its own."))
+    retry_backoff_seconds: float = Field(30.0, ge=0, description=(
+        "First wait before a failed run's work is requested again; doubles with each failure (sensors/work.py)."))
+    retry_backoff_max_seconds: float = Field(600.0, ge=0, description=(
+        "The longest wait between two requests of a failed run's work."))
+    api_budget_reserve: float = Field(0.1, ge=0, le=1, description=(
+        "Share of the org's daily API requests kept free: reconcile, resync and poll runs hold back below it."))
+    subscriber_max_lag_seconds: float = Field(300.0, gt=0, description=(
+        "The check subscriber_stream_healthy fails when the CDC subscriber lags more than this."))
+    dirty_threshold_seconds: float = Field(15 * 60.0, ge=0, description=(
+        "The check no_stale_dirty fails when a record has awaited reconciliation longer than this."))
+    freshness_seconds: float = Field(3600.0, gt=0, description=(
+        "The check freshness fails when a replica's newest applied change is older than this (a quiet org "
+        "trips it too)."))
+    # Platform-wide sections go here as a nested model and one field, e.g.
+    # `changefeed: ChangefeedOptions | None = None`.
 
 
 @dataclass(frozen=True)
 class PollOptions:
-    """How a `mode: poll` object is polled (seconds; see cdc_assets/poll.py)."""
+    """How a `mode: poll` object is polled (seconds; see cdc_assets/poll.py): its ObjectOptions poll keys."""
 
-    interval: float = 300.0
-    overlap: float = 300.0
-    hard_delete_check_every: float = 86400.0
-    rest_max_records: int = 2000  # a delta below this many rows is read with one REST query, else Bulk API 2.0
-    page_size: int = 50_000       # Bulk API 2.0 result page (one Delta commit each)
+    interval: float
+    overlap: float
+    hard_delete_check_every: float
+    rest_max_records: int  # a delta below this many rows is read with one REST query, else Bulk API 2.0
+    page_size: int         # Bulk API 2.0 result page (one Delta commit each)
 
 
-@dataclass(frozen=True)
-class SObjectConfig:
-    name: str
-    describe_path: Path | None = None
-    bucket_chars: int = DEFAULT_BUCKET_CHARS
-    mode: str = "cdc"
-    poll: PollOptions = field(default_factory=PollOptions)
+class SObjectConfig(ObjectOptions):
+    """An entry of `objects`: a name alone, or a mapping with the name and any object settings."""
+
+    name: str = Field(description="The sObject API name, e.g. Account.")
+    describe_path: Path | None = Field(None, alias="describe", description=(
+        "A describe() JSON file to use instead of asking the org (relative to the YAML file)."))
+    mode: Literal["cdc", "poll"] = Field("cdc", description=(
+        "cdc: follow Change Data Capture events; poll: read records changed since a cursor (objects without CDC)."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _name_alone(cls, entry: Any) -> Any:
+        return {"name": entry} if isinstance(entry, str) else entry
+
+    @property
+    def poll(self) -> PollOptions:
+        return PollOptions(interval=self.poll_interval, overlap=self.poll_overlap,
+                           hard_delete_check_every=self.hard_delete_check_every,
+                           rest_max_records=self.poll_rest_max_records, page_size=self.poll_page_size)
 
     def load_describe(self) -> dict | None:
         return json.loads(self.describe_path.read_text()) if self.describe_path else None
@@ -65,57 +140,115 @@ class SObjectConfig:
         return ObjectSchema.from_describe(describe, bucket_chars=self.bucket_chars) if describe else None
 
 
-@dataclass(frozen=True)
-class ReplicationConfig:
-    objects: tuple[SObjectConfig, ...]
-    transaction_close_after: float = 60.0
-    initial_load: bool = True
-    options: dict = field(default_factory=dict)
+class ReplicationConfig(_Section):
+    """The whole file."""
+
+    options: ReplicationOptions = Field(default_factory=ReplicationOptions, description=(
+        "Platform-wide settings and object defaults."))
+    objects: tuple[SObjectConfig, ...] = Field((), description="The objects that replicate, each once.")
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _empty_options(cls, options: Any) -> Any:
+        return {} if options is None else options  # `options:` with nothing under it
+
+    @field_validator("objects", mode="before")
+    @classmethod
+    def _empty_objects(cls, objects: Any) -> Any:
+        return () if objects is None else objects
+
+    @field_validator("objects")
+    @classmethod
+    def _inherit_and_check(cls, objects: tuple[SObjectConfig, ...], info: ValidationInfo
+                           ) -> tuple[SObjectConfig, ...]:
+        names = [o.name for o in objects]
+        if twice := sorted({n for n in names if names.count(n) > 1}):
+            raise ValueError(f"listed more than once: {', '.join(twice)}")
+        options = info.data.get("options")  # absent when `options` itself is invalid (reported on its own)
+        if options is None:
+            return objects
+        return tuple(o.model_copy(update={k: getattr(options, k) for k in ObjectOptions.model_fields
+                                          if k not in o.model_fields_set}) for o in objects)
 
     @property
     def names(self) -> list[str]:
         return [o.name for o in self.objects]
 
+    @property
+    def transaction_close_after(self) -> float:
+        return self.options.transaction_close_after
 
-def _mode(path: Path, entry: dict) -> str:
-    mode = entry.get("mode", "cdc")
-    if mode not in MODES:
-        raise ValueError(f"{path}: object {entry['name']}: mode must be one of {MODES}, not {mode!r}")
-    return mode
-
-
-# PollOptions attribute -> its key in an object's entry or in `options` (the default for every polled object)
-POLL_KEYS = {"interval": "poll_interval", "overlap": "poll_overlap",
-             "hard_delete_check_every": "hard_delete_check_every", "rest_max_records": "poll_rest_max_records",
-             "page_size": "poll_page_size"}
-
-
-def _poll_options(entry: dict, options: dict) -> PollOptions:
-    """Each poll option from the object's entry, else from `options`, else PollOptions' default."""
-    values = {}
-    for attr, key in POLL_KEYS.items():
-        default = getattr(PollOptions, attr)
-        values[attr] = type(default)(entry.get(key, options.get(key, default)))
-    return PollOptions(**values)
+    @property
+    def initial_load(self) -> bool:
+        return self.options.initial_load
 
 
 def load_config(path: str | Path | None = None) -> ReplicationConfig:
+    """The validated config in `path` (default: CDC_CONFIG, else replication.yaml); ConfigError says what is wrong."""
     path = Path(path or os.environ.get("CDC_CONFIG", "replication.yaml")).resolve()
-    raw = yaml.safe_load(path.read_text()) or {}
-    options = raw.get("options") or {}
-    objects = []
-    for entry in raw.get("objects") or []:
-        entry = {"name": entry} if isinstance(entry, str) else entry
-        describe = entry.get("describe")
-        objects.append(SObjectConfig(
-            name=entry["name"],
-            describe_path=(path.parent / describe).resolve() if describe else None,
-            bucket_chars=int(entry.get("bucket_chars", options.get("bucket_chars", DEFAULT_BUCKET_CHARS))),
-            mode=_mode(path, entry),
-            poll=_poll_options(entry, options),
-        ))
-    names = [o.name for o in objects]
-    if len(set(names)) != len(names):
-        raise ValueError(f"{path}: an object is listed twice in objects: {names}")
-    return ReplicationConfig(tuple(objects), float(options.get("transaction_close_after", 60)),
-                             bool(options.get("initial_load", True)), options)
+    raw = yaml.safe_load(path.read_text())
+    try:
+        config = ReplicationConfig.model_validate({} if raw is None else raw)
+    except ValidationError as e:
+        raise ConfigError(describe_errors(path, e)) from None
+    objects = tuple(o.model_copy(update={"describe_path": (path.parent / o.describe_path).resolve()})
+                    if o.describe_path else o for o in config.objects)
+    return config.model_copy(update={"objects": objects})
+
+
+def describe_errors(path: Path, error: ValidationError) -> str:
+    """One line per problem: `<file>: objects[1].pol_interval: unknown key (did you mean poll_interval?)`."""
+    lines = [f"{path}: {error.error_count()} problem(s) in the replication config (options: cdc_assets/config.py)"]
+    for e in error.errors():
+        loc = list(e["loc"])
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".") or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{path}: {where}: unknown key{_did_you_mean(loc)}")
+        else:
+            lines.append(f"{path}: {where}: {e['msg']} (got {e['input']!r})")
+    return "\n".join(lines)
+
+
+def _did_you_mean(loc: list) -> str:
+    """The closest option name at the misspelled key's level, else all of them."""
+    model: type[BaseModel] = ReplicationConfig
+    for part in loc[:-1]:
+        if isinstance(part, str):  # a key (an int is an index in `objects`)
+            field = next(f for name, f in model.model_fields.items() if part in (name, f.alias))
+            model = _sections(field.annotation)[0]
+    known = [f.alias or name for name, f in model.model_fields.items()]
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else f"; known keys: {', '.join(sorted(known))}"
+
+
+def reference() -> str:
+    """Every option as Markdown tables (key, default, meaning) from the models' fields: the README's reference."""
+    tables = [("`options`: platform-wide", _own_fields(ReplicationOptions, ObjectOptions)),
+              ("`options` (the default for every object) or an entry of `objects` (that object)",
+               ObjectOptions.model_fields),
+              ("an entry of `objects` (or just its name)", _own_fields(SObjectConfig, ObjectOptions))]
+    out = []
+    while tables:
+        title, fields = tables.pop(0)
+        out += [f"Under {title}:", "", "| Key | Default | Meaning |", "|---|---|---|"]
+        for name, f in fields.items():
+            default = "required" if f.is_required() else f"`{json.dumps(f.get_default(call_default_factory=True))}`"
+            out.append(f"| `{f.alias or name}` | {default} | {f.description} |")
+            tables += [(f"`{name}` (a section)", section.model_fields) for section in _sections(f.annotation)]
+        out.append("")
+    return "\n".join(out)
+
+
+def _own_fields(model: type[BaseModel], base: type[BaseModel]) -> dict:
+    return {k: f for k, f in model.model_fields.items() if k not in base.model_fields}
+
+
+def _sections(annotation: Any) -> list[type[BaseModel]]:
+    """The models nested in a field's type (`Section`, `Section | None`): their keys get a table of their own."""
+    if isinstance(annotation, type):
+        return [annotation] if issubclass(annotation, BaseModel) else []
+    return [m for arg in typing.get_args(annotation) for m in _sections(arg)]
+
+
+if __name__ == "__main__":
+    print(reference(), end="")

@@ -27,7 +27,7 @@ def sensor_name(name: str) -> str:
 def build_poll_sensors(*, replication: ReplicationConfig,
                        default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
                        ) -> list[dg.SensorDefinition]:
-    reserve = float(replication.options.get("api_budget_reserve", 0.1))
+    reserve = replication.options.api_budget_reserve
     return [_poll_sensor(o, reserve, default_status) for o in replication.objects if o.mode == "poll"]
 
 

@@ -53,7 +53,7 @@ def work_request(due: list[Planned]) -> dg.RunRequest:
 def build_reconciliation_sensor(*, replication: ReplicationConfig,
                                 default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
                                 ) -> dg.SensorDefinition:
-    budget_share = float(replication.options.get("api_budget_reserve", 0.1))
+    budget_share = replication.options.api_budget_reserve
 
     @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=15, default_status=default_status,
                asset_selection=[replica_key(n) for n in replication.names],

@@ -29,7 +29,6 @@ from resources.landing_zone import LandingZone
 
 SENSOR_NAME = "subscriber_status_sensor"
 CHECK_NAME = "subscriber_stream_healthy"
-DEFAULT_MAX_LAG_SECONDS = 300.0
 UNHEALTHY = ("FAILED", "FAILED_PERMANENTLY")
 
 
@@ -68,7 +67,7 @@ def summarize(statuses: list[StreamStatus], max_lag_seconds: float,
 
 
 def _max_lag(replication: ReplicationConfig) -> float:
-    return float(replication.options.get("subscriber_max_lag_seconds", DEFAULT_MAX_LAG_SECONDS))
+    return replication.options.subscriber_max_lag_seconds
 
 
 def build_subscriber_status_sensor(*, replication: ReplicationConfig,

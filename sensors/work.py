@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
-from cdc_assets.config import ReplicationConfig
+from cdc_assets.config import ReplicationConfig, ReplicationOptions
 from resources.delta import DeltaWarehouse
 
 TAG_REASON = "cdc/reason"
@@ -38,7 +38,6 @@ TAG_MODE = "cdc/mode"  # the modes of the run's replicas, "+"-joined: reconcile,
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
-BACKOFF_OPTION, BACKOFF_MAX_OPTION = "retry_backoff_seconds", "retry_backoff_max_seconds"
 RESYNC, RECONCILE, INITIAL_LOAD = "resync", "reconcile", "initial_load"
 COVERS = {RECONCILE: {RECONCILE, RESYNC}, RESYNC: {RESYNC}}  # a resync rewrites every row, dirty ones too
 
@@ -68,8 +67,8 @@ class Backoff:
     cap: float = 600.0
 
     @classmethod
-    def from_options(cls, options: dict) -> Backoff:
-        return cls(float(options.get(BACKOFF_OPTION, 30)), float(options.get(BACKOFF_MAX_OPTION, 600)))
+    def from_options(cls, options: ReplicationOptions) -> Backoff:
+        return cls(options.retry_backoff_seconds, options.retry_backoff_max_seconds)
 
     def delay(self, failures: int) -> float:
         return min(self.first * 2 ** (failures - 1), self.cap) if failures else 0.0

@@ -1,0 +1,124 @@
+"""replication.yaml is validated as a whole: a typo or a wrong type anywhere is an error naming the file and the key's
+path; every shipped config loads; objects inherit object settings from `options`; the README's option reference is
+the models' own."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cdc_assets.config import ConfigError, PollOptions, load_config, reference
+from harness import write_config
+from settings import REPO
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "replication.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_of(path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    return str(caught.value)
+
+
+@pytest.mark.parametrize(("yaml_text", "where", "suggestion"), [
+    ("optoins: {initial_load: false}\nobjects: [Account]\n", "optoins", "options"),
+    ("options: {transaction_close_afer: 5}\nobjects: [Account]\n", "options.transaction_close_afer",
+     "transaction_close_after"),
+    ("options: {poll_overlapp: 5}\nobjects: [Account]\n", "options.poll_overlapp", "poll_overlap"),
+    ("objects:\n  - Account\n  - {name: Campaign, mode: poll, pol_interval: 60}\n", "objects[1].pol_interval",
+     "poll_interval"),
+    ("objects:\n  - {name: Account, describ: a.json}\n", "objects[0].describ", "describe"),
+])
+def test_an_unknown_key_is_an_error_naming_file_path_and_the_closest_option(tmp_path, yaml_text, where, suggestion):
+    path = write(tmp_path, yaml_text)
+    message = error_of(path)
+    assert f"{path}: {where}: unknown key (did you mean {suggestion}?)" in message
+
+
+def test_a_key_nothing_resembles_lists_the_known_keys(tmp_path):
+    message = error_of(write(tmp_path, "objects:\n  - {name: Account, zzz: 1}\n"))
+    assert "objects[0].zzz: unknown key; known keys: " in message and "poll_interval" in message
+
+
+@pytest.mark.parametrize(("yaml_text", "where", "got"), [
+    ("options: {transaction_close_after: soon}\n", "options.transaction_close_after", "'soon'"),
+    ("options: {initial_load: maybe}\n", "options.initial_load", "'maybe'"),
+    ("options: {poll_interval: [1, 2]}\n", "options.poll_interval", "[1, 2]"),
+    ("options: {api_budget_reserve: 2}\n", "options.api_budget_reserve", "2"),
+    ("objects:\n  - {name: Campaign, mode: pol}\n", "objects[0].mode", "'pol'"),
+    ("objects:\n  - Account\n  - {name: Campaign, poll_page_size: 1.5}\n", "objects[1].poll_page_size", "1.5"),
+    ("objects:\n  - {describe: a.json}\n", "objects[0].name", "{'describe': 'a.json'}"),
+    ("objects: Account\n", "objects", "'Account'"),
+    ("- Account\n", "(top level)", "['Account']"),
+])
+def test_a_wrong_value_is_an_error_naming_file_path_and_value(tmp_path, yaml_text, where, got):
+    path = write(tmp_path, yaml_text)
+    assert re.search(rf"^{re.escape(f'{path}: {where}: ')}.*\(got {re.escape(got)}\)$", error_of(path), re.M)
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    message = error_of(write(tmp_path, """\
+        options: {transaction_close_afer: 5, freshness_seconds: never}
+        objects:
+          - {name: Account, pol_interval: 1}
+    """))
+    assert message.splitlines()[0].endswith("3 problem(s) in the replication config (options: cdc_assets/config.py)")
+    for where in ("options.transaction_close_afer", "options.freshness_seconds", "objects[0].pol_interval"):
+        assert where in message
+
+
+def test_an_object_listed_twice_is_an_error(tmp_path):
+    assert "objects: Value error, listed more than once: Account" in error_of(
+        write(tmp_path, "objects: [Account, Contact, Account]\n"))
+
+
+def test_objects_take_object_settings_from_options_unless_they_set_them(tmp_path):
+    config = load_config(write(tmp_path, """\
+        options: {poll_overlap: 7, bucket_chars: 10, transaction_close_after: 5}
+        objects:
+          - Account
+          - {name: Campaign, mode: poll, poll_interval: 60, bucket_chars: 12, describe: d/Campaign.json}
+    """))
+    account, campaign = config.objects
+    assert (account.mode, account.bucket_chars, account.describe_path) == ("cdc", 10, None)
+    assert account.poll == PollOptions(interval=300.0, overlap=7.0, hard_delete_check_every=86400.0,
+                                       rest_max_records=2000, page_size=50_000)
+    assert (campaign.mode, campaign.bucket_chars, campaign.poll.interval, campaign.poll.overlap) == ("poll", 12, 60, 7)
+    assert campaign.describe_path == (tmp_path / "d" / "Campaign.json").resolve()
+    assert (config.transaction_close_after, config.initial_load, config.names) == (5.0, True, ["Account", "Campaign"])
+
+
+def test_an_empty_file_is_no_objects_with_every_default(tmp_path):
+    config = load_config(write(tmp_path, "options:\n"))
+    assert config.objects == () and config.options.freshness_seconds == 3600.0
+
+
+@pytest.mark.parametrize("name", ["replication.yaml", "samples/basic.replication.yaml"])
+def test_the_shipped_configs_load(name):
+    config = load_config(REPO / name)
+    assert config.names and all(o.describe_path is None or o.describe_path.is_absolute() for o in config.objects)
+
+
+def test_the_configs_tests_write_load(tmp_path, sample_dir):
+    path = write_config(tmp_path / "r.yaml", sample_dir / "describe", ["Account", "Contact"], close_after=0,
+                        retry_backoff_seconds=0, max_line_bytes=4096, max_ingest_batch_bytes=1,
+                        subscriber_max_lag_seconds=60, dirty_threshold_seconds=1e9, freshness_seconds=1e9)
+    config = load_config(path)
+    assert (config.options.max_line_bytes, config.options.retry_backoff_seconds) == (4096, 0.0)
+    assert config.objects[0].load_describe()["name"] == "Account"
+
+
+def test_the_readme_example_loads_and_its_reference_is_generated_from_the_models(tmp_path):
+    readme = (REPO / "README.md").read_text()
+    example = re.search(r"### replication.yaml\n.*?```yaml\n(.*?)```", readme, re.S).group(1)
+    assert load_config(write(tmp_path, example)).names == ["Account", "Contact", "Campaign"]
+    generated = re.search(r"<!-- options reference:[^\n]*-->\n(.*?)<!-- end of options reference -->", readme,
+                          re.S).group(1)
+    assert generated == reference(), "README is stale: paste `python -m cdc_assets.config` between the markers"

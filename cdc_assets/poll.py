@@ -49,7 +49,7 @@ from cdc_assets.records import mark_deleted, records_to_text, replica_rows
 from cdc_assets.sync import SYSTEM_FIELDS, SyncResult
 from cdc_assets.timing import Stopwatch
 from resources.delta import DeltaWarehouse, aligned_arrow
-from resources.salesforce import BulkPosition, SalesforceApiError, SalesforceResource
+from resources.salesforce import BulkPosition, SalesforceApiError, SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -192,8 +192,8 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     else:
         since = _since(table, state, options)
         where = f"SystemModstamp >= {soql_datetime(since)}" if since else None
-        soql = f"SELECT {', '.join(fields)} FROM {schema.name}" + (f" WHERE {where}" if where else "")
-        records = list(salesforce.query_all(f"{soql} ORDER BY {ORDER} LIMIT {options.rest_max_records}"))
+        records = list(salesforce.query_all(select_soql(schema.name, fields, where=where, order_by=ORDER,
+                                                        limit=options.rest_max_records)))
         if len(records) < options.rest_max_records:
             rows = replica_rows(records_to_text(records, fields), schema, source=POLL, synced_at=now)
             cursor = newest_position(rows, state.get("cursor"))

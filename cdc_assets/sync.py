@@ -23,6 +23,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
+from simple_salesforce import format_soql
 
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
 from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
@@ -32,7 +33,7 @@ from cdc_assets.prepare import Q_APPLY_STATE, normalized
 from cdc_assets.quarantine import record_quarantine
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
-from resources.salesforce import SalesforceResource
+from resources.salesforce import SalesforceResource, select_soql
 from resources.spark import from_arrow
 from spark_ops.fold import CHANGED, NEWLY_DIRTY, fold_changes
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
@@ -177,14 +178,12 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
 
 
 def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: list[str]) -> list[dict]:
-    """Records among `ids` that queryAll still returns (deleted, in the recycle bin). Ids come from validated
-    events (design §9: only [A-Za-z0-9] ids reach a replica), so they are safe inside SOQL."""
+    """Records among `ids` that queryAll still returns (deleted, in the recycle bin)."""
     found = []
-    fields = ", ".join([*schema.column_names, *SYSTEM_FIELDS])
+    fields = [*schema.column_names, *SYSTEM_FIELDS]
     for start in range(0, len(ids), QUERY_ALL_CHUNK):
-        chunk = ids[start:start + QUERY_ALL_CHUNK]
-        quoted = ", ".join(f"'{i}'" for i in chunk)
-        found.extend(salesforce.query_all(f"SELECT {fields} FROM {schema.name} WHERE Id IN ({quoted})"))
+        where = format_soql("Id IN {}", ids[start:start + QUERY_ALL_CHUNK])
+        found.extend(salesforce.query_all(select_soql(schema.name, fields, where=where)))
     return found
 
 

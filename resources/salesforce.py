@@ -14,8 +14,9 @@ Helpers: ``describe`` / ``replicated_fields`` (describe minus compound parents, 
 SystemModstamp), ``retrieve`` (sObject Collections, 2,000 ids per call, ``None`` for ids that are gone),
 ``query_all`` (REST queryAll, paged), ``bulk_query_all`` (Bulk API 2.0 queryAll, one CSV result page at a time
 parsed into Arrow record batches of strings, never the whole object in memory) and ``api_usage`` (from the last
-``Sforce-Limit-Info`` header). Idempotent reads retry with exponential backoff on 5xx, timeouts and connection
-errors (a connection dropped mid-response too). Tokens and passwords are never logged.
+``Sforce-Limit-Info`` header). Reads retry with exponential backoff on 5xx, timeouts and connection errors
+through urllib3's ``Retry`` mounted on the session (``Retry-After`` honoured); a creation is sent once. Tokens and
+passwords are never logged.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import requests
 from pydantic import PrivateAttr
-from simple_salesforce import Salesforce
+from requests.adapters import HTTPAdapter
+from simple_salesforce import Salesforce, format_soql
+from urllib3.util.retry import Retry
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,18 @@ class SalesforceApiError(RuntimeError):
         self.body = body
 
 
+class _LoggedRetry(Retry):
+    """urllib3's Retry, saying each retry as a warning (urllib3 logs them at debug level only)."""
+
+    def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> Retry:
+        retry = super().increment(method, url, *args, **kwargs)  # raises MaxRetryError once the retries are spent
+        last = retry.history[-1]
+        reason = f"HTTP {last.status}" if last.status else type(last.error).__name__
+        done = len(retry.history)
+        log.warning("Salesforce %s %s: %s; retry %d/%d", method, url, reason, done, done + (retry.total or 0))
+        return retry
+
+
 class _CaPinnedSession(requests.Session):
     """A session whose ``verify`` wins over REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment."""
 
@@ -99,12 +114,20 @@ class SalesforceResource(dg.ConfigurableResource):
     _client: Salesforce | None = PrivateAttr(default=None)
     _usage: dict[str, int] = PrivateAttr(default_factory=dict)
     _describes: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
+    _post_reads: requests.Session | None = PrivateAttr(default=None)
 
     # -- connection ---------------------------------------------------------------------------------
-    def _session(self) -> requests.Session:
+    def _session(self, retry_methods: frozenset[str] | None = Retry.DEFAULT_ALLOWED_METHODS) -> requests.Session:
+        """A session that retries 5xx answers and read errors of `retry_methods` (None: every method) and
+        connection failures of any (nothing was sent), with exponential backoff."""
         session = _CaPinnedSession()
         session.verify = self.ca_bundle or True
         session.hooks["response"].append(self._remember_usage)
+        retry = _LoggedRetry(total=self.max_retries, backoff_factor=self.retry_backoff_seconds,
+                             status_forcelist=frozenset(range(500, 600)), allowed_methods=retry_methods,
+                             raise_on_status=False)  # the last 5xx answer comes back: SalesforceApiError names it
+        for prefix in ("https://", "http://"):
+            session.mount(prefix, HTTPAdapter(max_retries=retry))
         return session
 
     def _remember_usage(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
@@ -163,31 +186,31 @@ class SalesforceResource(dg.ConfigurableResource):
 
     # -- HTTP with retries --------------------------------------------------------------------------
     def _request(self, method: str, path: str, *, retry: bool = True, **kwargs: Any) -> requests.Response:
-        """Call ``path`` (relative to /services/data/vXX.X/, or absolute from /services/...) with retries on
-        5xx, timeouts and connection errors (also one dropped in the middle of a response) when ``retry``
-        (idempotent calls only)."""
+        """Call ``path`` (relative to /services/data/vXX.X/, or absolute from /services/...). ``retry``: the call
+        is a read, retried on 5xx, timeouts and dropped connections whatever its method (sObject Collections reads
+        by POST); otherwise a POST is sent once (only a connection that never opened is tried again)."""
         sf = self.client()
         url = f"https://{sf.sf_instance}{path}" if path.startswith("/") else sf.base_url + path
-        attempts = self.max_retries + 1 if retry else 1
-        for attempt in range(1, attempts + 1):
+        session = sf.session
+        if retry and method not in Retry.DEFAULT_ALLOWED_METHODS:
+            if self._post_reads is None:
+                self._post_reads = self._session(retry_methods=None)
+            session = self._post_reads
+        for attempt in range(1, self.max_retries + 2):
             try:
-                response = sf.session.request(method, url, headers=sf.headers, timeout=self.timeout_seconds,
-                                              **kwargs)
-            # ChunkedEncodingError: the connection dropped in the middle of the body (an IncompleteRead).
-            except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
-                if attempt == attempts:
+                response = session.request(method, url, headers=sf.headers, timeout=self.timeout_seconds, **kwargs)
+                break
+            # The connection dropped in the middle of the body (an IncompleteRead). requests reads a body after
+            # urllib3's Retry has handed the response over, so Retry cannot see this: the call is made again here.
+            except requests.exceptions.ChunkedEncodingError as exc:
+                if not retry or attempt > self.max_retries:
                     raise
                 log.warning("Salesforce %s %s: %s; retry %d/%d", method, path, type(exc).__name__, attempt,
-                            attempts - 1)
-            else:
-                if response.status_code < 500 or attempt == attempts:
-                    if response.status_code >= 300:
-                        raise SalesforceApiError(method, path, response.status_code, response.text)
-                    return response
-                log.warning("Salesforce %s %s: HTTP %d; retry %d/%d", method, path, response.status_code, attempt,
-                            attempts - 1)
-            time.sleep(self.retry_backoff_seconds * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
+                            self.max_retries)
+                time.sleep(self.retry_backoff_seconds * 2 ** (attempt - 1))
+        if response.status_code >= 300:
+            raise SalesforceApiError(method, path, response.status_code, response.text)
+        return response
 
     # -- metadata -----------------------------------------------------------------------------------
     def describe(self, object_name: str) -> dict[str, Any]:
@@ -242,10 +265,8 @@ class SalesforceResource(dg.ConfigurableResource):
         ``on_page(position)`` is called after a page's batches are yielded and before the next page is asked for,
         with the job id and the next page's locator (``None`` after the last page): a caller that commits each
         page there can continue a killed run with ``resume=position`` (the same job, no new query)."""
-        soql = f"SELECT {', '.join(fields)} FROM {object_name}" + (f" WHERE {where}" if where else "") + \
-            (f" ORDER BY {order_by}" if order_by else "")
-        job = {"operation": "queryAll", "query": soql, "contentType": "CSV", "columnDelimiter": "COMMA",
-               "lineEnding": line_ending}
+        job = {"operation": "queryAll", "query": select_soql(object_name, fields, where=where, order_by=order_by),
+               "contentType": "CSV", "columnDelimiter": "COMMA", "lineEnding": line_ending}
         job_id = resume.job_id if resume else self._request("POST", "jobs/query", retry=False, json=job).json()["id"]
         try:
             self._wait_for_job(job_id, poll_seconds, timeout_seconds)
@@ -284,7 +305,7 @@ class SalesforceResource(dg.ConfigurableResource):
 
     def _delete_job(self, job_id: str) -> None:
         try:
-            self._request("DELETE", f"jobs/query/{job_id}", retry=False)
+            self._request("DELETE", f"jobs/query/{job_id}")
         except (SalesforceApiError, requests.RequestException) as exc:
             log.warning("could not delete Bulk query job %s (it expires on its own): %s", job_id, exc)
 
@@ -295,6 +316,15 @@ class SalesforceResource(dg.ConfigurableResource):
         if not self._usage:
             self._request("GET", "limits")
         return dict(self._usage)
+
+
+def select_soql(object_name: str, fields: Iterable[str], *, where: str | None = None, order_by: str | None = None,
+                limit: int | None = None) -> str:
+    """``SELECT <fields> FROM <object> [WHERE ..] [ORDER BY ..] [LIMIT n]``. Names come from describe(); values
+    belong in ``where``, built with simple-salesforce's ``format_soql`` so they are quoted and escaped there."""
+    return format_soql("SELECT {:literal} FROM {:literal}", ", ".join(fields), object_name) + \
+        (f" WHERE {where}" if where else "") + (f" ORDER BY {order_by}" if order_by else "") + \
+        (format_soql(" LIMIT {}", limit) if limit is not None else "")
 
 
 def parse_bulk_page(content: bytes, fields: list[str]) -> Iterator[pa.RecordBatch]:

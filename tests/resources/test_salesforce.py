@@ -11,7 +11,10 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 
-from resources.salesforce import SalesforceApiError, SalesforceResource, parse_bulk_page, salesforce_resource_from_env
+from simple_salesforce import format_soql
+
+from resources.salesforce import (SalesforceApiError, SalesforceResource, parse_bulk_page, salesforce_resource_from_env,
+                                  select_soql)
 from salesforce_emulator import Emulator
 from salesforce_emulator.ids import make_id
 
@@ -55,6 +58,14 @@ def test_retrieve_batches_2000_ids_per_call_and_yields_none_for_gone_ids(resourc
     assert records[10] == {"Id": all_ids[10], "Name": "Account 10",
                            "SystemModstamp": records[10]["SystemModstamp"]}
     assert "attributes" not in records[10]
+
+
+def test_soql_values_are_quoted_by_format_soql_and_the_org_parses_them(resource: SalesforceResource):
+    names = ["O'Brien \\ Sons", "Account 4000"]
+    soql = select_soql("Account", ["Id", "Name"], where=format_soql("Name IN {}", names), order_by="Name", limit=5)
+    assert soql == ("SELECT Id, Name FROM Account WHERE Name IN ('O\\'Brien \\\\ Sons','Account 4000') "
+                    "ORDER BY Name LIMIT 5")
+    assert [r["Name"] for r in resource.query_all(soql)] == ["Account 4000"]
 
 
 def test_query_all_pages_and_includes_deleted_rows(resource: SalesforceResource, org: Emulator):

@@ -40,7 +40,7 @@ def test_a_read_that_times_out_is_retried(resource: SalesforceResource, org: Emu
     org.stall_next_requests(1, seconds=2.0, kind="describe")
     with caplog.at_level(logging.WARNING):
         assert resource.describe("Account")["name"] == "Account"
-    assert "ReadTimeout; retry 1/4" in caplog.text
+    assert "ReadTimeoutError; retry 1/4" in caplog.text
     assert org.request_counts()["describe"] == 2
 
 

@@ -10,7 +10,7 @@ E2E_STAMP := $(VENV)/.installed-e2e
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,emulator]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,7 +29,7 @@ browser:
 
 ## End-to-end: the real Dagster daemon and webserver against the emulator (minutes; screenshots to docs/screenshots).
 $(E2E_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,e2e]'
+	$(BIN)/pip install --quiet -e '.[test,emulator,e2e]'
 	touch $(E2E_STAMP)
 
 e2e: $(E2E_STAMP) browser

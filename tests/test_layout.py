@@ -1,12 +1,14 @@
 """The folders depend on each other in one direction (style.md's layout): `definitions.py` assembles, `sensors/`
 reads what `cdc_assets/` writes, `cdc_assets/` wires `resources/` and `spark_ops/`, and none of the product folders
-imports the emulator (a dev tool, not shipped)."""
+imports the emulator (a development tool, not in the wheel)."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 
 import pytest
+import setuptools
 
 from settings import REPO
 
@@ -46,3 +48,10 @@ def test_sensors_build_on_the_assets_and_definitions_assembles_both():
     assembly = {alias for node in ast.walk(ast.parse((REPO / "definitions.py").read_text()))
                 if isinstance(node, ast.ImportFrom) for alias in [node.module.split(".")[0]]}
     assert {"cdc_assets", "sensors", "resources"} <= assembly
+
+
+def test_the_product_package_ships_no_development_tools():
+    """pyproject's package list (what `pip wheel .` builds) leaves the emulator, demo, bench and tests out."""
+    find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = setuptools.find_packages(where=REPO, include=find["include"])
+    assert {p.split(".")[0] for p in shipped} == {"cdc_assets", "resources", "sensors", "spark_ops", "cdc_subscriber"}

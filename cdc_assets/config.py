@@ -28,10 +28,9 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -186,7 +185,10 @@ class ReplicationConfig(_Section):
 def load_config(path: str | Path | None = None) -> ReplicationConfig:
     """The validated config in `path` (default: CDC_CONFIG, else replication.yaml); ConfigError says what is wrong."""
     path = Path(path or os.environ.get("CDC_CONFIG", "replication.yaml")).resolve()
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
     try:
         config = ReplicationConfig.model_validate({} if raw is None else raw)
     except ValidationError as e:
@@ -247,7 +249,7 @@ def _sections(annotation: Any) -> list[type[BaseModel]]:
     """The models nested in a field's type (`Section`, `Section | None`): their keys get a table of their own."""
     if isinstance(annotation, type):
         return [annotation] if issubclass(annotation, BaseModel) else []
-    return [m for arg in typing.get_args(annotation) for m in _sections(arg)]
+    return [m for arg in get_args(annotation) for m in _sections(arg)]
 
 
 if __name__ == "__main__":

@@ -108,8 +108,8 @@ class SalesforceResource(dg.ConfigurableResource):
     ca_bundle: str | None = None
     api_version: str = "59.0"
     timeout_seconds: float = 60.0
-    max_retries: int = 4
-    retry_backoff_seconds: float = 0.5
+    max_retries: int = 4               # retries of a read (urllib3 Retry's total)
+    retry_backoff_seconds: float = 0.5  # urllib3 Retry's backoff_factor: waits 0, 2x, 4x, 8x this (or Retry-After)
 
     _client: Salesforce | None = PrivateAttr(default=None)
     _usage: dict[str, int] = PrivateAttr(default_factory=dict)

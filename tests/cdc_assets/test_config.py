@@ -74,6 +74,11 @@ def test_every_problem_is_reported_at_once(tmp_path):
         assert where in message
 
 
+def test_a_file_that_is_not_yaml_is_an_error_naming_it(tmp_path):
+    path = write(tmp_path, "options: {initial_load: true\n")
+    assert error_of(path).startswith(f"{path}: not valid YAML: ")
+
+
 def test_an_object_listed_twice_is_an_error(tmp_path):
     assert "objects: Value error, listed more than once: Account" in error_of(
         write(tmp_path, "objects: [Account, Contact, Account]\n"))

@@ -1,6 +1,7 @@
 """SalesforceResource when the network or the org's limits fail it (against the real HTTPS emulator): a read that
-times out or a connection dropped in the middle of a response is retried; an exhausted API budget
-(REQUEST_LIMIT_EXCEEDED) or a rejected token is not, and fails with Salesforce's error."""
+times out, a connection dropped in the middle of a response and a 5xx answer to a read (one sent as POST too) are
+retried; a creation, an exhausted API budget (REQUEST_LIMIT_EXCEEDED) or a rejected token is not, and fails with
+Salesforce's error."""
 
 from __future__ import annotations
 
@@ -76,3 +77,21 @@ def test_a_creation_is_not_retried_after_a_dropped_response(resource: Salesforce
     with pytest.raises(requests.RequestException):
         list(resource.bulk_query_all("Account", ["Id"]))
     assert org.request_counts()["bulk_query_job"] == 1
+
+
+def test_a_read_sent_as_post_is_retried_on_server_errors(resource: SalesforceResource, org: Emulator, caplog):
+    """sObject Collections reads by POST: retried like a GET, though urllib3 retries no POST by default."""
+    ids = org.store.ids("Account")[:3]
+    org.fail_next_requests(2, status=503)
+    with caplog.at_level(logging.WARNING):
+        records = list(resource.retrieve("Account", ids, ["Id", "Name"]))
+    assert [r["Id"] for r in records] == ids
+    assert "HTTP 503; retry 2/4" in caplog.text
+
+
+def test_a_creation_is_not_retried_on_a_server_error(resource: SalesforceResource, org: Emulator, caplog):
+    org.fail_next_requests(1, status=503)  # the first request: the Bulk job's creation
+    with caplog.at_level(logging.WARNING), pytest.raises(SalesforceApiError) as err:
+        list(resource.bulk_query_all("Account", ["Id"]))
+    assert err.value.status == 503 and "retry" not in caplog.text
+    assert org.request_counts().get("bulk_query_job", 0) <= 1

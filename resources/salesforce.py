@@ -12,11 +12,18 @@ Connection modes, chosen by which fields are set (secrets through ``dg.EnvVar``)
 
 Helpers: ``describe`` / ``replicated_fields`` (describe minus compound parents, formula fields, IsDeleted and
 SystemModstamp), ``retrieve`` (sObject Collections, 2,000 ids per call, ``None`` for ids that are gone),
-``query_all`` (REST queryAll, paged), ``bulk_query_all`` (Bulk API 2.0 queryAll, one CSV result page at a time
-parsed into Arrow record batches of strings, never the whole object in memory) and ``api_usage`` (from the last
-``Sforce-Limit-Info`` header). Reads retry with exponential backoff on 5xx, timeouts and connection errors
-through urllib3's ``Retry`` mounted on the session (``Retry-After`` honoured); a creation is sent once. Tokens and
-passwords are never logged.
+``query_all`` (REST queryAll, paged by simple-salesforce's ``query_all_iter``), ``bulk_query_all`` (Bulk API 2.0
+queryAll, one CSV result page at a time parsed into Arrow record batches of strings, never the whole object in
+memory) and ``api_usage`` (from the last ``Sforce-Limit-Info`` header). SOQL is built by ``select_soql``, values
+quoted by simple-salesforce's ``format_soql``.
+
+Reads retry with exponential backoff on 5xx, timeouts and connection errors (one dropped in the middle of a
+response too) through urllib3's ``Retry`` mounted on the session, simple-salesforce's own calls included
+(``Retry-After`` honoured, each retry logged); a creation is sent once. Tokens and passwords are never logged.
+
+Not used from simple-salesforce: its Bulk API 2.0 query (``sf.bulk2.<Object>.query_all`` / ``download``), which
+neither tells the job id and locator of each page (``bulk_query_all`` commits each page with them and resumes a
+killed run from them), nor deletes the job, nor takes a timeout, and returns pages as decoded text.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ import requests
 from pydantic import PrivateAttr
 from requests.adapters import HTTPAdapter
 from simple_salesforce import Salesforce, format_soql
+from simple_salesforce.exceptions import SalesforceError
+from urllib3.exceptions import MaxRetryError, ProtocolError
 from urllib3.util.retry import Retry
 
 log = logging.getLogger(__name__)
@@ -84,8 +93,29 @@ class _LoggedRetry(Retry):
         return retry
 
 
-class _CaPinnedSession(requests.Session):
-    """A session whose ``verify`` wins over REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment."""
+class _SalesforceSession(requests.Session):
+    """Every call through ``retry`` (urllib3's Retry on the adapter), a body cut in the middle too; ``verify`` wins
+    over REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE from the environment."""
+
+    def __init__(self, retry: Retry):
+        super().__init__()
+        self.retry = retry
+        for prefix in ("https://", "http://"):
+            self.mount(prefix, HTTPAdapter(max_retries=retry))
+
+    def send(self, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        retry = self.retry
+        while True:
+            try:
+                return super().send(request, **kwargs)
+            # The connection dropped in the middle of the body (an IncompleteRead): requests reads a body after the
+            # adapter's Retry has handed the response over, so it is counted here as the read error it is.
+            except requests.exceptions.ChunkedEncodingError as exc:
+                try:
+                    retry = retry.increment(request.method, request.url, error=exc.args[0])
+                except (MaxRetryError, ProtocolError):  # retries spent, or a method Retry does not repeat
+                    raise exc from None
+                retry.sleep()
 
     def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
         settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
@@ -120,14 +150,12 @@ class SalesforceResource(dg.ConfigurableResource):
     def _session(self, retry_methods: frozenset[str] | None = Retry.DEFAULT_ALLOWED_METHODS) -> requests.Session:
         """A session that retries 5xx answers and read errors of `retry_methods` (None: every method) and
         connection failures of any (nothing was sent), with exponential backoff."""
-        session = _CaPinnedSession()
+        session = _SalesforceSession(_LoggedRetry(
+            total=self.max_retries, backoff_factor=self.retry_backoff_seconds, allowed_methods=retry_methods,
+            status_forcelist=frozenset(range(500, 600)),
+            raise_on_status=False))  # the last 5xx answer comes back: SalesforceApiError names it
         session.verify = self.ca_bundle or True
         session.hooks["response"].append(self._remember_usage)
-        retry = _LoggedRetry(total=self.max_retries, backoff_factor=self.retry_backoff_seconds,
-                             status_forcelist=frozenset(range(500, 600)), allowed_methods=retry_methods,
-                             raise_on_status=False)  # the last 5xx answer comes back: SalesforceApiError names it
-        for prefix in ("https://", "http://"):
-            session.mount(prefix, HTTPAdapter(max_retries=retry))
         return session
 
     def _remember_usage(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
@@ -196,18 +224,7 @@ class SalesforceResource(dg.ConfigurableResource):
             if self._post_reads is None:
                 self._post_reads = self._session(retry_methods=None)
             session = self._post_reads
-        for attempt in range(1, self.max_retries + 2):
-            try:
-                response = session.request(method, url, headers=sf.headers, timeout=self.timeout_seconds, **kwargs)
-                break
-            # The connection dropped in the middle of the body (an IncompleteRead). requests reads a body after
-            # urllib3's Retry has handed the response over, so Retry cannot see this: the call is made again here.
-            except requests.exceptions.ChunkedEncodingError as exc:
-                if not retry or attempt > self.max_retries:
-                    raise
-                log.warning("Salesforce %s %s: %s; retry %d/%d", method, path, type(exc).__name__, attempt,
-                            self.max_retries)
-                time.sleep(self.retry_backoff_seconds * 2 ** (attempt - 1))
+        response = session.request(method, url, headers=sf.headers, timeout=self.timeout_seconds, **kwargs)
         if response.status_code >= 300:
             raise SalesforceApiError(method, path, response.status_code, response.text)
         return response
@@ -244,15 +261,15 @@ class SalesforceResource(dg.ConfigurableResource):
         return [_strip(record) if record is not None else None for record in response.json()]
 
     def query_all(self, soql: str, include_deleted: bool = True) -> Iterator[dict[str, Any]]:
-        """Records of a SOQL query through REST ``queryAll`` (deleted rows included) or ``query``, page by page."""
-        endpoint = "queryAll" if include_deleted else "query"
-        page = self._request("GET", endpoint, params={"q": soql}).json()
-        while True:
-            for record in page["records"]:
+        """Records of a SOQL query through REST ``queryAll`` (deleted rows included) or ``query``, page by page
+        (simple-salesforce's ``query_all_iter``)."""
+        try:
+            for record in self.client().query_all_iter(soql, include_deleted=include_deleted,
+                                                       timeout=self.timeout_seconds):
                 yield _strip(record)
-            if page.get("done", True) or not page.get("nextRecordsUrl"):
-                return
-            page = self._request("GET", page["nextRecordsUrl"]).json()
+        except SalesforceError as exc:
+            raise SalesforceApiError("GET", "queryAll" if include_deleted else "query", exc.status,
+                                     str(exc.content)) from exc
 
     def bulk_query_all(self, object_name: str, fields: list[str], page_size: int = 50_000, where: str | None = None,
                        poll_seconds: float = 0.2, timeout_seconds: float = 3600.0, line_ending: str = "LF",

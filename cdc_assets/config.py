@@ -32,6 +32,7 @@ from pathlib import Path
 
 import yaml
 
+from cdc_assets.changefeed_config import ChangefeedConfig, changefeed_config
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
 
@@ -56,6 +57,7 @@ class SObjectConfig:
     bucket_chars: int = DEFAULT_BUCKET_CHARS
     mode: str = "cdc"
     poll: PollOptions = field(default_factory=PollOptions)
+    changefeed: ChangefeedConfig | None = None  # cdc_assets/changefeed_config.py
 
     def load_describe(self) -> dict | None:
         return json.loads(self.describe_path.read_text()) if self.describe_path else None
@@ -113,6 +115,7 @@ def load_config(path: str | Path | None = None) -> ReplicationConfig:
             bucket_chars=int(entry.get("bucket_chars", options.get("bucket_chars", DEFAULT_BUCKET_CHARS))),
             mode=_mode(path, entry),
             poll=_poll_options(entry, options),
+            changefeed=changefeed_config(entry, options, base=path.parent),
         ))
     names = [o.name for o in objects]
     if len(set(names)) != len(names):

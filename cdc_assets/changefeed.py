@@ -25,7 +25,6 @@ file, each file closed by a resolved line.
 The CDF of a version must still exist when it is exported: run the feed more often than the replica is vacuumed.
 """
 
-from __future__ import annotations
 
 import logging
 import time

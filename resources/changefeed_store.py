@@ -89,7 +89,8 @@ class FeedStore:
     def lines(self, name: str) -> Iterator[str]:
         with self.fs.open_input_stream(self._path(name)) as stream:
             text = stream.read().decode("utf-8")
-        yield from text.splitlines()
+        # Lines end at LF only: a value may hold U+2028 or U+0085, which str.splitlines() would also split at.
+        yield from text.removesuffix("\n").split("\n") if text else ()
 
     def write_resolved(self, heartbeat: dict) -> None:
         self.write(RESOLVED, [json.dumps(heartbeat, sort_keys=True) + "\n"])

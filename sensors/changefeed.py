@@ -8,7 +8,6 @@ export is requested again by the replica's next materialization. The exporter is
 only rewrites `resolved.json`.
 """
 
-from __future__ import annotations
 
 import dagster as dg
 
@@ -20,8 +19,8 @@ SENSOR_NAME = "changefeed_sensor"
 
 
 def _latest_storage_id(instance: dg.DagsterInstance, key: dg.AssetKey) -> int:
-    event = instance.get_latest_materialization_event(key)
-    return event.storage_id if event is not None else -1
+    records = instance.fetch_materializations(key, limit=1, ascending=False).records
+    return records[0].storage_id if records else -1
 
 
 def build_changefeed_sensors(*, replication: ReplicationConfig,

@@ -87,7 +87,7 @@ def workload(replica: Replica) -> None:
     replica.merge(rows(("001B", "Globex", 2.0, True, 12)))  # soft delete
     replica.merge(rows(("001B", "Globex", 3.0, False, 13)))  # undelete (with a value changed meanwhile)
     # A resync: one value differs, one record gone from the org (marked deleted), the rest identical.
-    replica.resync(rows(("001A", "Acme 3", 10.0, False, 14), ("001B", "Globex", 3.0, False, 13),
+    replica.resync(rows(("001A", "Acme\u20283", 10.0, False, 14), ("001B", "Globex", 3.0, False, 13),
                         ("001C", "Cyberdyne", None, True, 14), synced=99, source="snapshot"))
 
 
@@ -122,7 +122,7 @@ def test_feed_nets_each_version_and_replays_to_the_replica(tmp_path, replica):
         (5, "001A", "update"), (5, "001C", "erase"),  # the resync: only the difference it made
     ]
     updated = [r for r in changes(config) if r["ts"][0] == 5 and "update" in r][0]
-    assert updated["oldImage"]["Name"] == "Acme 2" and updated["newImage"]["Name"] == "Acme 3"
+    assert updated["oldImage"]["Name"] == "Acme 2" and updated["newImage"]["Name"] == "Acme\u20283"
     undeleted = [r for r in changes(config) if r["ts"][0] == 4][0]
     assert "oldImage" not in undeleted and undeleted["newImage"]["Amount"] == 3.0
     assert replay(records(config)) == replica.live()

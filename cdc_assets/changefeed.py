@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from cdc_assets.changefeed_config import ChangefeedConfig
@@ -42,7 +43,7 @@ from cdc_assets.changefeed_rows import (
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.faults import fault_point
 from resources.changefeed_store import FeedStore, feed_file_name
-from resources.delta import DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,19 @@ def _commit_ms(table: DeltaTable, since: int) -> dict[int, int]:
 def _cdf(table: DeltaTable, first: int, last: int) -> pa.Table:
     reader = table.load_cdf(starting_version=first, ending_version=last)
     return pa.table(pa.RecordBatchReader.from_stream(reader).read_all())
+
+
+def _transaction_keys(warehouse: DeltaWarehouse, name: str, netted: pa.Table) -> dict[int, str]:
+    """Salesforce transaction key of each commit number the changed rows were last written by (from change_events;
+    rows written by a snapshot, reconcile or poll have none)."""
+    column = "_sf_commit_number__post"
+    numbers = pc.unique(netted[column].drop_null()).to_pylist() if column in netted.column_names else []
+    events = warehouse.table(CHANGE_EVENTS) if numbers else None
+    if events is None:
+        return {}
+    found = warehouse.read(events, partitions=[("entity", "=", name)], columns=["commit_number", "transaction_key"],
+                           filter=pc.field("commit_number").isin(numbers))
+    return dict(zip(found["commit_number"].to_pylist(), found["transaction_key"].to_pylist()))
 
 
 def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConfig, *,
@@ -108,7 +122,10 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
     while position < latest:
         first, last = position + 1, min(latest, position + feed.max_versions_per_file)
         cdf = _cdf(table, first, last)
-        changes = ({**c, "commit_ms": ms[c["version"]]} for c in net_changes(cdf).to_pylist())
+        netted = net_changes(cdf)
+        keys = _transaction_keys(warehouse, name, netted) if feed.format == "debezium_json" else {}
+        changes = ({**c, "commit_ms": ms[c["version"]], "txid": keys.get(c.get("_sf_commit_number__post"))}
+                   for c in netted.to_pylist())
         write(first, last, changes, data_columns(cdf.schema))
         position = last
     store.write_resolved({**resolved(latest, int(now.timestamp() * 1000)), "at": now.isoformat()})

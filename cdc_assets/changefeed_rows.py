@@ -111,7 +111,7 @@ def _image(row: dict, columns: list[str], suffix: str) -> dict:
 
 def _source(row: dict, suffix: str, *, name: str, table: str, snapshot: str) -> dict:
     source = {"version": CONNECTOR_VERSION, "connector": CONNECTOR, "name": name, "table": table,
-              "snapshot": snapshot, "txId": None}
+              "snapshot": snapshot, "txId": row.get("txid")}
     for column, key in SOURCE_COLUMNS.items():
         source[key] = json_value(row.get(f"{column}{suffix}"))
     ts = row.get(f"_sf_commit_ts{suffix}")

@@ -123,6 +123,9 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
         validator = jsonschema.Draft202012Validator(SCHEMA)
         for record in feed_records(debezium, name):
             validator.validate(record)
+        sources = [r["payload"]["source"] for r in feed_records(debezium, name) if "payload" in r]
+        assert {s["origin"] for s in sources} >= {"cdc", "snapshot"}
+        assert all(s["txId"] for s in sources if s["origin"] == "cdc")  # the Salesforce transaction key
 
     # The resync emitted only the difference it made: count it independently from the two table versions.
     contact = DeltaTable(str(platform.warehouse / "Contact"))

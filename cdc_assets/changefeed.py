@@ -72,11 +72,10 @@ def _cdf(table: DeltaTable, first: int, last: int) -> pa.Table:
     return pa.table(pa.RecordBatchReader.from_stream(reader).read_all())
 
 
-def _transaction_keys(warehouse: DeltaWarehouse, name: str, netted: pa.Table) -> dict[int, str]:
-    """Salesforce transaction key of each commit number the changed rows were last written by (from change_events;
-    rows written by a snapshot, reconcile or poll have none)."""
-    column = "_sf_commit_number__post"
-    numbers = pc.unique(netted[column].drop_null()).to_pylist() if column in netted.column_names else []
+def _transaction_keys(warehouse: DeltaWarehouse, name: str, rows: pa.Table, column: str) -> dict[int, str]:
+    """Salesforce transaction key of each commit number (`column`) the rows were last written by (from
+    change_events; rows written by a snapshot, reconcile or poll have none)."""
+    numbers = pc.unique(rows[column].drop_null()).to_pylist() if column in rows.column_names else []
     events = warehouse.table(CHANGE_EVENTS) if numbers else None
     if events is None:
         return {}
@@ -101,6 +100,7 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
     position = store.position()
     ms = _commit_ms(table, latest if position is None else position)
     count = result.records
+    debezium = feed.format == "debezium_json"
 
     def write(first: int, last: int, changes, columns: list[str]) -> None:
         def lines():
@@ -116,14 +116,16 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
 
     if position is None:  # the first export: the feed starts at the latest version
         rows = table.to_pyarrow_table()
-        scan = snapshot_changes(rows, version=latest, commit_ms=ms[latest]) if feed.initial_scan else ()
+        keys = _transaction_keys(warehouse, name, rows, "_sf_commit_number") if debezium and feed.initial_scan else {}
+        scan = ({**c, "txid": keys.get(c.get("_sf_commit_number__post"))}
+                for c in snapshot_changes(rows, version=latest, commit_ms=ms[latest])) if feed.initial_scan else ()
         write(latest, latest, scan, data_columns(rows.schema))
         position = latest
     while position < latest:
         first, last = position + 1, min(latest, position + feed.max_versions_per_file)
         cdf = _cdf(table, first, last)
         netted = net_changes(cdf)
-        keys = _transaction_keys(warehouse, name, netted) if feed.format == "debezium_json" else {}
+        keys = _transaction_keys(warehouse, name, netted, "_sf_commit_number__post") if debezium else {}
         changes = ({**c, "commit_ms": ms[c["version"]], "txid": keys.get(c.get("_sf_commit_number__post"))}
                    for c in netted.to_pylist())
         write(first, last, changes, data_columns(cdf.schema))

@@ -243,3 +243,65 @@ def test_config_section_defaults_overrides_and_errors(tmp_path):
         load_config(path)
     path.write_text(yaml.safe_dump({"objects": [{"name": "Account"}]}))
     assert load_config(path).objects[0].changefeed is None
+
+
+def test_hard_delete_is_an_erase_with_the_old_image(tmp_path, replica):
+    config = feed(tmp_path, fmt="debezium_json")
+    export_changefeed(replica.warehouse, "Account", config)
+    replica.warehouse.table("Account").delete("Id = '001B'")  # a `hard` delete mode removes the row
+    export_changefeed(replica.warehouse, "Account", config)
+    (erase,) = changes(config)
+    assert erase["payload"]["op"] == "d" and erase["payload"]["before"]["Name"] == "Globex"
+    assert erase["payload"]["source"]["replay_id"] == 102  # the row's last position: the delete carries none
+    assert replay(records(config), {"001A": {}, "001B": {}}) == {"001A": {}}
+
+
+def test_a_replica_created_without_a_feed_gets_one_and_the_feed_starts_there(tmp_path):
+    from deltalake import write_deltalake
+    warehouse = DeltaWarehouse(root=str(tmp_path / "warehouse"))
+    write_deltalake(warehouse.uri("Account"), rows(("001A", "Acme", 1.0, False, 1)), partition_by=["_sf_bucket"])
+    replica = Replica(tmp_path / "warehouse")
+    replica.merge(rows(("001A", "Acme 2", 1.0, False, 2)))  # version 1: before the feed, no CDF
+    config = feed(tmp_path, initial_scan=True)
+    result = export_changefeed(warehouse, "Account", config)
+    assert result.position == 2 and warehouse.table("Account").metadata().configuration[CHANGE_FEED] == "true"
+    replica.merge(rows(("001A", "Acme 3", 1.0, False, 3), ("001B", "Globex", 2.0, False, 3)))
+    export_changefeed(warehouse, "Account", config)
+    assert [r["ts"][0] for r in changes(config)] == [2, 3, 3]
+    assert replay(records(config)) == replica.live()
+
+
+KILLED_EXPORT = """
+import sys
+from cdc_assets.changefeed import export_changefeed
+from cdc_assets.changefeed_config import ChangefeedConfig
+from resources.delta import DeltaWarehouse
+export_changefeed(DeltaWarehouse(root=sys.argv[1]), "Account", ChangefeedConfig(uri=sys.argv[2], initial_scan=True))
+"""
+
+
+@pytest.mark.parametrize("point", ["changefeed.before_rename", "changefeed.after_rename"])
+def test_exporter_killed_then_rerun_writes_identical_files(tmp_path, replica, point):
+    """A real crash (SIGKILL: no cleanup) of an export process, then a re-run."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    clean, crashed = feed(tmp_path / "clean", initial_scan=True), feed(tmp_path / "crashed", initial_scan=True)
+    warehouse = str(tmp_path / "warehouse")
+
+    def run(config, env=None):
+        return subprocess.run([sys.executable, "-c", KILLED_EXPORT, warehouse, config.uri], capture_output=True,
+                              cwd=Path(__file__).parents[2], env={**os.environ, **(env or {})}, timeout=120)
+
+    assert run(clean).returncode == 0 and run(crashed).returncode == 0
+    workload(replica)
+    assert run(clean).returncode == 0
+    killed = run(crashed, {"CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-2000:]
+    assert run(crashed).returncode == 0
+
+    def files(config):
+        return {p.name: p.read_bytes() for p in Path(config.object_uri("Account")).iterdir() if p.name != RESOLVED}
+
+    assert files(crashed) == files(clean) and len(files(clean)) == 2

@@ -125,7 +125,11 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
             validator.validate(record)
         sources = [r["payload"]["source"] for r in feed_records(debezium, name) if "payload" in r]
         assert {s["origin"] for s in sources} >= {"cdc", "snapshot"}
-        assert all(s["txId"] for s in sources if s["origin"] == "cdc")  # the Salesforce transaction key
+        # Every change applied from an event names its Salesforce transaction (a placeholder row a gap made for an
+        # unknown record has no position, so no transaction either).
+        assert any(s["txId"] for s in sources)
+        missing = [s for s in sources if s["origin"] == "cdc" and s["commit_number"] is not None and not s["txId"]]
+        assert not missing, missing[:3]
 
     # The resync emitted only the difference it made: count it independently from the two table versions.
     contact = DeltaTable(str(platform.warehouse / "Contact"))

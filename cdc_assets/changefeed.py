@@ -48,6 +48,7 @@ from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 log = logging.getLogger(__name__)
 
 GROUP = "changefeed"
+SOURCE_NAME = "salesforce"  # Debezium source.name (the logical server name)
 
 
 def changefeed_key(name: str) -> dg.AssetKey:
@@ -80,7 +81,8 @@ def _transaction_keys(warehouse: DeltaWarehouse, name: str, rows: pa.Table, colu
     if events is None:
         return {}
     found = warehouse.read(events, partitions=[("entity", "=", name)], columns=["commit_number", "transaction_key"],
-                           filter=pc.field("commit_number").isin(numbers))
+                           filter=pc.field("commit_number").isin(numbers),
+                           prune=[("commit_number", ">=", min(numbers)), ("commit_number", "<=", max(numbers))])
     return dict(zip(found["commit_number"].to_pylist(), found["transaction_key"].to_pylist()))
 
 
@@ -98,6 +100,11 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
         return result
     latest = table.version()
     position = store.position()
+    if position is not None and position > latest:
+        raise RuntimeError(
+            f"{name} changefeed at {store.uri} is at replica version {position}, but the replica is at {latest}: the "
+            f"table was recreated. Its versions are not the feed's any more; move the feed folder away (consumers "
+            f"start again from a new feed, with initial_scan for the rows) and re-run.")
     ms = _commit_ms(table, latest if position is None else position)
     count = result.records
     debezium = feed.format == "debezium_json"
@@ -106,7 +113,7 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
         def lines():
             for change in changes:
                 count[change["op"]] = count.get(change["op"], 0) + 1
-                yield line(render(change, columns, mode=feed.mode, fmt=feed.format, name="salesforce", table=name))
+                yield line(render(change, columns, mode=feed.mode, fmt=feed.format, name=SOURCE_NAME, table=name))
             yield line(resolved(last, ms[last]))
 
         file = feed_file_name(first, last)

@@ -5,7 +5,9 @@ the describe() fields, `Id` first. The system columns are bookkeeping and never 
 `_sf_synced_at` (when written), `_sf_commit_ts`, `_sf_replay_id`, `_sf_commit_number`, `_sf_sequence_number` (the
 row's position: they travel in the Debezium `source` block instead), `_sf_source`, `_sf_dirty_since` (a record
 awaiting reconcile is still the row it was), `_sf_deleted_at` and `_sf_bucket` (derived). `_sf_deleted` is not a
-column of the image either: it decides the operation.
+column of the image either: it decides the operation. The feed mirrors the replica as it is: a gap event for a
+record the replica never saw makes a placeholder row (fields null, dirty), which the feed shows as a create, then
+as an update once a reconcile fills it.
 
 **Netting.** Every replica version is netted by `Id`: the row before it is the CDF `update_preimage` or `delete`
 row, the row after it the `update_postimage` or `insert` row. A merge yields pre/post pairs; an overwrite (resync,

@@ -305,3 +305,14 @@ def test_exporter_killed_then_rerun_writes_identical_files(tmp_path, replica, po
         return {p.name: p.read_bytes() for p in Path(config.object_uri("Account")).iterdir() if p.name != RESOLVED}
 
     assert files(crashed) == files(clean) and len(files(clean)) == 2
+
+
+def test_a_recreated_replica_stops_the_feed_with_what_to_do(tmp_path, replica):
+    import shutil
+    config = feed(tmp_path)
+    replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)))
+    export_changefeed(replica.warehouse, "Account", config)
+    shutil.rmtree(tmp_path / "warehouse" / "Account")
+    replica.create(rows(("001A", "Acme", 1.0, False, 1)))  # version 0 again: not the feed's version 0
+    with pytest.raises(RuntimeError, match="the table was recreated"):
+        export_changefeed(replica.warehouse, "Account", config)

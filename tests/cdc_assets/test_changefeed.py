@@ -316,3 +316,14 @@ def test_a_recreated_replica_stops_the_feed_with_what_to_do(tmp_path, replica):
     replica.create(rows(("001A", "Acme", 1.0, False, 1)))  # version 0 again: not the feed's version 0
     with pytest.raises(RuntimeError, match="the table was recreated"):
         export_changefeed(replica.warehouse, "Account", config)
+
+
+def test_compaction_and_property_commits_emit_nothing_but_advance_the_feed(tmp_path, replica):
+    config = feed(tmp_path)
+    replica.merge(rows(("001C", "Cyberdyne", None, False, 3)))
+    replica.merge(rows(("001C", "Cyberdyne 2", None, False, 4)))
+    export_changefeed(replica.warehouse, "Account", config)
+    assert replica.warehouse.table("Account").optimize.compact()["numFilesRemoved"] > 0
+    replica.warehouse.table("Account").alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
+    result = export_changefeed(replica.warehouse, "Account", config)
+    assert result.records == {} and result.position == replica.warehouse.table("Account").version() == 4

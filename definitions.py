@@ -14,12 +14,14 @@ from pathlib import Path
 import dagster as dg
 
 from cdc_assets.assets import build_change_events_asset, build_replica_asset, landing_zone
+from cdc_assets.changefeed import build_changefeed_assets
 from cdc_assets.checks import build_replica_checks
 from cdc_assets.config import load_config
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource, salesforce_resource_from_env
 from resources.spark import spark_resource
+from sensors.changefeed import build_changefeed_sensors
 from sensors.landing_zone import build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
@@ -35,6 +37,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         landing_zone,
         build_change_events_asset(replication=replication),
         *[build_replica_asset(sobject=o, replication=replication) for o in replication.objects],
+        *build_changefeed_assets(replication=replication),
     ]
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
     return dg.Definitions(
@@ -46,7 +49,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         sensors=[build_landing_zone_sensor(replication=replication, default_status=status),
                  build_reconciliation_sensor(replication=replication, default_status=status),
                  build_subscriber_status_sensor(replication=replication, default_status=status),
-                 *build_poll_sensors(replication=replication, default_status=status)],
+                 *build_poll_sensors(replication=replication, default_status=status),
+                 *build_changefeed_sensors(replication=replication, default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),
             "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),

@@ -35,6 +35,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from cdc_assets.changefeed_config import ChangefeedConfig
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
 
@@ -65,8 +66,15 @@ class ObjectOptions(_Section):
         "A delta smaller than this is read with one REST queryAll; a larger one through a Bulk API 2.0 job."))
     poll_page_size: int = Field(50_000, gt=0, description=(
         "Records per Bulk API 2.0 result page when polling (one Delta commit each)."))
-    # Per-object sections go here (and under the same name in ReplicationOptions for the default), e.g.
-    # `changefeed: ChangefeedOptions | None = None`.
+    # Per-object sections: a nested model and one field (an object's own section is laid over the default's).
+    changefeed: ChangefeedConfig | None = Field(None, description=(
+        "The replica's changefeed (cdc_assets/changefeed_config.py): a section, or false for none. Under "
+        "`options` the default of every object; an object's section overrides it key by key."))
+
+    @field_validator("changefeed", mode="before")
+    @classmethod
+    def _no_feed(cls, section: Any) -> Any:
+        return None if section is False else section  # `changefeed: false`: set, and no feed
 
 
 class ReplicationOptions(ObjectOptions):
@@ -96,8 +104,7 @@ class ReplicationOptions(ObjectOptions):
     freshness_seconds: float = Field(3600.0, gt=0, description=(
         "The check freshness fails when a replica's newest applied change is older than this (a quiet org "
         "trips it too)."))
-    # Platform-wide sections go here as a nested model and one field, e.g.
-    # `changefeed: ChangefeedOptions | None = None`.
+    # Platform-wide sections go here as a nested model and one field.
 
 
 @dataclass(frozen=True)
@@ -166,8 +173,7 @@ class ReplicationConfig(_Section):
         options = info.data.get("options")  # absent when `options` itself is invalid (reported on its own)
         if options is None:
             return objects
-        return tuple(o.model_copy(update={k: getattr(options, k) for k in ObjectOptions.model_fields
-                                          if k not in o.model_fields_set}) for o in objects)
+        return tuple(_inherit(o, options) for o in objects)
 
     @property
     def names(self) -> list[str]:
@@ -182,6 +188,25 @@ class ReplicationConfig(_Section):
         return self.options.initial_load
 
 
+def _inherit(sobject: SObjectConfig, options: ReplicationOptions) -> SObjectConfig:
+    """`sobject` with every setting it leaves unset taken from `options`; its own changefeed section is laid
+    over the default's key by key (`changefeed: false` is None, set: no feed whatever the default)."""
+    update = {k: getattr(options, k) for k in ObjectOptions.model_fields if k not in sobject.model_fields_set}
+    if sobject.changefeed is not None:
+        update["changefeed"] = sobject.changefeed.over(options.changefeed)
+    return sobject.model_copy(update=update)
+
+
+def _located(sobject: SObjectConfig, base: Path) -> SObjectConfig:
+    """`sobject` with its file paths resolved against the YAML file's folder."""
+    update = {}
+    if sobject.describe_path:
+        update["describe_path"] = (base / sobject.describe_path).resolve()
+    if sobject.changefeed:
+        update["changefeed"] = sobject.changefeed.located(base)
+    return sobject.model_copy(update=update)
+
+
 def load_config(path: str | Path | None = None) -> ReplicationConfig:
     """The validated config in `path` (default: CDC_CONFIG, else replication.yaml); ConfigError says what is wrong."""
     path = Path(path or os.environ.get("CDC_CONFIG", "replication.yaml")).resolve()
@@ -193,9 +218,7 @@ def load_config(path: str | Path | None = None) -> ReplicationConfig:
         config = ReplicationConfig.model_validate({} if raw is None else raw)
     except ValidationError as e:
         raise ConfigError(describe_errors(path, e)) from None
-    objects = tuple(o.model_copy(update={"describe_path": (path.parent / o.describe_path).resolve()})
-                    if o.describe_path else o for o in config.objects)
-    return config.model_copy(update={"objects": objects})
+    return config.model_copy(update={"objects": tuple(_located(o, path.parent) for o in config.objects)})
 
 
 def describe_errors(path: Path, error: ValidationError) -> str:

@@ -20,7 +20,8 @@ RECONCILE_POINTS = ("reconcile.after_dirty_read", "reconcile.after_retrieve", "r
 RESYNC_POINTS = ("resync.before_commit", "resync.after_first_page", "resync.after_snapshot_stream",
                  "resync.after_missing_marked_deleted", "resync.after_commit")
 POLL_POINTS = ("poll.after_rest_commit", "poll.after_page_commit", "poll.after_id_compare")
-FAULT_POINTS = INGEST_POINTS + APPLY_POINTS + RECONCILE_POINTS + RESYNC_POINTS + POLL_POINTS
+CHANGEFEED_POINTS = ("changefeed.before_rename", "changefeed.after_rename")
+FAULT_POINTS = INGEST_POINTS + APPLY_POINTS + RECONCILE_POINTS + RESYNC_POINTS + POLL_POINTS + CHANGEFEED_POINTS
 
 
 class InjectedFault(RuntimeError):

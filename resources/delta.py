@@ -20,6 +20,11 @@ version, the second commit fails with `ConcurrentWriteError` and the table stays
 nothing is applied twice. Dagster pools with one slot (README) keep this from happening; this is what makes it
 safe when it does. A writer that found no table creates it with `mode="error"`: a table someone else created
 in the meantime fails it the same way.
+
+**Change Data Feed on replicas.** A replica (a table whose name does not start with `_`) is created with
+`delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`);
+`enable_change_feed` sets the property once on a replica created before that (the changefeed exporter calls it
+from the replica's own pool: cdc_assets/changefeed.py). The property survives overwrites.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ HISTORY_SCAN = 50  # commits searched backwards for our metadata (other writers,
 # A log checkpoint every this many commits: loading a table then replays at most this many JSON commits. A run
 # loads each table several times; measured at 90 commits, one load took 65 ms without a checkpoint, 6 ms with.
 CHECKPOINT_EVERY = 10
+CHANGE_FEED = "delta.enableChangeDataFeed"
 
 
 class ConcurrentWriteError(RuntimeError):
@@ -54,6 +60,11 @@ class ConcurrentWriteError(RuntimeError):
 
 def _sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
+
+
+def table_configuration(name: str) -> dict[str, str] | None:
+    """Table properties a new table gets: replicas (no leading `_`) keep a Change Data Feed."""
+    return None if name.startswith("_") else {CHANGE_FEED: "true"}
 
 
 def aligned_arrow(rows: pa.Table, target: pa.Schema) -> pa.Table:
@@ -167,9 +178,18 @@ class DeltaWarehouse(dg.ConfigurableResource):
             write_deltalake(
                 read if read is not None else self.uri(name), data, mode="append" if read is not None else "error",
                 partition_by=partition_by, schema_mode="merge", description=description,
+                configuration=table_configuration(name) if read is None else None,
                 storage_options=self._options(), commit_properties=self.properties(key, state, txns),
             )
         return self._checkpointed(name)
+
+    def enable_change_feed(self, name: str) -> DeltaTable | None:
+        """The table with its Change Data Feed on: set once (its own commit) if it was created without it."""
+        table = self.table(name)
+        if table is not None and table.metadata().configuration.get(CHANGE_FEED) != "true":
+            table.alter.set_table_properties({CHANGE_FEED: "true"})
+            table = self._checkpointed(name)
+        return table
 
     def overwrite(self, name: str, data: pa.RecordBatchReader, *, read: DeltaTable | None, partition_by: list[str],
                   key: str, state: dict, txns: dict[str, int], description: str | None = None) -> DeltaTable:
@@ -179,7 +199,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 read if read is not None else self.uri(name), data,
                 mode="overwrite" if read is not None else "error", partition_by=partition_by,
                 schema_mode="overwrite" if read is not None else None, description=description,
-                storage_options=self._options(),
+                configuration=table_configuration(name) if read is None else None, storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns),
             )
         return self._checkpointed(name)

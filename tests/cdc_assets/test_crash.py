@@ -23,8 +23,8 @@ from settings import REPO, TEST_SPARK_CONF
 from harness import Platform, comparable, load_lines
 from crash_runner import run_mode
 from cdc_assets.apply import APPLY_APP, REPLICA_STATE
-from cdc_assets.faults import (APPLY_POINTS, FAULT_POINTS, INGEST_POINTS, POLL_POINTS, RECONCILE_POINTS,
-                               RESYNC_POINTS)
+from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, FAULT_POINTS, INGEST_POINTS, POLL_POINTS,
+                               RECONCILE_POINTS, RESYNC_POINTS)
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
@@ -66,8 +66,10 @@ def test_every_fault_point_is_named_once_and_killed_by_a_test():
               for m in re.findall(r'fault_point\("([^"]+)"\)', path.read_text())]
     assert sorted(called) == sorted(FAULT_POINTS)
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 20
-    # POLL_POINTS: killed by tests/cdc_assets/test_poll.py (a polled org of its own).
-    assert set(SAMPLE_KILL_POINTS) | {p for _, p in ORG_KILL_POINTS} | set(POLL_POINTS) == set(FAULT_POINTS)
+    # POLL_POINTS: killed by tests/cdc_assets/test_poll.py (a polled org of its own); CHANGEFEED_POINTS by
+    # tests/cdc_assets/test_changefeed.py.
+    assert set(SAMPLE_KILL_POINTS) | {p for _, p in ORG_KILL_POINTS} | set(POLL_POINTS) | set(CHANGEFEED_POINTS) \
+        == set(FAULT_POINTS)
 
 
 # -- the golden sample: ingest and apply ----------------------------------------------------------------------------

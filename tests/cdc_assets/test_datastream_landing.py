@@ -49,14 +49,25 @@ def rerun_of(lines: list[str], rng: random.Random) -> list[str]:
             for line in lines]
 
 
-def tricky_edits(workload: Workload, mixed: MixedLanding, emu: Emulator) -> None:
-    """Texts with quotes, unicode, line breaks and 5,000 characters, sent once as CometD, once as Datastream."""
-    ids = sorted(emu.store.ids("Account"))[:len(TRICKY)]
-    for share in (0.0, 1.0):
-        mixed.datastream_share, mixed.both_share = share, 0.0
-        for record_id, text in zip(ids, TRICKY):
-            workload.backend.execute([Op("update", "Account", record_id, {"Description": text + f" ({share})"})])
+def as_format(mixed: MixedLanding, workload: Workload, datastream: bool, ops: list[Op]) -> None:
+    mixed.datastream_share, mixed.both_share = (1.0 if datastream else 0.0), 0.0
+    workload.backend.execute(ops)
     mixed.datastream_share, mixed.both_share = 0.5, 0.15
+
+
+def tricky_edits(workload: Workload, mixed: MixedLanding, emu: Emulator) -> None:
+    """Texts with quotes, unicode, line breaks and 5,000 characters, sent once as CometD, once as Datastream;
+    deletes and undeletes, each crossing the formats."""
+    ids = sorted(emu.store.ids("Account"))[:len(TRICKY)]
+    for datastream in (False, True):
+        for record_id, text in zip(ids, TRICKY):
+            as_format(mixed, workload, datastream,
+                      [Op("update", "Account", record_id, {"Description": f"{text} ({datastream})"})])
+    contacts = sorted(emu.store.ids("Contact"))
+    for first, record_id in zip((True, False), contacts[-2:]):
+        as_format(mixed, workload, first, [Op("delete", "Contact", record_id)])
+        as_format(mixed, workload, not first, [Op("undelete", "Contact", record_id)])
+    as_format(mixed, workload, True, [Op("delete", "Contact", contacts[-3])])
 
 
 def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_path, spark, org):

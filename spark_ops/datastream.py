@@ -92,7 +92,7 @@ def _instant(text: str) -> str:
 
 def _datastream_sql(schemas: dict[str, ObjectSchema]) -> str:
     typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
-    dropped = in_list(["Id", SNAPSHOT_DELETED, "SystemModstamp"])
+    dropped = in_list(["Id", SNAPSHOT_DELETED, "SystemModstamp", "attributes"])  # attributes: REST-style type info
     return f"""WITH top AS (
   SELECT source_file, source_line, raw, from_json(raw, {literal(_MAP)}) AS _top FROM {{lines}}
 ),

@@ -40,7 +40,7 @@ def _iso(ms: int) -> str:
 
 
 def _millis(iso: str) -> int:
-    return int(dt.datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+    return int(dt.datetime.fromisoformat(iso).timestamp() * 1000)
 
 
 def payload(obj: SObject, row: dict[str, Any]) -> dict[str, Any]:

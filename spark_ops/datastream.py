@@ -62,8 +62,8 @@ from pyspark.sql import DataFrame
 
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
 from spark_ops.parse import ID_PATTERN, _flattened, _value_errors, parse_lines
-from spark_ops.sql import in_list, literal, run_sql
 from spark_ops.schema import ObjectSchema
+from spark_ops.sql import in_list, literal, run_sql
 
 LAST_IN_INSTANT = 9_223_372_036_854_775_807  # commit_number of an image: after every change of its instant
 KEY_PREFIX = "datastream:"

@@ -17,9 +17,9 @@ over the changes of each record) so that Spark runs it in one pass per record:
   newer); applied, it resets the row to its image (deleted or not), and if it is the last change applied the
   row becomes a snapshot row (`_sf_source = 'snapshot'`, no commit or sequence number), so a CDC change at or
   before its commit time that arrives later is superseded too. It applies to records never seen (it is whole).
-- **Values.** A CREATE/UNDELETE/SNAPSHOT resets the row (fields it does not carry become null); each column then takes the
-  value of the last applied change that set it, explicit nulls included, or keeps the stored value. An empty string
-  is null, as on the snapshot and reconcile paths (Salesforce stores no empty strings). DELETE and
+- **Values.** A CREATE/UNDELETE/SNAPSHOT resets the row (fields it does not carry become null); each column then
+  takes the value of the last applied change that set it, explicit nulls included, or keeps the stored value. An
+  empty string is null, as on the snapshot and reconcile paths (Salesforce stores no empty strings). DELETE and
   UNDELETE flip `_sf_deleted`; field values survive a DELETE.
 
 Why one SQL text: built through the Column API, the fold cost thousands of Python-to-JVM calls per object and

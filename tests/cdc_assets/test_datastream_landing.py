@@ -7,10 +7,10 @@ import json
 import random
 
 import pytest
-
-from settings import TEST_SPARK_CONF
 from harness import Platform, comparable
 from org_compare import differences
+from settings import TEST_SPARK_CONF
+
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.datastream import MixedLanding, backfill_lines
@@ -93,10 +93,13 @@ def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_p
                    json.dumps(bad | {"uuid": "bad-payload", "payload": {"Name": "no Id"}}),
                    json.dumps(bad | {"uuid": "bad-object", "object": "Not An Object",
                                      "source_metadata": {"change_type": "UPDATE"}})], "datastream/bad.jsonl")
+    leads = backfill_lines(org.store, ["Lead"], rng)  # an object that is not replicated: stored, counted ignored
+    platform.land(leads, "datastream/leads.jsonl")
     first = platform.run(close_after=0)
     assert_equal_to_org(platform, org)
     ce = platform.materialization(first, "change_events")
     assert ce["duplicates"] >= len(mixed.datastream) and ce["lines_quarantined"] == 3
+    assert ce["ignored"] == len(leads) > 0
     assert sorted(q["reason"] for q in platform.quarantine()) == [
         "Datastream event has no uuid", "Datastream object 'Not An Object' is not a Salesforce object name",
         "Datastream payload has no Id"]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
 from event_lines import event
+
 from spark_ops.datastream import LAST_IN_INSTANT, parse_landed
 from spark_ops.events import mark_duplicates
 from spark_ops.fold import fold_changes
@@ -24,11 +24,11 @@ def account(sample_dir) -> ObjectSchema:
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def ts(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
+    return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
 
 
 def ds(record_id: str = A1, ms: int = T0, *, uuid: str | None = None, method: str = "salesforce-cdc",

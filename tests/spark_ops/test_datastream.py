@@ -183,3 +183,17 @@ def test_an_image_sorts_after_the_cometd_changes_of_its_instant(spark, account):
                                                                            Name="b", Rating="Hot")],
     })[A1]
     assert out["Name"] == "after both" and out["Rating"] is None and out["_sf_source"] == "snapshot"
+
+
+def test_datetimes_need_their_zone_and_a_bad_value_makes_the_record_dirty(spark, account):
+    lines = [ds(A1, T0, CreatedDate="2025-11-22T08:26:40"),  # no zone: which instant is ambiguous
+             ds(A2, T0, CreatedDate=1_763_800_000_000),  # epoch millis: not Salesforce's datetime form
+             ds(A2, T0 + 1, uuid="good", CreatedDate="2025-11-22T08:26:40.000+0000")]
+    _, bad = parse(spark, account, {"ds": lines})
+    assert bad == {("ds", 1): "field CreatedDate value '2025-11-22T08:26:40' is not a valid datetime",
+                   ("ds", 2): "field CreatedDate value '1763800000000' is not a valid datetime"}
+    current = row(account, Id=A1, Name="kept", _sf_commit_ts=ts(T0 - 1000), _sf_commit_number=1,
+                  _sf_sequence_number=1)
+    out = fold(spark, account, {"ds": lines}, [current])
+    assert out[A1]["gaps"] == 1 and out[A1]["_sf_dirty_since"] == ts(T0) and out[A1]["Name"] == "kept"
+    assert out[A2]["gaps"] == 1 and out[A2]["_sf_dirty_since"] == ts(T0) and out[A2]["dirty_skipped"] == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 
+import dagster as dg
 import pytest
 from harness import Platform, comparable
 from org_compare import differences
@@ -16,6 +17,7 @@ from salesforce_emulator import Emulator
 from salesforce_emulator.datastream import MixedLanding, backfill_lines
 from salesforce_emulator.workload import Workload
 from salesforce_emulator.workload_backends import Op
+from sensors.reconciliation import SENSOR_NAME
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 TRICKY = ['Line 1\nLine 2 "quoted" and \'single\'\r\nback\\slash\ttab',
@@ -130,3 +132,21 @@ def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_p
     assert replica_counts(platform, older, "superseded") > 0
     assert replica_counts(platform, older, "late") == 0 and replica_counts(platform, older, "gaps") == 0
     assert all(r["_sf_dirty_since"] is None for o in OBJECTS for r in platform.rows(o).values())
+
+    # 4. an image with a value that does not fit its type: quarantined, the record reconciled from the org
+    mixed.datastream = []
+    as_format(mixed, workload, True, [Op("update", "Account", sorted(org.store.ids("Account"))[0],
+                                         {"NumberOfEmployees": 42})])
+    image = json.loads(mixed.datastream[-1])
+    image["payload"]["NumberOfEmployees"] = "many"
+    platform.land([json.dumps(image, ensure_ascii=False)], "datastream/bad-value.jsonl")
+    platform.run(close_after=0)
+    record = platform.rows("Account")[image["payload"]["Id"]]
+    assert record["_sf_dirty_since"] is not None
+    sensor = platform.defs.get_sensor_def(SENSOR_NAME)
+    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
+                                      definitions=platform.defs)
+    requests = sensor(context).run_requests or []
+    assert requests and all(platform.execute(r).success for r in requests)
+    assert_equal_to_org(platform, org)
+    assert any(q["reason"] == "field NumberOfEmployees value 'many' is not a valid int" for q in platform.quarantine())

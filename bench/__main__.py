@@ -1,5 +1,5 @@
-"""`python -m bench [catchup|steady|merge|initial|wide|subscriber ...] [--small]`: run benchmarks (default: all)
-and print their figures (see bench/RESULTS.md)."""
+"""`python -m bench [catchup|steady|merge|initial|wide|subscriber|datastream ...] [--small]`: run benchmarks
+(default: all) and print their figures (see bench/RESULTS.md)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import sys
 import time
 from functools import partial
 
-from bench import catchup, initial_load, merge_scaling, poll, steady, subscriber, wide
+from bench import catchup, datastream, initial_load, merge_scaling, poll, steady, subscriber, wide
 
 # workload -> (full size, --small size), as keyword arguments of its run()
 WORKLOADS = {
@@ -25,6 +25,7 @@ WORKLOADS = {
     "poll": (poll.run, {"records": 1_000_000, "changes": 1_000}, {"records": 50_000, "changes": 1_000}),
     "wide": (wide.run, {"records": 5_000, "updates": 20_000}, {"records": 500, "updates": 2_000}),
     "subscriber": (subscriber.run, {"accounts": 2_000, "changes": 30_000}, {"accounts": 100, "changes": 2_000}),
+    "datastream": (datastream.run, {"accounts": 2_000, "changes": 20_000}, {"accounts": 200, "changes": 2_000}),
 }
 HEADER = ("workload", "unit", "count", "wall_s", "per_s", "x_floor", "x_baseline", "peak_rss_mb")
 

@@ -5,8 +5,8 @@ One run ingests every landing file that no change_events commit has ingested yet
 its own). For each batch:
 
 1. list files; a file is ingested iff a change_events commit carries the app transaction `landing:<path>`;
-2. read and parse the lines on Spark; bad lines (and unreadable files) go to `_quarantine`, keyed by
-   (file, line) so a re-run after a crash inserts nothing twice;
+2. read and parse the lines on Spark, each file in its format (CometD, or Datastream's: spark_ops/datastream.py);
+   bad lines (and unreadable files) go to `_quarantine`, keyed by (file, line) so a re-run inserts nothing twice;
 3. drop events already stored (same identity and record, looked up only in the touched entities and commit-time
    range, so also those of the batches before) or repeated within the batch;
 4. append the rest in **one commit** that also records the batch's files, the new ingest sequence number and the
@@ -35,7 +35,8 @@ from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone
 from resources.spark import from_arrow
 from spark_ops.events import DEDUP_KEY, mark_duplicates
-from spark_ops.parse import CHANGE_COLUMNS, parse_lines, quarantined, to_change_rows
+from spark_ops.datastream import parse_landed
+from spark_ops.parse import CHANGE_COLUMNS, quarantined, to_change_rows
 from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -136,7 +137,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     watch.lap("read")
     fault_point("ingest.after_read")
     lines = from_arrow(spark, read.lines)
-    parsed = parse_lines(lines, schemas).cache()
+    parsed = parse_landed(lines, schemas).cache()  # CometD and Datastream files (spark_ops/datastream.py)
 
     bad_lines = quarantined(parsed).toArrow()
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)

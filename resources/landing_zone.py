@@ -33,7 +33,8 @@ QUARANTINE_SCHEMA = pa.schema([
 ])
 _LINE_END = re.compile(r"\r\n|\r|\n")
 RAW_KEPT = 4096  # characters of a bad line kept in quarantine
-_ENTITY = re.compile(rb'"entityName"\s*:\s*"([A-Za-z0-9_]+)"')
+# CometD names the entity in `entityName`; Datastream in `object` and `source_metadata.object_name`.
+_ENTITY = re.compile(rb'"(?:entityName|object|object_name)"\s*:\s*"([A-Za-z0-9_]+)"')
 PEEK_BYTES = 64 * 1024 * 1024
 
 

@@ -25,6 +25,8 @@ import json
 import re
 from dataclasses import dataclass
 
+from spark_ops.fold import RESETS
+
 _BREAK = re.compile(r"(\r\n|\r|\n)")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _SHA = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -183,7 +185,7 @@ def resolve_record(changes: list[dict], stored: dict[str, str | None] | None,
     applied = 0
     for change in changes:
         fields = change["fields"]
-        if change["change_type"] in ("CREATE", "UNDELETE"):
+        if change["change_type"] in RESETS:
             values = {}
         for name in change["diff_fields"] or ():
             if name not in columns:

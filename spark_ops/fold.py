@@ -11,9 +11,15 @@ over the changes of each record) so that Spark runs it in one pass per record:
 - **Dirty.** A gap event, a late event, or an UPDATE/DELETE for a record never seen makes the record dirty; the
   changes after that point (and every change while already dirty) are *skipped*: they stay in change_events for
   reconciliation.
-- **Values.** A CREATE/UNDELETE resets the row (fields it does not carry become null); each column then takes the
-  value of the last applied change that set it, explicit nulls included, or keeps the stored value. An empty string
-  is null, as on the snapshot and reconcile paths (Salesforce stores no empty strings). DELETE and
+- **Snapshot rows.** A `SNAPSHOT` change (spark_ops/datastream.py) is the record's whole state at its commit
+  time, as a resync or reconcile fetch would read it, with `IsDeleted` among its fields. It is folded with the
+  same rules as those rows: stale, it is *superseded* (never late: an older image of a record holds nothing
+  newer); applied, it resets the row to its image (deleted or not), and if it is the last change applied the
+  row becomes a snapshot row (`_sf_source = 'snapshot'`, no commit or sequence number), so a CDC change at or
+  before its commit time that arrives later is superseded too. It applies to records never seen (it is whole).
+- **Values.** A CREATE/UNDELETE/SNAPSHOT resets the row (fields it does not carry become null); each column then
+  takes the value of the last applied change that set it, explicit nulls included, or keeps the stored value. An
+  empty string is null, as on the snapshot and reconcile paths (Salesforce stores no empty strings). DELETE and
   UNDELETE flip `_sf_deleted`; field values survive a DELETE.
 
 Why one SQL text: built through the Column API, the fold cost thousands of Python-to-JVM calls per object and
@@ -32,8 +38,11 @@ from pyspark.sql import DataFrame
 from spark_ops.schema import ObjectSchema, spark_type
 from spark_ops.sql import in_list, literal, quote, run_sql
 
-RESETS = ("CREATE", "UNDELETE")
-LIFECYCLE = ("CREATE", "UNDELETE", "DELETE")
+SNAPSHOT = "SNAPSHOT"
+RESETS = ("CREATE", "UNDELETE", SNAPSHOT)
+LIFECYCLE = ("CREATE", "UNDELETE", "DELETE", SNAPSHOT)
+# A SNAPSHOT row carries the record's deleted state in this field (Salesforce's own name; never a column).
+SNAPSHOT_DELETED = "IsDeleted"
 PARTIAL = ("UPDATE", "DELETE")
 COUNTERS = ("applied", "gaps", "late", "superseded", "dirty_skipped")
 CHANGED = "_changed"
@@ -63,7 +72,8 @@ guarded AS (
   FROM {{changes}} ch LEFT JOIN cur ON ch.record_id = cur.Id
 ),
 live AS (
-  SELECT *, _stale AND _cur_source != 'cdc' AS superseded, NOT (_stale AND _cur_source != 'cdc') AS _live
+  SELECT *, _stale AND (_cur_source != 'cdc' OR change_type = {snapshot}) AS superseded,
+         NOT (_stale AND (_cur_source != 'cdc' OR change_type = {snapshot})) AS _live
   FROM guarded
 ),
 firsts AS (
@@ -104,10 +114,12 @@ folded AS (
              _pos, transform(set_fields, c -> struct(c AS key, element_at(fields, c) AS value)) AS entries) END)),
            x -> x.entries))) AS _values,
          max(_reset_pos IS NOT NULL) AS _has_reset,
-         max_by(named_struct('change_type', change_type, 'commit_ts', commit_ts),
+         max_by(named_struct('deleted', change_type = 'DELETE' OR (change_type = {snapshot}
+                               AND coalesce(element_at(fields, {snapshot_deleted}) = 'true', false)),
+                             'commit_ts', commit_ts),
                 CASE WHEN applied AND change_type IN {lifecycle} THEN _pos END) AS _life,
          max_by(named_struct('commit_ts', commit_ts, 'replay_id', replay_id, 'commit_number', commit_number,
-                             'sequence_number', sequence_number),
+                             'sequence_number', sequence_number, 'snapshot', change_type = {snapshot}),
                 CASE WHEN applied THEN _pos END) AS _last,
          min(_dirty_from) AS _dirty_from,
          {counter_sums}
@@ -115,18 +127,20 @@ folded AS (
 )"""
 
 _SYSTEM = """
-  CASE WHEN f._life.change_type = 'DELETE' THEN true WHEN f._life.change_type IS NOT NULL THEN false
-       ELSE coalesce(cur._sf_deleted, false) END AS _sf_deleted,
-  CAST(CASE WHEN f._life.change_type = 'DELETE' THEN f._life.commit_ts WHEN f._life.change_type IS NOT NULL THEN NULL
+  coalesce(f._life.deleted, cur._sf_deleted, false) AS _sf_deleted,
+  CAST(CASE WHEN f._life.deleted THEN f._life.commit_ts WHEN f._life IS NOT NULL THEN NULL
        ELSE cur._sf_deleted_at END AS timestamp) AS _sf_deleted_at,
   coalesce(f._last.commit_ts, cur._sf_commit_ts) AS _sf_commit_ts,
-  CAST(CASE WHEN f._last IS NOT NULL THEN f._last.replay_id ELSE cur._sf_replay_id END AS bigint) AS _sf_replay_id,
-  CAST(CASE WHEN f._last IS NOT NULL THEN f._last.commit_number ELSE cur._sf_commit_number END AS bigint)
-    AS _sf_commit_number,
-  CAST(CASE WHEN f._last IS NOT NULL THEN f._last.sequence_number ELSE cur._sf_sequence_number END AS bigint)
-    AS _sf_sequence_number,
+  -- a snapshot row has a commit time only (its SystemModstamp): what was committed at or before it is in it
+  CAST(CASE WHEN f._last.snapshot THEN NULL WHEN f._last IS NOT NULL THEN f._last.replay_id
+       ELSE cur._sf_replay_id END AS bigint) AS _sf_replay_id,
+  CAST(CASE WHEN f._last.snapshot THEN NULL WHEN f._last IS NOT NULL THEN f._last.commit_number
+       ELSE cur._sf_commit_number END AS bigint) AS _sf_commit_number,
+  CAST(CASE WHEN f._last.snapshot THEN NULL WHEN f._last IS NOT NULL THEN f._last.sequence_number
+       ELSE cur._sf_sequence_number END AS bigint) AS _sf_sequence_number,
   least(cur._sf_dirty_since, f._dirty_from) AS _sf_dirty_since,
-  CASE WHEN f._last IS NOT NULL THEN 'cdc' ELSE coalesce(cur._sf_source, 'cdc') END AS _sf_source,
+  CASE WHEN f._last.snapshot THEN 'snapshot' WHEN f._last IS NOT NULL THEN 'cdc'
+       ELSE coalesce(cur._sf_source, 'cdc') END AS _sf_source,
   current_timestamp() AS _sf_synced_at,
   substring(f.record_id, 1, {bucket_chars}) AS _sf_bucket,
   {counters},
@@ -152,6 +166,7 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
 def _steps(schema: ObjectSchema, current_columns: list[str]) -> str:
     """The WITH clause: current rows aligned to the schema, then every step through `folded`."""
     guarded = _GUARDED.format(partial=in_list(PARTIAL), resets=in_list(RESETS), lifecycle=in_list(LIFECYCLE),
+                              snapshot=literal(SNAPSHOT), snapshot_deleted=literal(SNAPSHOT_DELETED),
                               counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in COUNTERS))
     return f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
 

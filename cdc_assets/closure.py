@@ -5,7 +5,8 @@ ingested, or no newer event has landed for `transaction_close_after` seconds. On
 open. `open_transaction` is that rule, written once: the replica asset, the landing sensor (when to request the
 close-by-timeout run) and the run decision below all use it.
 
-What the rule reads is kept by ingest in change_events' commit state (`cdc.change_events`), by `ingest_progress`:
+What the rule reads is kept by ingest in change_events' commit state (`IngestState`, cdc_assets/state.py), by
+`ingest_progress`:
 
 - `newest`: the newest event ingested, its transaction key and the entities that transaction touched (so a sensor
   knows which replicas hold it);
@@ -25,23 +26,25 @@ it keeps it open, and the runs the landing sensor requests, which include them a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc_assets.state import IngestState, Newest
 
-def open_transaction(ce_state: dict, close_after: float, clock: datetime) -> str | None:
+
+def open_transaction(ce_state: IngestState, close_after: float, clock: datetime) -> str | None:
     """The newest transaction's key while no newer event has landed for `close_after` seconds at `clock`."""
-    newest, last = ce_state.get("newest"), ce_state.get("last_ingested_at")
+    newest, last = ce_state.newest, ce_state.last_ingested_at
     if not newest or not last:
         return None
     age = (clock - datetime.fromisoformat(last)).total_seconds()
-    return newest["transaction_key"] if age < close_after else None
+    return newest.transaction_key if age < close_after else None
 
 
-def newest_event(rows: pa.Table) -> dict | None:
+def newest_event(rows: pa.Table) -> Newest | None:
     """The newest event in commit order (design §4): its transaction key and position as
     `[commit micros, commit number, sequence number, replay id]`."""
     if not rows.num_rows:
@@ -50,29 +53,30 @@ def newest_event(rows: pa.Table) -> dict | None:
             pc.fill_null(rows["replay_id"], 0)]
     table = pa.table({"a": keys[0], "b": keys[1], "c": keys[2], "d": keys[3], "t": rows["transaction_key"]})
     top = table.take(pc.sort_indices(table, [(k, "descending") for k in "abcd"])[:1]).to_pylist()[0]
-    return {"transaction_key": top["t"], "position": [top["a"], top["b"], top["c"], top["d"]]}
+    return Newest(transaction_key=top["t"], position=[top["a"], top["b"], top["c"], top["d"]])
 
 
 def _entities_of(rows: pa.Table, transaction_key: str) -> set[str]:
     return set(pc.unique(rows.filter(pc.equal(rows["transaction_key"], transaction_key))["entity"]).to_pylist())
 
 
-def ingest_progress(previous: dict, fresh: pa.Table, seq: int, now: datetime) -> dict:
-    """The closure part of change_events' commit state after storing `fresh` rows as ingest `seq` at `now`."""
-    before, candidate = previous.get("newest"), newest_event(fresh)
-    moved = candidate is not None and (not before or candidate["position"] > before["position"])
+def ingest_progress(previous: IngestState, fresh: pa.Table, seq: int, now: datetime) -> IngestState:
+    """change_events' state after storing `fresh` rows as ingest `seq` at `now` (the closure part: `newest`,
+    `last_ingested_at`, `entity_seq`; the rest as `previous`)."""
+    before, candidate = previous.newest, newest_event(fresh)
+    moved = candidate is not None and (not before or candidate.position > before.position)
     newest = candidate if moved else before
     if newest is not None and fresh.num_rows:
-        same = before is not None and before["transaction_key"] == newest["transaction_key"]
-        known = set(before.get("entities") or []) if same else set()
+        same = before is not None and before.transaction_key == newest.transaction_key
+        known = set(before.entities or []) if same else set()
         # Unknown (state written before entities were recorded) stays unknown: every replica may hold it.
-        if not same or before.get("entities") is not None:
-            newest = newest | {"entities": sorted(known | _entities_of(fresh, newest["transaction_key"]))}
-    entity_seq = dict(previous.get("entity_seq") or {})
+        if not same or before.entities is not None:
+            newest = replace(newest, entities=sorted(known | _entities_of(fresh, newest.transaction_key)))
+    entity_seq = dict(previous.entity_seq)
     if fresh.num_rows:
         entity_seq |= {e: seq for e in pc.unique(fresh["entity"]).to_pylist()}
-    return {"newest": newest, "last_ingested_at": now.isoformat() if moved else previous.get("last_ingested_at"),
-            "entity_seq": entity_seq}
+    return replace(previous, ingest_seq=seq, newest=newest, entity_seq=entity_seq,
+                   last_ingested_at=now.isoformat() if moved else previous.last_ingested_at)
 
 
 @dataclass(frozen=True)
@@ -88,16 +92,16 @@ class Cut:
         return asdict(self)
 
 
-def decide(ce_state: dict, close_after: float, clock: datetime, *, in_run: set[str],
+def decide(ce_state: IngestState, close_after: float, clock: datetime, *, in_run: set[str],
            replicated: set[str]) -> Cut:
     """The run's cut. The newest transaction stays open by the timeout rule, and also when some replica that may
     hold rows of it (its entities, or every replica if unknown) is not in the run."""
-    through, newest = int(ce_state.get("ingest_seq", 0)), ce_state.get("newest")
+    through, newest = ce_state.ingest_seq, ce_state.newest
     key = open_transaction(ce_state, close_after, clock)
     reason = f"no newer event for less than {close_after:g} s" if key else ""
     if key is None and newest:
-        entities = newest.get("entities")
+        entities = newest.entities
         holders = replicated & set(entities) if entities is not None else replicated
         if missing := sorted(holders - in_run):
-            key, reason = newest["transaction_key"], f"replicas {', '.join(missing)} that hold it are not in this run"
+            key, reason = newest.transaction_key, f"replicas {', '.join(missing)} that hold it are not in this run"
     return Cut(through=through, open_key=key, clock=clock.isoformat(), reason=reason)

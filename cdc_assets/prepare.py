@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from cdc_assets.quarantine import record_quarantine
+from cdc_assets.state import Q_APPLY_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA
 from resources.spark import from_arrow
@@ -37,7 +38,6 @@ from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 
-Q_APPLY_STATE = "cdc.quarantine.apply"
 
 
 def _untyped(rows: pa.Table) -> pa.Array:

@@ -17,9 +17,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from types import EllipsisType
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.closure import Cut
@@ -48,6 +50,7 @@ class ApplyResult:
     seconds: dict[str, float] = field(default_factory=dict)
     schema: ObjectSchema | None = None  # the schema applied with (describe() may have been refreshed)
     unknown_fields: list[str] = field(default_factory=list)  # set by events, unknown even to a fresh describe()
+    table: DeltaTable | None = None  # the replica after the run (no need to load it again)
 
 
 def _seq_filter(applied: int, ce_seq: int, held: Held | None) -> pc.Expression:
@@ -71,11 +74,11 @@ def read_changes(warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: i
                           prune=[("_ingest_seq", ">=", lowest), ("_ingest_seq", "<=", ce_seq)])
 
 
-def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema,
-                 ids: list[str]) -> tuple[DataFrame, list[str]]:
-    """Current replica rows of `ids`, read from their partitions only; and those partition values."""
+def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, ids: list[str],
+                 table: DeltaTable | None) -> tuple[DataFrame, list[str]]:
+    """Current rows of `ids` in the replica snapshot `table`, read from their partitions only; and those partition
+    values."""
     buckets = sorted({i[: schema.bucket_chars] for i in ids})
-    table = warehouse.table(schema.name)
     if table is None or not ids:
         return from_arrow(spark, schema.arrow_schema().empty_table()), buckets
     rows = warehouse.read_keys(table, key_column="Id", keys=ids, partitions=[(BUCKET_COLUMN, "in", buckets)])
@@ -85,14 +88,16 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
 
 def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, cut: Cut, run_id: str,
                   now: datetime | None = None, description: str | None = None,
-                  refresh_schema: Callable[[], ObjectSchema] | None = None) -> ApplyResult:
+                  refresh_schema: Callable[[], ObjectSchema] | None = None,
+                  replica: DeltaTable | None | EllipsisType = ...) -> ApplyResult:
     """Apply the closed transactions ingested since the checkpoint, through the run's `cut` (and holding its open
     transaction, cdc_assets/closure.py); `description` is kept on a new table; `refresh_schema` asks describe()
-    again when events set fields `schema` does not know."""
+    again when events set fields `schema` does not know. `replica`: the replica's snapshot if the caller has it
+    (None: no table yet), else it is loaded; the checkpoint is read from it and the commit made against it."""
     now = now or datetime.now(timezone.utc)
     watch = Stopwatch()
     ce_seq, open_key = cut.through, cut.open_key
-    replica = warehouse.table(schema.name)
+    replica = warehouse.table(schema.name) if replica is ... else replica
     prev = ReplicaState.read(warehouse, replica)
     applied = (replica.transaction_version(APPLY_APP) or 0) if replica is not None else 0
     held = prev.held
@@ -100,7 +105,8 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     unknown: list[str] = []
     if replica is not None and ce_seq < applied:
         # A later run applied past this run's cut; applying this run's cut now could apply what that run held.
-        return ApplyResult(counts=counts, state=replace(prev, applied_through=applied), version=replica.version())
+        return ApplyResult(counts=counts, state=replace(prev, applied_through=applied), version=replica.version(),
+                           table=replica)
 
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
@@ -141,7 +147,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             counts |= drift.counts
             unknown = drift.unknown
             ids = pc.unique(changes["record_id"]).to_pylist()
-            current, buckets = read_current(spark, warehouse, schema, ids)
+            current, buckets = read_current(spark, warehouse, schema, ids, replica)
             watch.lap("read")
             fault_point("replica.after_read_current")
             changes, diff_counts = resolve_diffs(changes, current, schema)
@@ -157,7 +163,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     counts["rows_written"] = new_rows.num_rows
     if replica is not None and ce_seq <= applied and state.held == prev.held and not new_rows.num_rows:
         return ApplyResult(counts=counts, state=replace(prev, applied_through=applied), version=replica.version(),
-                           seconds=watch.seconds, schema=schema, unknown_fields=unknown)
+                           seconds=watch.seconds, schema=schema, unknown_fields=unknown, table=replica)
 
     if new_rows.num_rows and (latest := pc.max(new_rows["_sf_commit_ts"]).as_py()) is not None:
         state = state.with_commit_ts(latest.isoformat())
@@ -167,14 +173,13 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     if replica is None:
         table = warehouse.append(schema.name, new_rows, read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
                                  state=state.to_dict(), txns=txns, description=description)
-        version = table.version()
     else:
         # Committed against `replica`, the snapshot `applied` came from: a concurrent writer fails this commit.
-        version = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
-                                   partition_values=buckets, key=state.KEY, state=state.to_dict(),
-                                   txns=txns).version()
+        table = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
+                                 partition_values=buckets, key=state.KEY, state=state.to_dict(), txns=txns)
+    version = table.version()
     watch.lap("merge")
     fault_point("replica.after_commit")
     return ApplyResult(counts=counts, state=state, version=version, committed=True, seconds=watch.seconds,
-                       schema=schema, unknown_fields=unknown)
+                       schema=schema, unknown_fields=unknown, table=table)
 

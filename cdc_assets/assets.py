@@ -113,14 +113,16 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         now, run_id = datetime.now(timezone.utc), context.run.run_id
         sync: SyncResult | None = None
         polled = config.mode == "poll" or sobject.mode == "poll" and config.mode == "apply"
+        # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
+        table = warehouse.table(sobject.name)
         # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
-        initial = warehouse.table(sobject.name) is None and (replication.initial_load or polled)
-        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
+        initial = table is None and (replication.initial_load or polled)
+        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial,
+                                          table=table)
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
                           page_size=int(replication.options.get("bulk_page_size", BULK_PAGE_SIZE)))
-        elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, warehouse.table(sobject.name))) \
-                and p.active:
+        elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active:
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
                         compare_ids=config.compare_ids, handoff=not polled)
@@ -134,9 +136,12 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         cut = pinned_cut(context, warehouse, replicated=set(replication.names),
                          close_after=replication.transaction_close_after if close_after is None else close_after)
         refresh = DescribeRefresh(sobject, warehouse, salesforce)
+        # After a sync step (it loads and commits on its own) the snapshot is loaded again.
         result = apply_changes(spark, warehouse, schema, cut=cut, run_id=run_id, now=now,
-                               description=describe_note(describe), refresh_schema=refresh)
-        refresh.keep()
+                               description=describe_note(describe), refresh_schema=refresh,
+                               replica=warehouse.table(sobject.name) if sync else table)
+        if refresh.keep():
+            result.table = warehouse.table(sobject.name)
         return dg.MaterializeResult(metadata=replica_metadata(context, sobject, result.schema or schema, warehouse,
                                                               result, sync))
 
@@ -152,7 +157,7 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         f"overflow; {c['rows_written']} rows written")
     if s.resync_pending:
         context.log.warning(f"{sobject.name}: full resync pending: {s.resync_pending.reason}")
-    table = warehouse.table(sobject.name)
+    table = result.table
     metadata = {
         **{k: dg.MetadataValue.int(v) for k, v in c.items()},
         "mode": dg.MetadataValue.text(sync.mode if sync else "apply"),

@@ -71,7 +71,7 @@ def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None)
     """The replica's state after a poll, as an apply result with no events (for the shared metadata)."""
     table = warehouse.table(name)
     counts = {k: 0 for k in (*EVENT_COUNTS, "rows_written")}
-    return ApplyResult(counts=counts, state=ReplicaState.read(warehouse, table),
+    return ApplyResult(counts=counts, state=ReplicaState.read(warehouse, table), table=table,
                        version=table.version() if table is not None else None,
                        seconds=sync.seconds if isinstance(sync, PollResult) else {})
 

@@ -133,12 +133,14 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 matches.append(batch.filter(mask))
         return pa.Table.from_batches(matches, schema=dataset.schema)
 
-    def _checkpointed(self, name: str) -> DeltaTable:
+    def _checkpointed(self, name: str, read: DeltaTable | None) -> DeltaTable:
         """The table after a commit, with a log checkpoint written if its version is due one (`CHECKPOINT_EVERY`).
 
-        A crash before the checkpoint loses nothing: it only speeds up loading, and the next due version writes one.
+        `read`, the snapshot the commit was made against, is that table: delta-rs moves it to the new version in
+        place, so it is not loaded again (None: the commit created the table, which is loaded). A crash before the
+        checkpoint loses nothing: it only speeds up loading, and the next due version writes one.
         """
-        table = DeltaTable(self.uri(name), storage_options=self._options())
+        table = read if read is not None else DeltaTable(self.uri(name), storage_options=self._options())
         if table.version() % CHECKPOINT_EVERY == 0:
             table.create_checkpoint()
         return table
@@ -225,7 +227,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns, version=_next_version(read)),
             )
-        return self._checkpointed(name)
+        return self._checkpointed(name, read)
 
     def overwrite(self, name: str, data: pa.RecordBatchReader, *, read: DeltaTable | None, partition_by: list[str],
                   key: str, state: dict, txns: dict[str, int], description: str | None = None) -> DeltaTable:
@@ -238,7 +240,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns, version=_next_version(read)),
             )
-        return self._checkpointed(name)
+        return self._checkpointed(name, read)
 
     def upsert(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str, partition_column: str,
                partition_values: Iterable[str], key: str, state: dict, txns: dict[str, int]) -> DeltaTable:
@@ -261,7 +263,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 .when_not_matched_insert_all()
                 .execute()
             )
-        return self._checkpointed(name)
+        return self._checkpointed(name, read)
 
     def insert_missing(self, name: str, data: pa.Table, *, keys: Sequence[str], key: str, state: dict) -> None:
         """Insert rows whose `keys` are not in the table yet (idempotent append); creates the table if needed."""
@@ -273,4 +275,4 @@ class DeltaWarehouse(dg.ConfigurableResource):
         (table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
                      commit_properties=self.properties(key, state, {}, version=_next_version(table)))
          .when_not_matched_insert_all().execute())
-        self._checkpointed(name)
+        self._checkpointed(name, table)

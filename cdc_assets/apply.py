@@ -24,11 +24,11 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from cdc_assets.closure import Cut
+from cdc_assets.closure import Cut, held_back, overflows, pending_resync
 from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
-from cdc_assets.state import Held, ReplicaState, ResyncPending
+from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.spark import from_arrow
@@ -119,27 +119,12 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
 
     if rows is not None and rows.num_rows:
         counts["events_read"] = rows.num_rows
-        held_mask = pc.equal(rows["transaction_key"], open_key) if open_key else pa.repeat(False, rows.num_rows)
-        overflow_mask = pc.and_not(
-            pc.or_(pc.equal(rows["change_type"], "GAP_OVERFLOW"), pc.ends_with(rows["record_id"], "*")), held_mask)
-        if counts_held := pc.sum(held_mask).as_py() or 0:
-            counts["held"] = counts_held
-            from_seq = pc.min(rows.filter(held_mask)["_ingest_seq"]).as_py()
-            state = replace(state, held=Held(transactions=[open_key], from_seq=int(from_seq)))
-        if counts_overflow := pc.sum(overflow_mask).as_py() or 0:
-            counts["overflow"] = counts_overflow
-        if state.resynced:
-            # Overflows committed before the last resync's snapshot are already covered by it.
-            covered = pc.less_equal(rows["commit_ts"], pa.scalar(datetime.fromisoformat(state.resynced.at),
-                                                                   pa.timestamp("us", tz="UTC")))
-            pending_mask = pc.and_(overflow_mask, pc.invert(covered))
-        else:
-            pending_mask = overflow_mask
-        if pc.sum(pending_mask).as_py() and not state.resync_pending:
-            first = pc.min(rows.filter(pending_mask)["commit_ts"]).as_py()
-            state = replace(state, resync_pending=ResyncPending(
-                since=first.isoformat(), from_seq=int(pc.min(rows.filter(pending_mask)["_ingest_seq"]).as_py()),
-                reason=f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z"))
+        # Hold and overflow rules: cdc_assets/closure.py.
+        held_mask, now_held = held_back(rows, open_key)
+        overflow_mask = pc.and_not(overflows(rows), held_mask)
+        counts["held"] = int(pc.sum(held_mask).as_py() or 0)
+        counts["overflow"] = int(pc.sum(overflow_mask).as_py() or 0)
+        state = replace(state, held=now_held, resync_pending=pending_resync(rows, overflow_mask, state))
         changes = rows.filter(pc.invert(pc.or_(held_mask, overflow_mask)))
         if changes.num_rows:
             schema, changes, drift = meet_describe(spark, warehouse, schema, changes, replica=replica,

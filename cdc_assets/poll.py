@@ -47,7 +47,7 @@ from cdc_assets.faults import fault_point
 from cdc_assets.poll_rows import newer_rows, newest_position
 from cdc_assets.records import mark_deleted, records_to_text, replica_rows
 from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
-from cdc_assets.sync import SYSTEM_FIELDS, SyncResult
+from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
 from resources.delta import DeltaWarehouse, aligned_arrow
 from resources.salesforce import BulkPosition, SalesforceApiError, SalesforceResource
@@ -169,7 +169,7 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     if table is None:
         raise RuntimeError(f"{schema.name}: no replica table to poll into; its first run is an initial load")
     state = poll_state(warehouse, table) or PollState()
-    fields = [*schema.column_names, *SYSTEM_FIELDS]
+    fields = schema.org_fields
     writer = PollWriter(warehouse, schema, run_id=run_id, now=now)
     job = state.job
     base = replace(state, job=None, active=not handoff)

@@ -81,8 +81,7 @@ def unknown_fields(rows: pa.Table, schema: ObjectSchema) -> list[str]:
     if not rows.num_rows:
         return []
     names = pc.unique(pc.list_flatten(rows["set_fields"])).to_pylist()
-    known = {*schema.column_names, *schema.ignored, *schema.compound, *schema.dotted_names}
-    return sorted(n for n in names if n is not None and n not in known)
+    return sorted(n for n in names if n is not None and not schema.knows(n))
 
 
 def missing_columns(table, schema: ObjectSchema) -> list[str]:

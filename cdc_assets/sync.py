@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from cdc_assets.apply import APPLY_APP
+from cdc_assets.closure import replay_from
 from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.schemas import describe_note
@@ -40,7 +41,6 @@ from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
 
-SYSTEM_FIELDS = ["IsDeleted", "SystemModstamp"]
 QUERY_ALL_CHUNK = 200  # ids per queryAll (keeps the SOQL well under URL limits)
 BULK_PAGE_SIZE = 50_000  # records per Bulk API 2.0 result page (maxRecords); replication.yaml options.bulk_page_size
 
@@ -62,17 +62,11 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)
     prev = ReplicaState.read(warehouse, replica)
-    pending, held = prev.resync_pending, prev.held
-    if replica is None:
-        replay_from = 1  # initial load: every event ever ingested is checked against the snapshot
-    elif pending:
-        replay_from = pending.from_seq  # every event since the overflow
-    else:
-        replay_from = (replica.transaction_version(APPLY_APP) or 0) + 1
-    if held:
-        replay_from = min(replay_from, held.from_seq)
+    pending = prev.resync_pending
+    # The snapshot replays every event since the overflow (an initial load: every event ever ingested).
+    replay = replay_from(prev, (replica.transaction_version(APPLY_APP) or 0) if replica is not None else None)
     target = schema.arrow_schema()
-    fields = [c for c in schema.column_names] + SYSTEM_FIELDS
+    fields = schema.org_fields
     counts = {"snapshot_rows": 0, "snapshot_deleted": 0, "missing_marked_deleted": 0}
     seen: set[str] = set()
     # Opened before the write starts: delta-rs cannot be re-entered from inside the stream it is consuming.
@@ -98,14 +92,14 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
                 yield from mark_deleted(gone, at=now, source=SNAPSHOT, synced_at=now).to_batches()
         fault_point("resync.after_missing_marked_deleted")
 
-    state = ReplicaState(applied_through=replay_from - 1, run_id=run_id, synced_at=now.isoformat(),
+    state = ReplicaState(applied_through=replay - 1, run_id=run_id, synced_at=now.isoformat(),
                          last_commit_ts=prev.last_commit_ts,
                          resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"))
     fault_point("resync.before_commit")
     # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.
     warehouse.overwrite(schema.name, pa.RecordBatchReader.from_batches(target, batches()), read=replica,
                         partition_by=[BUCKET_COLUMN], description=describe_note(describe), key=state.KEY,
-                        state=state.to_dict(), txns={APPLY_APP: replay_from - 1})
+                        state=state.to_dict(), txns={APPLY_APP: replay - 1})
     fault_point("resync.after_commit")
     log.info("%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
              schema.name, counts["snapshot_rows"], counts["snapshot_deleted"], counts["missing_marked_deleted"])
@@ -126,7 +120,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
     used_before = _api_used(salesforce)
     ids = dirty["Id"].to_pylist()
     fault_point("reconcile.after_dirty_read")
-    fields = [c for c in schema.column_names] + ["SystemModstamp"]
+    fields = [f for f in schema.org_fields if f != "IsDeleted"]  # a retrieved record is not deleted
     fetched = list(salesforce.retrieve(schema.name, ids, fields))
     found = [r for r in fetched if r is not None]
     missing = [i for i, r in zip(ids, fetched) if r is None]
@@ -179,7 +173,7 @@ def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: li
     """Records among `ids` that queryAll still returns (deleted, in the recycle bin). Ids come from validated
     events (design §9: only [A-Za-z0-9] ids reach a replica), so they are safe inside SOQL."""
     found = []
-    fields = ", ".join([*schema.column_names, *SYSTEM_FIELDS])
+    fields = ", ".join(schema.org_fields)
     for start in range(0, len(ids), QUERY_ALL_CHUNK):
         chunk = ids[start:start + QUERY_ALL_CHUNK]
         quoted = ", ".join(f"'{i}'" for i in chunk)

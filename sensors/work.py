@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import dagster as dg
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
+from cdc_assets.closure import holders
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.state import IngestState
 from resources.delta import DeltaWarehouse
@@ -186,7 +187,7 @@ def replicas_to_include(instance: dg.DagsterInstance, replication: ReplicationCo
     files may close it), possibly holding rows of the newest transaction, or with ingested rows not applied yet
     (ingested by a run that did not include them: files that landed after the sensor's tick)."""
     entity_seq = ce_state.entity_seq
-    newest = set(ce_state.newest.entities or []) if ce_state.newest else set()
+    newest = holders(ce_state, set(replication.names))
     out = set()
     for name in replication.names:
         _, meta = latest_materialization(instance, name)

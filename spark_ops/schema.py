@@ -4,6 +4,8 @@ One `ObjectSchema` per replicated Salesforce object says which fields become col
 fields minus compound parents, formula fields, and the two fields CDC never carries, `IsDeleted` and
 `SystemModstamp`, which the replica represents as `_sf_deleted` and `_sf_commit_ts`), the Spark and Arrow type
 of each, and how compound fields nested in an event (`BillingAddress: {"City": ...}`) map to component columns.
+This is the one answer to "which fields replicate": parsing (spark_ops/parse.py), the fields asked of the org
+(`org_fields`: resync, reconcile, poll) and the check for fields describe() does not know (`knows`) all read it.
 Everything here is pure metadata: no Spark session, no I/O.
 """
 
@@ -30,7 +32,8 @@ SPARK_TYPES: dict[str, T.DataType] = {
     "datetime": T.TimestampType(),
 }
 COMPOUND_TYPES = {"address", "location"}
-NOT_IN_EVENTS = {"IsDeleted", "SystemModstamp"}
+ORG_ONLY_FIELDS = ("IsDeleted", "SystemModstamp")  # read from the org with every record; never in a change event
+NOT_IN_EVENTS = frozenset(ORG_ONLY_FIELDS)
 
 # System columns every replica carries (design §8), then the layout column.
 BUCKET_COLUMN = "_sf_bucket"
@@ -104,6 +107,18 @@ class ObjectSchema:
     @property
     def column_names(self) -> list[str]:
         return [c for c, _ in self.columns]
+
+    @property
+    def org_fields(self) -> list[str]:
+        """The fields a query of the org selects: the columns, then `ORG_ONLY_FIELDS` (the row's deleted flag and
+        position)."""
+        return [*self.column_names, *ORG_ONLY_FIELDS]
+
+    def knows(self, name: str) -> bool:
+        """Whether an event field `name` has a place here: a column, a compound part or parent, or a field that
+        never becomes a column (formula, `ORG_ONLY_FIELDS`)."""
+        return name in self.ignored or name in self.compound or name in self.dotted_names or \
+            name in set(self.column_names)
 
     @property
     def dotted_names(self) -> dict[str, str]:

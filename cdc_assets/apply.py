@@ -157,7 +157,8 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     fault_point("replica.before_commit")
     if replica is None:
         table = warehouse.append(schema.name, new_rows, read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
-                                 state=state.to_dict(), txns=txns, description=description)
+                                 state=state.to_dict(), txns=txns, description=description,
+                                 configuration=schema.table_properties())
     else:
         # Committed against `replica`, the snapshot `applied` came from: a concurrent writer fails this commit.
         table = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,

@@ -6,8 +6,9 @@ A replica soft-deletes (design §8), so its rows are the records of the snapshot
 resync, poll) changes the rows, and the counts follow without any of them adjusting a number.
 
 A file may lack the statistic: delta-rs writes column statistics for the first 32 columns by default, and the
-system columns come after the describe() fields, so a wide object's files have none for `_sf_dirty_since`. Those
-files alone are counted from their Parquet data (the one column, or the footers for the row count).
+system columns come after the describe() fields, so a wide object's files have none for `_sf_dirty_since` unless
+the table names it in `delta.dataSkippingStatsColumns` (replicas created since do: `ObjectSchema.table_properties`).
+Files without it alone are counted from their Parquet data (the one column, or the footers for the row count).
 """
 
 from __future__ import annotations

@@ -99,7 +99,8 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.
     warehouse.overwrite(schema.name, pa.RecordBatchReader.from_batches(target, batches()), read=replica,
                         partition_by=[BUCKET_COLUMN], description=describe_note(describe), key=state.KEY,
-                        state=state.to_dict(), txns={APPLY_APP: replay - 1})
+                        state=state.to_dict(), txns={APPLY_APP: replay - 1},
+                        configuration=schema.table_properties())
     fault_point("resync.after_commit")
     log.info("%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
              schema.name, counts["snapshot_rows"], counts["snapshot_deleted"], counts["missing_marked_deleted"])

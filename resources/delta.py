@@ -217,27 +217,31 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 f"'Dagster instance'). Re-running is safe: a new run continues from the other writer's checkpoint.")
 
     def append(self, name: str, data: pa.Table, *, read: DeltaTable | None, partition_by: list[str] | None,
-               key: str, state: dict, txns: dict[str, int], description: str | None = None) -> DeltaTable:
+               key: str, state: dict, txns: dict[str, int], description: str | None = None,
+               configuration: dict[str, str] | None = None) -> DeltaTable:
         """Append `data` (possibly empty) and its checkpoint in one commit against `read`, the snapshot the
-        checkpoint was read from (None: there was no table, so this creates it); returns the table after it."""
+        checkpoint was read from (None: there was no table, so this creates it, with the table properties
+        `configuration`); returns the table after it."""
         with self._sole_writer(name, read):
             write_deltalake(
                 read if read is not None else self.uri(name), data, mode="append" if read is not None else "error",
                 partition_by=partition_by, schema_mode="merge", description=description,
-                storage_options=self._options(),
+                configuration=configuration if read is None else None, storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns, version=_next_version(read)),
             )
         return self._checkpointed(name, read)
 
     def overwrite(self, name: str, data: pa.RecordBatchReader, *, read: DeltaTable | None, partition_by: list[str],
-                  key: str, state: dict, txns: dict[str, int], description: str | None = None) -> DeltaTable:
-        """Replace the table's rows and schema with `data` (streamed) in one commit against `read` (None: create)."""
+                  key: str, state: dict, txns: dict[str, int], description: str | None = None,
+                  configuration: dict[str, str] | None = None) -> DeltaTable:
+        """Replace the table's rows and schema with `data` (streamed) in one commit against `read` (None: create,
+        with the table properties `configuration`; an existing table keeps its own)."""
         with self._sole_writer(name, read):
             write_deltalake(
                 read if read is not None else self.uri(name), data,
                 mode="overwrite" if read is not None else "error", partition_by=partition_by,
                 schema_mode="overwrite" if read is not None else None, description=description,
-                storage_options=self._options(),
+                configuration=configuration if read is None else None, storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns, version=_next_version(read)),
             )
         return self._checkpointed(name, read)

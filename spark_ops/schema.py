@@ -50,6 +50,7 @@ SYSTEM_COLUMNS: list[tuple[str, T.DataType]] = [
     (BUCKET_COLUMN, T.StringType()),
 ]
 DEFAULT_BUCKET_CHARS = 13
+STATS_COLUMNS = 32  # Delta's default number of leading columns with per-file statistics
 
 
 def spark_type(sf_type: str) -> T.DataType:
@@ -137,6 +138,14 @@ class ObjectSchema:
 
     def arrow_schema(self) -> pa.Schema:
         return spark_to_arrow_schema(self.spark_schema())
+
+    def table_properties(self) -> dict[str, str]:
+        """Delta table properties of a new replica: per-file statistics on the leading columns (Delta's default)
+        and on every system column, wherever a wide describe() puts them: the dirty count is read from the
+        statistics of `_sf_dirty_since` (cdc_assets/counts.py)."""
+        names = [f.name for f in self.spark_schema().fields]
+        stats = dict.fromkeys([*names[:STATS_COLUMNS], *(n for n, _ in SYSTEM_COLUMNS if n != BUCKET_COLUMN)])
+        return {"delta.dataSkippingStatsColumns": ",".join(stats)}
 
 
 _ARROW = {

@@ -128,3 +128,21 @@ def test_a_pending_resync_survives_foreign_commits_and_the_next_apply(tmp_path, 
     second = land_and_apply("b.jsonl", [event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot")])
     assert second.resync_pending == first.resync_pending
     assert ReplicaState.read(warehouse, warehouse.table("Account")).resync_pending == first.resync_pending
+
+
+def test_a_wide_replica_keeps_statistics_on_its_system_columns(tmp_path):
+    """Past Delta's default 32 columns a replica's system columns would have no statistics: a new replica names
+    them in `delta.dataSkippingStatsColumns`, so its dirty count needs no data read."""
+    fields = [{"name": "Id", "type": "id"}, *({"name": f"F{i}__c", "type": "string"} for i in range(40))]
+    schema = ObjectSchema.from_describe({"name": "Wide__c", "fields": fields})
+    target = schema.arrow_schema()
+    data = rows([A1, A2, A3], [True, False, True])
+    data = pa.table({f.name: data[f.name] if f.name in data.column_names else pa.nulls(3, f.type) for f in target},
+                    schema=target)
+    warehouse = DeltaWarehouse(root=str(tmp_path))
+    state = ReplicaState()
+    table = warehouse.append("Wide__c", data, read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
+                             state=state.to_dict(), txns={}, configuration=schema.table_properties())
+    actions = pa.table(table.get_add_actions(flatten=True))
+    assert "null_count._sf_dirty_since" in actions.column_names and "null_count.Id" in actions.column_names
+    assert (row_count(table), dirty_count(table)) == (3, 2)

@@ -77,7 +77,8 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
 
 
 def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replication: ReplicationConfig,
-           ce_state: IngestState, pending: list[LandingFile], backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
+           ce_state: IngestState, pending: list[LandingFile],
+           backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
     """Files requested before and still not ingested: wait for their run, or ask again once it failed (backoff)."""
     runs = runs_tagged(context.instance, {TAG_REASON: REASON_FILES})
     if not runs:
@@ -100,7 +101,8 @@ def runs_tagged(instance: dg.DagsterInstance, tags: dict[str, str], limit: int =
 
 
 def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replication: ReplicationConfig,
-                    ce_state: IngestState, files: list[LandingFile], *, key: str, attempt: int = 0) -> dg.RunRequest | None:
+                    ce_state: IngestState, files: list[LandingFile], *, key: str,
+                    attempt: int = 0) -> dg.RunRequest | None:
     """A run ingesting `files` (and every other pending file) and applying them in every replica that must; None
     when a landing run not started yet already covers that."""
     entities = landing.entities_in(files)

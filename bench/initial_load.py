@@ -21,7 +21,6 @@ import pyarrow.parquet as pq
 from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from bench.workloads import OUT
 from cdc_assets.assets import replica_key
-from cdc_assets.sync import SYSTEM_FIELDS
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator import workload_data as data
@@ -54,7 +53,7 @@ def build_org(records: int) -> tuple[Path, float]:
 
 
 def floor_pass(salesforce: SalesforceResource, out: Path) -> float:
-    fields = ObjectSchema.from_describe(salesforce.describe(OBJECT)).column_names + SYSTEM_FIELDS
+    fields = ObjectSchema.from_describe(salesforce.describe(OBJECT)).org_fields
     started = time.perf_counter()
     writer = None
     for batch in salesforce.bulk_query_all(OBJECT, fields):

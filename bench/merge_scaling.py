@@ -35,7 +35,8 @@ from deltalake import DeltaTable, write_deltalake
 
 from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from bench.workloads import OUT
-from cdc_assets.apply import APPLY_APP, REPLICA_STATE
+from cdc_assets.apply import APPLY_APP
+from cdc_assets.state import ReplicaState
 from resources.delta import DeltaWarehouse
 from salesforce_emulator import ids
 from salesforce_emulator.cdc import _dumps, change_event
@@ -117,11 +118,11 @@ def build_replica(rows: int) -> Path:
     shutil.rmtree(root, ignore_errors=True)
     rng = np.random.default_rng(rows)
     warehouse = DeltaWarehouse(root=str(root.parent))
-    for start in range(1, rows + 1, BUILD_CHUNK):
-        state = {"applied_through": 0, "row_count": min(rows, start + BUILD_CHUNK - 1), "held": None}
+    for version, start in enumerate(range(1, rows + 1, BUILD_CHUNK)):
+        state = ReplicaState()
         write_deltalake(str(root), account_rows(start, min(BUILD_CHUNK, rows + 1 - start), rng), mode="append",
                         partition_by=[BUCKET_COLUMN], commit_properties=warehouse.properties(
-                            REPLICA_STATE, state, {APPLY_APP: 0}))
+                            state.KEY, state.to_dict(), {APPLY_APP: 0}, version=version))
     DeltaTable(str(root)).optimize.compact()  # one file per partition, as a resync writes it
     (root.parent / f"{root.name}.done").touch()
     return root

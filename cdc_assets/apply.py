@@ -1,8 +1,8 @@
 """change_events -> one replica table, one Delta merge per run (design §5-§8).
 
 A replica remembers in its own commits how far it has applied: the app transaction `cdc_apply` holds the
-change_events ingest sequence number applied through, and the commit metadata (`cdc.replica`) holds what a re-run
-needs besides: the still-open transaction held back, a pending resync, running row and dirty counts.
+change_events ingest sequence number applied through, and the commit state (`ReplicaState`, cdc_assets/state.py)
+holds what a re-run needs besides: the still-open transaction held back, a pending resync.
 
 A run reads only the change rows of its object ingested since that checkpoint through the run's cut (plus the rows
 of a transaction it held back), holds back the transaction the cut says is open (decided once a run, for all its
@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from types import EllipsisType
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
-from cdc_assets.closure import Cut
+from cdc_assets.closure import Cut, held_back, overflows, pending_resync
 from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
+from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.spark import from_arrow
@@ -34,7 +37,6 @@ from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
 
-REPLICA_STATE = "cdc.replica"
 APPLY_APP = "cdc_apply"
 EVENT_COUNTS = ("events_read", "applied", "gaps", "late", "superseded", "dirty_skipped", "held", "overflow")
 
@@ -42,39 +44,41 @@ EVENT_COUNTS = ("events_read", "applied", "gaps", "late", "superseded", "dirty_s
 @dataclass
 class ApplyResult:
     counts: dict[str, int] = field(default_factory=dict)
-    state: dict = field(default_factory=dict)
+    state: ReplicaState = field(default_factory=ReplicaState)
     version: int | None = None
     committed: bool = False
     seconds: dict[str, float] = field(default_factory=dict)
     schema: ObjectSchema | None = None  # the schema applied with (describe() may have been refreshed)
     unknown_fields: list[str] = field(default_factory=list)  # set by events, unknown even to a fresh describe()
+    table: DeltaTable | None = None  # the replica after the run (no need to load it again)
 
 
-def _seq_filter(applied: int, ce_seq: int, held: dict) -> pc.Expression:
+def _seq_filter(applied: int, ce_seq: int, held: Held | None) -> pc.Expression:
     seq = pc.field("_ingest_seq")
     new = (seq > applied) & (seq <= ce_seq)
-    if held.get("transactions"):
-        again = (seq >= int(held["from_seq"])) & (seq <= applied) & \
-            pc.field("transaction_key").isin(held["transactions"])
+    if held and held.transactions:
+        again = (seq >= held.from_seq) & (seq <= applied) & pc.field("transaction_key").isin(held.transactions)
         return new | again
     return new
 
 
-def read_changes(warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: int, held: dict) -> pa.Table | None:
+def read_changes(warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: int,
+                 held: Held | None) -> pa.Table | None:
     """Change rows of `entity` ingested after `applied` (through `ce_seq`), plus those of held transactions."""
     table = warehouse.table(CHANGE_EVENTS)
-    if table is None or ce_seq <= applied and not held.get("transactions"):
+    holding = bool(held and held.transactions)
+    if table is None or ce_seq <= applied and not holding:
         return None
-    lowest = min(applied + 1, int(held["from_seq"])) if held.get("transactions") else applied + 1
+    lowest = min(applied + 1, held.from_seq) if holding else applied + 1
     return warehouse.read(table, partitions=[("entity", "=", entity)], filter=_seq_filter(applied, ce_seq, held),
                           prune=[("_ingest_seq", ">=", lowest), ("_ingest_seq", "<=", ce_seq)])
 
 
-def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema,
-                 ids: list[str]) -> tuple[DataFrame, list[str]]:
-    """Current replica rows of `ids`, read from their partitions only; and those partition values."""
+def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, ids: list[str],
+                 table: DeltaTable | None) -> tuple[DataFrame, list[str]]:
+    """Current rows of `ids` in the replica snapshot `table`, read from their partitions only; and those partition
+    values."""
     buckets = sorted({i[: schema.bucket_chars] for i in ids})
-    table = warehouse.table(schema.name)
     if table is None or not ids:
         return from_arrow(spark, schema.arrow_schema().empty_table()), buckets
     rows = warehouse.read_keys(table, key_column="Id", keys=ids, partitions=[(BUCKET_COLUMN, "in", buckets)])
@@ -84,53 +88,43 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
 
 def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, cut: Cut, run_id: str,
                   now: datetime | None = None, description: str | None = None,
-                  refresh_schema: Callable[[], ObjectSchema] | None = None) -> ApplyResult:
+                  refresh_schema: Callable[[], ObjectSchema] | None = None,
+                  replica: DeltaTable | None | EllipsisType = ...) -> ApplyResult:
     """Apply the closed transactions ingested since the checkpoint, through the run's `cut` (and holding its open
     transaction, cdc_assets/closure.py); `description` is kept on a new table; `refresh_schema` asks describe()
-    again when events set fields `schema` does not know."""
+    again when events set fields `schema` does not know. `replica`: the replica's snapshot if the caller has it
+    (None: no table yet), else it is loaded; the checkpoint is read from it and the commit made against it."""
     now = now or datetime.now(timezone.utc)
     watch = Stopwatch()
     ce_seq, open_key = cut.through, cut.open_key
-    replica = warehouse.table(schema.name)
-    prev = DeltaWarehouse.commit_state(replica, REPLICA_STATE)
+    replica = warehouse.table(schema.name) if replica is ... else replica
+    prev = ReplicaState.read(warehouse, replica)
     applied = (replica.transaction_version(APPLY_APP) or 0) if replica is not None else 0
-    held = prev.get("held") or {}
+    held = prev.held
     counts = {k: 0 for k in (*EVENT_COUNTS, "newly_dirty", "inserted", "rows_written", *DIFF_COUNTS, *DRIFT_COUNTS)}
     unknown: list[str] = []
     if replica is not None and ce_seq < applied:
         # A later run applied past this run's cut; applying this run's cut now could apply what that run held.
-        return ApplyResult(counts=counts, state=prev | {"applied_through": applied}, version=replica.version())
+        return ApplyResult(counts=counts, state=replace(prev, applied_through=applied), version=replica.version(),
+                           table=replica)
 
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
-    state = {k: prev.get(k) for k in ("row_count", "dirty_records", "resync_pending", "last_commit_ts", "resynced")}
-    state |= {"applied_through": max(applied, ce_seq), "run_id": run_id, "held": None, "synced_at": now.isoformat()}
+    # Not carried: the poll cursor (after a poll -> cdc hand-off the object is CDC's), the last reconcile, counts.
+    state = ReplicaState(applied_through=max(applied, ce_seq), resync_pending=prev.resync_pending,
+                         resynced=prev.resynced, last_commit_ts=prev.last_commit_ts, run_id=run_id,
+                         synced_at=now.isoformat())
     new_rows = schema.arrow_schema().empty_table()
     buckets: list[str] = []
 
     if rows is not None and rows.num_rows:
         counts["events_read"] = rows.num_rows
-        held_mask = pc.equal(rows["transaction_key"], open_key) if open_key else pa.repeat(False, rows.num_rows)
-        overflow_mask = pc.and_not(
-            pc.or_(pc.equal(rows["change_type"], "GAP_OVERFLOW"), pc.ends_with(rows["record_id"], "*")), held_mask)
-        if counts_held := pc.sum(held_mask).as_py() or 0:
-            counts["held"] = counts_held
-            from_seq = pc.min(rows.filter(held_mask)["_ingest_seq"]).as_py()
-            state["held"] = {"transactions": [open_key], "from_seq": int(from_seq)}
-        if counts_overflow := pc.sum(overflow_mask).as_py() or 0:
-            counts["overflow"] = counts_overflow
-        if resynced := (state.get("resynced") or {}).get("at"):
-            # Overflows committed before the last resync's snapshot are already covered by it.
-            covered = pc.less_equal(rows["commit_ts"], pa.scalar(datetime.fromisoformat(resynced),
-                                                                   pa.timestamp("us", tz="UTC")))
-            pending_mask = pc.and_(overflow_mask, pc.invert(covered))
-        else:
-            pending_mask = overflow_mask
-        if pc.sum(pending_mask).as_py():
-            first = pc.min(rows.filter(pending_mask)["commit_ts"]).as_py()
-            state["resync_pending"] = state.get("resync_pending") or {
-                "since": first.isoformat(), "from_seq": int(pc.min(rows.filter(pending_mask)["_ingest_seq"]).as_py()),
-                "reason": f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z"}
+        # Hold and overflow rules: cdc_assets/closure.py.
+        held_mask, now_held = held_back(rows, open_key)
+        overflow_mask = pc.and_not(overflows(rows), held_mask)
+        counts["held"] = int(pc.sum(held_mask).as_py() or 0)
+        counts["overflow"] = int(pc.sum(overflow_mask).as_py() or 0)
+        state = replace(state, held=now_held, resync_pending=pending_resync(rows, overflow_mask, state))
         changes = rows.filter(pc.invert(pc.or_(held_mask, overflow_mask)))
         if changes.num_rows:
             schema, changes, drift = meet_describe(spark, warehouse, schema, changes, replica=replica,
@@ -138,7 +132,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             counts |= drift.counts
             unknown = drift.unknown
             ids = pc.unique(changes["record_id"]).to_pylist()
-            current, buckets = read_current(spark, warehouse, schema, ids)
+            current, buckets = read_current(spark, warehouse, schema, ids, replica)
             watch.lap("read")
             fault_point("replica.after_read_current")
             changes, diff_counts = resolve_diffs(changes, current, schema)
@@ -152,30 +146,26 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             new_rows = folded.filter(folded[CHANGED]).select(schema.arrow_schema().names).cast(schema.arrow_schema())
 
     counts["rows_written"] = new_rows.num_rows
-    if replica is not None and ce_seq <= applied and state["held"] == prev.get("held") and not new_rows.num_rows:
-        return ApplyResult(counts=counts, state=prev | {"applied_through": applied}, version=replica.version(),
-                           seconds=watch.seconds, schema=schema, unknown_fields=unknown)
+    if replica is not None and ce_seq <= applied and state.held == prev.held and not new_rows.num_rows:
+        return ApplyResult(counts=counts, state=replace(prev, applied_through=applied), version=replica.version(),
+                           seconds=watch.seconds, schema=schema, unknown_fields=unknown, table=replica)
 
-    state["dirty_records"] = int(state.get("dirty_records") or 0) + counts["newly_dirty"]
-    if new_rows.num_rows:
-        latest = pc.max(new_rows["_sf_commit_ts"]).as_py()
-        if latest is not None:
-            state["last_commit_ts"] = max(filter(None, [state.get("last_commit_ts"), latest.isoformat()]))
-    state["counts"] = counts
-    txns = {APPLY_APP: state["applied_through"]}
+    if new_rows.num_rows and (latest := pc.max(new_rows["_sf_commit_ts"]).as_py()) is not None:
+        state = state.with_commit_ts(latest.isoformat())
+    state = replace(state, counts=counts)
+    txns = {APPLY_APP: state.applied_through}
     fault_point("replica.before_commit")
     if replica is None:
-        state["row_count"] = new_rows.num_rows
-        table = warehouse.append(schema.name, new_rows, read=None, partition_by=[BUCKET_COLUMN], key=REPLICA_STATE,
-                                 state=state, txns=txns, description=description)
-        version = table.version()
+        table = warehouse.append(schema.name, new_rows, read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
+                                 state=state.to_dict(), txns=txns, description=description,
+                                 configuration=schema.table_properties())
     else:
-        state["row_count"] = int(state.get("row_count") or 0) + counts["inserted"]
         # Committed against `replica`, the snapshot `applied` came from: a concurrent writer fails this commit.
-        version = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
-                                   partition_values=buckets, key=REPLICA_STATE, state=state, txns=txns).version()
+        table = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
+                                 partition_values=buckets, key=state.KEY, state=state.to_dict(), txns=txns)
+    version = table.version()
     watch.lap("merge")
     fault_point("replica.after_commit")
     return ApplyResult(counts=counts, state=state, version=version, committed=True, seconds=watch.seconds,
-                       schema=schema, unknown_fields=unknown)
+                       schema=schema, unknown_fields=unknown, table=table)
 

@@ -9,12 +9,11 @@ from datetime import datetime, timezone
 from typing import Literal
 
 import dagster as dg
-import pyarrow as pa
-import pyarrow.compute as pc
 from dagster_pyspark import PySparkResource
 
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.ingest import ingest
 from cdc_assets.poll import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
@@ -76,7 +75,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
             **{k: dg.MetadataValue.int(v) for k, v in c.items()},
             META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
             META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
-            "ingest_seq": dg.MetadataValue.int(int(result.state.get("ingest_seq", 0))),
+            "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
             "files_ingested": dg.MetadataValue.json(result.files[:200]),
             **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
         })
@@ -114,13 +113,16 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         now, run_id = datetime.now(timezone.utc), context.run.run_id
         sync: SyncResult | None = None
         polled = config.mode == "poll" or sobject.mode == "poll" and config.mode == "apply"
+        # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
+        table = warehouse.table(sobject.name)
         # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
-        initial = warehouse.table(sobject.name) is None and (replication.initial_load or polled)
-        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial)
+        initial = table is None and (replication.initial_load or polled)
+        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial,
+                                          table=table)
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
                           page_size=replication.options.bulk_page_size)
-        elif polled or sobject.mode == "cdc" and poll_state(warehouse.table(sobject.name)).get("active"):
+        elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active:
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
                         compare_ids=config.compare_ids, handoff=not polled)
@@ -134,9 +136,12 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         cut = pinned_cut(context, warehouse, replicated=set(replication.names),
                          close_after=replication.transaction_close_after if close_after is None else close_after)
         refresh = DescribeRefresh(sobject, warehouse, salesforce)
+        # After a sync step (it loads and commits on its own) the snapshot is loaded again.
         result = apply_changes(spark, warehouse, schema, cut=cut, run_id=run_id, now=now,
-                               description=describe_note(describe), refresh_schema=refresh)
-        refresh.keep()
+                               description=describe_note(describe), refresh_schema=refresh,
+                               replica=warehouse.table(sobject.name) if sync else table)
+        if refresh.keep():
+            result.table = warehouse.table(sobject.name)
         return dg.MaterializeResult(metadata=replica_metadata(context, sobject, result.schema or schema, warehouse,
                                                               result, sync))
 
@@ -150,9 +155,9 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         f"{sobject.name}: {c['applied']} changes applied, {c['held']} held (open transaction), "
         f"{c['gaps']} gaps, {c['late']} late, {c['dirty_skipped']} skipped while dirty, {c['overflow']} "
         f"overflow; {c['rows_written']} rows written")
-    if s.get("resync_pending"):
-        context.log.warning(f"{sobject.name}: full resync pending: {s['resync_pending']['reason']}")
-    table = warehouse.table(sobject.name)
+    if s.resync_pending:
+        context.log.warning(f"{sobject.name}: full resync pending: {s.resync_pending.reason}")
+    table = result.table
     metadata = {
         **{k: dg.MetadataValue.int(v) for k, v in c.items()},
         "mode": dg.MetadataValue.text(sync.mode if sync else "apply"),
@@ -160,10 +165,10 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         "dagster/column_schema": column_schema(schema),
         META_DELTA_VERSION: dg.MetadataValue.int(table.version() if table is not None else -1),
         META_TABLE_URI: dg.MetadataValue.path(warehouse.uri(sobject.name)),
-        META_APPLIED_THROUGH: dg.MetadataValue.int(int(s.get("applied_through") or 0)),
-        META_DIRTY: dg.MetadataValue.int(int(s.get("dirty_records") or 0)),
-        META_RESYNC: dg.MetadataValue.text(s["resync_pending"]["reason"] if s.get("resync_pending") else ""),
-        META_HELD: dg.MetadataValue.json((s.get("held") or {}).get("transactions") or []),
+        META_APPLIED_THROUGH: dg.MetadataValue.int(s.applied_through),
+        META_DIRTY: dg.MetadataValue.int(dirty_count(table)),
+        META_RESYNC: dg.MetadataValue.text(s.resync_pending.reason if s.resync_pending else ""),
+        META_HELD: dg.MetadataValue.json(s.held.transactions if s.held else []),
         META_API_CALLS: dg.MetadataValue.int(sync.api_calls if sync else 0),
         META_UNKNOWN_FIELDS: dg.MetadataValue.json(result.unknown_fields),
         **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
@@ -171,16 +176,8 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
     if sync:  # a count both steps report (diffs_applied, diffs_unresolved) is their sum
         metadata |= {k: dg.MetadataValue.int(v + c.get(k, 0)) for k, v in sync.counts.items()}
     if isinstance(sync, PollResult):
-        metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor or {})
-    if s.get("last_commit_ts"):
-        seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s["last_commit_ts"])).total_seconds()
+        metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor.to_dict() if sync.cursor else {})
+    if s.last_commit_ts:
+        seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s.last_commit_ts)).total_seconds()
         metadata[META_LAG] = dg.MetadataValue.float(seconds)
     return metadata
-
-
-def row_count(table) -> int:
-    """Rows in the table, from the Delta log's per-file statistics (no data read)."""
-    if table is None:
-        return 0
-    actions = pa.table(table.get_add_actions(flatten=True))
-    return int(pc.sum(actions["num_records"]).as_py() or 0) if actions.num_rows else 0

@@ -2,7 +2,7 @@
 
 One `multi_asset_check` per replica asset runs six checks in one step right after the asset (a `dg.materialize`
 or a sensor run that selects the asset includes them), reading the table and its replica state
-(`cdc.replica` commit metadata) once:
+(`ReplicaState`, cdc_assets/state.py) once:
 
 - `schema` (blocking): rows written by the latest replica commit match the pandera schema built from describe();
 - `unique_id` (blocking): `Id` is unique and non-null over the whole table (reads only the Id column);
@@ -29,10 +29,10 @@ from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_assets.apply import REPLICA_STATE
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.schemas import resolve_schema
+from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
 from resources.delta import QUARANTINE, DeltaWarehouse
 from resources.spark import session
 from spark_ops.schema import ObjectSchema
@@ -47,7 +47,6 @@ FRESHNESS = "freshness"
 CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS)
 BLOCKING = frozenset({SCHEMA, UNIQUE_ID})
 
-QUARANTINE_ACK = "cdc.quarantine_ack"  # commit metadata key and app transaction id of an acknowledgement
 DIRTY_THRESHOLD_OPTION, FRESHNESS_OPTION = "dirty_threshold_seconds", "freshness_seconds"  # ReplicationOptions
 EXAMPLES = 10
 TS = pa.timestamp("us", tz="UTC")
@@ -81,14 +80,14 @@ def _no_table(name: str, table_name: str) -> dg.AssetCheckResult:
 
 
 def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse, table: DeltaTable | None,
-                 state: dict, name: str, schema_of: Callable[[], ObjectSchema]) -> dg.AssetCheckResult:
+                 state: ReplicaState, name: str, schema_of: Callable[[], ObjectSchema]) -> dg.AssetCheckResult:
     """pandera on the Spark DataFrame of the rows the latest replica commit wrote (`_sf_synced_at` >= its sync).
 
     The session and the expected schema are asked for only when there are rows to validate.
     """
     if table is None:
         return _no_table(SCHEMA, name)
-    synced_at = state.get("synced_at")
+    synced_at = state.synced_at
     if not synced_at:
         return _result(SCHEMA, True, {"rows_checked": 0}, "No replica commit recorded yet: nothing to check.")
     since = pa.scalar(datetime.fromisoformat(synced_at), TS)
@@ -131,14 +130,13 @@ def check_unique_id(warehouse: DeltaWarehouse, table: DeltaTable | None, name: s
                    f"resync {name}.")
 
 
-def check_no_pending_resync(state: dict, name: str) -> dg.AssetCheckResult:
-    pending = state.get("resync_pending")
+def check_no_pending_resync(state: ReplicaState, name: str) -> dg.AssetCheckResult:
+    pending = state.resync_pending
     if not pending:
         return _result(NO_PENDING_RESYNC, True, {"resync_pending": ""}, "No resync pending.")
-    meta = {"resync_pending": pending.get("reason", ""), "since": pending.get("since", ""),
-            "from_seq": int(pending.get("from_seq") or 0)}
+    meta = {"resync_pending": pending.reason, "since": pending.since, "from_seq": pending.from_seq}
     return _result(NO_PENDING_RESYNC, False, meta,
-                   f"{pending.get('reason')}: Salesforce dropped changes of {name}, so the replica is incomplete "
+                   f"{pending.reason}: Salesforce dropped changes of {name}, so the replica is incomplete "
                    f"until a full resync (Bulk API queryAll). reconciliation_sensor requests it; if no resync run "
                    f"follows, check that the sensor is on and materialize {name} in resync mode.")
 
@@ -162,12 +160,12 @@ def check_no_stale_dirty(warehouse: DeltaWarehouse, table: DeltaTable | None, na
                    f"runs of {name} succeed (API limits, credentials), or materialize {name} in reconcile mode.")
 
 
-def acknowledged_until(table: DeltaTable) -> datetime | None:
+def acknowledged_until(warehouse: DeltaWarehouse, table: DeltaTable) -> datetime | None:
     """The newest acknowledgement: the app transaction survives log checkpoints; commit metadata is the fallback."""
     micros = table.transaction_version(QUARANTINE_ACK)
     if micros is not None:
         return EPOCH + timedelta(microseconds=micros)
-    until = DeltaWarehouse.commit_state(table, QUARANTINE_ACK).get("until")
+    until = QuarantineAck.read(warehouse, table).until
     return datetime.fromisoformat(until) if until else None
 
 
@@ -186,15 +184,16 @@ def acknowledge_quarantine(warehouse: DeltaWarehouse, until: datetime) -> int | 
     until = until.astimezone(timezone.utc)
     empty = pa.schema(table.schema().to_arrow()).empty_table()
     micros = (until - EPOCH) // timedelta(microseconds=1)
-    return warehouse.append(QUARANTINE, empty, read=table, partition_by=None, key=QUARANTINE_ACK,
-                            state={"until": until.isoformat()}, txns={QUARANTINE_ACK: micros}).version()
+    ack = QuarantineAck(until=until.isoformat())
+    return warehouse.append(QUARANTINE, empty, read=table, partition_by=None, key=ack.KEY, state=ack.to_dict(),
+                            txns={QUARANTINE_ACK: micros}).version()
 
 
 def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
     table = warehouse.table(QUARANTINE)
     if table is None:
         return _no_table(QUARANTINE_EMPTY, QUARANTINE)
-    acked = acknowledged_until(table)
+    acked = acknowledged_until(warehouse, table)
     rows = warehouse.read(table, columns=["source_file", "source_line", "reason", "quarantined_at"],
                           filter=pc.field("quarantined_at") > pa.scalar(acked, TS) if acked else None)
     newest = pc.max(rows["quarantined_at"]).as_py() if rows.num_rows else None
@@ -211,11 +210,11 @@ def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
                    f"datetime.fromisoformat('{_iso(newest)}')).")
 
 
-def check_freshness(table: DeltaTable | None, state: dict, name: str, *, threshold: float,
+def check_freshness(table: DeltaTable | None, state: ReplicaState, name: str, *, threshold: float,
                     now: datetime) -> dg.AssetCheckResult:
     if table is None:
         return _no_table(FRESHNESS, name)
-    last = state.get("last_commit_ts")
+    last = state.last_commit_ts
     if not last:
         return _result(FRESHNESS, True, {"last_commit_ts": "", "threshold_seconds": float(threshold)},
                        "No change applied yet: nothing to measure.")
@@ -246,7 +245,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
         selected = {k.name for k in context.selected_asset_check_keys}
         now = datetime.now(timezone.utc)
         table = warehouse.table(sobject.name)
-        state = DeltaWarehouse.commit_state(table, REPLICA_STATE)
+        state = ReplicaState.read(warehouse, table)
         run = {
             SCHEMA: lambda: check_schema(lambda: session(pyspark), warehouse, table, state, sobject.name,
                                          lambda: resolve_schema(sobject, warehouse, None)[0]),

@@ -1,11 +1,14 @@
-"""When the newest transaction counts as closed, and how far a run applies: one rule, one decision a run (§5).
+"""The rules of §5, written once: when the newest transaction counts as closed, which replicas may hold it, how far a
+run applies, what a replica holds back, and what an overflow leaves pending. The replica asset (apply), the sync
+steps (resync, reconcile), the landing sensor and the reconciliation planner (sensors/work.py) all call these.
 
 A transaction is applied only once it is closed: a later event (in commit order) of another transaction has been
 ingested, or no newer event has landed for `transaction_close_after` seconds. Only the newest transaction can be
 open. `open_transaction` is that rule, written once: the replica asset, the landing sensor (when to request the
-close-by-timeout run) and the run decision below all use it.
+close-by-timeout run) and the run decision below all use it; `holders` says which replicas may hold rows of it.
 
-What the rule reads is kept by ingest in change_events' commit state (`cdc.change_events`), by `ingest_progress`:
+What the rule reads is kept by ingest in change_events' commit state (`IngestState`, cdc_assets/state.py), by
+`ingest_progress`:
 
 - `newest`: the newest event ingested, its transaction key and the entities that transaction touched (so a sensor
   knows which replicas hold it);
@@ -21,27 +24,36 @@ the first replica step of a run (`cdc_assets/run_cut.py` pins it as a run tag), 
 applies through the same ingest sequence number and holds the same transaction. A run that does not include every
 replica holding rows of the newest transaction never closes it by timeout (it would apply it to some of them only):
 it keeps it open, and the runs the landing sensor requests, which include them all, close it.
+
+**Hold and overflow, per replica** (`held_back`, `pending_resync`, `replay_from`): the rows of the run's open
+transaction are held (read again from `Held.from_seq` by the next run); an overflow (`GAP_OVERFLOW`, or a
+wildcard record id `001*`) cannot be applied and leaves a pending resync, unless the last resync's snapshot was
+taken after it; a resync replays every event from the first overflow (or held row) over its snapshot.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc_assets.state import Held, IngestState, Newest, ReplicaState, ResyncPending
 
-def open_transaction(ce_state: dict, close_after: float, clock: datetime) -> str | None:
+UTC_US = pa.timestamp("us", tz="UTC")
+
+
+def open_transaction(ce_state: IngestState, close_after: float, clock: datetime) -> str | None:
     """The newest transaction's key while no newer event has landed for `close_after` seconds at `clock`."""
-    newest, last = ce_state.get("newest"), ce_state.get("last_ingested_at")
+    newest, last = ce_state.newest, ce_state.last_ingested_at
     if not newest or not last:
         return None
     age = (clock - datetime.fromisoformat(last)).total_seconds()
-    return newest["transaction_key"] if age < close_after else None
+    return newest.transaction_key if age < close_after else None
 
 
-def newest_event(rows: pa.Table) -> dict | None:
+def newest_event(rows: pa.Table) -> Newest | None:
     """The newest event in commit order (design §4): its transaction key and position as
     `[commit micros, commit number, sequence number, replay id]`."""
     if not rows.num_rows:
@@ -50,29 +62,39 @@ def newest_event(rows: pa.Table) -> dict | None:
             pc.fill_null(rows["replay_id"], 0)]
     table = pa.table({"a": keys[0], "b": keys[1], "c": keys[2], "d": keys[3], "t": rows["transaction_key"]})
     top = table.take(pc.sort_indices(table, [(k, "descending") for k in "abcd"])[:1]).to_pylist()[0]
-    return {"transaction_key": top["t"], "position": [top["a"], top["b"], top["c"], top["d"]]}
+    return Newest(transaction_key=top["t"], position=[top["a"], top["b"], top["c"], top["d"]])
 
 
 def _entities_of(rows: pa.Table, transaction_key: str) -> set[str]:
     return set(pc.unique(rows.filter(pc.equal(rows["transaction_key"], transaction_key))["entity"]).to_pylist())
 
 
-def ingest_progress(previous: dict, fresh: pa.Table, seq: int, now: datetime) -> dict:
-    """The closure part of change_events' commit state after storing `fresh` rows as ingest `seq` at `now`."""
-    before, candidate = previous.get("newest"), newest_event(fresh)
-    moved = candidate is not None and (not before or candidate["position"] > before["position"])
+def ingest_progress(previous: IngestState, fresh: pa.Table, seq: int, now: datetime) -> IngestState:
+    """change_events' state after storing `fresh` rows as ingest `seq` at `now` (the closure part: `newest`,
+    `last_ingested_at`, `entity_seq`; the rest as `previous`)."""
+    before, candidate = previous.newest, newest_event(fresh)
+    moved = candidate is not None and (not before or candidate.position > before.position)
     newest = candidate if moved else before
     if newest is not None and fresh.num_rows:
-        same = before is not None and before["transaction_key"] == newest["transaction_key"]
-        known = set(before.get("entities") or []) if same else set()
+        same = before is not None and before.transaction_key == newest.transaction_key
+        known = set(before.entities or []) if same else set()
         # Unknown (state written before entities were recorded) stays unknown: every replica may hold it.
-        if not same or before.get("entities") is not None:
-            newest = newest | {"entities": sorted(known | _entities_of(fresh, newest["transaction_key"]))}
-    entity_seq = dict(previous.get("entity_seq") or {})
+        if not same or before.entities is not None:
+            newest = replace(newest, entities=sorted(known | _entities_of(fresh, newest.transaction_key)))
+    entity_seq = dict(previous.entity_seq)
     if fresh.num_rows:
         entity_seq |= {e: seq for e in pc.unique(fresh["entity"]).to_pylist()}
-    return {"newest": newest, "last_ingested_at": now.isoformat() if moved else previous.get("last_ingested_at"),
-            "entity_seq": entity_seq}
+    return replace(previous, ingest_seq=seq, newest=newest, entity_seq=entity_seq,
+                   last_ingested_at=now.isoformat() if moved else previous.last_ingested_at)
+
+
+def holders(ce_state: IngestState, replicated: set[str]) -> set[str]:
+    """The replicas that may hold rows of the newest transaction: its entities that replicate, or every replica
+    when they are unknown (state written before they were recorded)."""
+    newest = ce_state.newest
+    if newest is None:
+        return set()
+    return replicated & set(newest.entities) if newest.entities is not None else set(replicated)
 
 
 @dataclass(frozen=True)
@@ -88,16 +110,56 @@ class Cut:
         return asdict(self)
 
 
-def decide(ce_state: dict, close_after: float, clock: datetime, *, in_run: set[str],
+def decide(ce_state: IngestState, close_after: float, clock: datetime, *, in_run: set[str],
            replicated: set[str]) -> Cut:
     """The run's cut. The newest transaction stays open by the timeout rule, and also when some replica that may
     hold rows of it (its entities, or every replica if unknown) is not in the run."""
-    through, newest = int(ce_state.get("ingest_seq", 0)), ce_state.get("newest")
+    through, newest = ce_state.ingest_seq, ce_state.newest
     key = open_transaction(ce_state, close_after, clock)
     reason = f"no newer event for less than {close_after:g} s" if key else ""
     if key is None and newest:
-        entities = newest.get("entities")
-        holders = replicated & set(entities) if entities is not None else replicated
-        if missing := sorted(holders - in_run):
-            key, reason = newest["transaction_key"], f"replicas {', '.join(missing)} that hold it are not in this run"
+        if missing := sorted(holders(ce_state, replicated) - in_run):
+            key, reason = newest.transaction_key, f"replicas {', '.join(missing)} that hold it are not in this run"
     return Cut(through=through, open_key=key, clock=clock.isoformat(), reason=reason)
+
+
+def held_back(rows: pa.Table, open_key: str | None) -> tuple[pa.Array, Held | None]:
+    """Which change rows a replica holds back (those of the run's open transaction), and what it records of them."""
+    if not open_key:
+        return pa.repeat(False, rows.num_rows), None
+    mask = pc.equal(rows["transaction_key"], open_key)
+    if not pc.any(mask).as_py():
+        return mask, None
+    return mask, Held(transactions=[open_key], from_seq=int(pc.min(rows.filter(mask)["_ingest_seq"]).as_py()))
+
+
+def overflows(rows: pa.Table) -> pa.Array:
+    """Change rows that are overflow markers: Salesforce dropped changes it cannot name record by record."""
+    return pc.or_(pc.equal(rows["change_type"], "GAP_OVERFLOW"), pc.ends_with(rows["record_id"], "*"))
+
+
+def pending_resync(rows: pa.Table, overflow: pa.Array, state: ReplicaState) -> ResyncPending | None:
+    """The resync the `overflow` rows leave pending: the one already pending, else one from the first overflow
+    committed after the last resync's snapshot (older ones are covered by it); None if none is."""
+    if state.resync_pending:
+        return state.resync_pending
+    if state.resynced:
+        at = pa.scalar(datetime.fromisoformat(state.resynced.at), UTC_US)
+        overflow = pc.and_(overflow, pc.invert(pc.less_equal(rows["commit_ts"], at)))
+    if not pc.any(overflow).as_py():
+        return None
+    first = pc.min(rows.filter(overflow)["commit_ts"]).as_py()
+    return ResyncPending(since=first.isoformat(), from_seq=int(pc.min(rows.filter(overflow)["_ingest_seq"]).as_py()),
+                         reason=f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z")
+
+
+def replay_from(state: ReplicaState, applied: int | None) -> int:
+    """The first ingest a resync's snapshot replays events from: every event since the pending overflow (all of
+    them for an initial load, `applied` None: no table), else those after the checkpoint; held rows too."""
+    if applied is None:
+        start = 1
+    elif state.resync_pending:
+        start = state.resync_pending.from_seq
+    else:
+        start = applied + 1
+    return min(start, state.held.from_seq) if state.held else start

@@ -19,7 +19,7 @@ Either way the next run produces the same table.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import pyarrow as pa
@@ -30,6 +30,7 @@ from pyspark.sql import DataFrame, SparkSession
 from cdc_assets.closure import ingest_progress
 from cdc_assets.faults import fault_point
 from cdc_assets.quarantine import record_quarantine
+from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone
@@ -41,8 +42,6 @@ from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 
-CE_STATE = "cdc.change_events"
-Q_STATE = "cdc.quarantine"
 SEQ_APP = "change_events"
 
 
@@ -54,7 +53,7 @@ def file_app_id(f: LandingFile) -> str:
 class IngestResult:
     files: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
-    state: dict = field(default_factory=dict)
+    state: IngestState = field(default_factory=IngestState)
     version: int | None = None
     quarantine_examples: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -131,7 +130,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
         log.warning("%d landing files were ingested by another run meanwhile; skipped", len(done))
         files = [f for f in files if f not in done]
         if not files:
-            return IngestResult(counts=_zero_counts(), state=DeltaWarehouse.commit_state(events, CE_STATE),
+            return IngestResult(counts=_zero_counts(), state=IngestState.read(warehouse, events),
                                 version=events.version())
     read = landing.read(files)
     watch.lap("read")
@@ -152,28 +151,24 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     marked = mark_duplicates(rows, _known_keys(spark, warehouse, rows)).toArrow()
     watch.lap("dedup")
     fault_point("ingest.after_dedup")
-    previous = DeltaWarehouse.commit_state(events, CE_STATE)
-    seq = int(previous.get("ingest_seq", 0)) + 1
+    previous = IngestState.read(warehouse, events)
+    seq = previous.ingest_seq + 1
     fresh_arrow = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
     fresh_arrow = fresh_arrow.append_column("_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)) \
         .append_column("_ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), fresh_arrow.num_rows))
 
     counts = _count(files, read, bad, marked, schemas) | {"lines_gapped": gapped}
-    state = {
-        "ingest_seq": seq,
-        "files": [f.path for f in files],
-        **ingest_progress(previous, fresh_arrow, seq, now),  # newest event, close timer (cdc_assets/closure.py)
-        "counts": counts,
-        "run_id": run_id,
-    }
+    # The newest event and the close timer (cdc_assets/closure.py), then what this batch was.
+    state = replace(ingest_progress(previous, fresh_arrow, seq, now), files=[f.path for f in files], counts=counts,
+                    run_id=run_id)
     txns = {file_app_id(f): 1 for f in files} | {SEQ_APP: seq}
     fault_point("ingest.before_commit")
-    table = warehouse.append(CHANGE_EVENTS, fresh_arrow, read=events, partition_by=["entity"], key=CE_STATE,
-                             state=state, txns=txns)
+    table = warehouse.append(CHANGE_EVENTS, fresh_arrow, read=events, partition_by=["entity"], key=state.KEY,
+                             state=state.to_dict(), txns=txns)
     watch.lap("write")
     fault_point("ingest.after_commit")
     parsed.unpersist()
-    return IngestResult(files=state["files"], counts=counts, state=state, version=table.version(),
+    return IngestResult(files=state.files, counts=counts, state=state, version=table.version(),
                         quarantine_examples=[f"{r['source_file']}:{r['source_line']}: {r['reason']}"
                                              for r in bad.slice(0, 5).to_pylist()], seconds=watch.seconds)
 

@@ -16,7 +16,7 @@ the records changed since a cursor, `SELECT <fields>, IsDeleted, SystemModstamp 
   SystemModstamp older than rows already polled, is still read by the next runs.
 - **Small deltas** are read with one REST `queryAll` (`LIMIT rest_max_records`); a full page means a bigger delta,
   read through a Bulk API 2.0 `queryAll` job instead, one Delta commit per result page.
-- **The cursor lives in the replica's Delta commit** (commit state `cdc.replica`, key `poll`), as the CDC checkpoint
+- **The cursor lives in the replica's Delta commit** (`ReplicaState.poll`, cdc_assets/state.py), as the CDC checkpoint
   does: the newest (SystemModstamp, Id) read, and while a Bulk job is being read, the job id, the next page's
   locator, the query's hash and `since`, the records read and the newest position so far (the Aiven connector's
   offset). A run killed between pages resumes the same job from the locator instead of querying again; a job the
@@ -34,19 +34,20 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from cdc_assets.apply import APPLY_APP, EVENT_COUNTS, REPLICA_STATE, ApplyResult
+from cdc_assets.apply import APPLY_APP, EVENT_COUNTS, ApplyResult
 from cdc_assets.config import PollOptions
 from cdc_assets.faults import fault_point
 from cdc_assets.poll_rows import newer_rows, newest_position
 from cdc_assets.records import mark_deleted, records_to_text, replica_rows
-from cdc_assets.sync import SYSTEM_FIELDS, SyncResult
+from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
+from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
 from resources.delta import DeltaWarehouse, aligned_arrow
 from resources.salesforce import BulkPosition, SalesforceApiError, SalesforceResource, select_soql
@@ -55,7 +56,6 @@ from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 log = logging.getLogger(__name__)
 
 POLL = "poll"  # _sf_source of polled rows
-POLL_KEY = "poll"  # the cursor's key inside the replica commit state
 ORDER = "SystemModstamp, Id"
 COUNTS = ("poll_rows_read", "poll_rows_written", "poll_inserted", "poll_deleted", "poll_pages", "poll_bulk",
           "poll_resumed", "hard_delete_checked", "hard_deleted")
@@ -63,7 +63,7 @@ COUNTS = ("poll_rows_read", "poll_rows_written", "poll_inserted", "poll_deleted"
 
 @dataclass
 class PollResult(SyncResult):
-    cursor: dict | None = None
+    cursor: PollPosition | None = None
     seconds: dict[str, float] = field(default_factory=dict)  # org: queries and pages; read/merge: the replica
 
 
@@ -71,7 +71,7 @@ def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None)
     """The replica's state after a poll, as an apply result with no events (for the shared metadata)."""
     table = warehouse.table(name)
     counts = {k: 0 for k in (*EVENT_COUNTS, "rows_written")}
-    return ApplyResult(counts=counts, state=DeltaWarehouse.commit_state(table, REPLICA_STATE),
+    return ApplyResult(counts=counts, state=ReplicaState.read(warehouse, table), table=table,
                        version=table.version() if table is not None else None,
                        seconds=sync.seconds if isinstance(sync, PollResult) else {})
 
@@ -80,14 +80,15 @@ def soql_datetime(ts: datetime) -> str:
     return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
-def poll_state(table) -> dict:
-    return DeltaWarehouse.commit_state(table, REPLICA_STATE).get(POLL_KEY) or {}
+def poll_state(warehouse: DeltaWarehouse, table: DeltaTable | None) -> PollState | None:
+    """The poll cursor of the replica's newest commit (None: not polled, or CDC took over)."""
+    return ReplicaState.read(warehouse, table).poll
 
 
-def _since(table, state: dict, options: PollOptions) -> datetime | None:
+def _since(table, state: PollState, options: PollOptions) -> datetime | None:
     """Where the next query starts: the cursor (or, after CDC, the replica's newest position) minus the overlap."""
-    if state.get("cursor"):
-        start = datetime.fromisoformat(state["cursor"]["ts"])
+    if state.cursor:
+        start = datetime.fromisoformat(state.cursor.ts)
     else:
         newest = pc.max(table.to_pyarrow_dataset().to_table(columns=["_sf_commit_ts"])["_sf_commit_ts"]).as_py()
         if newest is None:
@@ -110,7 +111,7 @@ class PollWriter:
         rows = self.warehouse.read_keys(table, key_column="Id", keys=ids, partitions=[(BUCKET_COLUMN, "in", buckets)])
         return aligned_arrow(rows, self.target)
 
-    def write(self, rows: pa.Table, poll: dict, *, force: bool, guard: bool = True) -> tuple[pa.Table, dict]:
+    def write(self, rows: pa.Table, poll: PollState, *, force: bool, guard: bool = True) -> tuple[pa.Table, dict]:
         """Merge the rows of `rows` that move their record forward (all of them without `guard`); commit them with
         `poll` as the new cursor state (also with nothing to write when `force`). Returns the rows written and
         counts (`inserted`: new records, `cleaned`: dirty rows made clean)."""
@@ -127,25 +128,22 @@ class PollWriter:
         self.watch.lap("read")
         if not fresh.num_rows and not force:
             return fresh, c
-        prev = DeltaWarehouse.commit_state(table, REPLICA_STATE)
-        state = prev | {"run_id": self.run_id, "synced_at": self.now.isoformat(), POLL_KEY: poll}
-        state["row_count"] = int(prev.get("row_count") or 0) + c.get("inserted", 0)
-        state["dirty_records"] = max(0, int(prev.get("dirty_records") or 0) - c.get("cleaned", 0))
+        state = replace(ReplicaState.read(self.warehouse, table), run_id=self.run_id, synced_at=self.now.isoformat(),
+                        poll=poll)
         if fresh.num_rows:
-            latest = pc.max(fresh["_sf_commit_ts"]).as_py().isoformat()
-            state["last_commit_ts"] = max(filter(None, [prev.get("last_commit_ts"), latest]))
+            state = state.with_commit_ts(pc.max(fresh["_sf_commit_ts"]).as_py().isoformat())
         txns = {APPLY_APP: table.transaction_version(APPLY_APP) or 0}
         if fresh.num_rows:
             self.warehouse.upsert(self.schema.name, fresh, read=table, key_column="Id",
                                   partition_column=BUCKET_COLUMN, partition_values=fresh[BUCKET_COLUMN].to_pylist(),
-                                  key=REPLICA_STATE, state=state, txns=txns)
+                                  key=state.KEY, state=state.to_dict(), txns=txns)
         else:
             self.warehouse.append(self.schema.name, self.target.empty_table(), read=table,
-                                  partition_by=[BUCKET_COLUMN], key=REPLICA_STATE, state=state, txns=txns)
+                                  partition_by=[BUCKET_COLUMN], key=state.KEY, state=state.to_dict(), txns=txns)
         self.watch.lap("merge")
         return fresh, c
 
-    def write_polled(self, rows: pa.Table, poll: dict, *, force: bool) -> None:
+    def write_polled(self, rows: pa.Table, poll: PollState, *, force: bool) -> None:
         """`write` for rows read from the org, counted."""
         self.counts["poll_rows_read"] += rows.num_rows
         written, c = self.write(rows, poll, force=force)
@@ -170,25 +168,25 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     table = warehouse.table(schema.name)
     if table is None:
         raise RuntimeError(f"{schema.name}: no replica table to poll into; its first run is an initial load")
-    state = poll_state(table)
-    fields = [*schema.column_names, *SYSTEM_FIELDS]
+    state = poll_state(warehouse, table) or PollState()
+    fields = schema.org_fields
     writer = PollWriter(warehouse, schema, run_id=run_id, now=now)
-    job = state.get("job")
-    base = {k: state.get(k) for k in ("cursor", "ids_compared_at", "hard_deleted")} | {"active": not handoff}
-    if job and job["hash"] != query_hash(schema.name, fields, job["where"]):
-        log.warning("%s: the interrupted Bulk job %s queried other fields; querying again", schema.name, job["id"])
+    job = state.job
+    base = replace(state, job=None, active=not handoff)
+    if job and job.hash != query_hash(schema.name, fields, job.where):
+        log.warning("%s: the interrupted Bulk job %s queried other fields; querying again", schema.name, job.id)
         job = None
     if job:
         writer.counts["poll_resumed"] = 1
         try:
             _read_bulk(salesforce, schema, fields, job, writer, base, options,
-                       resume=BulkPosition(job["id"], job["locator"]))
+                       resume=BulkPosition(job.id, job.locator))
         except SalesforceApiError as exc:
             if exc.status not in (400, 404):
                 raise
             log.warning("%s: Bulk job %s can no longer be read (%s); querying again from %s", schema.name,
-                        job["id"], exc.status, job["where"])
-            _read_bulk(salesforce, schema, fields, dict(job, locator=None, records=0), writer, base, options)
+                        job.id, exc.status, job.where)
+            _read_bulk(salesforce, schema, fields, replace(job, locator=None, records=0), writer, base, options)
     else:
         since = _since(table, state, options)
         where = f"SystemModstamp >= {soql_datetime(since)}" if since else None
@@ -196,54 +194,52 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
                                                         limit=options.rest_max_records)))
         if len(records) < options.rest_max_records:
             rows = replica_rows(records_to_text(records, fields), schema, source=POLL, synced_at=now)
-            cursor = newest_position(rows, state.get("cursor"))
+            cursor = newest_position(rows, state.cursor)
             writer.counts["poll_pages"] = 1
             # Nothing new and no hand-off: no commit (an idle poll leaves the table as it was).
-            changed = cursor != state.get("cursor") or base["active"] != state.get("active", True)
-            writer.write_polled(rows, base | {"cursor": cursor, "job": None}, force=changed)
+            changed = cursor != state.cursor or base.active != state.active
+            writer.write_polled(rows, replace(base, cursor=cursor), force=changed)
             fault_point("poll.after_rest_commit")
         else:
-            job = {"id": None, "locator": None, "where": where, "hash": query_hash(schema.name, fields, where),
-                   "records": 0, "max": None}
+            job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema.name, fields, where))
             _read_bulk(salesforce, schema, fields, job, writer, base, options)
-    base = poll_state(warehouse.table(schema.name))
-    if compare_ids or _due(base.get("ids_compared_at"), options.hard_delete_check_every, now):
+    base = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
+    if compare_ids or _due(base.ids_compared_at, options.hard_delete_check_every, now):
         _compare_ids(salesforce, schema, writer, base, now)
-    after = poll_state(warehouse.table(schema.name))
+    after = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
     log.info("%s: polled %d rows, %d written (%d new, %d deleted), %d purged records found; cursor %s",
              schema.name, writer.counts["poll_rows_read"], writer.counts["poll_rows_written"],
              writer.counts["poll_inserted"], writer.counts["poll_deleted"], writer.counts["hard_deleted"],
-             after.get("cursor"))
+             after.cursor)
     writer.watch.lap("org")
     return PollResult("poll_handoff" if handoff else "poll", writer.counts,
-                      int(salesforce.api_usage().get("used", 0)) - used_before, cursor=after.get("cursor"),
+                      int(salesforce.api_usage().get("used", 0)) - used_before, cursor=after.cursor,
                       seconds={f"poll_{k}": v for k, v in writer.watch.seconds.items()})
 
 
-def _read_bulk(salesforce: SalesforceResource, schema: ObjectSchema, fields: list[str], job: dict,
-               writer: PollWriter, base: dict, options: PollOptions, resume: BulkPosition | None = None) -> None:
+def _read_bulk(salesforce: SalesforceResource, schema: ObjectSchema, fields: list[str], job: BulkJob,
+               writer: PollWriter, base: PollState, options: PollOptions, resume: BulkPosition | None = None) -> None:
     """Read a Bulk queryAll job page by page; each page commits its rows with the job's position."""
     writer.counts["poll_bulk"] = 1
-    job = dict(job)
     buffer: list[pa.RecordBatch] = []
 
     def on_page(position: BulkPosition) -> None:
+        nonlocal job
         text = pa.Table.from_batches(buffer) if buffer else None
         buffer.clear()
         rows = replica_rows(text, schema, source=POLL, synced_at=writer.now) if text is not None else \
             schema.arrow_schema().empty_table()
-        job.update(id=position.job_id, locator=position.locator, records=job["records"] + rows.num_rows,
-                   max=newest_position(rows, job["max"]))
+        job = replace(job, id=position.job_id, locator=position.locator, records=job.records + rows.num_rows,
+                      max=newest_position(rows, job.max))
         writer.counts["poll_pages"] += 1
         if position.locator is None:  # the job is read: its newest position is the cursor
-            cursor = max(filter(None, [base.get("cursor"), job["max"]]), key=lambda p: (p["ts"], p["id"]),
-                         default=None)
-            writer.write_polled(rows, base | {"cursor": cursor, "job": None}, force=True)
+            cursor = max(filter(None, [base.cursor, job.max]), default=None)
+            writer.write_polled(rows, replace(base, cursor=cursor, job=None), force=True)
         else:
-            writer.write_polled(rows, base | {"job": job}, force=False)
+            writer.write_polled(rows, replace(base, job=job), force=False)
             fault_point("poll.after_page_commit")
 
-    for batch in salesforce.bulk_query_all(schema.name, fields, page_size=options.page_size, where=job["where"],
+    for batch in salesforce.bulk_query_all(schema.name, fields, page_size=options.page_size, where=job.where,
                                            order_by=ORDER, resume=resume, on_page=on_page):
         buffer.append(batch)
 
@@ -252,7 +248,7 @@ def _due(last: str | None, every: float, now: datetime) -> bool:
     return last is None or (now - datetime.fromisoformat(last)).total_seconds() >= every
 
 
-def _compare_ids(salesforce: SalesforceResource, schema: ObjectSchema, writer: PollWriter, base: dict,
+def _compare_ids(salesforce: SalesforceResource, schema: ObjectSchema, writer: PollWriter, base: PollState,
                  now: datetime) -> None:
     """Soft-delete replica rows whose Id the org no longer has at all (purged from the recycle bin)."""
     org_ids = [b.column(0) for b in salesforce.bulk_query_all(schema.name, ["Id"], page_size=500_000)]
@@ -268,7 +264,6 @@ def _compare_ids(salesforce: SalesforceResource, schema: ObjectSchema, writer: P
     rows = mark_deleted(pa.concat_tables(gone), at=now, source=POLL, synced_at=now) if gone else \
         writer.target.empty_table()
     writer.counts["hard_delete_checked"] = 1
-    poll = base | {"ids_compared_at": now.isoformat(), "hard_deleted": int(base.get("hard_deleted") or 0)
-                   + rows.num_rows}
+    poll = replace(base, ids_compared_at=now.isoformat(), hard_deleted=base.hard_deleted + rows.num_rows)
     writer.write(rows, poll, force=True, guard=False)  # gone for good: no newer state can exist
     writer.counts["hard_deleted"] = rows.num_rows

@@ -10,18 +10,19 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc_assets.state import PollPosition
+
 UTC_US = pa.timestamp("us", tz="UTC")
 
 
-def newest_position(rows: pa.Table, previous: dict | None) -> dict | None:
+def newest_position(rows: pa.Table, previous: PollPosition | None) -> PollPosition | None:
     """The newest (SystemModstamp, Id) among `rows` and `previous` (Id breaks SystemModstamp ties)."""
-    best = (previous["ts"], previous["id"]) if previous else None
-    if rows.num_rows:
-        ts = pc.max(rows["_sf_commit_ts"]).as_py()
-        ids = rows.filter(pc.equal(rows["_sf_commit_ts"], pa.scalar(ts, UTC_US)))["Id"]
-        here = (ts.isoformat(timespec="microseconds"), pc.max(ids).as_py())
-        best = max(best, here) if best else here
-    return {"ts": best[0], "id": best[1]} if best else None
+    if not rows.num_rows:
+        return previous
+    ts = pc.max(rows["_sf_commit_ts"]).as_py()
+    ids = rows.filter(pc.equal(rows["_sf_commit_ts"], pa.scalar(ts, UTC_US)))["Id"]
+    here = PollPosition(ts=ts.isoformat(timespec="microseconds"), id=pc.max(ids).as_py())
+    return max(previous, here) if previous else here
 
 
 def newer_rows(polled: pa.Table, current: pa.Table) -> tuple[pa.Table, dict[str, int]]:

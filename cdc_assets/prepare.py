@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from cdc_assets.quarantine import record_quarantine
+from cdc_assets.state import Q_APPLY_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA
 from resources.spark import from_arrow
@@ -37,7 +38,6 @@ from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 
-Q_APPLY_STATE = "cdc.quarantine.apply"
 
 
 def _untyped(rows: pa.Table) -> pa.Array:
@@ -81,8 +81,7 @@ def unknown_fields(rows: pa.Table, schema: ObjectSchema) -> list[str]:
     if not rows.num_rows:
         return []
     names = pc.unique(pc.list_flatten(rows["set_fields"])).to_pylist()
-    known = {*schema.column_names, *schema.ignored, *schema.compound, *schema.dotted_names}
-    return sorted(n for n in names if n is not None and n not in known)
+    return sorted(n for n in names if n is not None and not schema.knows(n))
 
 
 def missing_columns(table, schema: ObjectSchema) -> list[str]:

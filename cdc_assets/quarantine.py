@@ -10,6 +10,7 @@ from datetime import datetime
 
 import pyarrow as pa
 
+from cdc_assets.state import QuarantineState
 from resources.delta import QUARANTINE, DeltaWarehouse
 
 log = logging.getLogger(__name__)
@@ -19,13 +20,14 @@ LOGGED = 20  # warning lines per call; the table has them all
 
 def record_quarantine(warehouse: DeltaWarehouse, entries: pa.Table, *, run_id: str, now: datetime, key: str,
                       consequence: str = "line quarantined") -> None:
-    """Insert `entries` (`source_file, source_line, raw, reason`) stamped with the run and time, and log them."""
+    """Insert `entries` (`source_file, source_line, raw, reason`) stamped with the run and time, and log them;
+    `key`: who quarantines (`Q_STATE`, `Q_APPLY_STATE` in cdc_assets/state.py)."""
     if not entries.num_rows:
         return
     n = entries.num_rows
     stamped = entries.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), n)) \
                      .append_column("quarantined_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), n))
     warehouse.insert_missing(QUARANTINE, stamped, keys=["source_file", "source_line"], key=key,
-                             state={"run_id": run_id})
+                             state=QuarantineState(run_id=run_id).to_dict())
     for r in entries.slice(0, LOGGED).to_pylist():
         log.warning("Landing file %s line %s: %s; %s", r["source_file"], r["source_line"], r["reason"], consequence)

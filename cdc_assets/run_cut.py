@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from cdc_assets.closure import Cut, decide
-from cdc_assets.ingest import CE_STATE
+from cdc_assets.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 
 TAG_CUT = "cdc/cut"
@@ -39,7 +39,7 @@ def pinned_cut(context: dg.AssetExecutionContext, warehouse: DeltaWarehouse, *, 
         pinned = json.loads(raw)
         if pinned.pop("run", None) == run_id:
             return Cut(**pinned)
-    ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
+    ce_state = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS))
     cut = decide(ce_state, close_after, datetime.now(timezone.utc), in_run=replicas_in_run(context),
                  replicated=replicated)
     instance.add_run_tags(run_id, {TAG_CUT: json.dumps({"run": run_id, **cut.as_dict()})})

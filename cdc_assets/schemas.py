@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
+from types import EllipsisType
 
 import pyarrow as pa
+from deltalake import DeltaTable
 
 from cdc_assets.config import SObjectConfig
 from resources.delta import DeltaWarehouse
@@ -35,10 +37,12 @@ def _kept(text: str | None) -> dict:
     return kept if isinstance(kept, dict) and kept.get("describe") else {}
 
 
-def stored_describe(warehouse: DeltaWarehouse, name: str) -> dict | None:
+def stored_describe(warehouse: DeltaWarehouse, name: str, *,
+                    table: DeltaTable | None | EllipsisType = ...) -> dict | None:
     """The newest describe() kept with the table: the description written with the data, or the table property a
-    refresh wrote (`at` says which is newer; a description without one is the oldest)."""
-    table = warehouse.table(name)
+    refresh wrote (`at` says which is newer; a description without one is the oldest). `table`: the table's
+    snapshot if the caller has one (None: no table), else it is loaded."""
+    table = warehouse.table(name) if table is ... else table
     if table is None:
         return None
     metadata = table.metadata()
@@ -48,11 +52,11 @@ def stored_describe(warehouse: DeltaWarehouse, name: str) -> dict | None:
 
 
 def resolve_describe(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce: SalesforceResource | None,
-                     *, fresh: bool = False) -> dict:
+                     *, fresh: bool = False, table: DeltaTable | None | EllipsisType = ...) -> dict:
     """describe() of `sobject`: its file if configured, else (unless `fresh`) the table's copy, else the org's."""
     if sobject.describe_path:
         return sobject.load_describe()
-    if not fresh and (kept := stored_describe(warehouse, sobject.name)):
+    if not fresh and (kept := stored_describe(warehouse, sobject.name, table=table)):
         return kept
     if salesforce is None:
         raise RuntimeError(f"{sobject.name}: no describe file in replication.yaml, no table yet, and no Salesforce "
@@ -61,10 +65,12 @@ def resolve_describe(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesfor
 
 
 def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce: SalesforceResource | None,
-                   *, fresh: bool = False) -> tuple[ObjectSchema, dict]:
-    describe = resolve_describe(sobject, warehouse, salesforce, fresh=fresh)
+                   *, fresh: bool = False, table: DeltaTable | None | EllipsisType = ...) -> tuple[ObjectSchema, dict]:
+    """The replica schema of `sobject` and the describe() it comes from; `table`: the replica's snapshot if the
+    caller has one (None: no table yet), else it is loaded."""
+    table = warehouse.table(sobject.name) if table is ... else table
+    describe = resolve_describe(sobject, warehouse, salesforce, fresh=fresh, table=table)
     schema = ObjectSchema.from_describe(describe, bucket_chars=sobject.bucket_chars)
-    table = warehouse.table(sobject.name)
     if table is not None:
         # Columns already in the table stay, with the type they have (schema evolution never drops a column).
         known = set(schema.column_names)
@@ -98,9 +104,13 @@ class DescribeRefresh:
         schema, self.describe = resolve_schema(self.sobject, self.warehouse, self.salesforce, fresh=True)
         return schema
 
-    def keep(self) -> None:
+    def keep(self) -> bool:
+        """Keep the describe() asked again with the table; True if that was a commit (the table moved on)."""
+        if self.describe is None or self.sobject.describe_path:
+            return False
         table = self.warehouse.table(self.sobject.name)
-        if self.describe is None or table is None or self.sobject.describe_path:
-            return
+        if table is None:
+            return False
         table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(self.describe)},
                                          raise_if_not_exists=False)
+        return True

@@ -9,7 +9,7 @@ before each record's SystemModstamp and applies the newer ones.
 **Reconcile**: dirty records are fetched by id with sObject Collections (2,000 ids a call); ids that come back null
 are looked up with `queryAll` (deleted or gone: both end deleted). The change events already ingested for those
 records are folded over the fetched rows (only those newer than SystemModstamp apply), and everything is written
-in one merge commit that also lowers the dirty count.
+in one merge commit that also clears their dirty flags.
 
 Both leave the table as a re-run would make it: the overwrite and the merge are single commits.
 """
@@ -17,7 +17,7 @@ Both leave the table as a re-run would make it: the overwrite and the merge are 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import pyarrow as pa
@@ -25,12 +25,14 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from simple_salesforce import format_soql
 
-from cdc_assets.apply import APPLY_APP, REPLICA_STATE
+from cdc_assets.apply import APPLY_APP
+from cdc_assets.closure import replay_from
 from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.schemas import describe_note
-from cdc_assets.prepare import Q_APPLY_STATE, normalized
+from cdc_assets.prepare import normalized
 from cdc_assets.quarantine import record_quarantine
+from cdc_assets.state import Q_APPLY_STATE, Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.salesforce import SalesforceResource, select_soql
@@ -40,7 +42,6 @@ from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
 
-SYSTEM_FIELDS = ["IsDeleted", "SystemModstamp"]
 QUERY_ALL_CHUNK = 200  # ids per queryAll (keeps the SOQL well under URL limits)
 BULK_PAGE_SIZE = 50_000  # records per Bulk API 2.0 result page (maxRecords); replication.yaml options.bulk_page_size
 
@@ -61,19 +62,12 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     """Replace the replica with a Bulk API 2.0 snapshot, in one overwrite commit."""
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)
-    prev = DeltaWarehouse.commit_state(replica, REPLICA_STATE)
-    pending = prev.get("resync_pending") or {}
-    held = prev.get("held") or {}
-    if replica is None:
-        replay_from = 1  # initial load: every event ever ingested is checked against the snapshot
-    elif pending:
-        replay_from = int(pending["from_seq"])  # every event since the overflow
-    else:
-        replay_from = (replica.transaction_version(APPLY_APP) or 0) + 1
-    if held:
-        replay_from = min(replay_from, int(held["from_seq"]))
+    prev = ReplicaState.read(warehouse, replica)
+    pending = prev.resync_pending
+    # The snapshot replays every event since the overflow (an initial load: every event ever ingested).
+    replay = replay_from(prev, (replica.transaction_version(APPLY_APP) or 0) if replica is not None else None)
     target = schema.arrow_schema()
-    fields = [c for c in schema.column_names] + SYSTEM_FIELDS
+    fields = schema.org_fields
     counts = {"snapshot_rows": 0, "snapshot_deleted": 0, "missing_marked_deleted": 0}
     seen: set[str] = set()
     # Opened before the write starts: delta-rs cannot be re-entered from inside the stream it is consuming.
@@ -99,14 +93,15 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
                 yield from mark_deleted(gone, at=now, source=SNAPSHOT, synced_at=now).to_batches()
         fault_point("resync.after_missing_marked_deleted")
 
-    state = {"applied_through": replay_from - 1, "run_id": run_id, "held": None, "resync_pending": None,
-             "dirty_records": 0, "synced_at": now.isoformat(), "last_commit_ts": prev.get("last_commit_ts"),
-             "resynced": {"at": now.isoformat(), "reason": pending.get("reason") or "initial load"}}
+    state = ReplicaState(applied_through=replay - 1, run_id=run_id, synced_at=now.isoformat(),
+                         last_commit_ts=prev.last_commit_ts,
+                         resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"))
     fault_point("resync.before_commit")
     # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.
     warehouse.overwrite(schema.name, pa.RecordBatchReader.from_batches(target, batches()), read=replica,
-                        partition_by=[BUCKET_COLUMN], description=describe_note(describe), key=REPLICA_STATE,
-                        state=state, txns={APPLY_APP: replay_from - 1})
+                        partition_by=[BUCKET_COLUMN], description=describe_note(describe), key=state.KEY,
+                        state=state.to_dict(), txns={APPLY_APP: replay - 1},
+                        configuration=schema.table_properties())
     fault_point("resync.after_commit")
     log.info("%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
              schema.name, counts["snapshot_rows"], counts["snapshot_deleted"], counts["missing_marked_deleted"])
@@ -127,7 +122,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
     used_before = _api_used(salesforce)
     ids = dirty["Id"].to_pylist()
     fault_point("reconcile.after_dirty_read")
-    fields = [c for c in schema.column_names] + ["SystemModstamp"]
+    fields = [f for f in schema.org_fields if f != "IsDeleted"]  # a retrieved record is not deleted
     fetched = list(salesforce.retrieve(schema.name, ids, fields))
     found = [r for r in fetched if r is not None]
     missing = [i for i, r in zip(ids, fetched) if r is None]
@@ -145,9 +140,9 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
                                   at=now, source=RECONCILE, synced_at=now))
     fresh = pa.concat_tables(parts).cast(target)
 
-    prev = DeltaWarehouse.commit_state(replica, REPLICA_STATE)
+    prev = ReplicaState.read(warehouse, replica)
     applied = replica.transaction_version(APPLY_APP) or 0
-    held = (prev.get("held") or {}).get("transactions") or []
+    held = prev.held.transactions if prev.held else []
     events = _events_of(warehouse, schema.name, ids, applied, held)
     rows, newly_dirty, diff_counts = fresh, 0, dict.fromkeys(DIFF_COUNTS, 0)
     if events is not None and events.num_rows:
@@ -162,12 +157,11 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
         untouched = fresh.filter(pc.invert(pc.is_in(fresh["Id"], value_set=changed["Id"])))
         rows = pa.concat_tables([untouched, changed])
 
-    state = prev | {"run_id": run_id, "synced_at": now.isoformat(),
-                    "dirty_records": max(0, int(prev.get("dirty_records") or 0) - len(ids)) + newly_dirty,
-                    "reconciled": {"at": now.isoformat(), "records": len(ids)}}
+    state = replace(prev, run_id=run_id, synced_at=now.isoformat(),
+                    reconciled=Reconciled(at=now.isoformat(), records=len(ids)))
     fault_point("reconcile.before_commit")
     warehouse.upsert(schema.name, rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
-                     partition_values=rows[BUCKET_COLUMN].to_pylist(), key=REPLICA_STATE, state=state,
+                     partition_values=rows[BUCKET_COLUMN].to_pylist(), key=state.KEY, state=state.to_dict(),
                      txns={APPLY_APP: applied})
     fault_point("reconcile.after_commit")
     counts = {"dirty_fetched": len(ids), "reconciled_found": len(found), "reconciled_deleted": len(deleted_in_org),
@@ -180,7 +174,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
 def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: list[str]) -> list[dict]:
     """Records among `ids` that queryAll still returns (deleted, in the recycle bin)."""
     found = []
-    fields = [*schema.column_names, *SYSTEM_FIELDS]
+    fields = list(schema.org_fields)
     for start in range(0, len(ids), QUERY_ALL_CHUNK):
         where = format_soql("Id IN {}", ids[start:start + QUERY_ALL_CHUNK])
         found.extend(salesforce.query_all(select_soql(schema.name, fields, where=where)))

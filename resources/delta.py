@@ -8,8 +8,17 @@ Checkpoints live in the data (design §5). Every commit carries:
 - **app transactions** (`txn` actions): `dt.transaction_version(app_id)` answers "did a commit already ingest this
   file / apply through this position?" from the table snapshot alone, even after log checkpoints;
 - **custom commit metadata** under one key per table kind (JSON), for state a re-run needs (held transactions,
-  pending resync, running counts).
+  pending resync, newest event; typed in `cdc_assets/state.py`).
 Either the data and its checkpoint commit together, or neither does.
+
+**Finding the state** (`commit_state`): a commit that stores state under `key` also carries the app transaction
+`cdc_state.<key>` whose version is the Delta version of that very commit (the writer commits against the snapshot
+`read` it read its state from, so the commit is `read.version() + 1`, or 0 when it creates the table). A reader
+asks the snapshot for that version (app transactions survive log checkpoints) and reads that one commit's JSON
+from `_delta_log`, whatever other writers (OPTIMIZE, VACUUM, table properties) committed since: no window of
+recent commits to fall out of. If delta-rs retried the commit past a foreign commit that did not conflict, the
+state is in the first commit after it that carries `key`. Tables written before this read the newest
+`HISTORY_SCAN` commits instead.
 
 **One writer per table, enforced.** A writer reads its checkpoint from a snapshot and must commit against *that*
 snapshot (`read=`), never against a table reloaded just before the commit. delta-rs then checks every commit made
@@ -39,15 +48,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
+import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.fs import DeltaStorageHandler
 from pydantic import Field
 
 log = logging.getLogger(__name__)
 
 CHANGE_EVENTS = "_change_events"
 QUARANTINE = "_quarantine"
-HISTORY_SCAN = 50  # commits searched backwards for our metadata (other writers, e.g. OPTIMIZE, carry none)
+HISTORY_SCAN = 50  # commits searched backwards for state written before it carried its app transaction
+STATE_APP_PREFIX = "cdc_state."
 # A log checkpoint every this many commits: loading a table then replays at most this many JSON commits. A run
 # loads each table several times; measured at 90 commits, one load took 65 ms without a checkpoint, 6 ms with.
 CHECKPOINT_EVERY = 10
@@ -56,6 +68,16 @@ CHANGE_FEED = "delta.enableChangeDataFeed"
 
 class ConcurrentWriteError(RuntimeError):
     """Another writer committed to a table after this writer read its checkpoint: this commit was rejected."""
+
+
+def state_app(key: str) -> str:
+    """The app transaction locating the newest commit that stored state under `key` (module docstring)."""
+    return STATE_APP_PREFIX + key
+
+
+def _next_version(read: DeltaTable | None) -> int:
+    """The version a commit against snapshot `read` gets (None: it creates the table)."""
+    return read.version() + 1 if read is not None else 0
 
 
 def _sql_literal(value: str) -> str:
@@ -122,30 +144,65 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 matches.append(batch.filter(mask))
         return pa.Table.from_batches(matches, schema=dataset.schema)
 
-    def _checkpointed(self, name: str) -> DeltaTable:
+    def _checkpointed(self, name: str, read: DeltaTable | None) -> DeltaTable:
         """The table after a commit, with a log checkpoint written if its version is due one (`CHECKPOINT_EVERY`).
 
-        A crash before the checkpoint loses nothing: it only speeds up loading, and the next due version writes one.
+        `read`, the snapshot the commit was made against, is that table: delta-rs moves it to the new version in
+        place, so it is not loaded again (None: the commit created the table, which is loaded). A crash before the
+        checkpoint loses nothing: it only speeds up loading, and the next due version writes one.
         """
-        table = DeltaTable(self.uri(name), storage_options=self._options())
+        table = read if read is not None else DeltaTable(self.uri(name), storage_options=self._options())
         if table.version() % CHECKPOINT_EVERY == 0:
             table.create_checkpoint()
         return table
 
-    @staticmethod
-    def commit_state(table: DeltaTable | None, key: str) -> dict:
-        """The newest JSON state this platform stored under `key` in the commit metadata of `table`."""
+    def commit_state(self, table: DeltaTable | None, key: str) -> dict:
+        """The newest state this platform stored under `key` in the commit metadata of `table` ({} if none)."""
         if table is None:
             return {}
+        located = table.transaction_version(state_app(key))
+        if located is None:  # written before state commits carried their app transaction
+            return self._scanned_state(table, key)
+        log_files = pafs.PyFileSystem(DeltaStorageHandler(table.table_uri, self._options()))
+        for version in range(located, table.version() + 1):
+            info = self._commit_info(log_files, version)
+            if info is None:
+                break
+            if key in info:
+                return json.loads(info[key])
+        log.warning("Delta table %s: the commit holding its %s state (version %d or the next ones carrying it) is no "
+                    "longer in _delta_log (log retention?); reading the newest %d commits instead",
+                    table.table_uri, key, located, HISTORY_SCAN)
+        return self._scanned_state(table, key)
+
+    @staticmethod
+    def _commit_info(log_files: pafs.FileSystem, version: int) -> dict | None:
+        """The commitInfo action of one commit, read from its `_delta_log` JSON file; None if it is gone."""
+        try:
+            with log_files.open_input_stream(f"_delta_log/{version:020d}.json") as f:
+                text = f.read().decode()
+        except FileNotFoundError:
+            return None
+        for line in text.splitlines():
+            if '"commitInfo"' in line and (info := json.loads(line).get("commitInfo")) is not None:
+                return info
+        return {}
+
+    @staticmethod
+    def _scanned_state(table: DeltaTable, key: str) -> dict:
         for commit in table.history(HISTORY_SCAN):
             if key in commit:
                 return json.loads(commit[key])
         return {}
 
-    def properties(self, key: str, state: dict, txns: dict[str, int]) -> CommitProperties:
+    @staticmethod
+    def properties(key: str, state: dict, txns: dict[str, int], *, version: int) -> CommitProperties:
+        """Commit properties storing `state` under `key` in the commit that will be `version` (see `commit_state`),
+        with the app transactions `txns`."""
+        located = {state_app(key): version}
         return CommitProperties(
             custom_metadata={key: json.dumps(state, sort_keys=True, default=str)},
-            app_transactions=[Transaction(app_id=a, version=v) for a, v in txns.items()],
+            app_transactions=[Transaction(app_id=a, version=v) for a, v in (txns | located).items()],
         )
 
     @contextmanager
@@ -171,38 +228,49 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 f"'Dagster instance'). Re-running is safe: a new run continues from the other writer's checkpoint.")
 
     def append(self, name: str, data: pa.Table, *, read: DeltaTable | None, partition_by: list[str] | None,
-               key: str, state: dict, txns: dict[str, int], description: str | None = None) -> DeltaTable:
+               key: str, state: dict, txns: dict[str, int], description: str | None = None,
+               configuration: dict[str, str] | None = None) -> DeltaTable:
         """Append `data` (possibly empty) and its checkpoint in one commit against `read`, the snapshot the
-        checkpoint was read from (None: there was no table, so this creates it); returns the table after it."""
+        checkpoint was read from (None: there was no table, so this creates it, with the table properties
+        `configuration`); returns the table after it."""
         with self._sole_writer(name, read):
             write_deltalake(
                 read if read is not None else self.uri(name), data, mode="append" if read is not None else "error",
                 partition_by=partition_by, schema_mode="merge", description=description,
-                configuration=table_configuration(name) if read is None else None,
-                storage_options=self._options(), commit_properties=self.properties(key, state, txns),
+                configuration=self._created_with(name, configuration) if read is None else None,
+                storage_options=self._options(),
+                commit_properties=self.properties(key, state, txns, version=_next_version(read)),
             )
-        return self._checkpointed(name)
+        return self._checkpointed(name, read)
+
+    @staticmethod
+    def _created_with(name: str, configuration: dict[str, str] | None) -> dict[str, str] | None:
+        """Table properties of a new table: the writer's, plus a Change Data Feed for a replica."""
+        return {**(table_configuration(name) or {}), **(configuration or {})} or None
 
     def enable_change_feed(self, name: str) -> DeltaTable | None:
         """The table with its Change Data Feed on: set once (its own commit) if it was created without it."""
         table = self.table(name)
         if table is not None and table.metadata().configuration.get(CHANGE_FEED) != "true":
             table.alter.set_table_properties({CHANGE_FEED: "true"})
-            table = self._checkpointed(name)
+            table = self._checkpointed(name, table)
         return table
 
     def overwrite(self, name: str, data: pa.RecordBatchReader, *, read: DeltaTable | None, partition_by: list[str],
-                  key: str, state: dict, txns: dict[str, int], description: str | None = None) -> DeltaTable:
-        """Replace the table's rows and schema with `data` (streamed) in one commit against `read` (None: create)."""
+                  key: str, state: dict, txns: dict[str, int], description: str | None = None,
+                  configuration: dict[str, str] | None = None) -> DeltaTable:
+        """Replace the table's rows and schema with `data` (streamed) in one commit against `read` (None: create,
+        with the table properties `configuration`; an existing table keeps its own)."""
         with self._sole_writer(name, read):
             write_deltalake(
                 read if read is not None else self.uri(name), data,
                 mode="overwrite" if read is not None else "error", partition_by=partition_by,
                 schema_mode="overwrite" if read is not None else None, description=description,
-                configuration=table_configuration(name) if read is None else None, storage_options=self._options(),
-                commit_properties=self.properties(key, state, txns),
+                configuration=self._created_with(name, configuration) if read is None else None,
+                storage_options=self._options(),
+                commit_properties=self.properties(key, state, txns, version=_next_version(read)),
             )
-        return self._checkpointed(name)
+        return self._checkpointed(name, read)
 
     def upsert(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str, partition_column: str,
                partition_values: Iterable[str], key: str, state: dict, txns: dict[str, int]) -> DeltaTable:
@@ -220,12 +288,12 @@ class DeltaWarehouse(dg.ConfigurableResource):
         with self._sole_writer(name, read):
             (
                 read.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                           commit_properties=self.properties(key, state, txns))
+                           commit_properties=self.properties(key, state, txns, version=_next_version(read)))
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()
             )
-        return self._checkpointed(name)
+        return self._checkpointed(name, read)
 
     def insert_missing(self, name: str, data: pa.Table, *, keys: Sequence[str], key: str, state: dict) -> None:
         """Insert rows whose `keys` are not in the table yet (idempotent append); creates the table if needed."""
@@ -235,6 +303,6 @@ class DeltaWarehouse(dg.ConfigurableResource):
             return
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         (table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                     commit_properties=self.properties(key, state, {}))
+                     commit_properties=self.properties(key, state, {}, version=_next_version(table)))
          .when_not_matched_insert_all().execute())
-        self._checkpointed(name)
+        self._checkpointed(name, table)

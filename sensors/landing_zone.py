@@ -30,7 +30,8 @@ import dagster as dg
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
-from cdc_assets.ingest import CE_STATE, pending_files
+from cdc_assets.ingest import pending_files
+from cdc_assets.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone, file_set_key
 from sensors.work import TAG_REASON, Backoff, object_tag, replicas_to_include, retry_state
@@ -61,7 +62,7 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
         pending = pending_files(warehouse, landing)
         new = [f for f in pending if requested.get(f.path) != f.size]
         cursor["requested"] = {f.path: f.size for f in pending}
-        ce_state = DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
+        ce_state = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS))
         if new:
             request = landing_request(context.instance, landing, replication, ce_state, new, key=file_set_key(new))
             why = None if request else f"{len(new)} new landing files: a queued landing run will ingest them"
@@ -76,7 +77,8 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
 
 
 def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replication: ReplicationConfig,
-           ce_state: dict, pending: list[LandingFile], backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
+           ce_state: IngestState, pending: list[LandingFile],
+           backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
     """Files requested before and still not ingested: wait for their run, or ask again once it failed (backoff)."""
     runs = runs_tagged(context.instance, {TAG_REASON: REASON_FILES})
     if not runs:
@@ -99,7 +101,8 @@ def runs_tagged(instance: dg.DagsterInstance, tags: dict[str, str], limit: int =
 
 
 def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replication: ReplicationConfig,
-                    ce_state: dict, files: list[LandingFile], *, key: str, attempt: int = 0) -> dg.RunRequest | None:
+                    ce_state: IngestState, files: list[LandingFile], *, key: str,
+                    attempt: int = 0) -> dg.RunRequest | None:
     """A run ingesting `files` (and every other pending file) and applying them in every replica that must; None
     when a landing run not started yet already covers that."""
     entities = landing.entities_in(files)
@@ -121,13 +124,13 @@ def _waiting_landing_selection(instance: dg.DagsterInstance) -> set[dg.AssetKey]
     return {key for run in runs for key in run.asset_selection or ()}
 
 
-def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: dict,
+def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: IngestState,
                   backoff: Backoff, cursor: dict) -> tuple[dg.RunRequest | None, str | None]:
     """The run of every replica that applies the newest transaction once it counts as closed by timeout (it
     includes all replicas: whichever hold rows of it apply it in this one run); else why not. `cursor["closed_seq"]`
     remembers the last ingest it was requested for."""
-    seq = ce_state.get("ingest_seq")
-    if not seq or not ce_state.get("newest"):
+    seq = ce_state.ingest_seq
+    if not seq or not ce_state.newest:
         return None, "no new landing files"
     if open_transaction(ce_state, replication.transaction_close_after, datetime.now(timezone.utc)):
         return None, "no new landing files; the newest transaction is still open"

@@ -30,7 +30,9 @@ from dataclasses import dataclass
 import dagster as dg
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
+from cdc_assets.closure import holders
 from cdc_assets.config import ReplicationConfig, ReplicationOptions
+from cdc_assets.state import IngestState
 from resources.delta import DeltaWarehouse
 
 TAG_REASON = "cdc/reason"
@@ -179,12 +181,12 @@ def plan(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: R
 
 
 def replicas_to_include(instance: dg.DagsterInstance, replication: ReplicationConfig,
-                        ce_state: dict) -> set[str]:
+                        ce_state: IngestState) -> set[str]:
     """Replicas a landing run must include besides those its files name: holding a transaction back (the new
     files may close it), possibly holding rows of the newest transaction, or with ingested rows not applied yet
     (ingested by a run that did not include them: files that landed after the sensor's tick)."""
-    entity_seq = ce_state.get("entity_seq") or {}
-    newest = set((ce_state.get("newest") or {}).get("entities") or [])
+    entity_seq = ce_state.entity_seq
+    newest = holders(ce_state, set(replication.names))
     out = set()
     for name in replication.names:
         _, meta = latest_materialization(instance, name)

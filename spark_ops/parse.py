@@ -114,26 +114,23 @@ def _flattened(schemas: dict[str, ObjectSchema], body: str) -> str:
     return _per_entity(schemas, branch, body)
 
 
-def _set_fields(schemas: dict[str, ObjectSchema], fields: str, names: str) -> str:
-    """Names set by a change: the keys of its (flattened) `fields` plus the field names in `names` (nulledFields, or
-    stored set_fields), compound names (`BillingAddress.City`) mapped to columns, compound parents dropped."""
+def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
+    """A list of field names (nulledFields, diffFields, stored set_fields) as its entity's describe() names them:
+    compound names (`BillingAddress.City`) mapped to columns (`BillingCity`), compound parents dropped. The one
+    mapper of dotted names: per entity, as the entity's compound fields define them."""
     def branch(schema: ObjectSchema) -> str | None:
         if not schema.compound:
             return None
         parents = ", ".join(literal(p) for p in schema.compound)
-        mapped = (f"transform(filter({names}, x -> NOT x IN ({parents})), "
-                  f"x -> coalesce(element_at({_map_sql(schema.dotted_names)}, x), x))")
-        return f"array_sort(array_union(map_keys({fields}), {mapped}))"
-    return _per_entity(schemas, branch, f"array_sort(array_union(map_keys({fields}), {names}))")
+        return (f"transform(filter({names}, x -> NOT x IN ({parents})), "
+                f"x -> coalesce(element_at({_map_sql(schema.dotted_names)}, x), x))")
+    return _per_entity(schemas, branch, names)
 
 
-def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
-    """A header list of field names (nulledFields, diffFields) with compound names (`BillingAddress.City`) mapped
-    to columns (`BillingCity`)."""
-    dotted = {k: v for s in schemas.values() for k, v in s.dotted_names.items()}
-    if not dotted:
-        return names
-    return f"transform({names}, x -> coalesce(element_at({_map_sql(dotted)}, x), x))"
+def _set_fields(schemas: dict[str, ObjectSchema], fields: str, names: str) -> str:
+    """Names set by a change: the keys of its (flattened) `fields` plus the field names in `names` (nulledFields, or
+    stored set_fields), mapped by `_mapped_names`."""
+    return f"array_sort(array_union(map_keys({fields}), {_mapped_names(schemas, names)}))"
 
 
 # What a value of each non-text column type must look like (as the JSON text of the value). Spark's own casts are

@@ -4,6 +4,8 @@ One `ObjectSchema` per replicated Salesforce object says which fields become col
 fields minus compound parents, formula fields, and the two fields CDC never carries, `IsDeleted` and
 `SystemModstamp`, which the replica represents as `_sf_deleted` and `_sf_commit_ts`), the Spark and Arrow type
 of each, and how compound fields nested in an event (`BillingAddress: {"City": ...}`) map to component columns.
+This is the one answer to "which fields replicate": parsing (spark_ops/parse.py), the fields asked of the org
+(`org_fields`: resync, reconcile, poll) and the check for fields describe() does not know (`knows`) all read it.
 Everything here is pure metadata: no Spark session, no I/O.
 """
 
@@ -30,7 +32,8 @@ SPARK_TYPES: dict[str, T.DataType] = {
     "datetime": T.TimestampType(),
 }
 COMPOUND_TYPES = {"address", "location"}
-NOT_IN_EVENTS = {"IsDeleted", "SystemModstamp"}
+ORG_ONLY_FIELDS = ("IsDeleted", "SystemModstamp")  # read from the org with every record; never in a change event
+NOT_IN_EVENTS = frozenset(ORG_ONLY_FIELDS)
 
 # System columns every replica carries (design §8), then the layout column.
 BUCKET_COLUMN = "_sf_bucket"
@@ -47,6 +50,7 @@ SYSTEM_COLUMNS: list[tuple[str, T.DataType]] = [
     (BUCKET_COLUMN, T.StringType()),
 ]
 DEFAULT_BUCKET_CHARS = 13
+STATS_COLUMNS = 32  # Delta's default number of leading columns with per-file statistics
 
 
 def spark_type(sf_type: str) -> T.DataType:
@@ -106,6 +110,18 @@ class ObjectSchema:
         return [c for c, _ in self.columns]
 
     @property
+    def org_fields(self) -> list[str]:
+        """The fields a query of the org selects: the columns, then `ORG_ONLY_FIELDS` (the row's deleted flag and
+        position)."""
+        return [*self.column_names, *ORG_ONLY_FIELDS]
+
+    def knows(self, name: str) -> bool:
+        """Whether an event field `name` has a place here: a column, a compound part or parent, or a field that
+        never becomes a column (formula, `ORG_ONLY_FIELDS`)."""
+        return name in self.ignored or name in self.compound or name in self.dotted_names or \
+            name in set(self.column_names)
+
+    @property
     def dotted_names(self) -> dict[str, str]:
         """`BillingAddress.City` (as changedFields/nulledFields name it) -> `BillingCity`."""
         return {f"{p}.{k}": c for p, m in self.compound.items() for k, c in m.items()}
@@ -122,6 +138,14 @@ class ObjectSchema:
 
     def arrow_schema(self) -> pa.Schema:
         return spark_to_arrow_schema(self.spark_schema())
+
+    def table_properties(self) -> dict[str, str]:
+        """Delta table properties of a new replica: per-file statistics on the leading columns (Delta's default)
+        and on every system column, wherever a wide describe() puts them: the dirty count is read from the
+        statistics of `_sf_dirty_since` (cdc_assets/counts.py)."""
+        names = [f.name for f in self.spark_schema().fields]
+        stats = dict.fromkeys([*names[:STATS_COLUMNS], *(n for n, _ in SYSTEM_COLUMNS if n != BUCKET_COLUMN)])
+        return {"delta.dataSkippingStatsColumns": ",".join(stats)}
 
 
 _ARROW = {

@@ -15,6 +15,7 @@ from cdc_assets.checks import (
     acknowledge_quarantine, build_replica_checks, check_freshness, check_no_stale_dirty, check_quarantine_empty,
 )
 from cdc_assets.config import load_config
+from cdc_assets.state import ReplicaState
 from settings import TEST_SPARK_CONF
 from harness import Platform, load_lines, write_config
 from resources.delta import DeltaWarehouse
@@ -147,7 +148,7 @@ def test_stale_dirty_and_freshness_thresholds_are_exclusive_bounds(golden):
     at = {s: dirty_since + timedelta(seconds=900 + s) for s in (-1, 1)}
     assert check_no_stale_dirty(warehouse(platform), table, "Contact", threshold=900, now=at[-1]).passed
     assert not check_no_stale_dirty(warehouse(platform), table, "Contact", threshold=900, now=at[1]).passed
-    state = {"last_commit_ts": dirty_since.isoformat()}
+    state = ReplicaState(last_commit_ts=dirty_since.isoformat())
     assert check_freshness(table, state, "Contact", threshold=900, now=at[-1]).passed
     assert not check_freshness(table, state, "Contact", threshold=900, now=at[1]).passed
 

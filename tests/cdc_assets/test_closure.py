@@ -1,12 +1,17 @@
-"""The transaction close rule and the one-decision-a-run cut (cdc_assets/closure.py), on Arrow rows (no Spark)."""
+"""The rules of §5 (cdc_assets/closure.py): the close rule, the one-decision-a-run cut, hold and overflow, on Arrow
+rows (no Spark)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from cdc_assets.closure import decide, ingest_progress, open_transaction
+from cdc_assets.closure import (decide, held_back, holders, ingest_progress, open_transaction, overflows,
+                                pending_resync, replay_from)
+from cdc_assets.state import Held, IngestState, ReplicaState, Resynced, ResyncPending
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
 REPLICATED = {"Account", "Contact", "Opportunity"}
@@ -25,30 +30,30 @@ def rows(*events: tuple[str, str, int]) -> pa.Table:
 
 
 def test_a_late_file_of_older_events_does_not_reset_the_close_timer():
-    first = {"ingest_seq": 1, **ingest_progress({}, rows(("Account", "TX", 100), ("Contact", "TX", 100)), 1, T0)}
-    assert first["newest"]["transaction_key"] == "TX" and first["newest"]["entities"] == ["Account", "Contact"]
+    first = ingest_progress(IngestState(), rows(("Account", "TX", 100), ("Contact", "TX", 100)), 1, T0)
+    assert first.newest.transaction_key == "TX" and first.newest.entities == ["Account", "Contact"]
     later = T0 + timedelta(seconds=50)
     late = ingest_progress(first, rows(("Account", "OLD", 10)), 2, later)
-    assert late["last_ingested_at"] == T0.isoformat()  # no newer event: TX's timer keeps running
-    assert late["newest"] == first["newest"] and late["entity_seq"] == {"Account": 2, "Contact": 1}
+    assert late.last_ingested_at == T0.isoformat()  # no newer event: TX's timer keeps running
+    assert late.newest == first.newest and late.entity_seq == {"Account": 2, "Contact": 1}
     assert open_transaction(late, 60, T0 + timedelta(seconds=61)) is None
 
     newer = ingest_progress(first, rows(("Opportunity", "TY", 200)), 2, later)
-    assert newer["last_ingested_at"] == later.isoformat()
-    assert newer["newest"]["transaction_key"] == "TY" and newer["newest"]["entities"] == ["Opportunity"]
+    assert newer.last_ingested_at == later.isoformat()
+    assert newer.newest.transaction_key == "TY" and newer.newest.entities == ["Opportunity"]
 
 
 def test_the_newest_transaction_keeps_the_entities_of_every_batch_it_spans():
-    first = ingest_progress({}, rows(("Account", "TX", 100)), 1, T0)
+    first = ingest_progress(IngestState(), rows(("Account", "TX", 100)), 1, T0)
     more = ingest_progress(first, rows(("Contact", "TX", 101)), 2, T0 + timedelta(seconds=5))
-    assert more["newest"]["entities"] == ["Account", "Contact"]
+    assert more.newest.entities == ["Account", "Contact"]
     late_part = ingest_progress(more, rows(("Opportunity", "TX", 99)), 3, T0 + timedelta(seconds=9))
-    assert late_part["newest"]["entities"] == ["Account", "Contact", "Opportunity"]
-    assert late_part["last_ingested_at"] == (T0 + timedelta(seconds=5)).isoformat()
+    assert late_part.newest.entities == ["Account", "Contact", "Opportunity"]
+    assert late_part.last_ingested_at == (T0 + timedelta(seconds=5)).isoformat()
 
 
 def test_a_run_decides_once_and_closes_by_timeout_only_with_every_replica_holding_the_transaction():
-    state = {"ingest_seq": 4, **ingest_progress({}, rows(("Account", "TX", 1), ("Contact", "TX", 1)), 4, T0)}
+    state = ingest_progress(IngestState(), rows(("Account", "TX", 1), ("Contact", "TX", 1)), 4, T0)
     before, after = T0 + timedelta(seconds=59), T0 + timedelta(seconds=60)
     everyone = {"Account", "Contact", "Opportunity"}
     assert decide(state, 60, before, in_run=everyone, replicated=REPLICATED).open_key == "TX"
@@ -58,5 +63,49 @@ def test_a_run_decides_once_and_closes_by_timeout_only_with_every_replica_holdin
     assert alone.open_key == "TX" and "Contact" in alone.reason  # Account alone must not apply it
     # Entities not replicated do not hold anything; an unknown entity set means every replica may hold it.
     assert decide(state, 60, after, in_run={"Account", "Contact"}, replicated=REPLICATED).open_key is None
-    unknown = state | {"newest": {k: v for k, v in state["newest"].items() if k != "entities"}}
+    unknown = replace(state, newest=replace(state.newest, entities=None))
     assert decide(unknown, 60, after, in_run={"Account", "Contact"}, replicated=REPLICATED).open_key == "TX"
+
+
+def changes(*rows_: tuple[str, str, str, int, int]) -> pa.Table:
+    """Change rows (transaction key, change type, record id, commit second, ingest seq) for the hold/overflow rules."""
+    return pa.table({
+        "transaction_key": [r[0] for r in rows_], "change_type": [r[1] for r in rows_],
+        "record_id": [r[2] for r in rows_],
+        "commit_ts": pa.array([T0 + timedelta(seconds=r[3]) for r in rows_], pa.timestamp("us", tz="UTC")),
+        "_ingest_seq": pa.array([r[4] for r in rows_], pa.int64()),
+    })
+
+
+def test_held_rows_overflows_and_the_resync_they_leave_pending():
+    rows_ = changes(("TA", "UPDATE", "001A", 1, 3), ("TB", "GAP_OVERFLOW", "001B", 2, 4),
+                    ("TC", "UPDATE", "001*", 3, 5), ("TD", "GAP_OVERFLOW", "001C", 4, 6))
+    mask, held = held_back(rows_, "TD")
+    assert mask.to_pylist() == [False, False, False, True] and held == Held(transactions=["TD"], from_seq=6)
+    assert held_back(rows_, None)[1] is None and held_back(rows_, "TX")[1] is None
+    overflow = pc.and_not(overflows(rows_), mask)  # the held overflow is not one yet
+    assert overflow.to_pylist() == [False, True, True, False]
+    pending = pending_resync(rows_, overflow, ReplicaState())
+    assert (pending.from_seq, pending.since) == (4, (T0 + timedelta(seconds=2)).isoformat())
+    assert pending.reason == "GAP_OVERFLOW at commit 2026-01-01T00:00:02.000Z"
+    # A resync whose snapshot was taken after the first overflow covers it; one already pending stays.
+    after_first = ReplicaState(resynced=Resynced(at=(T0 + timedelta(seconds=2)).isoformat(), reason="x"))
+    assert pending_resync(rows_, overflow, after_first).from_seq == 5
+    assert pending_resync(rows_, overflow, ReplicaState(resync_pending=pending)) is pending
+    after_all = ReplicaState(resynced=Resynced(at=(T0 + timedelta(seconds=9)).isoformat(), reason="x"))
+    assert pending_resync(rows_, overflow, after_all) is None
+
+
+def test_a_resync_replays_from_the_overflow_or_the_held_rows_or_everything_for_an_initial_load():
+    pending = ResyncPending(since="", from_seq=4, reason="")
+    assert replay_from(ReplicaState(), None) == 1
+    assert replay_from(ReplicaState(), 9) == 10
+    assert replay_from(ReplicaState(resync_pending=pending), 9) == 4
+    assert replay_from(ReplicaState(resync_pending=pending, held=Held(["T"], from_seq=2)), 9) == 2
+
+
+def test_the_replicas_that_may_hold_the_newest_transaction():
+    state = ingest_progress(IngestState(), rows(("Account", "TX", 1), ("Lead", "TX", 1)), 1, T0)
+    assert holders(state, REPLICATED) == {"Account"}
+    assert holders(replace(state, newest=replace(state.newest, entities=None)), REPLICATED) == REPLICATED
+    assert holders(IngestState(), REPLICATED) == set()

@@ -13,7 +13,8 @@ from cdc_assets import apply as apply_module
 from cdc_assets import ingest as ingest_module
 from cdc_assets.apply import apply_changes
 from cdc_assets.closure import Cut
-from cdc_assets.ingest import CE_STATE, ingest
+from cdc_assets.ingest import ingest
+from cdc_assets.state import IngestState
 from event_lines import event
 from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -70,7 +71,7 @@ def test_a_second_ingest_of_the_same_files_fails_and_ingests_nothing_twice(setup
 
 def closed_cut(warehouse) -> Cut:
     """Everything ingested so far, nothing held (as a run deciding after the close timeout would)."""
-    return Cut(through=int(DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)["ingest_seq"]),
+    return Cut(through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq,
                open_key=None, clock="")
 
 

@@ -22,7 +22,9 @@ from deltalake import DeltaTable
 from settings import REPO, TEST_SPARK_CONF
 from harness import Platform, comparable, load_lines
 from crash_runner import run_mode
-from cdc_assets.apply import APPLY_APP, REPLICA_STATE
+from cdc_assets.apply import APPLY_APP
+from cdc_assets.counts import dirty_count, row_count
+from cdc_assets.state import ReplicaState
 from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, FAULT_POINTS, INGEST_POINTS, POLL_POINTS,
                                RECONCILE_POINTS, RESYNC_POINTS)
 from resources.delta import DeltaWarehouse
@@ -38,7 +40,7 @@ SAMPLE_KILL_POINTS = [*INGEST_POINTS, *APPLY_POINTS]
 # resync's run (a reconcile folds its records' events itself: the apply after it has nothing left to write).
 ORG_KILL_POINTS = [*(("reconcile", p) for p in RECONCILE_POINTS), *(("resync", p) for p in RESYNC_POINTS),
                    ("resync", "replica.after_fold"), ("resync", "replica.after_commit")]
-STATE_KEYS = ("dirty_records", "resync_pending", "held", "row_count", "last_commit_ts")
+STATE_KEYS = ("resync_pending", "held", "last_commit_ts")
 
 
 def snapshot(platform: Platform) -> dict:
@@ -108,11 +110,12 @@ def test_sigkill_in_subprocess_then_rerun_equals_clean_run(point, tmp_path, spar
 
 def replica_state(platform: Platform) -> dict:
     """Each replica's checkpoint and the commit state a later run reads (no run ids or wall-clock times)."""
-    out = {}
+    out, warehouse = {}, DeltaWarehouse(root=str(platform.warehouse))
     for name in OBJECTS:
         table = DeltaTable(str(platform.warehouse / name))
-        state = DeltaWarehouse.commit_state(table, REPLICA_STATE)
-        out[name] = {"applied": table.transaction_version(APPLY_APP), **{k: state.get(k) for k in STATE_KEYS}}
+        state = ReplicaState.read(warehouse, table).to_dict()
+        out[name] = {"applied": table.transaction_version(APPLY_APP), "dirty_records": dirty_count(table),
+                     "row_count": row_count(table), **{k: state[k] for k in STATE_KEYS}}
     return out
 
 

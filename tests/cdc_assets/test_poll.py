@@ -21,10 +21,10 @@ import yaml
 from settings import REPO, TEST_SPARK_CONF
 from harness import Platform
 from org_compare import differences
-from cdc_assets.apply import REPLICA_STATE
 from cdc_assets.assets import replica_key
 from cdc_assets.faults import POLL_POINTS
-from cdc_assets.poll import POLL_KEY
+from cdc_assets.poll import poll_state as read_poll_state
+from cdc_assets.state import PollState
 from definitions import build_defs
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
@@ -156,9 +156,9 @@ def test_a_late_commit_older_than_the_overlap_is_what_the_overlap_is_for(tmp_pat
     assert differences(org, "Account", platform.rows("Account")) == []
 
 
-def poll_state(platform: Platform, name: str) -> dict:
-    table = DeltaWarehouse(root=str(platform.warehouse)).table(name)
-    return DeltaWarehouse.commit_state(table, REPLICA_STATE).get(POLL_KEY) or {}
+def poll_state(platform: Platform, name: str) -> PollState:
+    warehouse = DeltaWarehouse(root=str(platform.warehouse))
+    return read_poll_state(warehouse, warehouse.table(name)) or PollState()
 
 
 @pytest.mark.parametrize("point", POLL_POINTS)
@@ -188,7 +188,7 @@ def test_sigkill_during_a_poll_then_rerun_equals_the_org(point, tmp_path, org, s
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     state = poll_state(platform, "Contact")
     if bulk:
-        assert state["job"]["locator"] and state["job"]["records"] == 40, state
+        assert state.job.locator and state.job.records == 40, state
 
     org.reset_request_counts()
     set_modes(platform, {"Contact": "poll"})
@@ -198,7 +198,7 @@ def test_sigkill_during_a_poll_then_rerun_equals_the_org(point, tmp_path, org, s
         assert meta["poll_resumed"] == 1
         # One job: the Id comparison's. The poll read the killed run's job on from its locator.
         assert org.request_counts().get("bulk_query_job", 0) == 1
-    assert poll_state(platform, "Contact")["job"] is None
+    assert poll_state(platform, "Contact").job is None
     assert_equal_to_org(platform, org, ["Contact"])
 
 

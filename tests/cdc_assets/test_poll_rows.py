@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 import pyarrow as pa
 
 from cdc_assets.poll_rows import newer_rows, newest_position
+from cdc_assets.state import PollPosition
 from cdc_assets.records import records_to_text, replica_rows
 from spark_ops.schema import ObjectSchema
 
@@ -41,7 +42,7 @@ def test_the_cursor_is_the_newest_systemmodstamp_then_the_highest_id(sample_dir)
     schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
     polled = rows(schema, ("001B", "b", "2026-01-01T10:00:02.000Z"), ("001C", "c", "2026-01-01T10:00:02.000Z"),
                   ("001A", "a", "2026-01-01T10:00:01.000Z"))
-    assert newest_position(polled, None) == {"ts": "2026-01-01T10:00:02.000000+00:00", "id": "001C"}
-    older = {"ts": "2026-01-01T09:00:00.000000+00:00", "id": "001Z"}
-    assert newest_position(polled, older)["id"] == "001C"
+    assert newest_position(polled, None) == PollPosition(ts="2026-01-01T10:00:02.000000+00:00", id="001C")
+    older = PollPosition(ts="2026-01-01T09:00:00.000000+00:00", id="001Z")
+    assert newest_position(polled, older).id == "001C"
     assert newest_position(polled.slice(0, 0), older) == older

@@ -18,7 +18,8 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
-from cdc_assets.ingest import CE_STATE, pending_files
+from cdc_assets.ingest import pending_files
+from cdc_assets.state import IngestState
 from demo import processes
 from demo.instance import in_flight_runs, open_instance, write_dagster_home
 from demo.main import WORKSPACE
@@ -83,8 +84,7 @@ class Stack:
             warehouse = DeltaWarehouse(root=str(self.warehouse))
             if pending := pending_files(warehouse, LandingZone(path=str(self.landing))):
                 return f"{len(pending)} landing files not ingested"
-            ingest_seq = int(DeltaWarehouse.commit_state(warehouse.table(CHANGE_EVENTS), CE_STATE)
-                             .get("ingest_seq", 0))
+            ingest_seq = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq
             for name in self.objects:
                 event = instance.get_latest_materialization_event(replica_key(name))
                 if event is None:

@@ -30,7 +30,7 @@ def test_a_checkpoint_every_few_commits_keeps_app_transactions_and_commit_state(
     table = warehouse.table("T")
     assert table.version() == CHECKPOINT_EVERY + 1
     assert table.transaction_version("app") == CHECKPOINT_EVERY + 1
-    assert DeltaWarehouse.commit_state(table, "k") == {"step": CHECKPOINT_EVERY + 1}
+    assert warehouse.commit_state(table, "k") == {"step": CHECKPOINT_EVERY + 1}
     assert table.to_pyarrow_table().to_pylist() == [{"Id": "001000000000001AAA", "n": CHECKPOINT_EVERY + 1}]
 
 
@@ -44,7 +44,7 @@ def warehouse(tmp_path) -> DeltaWarehouse:
 
 def snapshot(warehouse: DeltaWarehouse) -> tuple[int, int | None, dict, list[dict]]:
     table = warehouse.table("T")
-    return (table.version(), table.transaction_version("apply"), DeltaWarehouse.commit_state(table, "k"),
+    return (table.version(), table.transaction_version("apply"), warehouse.commit_state(table, "k"),
             sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["Id"]))
 
 

@@ -1,0 +1,195 @@
+"""The checkpoint state kept in Delta commits (design §5), typed: what each table's commits remember, one place.
+
+A re-run reads what the previous commit of a table stored besides its data; nothing lives outside the table. Each
+kind of state is a dataclass with its fields named and documented here, stored as JSON in the commit metadata
+under its `KEY`, and located through an app transaction (`resources/delta.py`, "Finding the state"):
+
+- `ReplicaState` (`cdc.replica`, every commit of a replica): how far it applied, the transaction it holds back, a
+  pending resync, the last resync/reconcile, the newest change applied, the poll cursor of a polled object;
+- `IngestState` (`cdc.change_events`, every change_events commit): the ingest sequence number and what the close
+  rule reads (`cdc_assets/closure.py`);
+- `QuarantineState` (`cdc.quarantine`, `cdc.quarantine.apply`: the run that quarantined lines) and
+  `QuarantineAck` (`cdc.quarantine_ack`: lines reviewed up to `until`).
+
+`to_dict` / `from_dict` are the one JSON form: field names are the JSON keys, nested states are objects, and keys
+this code no longer knows (`row_count`, `dirty_records`: counts now derived from the table, `cdc_assets/counts.py`)
+are ignored, so tables written by older versions read as before. What is *derived* from the table's rows or log
+(row and dirty counts) is not state: a counter kept beside the rows could only drift from them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import ClassVar, Self
+
+from deltalake import DeltaTable
+
+from resources.delta import DeltaWarehouse
+
+REPLICA_STATE = "cdc.replica"
+CE_STATE = "cdc.change_events"
+Q_STATE = "cdc.quarantine"  # quarantined by ingest
+Q_APPLY_STATE = "cdc.quarantine.apply"  # quarantined at apply time (cdc_assets/prepare.py)
+QUARANTINE_ACK = "cdc.quarantine_ack"  # also the app transaction id of an acknowledgement (cdc_assets/checks.py)
+
+
+def _decode(kind, value):
+    """`value` (from JSON) as an instance of the annotated type `kind` (dataclasses nested; anything else as is)."""
+    if value is None:
+        return None
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        kinds = [k for k in typing.get_args(kind) if k is not type(None)]
+        kind = kinds[0] if len(kinds) == 1 else object
+    if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+        return kind.from_dict(value)
+    return value
+
+
+class _State:
+    """JSON form of a state dataclass (module docstring)."""
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls, raw: dict | None) -> Self:
+        """The state `raw` holds; a field it lacks (or holds as null) takes its default."""
+        raw, hints = raw or {}, typing.get_type_hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            defaulted = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+            if f.name in raw and not (raw[f.name] is None and defaulted):
+                values[f.name] = _decode(hints[f.name], raw[f.name])
+        return cls(**values)
+
+
+class _CommitState(_State):
+    KEY: ClassVar[str]
+
+    @classmethod
+    def read(cls, warehouse: DeltaWarehouse, table: DeltaTable | None) -> Self:
+        """The state the newest commit of `table` stored (defaults when there is none or no table)."""
+        return cls.from_dict(warehouse.commit_state(table, cls.KEY))
+
+
+# -- a replica (cdc_assets/apply.py, sync.py, poll.py) --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Held(_State):
+    """The open transaction a replica held back (§5): its rows from ingest `from_seq` on are read again."""
+    transactions: list[str]
+    from_seq: int
+
+
+@dataclass(frozen=True)
+class ResyncPending(_State):
+    """An overflow the replica could not apply: a full resync replays every event from ingest `from_seq`."""
+    since: str  # commit time of the first overflow (ISO)
+    from_seq: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resynced(_State):
+    """The last resync (or initial load): overflows committed at or before `at` are covered by its snapshot."""
+    at: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Reconciled(_State):
+    at: str
+    records: int
+
+
+@dataclass(frozen=True, order=True)
+class PollPosition(_State):
+    """A polled row's position: SystemModstamp (ISO, microseconds), then Id (ties)."""
+    ts: str
+    id: str
+
+
+@dataclass(frozen=True)
+class BulkJob(_State):
+    """A Bulk API 2.0 queryAll job being read page by page (a killed run resumes from `locator`)."""
+    id: str | None
+    locator: str | None
+    where: str | None
+    hash: str
+    records: int = 0
+    max: PollPosition | None = None  # the newest position read so far
+
+
+@dataclass(frozen=True)
+class PollState(_State):
+    """The cursor of a polled object (cdc_assets/poll.py)."""
+    cursor: PollPosition | None = None
+    job: BulkJob | None = None
+    ids_compared_at: str | None = None
+    hard_deleted: int = 0
+    active: bool = True  # false after the hand-off run of an object switched to cdc
+
+
+@dataclass(frozen=True)
+class ReplicaState(_CommitState):
+    """What every commit of a replica stores besides its rows. The apply checkpoint itself is the app transaction
+    `cdc_apply` (cdc_assets/apply.py); `applied_through` repeats it for readers of the metadata."""
+    KEY: ClassVar[str] = REPLICA_STATE
+    applied_through: int = 0
+    held: Held | None = None
+    resync_pending: ResyncPending | None = None
+    resynced: Resynced | None = None
+    reconciled: Reconciled | None = None
+    last_commit_ts: str | None = None  # the newest `_sf_commit_ts` written (ISO)
+    synced_at: str | None = None  # when the commit's run started: rows it wrote have `_sf_synced_at` >= it
+    run_id: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+    poll: PollState | None = None
+
+    def with_commit_ts(self, latest: str | None) -> ReplicaState:
+        """This state with `last_commit_ts` moved forward to `latest` (never back)."""
+        return dataclasses.replace(self, last_commit_ts=max(filter(None, [self.last_commit_ts, latest]), default=None))
+
+
+# -- change_events (cdc_assets/ingest.py, closure.py) ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Newest(_State):
+    """The newest event ingested (in commit order, design §4): its transaction and position
+    `[commit micros, commit number, sequence number, replay id]`; `entities` that transaction touched (None:
+    unknown, written before they were recorded: every replica may hold it)."""
+    transaction_key: str
+    position: list[int]
+    entities: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class IngestState(_CommitState):
+    """What every change_events commit stores besides its rows."""
+    KEY: ClassVar[str] = CE_STATE
+    ingest_seq: int = 0  # this commit's ingest sequence number (`_ingest_seq` of its rows)
+    newest: Newest | None = None
+    last_ingested_at: str | None = None  # when `newest` last moved forward (the close timer, closure.py)
+    entity_seq: dict[str, int] = field(default_factory=dict)  # entity -> last ingest that stored rows of it
+    files: list[str] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    run_id: str | None = None
+
+
+# -- _quarantine (cdc_assets/quarantine.py, checks.py) --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class QuarantineState(_State):
+    """The run that inserted quarantine rows (stored under `Q_STATE` or `Q_APPLY_STATE`, by who quarantined)."""
+    run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class QuarantineAck(_CommitState):
+    """Quarantined lines up to `until` (ISO) are reviewed. The app transaction `QUARANTINE_ACK` holds the same
+    instant in microseconds; this is how tables acknowledged before that read it."""
+    KEY: ClassVar[str] = QUARANTINE_ACK
+    until: str | None = None

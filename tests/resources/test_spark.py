@@ -47,7 +47,8 @@ def test_a_connect_client_stages_tables_only_where_its_server_reads(monkeypatch,
     dead = tmp_path / "tmp" / f"{spark_resource.STAGING_PREFIX}999999999-abc"  # above any pid: a dead process's
     dead.mkdir()
     local = spark_resource.staging_dir()
-    assert local.parent == tmp_path / "tmp" and local.name.startswith(f"{spark_resource.STAGING_PREFIX}{os.getpid()}-")
+    assert local.parent == tmp_path / "tmp"
+    assert local.name.startswith(f"{spark_resource.STAGING_PREFIX}{os.getpid()}-")
     assert not dead.exists()
 
     monkeypatch.setattr(spark_resource, "_process_staging", None)

@@ -10,9 +10,13 @@ objects must be applied by all of them in the same run, design §5), one that ma
 transaction, and one with ingested rows it has not applied (files a run ingested without the sensor having seen
 them). The run's replicas then apply through one cut decided once for the run (`cdc_assets/closure.py`).
 
-A landing run that is still queued ingests every file pending when it starts, so new files its selection already
-covers get no run of their own: runs slower than the landing rate would otherwise pile up in the queue, each one
-after the first finding nothing to ingest.
+One landing run at a time: while one is queued or running, new files wait, and the first tick after it ends
+requests one run for everything still pending (which the run ingests whole). A run requested meanwhile could not
+start before the one in flight ends anyway (the instance runs one landing run at a time, dagster.yaml), and its
+mere existence would hide the replicas' state in the UI: Dagster records a run's planned materializations and check
+evaluations when it is created, so a queued run shows each replica it selects as "Materializing…" with its checks
+"in progress" (0 of 6 passed) until it finishes. Landing runs requested while another ran kept one queued behind
+the other for as long as events landed; the cost of waiting instead is at most one sensor interval.
 
 Files whose landing run failed are requested again with backoff (as `sensors/work.py` retries replica work), with
 the attempt in the run key; until then the skip reason says when.
@@ -34,14 +38,13 @@ from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone, file_set_key
-from sensors.work import TAG_REASON, Backoff, object_tag, replicas_to_include, retry_state
+from sensors.work import IN_FLIGHT, TAG_REASON, Backoff, object_tag, replicas_to_include, retry_state
 
 SENSOR_NAME = "landing_zone_sensor"
 TAG_FILES = "cdc/files"
 REASON_FILES = "new landing files"
 REASON_CLOSE = "newest transaction closed by timeout"
 TAG_CLOSE_SEQ = "cdc/close_seq"
-WAITING = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING]
 
 
 def build_landing_zone_sensor(*, replication: ReplicationConfig,
@@ -63,9 +66,12 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
         new = [f for f in pending if requested.get(f.path) != f.size]
         cursor["requested"] = {f.path: f.size for f in pending}
         ce_state = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS))
-        if new:
-            request = landing_request(context.instance, landing, replication, ce_state, new, key=file_set_key(new))
-            why = None if request else f"{len(new)} new landing files: a queued landing run will ingest them"
+        if new and (busy := landing_run_in_flight(context.instance)):
+            request, why = None, (f"{len(new)} new landing files wait for landing run {busy.run_id[:8]} "
+                                  f"({busy.status.value}); one run takes them once it ends")
+        elif new:
+            request, why = landing_request(context.instance, landing, replication, ce_state, new,
+                                           key=file_set_key(new)), None
         elif pending:
             request, why = _again(context, landing, replication, ce_state, pending, backoff)
         else:
@@ -77,9 +83,9 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
 
 
 def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replication: ReplicationConfig,
-           ce_state: IngestState, pending: list[LandingFile],
-           backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
-    """Files requested before and still not ingested: wait for their run, or ask again once it failed (backoff)."""
+           ce_state: IngestState, pending: list[LandingFile], backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
+    """Files seen before and still not ingested: wait for the landing run in flight; ask again once it ended without
+    them (it started before they landed), or after a backoff once it failed."""
     runs = runs_tagged(context.instance, {TAG_REASON: REASON_FILES})
     if not runs:
         return None, f"{len(pending)} landing files requested, their run not created yet"
@@ -87,10 +93,8 @@ def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replicatio
     if retry.wait:
         return None, retry.wait
     last = runs[0].dagster_run
-    request = landing_request(context.instance, landing, replication, ce_state, pending, attempt=retry.attempt,
+    request = landing_request(context.instance, landing, replication, ce_state, pending,
                               key=f"{file_set_key(pending)}-{retry.attempt}-{last.run_id[:8]}")
-    if request is None:
-        return None, f"{len(pending)} landing files: a queued landing run will ingest them"
     context.log.info(f"Requesting {len(pending)} landing files again (retry {retry.attempt}) after run "
                      f"{last.run_id[:8]} ({last.status.value})")
     return request, None
@@ -101,16 +105,12 @@ def runs_tagged(instance: dg.DagsterInstance, tags: dict[str, str], limit: int =
 
 
 def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replication: ReplicationConfig,
-                    ce_state: IngestState, files: list[LandingFile], *, key: str,
-                    attempt: int = 0) -> dg.RunRequest | None:
-    """A run ingesting `files` (and every other pending file) and applying them in every replica that must; None
-    when a landing run not started yet already covers that."""
+                    ce_state: IngestState, files: list[LandingFile], *, key: str) -> dg.RunRequest:
+    """A run ingesting `files` (and every other pending file) and applying them in every replica that must."""
     entities = landing.entities_in(files)
     names = {n for n in replication.names if entities is None or n in entities}
     names |= replicas_to_include(instance, replication, ce_state)
     selection = [CHANGE_EVENTS_KEY, *[replica_key(n) for n in replication.names if n in names]]
-    if not attempt and set(selection) <= _waiting_landing_selection(instance):
-        return None
     return dg.RunRequest(
         run_key=f"landing-{key}",
         asset_selection=selection,
@@ -118,10 +118,10 @@ def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replicat
     )
 
 
-def _waiting_landing_selection(instance: dg.DagsterInstance) -> set[dg.AssetKey]:
-    """Assets selected by landing runs not started yet (each ingests every file pending when it starts)."""
-    runs = instance.get_runs(filters=dg.RunsFilter(statuses=WAITING, tags={TAG_REASON: REASON_FILES}))
-    return {key for run in runs for key in run.asset_selection or ()}
+def landing_run_in_flight(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
+    """The landing run queued or running, if any (the instance runs one at a time)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags={TAG_REASON: REASON_FILES}), limit=1)
+    return runs[0] if runs else None
 
 
 def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: IngestState,

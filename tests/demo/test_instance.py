@@ -28,3 +28,12 @@ def test_every_table_writer_has_its_own_pool(tmp_path):
              for key in a.keys for node in [a.node_def]}
     assert pools == {"change_events": "change_events", "salesforce/Account": "replica_Account",
                      "salesforce/Contact": "replica_Contact"}
+
+
+def test_the_shipped_dagster_yaml_opens_the_ui_without_a_first_visit_dialog(tmp_path):
+    # The webserver shows its community dialog when `nux_enabled` and no `.nux/nux.yaml` was written yet: a fresh
+    # home has none, so only the setting keeps a new user's first page clear.
+    home = write_dagster_home(tmp_path / "home")
+    with open_instance(home) as instance:
+        assert instance.nux_enabled is False
+    assert not (home / ".nux").exists()

@@ -1,7 +1,8 @@
 """Runs as clients of a Spark Connect server (`resources.spark_connect`, as `make run` and the e2e stack start it).
 
-The golden sample and its asset checks run through a real server, in a separate pytest process: a process that
-has made a Connect session cannot go back to a local one, and this test session's Spark is local.
+The golden sample and its asset checks, and a landing run of thousands of events, run through a real server, in a
+separate pytest process: a process that has made a Connect session cannot go back to a local one, and this test
+session's Spark is local. The server's log is then read: normal runs ship no rows inside its tasks.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from settings import REPO, TEST_SPARK_CONF
 CLIENT_TESTS = [
     "tests/cdc_assets/test_golden.py",
     "tests/cdc_assets/test_checks.py::test_golden_sample_checks_run_with_the_materialization",
+    "tests/resources/test_connect_client.py",
 ]
 
 
@@ -42,3 +44,11 @@ def test_golden_sample_and_checks_through_a_spark_connect_server(tmp_path):
     assert re.search(rf"\b{len(CLIENT_TESTS)} passed", summary) and "skipped" not in summary, summary
     log = (tmp_path / "spark_connect.log").read_text()
     assert "Spark Connect server listening at" in log
+    # Normal runs ship no rows inside Spark's tasks (resources.spark.from_arrow). Not asserted: the server's
+    # occasional `INVALID_CURSOR.DISCONNECTED` stack trace (a result stream detached while its operation still ran),
+    # seen once in four concurrent client runs under load and never in this test; its cause is not found yet.
+    assert "task of very large size" not in log, _lines_with(log, "very large size")
+
+
+def _lines_with(log: str, text: str) -> str:
+    return "\n".join(line for line in log.splitlines() if text in line)[:2000]

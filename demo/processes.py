@@ -33,6 +33,7 @@ def platform_env(*, home: Path, config: Path, landing: Path, warehouse: Path, em
         "CDC_CONFIG": str(Path(config).resolve()),
         "CDC_LANDING_ZONE": str(Path(landing).resolve()),
         "CDC_WAREHOUSE": str(Path(warehouse).resolve()),
+        "CDC_CHANGEFEED": str((Path(warehouse).parent / "changefeed").resolve()),
         "CDC_SENSORS_RUNNING": "1" if sensors_running else "0",
         "SF_INSTANCE_URL": emu.instance_url,
         "SF_ACCESS_TOKEN": emu.token,

@@ -44,7 +44,7 @@ not applied twice. A backfill run again by Datastream has new uuids: its images 
 newer than the row, are superseded.
 
 **Values.** Payload values keep their JSON text and go through the same strict describe() checks as CometD values
-(spark_ops/parse.py `_value_errors`): a datetime is an ISO-8601 instant with its zone, a date `YYYY-MM-DD`, a
+(spark_ops/parse.py `value_errors_sql`): a datetime is an ISO-8601 instant with its zone, a date `YYYY-MM-DD`, a
 boolean `true`/`false`. A value that does not fit quarantines the line with its reason and the row becomes a gap
 (`GAP_SNAPSHOT`): the record is dirty and reconciled, never half-applied. Compound fields arrive flattened
 (`BillingCity`); a nested compound value is flattened as on the CometD path. `SystemModstamp` is not a column
@@ -61,7 +61,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
-from spark_ops.parse import ID_PATTERN, _flattened, _value_errors, parse_lines
+from spark_ops.parse import ID_PATTERN, flattened_sql, parse_lines, value_errors_sql
 from spark_ops.schema import ObjectSchema
 from spark_ops.sql import in_list, literal, run_sql
 
@@ -125,7 +125,7 @@ canonical AS (
   SELECT source_file, source_line, raw, entity, array(_id) AS record_ids, {literal(SNAPSHOT)} AS change_type,
          commit_ts, CAST({LAST_IN_INSTANT} AS bigint) AS commit_number,
          concat({literal(KEY_PREFIX)}, _uuid) AS transaction_key, sequence_number, CAST(NULL AS bigint) AS replay_id,
-         map_concat({_flattened(schemas, '_fields_raw')},
+         map_concat({flattened_sql(schemas, '_fields_raw')},
                     map({literal(SNAPSHOT_DELETED)}, CASE WHEN _deleted THEN 'true' ELSE 'false' END)) AS fields,
          CAST(array() AS array<string>) AS diff_fields, _read_method AS change_origin,
          CAST(NULL AS string) AS commit_user, coalesce({typed}, false) AS typed,
@@ -147,7 +147,7 @@ canonical AS (
   FROM fielded
 ),
 keyed AS (SELECT *, array_sort(map_keys(fields)) AS set_fields FROM canonical)
-SELECT *, CASE WHEN quarantine_reason IS NULL THEN {_value_errors(schemas)} END AS value_error FROM keyed"""
+SELECT *, CASE WHEN quarantine_reason IS NULL THEN {value_errors_sql(schemas)} END AS value_error FROM keyed"""
 
 
 def parse_datastream(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:

@@ -97,7 +97,7 @@ def _per_entity(schemas: dict[str, ObjectSchema], branch, otherwise: str) -> str
     return f"CASE {' '.join(branches)} ELSE {otherwise} END" if branches else otherwise
 
 
-def _flattened(schemas: dict[str, ObjectSchema], body: str) -> str:
+def flattened_sql(schemas: dict[str, ObjectSchema], body: str) -> str:
     """The map `body` with compound values replaced by their component columns; a component not in describe()
     keeps its dotted name (`BillingAddress.Foo`). Idempotent: a flattened map has no compound parents left."""
     def branch(schema: ObjectSchema) -> str | None:
@@ -153,7 +153,7 @@ def value_fits(value: str, target: T.DataType) -> str:
     return f"({value} RLIKE {literal(form)} AND try_cast({value} AS {target.simpleString()}) IS NOT NULL)"
 
 
-def _value_errors(schemas: dict[str, ObjectSchema]) -> str:
+def value_errors_sql(schemas: dict[str, ObjectSchema]) -> str:
     """First value of a replicated object that does not fit its column type, as a reason, else null."""
     def branch(schema: ObjectSchema) -> str | None:
         checks = []
@@ -196,11 +196,11 @@ def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
     """`parse_lines` as one query over `{lines}`."""
     typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
     return f"""WITH {_DECODE},
-flat AS (SELECT * EXCEPT (_fields_raw), {_flattened(schemas, '_fields_raw')} AS fields FROM decoded),
+flat AS (SELECT * EXCEPT (_fields_raw), {flattened_sql(schemas, '_fields_raw')} AS fields FROM decoded),
 fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed,
                    {_mapped_names(schemas, "_diffs")} AS diff_fields FROM flat),
 reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded)
-SELECT *, CASE WHEN quarantine_reason IS NULL THEN {_value_errors(schemas)} END AS value_error FROM reasoned"""
+SELECT *, CASE WHEN quarantine_reason IS NULL THEN {value_errors_sql(schemas)} END AS value_error FROM reasoned"""
 
 
 def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:
@@ -255,8 +255,8 @@ def normalize_changes(changes: DataFrame, schema: ObjectSchema) -> DataFrame:
     Idempotent: a row parsed with the same describe() comes out as it went in."""
     schemas = {schema.name: schema}
     checked = run_sql(changes.sparkSession, f"""
-WITH flat AS (SELECT * EXCEPT (fields, set_fields), {_flattened(schemas, 'fields')} AS fields,
+WITH flat AS (SELECT * EXCEPT (fields, set_fields), {flattened_sql(schemas, 'fields')} AS fields,
                      set_fields AS _names FROM {{changes}}),
 fielded AS (SELECT * EXCEPT (_names), {_set_fields(schemas, 'fields', '_names')} AS set_fields FROM flat)
-SELECT * EXCEPT (typed), true AS typed, {_value_errors(schemas)} AS value_error FROM fielded""", changes=changes)
+SELECT * EXCEPT (typed), true AS typed, {value_errors_sql(schemas)} AS value_error FROM fielded""", changes=changes)
     return checked.transform(_gapped).select(*changes.columns, "value_error")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from datetime import date, datetime, timezone
 
+from deltalake import DeltaTable
+
+from cdc_assets.changefeed_rows import json_value
 from salesforce_emulator import Emulator
 from spark_ops.schema import ObjectSchema
 
@@ -49,3 +52,13 @@ def differences(emu: Emulator, name: str, rows: dict[str, dict], limit: int = 10
         if rid not in org and not row["_sf_deleted"]:
             diffs.append(f"{name} {rid}: gone from the org but not deleted in the replica")
     return diffs[:limit] if limit else diffs
+
+
+def live_rows(table: DeltaTable) -> dict[str, dict]:
+    """A replica's live rows, field by field (data columns, values as a changefeed renders them): what replaying
+    its feed must give."""
+    out = {}
+    for row in table.to_pyarrow_table().to_pylist():
+        if not row["_sf_deleted"]:
+            out[row["Id"]] = {k: json_value(v) for k, v in row.items() if k != "Id" and not k.startswith("_sf_")}
+    return out

@@ -19,8 +19,8 @@ from deltalake import DeltaTable
 from cdc_assets.changefeed import changefeed_key, export_changefeed
 from cdc_assets.changefeed_config import ChangefeedConfig
 from cdc_assets.changefeed_reader import ChangefeedReader, replay
-from cdc_assets.changefeed_rows import json_value
 from harness import Platform
+from org_compare import live_rows
 from resources.delta import DeltaWarehouse
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
@@ -37,15 +37,6 @@ pytestmark = pytest.mark.slow
 def org(tmp_path):
     with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing") as emu:
         yield emu
-
-
-def live_rows(table: DeltaTable) -> dict[str, dict]:
-    """A replica's live rows, field by field (data columns, values as the feed renders them)."""
-    out = {}
-    for row in table.to_pyarrow_table().to_pylist():
-        if not row["_sf_deleted"]:
-            out[row["Id"]] = {k: json_value(v) for k, v in row.items() if k != "Id" and not k.startswith("_sf_")}
-    return out
 
 
 def feed_records(config: ChangefeedConfig, name: str) -> list[dict]:

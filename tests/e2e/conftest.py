@@ -18,6 +18,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
+from cdc_assets.changefeed_reader import ChangefeedReader
 from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
 from demo import processes
@@ -70,6 +71,9 @@ class Stack:
             return {}
         return {r["Id"]: r for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
 
+    def feed(self, name: str) -> ChangefeedReader:
+        return ChangefeedReader(str(self.root / "changefeed" / name))
+
     def materializations(self, instance: dg.DagsterInstance, name: str) -> list[dict]:
         """Metadata of every materialization of replica `name`, oldest first."""
         records = instance.fetch_materializations(replica_key(name), limit=10_000, ascending=True).records
@@ -95,6 +99,9 @@ class Stack:
                            f"held {meta.get(META_HELD)}"
                 if int(meta.get(META_APPLIED_THROUGH) or 0) < ingest_seq:
                     return f"{name} applied through {meta.get(META_APPLIED_THROUGH)} of {ingest_seq}"
+                version, resolved = DeltaTable(str(self.warehouse / name)).version(), self.feed(name).resolved()
+                if resolved is None or resolved[0] < version:
+                    return f"{name}'s changefeed resolved through {resolved} of version {version}"
         return None
 
     def wait_settled(self, timeout_seconds: float = 600.0, poll_seconds: float = 5.0) -> float:
@@ -117,7 +124,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     workload = Workload(emu, seed=42)
     workload.build_org(accounts=ACCOUNTS)
     emu.start()
-    config = write_config(root / "replication.yaml", None, list(OBJECTS), close_after=10, initial_load=True)
+    config = write_config(root / "replication.yaml", None, list(OBJECTS), close_after=10, initial_load=True,
+                          changefeed={"uri": str(root / "changefeed"), "initial_scan": True})
     home = write_dagster_home(root / "dagster_home")
     # As `make run`: the runs are clients of one Spark Connect server.
     spark_server, spark_url = processes.start_spark_connect(root / "spark_connect.log")

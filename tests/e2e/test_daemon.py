@@ -13,10 +13,12 @@ from collections import Counter
 
 import dagster as dg
 import pytest
+from deltalake import DeltaTable
 
 from cdc_assets.apply import EVENT_COUNTS
+from cdc_assets.changefeed_reader import replay
 from demo.latency import probe
-from org_compare import differences
+from org_compare import differences, live_rows
 from salesforce_emulator import FaultConfig
 from salesforce_emulator.client import simple_salesforce_client
 from salesforce_emulator.workload_backends import Op
@@ -79,6 +81,10 @@ def test_daemon_sensors_keep_every_replica_equal_to_the_org(stack):
 
     for name in stack.objects:
         assert differences(stack.emu, name, stack.rows(name), limit=20) == [], name
+        # The changefeed the daemon exported after every replica run, replayed, is the replica's live rows.
+        records = [record for _, record in stack.feed(name).read()]
+        assert replay(records) == live_rows(DeltaTable(str(stack.warehouse / name))), name
+        print(f"{name} changefeed: {len(records)} records replay to the replica")
 
     with stack.instance() as instance:
         modes, faults = Counter(), Counter()

@@ -98,9 +98,9 @@ def test_asset_graph_shows_the_landing_zone_feeding_every_replica(page, material
     shoot(page, "asset_graph.png")
 
     assert page.get_by_text("Global asset lineage").count() == 1
-    assert {"landing_zone", "change_events", *materialized.objects} <= words(page)
-    check_summaries = page.get_by_text(f" / {len(CHECKS)} Passed").count()
-    assert check_summaries == len(materialized.objects), "each replica node shows how many of its checks passed"
+    assert {"landing_zone", "change_events", "changefeed", *materialized.objects} <= words(page)
+    # Zoomed out to three groups (cdc, salesforce, changefeed), nodes drop their check summaries; the checks are
+    # read on a replica's checks tab (test_replica_checks_tab_lists_every_check).
 
 
 def test_replica_checks_tab_lists_every_check(page, materialized):

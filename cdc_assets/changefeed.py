@@ -122,11 +122,14 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
         fault_point("changefeed.after_rename")
 
     if position is None:  # the first export: the feed starts at the latest version
-        rows = table.to_pyarrow_table()
-        keys = _transaction_keys(warehouse, name, rows, "_sf_commit_number") if debezium and feed.initial_scan else {}
-        scan = ({**c, "txid": keys.get(c.get("_sf_commit_number__post"))}
-                for c in snapshot_changes(rows, version=latest, commit_ms=ms[latest])) if feed.initial_scan else ()
-        write(latest, latest, scan, data_columns(rows.schema))
+        if feed.initial_scan:
+            rows = table.to_pyarrow_table()
+            keys = _transaction_keys(warehouse, name, rows, "_sf_commit_number") if debezium else {}
+            scan = ({**c, "txid": keys.get(c.get("_sf_commit_number__post"))}
+                    for c in snapshot_changes(rows, version=latest, commit_ms=ms[latest]))
+            write(latest, latest, scan, data_columns(rows.schema))
+        else:  # no rows to emit: the table's schema names the columns, no data file is read
+            write(latest, latest, (), data_columns(pa.schema(table.schema().to_arrow())))
         position = latest
     while position < latest:
         first, last = position + 1, min(latest, position + feed.max_versions_per_file)

@@ -1,5 +1,6 @@
-"""The subscriber as its own process, killed with SIGKILL at random points, and an expired replay id: the
-replicas built from what it landed equal the org (Dagster's real materialize(), real Spark and Delta)."""
+"""The subscriber as its own process, killed with SIGKILL at random points, an expired replay id, and poison events
+in a busy stream: the replicas built from what it landed equal the org (Dagster's real materialize(), real Spark
+and Delta)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from cdc_subscriber.dead_letters import read_dead_letters
 from cdc_subscriber.service import FAULT_POINTS
 from subscriber_harness import landed, resource
 from harness import Platform
@@ -172,3 +174,43 @@ def test_killed_at_each_fault_point_the_restart_relands_and_never_skips(tmp_path
         assert len(first) == 1 and before == 0 and len(ours) > len(published)
     else:  # the position was saved: the restart continues after it
         assert len(first) == 1 and before > 0 and len(ours) == len(published)
+
+
+def test_poison_events_in_a_busy_stream_still_end_with_every_replica_equal_to_the_org(tmp_path, org, spark):
+    workload = Workload(org, seed=24)
+    workload.build_org(accounts=20)
+    platform = make_platform(tmp_path, org)
+    platform.run()  # initial load
+    # Phase 1: two events whose header reads: their records are reconciled by id.
+    modes = poisoned_stream(org, platform, workload, {30: "body", 70: "body"})
+    assert modes == {"reconcile"}
+    assert_equal_to_org(platform, org)
+    # Phase 2: an event that is garbage (its entity is resynced) and one whose schema the org cannot serve (every
+    # object is resynced), then more of the busy stream.
+    modes = poisoned_stream(org, platform, workload, {30: "payload", 70: "schema"})
+    assert "resync" in modes
+    assert_equal_to_org(platform, org)
+    assert len(read_dead_letters(platform.landing / "_subscriber")) == 4
+
+
+def poisoned_stream(org: Emulator, platform: Platform, workload: Workload, poison_at: dict[int, str]) -> set[str]:
+    """Spoil the events ``n`` ahead of the tip, run the subscriber through a busy stream carrying them, apply what
+    landed and every run the reconciliation sensor asks for; returns the modes of those runs."""
+    start = org.events.tip
+    poison = {start + n: kind for n, kind in poison_at.items()}
+    org.set_faults(poison_events=poison)
+    proc = spawn(org, platform)
+    while org.events.tip < start + max(poison_at) + 60:
+        workload.run(changes=5)
+        time.sleep(0.02)
+    drain(org, platform, proc)
+    letters = read_dead_letters(platform.landing / "_subscriber")
+    assert set(poison) <= {int(x.replay_id, 16) for x in letters}
+    platform.run(close_after=0)
+    modes: set[str] = set()
+    for _ in range(4):  # the reconcile or resync runs, then whatever those leave
+        requests = run_sensor_requests(platform)
+        modes |= {r.tags.get("cdc/mode") for r in requests}
+        if not requests:
+            return modes
+    raise AssertionError(f"the reconciliation sensor still asks for runs after 4 rounds ({modes})")

@@ -106,6 +106,16 @@ def _names_records(header: dict[str, Any]) -> bool:
             and all(isinstance(i, str) and _RECORD_ID.match(i) for i in ids))
 
 
+def _schema_name(schema_text: str | None) -> str:
+    """The record name of a schema's JSON (``AccountChangeEvent``); "" when there is none to read."""
+    try:
+        schema = json.loads(schema_text) if schema_text is not None else {}
+    except json.JSONDecodeError:
+        return ""
+    name = schema.get("name") if isinstance(schema, dict) else None
+    return name if isinstance(name, str) else ""
+
+
 @dataclass(frozen=True)
 class Salvage:
     """What lands instead of an event that does not decode: CometD lines, their commit time and transaction key
@@ -134,8 +144,7 @@ def salvage(*, replay_id: bytes, schema_id: str, payload: bytes, schema_text: st
     if header is not None:
         entity: str | None = header["entityName"]
     else:
-        named = json.loads(schema_text).get("name", "") if schema_text is not None else ""
-        entity = entity_of(named) or entity_of(channel)
+        entity = entity_of(_schema_name(schema_text)) or entity_of(channel)
     targets = (entity,) if entity else entities
     key = f"dead-letter-{replay_id.hex()}"
     commit_ts = header["commitTimestamp"] if header is not None else now_ms()

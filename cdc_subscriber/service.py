@@ -62,6 +62,7 @@ ALL_CHANGES = "/data/ChangeEvents"
 MAX_BATCH = 100
 PERMANENT = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED}
 MAX_AUTH_RETRIES = 3
+NO_SUCH_OBJECT = (400, 404)  # describe() of an entity the org does not have: asking again cannot help
 # Where a crash test kills the subscriber (CDC_FAULT_POINT, with CDC_FAULT_ACTION=kill), in the order they happen.
 FAULT_POINTS = ("subscriber.after_write", "subscriber.after_rename", "subscriber.after_position")
 
@@ -320,8 +321,13 @@ class Subscriber:
             self._dead_letter(event, f"schema {event.event.schema_id} cannot be fetched: {exc.code().name}: "
                                      f"{exc.details()}")
             return
-        except (SalesforceApiError, requests.RequestException, OSError):
-            raise  # describe() failed: not the event's fault; the stream retries it
+        except SalesforceApiError as exc:
+            if exc.status not in NO_SUCH_OBJECT:
+                raise  # describe() could not be asked now: not the event's fault; the stream retries it
+            self._dead_letter(event, f"describe() of the event's entity failed: {exc}")
+            return
+        except (requests.RequestException, OSError):
+            raise  # the org could not be reached for describe(): the stream retries this event
         except Exception as exc:  # anything else the event makes decode raise becomes its dead letter, with the reason
             self._dead_letter(event, f"{type(exc).__name__}: {exc}")
             return

@@ -135,3 +135,12 @@ def test_acknowledging_clears_the_dead_letters_seen_so_far_only(tmp_path):
     assert len(acknowledge(tmp_path)) == 2 and unacknowledged(tmp_path) == []
     DeadLetterStore(tmp_path, "/data/ChangeEvents").record(letter(b"\x02"))
     assert [x.replay_id for x in unacknowledged(tmp_path)] == ["02"]
+
+
+def test_a_schema_that_is_not_even_json_falls_back_to_the_channel_then_to_every_entity():
+    found = salvage(replay_id=b"\x09", schema_id="s", payload=b"", schema_text="{not json",
+                    channel="/data/ContactChangeEvent", entities=ENTITIES)
+    assert [h["entityName"] for h in headers(found)] == ["Contact"]
+    found = salvage(replay_id=b"\x09", schema_id="s", payload=b"", schema_text="[]", channel="/data/ChangeEvents",
+                    entities=ENTITIES)
+    assert [h["entityName"] for h in headers(found)] == list(ENTITIES)

@@ -366,7 +366,7 @@ class Subscriber:
             if latest and not self.writer.pending and latest != self._saved:
                 self.positions.save(latest)
                 self._saved = latest
-                self.reporter.restored(latest, None)
+                self.reporter.moved_to(latest)
         self.reporter.caught_up()
 
     def _resync(self, exc: Any) -> None:

@@ -7,8 +7,8 @@ landing what it holds), ``PAUSED`` (stopped on request), ``FAILED`` (an error; r
 Each stream (topic) writes ``status-<topic>.json`` in the subscriber's state folder (by default
 ``<landing zone>/_subscriber``, which the platform never reads as events): state, last landed replay id (hex of the
 opaque bytes, and its long form when it is 8 bytes), events landed, dead letters (unique events that could not be
-decoded, ``dead_letters.py``) and the last one's reason, events per second (over the last ``RATE_WINDOW`` seconds), lag, last error and its time, and
-``updated_at``. Lag is now minus the newest ``commitTimestamp`` received, or 0 when the server's keepalive says
+decoded, ``dead_letters.py``) and the last one's reason, events per second (over the last ``RATE_WINDOW``
+seconds), lag, last error and its time, and ``updated_at``. Lag is now minus the newest ``commitTimestamp`` received, or 0 when the server's keepalive says
 nothing newer exists (an idle org is not a lagging stream). A status whose ``updated_at`` is older than
 ``STALE_AFTER_SECONDS`` comes from a subscriber that is no longer running, and reads as FAILED.
 """
@@ -98,12 +98,16 @@ class StatusReporter:
         with self.lock:
             self.status.lag_seconds = 0.0
 
-    def restored(self, replay_id: bytes | None, dead_letters: int | None) -> None:
-        """The position (saved at start, or moved by a keepalive) and the dead letters recorded before."""
+    def restored(self, replay_id: bytes | None, dead_letters: int) -> None:
+        """At start: the saved position and the dead letters recorded before."""
         with self.lock:
             self._position(replay_id)
-            if dead_letters is not None:
-                self.status.dead_letters = dead_letters
+            self.status.dead_letters = dead_letters
+
+    def moved_to(self, replay_id: bytes) -> None:
+        """A keepalive moved the position with nothing to land."""
+        with self.lock:
+            self._position(replay_id)
 
     def _position(self, replay_id: bytes | None) -> None:
         if replay_id is not None:

@@ -23,6 +23,7 @@ from subscriber_harness import landed, resource
 from harness import Platform
 from org_compare import differences
 from salesforce_emulator import Emulator
+from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
 from sensors.reconciliation import SENSOR_NAME
 from settings import REPO, TEST_SPARK_CONF
@@ -49,8 +50,9 @@ def spawn(org: Emulator, platform: Platform, extra_env: dict[str, str] | None = 
 
 
 def position(platform: Platform) -> int:
+    """The emulator's event number of the saved position (its replay ids may be opaque bytes)."""
     path = platform.landing / "_subscriber" / "position-data_ChangeEvents.json"
-    return json.loads(path.read_text())["replay_int"] if path.exists() else 0
+    return decode_replay(bytes.fromhex(json.loads(path.read_text())["replay_id"])) or 0 if path.exists() else 0
 
 
 def drain(org: Emulator, platform: Platform, proc: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -186,9 +188,12 @@ def test_poison_events_in_a_busy_stream_still_end_with_every_replica_equal_to_th
     assert modes == {"reconcile"}
     assert_equal_to_org(platform, org)
     # Phase 2: an event that is garbage (its entity is resynced) and one whose schema the org cannot serve (every
-    # object is resynced), then more of the busy stream.
+    # object is resynced), then more of the busy stream; the org now issues opaque replay ids of 4 to 7 bytes (the
+    # saved 8-byte position still resumes), so every landed replayId is null and ordering rests on commit position.
+    org.set_faults(opaque_replay_ids=True)
     modes = poisoned_stream(org, platform, workload, {30: "payload", 70: "schema"})
     assert "resync" in modes
+    assert any(e["data"]["event"]["replayId"] is None for e in landed(platform.landing))
     assert_equal_to_org(platform, org)
     assert len(read_dead_letters(platform.landing / "_subscriber")) == 4
 
@@ -198,14 +203,14 @@ def poisoned_stream(org: Emulator, platform: Platform, workload: Workload, poiso
     landed and every run the reconciliation sensor asks for; returns the modes of those runs."""
     start = org.events.tip
     poison = {start + n: kind for n, kind in poison_at.items()}
-    org.set_faults(poison_events=poison)
+    org.set_faults(poison_events=poison)  # keeps the other knobs
     proc = spawn(org, platform)
     while org.events.tip < start + max(poison_at) + 60:
         workload.run(changes=5)
         time.sleep(0.02)
     drain(org, platform, proc)
     letters = read_dead_letters(platform.landing / "_subscriber")
-    assert set(poison) <= {int(x.replay_id, 16) for x in letters}
+    assert set(poison) <= {decode_replay(bytes.fromhex(x.replay_id)) for x in letters}
     platform.run(close_after=0)
     modes: set[str] = set()
     for _ in range(4):  # the reconcile or resync runs, then whatever those leave

@@ -144,3 +144,21 @@ def test_a_schema_that_is_not_even_json_falls_back_to_the_channel_then_to_every_
     found = salvage(replay_id=b"\x09", schema_id="s", payload=b"", schema_text="[]", channel="/data/ChangeEvents",
                     entities=ENTITIES)
     assert [h["entityName"] for h in headers(found)] == list(ENTITIES)
+
+
+def test_the_cli_shows_dead_letters_and_opaque_replay_ids_then_acknowledges(tmp_path, capsys):
+    from cdc_subscriber.cli import main
+    from cdc_subscriber.status import StatusReporter
+
+    reporter = StatusReporter(tmp_path, "/data/ChangeEvents", "data_ChangeEvents")
+    reporter.restored(b"\x5f\x0e\x2a\xcf", 0)
+    reporter.dead_lettered("replay id 0102: EOFError: truncated", new=True)
+    DeadLetterStore(tmp_path, "/data/ChangeEvents").record(letter(b"\x01\x02"))
+    assert main(["--state-dir", str(tmp_path), "status"]) == 0
+    out = capsys.readouterr().out
+    assert "dead letters 1" in out and "5f0e2acf" in out and "last dead letter at" in out and "EOFError" in out
+    assert main(["--state-dir", str(tmp_path), "dead-letters"]) == 0
+    out = capsys.readouterr().out
+    assert "replay id 0102" in out and "1 not acknowledged" in out and "dead-letters --ack" in out
+    assert main(["--state-dir", str(tmp_path), "dead-letters", "--ack"]) == 0
+    assert "acknowledged 1" in capsys.readouterr().out and unacknowledged(tmp_path) == []

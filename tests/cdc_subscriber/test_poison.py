@@ -153,3 +153,14 @@ def _settled(state: Path) -> bool:
     account = statuses.get("/data/AccountChangeEvent")
     return (len(statuses) == 2 and all(s.state == "RUNNING" for s in statuses.values())
             and account is not None and account.resyncs == 1 and account.events_landed > 1)
+
+
+def test_the_emulators_opaque_replay_ids_vary_in_length_do_not_sort_and_read_back():
+    from salesforce_emulator.pubsub_faults import decode_replay
+
+    ids = {n: encode_replay(n, opaque=True) for n in (1, 255, 256, 70_000, 2**32, 2**40)}
+    assert {n: decode_replay(b) for n, b in ids.items()} == {n: n for n in ids}
+    assert {len(b) for b in ids.values()} >= {4, 5, 6} and 8 not in {len(b) for b in ids.values()}
+    assert sorted(ids, key=lambda n: ids[n]) != sorted(ids), "byte order is not event order"
+    assert decode_replay(ids[256][:-1] + b"\x00") is None and decode_replay(b"\x01") is None
+    assert decode_replay(encode_replay(42, opaque=False)) == 42

@@ -137,10 +137,10 @@ def salvage(*, replay_id: bytes, schema_id: str, payload: bytes, schema_text: st
     if header is not None and _names_records(header):
         line = gap_marker(header, channel, schema_id, replay_long, ORIGIN)
         records = header["recordIds"]
+        named = ", ".join(records[:5]) + (", ..." if len(records) > 5 else "")
         return Salvage([line], header["commitTimestamp"], header["transactionKey"], header["entityName"],
                        f"landed {line['data']['payload'][HEADER_FIELD]['changeType']} for {len(records)} "
-                       f"{header['entityName']} record(s) ({', '.join(records[:5])}{', ...' if len(records) > 5 else ''}): "
-                       "they are reconciled by id")
+                       f"{header['entityName']} record(s) ({named}): they are reconciled by id")
     if header is not None:
         entity: str | None = header["entityName"]
     else:

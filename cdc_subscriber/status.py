@@ -8,8 +8,8 @@ Each stream (topic) writes ``status-<topic>.json`` in the subscriber's state fol
 ``<landing zone>/_subscriber``, which the platform never reads as events): state, last landed replay id (hex of the
 opaque bytes, and its long form when it is 8 bytes), events landed, dead letters (unique events that could not be
 decoded, ``dead_letters.py``) and the last one's reason, events per second (over the last ``RATE_WINDOW``
-seconds), lag, last error and its time, and ``updated_at``. Lag is now minus the newest ``commitTimestamp`` received, or 0 when the server's keepalive says
-nothing newer exists (an idle org is not a lagging stream). A status whose ``updated_at`` is older than
+seconds), lag, last error and its time, and ``updated_at``. Lag is now minus the newest ``commitTimestamp``
+received, or 0 when the server's keepalive says nothing newer exists (an idle org is not a lagging stream). A status whose ``updated_at`` is older than
 ``STALE_AFTER_SECONDS`` comes from a subscriber that is no longer running, and reads as FAILED.
 """
 

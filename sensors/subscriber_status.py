@@ -87,7 +87,8 @@ def dead_letter_report(state: Path) -> tuple[bool, str, dict[str, Any]]:
                                 "dead_letters_unacknowledged": dg.MetadataValue.int(len(waiting))}
     if letters:
         last = letters[-1]
-        metadata["last_dead_letter"] = dg.MetadataValue.text(f"{last.topic} replay id {last.replay_id}: {last.reason}")
+        metadata["last_dead_letter"] = dg.MetadataValue.text(
+            f"{last.topic} replay id {last.replay_id}: {last.reason}")
     if not waiting:
         return True, f"no dead letters waiting ({len(letters)} acknowledged)" if letters else "no dead letters", metadata
     shown = "; ".join(_describe(x) for x in waiting[-5:])

@@ -1,10 +1,14 @@
-"""``python -m cdc_subscriber subscribe | status``.
+"""``python -m cdc_subscriber subscribe | status | dead-letters``.
 
 ``subscribe`` streams change events from the org (``SF_*`` variables, as for Dagster; ``SF_PUBSUB_ENDPOINT`` is
 the Pub/Sub API, ``api.pubsub.salesforce.com:7443`` by default) into the landing zone (``CDC_LANDING_ZONE``) until
 SIGTERM/SIGINT, one stream per topic: ``/data/ChangeEvents`` by default, or ``--per-object`` for one
-``/data/<Object>ChangeEvent`` channel per object of ``replication.yaml``. State (positions, status) lives in
-``<landing zone>/_subscriber`` unless ``--state-dir`` says otherwise. ``status`` prints every stream's status.
+``/data/<Object>ChangeEvent`` channel per CDC object of ``replication.yaml``. Only objects in ``mode: cdc`` (the
+default) are subscribed to and named by resync markers: a ``mode: poll`` object has no change events to follow
+(CDC may not even be enabled for it in the org) and its replica is kept by polling, so a marker would resync it
+for nothing. State (positions, status, dead letters) lives in ``<landing zone>/_subscriber`` unless
+``--state-dir`` says otherwise. ``status`` prints every stream's status; ``dead-letters`` lists the events that
+could not be decoded (``--ack`` acknowledges them, which clears Dagster's ``subscriber_no_dead_letters`` check).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
+from cdc_subscriber.dead_letters import acknowledge, read_dead_letters, unacknowledged
 from cdc_subscriber.service import ALL_CHANGES, Subscriber, SubscriberConfig
 from cdc_subscriber.status import read_statuses
 
@@ -41,9 +46,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("subscribe", help="stream change events into the landing zone until stopped")
     sub.add_argument("--endpoint", default=os.environ.get("SF_PUBSUB_ENDPOINT", DEFAULT_ENDPOINT))
     sub.add_argument("--config", default=os.environ.get("CDC_CONFIG", "replication.yaml"),
-                     help="replication.yaml: the objects a resync marker names (and --per-object channels)")
+                     help="replication.yaml: its mode: cdc objects are the ones a resync marker names (and the "
+                          "--per-object channels)")
     sub.add_argument("--topic", action="append", help=f"a channel (repeatable; default {ALL_CHANGES})")
-    sub.add_argument("--per-object", action="store_true", help="one /data/<Object>ChangeEvent stream per object")
+    sub.add_argument("--per-object", action="store_true",
+                     help="one /data/<Object>ChangeEvent stream per mode: cdc object")
     sub.add_argument("--initial-replay", choices=("LATEST", "EARLIEST"), default="LATEST",
                      help="where a stream with no saved position starts")
     sub.add_argument("--tenant-id", default=os.environ.get("SF_TENANT_ID"))
@@ -53,11 +60,23 @@ def _parser() -> argparse.ArgumentParser:
                      help="reconnect when not even a keepalive came for this long (Salesforce sends one in 270 s)")
     status = commands.add_parser("status", help="print each stream's status")
     status.add_argument("--json", action="store_true")
+    letters = commands.add_parser("dead-letters", help="list the events that could not be decoded")
+    letters.add_argument("--ack", action="store_true",
+                         help="acknowledge every dead letter listed (the subscriber_no_dead_letters check passes)")
+    letters.add_argument("--json", action="store_true")
     return parser
 
 
-def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
+def cdc_entities(config_path: str | Path) -> tuple[str, ...]:
+    """The objects of replication.yaml that follow CDC (``mode: cdc``, the default); none without the file."""
     from cdc_assets.config import load_config
+
+    if not Path(config_path).exists():
+        return ()
+    return tuple(o.name for o in load_config(config_path).objects if o.mode == "cdc")
+
+
+def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
     from resources.salesforce import salesforce_resource_from_env
 
     subscribers: list[Subscriber] = []
@@ -70,7 +89,11 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):  # first: a signal during start-up stops cleanly too
         signal.signal(signum, stop)
-    entities = tuple(load_config(args.config).names) if Path(args.config).exists() else ()
+    entities = cdc_entities(args.config)
+    if args.per_object and not args.topic and not entities:
+        print(f"--per-object: {args.config} lists no mode: cdc object to subscribe to; list objects there (or "
+              "pass --topic)", file=sys.stderr)
+        return 2
     topics = args.topic or ([f"/data/{name}ChangeEvent" for name in entities] if args.per_object else [ALL_CHANGES])
     for topic in topics:
         salesforce = salesforce_resource_from_env(resolved=True)
@@ -107,9 +130,31 @@ def show_status(args: argparse.Namespace, state_dir: Path) -> int:
         lag = "-" if s.lag_seconds is None else f"{s.lag_seconds:.1f}s"
         print(f"{s.topic}: {s.effective_state(now)}  replay id {s.last_replay_id}  {s.events_per_second} events/s  "
               f"lag {lag}  landed {s.events_landed} events in {s.files_landed} files  resyncs {s.resyncs}  "
-              f"updated {s.updated_at}")
+              f"dead letters {s.dead_letters}  updated {s.updated_at}")
+        if s.last_replay_id is None and s.last_replay_id_hex:
+            print(f"  replay id (opaque bytes, hex) {s.last_replay_id_hex}")
+        if s.last_dead_letter:
+            print(f"  last dead letter at {s.last_dead_letter_at}: {s.last_dead_letter}")
         if s.last_error:
             print(f"  last error at {s.last_error_at}: {s.last_error}")
+    return 0
+
+
+def show_dead_letters(args: argparse.Namespace, state_dir: Path) -> int:
+    letters, open_ = read_dead_letters(state_dir), {x.key for x in unacknowledged(state_dir)}
+    if args.json:
+        print(json.dumps([asdict(x) | {"acknowledged": x.key not in open_} for x in letters], indent=1))
+    for x in [] if args.json else letters:
+        mark = "" if x.key in open_ else " (acknowledged)"
+        print(f"{x.recorded_at} {x.topic} replay id {x.replay_id} schema {x.schema_id} entity {x.entity}{mark}\n"
+              f"  reason: {x.reason}\n  done: {x.action}\n  payload ({len(x.payload)} base64 chars) in "
+              f"{state_dir}/dead_letters-*.jsonl")
+    if args.ack:
+        done = acknowledge(state_dir)
+        print(f"acknowledged {len(done)} dead letter(s)", file=sys.stderr if args.json else sys.stdout)
+    elif not args.json:
+        print(f"{len(letters)} dead letter(s), {len(open_)} not acknowledged"
+              + ("; acknowledge with: python -m cdc_subscriber dead-letters --ack" if open_ else ""))
     return 0
 
 
@@ -118,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     state_dir = args.state_dir or state_dir_for(args.landing_dir)
-    return subscribe(args, state_dir) if args.command == "subscribe" else show_status(args, state_dir)
+    commands = {"subscribe": subscribe, "status": show_status, "dead-letters": show_dead_letters}
+    return commands[args.command](args, state_dir)
 
 
 if __name__ == "__main__":

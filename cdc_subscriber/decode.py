@@ -26,7 +26,7 @@ from typing import Any
 import fastavro
 
 from cdc_subscriber import bitmap
-from cdc_subscriber.proto import replay_to_int
+from cdc_subscriber.proto import replay_as_long
 
 WITH_ALL_FIELDS = ("CREATE", "UNDELETE")
 _EPOCH = dt.date(1970, 1, 1)
@@ -122,10 +122,10 @@ class EventDecoder:
 
 
 def cometd_replay_id(replay_id: bytes) -> int | None:
-    """The CometD ``replayId`` (a long): the replay id's integer when it fits in 8 bytes, else null (the platform
-    orders by commit position first and keeps replay ids for reference only; the subscriber's position keeps the
-    bytes themselves)."""
-    return replay_to_int(replay_id) if len(replay_id) <= 8 else None
+    """The CometD ``replayId`` (a long): the replay id's integer when it is 8 bytes, else null (replay ids are opaque;
+    the platform orders by commit position first and keeps replay ids for reference only; the subscriber's position
+    keeps the bytes themselves)."""
+    return replay_as_long(replay_id)
 
 
 def dumps(event: dict[str, Any]) -> str:

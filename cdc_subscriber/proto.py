@@ -31,11 +31,18 @@ def _load():  # type: ignore[no-untyped-def]
 
 pb, services = _load()
 
-# Replay ids are opaque bytes to the protocol; Salesforce's (and the emulator's) are a big-endian long, which is
-# also the ``replayId`` integer the Streaming API (CometD) shows.
+# Replay ids are opaque bytes to the protocol: the subscriber saves, compares (for equality only) and resumes them as
+# the org gave them. Salesforce's happen to be a big-endian long today, which is also the ``replayId`` integer the
+# Streaming API (CometD) shows; these helpers exist for that display form and for tests, never for ordering.
+
+
+def replay_as_long(replay_id: bytes | None) -> int | None:
+    """The replay id as the CometD ``replayId`` long when it is 8 bytes (Salesforce's form today), else None."""
+    return int.from_bytes(replay_id, "big") if replay_id is not None and len(replay_id) == 8 else None
 
 
 def replay_to_int(replay_id: bytes) -> int:
+    """An 8-byte replay id as its integer (tests and benchmarks against the emulator's default ids)."""
     return int.from_bytes(replay_id, "big")
 
 

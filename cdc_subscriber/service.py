@@ -16,7 +16,16 @@ then ``Subscribe`` from the saved position (``CUSTOM``), or ``initial_replay`` t
   silently restarts at the tip: a ``GAP_OVERFLOW`` marker is landed for every replicated object (the path an
   overflow takes: each replica is resynced from the org), then the stream continues from ``LATEST``. The saved
   position is left alone until that new stream delivers something, so a crash in between lands the marker again
-  rather than skipping events.
+  rather than skipping events;
+- an event that cannot be decoded (corrupt bytes, a schema ``GetSchema`` cannot serve, an Avro shape or a bug the
+  decoder cannot handle) never stops the topic: it becomes a dead letter (``dead_letters.py``): recorded durably,
+  gap lines for the records its header names (or a resync of its entity, or of every replicated one) landed in its
+  place, and the stream goes on. Failures that are not the event's (the schema or describe() call could not be
+  made: network, session) still fail the stream, which retries the same event.
+
+Replay ids are opaque bytes: the position is saved and resumed exactly as the org gave it, and compared only for
+equality (a keepalive's ``latest_replay_id`` moves the position when it differs and nothing waits to land; the
+server sends it only once every event before it was delivered). Their integer form is for display only.
 
 ``stop()`` (SIGTERM/SIGINT in the CLI) drains: the open file is landed, the position saved, the state PAUSED.
 """
@@ -37,20 +46,23 @@ import grpc
 import requests
 
 from cdc_assets.faults import fault_point
+from cdc_subscriber import dead_letters
+from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, Salvage
 from cdc_subscriber.decode import EventDecoder, dumps
 from cdc_subscriber.landing import LandingFileWriter
+from cdc_subscriber.markers import overflow_marker
 from cdc_subscriber.position import PositionStore, _slug
-from cdc_subscriber.proto import pb, replay_to_int, services
+from cdc_subscriber.proto import pb, replay_as_long, services
 from cdc_subscriber.status import StatusReporter
 from resources.salesforce import SalesforceApiError, SalesforceResource
 
 log = logging.getLogger(__name__)
 
 ALL_CHANGES = "/data/ChangeEvents"
-DUMMY_RECORD_ID = "000000000000000AAA"  # the record id Salesforce puts in GAP_OVERFLOW events
 MAX_BATCH = 100
 PERMANENT = {grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED}
 MAX_AUTH_RETRIES = 3
+NO_SUCH_OBJECT = (400, 404)  # describe() of an entity the org does not have: asking again cannot help
 # Where a crash test kills the subscriber (CDC_FAULT_POINT, with CDC_FAULT_ACTION=kill), in the order they happen.
 FAULT_POINTS = ("subscriber.after_write", "subscriber.after_rename", "subscriber.after_position")
 
@@ -110,6 +122,7 @@ class Subscriber:
         self.writer = LandingFileWriter(config.landing_dir, self._landed, max_bytes=config.roll_bytes,
                                         max_age_seconds=config.roll_seconds)
         self.decoder = EventDecoder(self._fetch_schema, self._field_types)
+        self.dead_letters = DeadLetterStore(config.state_dir, config.topic)
         self.stopping = threading.Event()
         self._stub: Any = None
         self._metadata: tuple[tuple[str, str], ...] = ()
@@ -117,16 +130,17 @@ class Subscriber:
         self._last_response = time.monotonic()
         self._from_tip = False
         self._silent = False  # the watchdog cancelled a stream that went quiet
-        self._saved = replay_to_int(self.positions.load() or b"")
+        self._saved: bytes | None = self.positions.load()
+        self.reporter.restored(self._saved, len(self.dead_letters.read()))
 
     # -- callbacks ------------------------------------------------------------------------------------------
     def _landed(self, path: Path, lines: int, replay_id: bytes | None) -> None:
         if replay_id is not None:
             self.positions.save(replay_id)
             fault_point("subscriber.after_position")
-            self._saved = replay_to_int(replay_id)
-        self.reporter.landed(lines, self._saved if replay_id is not None else None)
-        log.debug("landed %s (%d events, position %s)", path.name, lines, self._saved)
+            self._saved = replay_id
+        self.reporter.landed(lines, replay_id)
+        log.debug("landed %s (%d events, position %s)", path.name, lines, replay_id.hex() if replay_id else None)
 
     def _fetch_schema(self, schema_id: str) -> str:
         info = self._stub.GetSchema(pb.SchemaRequest(schema_id=schema_id), metadata=self._metadata, timeout=30)
@@ -285,11 +299,7 @@ class Subscriber:
         for response in call:
             self._last_response = time.monotonic()
             for event in response.events:
-                decoded = self.decoder.decode(event, self.config.topic)
-                header = decoded["data"]["payload"]["ChangeEventHeader"]
-                self.reporter.received(header["commitTimestamp"])
-                self.writer.write(dumps(decoded), header["commitTimestamp"], header["transactionKey"],
-                                  event.replay_id)
+                self._land(event)
                 fault_point("subscriber.after_write")  # in the open (invisible) file only
             outstanding -= len(response.events)
             if not response.events:
@@ -299,12 +309,64 @@ class Subscriber:
                                             num_requested=self.config.batch - outstanding))
                 outstanding = self.config.batch
 
+    def _land(self, event: Any) -> None:
+        """Write one event's CometD line to the open landing file, or its dead letter's salvage lines."""
+        try:
+            decoded = self.decoder.decode(event, self.config.topic)
+            header = decoded["data"]["payload"]["ChangeEventHeader"]
+            line, commit_ts, key = dumps(decoded), header["commitTimestamp"], header["transactionKey"]
+        except grpc.RpcError as exc:
+            if not dead_letters.schema_unavailable(exc):
+                raise  # the org could not answer now (network, session): the stream retries this event
+            self._dead_letter(event, f"schema {event.event.schema_id} cannot be fetched: {exc.code().name}: "
+                                     f"{exc.details()}")
+            return
+        except SalesforceApiError as exc:
+            if exc.status not in NO_SUCH_OBJECT:
+                raise  # describe() could not be asked now: not the event's fault; the stream retries it
+            self._dead_letter(event, f"describe() of the event's entity failed: {exc}")
+            return
+        except (requests.RequestException, OSError):
+            raise  # the org could not be reached for describe(): the stream retries this event
+        except Exception as exc:  # anything else the event makes decode raise becomes its dead letter, with the reason
+            self._dead_letter(event, f"{type(exc).__name__}: {exc}")
+            return
+        self.reporter.received(commit_ts)
+        self.writer.write(line, commit_ts, key, event.replay_id)
+
+    def _schema_text(self, schema_id: str) -> str | None:
+        """The schema JSON for salvaging a dead letter; None when the org cannot serve it."""
+        try:
+            return self._fetch_schema(schema_id)
+        except grpc.RpcError as exc:
+            if dead_letters.schema_unavailable(exc):
+                return None
+            raise
+
+    def _dead_letter(self, event: Any, reason: str) -> None:
+        """Record the event durably as a dead letter, then land what can be salvaged in its place (the position
+        passes it only once that file is landed, like any event)."""
+        consumer, replay_id = event.event, event.replay_id
+        found: Salvage = dead_letters.salvage(replay_id=replay_id, schema_id=consumer.schema_id,
+                                              payload=consumer.payload,
+                                              schema_text=self._schema_text(consumer.schema_id),
+                                              channel=self.config.topic, entities=self.config.entities)
+        letter = DeadLetter.of(self.config.topic, replay_id, consumer.schema_id, consumer.payload, reason, found)
+        new = self.dead_letters.record(letter)
+        log.warning("stream %s: event with replay id %s (schema %s, entity %s) cannot be decoded: %s; %s; "
+                    "recorded as a dead letter in %s%s", self.config.topic, replay_id.hex(), consumer.schema_id,
+                    found.entity or "unknown", reason, found.action, self.dead_letters.path,
+                    "" if new else " (already recorded: re-delivered after a restart)")
+        for line in found.lines:
+            self.writer.write(dumps(line), found.commit_ts, found.transaction_key, replay_id)
+        self.reporter.dead_lettered(f"replay id {replay_id.hex()}: {reason}", new)
+
     def _keepalive(self, latest: bytes) -> None:
         with self.writer.lock:
-            if latest and not self.writer.pending and replay_to_int(latest) > self._saved:
+            if latest and not self.writer.pending and latest != self._saved:
                 self.positions.save(latest)
-                self._saved = replay_to_int(latest)
-                self.reporter.status.last_replay_id = self._saved
+                self._saved = latest
+                self.reporter.moved_to(latest)
         self.reporter.caught_up()
 
     def _resync(self, exc: Any) -> None:
@@ -315,11 +377,12 @@ class Subscriber:
         now = int(time.time() * 1000)
         key = f"subscriber-resync-{uuid.uuid4()}"
         for sequence, entity in enumerate(self.config.entities, start=1):
-            self.writer.write(dumps(resync_marker(entity, key, sequence, now, self.config.topic, self._saved)),
-                              now, key, None)
+            self.writer.write(dumps(resync_marker(entity, key, sequence, now, self.config.topic,
+                                                  replay_as_long(self._saved))), now, key, None)
         self.writer.roll()
         self.reporter.resynced()
-        message = (f"replay id {self._saved} is no longer retained ({exc.details()}): landed a resync of "
+        saved = self._saved.hex() if self._saved is not None else None
+        message = (f"replay id {saved} is no longer retained ({exc.details()}): landed a resync of "
                    f"{len(self.config.entities)} objects; continuing from the tip")
         log.warning(message)
         self.reporter.set_state("STARTING", message)
@@ -327,11 +390,7 @@ class Subscriber:
 
 
 def resync_marker(entity: str, transaction_key: str, sequence: int, commit_ts: int, channel: str,
-                  replay_id: int) -> dict[str, Any]:
-    """A GAP_OVERFLOW event for ``entity``: the replica is resynced from the org, as after an overflow."""
-    header = {"entityName": entity, "recordIds": [DUMMY_RECORD_ID], "changeType": "GAP_OVERFLOW",
-              "changeOrigin": "cdc_subscriber/replay-id-expired", "transactionKey": transaction_key,
-              "sequenceNumber": sequence, "commitTimestamp": commit_ts, "commitNumber": 0, "commitUser": "",
-              "nulledFields": [], "diffFields": [], "changedFields": []}
-    return {"channel": channel, "data": {"schema": "", "payload": {"ChangeEventHeader": header},
-                                         "event": {"replayId": replay_id}}}
+                  replay_long: int | None) -> dict[str, Any]:
+    """A GAP_OVERFLOW event for ``entity`` after an expired replay id: the replica is resynced from the org."""
+    return overflow_marker(entity, transaction_key, sequence, commit_ts, channel, replay_long,
+                           "cdc_subscriber/replay-id-expired")

@@ -5,10 +5,11 @@ landing what it holds), ``PAUSED`` (stopped on request), ``FAILED`` (an error; r
 ``FAILED_PERMANENTLY`` (an error retrying cannot fix: bad topic, no permission, bad configuration).
 
 Each stream (topic) writes ``status-<topic>.json`` in the subscriber's state folder (by default
-``<landing zone>/_subscriber``, which the platform never reads as events): state, last landed replay id, events
-landed, events per second (over the last ``RATE_WINDOW`` seconds), lag, last error and its time, and
-``updated_at``. Lag is now minus the newest ``commitTimestamp`` received, or 0 when the server's keepalive says
-nothing newer exists (an idle org is not a lagging stream). A status whose ``updated_at`` is older than
+``<landing zone>/_subscriber``, which the platform never reads as events): state, last landed replay id (hex of the
+opaque bytes, and its long form when it is 8 bytes), events landed, dead letters (unique events that could not be
+decoded, ``dead_letters.py``) and the last one's reason, events per second (over the last ``RATE_WINDOW``
+seconds), lag, last error and its time, and ``updated_at``. Lag is now minus the newest ``commitTimestamp``
+received, or 0 when the server's keepalive says nothing newer exists (an idle org is not a lagging stream). A status whose ``updated_at`` is older than
 ``STALE_AFTER_SECONDS`` comes from a subscriber that is no longer running, and reads as FAILED.
 """
 
@@ -23,6 +24,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from cdc_subscriber.proto import replay_as_long
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,8 @@ def _now() -> str:
 class StreamStatus:
     topic: str
     state: str = "NOT_STARTED"
-    last_replay_id: int | None = None
+    last_replay_id: int | None = None  # the CometD long form; None when the replay id is not 8 bytes
+    last_replay_id_hex: str | None = None
     events_landed: int = 0
     files_landed: int = 0
     events_per_second: float = 0.0
@@ -49,6 +53,9 @@ class StreamStatus:
     last_error: str | None = None
     last_error_at: str | None = None
     resyncs: int = 0
+    dead_letters: int = 0
+    last_dead_letter: str | None = None
+    last_dead_letter_at: str | None = None
     started_at: str = field(default_factory=_now)
     updated_at: str = field(default_factory=_now)
     pid: int = field(default_factory=os.getpid)
@@ -91,14 +98,36 @@ class StatusReporter:
         with self.lock:
             self.status.lag_seconds = 0.0
 
-    def landed(self, events: int, replay_int: int | None) -> None:
+    def restored(self, replay_id: bytes | None, dead_letters: int) -> None:
+        """At start: the saved position and the dead letters recorded before."""
+        with self.lock:
+            self._position(replay_id)
+            self.status.dead_letters = dead_letters
+
+    def moved_to(self, replay_id: bytes) -> None:
+        """A keepalive moved the position with nothing to land."""
+        with self.lock:
+            self._position(replay_id)
+
+    def _position(self, replay_id: bytes | None) -> None:
+        if replay_id is not None:
+            self.status.last_replay_id = replay_as_long(replay_id)
+            self.status.last_replay_id_hex = replay_id.hex()
+
+    def landed(self, events: int, replay_id: bytes | None) -> None:
         with self.lock:
             self.status.events_landed += events
             self.status.files_landed += 1
-            if replay_int is not None:
-                self.status.last_replay_id = replay_int
+            self._position(replay_id)
             self._landed.append((time.monotonic(), events))
         self.write()
+
+    def dead_lettered(self, reason: str, new: bool) -> None:
+        with self.lock:
+            self.status.dead_letters += new
+            self.status.last_dead_letter = reason
+            self.status.last_dead_letter_at = _now()
+        self.write(force=True)
 
     def resynced(self) -> None:
         with self.lock:

@@ -78,7 +78,8 @@ class Emulator:
         self.port = self._server.server_address[1]
         self.api.instance_url = self.instance_url
         if self.events is not None:
-            servicer = PubSubServicer(self.events, lambda: self.api.token, self.tenant_id, self.keepalive_seconds)
+            servicer = PubSubServicer(self.events, lambda: self.api.token, self.tenant_id, self.keepalive_seconds,
+                                      faults=lambda: self.faults)
             self._pubsub = PubSubServer(servicer, self._tls, self.host, self.pubsub_port).start()
             self.pubsub_port = self._pubsub.port
         self._stopping.clear()

@@ -14,11 +14,20 @@
   shorter than the new value (then the whole value, as Salesforce does). See ``text_diff.py``.
 - ``diff_corrupt_fraction``: that fraction of those diffs is one a subscriber must refuse: half with a wrong
   SHA-256 in the ``+++`` line, half made against another base (its hunks do not match the stored value).
+- ``poison_events``: Pub/Sub API only, off by default (a real org does not corrupt events, but a subscriber must
+  survive one): replay id -> how the server spoils that event when it sends it. ``"body"``: the Avro payload is
+  cut right after the ``ChangeEventHeader`` (the header still reads, the body does not); ``"payload"``: every
+  byte garbled (nothing reads); ``"schema"``: the event names a schema id ``GetSchema`` answers ``NOT_FOUND``.
+  See ``pubsub_faults.py``.
+- ``opaque_replay_ids``: not a fault, off by default: the Pub/Sub API issues replay ids as variable-length
+  opaque bytes instead of 8-byte big-endian longs (the protocol promises only bytes). See ``pubsub_faults.py``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+POISON_KINDS = ("body", "payload", "schema")
 
 
 @dataclass
@@ -31,6 +40,8 @@ class FaultConfig:
     late_after_files: int = 2
     diff_over_chars: int | None = None
     diff_corrupt_fraction: float = 0.0
+    poison_events: dict[int, str] = field(default_factory=dict)
+    opaque_replay_ids: bool = False
     seed: int | None = 0
 
     def __post_init__(self) -> None:
@@ -42,3 +53,5 @@ class FaultConfig:
             raise ValueError("FaultConfig.overflow_threshold must be at least 1")
         if self.diff_over_chars is not None and self.diff_over_chars < 1:
             raise ValueError("FaultConfig.diff_over_chars must be at least 1 (or None: never send diffs)")
+        if bad := {r: k for r, k in self.poison_events.items() if k not in POISON_KINDS}:
+            raise ValueError(f"FaultConfig.poison_events: unknown kinds {bad}; use one of {', '.join(POISON_KINDS)}")

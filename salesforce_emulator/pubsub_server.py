@@ -12,6 +12,9 @@ It serves the events of :class:`EventLog` (the ones the CDC publisher builds, re
 - **flow control**: a stream sends at most the events its FetchRequests asked for (``num_requested`` adds up);
 - **keepalive**: with nothing to send for ``keepalive_seconds`` (270 s in Salesforce), an empty FetchResponse
   carries the latest replay id of the stream.
+
+Off by default, ``FaultConfig`` (read at each send) may make replay ids opaque bytes of varying length, or spoil
+chosen events (``poison_events``): see ``pubsub_faults.py``.
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import Any
 
 import grpc
 
-from cdc_subscriber.proto import int_to_replay, pb, replay_to_int, services
+from cdc_subscriber.proto import pb, services
 from salesforce_emulator.event_log import EventLog
 from salesforce_emulator.pubsub_avro import encode_event, entity_for_schema, schema_id, schema_json
+from salesforce_emulator.pubsub_faults import decode_replay, encode_replay, poisoned, spoil
 from salesforce_emulator.schema import get_object
 from salesforce_emulator.tls import TlsFiles
 
@@ -62,8 +66,10 @@ class _Demand:
 
 
 class PubSubServicer(services.PubSubServicer):
-    def __init__(self, events: EventLog, token: Callable[[], str], tenant_id: str, keepalive_seconds: float):
+    def __init__(self, events: EventLog, token: Callable[[], str], tenant_id: str, keepalive_seconds: float,
+                 faults: Callable[[], Any] = lambda: None):
         self.events = events
+        self.faults = faults  # the emulator's FaultConfig now (None: no faults)
         self.token = token
         self.tenant_id = tenant_id
         self.keepalive_seconds = keepalive_seconds
@@ -93,21 +99,25 @@ class PubSubServicer(services.PubSubServicer):
             return self.events.earliest()
         if request.replay_preset != pb.ReplayPreset.Value("CUSTOM"):
             return self.events.tip
-        if len(request.replay_id) != 8 or replay_to_int(request.replay_id) > self.events.tip:
+        replay = decode_replay(request.replay_id)
+        if replay is None or replay > self.events.tip:
             context.set_trailing_metadata((("error-code", REPLAY_CORRUPTED),))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "The Replay ID validation failed: the replay id is "
                                                             "corrupted or was never issued")
-        replay = replay_to_int(request.replay_id)
         if replay < self.events.purged_through:
             context.set_trailing_metadata((("error-code", REPLAY_EXPIRED),))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"The Replay ID validation failed: replay id {replay} "
                                                             "is outside the retention window")
         return replay
 
+    def _replay_bytes(self, replay_id: int) -> bytes:
+        faults = self.faults()
+        return encode_replay(replay_id, bool(faults and faults.opaque_replay_ids))
+
     def _consumer_event(self, replay_id: int, line: str) -> Any:
-        schema, payload = encode_event(json.loads(line))
+        schema, payload = spoil(poisoned(self.faults(), replay_id), *encode_event(json.loads(line)))
         return pb.ConsumerEvent(event=pb.ProducerEvent(id=str(replay_id), schema_id=schema, payload=payload),
-                                replay_id=int_to_replay(replay_id))
+                                replay_id=self._replay_bytes(replay_id))
 
     # -- RPCs ---------------------------------------------------------------------------------------------
     def GetTopic(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -153,13 +163,13 @@ class PubSubServicer(services.PubSubServicer):
                     cursor = batch[-1].replay_id
                     last_sent = time.monotonic()
                     yield pb.FetchResponse(events=[self._consumer_event(e.replay_id, e.line) for e in batch],
-                                           latest_replay_id=int_to_replay(cursor), rpc_id=rpc_id,
+                                           latest_replay_id=self._replay_bytes(cursor), rpc_id=rpc_id,
                                            pending_num_requested=demand.value)
                     continue
                 cursor = tip  # nothing on this topic up to the tip
             if time.monotonic() - last_sent >= self.keepalive_seconds:
                 last_sent = time.monotonic()
-                yield pb.FetchResponse(latest_replay_id=int_to_replay(cursor), rpc_id=rpc_id,
+                yield pb.FetchResponse(latest_replay_id=self._replay_bytes(cursor), rpc_id=rpc_id,
                                        pending_num_requested=demand.value)
 
 

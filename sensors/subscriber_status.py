@@ -7,7 +7,15 @@ The subscriber (``python -m cdc_subscriber subscribe``) writes each stream's sta
   ``events_landed``, ``last_replay_id``) plots over time in the UI, plus the state and the last error;
 - an evaluation of the ``subscriber_stream_healthy`` check: it fails when a stream is ``FAILED`` or
   ``FAILED_PERMANENTLY`` (or stopped reporting: its process is gone) or its lag passes
-  ``subscriber_max_lag_seconds`` (replication.yaml option, default 300). The same check can run on demand.
+  ``subscriber_max_lag_seconds`` (replication.yaml option, default 300);
+- an evaluation of the ``subscriber_no_dead_letters`` check: it fails while events the subscriber could not decode
+  (``cdc_subscriber/dead_letters.py``) are not acknowledged, naming each one's replay id, schema, entity, reason and
+  what was landed in its place (gap lines, so the records were reconciled, or a resync). The stream went on and
+  the replicas were repaired either way; the check asks a person to look (usually a bug or a schema change) and to
+  acknowledge with ``python -m cdc_subscriber dead-letters --ack``. The observation carries ``dead_letters``
+  (unique events ever) and ``dead_letters_unacknowledged``.
+
+Both checks can run on demand too (one multi-asset check).
 
 A landing zone no subscriber of ours reports to (files dropped by another tool) is skipped: nothing to observe.
 Several streams (one per channel) add up: the worst state, the largest lag, the summed throughput.
@@ -24,11 +32,14 @@ import dagster as dg
 
 from cdc_assets.assets import LANDING_ZONE
 from cdc_assets.config import ReplicationConfig
+from cdc_subscriber.dead_letters import DeadLetter, read_dead_letters, unacknowledged
 from cdc_subscriber.status import STATES, StreamStatus, read_statuses
 from resources.landing_zone import LandingZone
 
 SENSOR_NAME = "subscriber_status_sensor"
 CHECK_NAME = "subscriber_stream_healthy"
+DEAD_LETTERS_CHECK = "subscriber_no_dead_letters"
+ACK_COMMAND = "python -m cdc_subscriber dead-letters --ack"
 UNHEALTHY = ("FAILED", "FAILED_PERMANENTLY")
 
 
@@ -59,11 +70,36 @@ def summarize(statuses: list[StreamStatus], max_lag_seconds: float,
         "streams": dg.MetadataValue.json({s.topic: {"state": states[s.topic], "lag_seconds": s.lag_seconds,
                                                     "events_per_second": s.events_per_second,
                                                     "last_replay_id": s.last_replay_id,
+                                                    "last_replay_id_hex": s.last_replay_id_hex,
+                                                    "dead_letters": s.dead_letters,
+                                                    "last_dead_letter": s.last_dead_letter,
                                                     "updated_at": s.updated_at} for s in statuses}),
     }
     if errors:
         metadata["last_error"] = dg.MetadataValue.text(errors[-1])
     return not problems, description, metadata
+
+
+def dead_letter_report(state: Path) -> tuple[bool, str, dict[str, Any]]:
+    """(no unacknowledged dead letters, description, metadata) of a subscriber state folder."""
+    letters, waiting = read_dead_letters(state), unacknowledged(state)
+    metadata: dict[str, Any] = {"dead_letters": dg.MetadataValue.int(len(letters)),
+                                "dead_letters_unacknowledged": dg.MetadataValue.int(len(waiting))}
+    if letters:
+        last = letters[-1]
+        metadata["last_dead_letter"] = dg.MetadataValue.text(
+            f"{last.topic} replay id {last.replay_id}: {last.reason}")
+    if not waiting:
+        return True, f"no dead letters waiting ({len(letters)} acknowledged)" if letters else "no dead letters", metadata
+    shown = "; ".join(_describe(x) for x in waiting[-5:])
+    return False, (f"{len(waiting)} event(s) could not be decoded and were landed as dead letters ({shown}). Their "
+                   f"records were marked dirty or their objects resynced, so the replicas catch up; find the cause "
+                   f"(raw payloads in {state}/dead_letters-*.jsonl), then acknowledge with `{ACK_COMMAND}`"), metadata
+
+
+def _describe(letter: DeadLetter) -> str:
+    return (f"{letter.topic} replay id {letter.replay_id}, schema {letter.schema_id}, entity "
+            f"{letter.entity or 'unknown'}: {letter.reason}; {letter.action}")
 
 
 def _max_lag(replication: ReplicationConfig) -> float:
@@ -76,17 +112,20 @@ def build_subscriber_status_sensor(*, replication: ReplicationConfig,
     max_lag = _max_lag(replication)
 
     @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=30, default_status=default_status,
-               description="Observes landing_zone with the CDC subscriber's stream status (state, lag, throughput) "
-                           f"and evaluates {CHECK_NAME}.")
+               description="Observes landing_zone with the CDC subscriber's stream status (state, lag, throughput, "
+                           f"dead letters) and evaluates {CHECK_NAME} and {DEAD_LETTERS_CHECK}.")
     def subscriber_status_sensor(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
         statuses = read_statuses(state_dir(landing))
         if not statuses:
             return dg.SensorResult(skip_reason=f"no subscriber reports in {state_dir(landing)}")
         healthy, description, metadata = summarize(statuses, max_lag)
+        clean, letters_description, letters = dead_letter_report(state_dir(landing))
         return dg.SensorResult(asset_events=[
-            dg.AssetObservation(asset_key=LANDING_ZONE, metadata=metadata, description=description),
+            dg.AssetObservation(asset_key=LANDING_ZONE, metadata=metadata | letters, description=description),
             dg.AssetCheckEvaluation(asset_key=LANDING_ZONE, check_name=CHECK_NAME, passed=healthy,
                                     metadata=metadata, description=description),
+            dg.AssetCheckEvaluation(asset_key=LANDING_ZONE, check_name=DEAD_LETTERS_CHECK, passed=clean,
+                                    metadata=letters, description=letters_description),
         ])
 
     return subscriber_status_sensor
@@ -95,13 +134,29 @@ def build_subscriber_status_sensor(*, replication: ReplicationConfig,
 def build_subscriber_check(*, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
     max_lag = _max_lag(replication)
 
-    @dg.asset_check(asset=LANDING_ZONE, name=CHECK_NAME,
-                    description=f"The CDC subscriber streams: not FAILED, lag under {max_lag:.0f}s.")
-    def subscriber_stream_healthy(landing: LandingZone) -> dg.AssetCheckResult:
+    specs = [dg.AssetCheckSpec(CHECK_NAME, asset=LANDING_ZONE,
+                               description=f"The CDC subscriber streams: not FAILED, lag under {max_lag:.0f}s."),
+             dg.AssetCheckSpec(DEAD_LETTERS_CHECK, asset=LANDING_ZONE,
+                               description="No event the CDC subscriber could not decode awaits acknowledgement "
+                                           f"(`{ACK_COMMAND}`).")]
+
+    @dg.multi_asset_check(specs=specs, name="subscriber_checks", can_subset=True)
+    def subscriber_checks(context, landing: LandingZone):  # noqa: ANN001 (dagster reads no string annotation)
+        selected = {k.name for k in context.selected_asset_check_keys}
+        if CHECK_NAME in selected:
+            yield _stream_check(landing)
+        if DEAD_LETTERS_CHECK in selected:
+            clean, description, metadata = dead_letter_report(state_dir(landing))
+            yield dg.AssetCheckResult(check_name=DEAD_LETTERS_CHECK, passed=clean, description=description,
+                                      metadata=metadata)
+
+    def _stream_check(landing: LandingZone) -> dg.AssetCheckResult:
         statuses = read_statuses(state_dir(landing))
         if not statuses:
-            return dg.AssetCheckResult(passed=True, description="no subscriber of ours reports to this landing zone")
+            return dg.AssetCheckResult(check_name=CHECK_NAME, passed=True,
+                                       description="no subscriber of ours reports to this landing zone")
         healthy, description, metadata = summarize(statuses, max_lag)
-        return dg.AssetCheckResult(passed=healthy, description=description, metadata=metadata)
+        return dg.AssetCheckResult(check_name=CHECK_NAME, passed=healthy, description=description,
+                                   metadata=metadata)
 
-    return subscriber_stream_healthy
+    return subscriber_checks

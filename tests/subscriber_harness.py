@@ -26,13 +26,21 @@ class RunningSubscriber:
     def _run(self) -> None:
         self.result = self.subscriber.run()
 
-    def wait_for(self, replay_id: int, timeout: float = 30.0) -> None:
-        """Until the durable position reaches ``replay_id`` (everything up to it is landed)."""
+    def wait_for(self, replay_id: int | bytes, timeout: float = 30.0) -> None:
+        """Until the durable position reaches ``replay_id`` (everything up to it is landed): an int is the
+        emulator's default 8-byte id, compared as a number; bytes (opaque ids) must be the position exactly."""
         deadline = time.monotonic() + timeout
-        while self.subscriber._saved < replay_id:
+        while not self._reached(replay_id):
             assert self.thread.is_alive(), f"subscriber stopped: {self.result}"
-            assert time.monotonic() < deadline, f"position {self.subscriber._saved} never reached {replay_id}"
+            saved = self.subscriber._saved
+            assert time.monotonic() < deadline, f"position {saved and saved.hex()} never reached {replay_id!r}"
             time.sleep(0.05)
+
+    def _reached(self, replay_id: int | bytes) -> bool:
+        saved = self.subscriber._saved
+        if isinstance(replay_id, bytes):
+            return saved == replay_id
+        return saved is not None and len(saved) == 8 and int.from_bytes(saved, "big") >= replay_id
 
     def stop(self) -> str | None:
         self.subscriber.stop()

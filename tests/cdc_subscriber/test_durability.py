@@ -1,5 +1,6 @@
-"""The subscriber as its own process, killed with SIGKILL at random points, and an expired replay id: the
-replicas built from what it landed equal the org (Dagster's real materialize(), real Spark and Delta)."""
+"""The subscriber as its own process, killed with SIGKILL at random points, an expired replay id, and poison events
+in a busy stream: the replicas built from what it landed equal the org (Dagster's real materialize(), real Spark
+and Delta)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,13 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from cdc_subscriber.dead_letters import read_dead_letters
 from cdc_subscriber.service import FAULT_POINTS
 from subscriber_harness import landed, resource
 from harness import Platform
 from org_compare import differences
 from salesforce_emulator import Emulator
+from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
 from sensors.reconciliation import SENSOR_NAME
 from settings import REPO, TEST_SPARK_CONF
@@ -47,8 +50,9 @@ def spawn(org: Emulator, platform: Platform, extra_env: dict[str, str] | None = 
 
 
 def position(platform: Platform) -> int:
+    """The emulator's event number of the saved position (its replay ids may be opaque bytes)."""
     path = platform.landing / "_subscriber" / "position-data_ChangeEvents.json"
-    return json.loads(path.read_text())["replay_int"] if path.exists() else 0
+    return decode_replay(bytes.fromhex(json.loads(path.read_text())["replay_id"])) or 0 if path.exists() else 0
 
 
 def drain(org: Emulator, platform: Platform, proc: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -172,3 +176,46 @@ def test_killed_at_each_fault_point_the_restart_relands_and_never_skips(tmp_path
         assert len(first) == 1 and before == 0 and len(ours) > len(published)
     else:  # the position was saved: the restart continues after it
         assert len(first) == 1 and before > 0 and len(ours) == len(published)
+
+
+def test_poison_events_in_a_busy_stream_still_end_with_every_replica_equal_to_the_org(tmp_path, org, spark):
+    workload = Workload(org, seed=24)
+    workload.build_org(accounts=20)
+    platform = make_platform(tmp_path, org)
+    platform.run()  # initial load
+    # Phase 1: two events whose header reads: their records are reconciled by id.
+    modes = poisoned_stream(org, platform, workload, {30: "body", 70: "body"})
+    assert modes == {"reconcile"}
+    assert_equal_to_org(platform, org)
+    # Phase 2: an event that is garbage (its entity is resynced) and one whose schema the org cannot serve (every
+    # object is resynced), then more of the busy stream; the org now issues opaque replay ids of 4 to 7 bytes (the
+    # saved 8-byte position still resumes), so every landed replayId is null and ordering rests on commit position.
+    org.set_faults(opaque_replay_ids=True)
+    modes = poisoned_stream(org, platform, workload, {30: "payload", 70: "schema"})
+    assert "resync" in modes
+    assert any(e["data"]["event"]["replayId"] is None for e in landed(platform.landing))
+    assert_equal_to_org(platform, org)
+    assert len(read_dead_letters(platform.landing / "_subscriber")) == 4
+
+
+def poisoned_stream(org: Emulator, platform: Platform, workload: Workload, poison_at: dict[int, str]) -> set[str]:
+    """Spoil the events ``n`` ahead of the tip, run the subscriber through a busy stream carrying them, apply what
+    landed and every run the reconciliation sensor asks for; returns the modes of those runs."""
+    start = org.events.tip
+    poison = {start + n: kind for n, kind in poison_at.items()}
+    org.set_faults(poison_events=poison)  # keeps the other knobs
+    proc = spawn(org, platform)
+    while org.events.tip < start + max(poison_at) + 60:
+        workload.run(changes=5)
+        time.sleep(0.02)
+    drain(org, platform, proc)
+    letters = read_dead_letters(platform.landing / "_subscriber")
+    assert set(poison) <= {decode_replay(bytes.fromhex(x.replay_id)) for x in letters}
+    platform.run(close_after=0)
+    modes: set[str] = set()
+    for _ in range(4):  # the reconcile or resync runs, then whatever those leave
+        requests = run_sensor_requests(platform)
+        modes |= {r.tags.get("cdc/mode") for r in requests}
+        if not requests:
+            return modes
+    raise AssertionError(f"the reconciliation sensor still asks for runs after 4 rounds ({modes})")

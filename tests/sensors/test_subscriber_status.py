@@ -12,9 +12,11 @@ import pytest
 
 from cdc_assets.assets import LANDING_ZONE
 from definitions import build_defs
+from cdc_subscriber.cli import main as cli_main
+from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, salvage
 from cdc_subscriber.status import StatusReporter
 from harness import write_config
-from sensors.subscriber_status import CHECK_NAME, SENSOR_NAME
+from sensors.subscriber_status import CHECK_NAME, DEAD_LETTERS_CHECK, SENSOR_NAME
 
 
 @pytest.fixture
@@ -39,9 +41,14 @@ def evaluate(defs) -> dg.SensorResult:
 
 
 def events(result: dg.SensorResult) -> tuple[dg.AssetObservation, dg.AssetCheckEvaluation]:
-    observation, check = result.asset_events
+    observation, check, letters = result.asset_events
     assert observation.asset_key == LANDING_ZONE and check.asset_key == LANDING_ZONE and check.check_name == CHECK_NAME
+    assert letters.check_name == DEAD_LETTERS_CHECK
     return observation, check
+
+
+def dead_letters_check(result: dg.SensorResult) -> dg.AssetCheckEvaluation:
+    return result.asset_events[2]
 
 
 def test_a_running_stream_is_observed_with_lag_and_throughput_and_passes(defs, tmp_path):
@@ -79,5 +86,46 @@ def test_no_subscriber_of_ours_is_skipped_and_the_check_passes(defs):
     check = next(c for c in defs.asset_checks if CHECK_NAME in {k.name for k in c.check_keys})
     result = dg.materialize([check], resources=defs.resources, instance=dg.DagsterInstance.ephemeral(),
                             selection=dg.AssetSelection.checks(check))
-    [evaluation] = result.get_asset_check_evaluations()
-    assert evaluation.passed
+    evaluations = result.get_asset_check_evaluations()
+    assert {e.check_name for e in evaluations} == {CHECK_NAME, DEAD_LETTERS_CHECK}
+    assert all(e.passed for e in evaluations)
+
+
+def dead_letter(tmp_path, replay_id: bytes = b"\x5f\x0e\x2a\xcf") -> None:
+    found = salvage(replay_id=replay_id, schema_id="poison-1", payload=b"\xff" * 8, schema_text=None,
+                    channel="/data/ChangeEvents", entities=("Account",))
+    DeadLetterStore(tmp_path / "landing" / "_subscriber", "/data/ChangeEvents").record(
+        DeadLetter.of("/data/ChangeEvents", replay_id, "poison-1", b"\xff" * 8, "schema poison-1 cannot be fetched: "
+                      "NOT_FOUND", found))
+
+
+def test_dead_letters_fail_their_check_until_acknowledged(defs, tmp_path):
+    report(tmp_path, state="RUNNING", lag_seconds=0.5, dead_letters=1, last_dead_letter="replay id 5f0e2acf: ...")
+    dead_letter(tmp_path)
+    result = evaluate(defs)
+    observation, stream = events(result)
+    letters = dead_letters_check(result)
+    assert stream.passed, "the stream itself went on: it is healthy"
+    assert not letters.passed and "5f0e2acf" in letters.description and "NOT_FOUND" in letters.description
+    assert "GAP_OVERFLOW for Account" in letters.description and "dead-letters --ack" in letters.description
+    meta = {k: v.value for k, v in observation.metadata.items()}
+    assert meta["dead_letters"] == 1 and meta["dead_letters_unacknowledged"] == 1
+    assert "NOT_FOUND" in meta["last_dead_letter"] and meta["streams"]["/data/ChangeEvents"]["dead_letters"] == 1
+
+    assert cli_main(["--landing-dir", str(tmp_path / "landing"), "dead-letters", "--ack"]) == 0
+    result = evaluate(defs)
+    assert dead_letters_check(result).passed
+    meta = {k: v.value for k, v in events(result)[0].metadata.items()}
+    assert meta["dead_letters"] == 1 and meta["dead_letters_unacknowledged"] == 0
+
+    dead_letter(tmp_path, b"\x01\x02")  # a new one after the acknowledgement fails the check again
+    assert not dead_letters_check(evaluate(defs)).passed
+
+
+def test_the_dead_letters_check_runs_on_demand(defs, tmp_path):
+    dead_letter(tmp_path)
+    check = next(c for c in defs.asset_checks if DEAD_LETTERS_CHECK in {k.name for k in c.check_keys})
+    result = dg.materialize([check], resources=defs.resources, instance=dg.DagsterInstance.ephemeral(),
+                            selection=dg.AssetSelection.checks(check))
+    evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert not evaluations[DEAD_LETTERS_CHECK].passed and evaluations[CHECK_NAME].passed

@@ -15,7 +15,7 @@ from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.ingest import ingest
-from cdc_assets.poll import PollResult, poll, poll_state, polled_result
+from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, describe_note, resolve_schema
 from cdc_assets.sync import SyncResult, reconcile, resync

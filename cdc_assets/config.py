@@ -51,7 +51,7 @@ class _Section(BaseModel):
 
 class ObjectOptions(_Section):
     """Settings of one object. Under `options` each is the default for every object; an object's entry overrides
-    it. The poll keys apply to `mode: poll` objects (cdc_assets/poll.py)."""
+    it. The poll keys apply to `mode: poll` objects (cdc_assets/poll/run.py)."""
 
     bucket_chars: int = Field(DEFAULT_BUCKET_CHARS, ge=1, le=18, description=(
         "Leading Id characters that form the table's layout column `_sf_bucket` (design §8): records created "
@@ -109,7 +109,7 @@ class ReplicationOptions(ObjectOptions):
 
 @dataclass(frozen=True)
 class PollOptions:
-    """How a `mode: poll` object is polled (seconds; see cdc_assets/poll.py): its ObjectOptions poll keys."""
+    """How a `mode: poll` object is polled (seconds; see cdc_assets/poll/run.py): its ObjectOptions poll keys."""
 
     interval: float
     overlap: float

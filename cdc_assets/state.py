@@ -125,7 +125,7 @@ class BulkJob(_State):
 
 @dataclass(frozen=True)
 class PollState(_State):
-    """The cursor of a polled object (cdc_assets/poll.py)."""
+    """The cursor of a polled object (cdc_assets/poll/run.py)."""
     cursor: PollPosition | None = None
     job: BulkJob | None = None
     ids_compared_at: str | None = None

@@ -44,7 +44,7 @@ from deltalake import DeltaTable
 from cdc_assets.apply import APPLY_APP, EVENT_COUNTS, ApplyResult
 from cdc_assets.config import PollOptions
 from cdc_assets.faults import fault_point
-from cdc_assets.poll_rows import newer_rows, newest_position
+from cdc_assets.poll.rows import newer_rows, newest_position
 from cdc_assets.records import mark_deleted, records_to_text, replica_rows
 from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
 from cdc_assets.sync import SyncResult

@@ -23,7 +23,7 @@ from harness import Platform
 from org_compare import differences
 from cdc_assets.assets import replica_key
 from cdc_assets.faults import POLL_POINTS
-from cdc_assets.poll import poll_state as read_poll_state
+from cdc_assets.poll.run import poll_state as read_poll_state
 from cdc_assets.state import PollState
 from definitions import build_defs
 from resources.delta import DeltaWarehouse

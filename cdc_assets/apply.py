@@ -159,6 +159,11 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
         table = warehouse.append(schema.name, new_rows, read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
                                  state=state.to_dict(), txns=txns, description=description,
                                  configuration=schema.table_properties())
+    elif not new_rows.num_rows:
+        # Nothing to write, but the checkpoint moved (every row superseded, held or overflowed): an empty commit
+        # stores it, as a poll does. A merge of no rows commits nothing, and the same rows would be read forever.
+        table = warehouse.append(schema.name, new_rows, read=replica, partition_by=[BUCKET_COLUMN], key=state.KEY,
+                                 state=state.to_dict(), txns=txns)
     else:
         # Committed against `replica`, the snapshot `applied` came from: a concurrent writer fails this commit.
         table = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,

@@ -32,7 +32,8 @@ KINDS = {"spark", "delta", "salesforce"}
 
 META_DELTA_VERSION = "delta_version"
 META_TABLE_URI = "table_uri"
-META_APPLIED_THROUGH = "applied_through"
+META_APPLIED_THROUGH = "applied_through"  # the checkpoint the replica stores (moved only by a commit)
+META_COMMITTED = "committed"  # whether the run's apply step committed (its state, with or without rows)
 META_DIRTY = "dirty_records"
 META_RESYNC = "resync_pending"
 META_HELD = "held_transactions"
@@ -166,6 +167,7 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         META_DELTA_VERSION: dg.MetadataValue.int(table.version() if table is not None else -1),
         META_TABLE_URI: dg.MetadataValue.path(warehouse.uri(sobject.name)),
         META_APPLIED_THROUGH: dg.MetadataValue.int(s.applied_through),
+        META_COMMITTED: dg.MetadataValue.bool(result.committed),
         META_DIRTY: dg.MetadataValue.int(dirty_count(table)),
         META_RESYNC: dg.MetadataValue.text(s.resync_pending.reason if s.resync_pending else ""),
         META_HELD: dg.MetadataValue.json(s.held.transactions if s.held else []),

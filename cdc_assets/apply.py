@@ -110,10 +110,12 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
 
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
-    # Not carried: the poll cursor (after a poll -> cdc hand-off the object is CDC's), the last reconcile, counts.
+    # Carried: an active poll cursor (a reconcile or resync run of a polled object applies too; dropping the cursor
+    # would restart polling behind the replica's newest row, past changes never read). Not carried: an inactive
+    # one (after a poll -> cdc hand-off the object is CDC's), the last reconcile, counts.
     state = ReplicaState(applied_through=max(applied, ce_seq), resync_pending=prev.resync_pending,
                          resynced=prev.resynced, last_commit_ts=prev.last_commit_ts, run_id=run_id,
-                         synced_at=now.isoformat())
+                         synced_at=now.isoformat(), poll=prev.poll if prev.poll and prev.poll.active else None)
     new_rows = schema.arrow_schema().empty_table()
     buckets: list[str] = []
 

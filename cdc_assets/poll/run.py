@@ -50,7 +50,7 @@ from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
 from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
 from resources.delta import DeltaWarehouse, aligned_arrow
-from resources.salesforce import BulkPosition, SalesforceApiError, SalesforceResource, select_soql
+from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -181,8 +181,8 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
         try:
             _read_bulk(salesforce, schema, fields, job, writer, base, options,
                        resume=BulkPosition(job.id, job.locator))
-        except SalesforceApiError as exc:
-            if exc.status not in (400, 404):
+        except SalesforceApiError as exc:  # gone (expired, deleted: 404, or 400) or failed in the org
+            if exc.status not in (400, 404) and not isinstance(exc, BulkJobFailed):
                 raise
             log.warning("%s: Bulk job %s can no longer be read (%s); querying again from %s", schema.name,
                         job.id, exc.status, job.where)

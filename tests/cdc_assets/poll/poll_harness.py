@@ -43,13 +43,14 @@ def poll_platform(tmp_path, emu: Emulator, objects=POLLED, **options) -> Platfor
     return platform
 
 
-def run_replicas(platform: Platform, objects=POLLED, **config) -> dg.ExecuteInProcessResult:
+def run_replicas(platform: Platform, objects=POLLED, *, raise_on_error: bool = True,
+                 **config) -> dg.ExecuteInProcessResult:
     """One run of the replicas alone (what a poll sensor requests): no change_events, no Spark."""
     keys = [replica_key(o) for o in objects]
     assets = [a for a in platform.executable_assets() if set(a.keys) & set(keys)]
     ops = {replica_key(o).to_python_identifier(): {"config": config} for o in objects} if config else {}
     return dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
-                          selection=keys, run_config={"ops": ops})
+                          selection=keys, run_config={"ops": ops}, raise_on_error=raise_on_error)
 
 
 def assert_equal_to_org(platform: Platform, emu: Emulator, objects=POLLED) -> None:

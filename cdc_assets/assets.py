@@ -87,6 +87,9 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
 class ReplicaRunConfig(dg.Config):
     mode: Literal["apply", "reconcile", "resync", "poll"] = "apply"  # apply: the object's own (cdc or poll)
     compare_ids: bool = False  # poll: compare Ids with the org now (hard deletes), whatever the schedule
+    # poll: compare Ids now and apply its deletes even beyond poll_max_delete_share (check poll_hard_deletes failed
+    # and the org really lost those records)
+    confirm_deletes: bool = False
     # Overrides replication.yaml for this run (the run's first replica step decides for all: cdc_assets/closure.py).
     transaction_close_after: float | None = None
 
@@ -126,7 +129,8 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active:
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
-                        compare_ids=config.compare_ids, handoff=not polled)
+                        compare_ids=config.compare_ids, confirm_deletes=config.confirm_deletes,
+                        handoff=not polled)
         elif config.mode == "reconcile":
             sync = reconcile(session(pyspark), warehouse, salesforce, schema, run_id=run_id, now=now)
         if polled:  # no change events to apply: no Spark either

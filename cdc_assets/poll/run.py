@@ -23,7 +23,8 @@ the records changed since a cursor, `SELECT <fields>, IsDeleted, SystemModstamp 
   org no longer has (expired, deleted) is queried again from the same `since` (idempotent by the rule above).
 - **Deletes.** `IsDeleted` rows set `_sf_deleted` (undeletes clear it: newer rows). Records purged from the recycle
   bin vanish from `queryAll` without a trace: every `hard_delete_check_every` seconds a run compares the replica's
-  Ids with the org's (a Bulk `queryAll` of Id) and soft-deletes the missing ones (`hard_deleted` in the metadata).
+  Ids with the org's, both ways (cdc_assets/poll/compare.py): purged records are soft-deleted (bounded by
+  `poll_max_delete_share`), records committed later than the overlap and records that reappeared are fetched.
 - **Switching modes.** cdc -> poll: with no cursor yet, polling starts at the replica's newest `_sf_commit_ts`
   minus the overlap. poll -> cdc: the first cdc run polls once more (`handoff`) and then applies the change events
   ingested since the apply checkpoint; those at or before a polled row's SystemModstamp are superseded, newer ones
@@ -44,8 +45,9 @@ from deltalake import DeltaTable
 from cdc_assets.apply import APPLY_APP, EVENT_COUNTS, ApplyResult
 from cdc_assets.config import PollOptions
 from cdc_assets.faults import fault_point
+from cdc_assets.poll.compare import COUNTS as COMPARE_COUNTS, compare_ids
 from cdc_assets.poll.rows import newer_rows, newest_position
-from cdc_assets.records import mark_deleted, records_to_text, replica_rows
+from cdc_assets.records import records_to_text, replica_rows
 from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
 from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
@@ -58,7 +60,7 @@ log = logging.getLogger(__name__)
 POLL = "poll"  # _sf_source of polled rows
 ORDER = "SystemModstamp, Id"
 COUNTS = ("poll_rows_read", "poll_rows_written", "poll_inserted", "poll_deleted", "poll_pages", "poll_bulk",
-          "poll_resumed", "hard_delete_checked", "hard_deleted")
+          "poll_resumed", *COMPARE_COUNTS)
 
 
 @dataclass
@@ -158,10 +160,12 @@ def query_hash(name: str, fields: list[str], where: str | None) -> str:
 
 
 def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, options: PollOptions,
-         run_id: str, now: datetime, compare_ids: bool = False, handoff: bool = False) -> PollResult:
+         run_id: str, now: datetime, compare_ids: bool = False, confirm_deletes: bool = False,
+         handoff: bool = False) -> PollResult:
     """Bring the replica up to date with the org's records changed since the cursor (module docstring).
 
-    `compare_ids` forces the hard-delete Id comparison (otherwise due every `hard_delete_check_every` seconds);
+    `compare_ids` forces the Id comparison (otherwise due every `hard_delete_check_every` seconds; compare.py),
+    `confirm_deletes` too, and lets it delete more than `max_delete_share` of the live records;
     `handoff` is the last poll before CDC takes over (the cursor is kept, marked inactive).
     """
     used_before = int(salesforce.api_usage().get("used", 0))
@@ -204,8 +208,8 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
             job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema.name, fields, where))
             _read_bulk(salesforce, schema, fields, job, writer, base, options)
     base = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
-    if compare_ids or _due(base.ids_compared_at, options.hard_delete_check_every, now):
-        _compare_ids(salesforce, schema, writer, base, now)
+    if compare_ids or confirm_deletes or _due(base.ids_compared_at, options.hard_delete_check_every, now):
+        _compare(salesforce, schema, writer, base, options, now, confirm_deletes)
     after = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
     log.info("%s: polled %d rows, %d written (%d new, %d deleted), %d purged records found; cursor %s",
              schema.name, writer.counts["poll_rows_read"], writer.counts["poll_rows_written"],
@@ -248,22 +252,20 @@ def _due(last: str | None, every: float, now: datetime) -> bool:
     return last is None or (now - datetime.fromisoformat(last)).total_seconds() >= every
 
 
-def _compare_ids(salesforce: SalesforceResource, schema: ObjectSchema, writer: PollWriter, base: PollState,
-                 now: datetime) -> None:
-    """Soft-delete replica rows whose Id the org no longer has at all (purged from the recycle bin)."""
-    org_ids = [b.column(0) for b in salesforce.bulk_query_all(schema.name, ["Id"], page_size=500_000)]
-    known = pa.chunked_array(org_ids, pa.string()).combine_chunks() if org_ids else pa.array([], pa.string())
+def _compare(salesforce: SalesforceResource, schema: ObjectSchema, writer: PollWriter, base: PollState,
+             options: PollOptions, now: datetime, confirm: bool) -> None:
+    """The Id comparison (cdc_assets/poll/compare.py), committed with its poll state."""
     table = writer.warehouse.table(schema.name)
-    gone = []
-    for batch in table.to_pyarrow_dataset().to_batches(filter=~pc.field("_sf_deleted")):
-        batch = aligned_arrow(pa.Table.from_batches([batch]), writer.target)
-        missing = batch.filter(pc.invert(pc.is_in(batch["Id"], value_set=known)))
-        if missing.num_rows:
-            gone.append(missing)
+    result = compare_ids(salesforce, schema, table, base, current=lambda ids: writer.current(table, ids), now=now,
+                         max_share=options.max_delete_share, confirm=confirm)
     fault_point("poll.after_id_compare")
-    rows = mark_deleted(pa.concat_tables(gone), at=now, source=POLL, synced_at=now) if gone else \
-        writer.target.empty_table()
-    writer.counts["hard_delete_checked"] = 1
-    poll = replace(base, ids_compared_at=now.isoformat(), hard_deleted=base.hard_deleted + rows.num_rows)
-    writer.write(rows, poll, force=True, guard=False)  # gone for good: no newer state can exist
-    writer.counts["hard_deleted"] = rows.num_rows
+    writer.write(result.rows, result.state, force=True, guard=False)  # compare_ids chose the rows
+    writer.counts |= result.counts
+    if result.state.refused:
+        r = result.state.refused
+        log.warning("%s: the Id comparison would soft-delete %d of %d live records (more than %.1f %%): refused; "
+                    "if the org really lost them, run the replica with config confirm_deletes: true",
+                    schema.name, r.records, r.live, 100 * r.max_share)
+    if result.state.late_found:
+        log.warning("%s: the Id comparison found %d records committed later than the poll overlap (%g s): raise "
+                    "poll_overlap for this object", schema.name, result.state.late_found, options.overlap)

@@ -43,11 +43,14 @@ def poll_platform(tmp_path, emu: Emulator, objects=POLLED, **options) -> Platfor
     return platform
 
 
-def run_replicas(platform: Platform, objects=POLLED, *, raise_on_error: bool = True,
+def run_replicas(platform: Platform, objects=POLLED, *, raise_on_error: bool = True, checks: bool = False,
                  **config) -> dg.ExecuteInProcessResult:
-    """One run of the replicas alone (what a poll sensor requests): no change_events, no Spark."""
+    """One run of the replicas alone (what a poll sensor requests): no change_events, no Spark; with `checks`, their
+    asset checks too."""
     keys = [replica_key(o) for o in objects]
     assets = [a for a in platform.executable_assets() if set(a.keys) & set(keys)]
+    if checks:
+        assets += [c for c in platform.defs.asset_checks or [] if {k.asset_key for k in c.check_keys} & set(keys)]
     ops = {replica_key(o).to_python_identifier(): {"config": config} for o in objects} if config else {}
     return dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
                           selection=keys, run_config={"ops": ops}, raise_on_error=raise_on_error)

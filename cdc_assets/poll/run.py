@@ -2,7 +2,11 @@
 
 The same replica table, columns and checks as a CDC object; only where the rows come from differs. Each run reads
 the records changed since a cursor, `SELECT <fields>, IsDeleted, SystemModstamp FROM X WHERE SystemModstamp >=
-:since ORDER BY SystemModstamp, Id` through `queryAll` (deleted rows included), and merges them into the replica:
+:since ORDER BY SystemModstamp, Id` through `queryAll` (deleted rows included), and merges them into the replica.
+The cursor field is the object's own (`cursor_field`, from describe(); `poll_cursor_field` in the metadata):
+SystemModstamp, else LastModifiedDate (share objects), else CreatedDate (field history objects, never changed);
+an object without IsDeleted (setup objects: no recycle bin) is queried without it. SystemModstamp below stands for
+that field.
 
 - **Position.** A polled row's position is its SystemModstamp (`_sf_commit_ts`, `_sf_source = 'poll'`). It replaces
   the replica row only when newer, or at the same SystemModstamp when its values differ (another transaction
@@ -58,7 +62,18 @@ from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 log = logging.getLogger(__name__)
 
 POLL = "poll"  # _sf_source of polled rows
-ORDER = "SystemModstamp, Id"
+
+
+def cursor_field(schema: ObjectSchema) -> str:
+    """The field polling reads changes by: SystemModstamp, else LastModifiedDate, else CreatedDate (describe())."""
+    if schema.position_field is None:
+        raise RuntimeError(f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): it "
+                           f"cannot be polled; leave it out of replication.yaml")
+    return schema.position_field
+
+
+def order_by(schema: ObjectSchema) -> str:
+    return f"{cursor_field(schema)}, Id"
 COUNTS = ("poll_rows_read", "poll_rows_written", "poll_inserted", "poll_deleted", "poll_pages", "poll_bulk",
           "poll_resumed", *COMPARE_COUNTS)
 
@@ -66,7 +81,9 @@ COUNTS = ("poll_rows_read", "poll_rows_written", "poll_inserted", "poll_deleted"
 @dataclass
 class PollResult(SyncResult):
     cursor: PollPosition | None = None
+    cursor_field: str | None = None  # the field the cursor is a position in (cursor_field)
     seconds: dict[str, float] = field(default_factory=dict)  # org: queries and pages; read/merge: the replica
+    commits: int = 0  # Delta commits the poll made
 
 
 def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None) -> ApplyResult:
@@ -75,6 +92,7 @@ def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None)
     counts = {k: 0 for k in (*EVENT_COUNTS, "rows_written")}
     return ApplyResult(counts=counts, state=ReplicaState.read(warehouse, table), table=table,
                        version=table.version() if table is not None else None,
+                       committed=sync is not None and (not isinstance(sync, PollResult) or sync.commits > 0),
                        seconds=sync.seconds if isinstance(sync, PollResult) else {})
 
 
@@ -106,6 +124,7 @@ class PollWriter:
         self.warehouse, self.schema, self.run_id, self.now = warehouse, schema, run_id, now
         self.target = schema.arrow_schema()
         self.counts = {k: 0 for k in COUNTS}
+        self.commits = 0
         self.watch = Stopwatch()  # laps: "org" (queries, pages, parsing), "read" (current rows), "merge"
 
     def current(self, table: DeltaTable, ids: list[str]) -> pa.Table:
@@ -142,6 +161,7 @@ class PollWriter:
         else:
             self.warehouse.append(self.schema.name, self.target.empty_table(), read=table,
                                   partition_by=[BUCKET_COLUMN], key=state.KEY, state=state.to_dict(), txns=txns)
+        self.commits += 1
         self.watch.lap("merge")
         return fresh, c
 
@@ -155,8 +175,8 @@ class PollWriter:
             self.counts["poll_deleted"] += int(pc.sum(written["_sf_deleted"]).as_py() or 0)
 
 
-def query_hash(name: str, fields: list[str], where: str | None) -> str:
-    return hashlib.sha1(f"{name}|{','.join(fields)}|{where}|{ORDER}".encode()).hexdigest()[:16]
+def query_hash(schema: ObjectSchema, fields: list[str], where: str | None) -> str:
+    return hashlib.sha1(f"{schema.name}|{','.join(fields)}|{where}|{order_by(schema)}".encode()).hexdigest()[:16]
 
 
 def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, options: PollOptions,
@@ -176,8 +196,13 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     fields = schema.org_fields
     writer = PollWriter(warehouse, schema, run_id=run_id, now=now)
     job = state.job
-    base = replace(state, job=None, active=not handoff)
-    if job and job.hash != query_hash(schema.name, fields, job.where):
+    field_name = cursor_field(schema)
+    if state.cursor and state.cursor_field not in (None, field_name):
+        log.warning("%s: the cursor was a %s, describe() now gives %s: polling again behind the replica's newest row",
+                    schema.name, state.cursor_field, field_name)
+        state, job = replace(state, cursor=None), None
+    base = replace(state, job=None, active=not handoff, cursor_field=field_name)
+    if job and job.hash != query_hash(schema, fields, job.where):
         log.warning("%s: the interrupted Bulk job %s queried other fields; querying again", schema.name, job.id)
         job = None
     if job:
@@ -193,8 +218,8 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
             _read_bulk(salesforce, schema, fields, replace(job, locator=None, records=0), writer, base, options)
     else:
         since = _since(table, state, options)
-        where = f"SystemModstamp >= {soql_datetime(since)}" if since else None
-        records = list(salesforce.query_all(select_soql(schema.name, fields, where=where, order_by=ORDER,
+        where = f"{field_name} >= {soql_datetime(since)}" if since else None
+        records = list(salesforce.query_all(select_soql(schema.name, fields, where=where, order_by=order_by(schema),
                                                         limit=options.rest_max_records)))
         if len(records) < options.rest_max_records:
             rows = replica_rows(records_to_text(records, fields), schema, source=POLL, synced_at=now)
@@ -205,7 +230,7 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
             writer.write_polled(rows, replace(base, cursor=cursor), force=changed)
             fault_point("poll.after_rest_commit")
         else:
-            job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema.name, fields, where))
+            job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema, fields, where))
             _read_bulk(salesforce, schema, fields, job, writer, base, options)
     base = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
     if compare_ids or confirm_deletes or _due(base.ids_compared_at, options.hard_delete_check_every, now):
@@ -218,6 +243,7 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     writer.watch.lap("org")
     return PollResult("poll_handoff" if handoff else "poll", writer.counts,
                       int(salesforce.api_usage().get("used", 0)) - used_before, cursor=after.cursor,
+                      cursor_field=field_name, commits=writer.commits,
                       seconds={f"poll_{k}": v for k, v in writer.watch.seconds.items()})
 
 
@@ -244,7 +270,7 @@ def _read_bulk(salesforce: SalesforceResource, schema: ObjectSchema, fields: lis
             fault_point("poll.after_page_commit")
 
     for batch in salesforce.bulk_query_all(schema.name, fields, page_size=options.page_size, where=job.where,
-                                           order_by=ORDER, resume=resume, on_page=on_page):
+                                           order_by=order_by(schema), resume=resume, on_page=on_page):
         buffer.append(batch)
 
 

@@ -240,10 +240,11 @@ USER = SObject("User", "005", _id() + _deleted() + _person_name() + (
 
 
 
-def _lacking(name: str, key_prefix: str, fields: tuple[Field, ...], missing: tuple[str, ...]) -> SObject:
-    """An object without some of the system fields every other object has: those are kept internal."""
-    return SObject(name, key_prefix, tuple(f for f in fields if f.name not in missing), deletable=False, cdc=False,
-                   internal=tuple(f for f in fields if f.name in missing))
+def _lacking(name: str, key_prefix: str, fields: tuple[Field, ...], missing: tuple[str, ...], *,
+             deletable: bool = True) -> SObject:
+    """An object without some of the system fields every other object has (those are kept internal), and no CDC."""
+    return SObject(name, key_prefix, tuple(f for f in fields if f.name not in missing), deletable=deletable,
+                   cdc=False, internal=tuple(f for f in fields if f.name in missing))
 
 
 # Objects without CDC that polling meets, shaped as in a real org: a field history object has only CreatedDate (no
@@ -255,7 +256,7 @@ ACCOUNT_HISTORY = _lacking("AccountHistory", "017", _id() + _deleted() + (
     Field("DataType", "picklist", length=255),
     Field("OldValue", "anyType"),
     Field("NewValue", "anyType"),
-) + _audit(owner=False), ("LastModifiedDate", "LastModifiedById", "SystemModstamp"))
+) + _audit(owner=False), ("LastModifiedDate", "LastModifiedById", "SystemModstamp"), deletable=False)
 
 ACCOUNT_SHARE = _lacking("AccountShare", "00r", _id() + _deleted() + (
     Field("AccountId", "reference", nillable=False, length=18),

@@ -110,10 +110,12 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
 
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
-    # Not carried: the poll cursor (after a poll -> cdc hand-off the object is CDC's), the last reconcile, counts.
+    # Carried: an active poll cursor (a reconcile or resync run of a polled object applies too; dropping the cursor
+    # would restart polling behind the replica's newest row, past changes never read). Not carried: an inactive
+    # one (after a poll -> cdc hand-off the object is CDC's), the last reconcile, counts.
     state = ReplicaState(applied_through=max(applied, ce_seq), resync_pending=prev.resync_pending,
                          resynced=prev.resynced, last_commit_ts=prev.last_commit_ts, run_id=run_id,
-                         synced_at=now.isoformat())
+                         synced_at=now.isoformat(), poll=prev.poll if prev.poll and prev.poll.active else None)
     new_rows = schema.arrow_schema().empty_table()
     buckets: list[str] = []
 
@@ -159,6 +161,11 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
         table = warehouse.append(schema.name, new_rows, read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
                                  state=state.to_dict(), txns=txns, description=description,
                                  configuration=schema.table_properties())
+    elif not new_rows.num_rows:
+        # Nothing to write, but the checkpoint moved (every row superseded, held or overflowed): an empty commit
+        # stores it, as a poll does. A merge of no rows commits nothing, and the same rows would be read forever.
+        table = warehouse.append(schema.name, new_rows, read=replica, partition_by=[BUCKET_COLUMN], key=state.KEY,
+                                 state=state.to_dict(), txns=txns)
     else:
         # Committed against `replica`, the snapshot `applied` came from: a concurrent writer fails this commit.
         table = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,

@@ -15,7 +15,7 @@ from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.ingest import ingest
-from cdc_assets.poll import PollResult, poll, poll_state, polled_result
+from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, describe_note, resolve_schema
 from cdc_assets.sync import SyncResult, reconcile, resync
@@ -32,7 +32,8 @@ KINDS = {"spark", "delta", "salesforce"}
 
 META_DELTA_VERSION = "delta_version"
 META_TABLE_URI = "table_uri"
-META_APPLIED_THROUGH = "applied_through"
+META_APPLIED_THROUGH = "applied_through"  # the checkpoint the replica stores (moved only by a commit)
+META_COMMITTED = "committed"  # whether the run's apply step committed (its state, with or without rows)
 META_DIRTY = "dirty_records"
 META_RESYNC = "resync_pending"
 META_HELD = "held_transactions"
@@ -40,6 +41,7 @@ META_LAG = "lag_seconds"
 META_API_CALLS = "api_calls"
 META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a fresh describe(): not replicated
 META_POLL_CURSOR = "poll_cursor"
+META_POLL_CURSOR_FIELD = "poll_cursor_field"  # SystemModstamp, LastModifiedDate or CreatedDate (from describe())
 TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's mode in replication.yaml); on runs: the run's modes
 
 
@@ -86,6 +88,9 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
 class ReplicaRunConfig(dg.Config):
     mode: Literal["apply", "reconcile", "resync", "poll"] = "apply"  # apply: the object's own (cdc or poll)
     compare_ids: bool = False  # poll: compare Ids with the org now (hard deletes), whatever the schedule
+    # poll: compare Ids now and apply its deletes even beyond poll_max_delete_share (check poll_hard_deletes failed
+    # and the org really lost those records)
+    confirm_deletes: bool = False
     # Overrides replication.yaml for this run (the run's first replica step decides for all: cdc_assets/closure.py).
     transaction_close_after: float | None = None
 
@@ -125,7 +130,8 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active:
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
-                        compare_ids=config.compare_ids, handoff=not polled)
+                        compare_ids=config.compare_ids, confirm_deletes=config.confirm_deletes,
+                        handoff=not polled)
         elif config.mode == "reconcile":
             sync = reconcile(session(pyspark), warehouse, salesforce, schema, run_id=run_id, now=now)
         if polled:  # no change events to apply: no Spark either
@@ -166,6 +172,7 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         META_DELTA_VERSION: dg.MetadataValue.int(table.version() if table is not None else -1),
         META_TABLE_URI: dg.MetadataValue.path(warehouse.uri(sobject.name)),
         META_APPLIED_THROUGH: dg.MetadataValue.int(s.applied_through),
+        META_COMMITTED: dg.MetadataValue.bool(result.committed),
         META_DIRTY: dg.MetadataValue.int(dirty_count(table)),
         META_RESYNC: dg.MetadataValue.text(s.resync_pending.reason if s.resync_pending else ""),
         META_HELD: dg.MetadataValue.json(s.held.transactions if s.held else []),
@@ -177,6 +184,7 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         metadata |= {k: dg.MetadataValue.int(v + c.get(k, 0)) for k, v in sync.counts.items()}
     if isinstance(sync, PollResult):
         metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor.to_dict() if sync.cursor else {})
+        metadata[META_POLL_CURSOR_FIELD] = dg.MetadataValue.text(sync.cursor_field or "")
     if s.last_commit_ts:
         seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s.last_commit_ts)).total_seconds()
         metadata[META_LAG] = dg.MetadataValue.float(seconds)

@@ -1,8 +1,8 @@
 """Asset checks on every replica (design §9, §10): what a reader of the table needs to be true.
 
-One `multi_asset_check` per replica asset runs six checks in one step right after the asset (a `dg.materialize`
-or a sensor run that selects the asset includes them), reading the table and its replica state
-(`ReplicaState`, cdc_assets/state.py) once:
+One `multi_asset_check` per replica asset runs six checks (eight for a polled object) in one step right after the
+asset (a `dg.materialize` or a sensor run that selects the asset includes them), reading the table and its replica
+state (`ReplicaState`, cdc_assets/state.py) once:
 
 - `schema` (blocking): rows written by the latest replica commit match the pandera schema built from describe();
 - `unique_id` (blocking): `Id` is unique and non-null over the whole table (reads only the Id column);
@@ -12,7 +12,10 @@ or a sensor run that selects the asset includes them), reading the table and its
 - `no_stale_dirty`: no record has been dirty (awaiting reconciliation) longer than `dirty_threshold_seconds`;
 - `quarantine_empty`: `_quarantine` has no rows newer than the last acknowledgement (`acknowledge_quarantine`);
 - `freshness`: the newest applied change is less than `freshness_seconds` old (a quiet org trips it too, so it only
-  warns).
+  warns);
+- polled objects only (cdc_assets/poll/compare.py): `poll_hard_deletes` (ERROR): the last Id comparison did not
+  refuse its deletes (more than `poll_max_delete_share` of the live records); `poll_overlap` (WARN): it found no
+  record committed later than `poll_overlap`.
 
 Blocking checks are the ones under which a downstream reader would read wrong data; the others call for a person
 or a sensor. Thresholds come from replication.yaml `options`. A check whose table does not exist yet passes and
@@ -45,6 +48,9 @@ NO_PENDING_RESYNC = "no_pending_resync"
 QUARANTINE_EMPTY = "quarantine_empty"
 FRESHNESS = "freshness"
 CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS)
+POLL_HARD_DELETES = "poll_hard_deletes"
+POLL_OVERLAP = "poll_overlap"
+POLL_CHECKS = (POLL_HARD_DELETES, POLL_OVERLAP)  # polled objects only (cdc_assets/poll/compare.py)
 BLOCKING = frozenset({SCHEMA, UNIQUE_ID})
 
 DIRTY_THRESHOLD_OPTION, FRESHNESS_OPTION = "dirty_threshold_seconds", "freshness_seconds"  # ReplicationOptions
@@ -63,6 +69,10 @@ DESCRIPTIONS = {
                       "with cdc_assets.checks.acknowledge_quarantine(warehouse, until=<newest quarantined_at>).",
     FRESHNESS: "The newest applied change is recent enough "
                f"(replication.yaml options.{FRESHNESS_OPTION}; a quiet org also trips it).",
+    POLL_HARD_DELETES: "The last Id comparison with the org applied its deletes: it did not refuse to soft-delete "
+                       "more than poll_max_delete_share of the live records.",
+    POLL_OVERLAP: "The last Id comparison found no record committed later than poll_overlap (one it found means "
+                  "the overlap is too short for this org).",
 }
 
 
@@ -228,16 +238,45 @@ def check_freshness(table: DeltaTable | None, state: ReplicaState, name: str, *,
                    f"quiet org also trips this.")
 
 
+def check_poll_hard_deletes(state: ReplicaState, name: str) -> dg.AssetCheckResult:
+    refused = state.poll.refused if state.poll else None
+    if refused is None:
+        return _result(POLL_HARD_DELETES, True, {"refused_records": 0}, "The last Id comparison applied its deletes.")
+    share = refused.records / refused.live if refused.live else 1.0
+    return dg.AssetCheckResult(
+        check_name=POLL_HARD_DELETES, passed=False, severity=dg.AssetCheckSeverity.ERROR,
+        metadata={"refused_records": refused.records, "live_records": refused.live, "compared_at": refused.at,
+                  "share": share, "max_share": refused.max_share},
+        description=f"The Id comparison of {refused.at} found {refused.records} of {refused.live} live {name} "
+                    f"records missing from the org ({100 * share:.1f} %, more than {100 * refused.max_share:g} %) and "
+                    f"deleted none. If the org really lost them, run {name} with config confirm_deletes: true; if "
+                    f"not (a sharing change, a partial result), fix the integration user's access: the next "
+                    f"comparison (or config compare_ids: true) retries.")
+
+
+def check_poll_overlap(state: ReplicaState, name: str, overlap: float) -> dg.AssetCheckResult:
+    late = state.poll.late_found if state.poll else 0
+    meta = {"late_found": late, "poll_overlap": float(overlap)}
+    if not late:
+        return _result(POLL_OVERLAP, True, meta, "The last Id comparison found no record committed late.")
+    return dg.AssetCheckResult(
+        check_name=POLL_OVERLAP, passed=False, severity=dg.AssetCheckSeverity.WARN, metadata=meta,
+        description=f"The last Id comparison found {late} {name} records committed later than the poll overlap "
+                    f"({overlap:g} s) and replicated them; until then they were missing. Raise poll_overlap for "
+                    f"{name} in replication.yaml.")
+
+
 def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
-    """The six checks of one replica asset, as one multi-asset check (one step, one read of the replica state).
+    """The six checks of one replica asset (and the two poll checks of a polled one), as one multi-asset check (one step, one read of the replica state).
 
     The expected schema comes from describe() as the asset gets it (the describe file, else the copy kept with the
     table); checks never call the org.
     """
     key = replica_key(sobject.name)
     dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.options.freshness_seconds
+    names = CHECKS + (POLL_CHECKS if sobject.mode == "poll" else ())
     specs = [dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name])
-             for name in CHECKS]
+             for name in names]
 
     @dg.multi_asset_check(specs=specs, name=f"{key.to_python_identifier()}_checks", can_subset=True)
     def replica_checks(context: dg.AssetCheckExecutionContext, pyspark: PySparkResource,
@@ -255,8 +294,10 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
                                                          now=now),
             QUARANTINE_EMPTY: lambda: check_quarantine_empty(warehouse),
             FRESHNESS: lambda: check_freshness(table, state, sobject.name, threshold=freshness, now=now),
+            POLL_HARD_DELETES: lambda: check_poll_hard_deletes(state, sobject.name),
+            POLL_OVERLAP: lambda: check_poll_overlap(state, sobject.name, sobject.poll.overlap),
         }
-        for name in CHECKS:
+        for name in names:
             if name in selected:
                 result = run[name]()
                 if not result.passed:

@@ -51,7 +51,7 @@ class _Section(BaseModel):
 
 class ObjectOptions(_Section):
     """Settings of one object. Under `options` each is the default for every object; an object's entry overrides
-    it. The poll keys apply to `mode: poll` objects (cdc_assets/poll.py)."""
+    it. The poll keys apply to `mode: poll` objects (cdc_assets/poll/run.py)."""
 
     bucket_chars: int = Field(DEFAULT_BUCKET_CHARS, ge=1, le=18, description=(
         "Leading Id characters that form the table's layout column `_sf_bucket` (design §8): records created "
@@ -62,6 +62,9 @@ class ObjectOptions(_Section):
         "Seconds re-read behind the cursor each poll, for rows committed late."))
     hard_delete_check_every: float = Field(86400.0, ge=0, description=(
         "Seconds between Id comparisons with the org, which find records purged from the recycle bin."))
+    poll_max_delete_share: float = Field(0.05, ge=0, le=1, description=(
+        "Largest share of an object's live records one Id comparison may soft-delete; a comparison that would "
+        "delete more is refused (check `poll_hard_deletes`) until a run confirms it (`confirm_deletes`)."))
     poll_rest_max_records: int = Field(2000, ge=0, description=(
         "A delta smaller than this is read with one REST queryAll; a larger one through a Bulk API 2.0 job."))
     poll_page_size: int = Field(50_000, gt=0, description=(
@@ -109,13 +112,14 @@ class ReplicationOptions(ObjectOptions):
 
 @dataclass(frozen=True)
 class PollOptions:
-    """How a `mode: poll` object is polled (seconds; see cdc_assets/poll.py): its ObjectOptions poll keys."""
+    """How a `mode: poll` object is polled (seconds; see cdc_assets/poll/run.py): its ObjectOptions poll keys."""
 
     interval: float
     overlap: float
     hard_delete_check_every: float
     rest_max_records: int  # a delta below this many rows is read with one REST query, else Bulk API 2.0
     page_size: int         # Bulk API 2.0 result page (one Delta commit each)
+    max_delete_share: float = 0.05  # an Id comparison deleting a larger share of the live records is refused
 
 
 class SObjectConfig(ObjectOptions):
@@ -136,7 +140,8 @@ class SObjectConfig(ObjectOptions):
     def poll(self) -> PollOptions:
         return PollOptions(interval=self.poll_interval, overlap=self.poll_overlap,
                            hard_delete_check_every=self.hard_delete_check_every,
-                           rest_max_records=self.poll_rest_max_records, page_size=self.poll_page_size)
+                           rest_max_records=self.poll_rest_max_records, page_size=self.poll_page_size,
+                           max_delete_share=self.poll_max_delete_share)
 
     def load_describe(self) -> dict | None:
         return json.loads(self.describe_path.read_text()) if self.describe_path else None

@@ -44,7 +44,8 @@ def _cast(column: pa.Array, target: pa.DataType) -> pa.Array:
 def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at: datetime) -> pa.Table:
     """Text columns named like the org's fields (incl. IsDeleted, SystemModstamp) -> replica rows.
 
-    `_sf_commit_ts` is the record's SystemModstamp (design §6-7): events at or before it are already included.
+    `_sf_commit_ts` is the record's SystemModstamp (design §6-7): events at or before it are already included. An
+    object without SystemModstamp is positioned by its `schema.position_field` (LastModifiedDate, CreatedDate).
     """
     target = schema.arrow_schema()
     n = text.num_rows
@@ -53,7 +54,10 @@ def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at
     for c, _ in schema.columns:
         field = target.field(c)
         cols[c] = _cast(text[c].combine_chunks(), field.type) if c in have else pa.nulls(n, field.type)
-    modstamp = _cast(text["SystemModstamp"].combine_chunks(), pa.timestamp("us", tz="UTC"))
+    if schema.position_field is None:
+        raise ValueError(f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): its "
+                         f"records have no position to replicate them by; leave it out of replication.yaml")
+    modstamp = _cast(text[schema.position_field].combine_chunks(), pa.timestamp("us", tz="UTC"))
     deleted = _cast(text["IsDeleted"].combine_chunks(), pa.bool_()) if "IsDeleted" in have else \
         pa.array([False] * n)
     deleted = pc.fill_null(deleted, False)

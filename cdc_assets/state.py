@@ -124,13 +124,26 @@ class BulkJob(_State):
 
 
 @dataclass(frozen=True)
+class RefusedDeletes(_State):
+    """An Id comparison that would have soft-deleted more than `poll_max_delete_share` of the live records, refused
+    (cdc_assets/poll/compare.py): nothing was deleted; a run with `confirm_deletes` applies it."""
+    at: str
+    records: int  # live replica records the org did not return
+    live: int  # live replica records compared
+    max_share: float
+
+
+@dataclass(frozen=True)
 class PollState(_State):
-    """The cursor of a polled object (cdc_assets/poll.py)."""
+    """The cursor of a polled object (cdc_assets/poll/run.py) and what its last Id comparison found (compare.py)."""
     cursor: PollPosition | None = None
     job: BulkJob | None = None
     ids_compared_at: str | None = None
     hard_deleted: int = 0
     active: bool = True  # false after the hand-off run of an object switched to cdc
+    late_found: int = 0  # records the last Id comparison found missing (committed later than the overlap)
+    refused: RefusedDeletes | None = None  # the last Id comparison's deletes, refused (too many)
+    cursor_field: str | None = None  # the field the cursor is a position in (SystemModstamp, LastModifiedDate, ...)
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
         fault_point("resync.after_missing_marked_deleted")
 
     state = ReplicaState(applied_through=replay - 1, run_id=run_id, synced_at=now.isoformat(),
-                         last_commit_ts=prev.last_commit_ts,
+                         last_commit_ts=prev.last_commit_ts, poll=prev.poll,  # a polled object keeps its cursor
                          resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"))
     fault_point("resync.before_commit")
     # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.

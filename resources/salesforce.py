@@ -81,6 +81,10 @@ class SalesforceApiError(RuntimeError):
         self.body = body
 
 
+class BulkJobFailed(SalesforceApiError):
+    """A Bulk API 2.0 job the org failed or aborted: it gives no results; query again."""
+
+
 class _LoggedRetry(Retry):
     """urllib3's Retry, saying each retry as a warning (urllib3 logs them at debug level only)."""
 
@@ -281,10 +285,15 @@ class SalesforceResource(dg.ConfigurableResource):
 
         ``on_page(position)`` is called after a page's batches are yielded and before the next page is asked for,
         with the job id and the next page's locator (``None`` after the last page): a caller that commits each
-        page there can continue a killed run with ``resume=position`` (the same job, no new query)."""
+        page there can continue a killed run with ``resume=position`` (the same job, no new query).
+
+        The job is deleted once read to its end (or failed in the org). A read that fails midway keeps it when
+        ``on_page`` is given, so that the run after it resumes from the last position it committed; without
+        ``on_page`` nobody could resume it, and it is deleted. A job the org no longer has (404) is left alone."""
         job = {"operation": "queryAll", "query": select_soql(object_name, fields, where=where, order_by=order_by),
                "contentType": "CSV", "columnDelimiter": "COMMA", "lineEnding": line_ending}
         job_id = resume.job_id if resume else self._request("POST", "jobs/query", retry=False, json=job).json()["id"]
+        finished = gone = False  # finished: read to its end, or failed in the org; gone: the org has it no more
         try:
             self._wait_for_job(job_id, poll_seconds, timeout_seconds)
             locator: str | None = resume.locator if resume else None
@@ -302,9 +311,24 @@ class SalesforceResource(dg.ConfigurableResource):
                     on_page(BulkPosition(job_id, None if not locator or locator == "null" else locator))
                 if not locator or locator == "null":
                     break
+            finished = True
             log.info("Bulk queryAll of %s finished: job %s, %d result pages", object_name, job_id, pages)
+        except BulkJobFailed:
+            finished = True
+            raise
+        except SalesforceApiError as exc:
+            if exc.status == 404:
+                gone = True  # expired or deleted: nothing to delete
+            raise
         finally:
-            self._delete_job(job_id)
+            # A job is deleted when done. A failed read keeps it when the caller holds its positions (`on_page`):
+            # the next run resumes from the last locator it committed; without them no run could, so it goes.
+            if gone:
+                log.info("Bulk query job %s is gone from the org (expired or deleted)", job_id)
+            elif finished or on_page is None:
+                self._delete_job(job_id)
+            else:
+                log.info("Bulk query job %s kept: a later run resumes it from its last committed locator", job_id)
 
     def _wait_for_job(self, job_id: str, poll_seconds: float, timeout_seconds: float) -> None:
         deadline = time.monotonic() + timeout_seconds
@@ -314,8 +338,8 @@ class SalesforceResource(dg.ConfigurableResource):
             if state == "JobComplete":
                 return
             if state in ("Failed", "Aborted"):
-                raise SalesforceApiError("GET", f"jobs/query/{job_id}", 200,
-                                         f"Bulk query job {state}: {info.get('errorMessage', '')}")
+                raise BulkJobFailed("GET", f"jobs/query/{job_id}", 200,
+                                    f"Bulk query job {state}: {info.get('errorMessage', '')}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Bulk query job {job_id} still {state} after {timeout_seconds:.0f}s")
             time.sleep(poll_seconds)

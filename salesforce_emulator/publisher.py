@@ -42,7 +42,8 @@ class CdcPublisher:
         self.enabled = {get_object(name).name for name in cdc_objects}  # type: ignore[union-attr]
 
     def is_enabled(self, entity: str) -> bool:
-        return self.enabled is None or entity in self.enabled
+        obj = get_object(entity)
+        return (obj is None or obj.cdc) and (self.enabled is None or entity in self.enabled)
 
     def set_faults(self, faults: FaultConfig) -> None:
         with self.writer.lock:

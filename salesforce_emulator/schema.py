@@ -77,6 +77,10 @@ class SObject:
     fields: tuple[Field, ...]
     formulas: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
     deletable: bool = True
+    # Columns the emulator keeps for its own clock and recycle bin (IsDeleted, SystemModstamp, audit fields) that
+    # this object does not have in a real org: stored, never described, queried or returned.
+    internal: tuple[Field, ...] = ()
+    cdc: bool = True  # Change Data Capture can be enabled for it (history, share and setup objects: no)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
@@ -84,7 +88,12 @@ class SObject:
 
     @property
     def stored_fields(self) -> list[Field]:
-        return [f for f in self.fields if f.stored]
+        return [f for f in self.fields if f.stored] + list(self.internal)
+
+    @property
+    def recycle_bin(self) -> bool:
+        """Whether deleted records stay queryable (queryAll, IsDeleted); without IsDeleted a delete is final."""
+        return "IsDeleted" in self.by_name  # type: ignore[attr-defined]
 
     def field(self, name: str) -> Field | None:
         return self.by_lower.get(name.lower())  # type: ignore[attr-defined]
@@ -229,7 +238,45 @@ USER = SObject("User", "005", _id() + _deleted() + _person_name() + (
     Field("IsActive", "boolean", nillable=False, default=1),
 ) + _audit(owner=False), deletable=False)
 
-OBJECTS: dict[str, SObject] = {o.name: o for o in (ACCOUNT, CONTACT, OPPORTUNITY, LEAD, CASE, USER)}
+
+
+def _lacking(name: str, key_prefix: str, fields: tuple[Field, ...], missing: tuple[str, ...], *,
+             deletable: bool = True) -> SObject:
+    """An object without some of the system fields every other object has (those are kept internal), and no CDC."""
+    return SObject(name, key_prefix, tuple(f for f in fields if f.name not in missing), deletable=deletable,
+                   cdc=False, internal=tuple(f for f in fields if f.name in missing))
+
+
+# Objects without CDC that polling meets, shaped as in a real org: a field history object has only CreatedDate (no
+# SystemModstamp, no LastModifiedDate), a share object LastModifiedDate (no SystemModstamp, no CreatedDate), a
+# setup object like UserRole no IsDeleted (and no CreatedDate).
+ACCOUNT_HISTORY = _lacking("AccountHistory", "017", _id() + _deleted() + (
+    Field("AccountId", "reference", nillable=False, length=18),
+    Field("Field", "picklist", nillable=False, length=255),
+    Field("DataType", "picklist", length=255),
+    Field("OldValue", "anyType"),
+    Field("NewValue", "anyType"),
+) + _audit(owner=False), ("LastModifiedDate", "LastModifiedById", "SystemModstamp"), deletable=False)
+
+ACCOUNT_SHARE = _lacking("AccountShare", "00r", _id() + _deleted() + (
+    Field("AccountId", "reference", nillable=False, length=18),
+    Field("UserOrGroupId", "reference", nillable=False, length=18),
+    Field("AccountAccessLevel", "picklist", nillable=False, length=40),
+    Field("OpportunityAccessLevel", "picklist", nillable=False, length=40),
+    Field("CaseAccessLevel", "picklist", length=40),
+    Field("ContactAccessLevel", "picklist", length=40),
+    Field("RowCause", "picklist", length=40),
+) + _audit(owner=False), ("CreatedDate", "CreatedById", "SystemModstamp"))
+
+USER_ROLE = _lacking("UserRole", "00E", _id() + _deleted() + (
+    Field("Name", "string", nillable=False, length=80),
+    Field("DeveloperName", "string", length=80),
+    Field("ParentRoleId", "reference", length=18),
+    Field("RollupDescription", "string", length=80),
+) + _audit(owner=False), ("IsDeleted", "CreatedDate", "CreatedById"))
+
+OBJECTS: dict[str, SObject] = {o.name: o for o in (ACCOUNT, CONTACT, OPPORTUNITY, LEAD, CASE, USER, ACCOUNT_HISTORY,
+                                                   ACCOUNT_SHARE, USER_ROLE)}
 _LOWER = {name.lower(): obj for name, obj in OBJECTS.items()}
 BY_PREFIX = {o.key_prefix: o for o in OBJECTS.values()}
 

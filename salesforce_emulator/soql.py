@@ -48,7 +48,8 @@ class Query:
     offset: int = 0
 
     def sql(self, include_deleted: bool) -> tuple[str, list[Any]]:
-        clauses = [] if include_deleted else ["IsDeleted = 0"]
+        # An object without IsDeleted has no recycle bin: queryAll does not return its deleted records either.
+        clauses = [] if include_deleted and self.obj.recycle_bin else ["IsDeleted = 0"]
         if self.where_sql:
             clauses.append(f"({self.where_sql})")
         where = f" WHERE {' AND '.join(clauses)}" if clauses else ""

@@ -18,7 +18,7 @@ _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 TEXT_TYPES = {
     "id", "reference", "string", "picklist", "multipicklist", "textarea", "email", "phone", "url",
-    "combobox", "time", "encryptedstring",
+    "combobox", "time", "encryptedstring", "anyType",  # anyType (history OldValue/NewValue): kept as text
 }
 FLOAT_TYPES = {"double", "currency", "percent"}
 

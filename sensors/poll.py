@@ -1,5 +1,5 @@
 """poll sensors: one per `mode: poll` object in replication.yaml, each requesting a poll run of its replica every
-`poll_interval` seconds (cdc_assets/poll.py does the work).
+`poll_interval` seconds (cdc_assets/poll/ does the work).
 
 A sensor rather than a schedule, so that each tick can decide like the reconciliation sensor does: no run while one
 of the object's runs is queued or in flight (tag `cdc/object.<Name>`, which every run carries), and none while the

@@ -44,8 +44,9 @@ not applied twice. A backfill run again by Datastream has new uuids: its images 
 newer than the row, are superseded.
 
 **Values.** Payload values keep their JSON text and go through the same strict describe() checks as CometD values
-(spark_ops/parse.py `value_errors_sql`): a datetime is an ISO-8601 instant with its zone, a date `YYYY-MM-DD`, a
-boolean `true`/`false`. A value that does not fit quarantines the line with its reason and the row becomes a gap
+(spark_ops/parse.py `value_errors_sql`): a datetime is an ISO-8601 instant, a date `YYYY-MM-DD`, a boolean
+`true`/`false`. One difference: a payload datetime without a zone is UTC (`utc_datetimes_sql`), since Datastream's
+own datetime type carries no zone (its `source_timestamp` is read the same way); the CometD path stays strict. A value that does not fit quarantines the line with its reason and the row becomes a gap
 (`GAP_SNAPSHOT`): the record is dirty and reconciled, never half-applied. Compound fields arrive flattened
 (`BillingCity`); a nested compound value is flattened as on the CometD path. `SystemModstamp` is not a column
 (the row's `_sf_commit_ts` is it); formula fields are not replicated by Datastream.
@@ -90,6 +91,21 @@ def _instant(text: str) -> str:
          WHEN {text} RLIKE {literal(_ISO_LOCAL)} THEN try_cast(concat({text}, 'Z') AS timestamp) END"""
 
 
+def utc_datetimes_sql(schemas: dict[str, ObjectSchema], body: str) -> str:
+    """The map `body` with each datetime field of its entity that has no zone read as UTC (`Z` appended): Datastream
+    writes Salesforce datetimes in its own datetime type, which carries no zone (a space before the time becomes `T`).
+    Other values are left as they are,
+    for the strict checks (`value_errors_sql`)."""
+    branches = []
+    for entity, schema in schemas.items():
+        datetimes = [c for c, sf_type in schema.columns if sf_type == "datetime"]
+        if datetimes:
+            branches.append(
+                f"WHEN entity = {literal(entity)} THEN transform_values({body}, (k, v) -> CASE WHEN k IN "
+                f"{in_list(datetimes)} AND v RLIKE {literal(_ISO_LOCAL)} THEN concat(substring(v, 1, 10), 'T', substring(v, 12), 'Z') ELSE v END)")
+    return f"CASE {' '.join(branches)} ELSE {body} END" if branches else body
+
+
 def _datastream_sql(schemas: dict[str, ObjectSchema]) -> str:
     typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
     dropped = in_list(["Id", SNAPSHOT_DELETED, "SystemModstamp", "attributes"])  # attributes: REST-style type info
@@ -125,7 +141,7 @@ canonical AS (
   SELECT source_file, source_line, raw, entity, array(_id) AS record_ids, {literal(SNAPSHOT)} AS change_type,
          commit_ts, CAST({LAST_IN_INSTANT} AS bigint) AS commit_number,
          concat({literal(KEY_PREFIX)}, _uuid) AS transaction_key, sequence_number, CAST(NULL AS bigint) AS replay_id,
-         map_concat({flattened_sql(schemas, '_fields_raw')},
+         map_concat({utc_datetimes_sql(schemas, flattened_sql(schemas, '_fields_raw'))},
                     map({literal(SNAPSHOT_DELETED)}, CASE WHEN _deleted THEN 'true' ELSE 'false' END)) AS fields,
          CAST(array() AS array<string>) AS diff_fields, _read_method AS change_origin,
          CAST(NULL AS string) AS commit_user, coalesce({typed}, false) AS typed,

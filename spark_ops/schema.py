@@ -11,6 +11,7 @@ Everything here is pure metadata: no Spark session, no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -33,6 +34,9 @@ SPARK_TYPES: dict[str, T.DataType] = {
 }
 COMPOUND_TYPES = {"address", "location"}
 ORG_ONLY_FIELDS = ("IsDeleted", "SystemModstamp")  # read from the org with every record; never in a change event
+# A record's position (`_sf_commit_ts`) is the first of these its object has: objects without CDC may lack
+# SystemModstamp (a share object has LastModifiedDate; a field history object, immutable, only CreatedDate).
+POSITION_FIELDS = ("SystemModstamp", "LastModifiedDate", "CreatedDate")
 NOT_IN_EVENTS = frozenset(ORG_ONLY_FIELDS)
 
 # System columns every replica carries (design §8), then the layout column.
@@ -84,6 +88,8 @@ class ObjectSchema:
     compound: dict[str, dict[str, str]] = field(default_factory=dict)  # parent -> nested key -> column
     ignored: frozenset[str] = frozenset(NOT_IN_EVENTS)  # payload keys that never become columns
     bucket_chars: int = DEFAULT_BUCKET_CHARS
+    position_field: str | None = "SystemModstamp"  # the first of POSITION_FIELDS describe() has (None: none)
+    has_is_deleted: bool = True  # setup objects may have no IsDeleted (and no recycle bin)
 
     @classmethod
     def from_describe(cls, describe: dict, *, bucket_chars: int = DEFAULT_BUCKET_CHARS) -> ObjectSchema:
@@ -103,7 +109,9 @@ class ObjectSchema:
         if not columns or columns[0][0] != "Id":
             raise ValueError(f"describe() of {describe.get('name')} has no Id field; cannot build a replica")
         ignored = frozenset(NOT_IN_EVENTS | {f["name"] for f in fields if f.get("calculated")})
-        return cls(describe["name"], tuple(columns), compound, ignored, bucket_chars)
+        names = {f["name"] for f in fields}
+        position = next((p for p in POSITION_FIELDS if p in names), None)
+        return cls(describe["name"], tuple(columns), compound, ignored, bucket_chars, position, "IsDeleted" in names)
 
     @property
     def column_names(self) -> list[str]:
@@ -111,9 +119,12 @@ class ObjectSchema:
 
     @property
     def org_fields(self) -> list[str]:
-        """The fields a query of the org selects: the columns, then `ORG_ONLY_FIELDS` (the row's deleted flag and
-        position)."""
-        return [*self.column_names, *ORG_ONLY_FIELDS]
+        """The fields a query of the org selects: the columns, then those of `ORG_ONLY_FIELDS` the object has (the
+        row's deleted flag and position)."""
+        extra = [f for f in ORG_ONLY_FIELDS if f != "IsDeleted" or self.has_is_deleted]
+        if self.position_field != "SystemModstamp":
+            extra.remove("SystemModstamp")
+        return [*self.column_names, *extra]
 
     def knows(self, name: str) -> bool:
         """Whether an event field `name` has a place here: a column, a compound part or parent, or a field that
@@ -130,7 +141,7 @@ class ObjectSchema:
         """This schema plus fields seen later (schema evolution: added, never dropped)."""
         known = set(self.column_names)
         added = tuple((n, t) for n, t in extra.items() if n not in known)
-        return ObjectSchema(self.name, self.columns + added, self.compound, self.ignored, self.bucket_chars)
+        return dataclasses.replace(self, columns=self.columns + added)
 
     def spark_schema(self) -> T.StructType:
         cols = [T.StructField(c, spark_type(t), c != "Id") for c, t in self.columns]

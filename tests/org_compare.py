@@ -38,7 +38,7 @@ def differences(emu: Emulator, name: str, rows: dict[str, dict], limit: int = 10
         if row is None:
             diffs.append(f"{name} {rid}: missing from replica")
             continue
-        if bool(row["_sf_deleted"]) != bool(record["IsDeleted"]):
+        if bool(row["_sf_deleted"]) != bool(record.get("IsDeleted")):
             diffs.append(f"{name} {rid}: _sf_deleted={row['_sf_deleted']} but IsDeleted={record['IsDeleted']}")
         if row["_sf_dirty_since"] is not None:
             diffs.append(f"{name} {rid}: still dirty")

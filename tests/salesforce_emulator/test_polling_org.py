@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from resources.salesforce import BulkPosition, SalesforceResource
+import pytest
+
+from resources.salesforce import BulkPosition, SalesforceApiError, SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.values import ms_to_iso
 
@@ -65,3 +67,26 @@ def test_a_bulk_job_by_systemmodstamp_resumes_from_a_locator(emulator: Emulator)
     assert seen + resumed == sorted(new) and not set(old) & set(seen + resumed)
     assert emulator.request_counts()["bulk_query_job"] == 1  # one job created, read by two readers
     reader.close()
+
+
+def test_objects_without_systemmodstamp_or_isdeleted_are_shaped_as_in_a_real_org(emulator: Emulator):
+    """AccountHistory has only CreatedDate, AccountShare LastModifiedDate, UserRole no IsDeleted (nor recycle bin):
+    describe() leaves the others out, SOQL rejects them, queryAll returns no deleted UserRole; none has CDC."""
+    sf = SalesforceResource(instance_url=emulator.instance_url, access_token=emulator.token,
+                            ca_bundle=str(emulator.ca_file))
+    described = {name: {f["name"] for f in sf.describe(name)["fields"]}
+                 for name in ("AccountHistory", "AccountShare", "UserRole")}
+    assert "CreatedDate" in described["AccountHistory"] and "IsDeleted" in described["AccountHistory"]
+    assert not {"SystemModstamp", "LastModifiedDate"} & described["AccountHistory"]
+    assert "LastModifiedDate" in described["AccountShare"]
+    assert not {"SystemModstamp", "CreatedDate"} & described["AccountShare"]
+    assert "SystemModstamp" in described["UserRole"] and "IsDeleted" not in described["UserRole"]
+    with pytest.raises(SalesforceApiError, match="SystemModstamp"):
+        list(sf.query_all("SELECT Id, SystemModstamp FROM AccountHistory"))
+    with emulator.store.transaction() as txn:
+        kept = txn.create("UserRole", {"Name": "CEO"})
+        gone = txn.create("UserRole", {"Name": "Temp"})
+    with emulator.store.transaction() as txn:
+        txn.delete("UserRole", [gone])
+    assert [r["Id"] for r in sf.query_all("SELECT Id FROM UserRole")] == [kept]
+    assert not emulator.publisher.is_enabled("AccountHistory")

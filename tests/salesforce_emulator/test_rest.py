@@ -67,7 +67,7 @@ def test_describe_lists_compound_formula_and_system_fields(sf: Salesforce):
         assert {"name", "type", "nillable", "compoundFieldName", "calculated", "filterable"} <= f.keys()
     prefixes = {o["name"]: o["keyPrefix"] for o in sf.describe()["sobjects"]}
     assert prefixes == {"Account": "001", "Contact": "003", "Opportunity": "006", "Lead": "00Q", "Case": "500",
-                        "User": "005"}
+                        "User": "005", "AccountHistory": "017", "AccountShare": "00r", "UserRole": "00E"}
 
 
 def test_delete_undelete_and_empty_recycle_bin(sf: Salesforce, emulator: Emulator):

@@ -185,15 +185,27 @@ def test_an_image_sorts_after_the_cometd_changes_of_its_instant(spark, account):
     assert out["Name"] == "after both" and out["Rating"] is None and out["_sf_source"] == "snapshot"
 
 
-def test_datetimes_need_their_zone_and_a_bad_value_makes_the_record_dirty(spark, account):
-    lines = [ds(A1, T0, CreatedDate="2025-11-22T08:26:40"),  # no zone: which instant is ambiguous
+def test_a_datetime_without_a_zone_is_utc_and_a_bad_value_makes_the_record_dirty(spark, account):
+    lines = [ds(A1, T0, CreatedDate="2025-11-22T08:26:40x"),  # not a datetime at all
              ds(A2, T0, CreatedDate=1_763_800_000_000),  # epoch millis: not Salesforce's datetime form
              ds(A2, T0 + 1, uuid="good", CreatedDate="2025-11-22T08:26:40.000+0000")]
     _, bad = parse(spark, account, {"ds": lines})
-    assert bad == {("ds", 1): "field CreatedDate value '2025-11-22T08:26:40' is not a valid datetime",
+    assert bad == {("ds", 1): "field CreatedDate value '2025-11-22T08:26:40x' is not a valid datetime",
                    ("ds", 2): "field CreatedDate value '1763800000000' is not a valid datetime"}
     current = row(account, Id=A1, Name="kept", _sf_commit_ts=ts(T0 - 1000), _sf_commit_number=1,
                   _sf_sequence_number=1)
     out = fold(spark, account, {"ds": lines}, [current])
     assert out[A1]["gaps"] == 1 and out[A1]["_sf_dirty_since"] == ts(T0) and out[A1]["Name"] == "kept"
     assert out[A2]["gaps"] == 1 and out[A2]["_sf_dirty_since"] == ts(T0) and out[A2]["dirty_skipped"] == 1
+
+
+def test_a_datastream_datetime_without_a_zone_is_utc_while_a_cometd_one_is_quarantined(spark, account):
+    """Datastream's datetime type carries no zone (seed 003's own examples write them so): UTC. The CometD path,
+    whose events always carry the zone, stays strict."""
+    local = ds(A1, T0, CreatedDate="2025-11-22T08:26:40", LastModifiedDate="2025-11-22 08:26:41.250")
+    cometd = event("Account", "UPDATE", [A2], T0, LastModifiedDate="2025-11-22T08:26:40")
+    rows, bad = parse(spark, account, {"ds": [local], "zz": [cometd]})
+    assert bad == {("zz", 1): "field LastModifiedDate value '2025-11-22T08:26:40' is not a valid datetime"}
+    out = fold(spark, account, {"ds": [local]})[A1]
+    assert out["CreatedDate"] == datetime(2025, 11, 22, 8, 26, 40)  # UTC (the session's zone in tests)
+    assert out["LastModifiedDate"] == datetime(2025, 11, 22, 8, 26, 41, 250_000)

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 
-from cdc_assets.poll_rows import newer_rows, newest_position
+from cdc_assets.poll.rows import newer_rows, newest_position
 from cdc_assets.state import PollPosition
 from cdc_assets.records import records_to_text, replica_rows
 from spark_ops.schema import ObjectSchema

@@ -1,6 +1,6 @@
 """Polled rows against the replica (pure Arrow): which rows move their record forward, and the cursor they leave.
 
-The rule (cdc_assets/poll.py, "Position"): a polled row's position is its SystemModstamp. It replaces the replica
+The rule (cdc_assets/poll/run.py, "Position"): a polled row's position is its SystemModstamp. It replaces the replica
 row when newer, or at the same SystemModstamp when its values differ (another transaction in the same millisecond);
 never when older. The cursor is the newest (SystemModstamp, Id) read: Id breaks ties between equal SystemModstamps.
 """

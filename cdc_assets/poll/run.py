@@ -2,7 +2,11 @@
 
 The same replica table, columns and checks as a CDC object; only where the rows come from differs. Each run reads
 the records changed since a cursor, `SELECT <fields>, IsDeleted, SystemModstamp FROM X WHERE SystemModstamp >=
-:since ORDER BY SystemModstamp, Id` through `queryAll` (deleted rows included), and merges them into the replica:
+:since ORDER BY SystemModstamp, Id` through `queryAll` (deleted rows included), and merges them into the replica.
+The cursor field is the object's own (`cursor_field`, from describe(); `poll_cursor_field` in the metadata):
+SystemModstamp, else LastModifiedDate (share objects), else CreatedDate (field history objects, never changed);
+an object without IsDeleted (setup objects: no recycle bin) is queried without it. SystemModstamp below stands for
+that field.
 
 - **Position.** A polled row's position is its SystemModstamp (`_sf_commit_ts`, `_sf_source = 'poll'`). It replaces
   the replica row only when newer, or at the same SystemModstamp when its values differ (another transaction
@@ -23,7 +27,8 @@ the records changed since a cursor, `SELECT <fields>, IsDeleted, SystemModstamp 
   org no longer has (expired, deleted) is queried again from the same `since` (idempotent by the rule above).
 - **Deletes.** `IsDeleted` rows set `_sf_deleted` (undeletes clear it: newer rows). Records purged from the recycle
   bin vanish from `queryAll` without a trace: every `hard_delete_check_every` seconds a run compares the replica's
-  Ids with the org's (a Bulk `queryAll` of Id) and soft-deletes the missing ones (`hard_deleted` in the metadata).
+  Ids with the org's, both ways (cdc_assets/poll/compare.py): purged records are soft-deleted (bounded by
+  `poll_max_delete_share`), records committed later than the overlap and records that reappeared are fetched.
 - **Switching modes.** cdc -> poll: with no cursor yet, polling starts at the replica's newest `_sf_commit_ts`
   minus the overlap. poll -> cdc: the first cdc run polls once more (`handoff`) and then applies the change events
   ingested since the apply checkpoint; those at or before a polled row's SystemModstamp are superseded, newer ones
@@ -44,27 +49,41 @@ from deltalake import DeltaTable
 from cdc_assets.apply import APPLY_APP, EVENT_COUNTS, ApplyResult
 from cdc_assets.config import PollOptions
 from cdc_assets.faults import fault_point
-from cdc_assets.poll_rows import newer_rows, newest_position
-from cdc_assets.records import mark_deleted, records_to_text, replica_rows
+from cdc_assets.poll.compare import COUNTS as COMPARE_COUNTS, compare_ids
+from cdc_assets.poll.rows import newer_rows, newest_position
+from cdc_assets.records import records_to_text, replica_rows
 from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
 from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
 from resources.delta import DeltaWarehouse, aligned_arrow
-from resources.salesforce import BulkPosition, SalesforceApiError, SalesforceResource, select_soql
+from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
 
 POLL = "poll"  # _sf_source of polled rows
-ORDER = "SystemModstamp, Id"
+
+
+def cursor_field(schema: ObjectSchema) -> str:
+    """The field polling reads changes by: SystemModstamp, else LastModifiedDate, else CreatedDate (describe())."""
+    if schema.position_field is None:
+        raise RuntimeError(f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): it "
+                           f"cannot be polled; leave it out of replication.yaml")
+    return schema.position_field
+
+
+def order_by(schema: ObjectSchema) -> str:
+    return f"{cursor_field(schema)}, Id"
 COUNTS = ("poll_rows_read", "poll_rows_written", "poll_inserted", "poll_deleted", "poll_pages", "poll_bulk",
-          "poll_resumed", "hard_delete_checked", "hard_deleted")
+          "poll_resumed", *COMPARE_COUNTS)
 
 
 @dataclass
 class PollResult(SyncResult):
     cursor: PollPosition | None = None
+    cursor_field: str | None = None  # the field the cursor is a position in (cursor_field)
     seconds: dict[str, float] = field(default_factory=dict)  # org: queries and pages; read/merge: the replica
+    commits: int = 0  # Delta commits the poll made
 
 
 def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None) -> ApplyResult:
@@ -73,6 +92,7 @@ def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None)
     counts = {k: 0 for k in (*EVENT_COUNTS, "rows_written")}
     return ApplyResult(counts=counts, state=ReplicaState.read(warehouse, table), table=table,
                        version=table.version() if table is not None else None,
+                       committed=sync is not None and (not isinstance(sync, PollResult) or sync.commits > 0),
                        seconds=sync.seconds if isinstance(sync, PollResult) else {})
 
 
@@ -104,6 +124,7 @@ class PollWriter:
         self.warehouse, self.schema, self.run_id, self.now = warehouse, schema, run_id, now
         self.target = schema.arrow_schema()
         self.counts = {k: 0 for k in COUNTS}
+        self.commits = 0
         self.watch = Stopwatch()  # laps: "org" (queries, pages, parsing), "read" (current rows), "merge"
 
     def current(self, table: DeltaTable, ids: list[str]) -> pa.Table:
@@ -140,6 +161,7 @@ class PollWriter:
         else:
             self.warehouse.append(self.schema.name, self.target.empty_table(), read=table,
                                   partition_by=[BUCKET_COLUMN], key=state.KEY, state=state.to_dict(), txns=txns)
+        self.commits += 1
         self.watch.lap("merge")
         return fresh, c
 
@@ -153,15 +175,17 @@ class PollWriter:
             self.counts["poll_deleted"] += int(pc.sum(written["_sf_deleted"]).as_py() or 0)
 
 
-def query_hash(name: str, fields: list[str], where: str | None) -> str:
-    return hashlib.sha1(f"{name}|{','.join(fields)}|{where}|{ORDER}".encode()).hexdigest()[:16]
+def query_hash(schema: ObjectSchema, fields: list[str], where: str | None) -> str:
+    return hashlib.sha1(f"{schema.name}|{','.join(fields)}|{where}|{order_by(schema)}".encode()).hexdigest()[:16]
 
 
 def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, options: PollOptions,
-         run_id: str, now: datetime, compare_ids: bool = False, handoff: bool = False) -> PollResult:
+         run_id: str, now: datetime, compare_ids: bool = False, confirm_deletes: bool = False,
+         handoff: bool = False) -> PollResult:
     """Bring the replica up to date with the org's records changed since the cursor (module docstring).
 
-    `compare_ids` forces the hard-delete Id comparison (otherwise due every `hard_delete_check_every` seconds);
+    `compare_ids` forces the Id comparison (otherwise due every `hard_delete_check_every` seconds; compare.py),
+    `confirm_deletes` too, and lets it delete more than `max_delete_share` of the live records;
     `handoff` is the last poll before CDC takes over (the cursor is kept, marked inactive).
     """
     used_before = int(salesforce.api_usage().get("used", 0))
@@ -172,8 +196,13 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     fields = schema.org_fields
     writer = PollWriter(warehouse, schema, run_id=run_id, now=now)
     job = state.job
-    base = replace(state, job=None, active=not handoff)
-    if job and job.hash != query_hash(schema.name, fields, job.where):
+    field_name = cursor_field(schema)
+    if state.cursor and state.cursor_field not in (None, field_name):
+        log.warning("%s: the cursor was a %s, describe() now gives %s: polling again behind the replica's newest row",
+                    schema.name, state.cursor_field, field_name)
+        state, job = replace(state, cursor=None), None
+    base = replace(state, job=None, active=not handoff, cursor_field=field_name)
+    if job and job.hash != query_hash(schema, fields, job.where):
         log.warning("%s: the interrupted Bulk job %s queried other fields; querying again", schema.name, job.id)
         job = None
     if job:
@@ -181,16 +210,16 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
         try:
             _read_bulk(salesforce, schema, fields, job, writer, base, options,
                        resume=BulkPosition(job.id, job.locator))
-        except SalesforceApiError as exc:
-            if exc.status not in (400, 404):
+        except SalesforceApiError as exc:  # gone (expired, deleted: 404, or 400) or failed in the org
+            if exc.status not in (400, 404) and not isinstance(exc, BulkJobFailed):
                 raise
             log.warning("%s: Bulk job %s can no longer be read (%s); querying again from %s", schema.name,
                         job.id, exc.status, job.where)
             _read_bulk(salesforce, schema, fields, replace(job, locator=None, records=0), writer, base, options)
     else:
         since = _since(table, state, options)
-        where = f"SystemModstamp >= {soql_datetime(since)}" if since else None
-        records = list(salesforce.query_all(select_soql(schema.name, fields, where=where, order_by=ORDER,
+        where = f"{field_name} >= {soql_datetime(since)}" if since else None
+        records = list(salesforce.query_all(select_soql(schema.name, fields, where=where, order_by=order_by(schema),
                                                         limit=options.rest_max_records)))
         if len(records) < options.rest_max_records:
             rows = replica_rows(records_to_text(records, fields), schema, source=POLL, synced_at=now)
@@ -201,11 +230,11 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
             writer.write_polled(rows, replace(base, cursor=cursor), force=changed)
             fault_point("poll.after_rest_commit")
         else:
-            job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema.name, fields, where))
+            job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema, fields, where))
             _read_bulk(salesforce, schema, fields, job, writer, base, options)
     base = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
-    if compare_ids or _due(base.ids_compared_at, options.hard_delete_check_every, now):
-        _compare_ids(salesforce, schema, writer, base, now)
+    if compare_ids or confirm_deletes or _due(base.ids_compared_at, options.hard_delete_check_every, now):
+        _compare(salesforce, schema, writer, base, options, now, confirm_deletes)
     after = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
     log.info("%s: polled %d rows, %d written (%d new, %d deleted), %d purged records found; cursor %s",
              schema.name, writer.counts["poll_rows_read"], writer.counts["poll_rows_written"],
@@ -214,6 +243,7 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     writer.watch.lap("org")
     return PollResult("poll_handoff" if handoff else "poll", writer.counts,
                       int(salesforce.api_usage().get("used", 0)) - used_before, cursor=after.cursor,
+                      cursor_field=field_name, commits=writer.commits,
                       seconds={f"poll_{k}": v for k, v in writer.watch.seconds.items()})
 
 
@@ -240,7 +270,7 @@ def _read_bulk(salesforce: SalesforceResource, schema: ObjectSchema, fields: lis
             fault_point("poll.after_page_commit")
 
     for batch in salesforce.bulk_query_all(schema.name, fields, page_size=options.page_size, where=job.where,
-                                           order_by=ORDER, resume=resume, on_page=on_page):
+                                           order_by=order_by(schema), resume=resume, on_page=on_page):
         buffer.append(batch)
 
 
@@ -248,22 +278,20 @@ def _due(last: str | None, every: float, now: datetime) -> bool:
     return last is None or (now - datetime.fromisoformat(last)).total_seconds() >= every
 
 
-def _compare_ids(salesforce: SalesforceResource, schema: ObjectSchema, writer: PollWriter, base: PollState,
-                 now: datetime) -> None:
-    """Soft-delete replica rows whose Id the org no longer has at all (purged from the recycle bin)."""
-    org_ids = [b.column(0) for b in salesforce.bulk_query_all(schema.name, ["Id"], page_size=500_000)]
-    known = pa.chunked_array(org_ids, pa.string()).combine_chunks() if org_ids else pa.array([], pa.string())
+def _compare(salesforce: SalesforceResource, schema: ObjectSchema, writer: PollWriter, base: PollState,
+             options: PollOptions, now: datetime, confirm: bool) -> None:
+    """The Id comparison (cdc_assets/poll/compare.py), committed with its poll state."""
     table = writer.warehouse.table(schema.name)
-    gone = []
-    for batch in table.to_pyarrow_dataset().to_batches(filter=~pc.field("_sf_deleted")):
-        batch = aligned_arrow(pa.Table.from_batches([batch]), writer.target)
-        missing = batch.filter(pc.invert(pc.is_in(batch["Id"], value_set=known)))
-        if missing.num_rows:
-            gone.append(missing)
+    result = compare_ids(salesforce, schema, table, base, current=lambda ids: writer.current(table, ids), now=now,
+                         max_share=options.max_delete_share, confirm=confirm)
     fault_point("poll.after_id_compare")
-    rows = mark_deleted(pa.concat_tables(gone), at=now, source=POLL, synced_at=now) if gone else \
-        writer.target.empty_table()
-    writer.counts["hard_delete_checked"] = 1
-    poll = replace(base, ids_compared_at=now.isoformat(), hard_deleted=base.hard_deleted + rows.num_rows)
-    writer.write(rows, poll, force=True, guard=False)  # gone for good: no newer state can exist
-    writer.counts["hard_deleted"] = rows.num_rows
+    writer.write(result.rows, result.state, force=True, guard=False)  # compare_ids chose the rows
+    writer.counts |= result.counts
+    if result.state.refused:
+        r = result.state.refused
+        log.warning("%s: the Id comparison would soft-delete %d of %d live records (more than %.1f %%): refused; "
+                    "if the org really lost them, run the replica with config confirm_deletes: true",
+                    schema.name, r.records, r.live, 100 * r.max_share)
+    if result.state.late_found:
+        log.warning("%s: the Id comparison found %d records committed later than the poll overlap (%g s): raise "
+                    "poll_overlap for this object", schema.name, result.state.late_found, options.overlap)

@@ -119,13 +119,13 @@ def test_store_and_events_never_drift(emulator: Emulator, sf: Salesforce):
     assert all(len(s) == 1 for s in stamps_per_key.values())
     numbers = [header(e)["commitNumber"] for e in events]
     assert numbers == sorted(numbers), "commit numbers order transactions, whatever their timestamps"
-    last: dict[str, int] = {}
+    last: dict[str, tuple[int, str]] = {}  # record -> (commitTimestamp, transactionKey) of its last event
     for event in events:  # transactions may share a millisecond, but one record's stamps strictly increase
+        stamp, key = header(event)["commitTimestamp"], header(event)["transactionKey"]
         for record_id in header(event)["recordIds"]:
-            assert header(event)["commitTimestamp"] > last.get(record_id, 0) or \
-                last.get(f"{record_id}:{header(event)['transactionKey']}"), record_id
-            last[record_id] = header(event)["commitTimestamp"]
-            last[f"{record_id}:{header(event)['transactionKey']}"] = 1
+            before = last.get(record_id)
+            assert before is None or stamp > before[0] or key == before[1], (record_id, before, stamp)
+            last[record_id] = (stamp, key)
 
 
 def test_same_seed_same_workload_and_recency_bias(tmp_path):

@@ -180,14 +180,17 @@ class Emulator:
         with self.store.lock:
             self.publisher.set_objects(cdc_objects)
 
-    # -- commit clock (for polled objects) ------------------------------------------------------------
+    # -- commit clock (store.py: what Salesforce documents about its timestamps) -----------------------
     def same_timestamp_commits(self, count: int) -> None:
-        """The next ``count`` transactions share the newest commit timestamp (and so SystemModstamp)."""
+        """The next ``count`` transactions share the newest commit timestamp (and so SystemModstamp), as a burst
+        within one millisecond does; a record changed twice in it still gets increasing stamps."""
         self.store.skew_next_commits([0] * count)
 
     def late_commits(self, count: int, behind_ms: int) -> None:
         """The next ``count`` transactions commit ``behind_ms`` before the newest one: their rows carry an older
-        SystemModstamp than rows already visible (Salesforce stamps a transaction before it commits)."""
+        SystemModstamp than rows already visible (Salesforce stamps a transaction before it commits). A record's
+        own SystemModstamp never moves back: one stamped at or after that time makes the transaction commit 1 ms
+        after it."""
         self.store.skew_next_commits([-behind_ms] * count)
 
     # -- API accounting -------------------------------------------------------------------------------

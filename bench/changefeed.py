@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cdc_assets.changefeed import export_changefeed
-from cdc_assets.changefeed_config import ChangefeedConfig
+from cdc_assets.changefeed.export import export_changefeed
+from cdc_assets.changefeed.config import ChangefeedConfig
 from resources.delta import DeltaWarehouse
 
 COLUMNS = 30

@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
-from cdc_assets.changefeed_reader import ChangefeedReader
+from cdc_assets.changefeed.reader import ChangefeedReader
 from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
 from demo import processes

@@ -1,6 +1,6 @@
 """The replica changefeed on real Delta tables written through the platform's own write paths (DeltaWarehouse:
 append on create, merge, overwrite as a resync does), without an org: netting, modes, formats, crash and restart
-(cdc_assets/changefeed.py). The end-to-end workload against the emulator is in test_changefeed_e2e.py."""
+(cdc_assets/changefeed/export.py). The end-to-end workload against the emulator is in test_changefeed_e2e.py."""
 
 from __future__ import annotations
 
@@ -13,15 +13,17 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from cdc_assets.changefeed import export_changefeed
-from cdc_assets.changefeed_config import ChangefeedConfig, MODES
-from cdc_assets.changefeed_reader import ChangefeedReader, replay
+from cdc_assets.changefeed import DEBEZIUM_SCHEMA
+from cdc_assets.changefeed.export import export_changefeed
+from cdc_assets.changefeed.config import ChangefeedConfig, MODES
+from cdc_assets.changefeed.reader import ChangefeedReader, replay
 from cdc_assets.config import load_config
 from cdc_assets.faults import InjectedFault
 from resources.changefeed_store import RESOLVED
+from settings import REPO
 from resources.delta import CHANGE_FEED, DeltaWarehouse, table_configuration
 
-SCHEMA = json.loads((Path(__file__).parents[2] / "cdc_assets" / "changefeed_debezium.schema.json").read_text())
+SCHEMA = json.loads(DEBEZIUM_SCHEMA.read_text())
 TS = pa.timestamp("us", tz="UTC")
 T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
 ARROW = pa.schema([("Id", pa.string()), ("Name", pa.string()), ("Amount", pa.float64()), ("Born", pa.date32()),
@@ -273,8 +275,8 @@ def test_a_replica_created_without_a_feed_gets_one_and_the_feed_starts_there(tmp
 
 KILLED_EXPORT = """
 import sys
-from cdc_assets.changefeed import export_changefeed
-from cdc_assets.changefeed_config import ChangefeedConfig
+from cdc_assets.changefeed.export import export_changefeed
+from cdc_assets.changefeed.config import ChangefeedConfig
 from resources.delta import DeltaWarehouse
 export_changefeed(DeltaWarehouse(root=sys.argv[1]), "Account", ChangefeedConfig(uri=sys.argv[2], initial_scan=True))
 """
@@ -292,7 +294,7 @@ def test_exporter_killed_then_rerun_writes_identical_files(tmp_path, replica, po
 
     def run(config, env=None):
         return subprocess.run([sys.executable, "-c", KILLED_EXPORT, warehouse, config.uri], capture_output=True,
-                              cwd=Path(__file__).parents[2], env={**os.environ, **(env or {})}, timeout=120)
+                              cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
 
     assert run(clean).returncode == 0 and run(crashed).returncode == 0
     workload(replica)

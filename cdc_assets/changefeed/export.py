@@ -2,7 +2,7 @@
 
 **Source.** Replicas keep a Delta Change Data Feed (resources/delta.py), so every merge and overwrite also writes
 its change rows. An export reads the CDF of the replica versions after the feed's position, nets them by `Id` per
-version (cdc_assets/changefeed_rows.py: a soft delete is an erase, an undelete a create, a bookkeeping-only update
+version (cdc_assets/changefeed/rows.py: a soft delete is an erase, an undelete a create, a bookkeeping-only update
 nothing, and a resync's overwrite only the difference it made) and writes them, in (version, Id) order, to
 `<uri>/<Object>/<first>-<last>.jsonl` (resources/changefeed_store.py), at most `max_versions_per_file` versions a
 file, each file closed by a resolved line.
@@ -36,8 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from cdc_assets.changefeed_config import ChangefeedConfig
-from cdc_assets.changefeed_rows import (
+from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.changefeed.rows import (
     data_columns, line, net_changes, render, resolved, snapshot_changes,
 )
 from cdc_assets.config import ReplicationConfig, SObjectConfig
@@ -156,7 +156,7 @@ def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
         kinds={"delta", "json"}, pool=f"replica_{sobject.name}",  # the replica's pool: see enable_change_feed
         description=f"Changefeed of the {sobject.name} replica ({feed.mode}, {feed.format}) at "
                     f"{feed.object_uri(sobject.name)}: its changes since the feed's position as JSON lines, exactly "
-                    f"once, per-key ordered, with virtual and resolved timestamps (cdc_assets/changefeed.py).",
+                    f"once, per-key ordered, with virtual and resolved timestamps (cdc_assets/changefeed/export.py).",
     )
     def changefeed(context: dg.AssetExecutionContext, warehouse: DeltaWarehouse) -> dg.MaterializeResult:
         result = export_changefeed(warehouse, sobject.name, feed)

@@ -1,4 +1,4 @@
-"""Reading a changefeed from a saved position (the consumer side of cdc_assets/changefeed.py).
+"""Reading a changefeed from a saved position (the consumer side of cdc_assets/changefeed/export.py).
 
 A position is `{"file": <feed file name>, "line": <lines of it consumed>}`: feed files are immutable once visible
 and named in feed order, so "the rest of this file, then every later file" is exactly what follows a position.
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 
-from cdc_assets.changefeed_rows import KEY
+from cdc_assets.changefeed.rows import KEY
 from resources.changefeed_store import FeedStore
 
 Position = dict  # {"file": str, "line": int}

@@ -16,20 +16,22 @@ import jsonschema
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets.changefeed import changefeed_key, export_changefeed
-from cdc_assets.changefeed_config import ChangefeedConfig
-from cdc_assets.changefeed_reader import ChangefeedReader, replay
+from cdc_assets.changefeed.export import changefeed_key, export_changefeed
+from cdc_assets.changefeed import DEBEZIUM_SCHEMA
+from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.changefeed.reader import ChangefeedReader, replay
 from harness import Platform
 from org_compare import live_rows
 from resources.delta import DeltaWarehouse
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
+from resources.salesforce import SalesforceResource
 from sensors.changefeed import SENSOR_NAME
+from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
 from settings import TEST_SPARK_CONF
-from test_sync import resource, sensor_requests
 
 OBJECTS = ["Account", "Contact"]
-SCHEMA = json.loads((Path(__file__).parents[2] / "cdc_assets" / "changefeed_debezium.schema.json").read_text())
+SCHEMA = json.loads(DEBEZIUM_SCHEMA.read_text())
 pytestmark = pytest.mark.slow
 
 
@@ -41,6 +43,18 @@ def org(tmp_path):
 
 def feed_records(config: ChangefeedConfig, name: str) -> list[dict]:
     return [r for _, r in ChangefeedReader(config.object_uri(name)).read()]
+
+
+def resource(emu: Emulator) -> SalesforceResource:
+    return SalesforceResource(instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file))
+
+
+def sensor_requests(platform: Platform) -> list[dg.RunRequest]:
+    """What the reconciliation sensor requests now (not run)."""
+    sensor = platform.defs.get_sensor_def(RECONCILIATION_SENSOR)
+    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
+                                      definitions=platform.defs)
+    return sensor(context).run_requests or []
 
 
 def changefeed_sensor_run(platform: Platform) -> list[dg.RunRequest]:

@@ -1,4 +1,4 @@
-"""Replica Change Data Feed rows -> changefeed records (pure pyarrow + json; no I/O). Used by cdc_assets/changefeed.py.
+"""Replica Change Data Feed rows -> changefeed records (pure pyarrow + json; no I/O). Used by cdc_assets/changefeed/export.py.
 
 **What a change is.** A consumer sees the replica's *live rows* (`_sf_deleted` not true) and their *data columns*:
 the describe() fields, `Id` first. The system columns are bookkeeping and never make a change on their own:

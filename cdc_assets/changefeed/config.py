@@ -14,7 +14,7 @@ objects:
 ```
 `CDC_CHANGEFEED` (environment) is the default `uri` when the YAML names none. The section is a model of the
 validated config (cdc_assets/config.py): an unknown key or a wrong value is an error naming it. Semantics:
-cdc_assets/changefeed.py.
+cdc_assets/changefeed/export.py.
 """
 
 from __future__ import annotations

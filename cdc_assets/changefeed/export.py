@@ -3,52 +3,65 @@
 **Source.** Replicas keep a Delta Change Data Feed (resources/delta.py), so every merge and overwrite also writes
 its change rows. An export reads the CDF of the replica versions after the feed's position, nets them by `Id` per
 version (cdc_assets/changefeed/rows.py: a soft delete is an erase, an undelete a create, a bookkeeping-only update
-nothing, and a resync's overwrite only the difference it made) and writes them, in (version, Id) order, to
-`<uri>/<Object>/<first>-<last>.jsonl` (resources/changefeed_store.py), at most `max_versions_per_file` versions a
-file, each file closed by a resolved line.
+nothing, and a resync's overwrite only the difference it made), stamps them with the feeds' shared clock
+(cdc_assets/changefeed/clock.py) and writes them to `<uri>/<Object>/<first>-<last>-<resolved>.jsonl`
+(resources/changefeed_store.py), at most `max_versions_per_file` versions a file.
 
 **Guarantees.**
-- *Exactly once.* A file is written under a temporary name and renamed; the feed's position is the last version
-  of its newest file, so a crash before the rename re-exports the same versions and a crash after it exports
-  nothing twice. The records are a function of the replica's history alone (no clock, no run id): a re-run
-  writes byte-identical files.
-- *Per-key order.* A key changes at most once per version and versions are written in order.
+- *Exactly once.* A file is written under a temporary name and renamed; the feed's position is the newest file
+  (its last version and resolved step), so a crash before the rename re-exports the same versions and a crash
+  after it exports nothing twice. The records are a function of the replica's history and change_events alone
+  (no clock, no run id): a re-run writes byte-identical files.
+- *Per-key order.* A key changes at most once per version, versions are written in order, and every key lives in
+  one Id-hash range (below).
+- *One table.* `table.json` records the Delta table id and creation time of the replica the feed follows, written
+  before the first file. A replica deleted and re-made (a new table id, whatever its version) stops the feed with
+  `RecreatedReplicaError`, which says what to do: its versions are not the feed's.
 - *Initial scan* (`initial_scan: true`): the first export writes every live row of the replica at the version it
-  starts from (op `r`; YDB: an update with its image). Without it the feed starts with the changes after that
-  version. A replica created before its CDF was on gets it here (one commit; the asset runs in the replica's
-  pool, so it never races the replica's writer) and the feed starts at that commit.
-- *Virtual timestamps* `[version, commit ms]` on every record; *resolved timestamps*: each file ends with
-  `{"resolved": [v, ms]}` (everything at versions <= v is in the feed), and every export, even one with nothing
-  new, rewrites `resolved.json` with the newest version it saw and the wall-clock time it looked
-  (`{"resolved": [v, now_ms]}`: no version after v existed at now).
+  starts from (op `r`; YDB: an update with its image; Debezium: `snapshot` "true", the last one "last"). Without
+  it the feed starts with the changes after that version. A replica created before its CDF was on gets it here
+  (one commit; the asset runs in the replica's pool, so it never races the replica's writer).
+- *Virtual and resolved timestamps* `[step, txId]` from change_events' ingest sequence, the same for every
+  replica's feed (clock.py). YDB JSON files end with `{"resolved": [R, 0]}`; the resolved step is also in every
+  file's name (so Debezium files, whose record stream holds only change records, carry it too), and every export,
+  even one with nothing new, rewrites `resolved.json` (`{"resolved": [R, 0], "version": v, "at": ...}`).
+- *Bounded memory.* The initial scan is read batch by batch, and a range of versions whose CDF holds more than
+  `batch_rows` rows (a resync's overwrite holds the table twice) is netted in several passes, each over one range
+  of `md5(Id)` (a key's rows are all in one pass): an export holds one batch, whatever the table's size.
 
 The CDF of a version must still exist when it is exported: run the feed more often than the replica is vacuumed.
 """
 
-
 import logging
+import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from cdc_assets.changefeed.clock import VersionTime, replica_times, resolved_after, stamp, transaction_steps
 from cdc_assets.changefeed.config import ChangefeedConfig
-from cdc_assets.changefeed.rows import (
-    data_columns, line, net_changes, render, resolved, snapshot_changes,
-)
+from cdc_assets.changefeed.rows import data_columns, line, net_changes, render, resolved, snapshot_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.faults import fault_point
-from resources.changefeed_store import FeedStore, feed_file_name
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from cdc_assets.state import REPLICA_STATE
+from resources.changefeed_store import FeedFile, FeedStore, feed_file_name
+from resources.delta import DeltaWarehouse
 
 log = logging.getLogger(__name__)
 
 GROUP = "changefeed"
 SOURCE_NAME = "salesforce"  # Debezium source.name (the logical server name)
+RENDER_ROWS = 10_000  # netted rows turned into Python records at a time
+HASH_DIGITS = 4  # Id-hash ranges are cut at md5 prefixes of this many hex digits (up to 65536 passes)
+
+
+class RecreatedReplicaError(RuntimeError):
+    """The replica is not the table the feed follows (deleted and re-made)."""
 
 
 def changefeed_key(name: str) -> dg.AssetKey:
@@ -58,32 +71,92 @@ def changefeed_key(name: str) -> dg.AssetKey:
 @dataclass
 class ExportResult:
     position: int | None = None  # last replica version in the feed
+    resolved: int | None = None  # the feed's resolved step
     files: list[str] = field(default_factory=list)
     records: dict[str, int] = field(default_factory=dict)  # per op
     seconds: float = 0.0
 
 
-def _commit_ms(table: DeltaTable, since: int) -> dict[int, int]:
-    """Delta commit time (ms) of every version from `since` on."""
-    return {int(h["version"]): int(h["timestamp"]) for h in table.history(table.version() - since + 1)}
+def table_identity(table: DeltaTable) -> dict:
+    metadata = table.metadata()
+    return {"table_id": metadata.id, "created_ms": metadata.created_time}
 
 
-def _cdf(table: DeltaTable, first: int, last: int) -> pa.Table:
-    reader = table.load_cdf(starting_version=first, ending_version=last)
-    return pa.table(pa.RecordBatchReader.from_stream(reader).read_all())
+def _check_identity(store: FeedStore, table: DeltaTable, name: str, newest: FeedFile | None) -> None:
+    """Stop when the replica is not the table the feed follows; record the table before the feed's first file."""
+    recorded, current = store.read_identity(), table_identity(table)
+    if recorded == current:
+        return
+    if newest is None or recorded is None and newest.last <= table.version():
+        store.write_identity(current)  # a new feed, or one written before the table was recorded
+        return
+    was = (f"Delta table {recorded['table_id']} (created at {recorded['created_ms']} ms)" if recorded else
+           f"a table that had reached version {newest.last}")
+    raise RecreatedReplicaError(
+        f"{name} changefeed at {store.uri} follows {was}, but the replica at {table.table_uri} is Delta table "
+        f"{current['table_id']} (created at {current['created_ms']} ms, now at version {table.version()}): it was "
+        f"deleted and re-made, so its versions are not the feed's, and continuing would keep records that no "
+        f"longer exist and miss others. Re-export with an initial scan: move the folder {store.uri} away, set "
+        f"`initial_scan: true` in {name}'s changefeed section, and re-run changefeed/{name}; consumers start "
+        f"again from the new feed.")
 
 
-def _transaction_keys(warehouse: DeltaWarehouse, name: str, rows: pa.Table, column: str) -> dict[int, str]:
-    """Salesforce transaction key of each commit number (`column`) the rows were last written by (from
-    change_events; rows written by a snapshot, reconcile or poll have none)."""
-    numbers = pc.unique(rows[column].drop_null()).to_pylist() if column in rows.column_names else []
-    events = warehouse.table(CHANGE_EVENTS) if numbers else None
-    if events is None:
-        return {}
-    found = warehouse.read(events, partitions=[("entity", "=", name)], columns=["commit_number", "transaction_key"],
-                           filter=pc.field("commit_number").isin(numbers),
-                           prune=[("commit_number", ">=", min(numbers)), ("commit_number", "<=", max(numbers))])
-    return dict(zip(found["commit_number"].to_pylist(), found["transaction_key"].to_pylist()))
+def _hash_ranges(parts: int) -> list[str]:
+    """SQL predicates splitting keys into `parts` ranges of md5(Id), every key in exactly one."""
+    size = 16 ** HASH_DIGITS
+    cuts = sorted({size * i // parts for i in range(1, parts)})
+    bounds = [f"{c:0{HASH_DIGITS}x}" for c in cuts]
+    lows, highs = [None, *bounds], [*bounds, None]
+    return [" AND ".join([*([f"md5(\"Id\") >= '{lo}'"] if lo else []), *([f"md5(\"Id\") < '{hi}'"] if hi else [])])
+            for lo, hi in zip(lows, highs)]
+
+
+def netted_parts(table: DeltaTable, first: int, last: int, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """The CDF schema of versions first..last and their netted changes in parts of at most about `batch_rows` CDF
+    rows: one part when they fit, else one per md5(Id) range (a counting pass first, holding one batch)."""
+    reader = pa.RecordBatchReader.from_stream(table.load_cdf(starting_version=first, ending_version=last))
+    schema, kept, rows = reader.schema, [], 0
+    for batch in reader:
+        rows += batch.num_rows
+        if rows <= batch_rows:
+            kept.append(batch)
+        else:
+            kept = None
+    if kept is not None:
+        return schema, iter([net_changes(pa.Table.from_batches(kept, schema))])
+    parts = min(math.ceil(rows / batch_rows), 16 ** HASH_DIGITS)
+
+    def each() -> Iterator[pa.Table]:
+        for predicate in _hash_ranges(parts):
+            part = table.load_cdf(starting_version=first, ending_version=last, predicate=predicate)
+            yield net_changes(pa.RecordBatchReader.from_stream(part).read_all())
+    return schema, each()
+
+
+def _scan(table: DeltaTable, batch_rows: int, *, version: int, commit_ms: int, ts: list[int]) -> Iterator[dict]:
+    """The replica's live rows as `r` changes, batch by batch; the last one marked `last` (Debezium's
+    snapshot "last")."""
+    dataset = table.to_pyarrow_dataset()
+    pending = None
+    for batch in dataset.to_batches(batch_size=min(batch_rows, 65_536), batch_readahead=1, fragment_readahead=1):
+        for change in snapshot_changes(pa.Table.from_batches([batch]), version=version, commit_ms=commit_ms, ts=ts):
+            if pending is not None:
+                yield pending
+            pending = change
+    if pending is not None:
+        yield {**pending, "last": True}
+
+
+def _stamped(warehouse: DeltaWarehouse, name: str, parts: Iterator[pa.Table], times: dict[int, VersionTime],
+             previous: int) -> Iterator[dict]:
+    """Netted parts as changes with their ts (clock.py), a slice at a time."""
+    for part in parts:
+        column = "_sf_commit_number__post"
+        numbers = part[column].drop_null().unique().to_pylist() if column in part.column_names else []
+        part = stamp(part, times, previous, transaction_steps(warehouse, name, numbers))
+        for chunk in part.to_batches(max_chunksize=RENDER_ROWS):
+            for change in chunk.to_pylist():
+                yield {**change, "ts": [change["ts_step"], change["ts_tx"]], "commit_ms": times[change["version"]].commit_ms}
 
 
 def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConfig, *,
@@ -98,51 +171,48 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
     table = warehouse.enable_change_feed(name)
     if table is None:
         return result
-    latest = table.version()
-    position = store.position()
-    if position is not None and position > latest:
-        raise RuntimeError(
-            f"{name} changefeed at {store.uri} is at replica version {position}, but the replica is at {latest}: the "
-            f"table was recreated. Its versions are not the feed's any more; move the feed folder away (consumers "
-            f"start again from a new feed, with initial_scan for the rows) and re-run.")
-    ms = _commit_ms(table, latest if position is None else position)
+    latest, newest = table.version(), store.newest()
+    _check_identity(store, table, name, newest)
+    position, previous = (newest.last, newest.resolved) if newest else (None, 0)
+    if position is None:  # the feed starts at the latest version: the replica state in force there
+        times = replica_times(table, latest, floor=0, state=warehouse.commit_state(table, REPLICA_STATE))
+    else:
+        times = replica_times(table, min(position + 1, latest), floor=previous)
     count = result.records
-    debezium = feed.format == "debezium_json"
 
-    def write(first: int, last: int, changes, columns: list[str]) -> None:
+    def write(first: int, last: int, resolved_step: int, changes, columns: list[str]) -> None:
         def lines():
             for change in changes:
                 count[change["op"]] = count.get(change["op"], 0) + 1
-                yield line(render(change, columns, mode=feed.mode, fmt=feed.format, name=SOURCE_NAME, table=name))
-            yield line(resolved(last, ms[last]))
+                for record in render(change, columns, mode=feed.mode, fmt=feed.format, name=SOURCE_NAME,
+                                     table=name):
+                    yield line(record)
+            if feed.format == "json":  # YDB carries resolved messages in the stream; Debezium does not
+                yield line(resolved(resolved_step))
 
-        file = feed_file_name(first, last)
+        file = feed_file_name(first, last, resolved_step)
         store.write(file, lines(), before_rename=lambda: fault_point("changefeed.before_rename"))
         result.files.append(file)
         fault_point("changefeed.after_rename")
 
     if position is None:  # the first export: the feed starts at the latest version
-        if feed.initial_scan:
-            rows = table.to_pyarrow_table()
-            keys = _transaction_keys(warehouse, name, rows, "_sf_commit_number") if debezium else {}
-            scan = ({**c, "txid": keys.get(c.get("_sf_commit_number__post"))}
-                    for c in snapshot_changes(rows, version=latest, commit_ms=ms[latest]))
-            write(latest, latest, scan, data_columns(rows.schema))
-        else:  # no rows to emit: the table's schema names the columns, no data file is read
-            write(latest, latest, (), data_columns(pa.schema(table.schema().to_arrow())))
+        previous = resolved_after(times, latest, 0)[-1]
+        columns = data_columns(pa.schema(table.schema().to_arrow()))
+        scan = (_scan(table, feed.batch_rows, version=latest, commit_ms=times[latest].commit_ms, ts=[previous, 0])
+                if feed.initial_scan else ())
+        write(latest, latest, previous, scan, columns)
         position = latest
     while position < latest:
         first, last = position + 1, min(latest, position + feed.max_versions_per_file)
-        cdf = _cdf(table, first, last)
-        netted = net_changes(cdf)
-        keys = _transaction_keys(warehouse, name, netted, "_sf_commit_number__post") if debezium else {}
-        changes = ({**c, "commit_ms": ms[c["version"]], "txid": keys.get(c.get("_sf_commit_number__post"))}
-                   for c in netted.to_pylist())
-        write(first, last, changes, data_columns(cdf.schema))
-        position = last
-    store.write_resolved({**resolved(latest, int(now.timestamp() * 1000)), "at": now.isoformat()})
-    result.position, result.seconds = position, time.monotonic() - started
-    log.info("%s changefeed: %d files through version %d, records %s", name, len(result.files), position, count)
+        in_range = {v: t for v, t in times.items() if first <= v <= last}
+        after = resolved_after(in_range, last, previous)[-1]
+        schema, parts = netted_parts(table, first, last, feed.batch_rows)
+        write(first, last, after, _stamped(warehouse, name, parts, in_range, previous), data_columns(schema))
+        position, previous = last, after
+    store.write_resolved({**resolved(previous), "version": position, "at": now.isoformat()})
+    result.position, result.resolved, result.seconds = position, previous, time.monotonic() - started
+    log.info("%s changefeed: %d files through version %d (resolved step %d), records %s", name, len(result.files),
+             position, previous, count)
     return result
 
 
@@ -165,6 +235,7 @@ def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
         return dg.MaterializeResult(metadata={
             "feed_uri": dg.MetadataValue.path(feed.object_uri(sobject.name)),
             "position": dg.MetadataValue.int(-1 if result.position is None else result.position),
+            "resolved_step": dg.MetadataValue.int(-1 if result.resolved is None else result.resolved),
             "files_written": dg.MetadataValue.int(len(result.files)),
             "records": dg.MetadataValue.int(sum(result.records.values())),
             **{f"records_{op}": dg.MetadataValue.int(n) for op, n in sorted(result.records.items())},

@@ -14,12 +14,13 @@ import pytest
 import yaml
 
 from cdc_assets.changefeed import DEBEZIUM_SCHEMA
-from cdc_assets.changefeed.export import export_changefeed
+from cdc_assets.changefeed.export import RecreatedReplicaError, export_changefeed
 from cdc_assets.changefeed.config import ChangefeedConfig, MODES
 from cdc_assets.changefeed.reader import ChangefeedReader, replay
 from cdc_assets.config import load_config
 from cdc_assets.faults import InjectedFault
-from resources.changefeed_store import RESOLVED
+from cdc_assets.state import REPLICA_STATE
+from resources.changefeed_store import IDENTITY, RESOLVED
 from settings import REPO
 from resources.delta import CHANGE_FEED, DeltaWarehouse, table_configuration
 
@@ -41,27 +42,36 @@ def rows(*records: tuple, synced: int = 0, source: str = "cdc") -> pa.Table:
 
 
 class Replica:
-    """A replica table written the way apply.py (merge) and sync.py (overwrite) write it."""
+    """A replica table written the way apply.py (merge) and sync.py (overwrite) write it, each commit with its
+    replica state. Without change_events no row has a transaction, so a change's ts step is its commit's
+    `applied_through` (cdc_assets/changefeed/clock.py): here the version, unless `applied` says otherwise."""
 
-    def __init__(self, root: Path):
-        self.warehouse = DeltaWarehouse(root=str(root))
+    def __init__(self, root: Path, name: str = "Account"):
+        self.warehouse, self.name = DeltaWarehouse(root=str(root)), name
 
-    def create(self, data: pa.Table) -> None:
-        self.warehouse.append("Account", data, read=None, partition_by=["_sf_bucket"], key="k", state={}, txns={})
+    def _state(self, read, applied: int | None, held: dict | None = None) -> dict:
+        version = read.version() + 1 if read is not None else 0
+        return {"applied_through": version if applied is None else applied, "held": held}
 
-    def merge(self, data: pa.Table) -> None:
-        self.warehouse.upsert("Account", data, read=self.warehouse.table("Account"), key_column="Id",
-                              partition_column="_sf_bucket", partition_values=data["_sf_bucket"].to_pylist(),
-                              key="k", state={}, txns={})
+    def create(self, data: pa.Table, applied: int | None = None) -> None:
+        self.warehouse.append(self.name, data, read=None, partition_by=["_sf_bucket"], key=REPLICA_STATE,
+                              state=self._state(None, applied), txns={})
 
-    def resync(self, data: pa.Table) -> None:
-        self.warehouse.overwrite("Account", pa.RecordBatchReader.from_batches(ARROW, data.to_batches()),
-                                 read=self.warehouse.table("Account"), partition_by=["_sf_bucket"], key="k",
-                                 state={}, txns={})
+    def merge(self, data: pa.Table, applied: int | None = None, held: dict | None = None) -> None:
+        read = self.warehouse.table(self.name)
+        self.warehouse.upsert(self.name, data, read=read, key_column="Id", partition_column="_sf_bucket",
+                              partition_values=data["_sf_bucket"].to_pylist(), key=REPLICA_STATE,
+                              state=self._state(read, applied, held), txns={})
+
+    def resync(self, data: pa.Table, applied: int | None = None) -> None:
+        read = self.warehouse.table(self.name)
+        self.warehouse.overwrite(self.name, pa.RecordBatchReader.from_batches(data.schema, data.to_batches()),
+                                 read=read, partition_by=["_sf_bucket"], key=REPLICA_STATE,
+                                 state=self._state(read, applied), txns={})
 
     def live(self) -> dict[str, dict]:
         """The replica's live rows, data columns only, as the feed renders values."""
-        table = self.warehouse.table("Account").to_pyarrow_table()
+        table = self.warehouse.table(self.name).to_pyarrow_table()
         out = {}
         for r in table.to_pylist():
             if not r["_sf_deleted"]:
@@ -79,7 +89,8 @@ def records(config: ChangefeedConfig) -> list[dict]:
 
 
 def changes(config: ChangefeedConfig) -> list[dict]:
-    return [r for r in records(config) if "resolved" not in r]
+    """Change records (not resolved lines, not Debezium tombstones)."""
+    return [r for r in records(config) if "resolved" not in r and r.get("value", True) is not None]
 
 
 def workload(replica: Replica) -> None:
@@ -131,9 +142,8 @@ def test_feed_nets_each_version_and_replays_to_the_replica(tmp_path, replica):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("fmt", ["json", "debezium_json"])
-def test_each_mode_and_format(tmp_path, replica, mode, fmt):
-    config = feed(tmp_path, mode, fmt, initial_scan=True)
+def test_each_mode_of_ydb_json(tmp_path, replica, mode):
+    config = feed(tmp_path, mode, initial_scan=True)
     export_changefeed(replica.warehouse, "Account", config)
     workload(replica)
     export_changefeed(replica.warehouse, "Account", config)
@@ -141,40 +151,76 @@ def test_each_mode_and_format(tmp_path, replica, mode, fmt):
     assert set(state) == set(replica.live())  # every mode gives the key set
     if mode in ("NEW_IMAGE", "NEW_AND_OLD_IMAGES", "UPDATES"):
         assert state == replica.live()  # these carry what a copy needs
-    if fmt == "debezium_json":
-        validator = jsonschema.Draft202012Validator(SCHEMA)
-        for record in records(config):
-            validator.validate(record)
-        ops = [r["payload"]["op"] for r in changes(config)]
-        assert ops == ["r", "r", "u", "c", "d", "c", "u", "d"]
-        delete = [r for r in changes(config) if r["payload"]["op"] == "d"][0]["payload"]
-        assert delete["source"]["ts_ms"] == int((T0 + timedelta(seconds=12)).timestamp() * 1000)
-        assert delete["source"]["replay_id"] == 112
-    if mode == "UPDATES" and fmt == "json":
+    if mode == "UPDATES":
         update = [r for r in changes(config) if r["ts"][0] == 1 and r["key"] == ["001A"]][0]
         assert update["update"] == {"Name": "Acme 2", "Amount": 10.0}  # the changed columns only
 
 
+def test_debezium_json_is_debeziums_key_and_value_envelope(tmp_path, replica):
+    """Issue 18 item 7: each line is one Kafka record as Debezium's JsonConverter writes it (key, value), the
+    value Debezium's envelope with whole before and after rows, `source` with `db` and the snapshot's last record
+    marked "last", a tombstone after each delete, and no resolved lines in the record stream."""
+    config = feed(tmp_path, fmt="debezium_json", initial_scan=True)
+    export_changefeed(replica.warehouse, "Account", config)
+    workload(replica)
+    export_changefeed(replica.warehouse, "Account", config)
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    for record in records(config):
+        validator.validate(record)
+        assert set(record) == {"key", "value"}  # no resolved line, no other kind of record
+    values = [r["value"] for r in changes(config)]
+    assert [v["op"] for v in values] == ["r", "r", "u", "c", "d", "c", "u", "d"]
+    assert [v["source"]["snapshot"] for v in values[:3]] == ["true", "last", "false"]
+    assert {v["source"]["db"] for v in values} == {"salesforce"}
+    update = values[2]
+    assert update["before"] == {"Id": "001A", "Name": "Acme", "Amount": 1.0, "Born": "2025-03-01"}
+    assert update["after"] == {"Id": "001A", "Name": "Acme 2", "Amount": 10.0, "Born": "2025-03-01"}  # whole row
+    delete = values[4]
+    assert delete["before"]["Name"] == "Globex" and delete["after"] is None
+    assert delete["source"]["ts_ms"] == int((T0 + timedelta(seconds=12)).timestamp() * 1000)
+    assert delete["source"]["replay_id"] == 112
+    lines = records(config)
+    tombstones = [i for i, r in enumerate(lines) if r["value"] is None]
+    assert [lines[i - 1]["value"]["op"] for i in tombstones] == ["d", "d"]  # each right after its delete
+    assert all(lines[i]["key"] == lines[i - 1]["key"] for i in tombstones)
+    assert replay(lines) == replica.live()
+
+
+@pytest.mark.parametrize("mode", [m for m in MODES if m != "NEW_AND_OLD_IMAGES"])
+def test_debezium_json_refuses_modes_without_both_images(mode):
+    with pytest.raises(ValueError, match="debezium_json needs mode NEW_AND_OLD_IMAGES"):
+        ChangefeedConfig(uri="x", mode=mode, format="debezium_json")
+
+
 def test_envelope_schema_rejects_a_malformed_record():
     validator = jsonschema.Draft202012Validator(SCHEMA)
-    bad = {"key": {"Id": "001A"}, "payload": {"op": "d", "before": None, "after": {"Id": "001A"}, "ts_ms": 1,
-                                              "source": {}, "transaction": None}}
-    assert list(validator.iter_errors(bad))
+    source = {"version": "2", "connector": "salesforce-delta", "name": "salesforce", "ts_ms": 1, "snapshot": "false",
+              "db": "salesforce", "sequence": "[1,0]", "table": "Account", "txId": None, "replay_id": None,
+              "commit_number": None, "sequence_number": None, "origin": "cdc", "commit_ts": None,
+              "delta_version": 1, "delta_commit_ms": 1}
+    good = {"key": {"Id": "001A"}, "value": {"before": {"Id": "001A"}, "after": None, "source": source, "op": "d",
+                                             "ts_ms": 1, "transaction": None}}
+    assert not list(validator.iter_errors(good))
+    for bad in ({**good, "value": {**good["value"], "after": {"Id": "001A"}}},  # a delete with an after image
+                {**good, "value": {**good["value"], "op": "u", "before": None, "after": {"Id": "001A"}}},
+                {"key": {"Id": "001A"}, "payload": good["value"]},  # the old single-object line
+                {"resolved": [1, 0]}):
+        assert list(validator.iter_errors(bad)), bad
 
 
 def test_heartbeat_after_every_export_even_when_nothing_changed(tmp_path, replica):
     config = feed(tmp_path)
     export_changefeed(replica.warehouse, "Account", config, now=T0 + timedelta(days=5))
     reader = ChangefeedReader(config.object_uri("Account"))
-    first = reader.resolved()
     files = reader.store.files()
+    assert reader.resolved() == [0, 0] and reader.version() == 0
     export_changefeed(replica.warehouse, "Account", config, now=T0 + timedelta(days=6))
     assert reader.store.files() == files  # nothing new: no file
-    assert reader.resolved()[0] == first[0] == 0 and reader.resolved()[1] > first[1]
+    assert reader.store.read_resolved()["at"] == (T0 + timedelta(days=6)).isoformat()
     replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)))
     export_changefeed(replica.warehouse, "Account", config)
-    assert reader.resolved()[0] == 1
-    assert records(config)[-1] == {"resolved": [1, records(config)[-2]["ts"][1]]}  # a file ends resolved
+    assert reader.resolved() == [1, 0] and reader.version() == 1
+    assert records(config)[-1] == {"resolved": [1, 0]}  # a YDB JSON file ends resolved
 
 
 def test_files_are_split_by_max_versions_and_read_in_order(tmp_path, replica):
@@ -182,11 +228,11 @@ def test_files_are_split_by_max_versions_and_read_in_order(tmp_path, replica):
     export_changefeed(replica.warehouse, "Account", config)
     workload(replica)
     result = export_changefeed(replica.warehouse, "Account", config)
-    assert result.files == ["00000000000000000001-00000000000000000002.jsonl",
-                            "00000000000000000003-00000000000000000004.jsonl",
-                            "00000000000000000005-00000000000000000005.jsonl"]
+    assert result.files == ["00000000000000000001-00000000000000000002-00000000000000000002.jsonl",
+                            "00000000000000000003-00000000000000000004-00000000000000000004.jsonl",
+                            "00000000000000000005-00000000000000000005-00000000000000000005.jsonl"]
     stamps = [r["ts"] if "ts" in r else r["resolved"] for r in records(config)]
-    assert stamps == sorted(stamps)
+    assert [s[0] for s in stamps] == sorted(s[0] for s in stamps)
 
 
 def test_consumer_restart_mid_feed_reads_every_record_once(tmp_path, replica):
@@ -223,7 +269,8 @@ def test_exporter_crash_then_rerun_writes_identical_files(tmp_path, replica, mon
     export_changefeed(replica.warehouse, "Account", crashed)
 
     def files(config):
-        return {p.name: p.read_bytes() for p in Path(config.object_uri("Account")).iterdir() if p.name != RESOLVED}
+        return {p.name: p.read_bytes() for p in Path(config.object_uri("Account")).iterdir()
+                if p.name not in (RESOLVED, IDENTITY)}
 
     assert files(crashed) == files(clean)
     assert len(files(clean)) == 2
@@ -236,9 +283,12 @@ def test_config_section_defaults_overrides_and_errors(tmp_path):
         "objects": [{"name": "Account"}, {"name": "Contact", "changefeed": {"mode": "keys_only",
                                                                            "format": "debezium_json"}},
                     {"name": "Case", "changefeed": False}]}))
+    with pytest.raises(ValueError, match=r"objects\[1\].*debezium_json needs mode NEW_AND_OLD_IMAGES"):
+        load_config(path)  # Contact's own section over the default would be KEYS_ONLY Debezium
+    path.write_text(path.read_text().replace("keys_only", "new_and_old_images"))
     objects = {o.name: o.changefeed for o in load_config(path).objects}
     assert objects["Account"] == ChangefeedConfig(uri=str(tmp_path / "feeds"), mode="NEW_IMAGE", initial_scan=True)
-    assert objects["Contact"].mode == "KEYS_ONLY" and objects["Contact"].format == "debezium_json"
+    assert objects["Contact"].mode == "NEW_AND_OLD_IMAGES" and objects["Contact"].format == "debezium_json"
     assert objects["Case"] is None
     path.write_text(yaml.safe_dump({"objects": [{"name": "Account", "changefeed": {"mode": "ALL"}}]}))
     with pytest.raises(ValueError, match=r"objects\[0\]\.changefeed\.mode: Input should be .KEYS_ONLY."):
@@ -252,9 +302,9 @@ def test_hard_delete_is_an_erase_with_the_old_image(tmp_path, replica):
     export_changefeed(replica.warehouse, "Account", config)
     replica.warehouse.table("Account").delete("Id = '001B'")  # a `hard` delete mode removes the row
     export_changefeed(replica.warehouse, "Account", config)
-    (erase,) = changes(config)
-    assert erase["payload"]["op"] == "d" and erase["payload"]["before"]["Name"] == "Globex"
-    assert erase["payload"]["source"]["replay_id"] == 102  # the row's last position: the delete carries none
+    (erase,) = [r["value"] for r in changes(config)]
+    assert erase["op"] == "d" and erase["before"]["Name"] == "Globex"
+    assert erase["source"]["replay_id"] == 102  # the row's last position: the delete carries none
     assert replay(records(config), {"001A": {}, "001B": {}}) == {"001A": {}}
 
 
@@ -269,7 +319,9 @@ def test_a_replica_created_without_a_feed_gets_one_and_the_feed_starts_there(tmp
     assert result.position == 2 and warehouse.table("Account").metadata().configuration[CHANGE_FEED] == "true"
     replica.merge(rows(("001A", "Acme 3", 1.0, False, 3), ("001B", "Globex", 2.0, False, 3)))
     export_changefeed(warehouse, "Account", config)
-    assert [r["ts"][0] for r in changes(config)] == [2, 3, 3]
+    # The scan's ts is the replica state in force at version 2 (version 1's: applied through 1; the property
+    # commit carries none); the merge at version 3 applied through 3.
+    assert [r["ts"][0] for r in changes(config)] == [1, 3, 3]
     assert replay(records(config)) == replica.live()
 
 
@@ -304,7 +356,8 @@ def test_exporter_killed_then_rerun_writes_identical_files(tmp_path, replica, po
     assert run(crashed).returncode == 0
 
     def files(config):
-        return {p.name: p.read_bytes() for p in Path(config.object_uri("Account")).iterdir() if p.name != RESOLVED}
+        return {p.name: p.read_bytes() for p in Path(config.object_uri("Account")).iterdir()
+                if p.name not in (RESOLVED, IDENTITY)}
 
     assert files(crashed) == files(clean) and len(files(clean)) == 2
 
@@ -316,8 +369,48 @@ def test_a_recreated_replica_stops_the_feed_with_what_to_do(tmp_path, replica):
     export_changefeed(replica.warehouse, "Account", config)
     shutil.rmtree(tmp_path / "warehouse" / "Account")
     replica.create(rows(("001A", "Acme", 1.0, False, 1)))  # version 0 again: not the feed's version 0
-    with pytest.raises(RuntimeError, match="the table was recreated"):
+    with pytest.raises(RecreatedReplicaError, match="deleted and re-made"):
         export_changefeed(replica.warehouse, "Account", config)
+
+
+def test_a_recreated_replica_whose_versions_caught_up_still_stops_the_feed(tmp_path, replica):
+    """Issue 18 item 6: a replica deleted and re-made, then written until its version passed the feed's position,
+    used to be exported from the old position (a version comparison cannot tell). The feed records the Delta
+    table id, so it stops and says to re-export with an initial scan; nothing is written."""
+    import shutil
+    config = feed(tmp_path)
+    replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)))
+    export_changefeed(replica.warehouse, "Account", config)  # position: version 1
+    files = ChangefeedReader(config.object_uri("Account")).store.files()
+    shutil.rmtree(tmp_path / "warehouse" / "Account")
+    replica.create(rows(("001Z", "Zeta", 1.0, False, 1)))
+    for n in range(3):  # versions 1..3: past the feed's position
+        replica.merge(rows(("001Z", f"Zeta {n}", 1.0, False, 2 + n)))
+    with pytest.raises(RecreatedReplicaError, match=r"Re-export with an initial scan.*initial_scan: true"):
+        export_changefeed(replica.warehouse, "Account", config)
+    assert ChangefeedReader(config.object_uri("Account")).store.files() == files
+
+
+def test_a_resync_overwrite_keeps_the_table_and_the_feed(tmp_path, replica):
+    """The table id survives an overwrite (a resync rewrites the table, it does not re-make it)."""
+    config = feed(tmp_path)
+    export_changefeed(replica.warehouse, "Account", config)
+    identity = json.loads((Path(config.object_uri("Account")) / IDENTITY).read_text())
+    replica.resync(rows(("001A", "Acme 9", 1.0, False, 9)))
+    export_changefeed(replica.warehouse, "Account", config)
+    assert identity["table_id"] == replica.warehouse.table("Account").metadata().id
+    assert replay(records(config), {"001A": {}, "001B": {}}) == {"001A": {"Name": "Acme 9", "Amount": 1.0,
+                                                                          "Born": "2025-03-01"}}
+
+
+def test_a_feed_written_before_the_table_was_recorded_adopts_it(tmp_path, replica):
+    config = feed(tmp_path)
+    export_changefeed(replica.warehouse, "Account", config)
+    (Path(config.object_uri("Account")) / IDENTITY).unlink()
+    replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)))
+    export_changefeed(replica.warehouse, "Account", config)
+    assert (Path(config.object_uri("Account")) / IDENTITY).exists()
+    assert [r["key"] for r in changes(config)] == [["001A"]]
 
 
 def test_compaction_and_property_commits_emit_nothing_but_advance_the_feed(tmp_path, replica):

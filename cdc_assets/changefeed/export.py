@@ -111,9 +111,10 @@ def _hash_ranges(parts: int) -> list[str]:
             for lo, hi in zip(lows, highs)]
 
 
-def netted_parts(table: DeltaTable, first: int, last: int, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
-    """The CDF schema of versions first..last and their netted changes in parts of at most about `batch_rows` CDF
-    rows: one part when they fit, else one per md5(Id) range (a counting pass first, holding one batch)."""
+def cdf_parts(table: DeltaTable, first: int, last: int, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """The CDF schema of versions first..last and their CDF rows in parts of about `batch_rows` rows at most: one
+    part when they fit, else one per md5(Id) range (after a counting pass that holds one batch at a time). Every
+    row of a key is in one part, so each part nets on its own."""
     reader = pa.RecordBatchReader.from_stream(table.load_cdf(starting_version=first, ending_version=last))
     schema, kept, rows = reader.schema, [], 0
     for batch in reader:
@@ -123,13 +124,13 @@ def netted_parts(table: DeltaTable, first: int, last: int, batch_rows: int) -> t
         else:
             kept = None
     if kept is not None:
-        return schema, iter([net_changes(pa.Table.from_batches(kept, schema))])
+        return schema, iter([pa.Table.from_batches(kept, schema)])
     parts = min(math.ceil(rows / batch_rows), 16 ** HASH_DIGITS)
 
     def each() -> Iterator[pa.Table]:
         for predicate in _hash_ranges(parts):
             part = table.load_cdf(starting_version=first, ending_version=last, predicate=predicate)
-            yield net_changes(pa.RecordBatchReader.from_stream(part).read_all())
+            yield pa.RecordBatchReader.from_stream(part).read_all()
     return schema, each()
 
 
@@ -206,8 +207,9 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
         first, last = position + 1, min(latest, position + feed.max_versions_per_file)
         in_range = {v: t for v, t in times.items() if first <= v <= last}
         after = resolved_after(in_range, last, previous)[-1]
-        schema, parts = netted_parts(table, first, last, feed.batch_rows)
-        write(first, last, after, _stamped(warehouse, name, parts, in_range, previous), data_columns(schema))
+        schema, parts = cdf_parts(table, first, last, feed.batch_rows)
+        netted = (net_changes(part) for part in parts)
+        write(first, last, after, _stamped(warehouse, name, netted, in_range, previous), data_columns(schema))
         position, previous = last, after
     store.write_resolved({**resolved(previous), "version": position, "at": now.isoformat()})
     result.position, result.resolved, result.seconds = position, previous, time.monotonic() - started

@@ -422,3 +422,102 @@ def test_compaction_and_property_commits_emit_nothing_but_advance_the_feed(tmp_p
     replica.warehouse.table("Account").alter.set_table_properties({"delta.logRetentionDuration": "interval 30 days"})
     result = export_changefeed(replica.warehouse, "Account", config)
     assert result.records == {} and result.position == replica.warehouse.table("Account").version() == 4
+
+
+def events(*rows: tuple) -> pa.Table:
+    """change_events rows (entity, record Id, commit number, transaction key, ingest sequence): the columns the
+    feeds' clock reads."""
+    return pa.Table.from_pylist([{"entity": e, "record_id": i, "commit_number": n, "transaction_key": k,
+                                  "_ingest_seq": s} for e, i, n, k, s in rows],
+                                schema=pa.schema([("entity", pa.string()), ("record_id", pa.string()),
+                                                  ("commit_number", pa.int64()), ("transaction_key", pa.string()),
+                                                  ("_ingest_seq", pa.int64())]))
+
+
+def applied(*records: tuple) -> pa.Table:
+    """(Id, Name, commit number) rows as a replica holds them after applying those transactions."""
+    data = rows(*[(i, n, 1.0, False, c % 100) for i, n, c in records])
+    return data.append_column("_sf_commit_number", pa.array([c for _, _, c in records], pa.int64()))
+
+
+def test_feeds_of_two_objects_merge_in_commit_order_and_cut_transactions_whole(tmp_path):
+    """Issue 18 item 8: ts comes from change_events' ingest sequence, which every replica shares, not from each
+    replica's own version, so Account's and Contact's feeds merge in commit order, and a cut at their common
+    resolved step holds a transaction that spans both objects in both or in neither."""
+    from cdc_assets.changefeed.reader import read_consistent
+    from resources.delta import CHANGE_EVENTS
+    warehouse = DeltaWarehouse(root=str(tmp_path / "warehouse"))
+    account, contact = Replica(tmp_path / "warehouse", "Account"), Replica(tmp_path / "warehouse", "Contact")
+    account.create(applied(("001A", "Acme", 400)), applied=0)
+    contact.create(applied(("003Z", "Zed", 400)), applied=0)
+    config = feed(tmp_path)
+    uris = {n: config.object_uri(n) for n in ("Account", "Contact")}
+    for name in uris:
+        export_changefeed(warehouse, name, config)
+    # Three transactions in commit order; TX2 changes an Account and a Contact.
+    warehouse.append(CHANGE_EVENTS, events(("Contact", "003A", 501, "TX1", 1), ("Account", "001B", 502, "TX2", 2),
+                                           ("Contact", "003X", 502, "TX2", 2), ("Account", "001C", 503, "TX3", 3)),
+                     read=None, partition_by=["entity"], key="cdc.change_events", state={}, txns={})
+    account.merge(applied(("001B", "Bravo", 502), ("001C", "Charlie", 503)), applied=3)  # one run: through 3
+    contact.merge(applied(("003A", "Alpha", 501)), applied=1)  # Contact's run stopped at ingest 1
+    for name in uris:
+        export_changefeed(warehouse, name, config)
+    # Both replicas are at version 1: versions say nothing about which change came first.
+    assert [r["ts"] for r in changes(feed(tmp_path)) if r["key"] == ["001B"]] == [[2, 502]]
+
+    cut, got = read_consistent(uris)
+    assert cut == 1  # Contact resolved through ingest 1 only
+    assert [(n, r["key"][0]) for n, r in got] == [("Contact", "003A")]  # not TX2's Account half
+
+    contact.merge(applied(("003X", "Xray", 502)), applied=3)
+    export_changefeed(warehouse, "Contact", config)
+    cut, got = read_consistent(uris, after=cut)
+    assert cut == 3
+    assert [(n, r["key"][0], r["ts"]) for n, r in got] == [
+        ("Account", "001B", [2, 502]), ("Contact", "003X", [2, 502]),  # TX2: one ts in both feeds, whole
+        ("Account", "001C", [3, 503])]
+
+
+def test_a_held_transaction_keeps_the_resolved_step_below_it(tmp_path, replica):
+    """A replica commit that holds an open transaction back (rows from ingest 4 on) resolves only through 3, and
+    the changes of a later commit are stamped above what the feed had resolved."""
+    config = feed(tmp_path)
+    export_changefeed(replica.warehouse, "Account", config)
+    replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)), applied=6, held={"transactions": ["TXH"], "from_seq": 4})
+    export_changefeed(replica.warehouse, "Account", config)
+    assert ChangefeedReader(config.object_uri("Account")).resolved() == [3, 0]
+    replica.resync(rows(("001A", "Acme 3", 1.0, False, 4), ("001B", "Globex", 2.0, False, 2)), applied=2)
+    export_changefeed(replica.warehouse, "Account", config)  # a resync's applied_through goes back (replay)
+    assert [r["ts"] for r in changes(config)] == [[6, 0], [4, 0]]  # raised above the resolved 3
+    assert ChangefeedReader(config.object_uri("Account")).resolved() == [3, 0]
+
+
+def test_a_resync_larger_than_a_batch_is_netted_in_bounded_passes_with_the_same_records(tmp_path):
+    """Issue 18 item 9: a resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
+    smaller than that, the export reads it in md5(Id) passes of about a batch each (every key's rows in one),
+    and the initial scan batch by batch, and writes the same records as one pass would."""
+    from cdc_assets.changefeed.export import cdf_parts
+    replica = Replica(tmp_path / "warehouse")
+    everyone = [(f"001{i:05d}", f"n{i}", float(i), False, 1) for i in range(600)]
+    replica.create(rows(*everyone))
+    small, big = feed(tmp_path / "small", initial_scan=True, batch_rows=100), feed(tmp_path / "big", initial_scan=True)
+    for config in (small, big):
+        export_changefeed(replica.warehouse, "Account", config)
+    changed = [(i, n + " resynced" if k % 50 == 0 else n, a, k % 97 == 0, s)
+               for k, (i, n, a, d, s) in enumerate(everyone)]
+    replica.resync(rows(*changed))
+    _, parts = cdf_parts(replica.warehouse.table("Account"), 1, 1, 100)
+    sizes, keys = [], []
+    for part in parts:
+        sizes.append(part.num_rows)
+        keys.append(set(part["Id"].to_pylist()))
+    assert len(sizes) == 12 and sum(sizes) == 1200 and max(sizes) <= 150  # 1200 CDF rows, 12 passes of ~100
+    assert all(a.isdisjoint(b) for n, a in enumerate(keys) for b in keys[n + 1:])  # a key in one pass only
+    for config in (small, big):
+        export_changefeed(replica.warehouse, "Account", config)
+
+    def by_key(config):
+        return sorted(changes(config), key=lambda r: (r["ts"], r["key"], "erase" in r))
+
+    assert by_key(small) == by_key(big) and len(changes(big)) == 600 + 11 + 7  # scan, 11 updates, 7 erases (row 0 is both)
+    assert replay(records(small)) == replica.live()

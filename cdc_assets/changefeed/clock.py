@@ -13,9 +13,13 @@ replica through it, and a replica commit records how far it applied (`ReplicaSta
   ts, whichever replica run applied them.
 - A change no transaction made (a snapshot, resync, reconcile, poll, a gap's placeholder, a hard delete): step =
   the `applied_through` of the replica commit that wrote it, txId = 0.
-- Either is raised to one more than the feed's resolved step before that version when it is not above it (a
-  resync replaying old events, a late landing file): a feed never emits a change at or below a step it has
-  already resolved. Such a change keeps its per-key order but may lose its transaction's cross-object ts.
+- Either is raised to the *floor* of its version, `max(R_{v-1} + 1, A_{v-1})`: one above the feed's resolved
+  step before it (a feed never emits a change at or below a step it has resolved: a resync replaying old events)
+  and at least the highest `applied_through` before it. The second keeps a key's changes in ts order: a
+  transaction a replica held back while it applied an older one through ingest S is stamped at least S when it
+  is applied, as every replica that held it in the same run cut stamps it. Only events a late landing file
+  brings (a closed transaction's, ingested after newer ones) can still get a ts lower than an earlier change of
+  the same key; ties in step are ordered by txId, then feed order.
 
 **Resolved.** After replica version v the feed has resolved step `R_v = max(R_{v-1}, C_v)` with
 `C_v = applied_through_v`, or `held.from_seq - 1` when the commit holds back an open transaction (its rows from
@@ -106,22 +110,28 @@ def transaction_steps(warehouse: DeltaWarehouse, entity: str, commit_numbers: li
                                                   own["transaction_key"].to_pylist()) if k in step}
 
 
-def stamp(netted: pa.Table, times: dict[int, VersionTime], previous: int, steps: dict[int, tuple[str, int]]
-          ) -> pa.Table:
+def floors(times: dict[int, VersionTime], previous: int, applied_before: int) -> dict[int, int]:
+    """The lowest step of a change at each version (module docstring): `previous` is the feed's resolved step
+    and `applied_before` the replica's `applied_through` before the first version."""
+    out, r, a = {}, previous, applied_before
+    for v in sorted(times):
+        out[v] = max(r + 1, a)
+        r, a = max(r, times[v].resolvable), max(a, times[v].applied_through)
+    return out
+
+
+def stamp(netted: pa.Table, times: dict[int, VersionTime], previous: int, applied_before: int,
+          steps: dict[int, tuple[str, int]]) -> pa.Table:
     """`netted` (rows of `net_changes`) with `ts_step`, `ts_tx` and `txid`, ordered by (version, step, txId, Id):
-    the module docstring's rules, `previous` the feed's resolved step before the first version."""
-    versions = sorted(times)
-    before, r = {}, previous
-    for v in versions:
-        before[v] = r
-        r = max(r, times[v].resolvable)
+    the module docstring's rules."""
+    floor = floors(times, previous, applied_before)
     numbers = (netted["_sf_commit_number__post"] if "_sf_commit_number__post" in netted.column_names
                else pa.nulls(netted.num_rows, pa.int64())).to_pylist()
     step_of, tx_of, txid = [], [], []
     for version, number in zip(netted["version"].to_pylist(), numbers):
         found = steps.get(number) if number is not None else None
         own = found[1] if found else times[version].applied_through
-        step_of.append(max(own, before[version] + 1))
+        step_of.append(max(own, floor[version]))
         tx_of.append(number if found else 0)
         txid.append(found[0] if found else None)
     netted = netted.append_column("ts_step", pa.array(step_of, pa.int64()))

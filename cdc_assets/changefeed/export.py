@@ -149,12 +149,12 @@ def _scan(table: DeltaTable, batch_rows: int, *, version: int, commit_ms: int, t
 
 
 def _stamped(warehouse: DeltaWarehouse, name: str, parts: Iterator[pa.Table], times: dict[int, VersionTime],
-             previous: int) -> Iterator[dict]:
+             previous: int, applied_before: int) -> Iterator[dict]:
     """Netted parts as changes with their ts (clock.py), a slice at a time."""
     for part in parts:
         column = "_sf_commit_number__post"
         numbers = part[column].drop_null().unique().to_pylist() if column in part.column_names else []
-        part = stamp(part, times, previous, transaction_steps(warehouse, name, numbers))
+        part = stamp(part, times, previous, applied_before, transaction_steps(warehouse, name, numbers))
         for chunk in part.to_batches(max_chunksize=RENDER_ROWS):
             for change in chunk.to_pylist():
                 yield {**change, "ts": [change["ts_step"], change["ts_tx"]], "commit_ms": times[change["version"]].commit_ms}
@@ -177,8 +177,8 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
     position, previous = (newest.last, newest.resolved) if newest else (None, 0)
     if position is None:  # the feed starts at the latest version: the replica state in force there
         times = replica_times(table, latest, floor=0, state=warehouse.commit_state(table, REPLICA_STATE))
-    else:
-        times = replica_times(table, min(position + 1, latest), floor=previous)
+    else:  # from the feed's position: its replica state is where the next versions start from
+        times = replica_times(table, position, floor=previous)
     count = result.records
 
     def write(first: int, last: int, resolved_step: int, changes, columns: list[str]) -> None:
@@ -207,9 +207,11 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
         first, last = position + 1, min(latest, position + feed.max_versions_per_file)
         in_range = {v: t for v, t in times.items() if first <= v <= last}
         after = resolved_after(in_range, last, previous)[-1]
+        applied_before = max(t.applied_through for v, t in times.items() if v < first)
         schema, parts = cdf_parts(table, first, last, feed.batch_rows)
         netted = (net_changes(part) for part in parts)
-        write(first, last, after, _stamped(warehouse, name, netted, in_range, previous), data_columns(schema))
+        write(first, last, after, _stamped(warehouse, name, netted, in_range, previous, applied_before),
+              data_columns(schema))
         position, previous = last, after
     store.write_resolved({**resolved(previous), "version": position, "at": now.isoformat()})
     result.position, result.resolved, result.seconds = position, previous, time.monotonic() - started

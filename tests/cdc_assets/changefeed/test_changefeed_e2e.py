@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 from cdc_assets.changefeed.export import changefeed_key, export_changefeed
 from cdc_assets.changefeed import DEBEZIUM_SCHEMA
 from cdc_assets.changefeed.config import ChangefeedConfig
-from cdc_assets.changefeed.reader import ChangefeedReader, replay
+from cdc_assets.changefeed.reader import ChangefeedReader, read_consistent, record_ts, replay
 from harness import Platform
 from org_compare import live_rows
 from resources.delta import DeltaWarehouse
@@ -69,7 +69,7 @@ def changefeed_sensor_run(platform: Platform) -> list[dg.RunRequest]:
 def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_resync(tmp_path, org):
     main = ChangefeedConfig(uri=str(tmp_path / "feed"), initial_scan=True, max_versions_per_file=3)
     others = [ChangefeedConfig(uri=str(tmp_path / f"feed-{m}-{f}"), mode=m, format=f, initial_scan=True)
-              for m, f in (("UPDATES", "json"), ("NEW_IMAGE", "debezium_json"), ("KEYS_ONLY", "json"))]
+              for m, f in (("UPDATES", "json"), ("NEW_AND_OLD_IMAGES", "debezium_json"), ("KEYS_ONLY", "json"))]
     platform = Platform(tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org), initial_load=True,
                         changefeed={"uri": main.uri, "initial_scan": True, "max_versions_per_file": 3})
     warehouse = DeltaWarehouse(root=str(platform.warehouse))
@@ -118,7 +118,7 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
         records = feed_records(main, name)
         assert replay(records) == live, name
         reader = ChangefeedReader(main.object_uri(name))
-        assert reader.resolved()[0] == table.version()
+        assert reader.version() == table.version()
         consumed, position = [], None
         for stop in (7, 1, 40, 3, 10**6):  # a consumer restarting from its saved position, mid-file and at ends
             for n, (pos, record) in enumerate(reader.read(position)):
@@ -137,7 +137,7 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
         validator = jsonschema.Draft202012Validator(SCHEMA)
         for record in feed_records(debezium, name):
             validator.validate(record)
-        sources = [r["payload"]["source"] for r in feed_records(debezium, name) if "payload" in r]
+        sources = [r["value"]["source"] for r in feed_records(debezium, name) if r["value"]]
         assert {s["origin"] for s in sources} >= {"cdc", "snapshot"}
         # Every change applied from an event names its Salesforce transaction (a placeholder row a gap made for an
         # unknown record has no position, so no transaction either).
@@ -153,6 +153,17 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
     old = live_rows(DeltaTable(str(platform.warehouse / "Contact"), version=overwrite - 1))
     new = live_rows(DeltaTable(str(platform.warehouse / "Contact"), version=overwrite))
     differs = {i for i in set(old) | set(new) if old.get(i) != new.get(i)}
-    emitted = [r for r in feed_records(main, "Contact") if "key" in r and r["ts"][0] == overwrite]
+    debezium = next(c for c in others if c.format == "debezium_json")
+    emitted = [r for r in feed_records(debezium, "Contact") if r["value"]
+               and r["value"]["source"]["delta_version"] == overwrite]
     assert 0 < len(emitted) == len(differs) < len(new)
-    assert {r["key"][0] for r in emitted} == differs
+    assert {r["key"]["Id"] for r in emitted} == differs
+
+    # One clock for both feeds: a consistent cut holds every transaction whole, in all objects or in none.
+    cut, merged = read_consistent({n: main.object_uri(n) for n in OBJECTS})
+    assert cut >= 0 and [record_ts(r) for _, r in merged] == sorted(record_ts(r) for _, r in merged)
+    inside = {record_ts(r)[1] for _, r in merged if record_ts(r)[1]}
+    everywhere = [(n, r) for n in OBJECTS for r in feed_records(main, n) if record_ts(r)]
+    split = [(n, r["key"]) for n, r in everywhere if record_ts(r)[1] in inside and record_ts(r)[0] > cut]
+    assert not split, split[:3]
+    assert len({record_ts(r)[1] for n, r in everywhere if record_ts(r)[1]}) > 0

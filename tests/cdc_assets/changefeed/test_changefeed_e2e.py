@@ -9,7 +9,6 @@ modes and formats are exported by calling the exporter. Each replays into the re
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import dagster as dg
 import jsonschema

@@ -41,6 +41,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 import pyarrow as pa
+import pyarrow.dataset as pads
 from deltalake import DeltaTable
 
 from cdc_assets.changefeed.clock import VersionTime, replica_times, resolved_after, stamp, transaction_steps
@@ -111,35 +112,45 @@ def _hash_ranges(parts: int) -> list[str]:
             for lo, hi in zip(lows, highs)]
 
 
+def _cdf_rows(table: DeltaTable, first: int, last: int) -> int:
+    """CDF rows of versions first..last, counted from their `Id` column alone (the one column read)."""
+    ids = table.load_cdf(starting_version=first, ending_version=last, columns=['"Id"'])  # quoted: case-sensitive
+    return sum(batch.num_rows for batch in pa.RecordBatchReader.from_stream(ids))
+
+
 def cdf_parts(table: DeltaTable, first: int, last: int, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
     """The CDF schema of versions first..last and their CDF rows in parts of about `batch_rows` rows at most: one
-    part when they fit, else one per md5(Id) range (after a counting pass that holds one batch at a time). Every
-    row of a key is in one part, so each part nets on its own."""
-    reader = pa.RecordBatchReader.from_stream(table.load_cdf(starting_version=first, ending_version=last))
-    schema, kept, rows = reader.schema, [], 0
-    for batch in reader:
-        rows += batch.num_rows
-        if rows <= batch_rows:
-            kept.append(batch)
-        else:
-            kept = None
-    if kept is not None:
-        return schema, iter([pa.Table.from_batches(kept, schema)])
-    parts = min(math.ceil(rows / batch_rows), 16 ** HASH_DIGITS)
+    part when they fit, else one per md5(Id) range (counted first from the Id column alone). Every row of a key
+    is in one part, so each part nets on its own."""
+    rows = _cdf_rows(table, first, last)
+    parts = min(max(1, math.ceil(rows / batch_rows)), 16 ** HASH_DIGITS)
+    predicates = _hash_ranges(parts) if parts > 1 else [None]
+    read = [pa.RecordBatchReader.from_stream(
+        table.load_cdf(starting_version=first, ending_version=last, predicate=predicates[0])).read_all()]
+    schema = read[0].schema
 
     def each() -> Iterator[pa.Table]:
-        for predicate in _hash_ranges(parts):
+        yield read.pop()  # not kept while the next parts are read
+        for predicate in predicates[1:]:
             part = table.load_cdf(starting_version=first, ending_version=last, predicate=predicate)
             yield pa.RecordBatchReader.from_stream(part).read_all()
     return schema, each()
 
 
+def _batches(table: DeltaTable, size: int) -> Iterator[pa.RecordBatch]:
+    """The snapshot's rows, one file after another, read without threads or read-ahead: a dataset scan reads
+    several files ahead (and pre-buffers their column chunks), which holds a growing share of the table."""
+    options = pads.ParquetFragmentScanOptions(pre_buffer=False)
+    for fragment in table.to_pyarrow_dataset().get_fragments():
+        yield from fragment.to_batches(batch_size=size, batch_readahead=0, fragment_readahead=0, use_threads=False,
+                                       fragment_scan_options=options)
+
+
 def _scan(table: DeltaTable, batch_rows: int, *, version: int, commit_ms: int, ts: list[int]) -> Iterator[dict]:
     """The replica's live rows as `r` changes, batch by batch; the last one marked `last` (Debezium's
     snapshot "last")."""
-    dataset = table.to_pyarrow_dataset()
     pending = None
-    for batch in dataset.to_batches(batch_size=min(batch_rows, 65_536), batch_readahead=1, fragment_readahead=1):
+    for batch in _batches(table, min(batch_rows, 65_536)):
         for change in snapshot_changes(pa.Table.from_batches([batch]), version=version, commit_ms=commit_ms, ts=ts):
             if pending is not None:
                 yield pending

@@ -21,9 +21,10 @@ it made. Then, per (version, Id):
 
 so a soft delete is an erase, an undelete a create, and an update that changes only bookkeeping is not emitted.
 
-**Virtual timestamps** are `[replica version, Delta commit time in ms]`: the version orders everything (commit
-times of different writers need not be monotonic), the time says when. A resolved line `{"resolved": [v, ms]}`
-means every change at a version <= v has been emitted before it.
+**Records.** `render` turns a netted change, stamped by cdc_assets/changefeed/clock.py (`ts`, `txid`), into YDB
+JSON (`key`, `update`/`erase`, `newImage`/`oldImage` as the mode has them, `ts`) or into Debezium JSON: the Kafka
+record's `key` and `value` (Debezium's envelope: whole `before` and `after`, `source`, `op`, `ts_ms`,
+`transaction`), followed after a delete by Debezium's tombstone (`value` null). `resolved` is YDB's resolved line.
 """
 
 from __future__ import annotations

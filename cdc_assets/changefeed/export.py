@@ -25,9 +25,11 @@ nothing, and a resync's overwrite only the difference it made), stamps them with
   replica's feed (clock.py). YDB JSON files end with `{"resolved": [R, 0]}`; the resolved step is also in every
   file's name (so Debezium files, whose record stream holds only change records, carry it too), and every export,
   even one with nothing new, rewrites `resolved.json` (`{"resolved": [R, 0], "version": v, "at": ...}`).
-- *Bounded memory.* The initial scan is read batch by batch, and a range of versions whose CDF holds more than
-  `batch_rows` rows (a resync's overwrite holds the table twice) is netted in several passes, each over one range
-  of `md5(Id)` (a key's rows are all in one pass): an export holds one batch, whatever the table's size.
+- *Bounded memory.* The initial scan is read one file at a time, batch by batch, without read-ahead, and a range
+  of versions whose CDF holds more than `batch_rows` rows (a resync's overwrite holds the table twice) is netted
+  in several passes, each over one range of `md5(Id)` (a key's rows are all in one pass). Netting and rendering
+  hold one batch; the readers decode a Parquet row group whole, so the replica's largest row group is the rest
+  of the bound (bench/RESULTS.md).
 
 The CDF of a version must still exist when it is exported: run the feed more often than the replica is vacuumed.
 """

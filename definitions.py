@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 
 from cdc_assets.assets import build_change_events_asset, build_replica_asset, landing_zone
-from cdc_assets.changefeed import build_changefeed_assets
+from cdc_assets.changefeed.export import build_changefeed_assets
 from cdc_assets.checks import build_replica_checks
 from cdc_assets.config import load_config
 from resources.delta import DeltaWarehouse

@@ -7,7 +7,7 @@ from datetime import date, datetime, timezone
 
 from deltalake import DeltaTable
 
-from cdc_assets.changefeed_rows import json_value
+from cdc_assets.changefeed.rows import json_value
 from salesforce_emulator import Emulator
 from spark_ops.schema import ObjectSchema
 

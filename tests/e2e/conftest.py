@@ -18,7 +18,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
-from cdc_assets.changefeed_reader import ChangefeedReader
+from cdc_assets.changefeed.reader import ChangefeedReader
 from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
 from demo import processes
@@ -99,9 +99,9 @@ class Stack:
                            f"held {meta.get(META_HELD)}"
                 if int(meta.get(META_APPLIED_THROUGH) or 0) < ingest_seq:
                     return f"{name} applied through {meta.get(META_APPLIED_THROUGH)} of {ingest_seq}"
-                version, resolved = DeltaTable(str(self.warehouse / name)).version(), self.feed(name).resolved()
-                if resolved is None or resolved[0] < version:
-                    return f"{name}'s changefeed resolved through {resolved} of version {version}"
+                version, exported = DeltaTable(str(self.warehouse / name)).version(), self.feed(name).version()
+                if exported is None or exported < version:
+                    return f"{name}'s changefeed exported through version {exported} of {version}"
         return None
 
     def wait_settled(self, timeout_seconds: float = 600.0, poll_seconds: float = 5.0) -> float:

@@ -105,3 +105,10 @@ def test_a_diff_over_the_pubsub_api_is_the_fields_text_and_lands_as_a_diff_objec
     assert payload["Description"] == {"diff": diff}
     assert payload["ChangeEventHeader"]["diffFields"] == ["Description"]
     assert payload["LastModifiedDate"] == "2023-11-14T22:13:20.000Z"
+
+
+def test_a_date_is_read_from_epoch_days_or_epoch_milliseconds_of_its_midnight():
+    from cdc_subscriber.decode import iso_date
+
+    assert iso_date(20_414) == iso_date(20_414 * 86_400_000) == "2025-11-22"
+    assert iso_date(-1) == iso_date(-86_400_000) == "1969-12-31"

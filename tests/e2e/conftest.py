@@ -121,7 +121,7 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("e2e")
     emu = Emulator(root / "org", landing_dir=root / "landing", roll_seconds=3.0)
-    workload = Workload(emu, seed=42)
+    workload = Workload(emu, seed=42, long_text=True, person_accounts=True)  # diffs: FaultConfig's default, 1000
     workload.build_org(accounts=ACCOUNTS)
     emu.start()
     config = write_config(root / "replication.yaml", None, list(OBJECTS), close_after=10, initial_load=True,

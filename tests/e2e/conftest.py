@@ -2,7 +2,8 @@
 subprocesses, with both sensors running against a replication.yaml of the five workload objects.
 
 One stack serves the whole session (starting Dagster and loading the code location takes a while on 2 cores):
-test_daemon drives a large workload through it, test_ui photographs its UI. These tests run only when asked
+test_daemon drives a large workload through it, test_ui photographs its UI. test_crash_recovery has a stack of its
+own (`daemon_stack`: `dagster-daemon run` alone, as under a supervisor), since it kills and restarts the daemon. These tests run only when asked
 for (`make e2e`, i.e. `pytest -m e2e tests/e2e`); a plain `pytest` run skips them.
 """
 
@@ -143,6 +144,8 @@ def open_stack(root: Path, *, daemon_only: bool = False):
     config = write_config(root / "replication.yaml", None, list(OBJECTS), close_after=10, initial_load=True,
                           changefeed={"uri": str(root / "changefeed"), "initial_scan": True})
     home = write_dagster_home(root / "dagster_home")
+    with open_instance(home):  # creates the storage now: several processes creating it at once collide
+        pass
     # As `make run`: the runs are clients of one Spark Connect server.
     spark_server, spark_url = processes.start_spark_connect(root / "spark_connect.log")
     env = processes.platform_env(home=home, config=config, landing=root / "landing",

@@ -84,6 +84,14 @@ def wait_for_run(stack, statuses: list[dg.DagsterRunStatus], *, with_worker: boo
     pytest.fail(f"no run {[s.value for s in statuses]} within {timeout_seconds:.0f} s: {stack.unsettled()}")
 
 
+def ended_after(stack, runs: list[dg.DagsterRun], killed_at: float) -> str:
+    """How long after `killed_at` each of `runs` ended (by the time replication moves, they should have)."""
+    with stack.instance() as instance:
+        records = [instance.get_run_record_by_id(r.run_id) for r in runs]
+    return ", ".join(f"{r.dagster_run.status.value} {r.end_time - killed_at:.0f} s" if r.end_time else
+                     f"{r.dagster_run.status.value} (not ended yet)" for r in records) or "(none)"
+
+
 def workload_thread(stack, changes: int) -> threading.Thread:
     thread = threading.Thread(target=stack.workload.run, kwargs={"changes": changes, "rate": RATE}, daemon=True)
     thread.start()
@@ -135,14 +143,15 @@ def test_killing_the_daemon_process_group_at_random_moments_loses_nothing(loaded
         wait_for_run(stack, [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED])
         time.sleep(rng.uniform(0, 15))
         with stack.instance() as instance:
-            in_flight = [f"{r.run_id[:8]} {r.status.value}" for r in instance.get_runs(
-                filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]))]
+            in_flight = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTING,
+                                                                          dg.DagsterRunStatus.STARTED]))
         killed_at = stack.kill_process_group()
         stack.restart_daemon()  # as a supervisor: the daemon only, at once
         moving = wait_moving(stack, killed_at)
         recoveries.append(moving)
-        print(f"kill {kill}: daemon process group killed with runs in flight [{', '.join(in_flight)}]; "
-              f"replication moving again {moving:.0f} s later")
+        print(f"kill {kill}: daemon process group killed with runs in flight "
+              f"[{', '.join(f'{r.run_id[:8]} {r.status.value}' for r in in_flight)}]; replication moving again "
+              f"{moving:.0f} s later; the dead runs ended after {ended_after(stack, in_flight, killed_at)}")
     print(f"kill -> replication moving again: {', '.join(f'{s:.0f}' for s in recoveries)} s "
           f"(max {max(recoveries):.0f} s)")
     assert_replicas_equal_the_org(stack, thread, started)

@@ -55,15 +55,16 @@ class Worker:
 
 
 def run_worker(instance: dg.DagsterInstance, run_id: str) -> Worker | None:
-    """The run's worker, from its "Started process for run (pid: N)" engine event; None before it wrote one."""
+    """The run's worker, from its latest "Started process for run (pid: N)" engine event (a resumed run has one per
+    worker); None before it wrote one."""
+    worker = None
     for entry in instance.all_logs(run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
         event = entry.dagster_event
         if event is None or not (event.message or "").startswith(WORKER_STARTED):
             continue
-        pid = event.engine_event_data.metadata.get("pid")
-        if pid is not None:
-            return Worker(int(pid.value), entry.timestamp)
-    return None
+        if (pid := event.engine_event_data.metadata.get("pid")) is not None:
+            worker = Worker(int(pid.value), entry.timestamp)
+    return worker
 
 
 def _boot_time() -> float:

@@ -64,7 +64,7 @@ def kill_run(spark, root: Path, point: str, describe: str, mode: str | None = No
 
 
 def test_every_fault_point_is_named_once_and_killed_by_a_test():
-    called = [m for path in (REPO / "cdc_assets").glob("*.py")
+    called = [m for path in (REPO / "cdc_assets").rglob("*.py")
               for m in re.findall(r'fault_point\("([^"]+)"\)', path.read_text())]
     assert sorted(called) == sorted(FAULT_POINTS)
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 20

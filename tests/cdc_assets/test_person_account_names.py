@@ -1,6 +1,6 @@
 """Person accounts created and renamed in the org end equal in the replica once reconciled (README, "Counts":
 `names_to_fetch`), against the real HTTPS emulator through Dagster's real materialize() and the real
-reconciliation sensor.
+reconciliation sensor, in an org whose locale orders names last name first.
 
 No change event carries a person account's formatted Name (the org derives it from the parts by its locale), so
 the apply step stores the parts and leaves the record dirty; the reconcile run fetches the org's Name by id.
@@ -25,7 +25,8 @@ from spark_ops.schema import ObjectSchema
 
 @pytest.fixture
 def org(tmp_path):
-    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing") as emu:
+    """An org in an eastern-order locale: a person's Name puts the last name first, as no rule of ours guesses."""
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing", name_order="eastern") as emu:
         yield emu
 
 
@@ -81,7 +82,7 @@ def test_person_accounts_created_and_renamed_equal_the_org_after_the_reconcile(t
     assert (rows[acme]["Name"], rows[acme]["_sf_dirty_since"]) == ("Acme", None)  # text: applied as it came
     assert meta["names_to_fetch"] >= 1 and meta["dirty_records"] >= 1 and adds_up(meta)
     assert reconciled(platform, org)
-    assert platform.rows("Account")[ada]["Name"] == "Ada Lovelace"
+    assert platform.rows("Account")[ada]["Name"] == "Lovelace Ada"
 
     with org.store.transaction() as txn:
         txn.update("Account", ada, {"LastName": "King", "MiddleName": "Byron"})
@@ -90,7 +91,7 @@ def test_person_accounts_created_and_renamed_equal_the_org_after_the_reconcile(t
     meta = catch_up(platform, org)
     rows = platform.rows("Account")
     assert (rows[ada]["MiddleName"], rows[ada]["LastName"]) == ("Byron", "King")  # the parts, applied
-    assert (rows[ada]["Name"], rows[ada]["_sf_dirty_since"] is not None) == ("Ada Lovelace", True)  # to fetch
+    assert (rows[ada]["Name"], rows[ada]["_sf_dirty_since"] is not None) == ("Lovelace Ada", True)  # to fetch
     assert (rows[acme]["Name"], rows[acme]["_sf_dirty_since"]) == ("Acme Corp", None)
     parts = set(person_name_parts(ObjectSchema.from_describe(org.store.describe("Account"))))
     renames = {e["record_id"] for e in platform.change_events()
@@ -99,5 +100,5 @@ def test_person_accounts_created_and_renamed_equal_the_org_after_the_reconcile(t
     assert meta["names_to_fetch"] >= 1 and adds_up(meta)
     assert reconciled(platform, org)
     rows = platform.rows("Account")
-    assert rows[ada]["Name"] == org.store.get_row("Account", ada)["Name"] == "Ada Byron King"
+    assert rows[ada]["Name"] == org.store.get_row("Account", ada)["Name"] == "King Ada Byron"
     assert all(rows[r]["Name"] == org.store.get_row("Account", r)["Name"] for r in renames)

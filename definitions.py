@@ -25,6 +25,7 @@ from sensors.changefeed import build_changefeed_sensors
 from sensors.landing_zone import build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
+from sensors.run_liveness import build_run_liveness_sensor
 from sensors.subscriber_status import build_subscriber_check, build_subscriber_status_sensor
 
 
@@ -50,7 +51,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
                  build_reconciliation_sensor(replication=replication, default_status=status),
                  build_subscriber_status_sensor(replication=replication, default_status=status),
                  *build_poll_sensors(replication=replication, default_status=status),
-                 *build_changefeed_sensors(replication=replication, default_status=status)],
+                 *build_changefeed_sensors(replication=replication, default_status=status),
+                 build_run_liveness_sensor(default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),
             "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),

@@ -190,18 +190,10 @@ def _steps(schema: ObjectSchema, current_columns: list[str]) -> str:
     return f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
 
 
-def person_name_parts(schema: ObjectSchema) -> list[str]:
-    """The columns that are parts of a compound parent which is itself a column: a person-account org's
-    `FirstName`, `LastName`, ... of `Account.Name` (a union: a business account's text, a person's name record).
-    An event sets them only by carrying the name record."""
-    columns = set(schema.column_names)
-    return sorted({c for parent, parts in schema.compound.items() if parent in columns for c in parts.values()})
-
-
 def _carries_person_name(schema: ObjectSchema) -> str:
     """SQL: the change row (`ch`) carries a person account's name parts, so the org's formatted Name must be
     fetched. A SNAPSHOT image carries the Name itself."""
-    parts = person_name_parts(schema)
+    parts = schema.person_name_parts
     if not parts:
         return "false"
     return (f"(ch.change_type IN {in_list(CHANGE_TYPES_WITH_FIELDS)} "

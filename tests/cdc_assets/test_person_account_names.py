@@ -19,7 +19,6 @@ from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
 from sensors.reconciliation import SENSOR_NAME, TAG_MODE
 from settings import TEST_SPARK_CONF
-from spark_ops.fold import person_name_parts
 from spark_ops.schema import ObjectSchema
 
 
@@ -93,7 +92,7 @@ def test_person_accounts_created_and_renamed_equal_the_org_after_the_reconcile(t
     assert (rows[ada]["MiddleName"], rows[ada]["LastName"]) == ("Byron", "King")  # the parts, applied
     assert (rows[ada]["Name"], rows[ada]["_sf_dirty_since"] is not None) == ("Lovelace Ada", True)  # to fetch
     assert (rows[acme]["Name"], rows[acme]["_sf_dirty_since"]) == ("Acme Corp", None)
-    parts = set(person_name_parts(ObjectSchema.from_describe(org.store.describe("Account"))))
+    parts = set(ObjectSchema.from_describe(org.store.describe("Account")).person_name_parts)
     renames = {e["record_id"] for e in platform.change_events()
                if e["change_type"] == "UPDATE" and parts & set(e["set_fields"]) and e["record_id"] != ada}
     assert renames, "the workload renamed no person account"

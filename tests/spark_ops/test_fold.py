@@ -112,7 +112,9 @@ def person_account_org() -> ObjectSchema:
     """The emulator's Account: a person-account org, where Account.Name is text or a person's name record."""
     from salesforce_emulator.schema import OBJECTS
 
-    return ObjectSchema.from_describe(OBJECTS["Account"].describe())
+    schema = ObjectSchema.from_describe(OBJECTS["Account"].describe())
+    assert schema.person_name_parts == ["FirstName", "LastName", "MiddleName", "Salutation", "Suffix"]
+    return schema
 
 
 def test_a_person_accounts_name_parts_are_applied_and_its_name_is_left_to_the_reconcile(spark, person_account_org):

@@ -32,7 +32,7 @@ from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.spark import from_arrow
-from spark_ops.fold import CHANGED, COUNTERS, INSERTED, NEWLY_DIRTY, fold_changes
+from spark_ops.fold import CHANGED, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     prev = ReplicaState.read(warehouse, replica)
     applied = (replica.transaction_version(APPLY_APP) or 0) if replica is not None else 0
     held = prev.held
-    counts = {k: 0 for k in (*EVENT_COUNTS, "newly_dirty", "inserted", "rows_written", *DIFF_COUNTS, *DRIFT_COUNTS)}
+    counts = {k: 0 for k in (*EVENT_COUNTS, NAMES_TO_FETCH, "newly_dirty", "inserted", "rows_written", *DIFF_COUNTS,
+                              *DRIFT_COUNTS)}
     unknown: list[str] = []
     if replica is not None and ce_seq < applied:
         # A later run applied past this run's cut; applying this run's cut now could apply what that run held.
@@ -143,7 +144,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             folded = fold_changes(from_arrow(spark, changes), current, schema).toArrow()
             watch.lap("fold")
             fault_point("replica.after_fold")
-            counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*COUNTERS, NEWLY_DIRTY, INSERTED)}
+            counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*SUMMED, NEWLY_DIRTY, INSERTED)}
             counts["gaps"] -= counts["schema_backfill"]  # not events read: gaps the run added (see prepare.py)
             new_rows = folded.filter(folded[CHANGED]).select(schema.arrow_schema().names).cast(schema.arrow_schema())
 

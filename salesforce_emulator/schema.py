@@ -88,8 +88,9 @@ class SObject:
     # this object does not have in a real org: stored, never described, queried or returned.
     internal: tuple[Field, ...] = ()
     cdc: bool = True  # Change Data Capture can be enabled for it (history, share and setup objects: no)
-    # stored values the org derives from others (a person account's Name): row (after the write) -> values
-    derived: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # stored values the org derives from others (a person account's Name): (row after the write, the org's name
+    # order, a key of NAME_ORDERS) -> values
+    derived: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
@@ -171,7 +172,11 @@ def _person_name(last_nillable: bool = False) -> tuple[Field, ...]:
     )
 
 
-PERSON_NAME_PARTS = ("FirstName", "MiddleName", "LastName", "Suffix")  # the order Name joins them in
+PERSON_NAME_PARTS = ("FirstName", "MiddleName", "LastName", "Suffix")  # the order Name joins them in (western)
+# The order a person's Name joins its parts in, by the org's locale (Salesforce Help, "Name Order by Locale":
+# eastern-order locales, such as Japanese or Chinese, put the last name first). Change events never carry the
+# result, so a replica cannot know it but by asking the org.
+NAME_ORDERS = {"western": PERSON_NAME_PARTS, "eastern": ("LastName", "FirstName", "MiddleName", "Suffix")}
 
 
 def _person_account_name() -> tuple[Field, ...]:
@@ -184,13 +189,14 @@ def _person_account_name() -> tuple[Field, ...]:
     )
 
 
-def person_name(row: dict[str, Any]) -> str | None:
-    """A person account's Name: its name parts joined by spaces (the salutation is not part of it)."""
-    return " ".join(row[p] for p in PERSON_NAME_PARTS if row.get(p)) or None
+def person_name(row: dict[str, Any], order: str = "western") -> str | None:
+    """A person account's Name: its name parts joined by spaces in the org's `order` (the salutation is not part
+    of it)."""
+    return " ".join(row[p] for p in NAME_ORDERS[order] if row.get(p)) or None
 
 
-def _account_derived(row: dict[str, Any]) -> dict[str, Any]:
-    return {"Name": person_name(row)} if row.get("IsPersonAccount") else {}
+def _account_derived(row: dict[str, Any], order: str) -> dict[str, Any]:
+    return {"Name": person_name(row, order)} if row.get("IsPersonAccount") else {}
 
 
 def _account_score(row: dict[str, Any]) -> float | None:

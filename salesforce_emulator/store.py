@@ -36,7 +36,7 @@ from typing import Any
 
 from salesforce_emulator import ids
 from salesforce_emulator.changes import CommittedTransaction, Transaction, resolve_object
-from salesforce_emulator.schema import OBJECTS, SObject, derived_value
+from salesforce_emulator.schema import NAME_ORDERS, OBJECTS, SObject, derived_value
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,10 @@ def quote(name: str) -> str:
 class Store:
     """A SQLite-backed org. Thread-safe; all writes go through :meth:`transaction`."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, name_order: str = "western"):
+        if name_order not in NAME_ORDERS:
+            raise ValueError(f"name_order {name_order!r}: use one of {', '.join(NAME_ORDERS)}")
+        self.name_order = name_order  # how a person account's Name joins its parts (schema.NAME_ORDERS)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock = threading.RLock()

@@ -12,7 +12,7 @@ but old records are picked too. Every choice comes from one seeded ``random.Rand
 
 With ``person_accounts=True`` (the default) a share (``PERSON_ACCOUNT_SHARE``) of new accounts are person accounts
 (``IsPersonAccount``, name parts, ``PersonEmail``; their Name is the org's), and an update of a person account
-changes its own fields (``data.PERSON_UPDATABLE``). Contacts carry a ``time`` field (``Best_Time_To_Call__c``).
+changes its own fields (``data.PERSON_UPDATABLE``), its name parts too: a rename, whose new Name no event carries. Contacts carry a ``time`` field (``Best_Time_To_Call__c``).
 
 With ``long_text=True`` records get long multi-line Descriptions and the mix gains ``edit_text`` (weight
 ``LONG_TEXT_WEIGHT``): small edits of a Description, which CDC sends as diffs when ``FaultConfig.diff_over_chars``

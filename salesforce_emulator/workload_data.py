@@ -144,12 +144,14 @@ UPDATABLE: dict[str, dict[str, Gen]] = {
         "Origin": lambda r: r.choice(["Phone", "Email", "Web"]),
     },
 }
-# A person account's own fields (its name parts are not among them: a rename changes the Name Salesforce derives,
-# which CDC does not send; see docs/emulator.md).
+# A person account's own fields, its name parts among them: a rename changes the Name the org derives, which CDC
+# does not send (the platform fetches it; see docs/emulator.md).
 PERSON_UPDATABLE: dict[str, Gen] = {
     "PersonEmail": lambda r: f"{r.choice(FIRST).lower()}.{r.randrange(10**6)}@example.net",
     "PersonBirthdate": _date, "Phone": _phone, "Description": free_text,
     "Rating": lambda r: r.choice(["Hot", "Warm", "Cold"]),
+    "FirstName": lambda r: r.choice(FIRST), "LastName": lambda r: r.choice(LAST),
+    "MiddleName": lambda r: r.choice([None, "J.", "Marie"]), "Salutation": lambda r: r.choice(["Mr.", "Ms.", "Dr."]),
 }
 NULLABLE = {
     "Account": ["Industry", "Rating", "Phone", "Website", "Description", "Type", "BillingState"],

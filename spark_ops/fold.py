@@ -11,6 +11,14 @@ over the changes of each record) so that Spark runs it in one pass per record:
 - **Dirty.** A gap event, a late event, or an UPDATE/DELETE for a record never seen makes the record dirty; the
   changes after that point (and every change while already dirty) are *skipped*: they stay in change_events for
   reconciliation.
+- **Stored and dirty.** Two kinds of change are applied *and* make their record dirty, so the reconcile fetches
+  what they cannot say: the first UPDATE/DELETE of a record never seen (its given fields are all it knows), and a
+  change carrying a person account's name record (`Name: {"LastName": ...}` in a person-account org, where
+  `Account.Name` is a column and a compound parent at once: schema.py). Salesforce stores that account's `Name`
+  formatted from the parts by a rule that depends on the org's locale (name order, which parts it shows) and
+  never sends it in an event; the replica keeps the parts the event carries and fetches the formatted `Name` by
+  id instead of imitating the rule. Such changes are counted (`names_to_fetch`) among the applied ones. Changes
+  after either, in commit order, are skipped like those after a gap.
 - **Snapshot rows.** A `SNAPSHOT` change (spark_ops/datastream.py) is the record's whole state at its commit
   time, as a resync or reconcile fetch would read it, with `IsDeleted` among its fields. It is folded with the
   same rules as those rows: stale, it is *superseded* (never late: an older image of a record holds nothing
@@ -45,6 +53,11 @@ LIFECYCLE = ("CREATE", "UNDELETE", "DELETE", SNAPSHOT)
 SNAPSHOT_DELETED = "IsDeleted"
 PARTIAL = ("UPDATE", "DELETE")
 COUNTERS = ("applied", "gaps", "late", "superseded", "dirty_skipped")
+# Applied changes that carry a person account's name parts: their record is dirty until the reconcile fetches the
+# Name the org formats from them (a subset of `applied`, not a term of the events_read identity).
+NAMES_TO_FETCH = "names_to_fetch"
+SUMMED = (*COUNTERS, NAMES_TO_FETCH)
+CHANGE_TYPES_WITH_FIELDS = ("CREATE", "UPDATE", "UNDELETE")
 CHANGED = "_changed"
 NEWLY_DIRTY = "newly_dirty"
 INSERTED = "inserted"
@@ -68,7 +81,8 @@ guarded AS (
                  OR named_struct('n', ch.commit_number, 's', ch.sequence_number)
                     <= named_struct('n', cur._sf_commit_number, 's', cur._sf_sequence_number)))), false) AS _stale,
          cur._sf_source AS _cur_source,
-         startswith(ch.change_type, 'GAP_') AS _gap
+         startswith(ch.change_type, 'GAP_') AS _gap,
+         {names} AS _names
   FROM {{changes}} ch LEFT JOIN cur ON ch.record_id = cur.Id
 ),
 live AS (
@@ -79,14 +93,16 @@ live AS (
 firsts AS (
   SELECT *, _live AND _stale AND NOT _gap AS late,
          min(CASE WHEN _live THEN _pos END) OVER rec AS _first_pos,
-         min_by(change_type, CASE WHEN _live THEN _pos END) OVER rec AS _first_type
+         min_by(change_type, CASE WHEN _live THEN _pos END) OVER rec AS _first_type,
+         min(CASE WHEN _live AND NOT _gap AND NOT _stale AND _names THEN _pos END) OVER rec AS _names_pos
   FROM live WINDOW rec AS (PARTITION BY record_id)
 ),
 blocked AS (
   SELECT *, NOT _exists AND _first_type IN {partial} AS _unknown_partial,
          least(min(CASE WHEN _live AND (_gap OR late) THEN _pos END) OVER rec,
                CASE WHEN NOT _exists AND _first_type IN {partial}
-                    THEN min(CASE WHEN _live AND _pos > _first_pos THEN _pos END) OVER rec END) AS _blocked_at
+                    THEN min(CASE WHEN _live AND _pos > _first_pos THEN _pos END) OVER rec END,
+               min(CASE WHEN _live AND _pos > _names_pos THEN _pos END) OVER rec) AS _blocked_at
   FROM firsts WINDOW rec AS (PARTITION BY record_id)
 ),
 classified AS (
@@ -97,8 +113,9 @@ classified AS (
 counted AS (
   SELECT *, _live AND _gap AS gaps,
          _live AND NOT _gap AND NOT late AND NOT applied AS dirty_skipped,
-         CASE WHEN (_live AND (_gap OR late)) OR (_unknown_partial AND _pos = _first_pos) THEN commit_ts END
-           AS _dirty_from,
+         applied AND _names AS {names_to_fetch},
+         CASE WHEN (_live AND (_gap OR late)) OR (_unknown_partial AND _pos = _first_pos) OR (applied AND _names)
+           THEN commit_ts END AS _dirty_from,
          max(CASE WHEN applied AND change_type IN {resets} THEN _pos END) OVER rec AS _reset_pos
   FROM classified WINDOW rec AS (PARTITION BY record_id)
 ),
@@ -157,7 +174,8 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
 
     `changes`: canonical change rows of `schema`'s object (no overflow rows, closed transactions only).
     `current`: replica rows (full columns) of at least the touched ids.
-    Returns one full replica row per touched record, one column per name in `COUNTERS`, and `_changed`: whether
+    Returns one full replica row per touched record, one column per name in `SUMMED` (`COUNTERS`
+    and `names_to_fetch`), and `_changed`: whether
     the row differs from `current` (only those need writing).
     """
     return run_sql(changes.sparkSession, fold_sql(schema, current.columns), changes=changes, current=current)
@@ -167,8 +185,19 @@ def _steps(schema: ObjectSchema, current_columns: list[str]) -> str:
     """The WITH clause: current rows aligned to the schema, then every step through `folded`."""
     guarded = _GUARDED.format(partial=in_list(PARTIAL), resets=in_list(RESETS), lifecycle=in_list(LIFECYCLE),
                               snapshot=literal(SNAPSHOT), snapshot_deleted=literal(SNAPSHOT_DELETED),
-                              counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in COUNTERS))
+                              names=_carries_person_name(schema), names_to_fetch=NAMES_TO_FETCH,
+                              counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in SUMMED))
     return f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
+
+
+def _carries_person_name(schema: ObjectSchema) -> str:
+    """SQL: the change row (`ch`) carries a person account's name parts, so the org's formatted Name must be
+    fetched. A SNAPSHOT image carries the Name itself."""
+    parts = schema.person_name_parts
+    if not parts:
+        return "false"
+    return (f"(ch.change_type IN {in_list(CHANGE_TYPES_WITH_FIELDS)} "
+            f"AND exists(ch.set_fields, c -> c IN ({', '.join(literal(p) for p in parts)})))")
 
 
 def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
@@ -179,7 +208,7 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
         f"WHEN f._has_reset THEN NULL ELSE cur.{quote(c)} END AS {quote(c)}"
         for c, t in schema.columns if c != "Id")
     system = _SYSTEM.format(bucket_chars=schema.bucket_chars, changed=_CHANGED,
-                            counters=", ".join(f"f.{n}" for n in COUNTERS))
+                            counters=", ".join(f"f.{n}" for n in SUMMED))
     return (f"{_steps(schema, current_columns)}SELECT f.record_id AS Id,\n  {values},{system}\n"
             f"FROM folded f LEFT JOIN cur ON f.record_id = cur.Id")
 

@@ -8,8 +8,9 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
 - compound fields (`BillingAddress: {"City": ...}`) are flattened to their component columns (`BillingCity`)
   using describe() metadata, and `nulledFields` names (`BillingAddress.City`) are mapped the same way. A compound
   parent that is also a column (a person-account org's `Account.Name`, a union) is read by what its value is:
-  text is the column's value (a business account), an object its components (a person account); a CREATE or
-  UNDELETE of a person account also gets `Name` as the org derives it (first, middle, last name and suffix);
+  text is the column's value (a business account), an object its components (a person account). A person
+  account's `Name` is never derived here: the org formats it from the parts by a locale-dependent rule and events
+  never carry it, so the fold makes such a record dirty and the reconcile fetches it (spark_ops/fold.py);
 - `diffFields` names are kept (`diff_fields`, mapped likewise): their values are still the `{"diff": ...}` JSON
   text, resolved against the stored value at apply time (spark_ops/diffs.py);
 - every value of a replicated object is checked strictly against its describe() type (`true`/`false` for a
@@ -132,31 +133,6 @@ def _kept_key(schema: ObjectSchema, key: str, value: str) -> str:
     return " AND ".join(conditions) or "true"
 
 
-PERSON_NAME_PARTS = ("FirstName", "MiddleName", "LastName", "Suffix")  # the parts a person account's Name joins
-
-
-def person_name_sql(schemas: dict[str, ObjectSchema], fields: str, raw: str) -> str:
-    """`fields` plus the Name a person account's CREATE or UNDELETE implies (its name parts joined by spaces, as
-    the org derives it), when the event carries Name as the person's name record (`raw` is the unflattened body).
-    An UPDATE carries only the parts that changed, so no Name can be derived from it."""
-    def branch(schema: ObjectSchema) -> str | None:
-        unions = [p for p in schema.compound if p in set(schema.column_names)]
-        if not unions:
-            return None
-        derived = fields
-        for parent in unions:
-            parts = [f"element_at({derived}, {literal(schema.compound[parent][k])})"
-                     for k in PERSON_NAME_PARTS if k in schema.compound[parent]]
-            if not parts:
-                continue
-            derived = (f"CASE WHEN change_type IN ('CREATE', 'UNDELETE') AND NOT map_contains_key({derived}, "
-                       f"{literal(parent)}) AND {_is_object(f'element_at({raw}, {literal(parent)})')} "
-                       f"THEN map_concat({derived}, map({literal(parent)}, nullif(concat_ws(' ', {', '.join(parts)}), "
-                       f"''))) ELSE {derived} END")
-        return derived
-    return _per_entity(schemas, branch, fields)
-
-
 def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
     """A list of field names (nulledFields, diffFields, stored set_fields) as its entity's describe() names them:
     compound names (`BillingAddress.City`) mapped to columns (`BillingCity`), compound parents dropped. The one
@@ -246,9 +222,7 @@ def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
     """`parse_lines` as one query over `{lines}`."""
     typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
     return f"""WITH {_DECODE},
-flattened AS (SELECT *, {flattened_sql(schemas, '_fields_raw')} AS _flat FROM decoded),
-flat AS (SELECT * EXCEPT (_fields_raw, _flat), {person_name_sql(schemas, '_flat', '_fields_raw')} AS fields
-         FROM flattened),
+flat AS (SELECT * EXCEPT (_fields_raw), {flattened_sql(schemas, '_fields_raw')} AS fields FROM decoded),
 fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed,
                    {_mapped_names(schemas, "_diffs")} AS diff_fields FROM flat),
 reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded)

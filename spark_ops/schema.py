@@ -135,6 +135,14 @@ class ObjectSchema:
             name in set(self.column_names)
 
     @property
+    def person_name_parts(self) -> list[str]:
+        """The columns that are parts of a compound parent which is itself a column: a person-account org's
+        `FirstName`, `LastName`, ... of `Account.Name` (a union: a business account's text, a person's name
+        record). An event sets them only by carrying the name record (spark_ops/fold.py fetches the Name then)."""
+        columns = set(self.column_names)
+        return sorted({c for parent, parts in self.compound.items() if parent in columns for c in parts.values()})
+
+    @property
     def dotted_names(self) -> dict[str, str]:
         """`BillingAddress.City` (as changedFields/nulledFields name it) -> `BillingCity`."""
         return {f"{p}.{k}": c for p, m in self.compound.items() for k, c in m.items()}

@@ -74,7 +74,9 @@ def tricky_edits(workload: Workload, mixed: MixedLanding, emu: Emulator) -> None
 
 def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_path, spark, org):
     rng = random.Random(13)
-    workload = Workload(org, seed=7, long_text=True)
+    # No person accounts: their CDC events leave records dirty until a reconcile fetches their Names, and this
+    # test compares the replica with the org after the apply runs alone.
+    workload = Workload(org, seed=7, long_text=True, person_accounts=False)
     workload.build_org(accounts=12, contacts_per_account=2, opportunities_per_account=1, cases_per_account=0,
                        leads=6)
     early_backfill = backfill_lines(org.store, OBJECTS, rng)  # records no event will ever create

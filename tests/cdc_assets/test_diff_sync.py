@@ -30,7 +30,8 @@ def total(platform, key: str) -> int:
 
 @pytest.mark.slow
 def test_descriptions_sent_as_diffs_equal_the_org_and_corrupt_ones_are_reconciled(tmp_path, org):
-    workload = Workload(org, seed=21, long_text=True)
+    # No person accounts: their Names make records dirty too, and here the only dirty records are unresolved diffs.
+    workload = Workload(org, seed=21, long_text=True, person_accounts=False)
     workload.build_org(accounts=15)
     platform = make_platform(tmp_path, org, objects=OBJECTS)
     platform.run()  # initial load: long multi-line Descriptions from the Bulk API

@@ -78,7 +78,7 @@ def assert_equal_to_org(platform: Platform, emu: Emulator, objects=OBJECTS) -> N
         assert differences(emu, name, platform.rows(name)) == [], name
 
 
-def test_initial_load_then_cdc_equals_org(tmp_path, org):
+def test_initial_load_then_cdc_and_its_reconcile_equal_org(tmp_path, org):
     workload = Workload(org, seed=3)
     workload.build_org(accounts=20)
     platform = make_platform(tmp_path, org)
@@ -86,6 +86,9 @@ def test_initial_load_then_cdc_equals_org(tmp_path, org):
     assert platform.materialization(first, "Account")["mode"] == "initial_load"
     workload.run(changes=150)
     catch_up(platform, org)
+    # Person accounts created or renamed wait for the org's formatted Name: the one reconcile the workload needs.
+    assert platform.materialization_of("Account")["names_to_fetch"] > 0
+    assert [r.tags[TAG_MODE] for r in run_sensor_requests(platform)] == ["reconcile"]
     assert_equal_to_org(platform, org)
 
 
@@ -152,6 +155,7 @@ def test_object_added_later_is_loaded_fully_then_follows_cdc(tmp_path, org):
     assert later.materialization(result, "Contact")["mode"] == "initial_load"
     workload.run(changes=100)
     catch_up(later, org)
+    run_sensor_requests(later)  # person accounts' Names, fetched
     assert_equal_to_org(later, org, ["Account", "Contact"])
 
 

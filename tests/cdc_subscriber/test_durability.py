@@ -137,6 +137,8 @@ def test_sigkill_at_random_points_then_restart_loses_nothing(tmp_path, org, spar
     assert any(isinstance(p.get("Name"), dict) for p in payloads if p["ChangeEventHeader"]["entityName"] == "Account")
     assert any(p.get("Best_Time_To_Call__c") for p in payloads), "a time field"
     platform.run(close_after=0)
+    assert platform.materialization_of("Account")["dirty_records"] > 0  # person accounts' Names to fetch at least
+    run_sensor_requests(platform)
     assert_equal_to_org(platform, org)
 
 

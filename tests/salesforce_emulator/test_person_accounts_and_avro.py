@@ -12,6 +12,7 @@ from cdc_subscriber.decode import EventDecoder
 from cdc_subscriber.proto import int_to_replay, pb
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.pubsub_avro import avro_schema, encode_event, entity_for_schema, schema_json
+from salesforce_emulator.store import Store
 from salesforce_emulator.workload import Workload
 
 
@@ -84,3 +85,15 @@ def test_every_event_of_a_busy_org_encodes_to_avro_and_decodes_back_to_the_same_
     assert any(h["entityName"] == "Account" and isinstance(p.get("Name"), dict) for h, p in zip(headers, payloads))
     assert any(h["entityName"] == "Account" and isinstance(p.get("Name"), str) for h, p in zip(headers, payloads))
     assert any(p.get("Best_Time_To_Call__c") for p in payloads), "a time value"
+
+
+def test_an_eastern_order_org_puts_a_persons_last_name_first_and_renames_follow(tmp_path):
+    store = Store(tmp_path / "org.sqlite", name_order="eastern")
+    with store.transaction() as txn:
+        person = txn.create("Account", {"IsPersonAccount": True, "FirstName": "Ada", "LastName": "Lovelace"})
+    assert store.get_row("Account", person)["Name"] == "Lovelace Ada"
+    with store.transaction() as txn:
+        txn.update("Account", person, {"LastName": "King", "MiddleName": "Byron"})
+    assert store.get_row("Account", person)["Name"] == "King Ada Byron"
+    with pytest.raises(ValueError, match="name_order"):
+        Store(tmp_path / "other.sqlite", name_order="alphabetical")

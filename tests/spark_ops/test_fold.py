@@ -105,3 +105,61 @@ def test_update_of_unknown_record_is_stored_but_dirty(spark, account):
     ])
     assert out[A2]["Rating"] == "Hot" and out[A2]["Name"] is None
     assert out[A2]["_sf_dirty_since"] == ts(T0) and out[A2]["dirty_skipped"] == 1
+
+
+@pytest.fixture(scope="module")
+def person_account_org() -> ObjectSchema:
+    """The emulator's Account: a person-account org, where Account.Name is text or a person's name record."""
+    from salesforce_emulator.schema import OBJECTS
+
+    schema = ObjectSchema.from_describe(OBJECTS["Account"].describe())
+    assert schema.person_name_parts == ["FirstName", "LastName", "MiddleName", "Salutation", "Suffix"]
+    return schema
+
+
+def test_a_person_accounts_name_parts_are_applied_and_its_name_is_left_to_the_reconcile(spark, person_account_org):
+    """The org formats a person's Name from the parts by its locale and never sends it: the parts a CREATE or an
+    UPDATE carries are stored, and the record is dirty from that change so the reconcile fetches the Name."""
+    created = fold(spark, person_account_org, [
+        event("Account", "CREATE", [A1], T0, IsPersonAccount=True, Phone="555-0100",
+              Name={"Salutation": "Dr.", "FirstName": "Ada", "LastName": "Lovelace"}),
+    ])[A1]
+    assert (created["FirstName"], created["LastName"], created["Salutation"], created["Phone"]) == (
+        "Ada", "Lovelace", "Dr.", "555-0100")
+    assert created["Name"] is None and created["_sf_dirty_since"] == ts(T0)
+    assert (created["applied"], created["names_to_fetch"], created["newly_dirty"]) == (1, 1, True)
+
+    stored = row(person_account_org, Id=A1, IsPersonAccount=True, FirstName="Ada", LastName="Lovelace",
+                 Name="Ada Lovelace", Phone="555-0100", _sf_commit_ts=ts(T0), _sf_commit_number=T0,
+                 _sf_sequence_number=1)
+    renamed = fold(spark, person_account_org, [
+        event("Account", "UPDATE", [A1], T0 + 1000, Name={"LastName": "King"}),
+        event("Account", "UPDATE", [A1], T0 + 2000, Phone="555-0199"),
+    ], current=[stored])[A1]
+    assert (renamed["FirstName"], renamed["LastName"]) == ("Ada", "King")
+    assert renamed["_sf_dirty_since"] == ts(T0 + 1000)
+    # The stale Name waits for the fetch; the change after the rename waits too, as after any dirtying change.
+    assert (renamed["Name"], renamed["Phone"]) == ("Ada Lovelace", "555-0100")
+    assert (renamed["applied"], renamed["names_to_fetch"], renamed["dirty_skipped"]) == (1, 1, 1)
+
+
+def test_a_business_accounts_name_is_applied_directly_and_leaves_it_clean(spark, person_account_org):
+    stored = row(person_account_org, Id=A2, Name="Acme", _sf_commit_ts=ts(T0), _sf_commit_number=T0,
+                 _sf_sequence_number=1)
+    out = fold(spark, person_account_org, [
+        event("Account", "CREATE", [A1], T0, Name="Initech", Industry="Retail"),
+        event("Account", "UPDATE", [A2], T0 + 1000, Name="Acme Corp"),
+    ], current=[stored])
+    assert (out[A1]["Name"], out[A2]["Name"]) == ("Initech", "Acme Corp")
+    assert [out[i]["_sf_dirty_since"] for i in (A1, A2)] == [None, None]
+    assert [out[i]["names_to_fetch"] for i in (A1, A2)] == [0, 0]
+
+
+def test_a_name_change_already_in_a_reconciled_row_is_superseded_and_fetches_nothing(spark, person_account_org):
+    fetched = row(person_account_org, Id=A1, IsPersonAccount=True, FirstName="Ada", LastName="King",
+                  Name="King Ada", _sf_commit_ts=ts(T0 + 1000), _sf_source="reconcile")
+    out = fold(spark, person_account_org, [
+        event("Account", "UPDATE", [A1], T0 + 1000, Name={"LastName": "King"}),
+    ], current=[fetched])[A1]
+    assert (out["superseded"], out["names_to_fetch"], out["_sf_dirty_since"]) == (1, 0, None)
+    assert out["Name"] == "King Ada"  # the org's own formatting (here Eastern order) stays

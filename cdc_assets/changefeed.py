@@ -43,7 +43,7 @@ from cdc_assets.changefeed_rows import (
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.faults import fault_point
 from resources.changefeed_store import FeedStore, feed_file_name
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
 
     if position is None:  # the first export: the feed starts at the latest version
         if feed.initial_scan:
-            rows = table.to_pyarrow_table()
+            rows = read_table(table)
             keys = _transaction_keys(warehouse, name, rows, "_sf_commit_number") if debezium else {}
             scan = ({**c, "txid": keys.get(c.get("_sf_commit_number__post"))}
                     for c in snapshot_changes(rows, version=latest, commit_ms=ms[latest]))

@@ -19,7 +19,7 @@ from cdc_assets.changefeed_reader import ChangefeedReader, replay
 from cdc_assets.config import load_config
 from cdc_assets.faults import InjectedFault
 from resources.changefeed_store import RESOLVED
-from resources.delta import CHANGE_FEED, DeltaWarehouse, table_configuration
+from resources.delta import CHANGE_FEED, DeltaWarehouse, table_configuration, read_table
 
 SCHEMA = json.loads((Path(__file__).parents[2] / "cdc_assets" / "changefeed_debezium.schema.json").read_text())
 TS = pa.timestamp("us", tz="UTC")
@@ -59,7 +59,7 @@ class Replica:
 
     def live(self) -> dict[str, dict]:
         """The replica's live rows, data columns only, as the feed renders values."""
-        table = self.warehouse.table("Account").to_pyarrow_table()
+        table = read_table(self.warehouse.table("Account"))
         out = {}
         for r in table.to_pylist():
             if not r["_sf_deleted"]:

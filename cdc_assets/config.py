@@ -39,6 +39,9 @@ from cdc_assets.changefeed_config import ChangefeedConfig
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
 
+LOADED_CONFIG_ENV = "CDC_CONFIG_LOADED"  # the text a code location loaded, for the runs it starts (JSON)
+
+
 class ConfigError(ValueError):
     """replication.yaml is not valid: every problem, each with the file and the path of the key."""
 
@@ -212,11 +215,57 @@ def _located(sobject: SObjectConfig, base: Path) -> SObjectConfig:
     return sobject.model_copy(update=update)
 
 
+def config_path(path: str | Path | None = None) -> Path:
+    """The file meant: `path`, else CDC_CONFIG, else replication.yaml (absolute)."""
+    return Path(path or os.environ.get("CDC_CONFIG", "replication.yaml")).resolve()
+
+
 def load_config(path: str | Path | None = None) -> ReplicationConfig:
     """The validated config in `path` (default: CDC_CONFIG, else replication.yaml); ConfigError says what is wrong."""
-    path = Path(path or os.environ.get("CDC_CONFIG", "replication.yaml")).resolve()
+    path = config_path(path)
+    return parse_config(path.read_text(), path)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """The configuration a code location loaded: the file, its text then, and the validated model."""
+
+    path: Path
+    text: str
+    config: ReplicationConfig
+
+
+def load_location_config(path: str | Path | None = None) -> LoadedConfig:
+    """The config of a code location and of every run it starts: the file as the location read it when it loaded.
+
+    Dagster starts each run in a new process that imports the definitions again (the code server spawns it, with
+    the server's environment). Reading replication.yaml there would give runs whatever the file holds by then,
+    not what the location loaded: a typo saved before the reload failed them with only "Could not load job
+    definition", a valid edit ran jobs the UI had never shown. So the location keeps the text it validated in
+    its own environment (`LOADED_CONFIG_ENV`), which the processes it spawns inherit and use instead of the
+    file. Reloading the location starts a new server from a clean environment, which reads the file again (and
+    shows a bad file's error in the reload dialog). `sensors/config.py` reports a file edited since.
+    """
+    path = config_path(path)
+    frozen = json.loads(os.environ.get(LOADED_CONFIG_ENV) or "null")
+    if frozen is not None and frozen["path"] == str(path):
+        return LoadedConfig(path, frozen["text"], parse_config(frozen["text"], path))
+    loaded = read_config(path)
+    os.environ[LOADED_CONFIG_ENV] = json.dumps({"path": str(path), "text": loaded.text})
+    return loaded
+
+
+def read_config(path: str | Path | None = None) -> LoadedConfig:
+    """The file as it is now, validated (ConfigError says what is wrong)."""
+    path = config_path(path)
+    text = path.read_text()
+    return LoadedConfig(path, text, parse_config(text, path))
+
+
+def parse_config(text: str, path: Path) -> ReplicationConfig:
+    """The validated config in `text`, read from `path` (errors name it; describe paths are relative to it)."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     try:

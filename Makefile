@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.installed-e2e
 
-.PHONY: run test install bench clean browser e2e
+.PHONY: run run-org test install bench clean browser e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ install: $(STAMP)
 ## The demo: local Salesforce emulator + CDC events landing + Dagster UI with sensors running.
 run: $(STAMP)
 	$(BIN)/python -m demo
+
+## The same stack against a real org: Spark Connect + CDC subscriber + Dagster UI with sensors, from the SF_* variables
+## (README "Operating it: a real org"); refuses, naming them, when they are missing. State in .org/.
+run-org: $(STAMP)
+	$(BIN)/python -m demo --org
 
 ## The test suite (real Spark, real Delta tables, real HTTPS emulator, real Dagster).
 test: $(STAMP)

@@ -133,7 +133,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                         compare_ids=config.compare_ids, confirm_deletes=config.confirm_deletes,
                         handoff=not polled)
         elif config.mode == "reconcile":
-            sync = reconcile(session(pyspark), warehouse, salesforce, schema, run_id=run_id, now=now)
+            sync = reconcile(warehouse, salesforce, schema, run_id=run_id, now=now)
         if polled:  # no change events to apply: no Spark either
             return dg.MaterializeResult(metadata=replica_metadata(
                 context, sobject, schema, warehouse, polled_result(warehouse, schema.name, sync), sync))

@@ -7,9 +7,14 @@ apply step that follows re-folds every event since then over the snapshot: the p
 before each record's SystemModstamp and applies the newer ones.
 
 **Reconcile**: dirty records are fetched by id with sObject Collections (2,000 ids a call); ids that come back null
-are looked up with `queryAll` (deleted or gone: both end deleted). The change events already ingested for those
-records are folded over the fetched rows (only those newer than SystemModstamp apply), and everything is written
-in one merge commit that also clears their dirty flags.
+are looked up with `queryAll` (deleted or gone: both end deleted). The fetched rows are the org's current state and
+win outright: they are written in one merge commit that also clears the dirty flags, whatever the replica row held.
+No change event is folded over them: every event ingested up to the apply checkpoint was delivered, so committed,
+before the fetch, and is already in the fetched state, whatever its timestamp says. (Comparing stamps instead would
+let a fetched row whose SystemModstamp is older than the replica row's `_sf_commit_ts` lose to an event it already
+contains; a real org stamps a transaction before it commits, so stamps are not commit order.) Events ingested later,
+and held transactions, are folded over the reconciled rows by the apply step that follows, by the per-record guard:
+those at or before the fetched SystemModstamp are superseded, newer ones applied.
 
 Both leave the table as a re-run would make it: the overwrite and the merge are single commits.
 """
@@ -22,22 +27,16 @@ from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import SparkSession
 from simple_salesforce import format_soql
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.closure import replay_from
-from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.schemas import describe_note
-from cdc_assets.prepare import normalized
-from cdc_assets.quarantine import record_quarantine
-from cdc_assets.state import Q_APPLY_STATE, Reconciled, ReplicaState, Resynced
+from cdc_assets.state import Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow, arrow_dataset
+from resources.delta import DeltaWarehouse, aligned_arrow, arrow_dataset
 from resources.salesforce import SalesforceResource, select_soql
-from resources.spark import from_arrow
-from spark_ops.fold import CHANGED, NEWLY_DIRTY, fold_changes
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -109,9 +108,9 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
                       _api_used(salesforce) - used_before)
 
 
-def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema,
-              *, run_id: str, now: datetime) -> SyncResult:
-    """Fetch dirty records from the org, re-apply their newer events, clear the flags: one merge commit."""
+def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
+              now: datetime) -> SyncResult:
+    """Fetch dirty records from the org and write them as they are there, clearing the flags: one merge commit."""
     replica = warehouse.table(schema.name)
     if replica is None:
         return SyncResult("reconcile", {"dirty_fetched": 0})
@@ -138,24 +137,11 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
     if gone:
         parts.append(mark_deleted(dirty.filter(pc.is_in(dirty["Id"], value_set=pa.array(gone, pa.string()))),
                                   at=now, source=RECONCILE, synced_at=now))
-    fresh = pa.concat_tables(parts).cast(target)
 
+    rows = pa.concat_tables(parts).cast(target)  # the org's current state: it wins (module docstring)
+    fault_point("reconcile.after_fold")  # the rows are final (the name predates the rule: nothing is folded)
     prev = ReplicaState.read(warehouse, replica)
     applied = replica.transaction_version(APPLY_APP) or 0
-    held = prev.held.transactions if prev.held else []
-    events = _events_of(warehouse, schema.name, ids, applied, held)
-    rows, newly_dirty, diff_counts = fresh, 0, dict.fromkeys(DIFF_COUNTS, 0)
-    if events is not None and events.num_rows:
-        events, bad, _ = normalized(spark, events, schema)  # rows stored before the object was replicated
-        record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_APPLY_STATE)
-        current = from_arrow(spark, fresh)
-        events, diff_counts = resolve_diffs(events, current, schema)
-        folded = fold_changes(from_arrow(spark, events), current, schema).toArrow()
-        changed = folded.filter(folded[CHANGED]).select(target.names).cast(target)
-        newly_dirty = int(pc.sum(folded[NEWLY_DIRTY]).as_py() or 0)
-        fault_point("reconcile.after_fold")
-        untouched = fresh.filter(pc.invert(pc.is_in(fresh["Id"], value_set=changed["Id"])))
-        rows = pa.concat_tables([untouched, changed])
 
     state = replace(prev, run_id=run_id, synced_at=now.isoformat(),
                     reconciled=Reconciled(at=now.isoformat(), records=len(ids)))
@@ -165,7 +151,7 @@ def reconcile(spark: SparkSession, warehouse: DeltaWarehouse, salesforce: Salesf
                      txns={APPLY_APP: applied})
     fault_point("reconcile.after_commit")
     counts = {"dirty_fetched": len(ids), "reconciled_found": len(found), "reconciled_deleted": len(deleted_in_org),
-              "reconciled_gone": len(gone), "redirtied": newly_dirty, **diff_counts}
+              "reconciled_gone": len(gone)}
     log.info("%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone)", schema.name, len(ids),
              len(found), len(deleted_in_org), len(gone))
     return SyncResult("reconcile", counts, _api_used(salesforce) - used_before)
@@ -180,15 +166,3 @@ def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: li
         found.extend(salesforce.query_all(select_soql(schema.name, fields, where=where)))
     return found
 
-
-def _events_of(warehouse: DeltaWarehouse, entity: str, ids: list[str], applied: int,
-               held: list[str]) -> pa.Table | None:
-    """Ingested change rows of `ids` up to the apply checkpoint, outside held transactions and overflow."""
-    table = warehouse.table(CHANGE_EVENTS)
-    if table is None:
-        return None
-    flt = pc.field("record_id").isin(ids) & (pc.field("_ingest_seq") <= applied) & \
-        (pc.field("change_type") != "GAP_OVERFLOW")
-    if held:
-        flt = flt & ~pc.field("transaction_key").isin(held)
-    return warehouse.read(table, partitions=[("entity", "=", entity)], filter=flt)

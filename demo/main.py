@@ -2,7 +2,8 @@
 
 The emulator serves its change events over the Pub/Sub API; the subscriber (`python -m cdc_subscriber subscribe`)
 lands them in the landing zone, where Dagster's sensors pick them up: emulator -> subscriber -> landing zone ->
-Dagster, as with a real org. `--emulator-lands` skips the subscriber (the emulator writes the files itself).
+Dagster, as with a real org. `--emulator-lands` skips the subscriber (the emulator writes the files itself). `--org` runs the same stack
+against a real org instead (demo/real_org.py).
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ WORKSPACE = Path(__file__).resolve().parent / "workspace.yaml"  # definitions.py
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m demo", description=__doc__)
-    parser.add_argument("--root", type=Path, default=REPO / ".demo", help="where org, landing zone, warehouse live")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="where org, landing zone, warehouse live (default .demo; with --org, .org)")
     parser.add_argument("--port", type=int, default=int(os.environ.get("CDC_DEMO_PORT", 8443)),
                         help="Salesforce emulator port (env CDC_DEMO_PORT)")
     parser.add_argument("--ui-port", type=int, default=int(os.environ.get("CDC_DEMO_UI_PORT", 3000)))
@@ -46,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="no subscriber: the emulator writes the landing files itself")
     parser.add_argument("--no-spark-connect", action="store_true",
                         help="no shared Spark server: every run starts its own local Spark JVM")
+    parser.add_argument("--org", action="store_true",
+                        help="no emulator: run Spark Connect, the subscriber and Dagster against the org the SF_* "
+                             "variables name (demo/real_org.py; --root default .org)")
     return parser
 
 
@@ -85,7 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the Dagster instance's storage migrations
-    root = args.root.resolve()
+    if args.org:
+        from demo.real_org import run_against_org
+
+        return run_against_org(args)
+    root = (args.root or REPO / ".demo").resolve()
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):  # handled (not ignored) here, so children start with defaults
         signal.signal(signum, lambda *_: stop.set())
@@ -141,16 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             print(_banner(ui_url, emu, root, log_file, spark), flush=True)
         last_status = time.monotonic()
         while not stop.wait(1):
-            if dagster.poll() is not None:
-                log.error("dagster dev exited with code %s; see %s", dagster.returncode, log_file)
-                return 1
-            if subscriber is not None and subscriber.poll() is not None:
-                log.error("the CDC subscriber exited with code %s; see %s", subscriber.returncode,
-                          root / "subscriber.log")
-                return 1
-            if spark_server is not None and spark_server.poll() is not None:
-                log.error("the Spark Connect server exited with code %s; see %s", spark_server.returncode,
-                          root / "spark_connect.log")
+            exited = processes.first_exited({"dagster dev": (dagster, log_file),
+                                             "the CDC subscriber": (subscriber, root / "subscriber.log"),
+                                             "the Spark Connect server": (spark_server, root / "spark_connect.log")})
+            if exited:
+                log.error(exited)
                 return 1
             if time.monotonic() - last_status < STATUS_EVERY_SECONDS:
                 continue

@@ -24,20 +24,29 @@ REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
-def platform_env(*, home: Path, config: Path, landing: Path, warehouse: Path, emu: Emulator,
-                 sensors_running: bool = True, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of the code location: where config, landing zone, warehouse and org are."""
+def emulator_org_env(emu: Emulator) -> dict[str, str]:
+    """The ``SF_*`` variables that point the platform at an emulator, as at any org (a token, its URL, its CA)."""
+    return {"SF_INSTANCE_URL": emu.instance_url, "SF_ACCESS_TOKEN": emu.token,
+            "SF_CA_BUNDLE": str(Path(emu.ca_file).resolve())}
+
+
+def platform_env(*, home: Path, config: Path, landing: Path, warehouse: Path, emu: Emulator | None = None,
+                 org: dict[str, str] | None = None, changefeed: Path | None = None, sensors_running: bool = True,
+                 extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the code location: where config, landing zone, warehouse and org are. The org is `emu`
+    (the demo's emulator) or `org`, its ``SF_*`` variables (a real org); no other SF_/CDC_/DAGSTER_ variable of
+    this process leaks through."""
+    if (emu is None) == (org is None):
+        raise ValueError("platform_env needs the org: either emu (an emulator) or org (SF_* variables)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SF_", "CDC_", "DAGSTER_"))}
     env |= {
         "DAGSTER_HOME": str(Path(home).resolve()),
         "CDC_CONFIG": str(Path(config).resolve()),
         "CDC_LANDING_ZONE": str(Path(landing).resolve()),
         "CDC_WAREHOUSE": str(Path(warehouse).resolve()),
-        "CDC_CHANGEFEED": str((Path(warehouse).parent / "changefeed").resolve()),
+        "CDC_CHANGEFEED": str(Path(changefeed or Path(warehouse).parent / "changefeed").resolve()),
         "CDC_SENSORS_RUNNING": "1" if sensors_running else "0",
-        "SF_INSTANCE_URL": emu.instance_url,
-        "SF_ACCESS_TOKEN": emu.token,
-        "SF_CA_BUNDLE": str(Path(emu.ca_file).resolve()),
+        **(emulator_org_env(emu) if emu is not None else dict(org or {})),
         "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
     }
     return env | (extra or {})
@@ -81,12 +90,21 @@ def stop(process: subprocess.Popen, grace_seconds: float = 30.0) -> int | None:
 
 
 def start_subscriber(env: dict[str, str], landing: Path, endpoint: str, config: Path,
-                     log_file: Path) -> subprocess.Popen:
+                     log_file: Path, initial_replay: str = "EARLIEST") -> subprocess.Popen:
     """The CDC subscriber (``python -m cdc_subscriber subscribe``) landing the org's Pub/Sub events into `landing`,
-    from the oldest retained event the first time (so the demo's generated org lands too), then from its position."""
+    from `initial_replay` the first time (the demo: EARLIEST, so its generated org lands too; a real org: LATEST,
+    the initial load covers what came before), then from its position."""
     return start(["python", "-m", "cdc_subscriber", "--landing-dir", str(Path(landing).resolve()), "subscribe",
-                  "--endpoint", endpoint, "--config", str(Path(config).resolve()), "--initial-replay", "EARLIEST"],
+                  "--endpoint", endpoint, "--config", str(Path(config).resolve()), "--initial-replay", initial_replay],
                  env, log_file=log_file)
+
+
+def first_exited(children: dict[str, tuple[subprocess.Popen | None, Path]]) -> str | None:
+    """A message naming the first of `children` (name -> process, its log) that has exited, or None."""
+    for name, (process, log_file) in children.items():
+        if process is not None and process.poll() is not None:
+            return f"{name} exited with code {process.returncode}; see {log_file}"
+    return None
 
 
 def start_spark_connect(log_file: Path, port: int = 0, timeout_seconds: float = 180.0,

@@ -1,14 +1,22 @@
 """The Salesforce boundary: a Dagster resource over simple-salesforce, with the calls replication needs.
 
-Connection modes, chosen by which fields are set (secrets through ``dg.EnvVar``):
+Login flows, chosen by which fields are set (secrets through ``dg.EnvVar``; ``login_flow`` names the choice):
 
-1. ``instance_url`` + ``access_token``: use the token as is (the local emulator's default).
-2. ``client_id`` + ``client_secret`` (+ ``username`` / ``password`` [+ ``security_token``]) with an
-   ``instance_url``: OAuth 2.0 client-credentials (or username-password) flow against
-   ``<instance_url>/services/oauth2/token``; works with a My Domain URL and with the emulator.
-3. ``username`` + ``password`` + ``security_token``: simple-salesforce's SOAP login at ``<domain>.salesforce.com``.
+1. ``token``: ``instance_url`` + ``access_token``, used as is (the local emulator's default). It cannot be renewed.
+2. ``jwt_bearer``: ``client_id`` + ``username`` + ``private_key_file`` (OAuth 2.0 JWT bearer flow): an assertion
+   signed RS256 with the key whose certificate is uploaded to the connected app (``iss`` client id, ``sub``
+   username, ``aud`` ``login_url``, ``exp`` in 3 minutes; PyJWT, as simple-salesforce signs it), posted to
+   ``<instance_url or login_url>/services/oauth2/token``. simple-salesforce's own JWT login is not used: it
+   posts only to ``https://<domain>.salesforce.com``, never to a My Domain or a local URL.
+3. ``client_credentials``: ``client_id`` + ``client_secret`` with an ``instance_url`` (the My Domain URL: the
+   flow needs it), OAuth 2.0 client credentials (the connected app's execution user);
+   ``password``: the same plus ``username`` / ``password`` [+ ``security_token``], the legacy username-password
+   flow.
+4. ``soap``: ``username`` + ``password`` + ``security_token``: simple-salesforce's SOAP login at
+   ``<domain>.salesforce.com``.
 
-``salesforce_resource_from_env()`` is the one place that switches between the local emulator and a real org.
+Every flow but ``token`` logs in again after the org rejects the session (``relogin``). ``salesforce_resource_
+from_env()`` is the one place that switches between the local emulator and a real org.
 
 Helpers: ``describe`` / ``replicated_fields`` (describe minus compound parents, formula fields, IsDeleted and
 SystemModstamp), ``retrieve`` (sObject Collections, 2,000 ids per call, ``None`` for ids that are gone),
@@ -34,9 +42,11 @@ import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
+import jwt
 import pyarrow as pa
 import pyarrow.csv as pa_csv
 import requests
@@ -57,8 +67,11 @@ ENV_VARS = {
     "instance_url": "SF_INSTANCE_URL", "access_token": "SF_ACCESS_TOKEN", "username": "SF_USERNAME",
     "password": "SF_PASSWORD", "security_token": "SF_SECURITY_TOKEN", "client_id": "SF_CLIENT_ID",
     "client_secret": "SF_CLIENT_SECRET", "domain": "SF_DOMAIN", "ca_bundle": "SF_CA_BUNDLE",
-    "api_version": "SF_API_VERSION",
+    "api_version": "SF_API_VERSION", "private_key_file": "SF_PRIVATE_KEY_FILE", "login_url": "SF_LOGIN_URL",
 }
+DEFAULT_LOGIN_URL = "https://login.salesforce.com"  # a sandbox: https://test.salesforce.com
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+JWT_LIFETIME_SECONDS = 180  # Salesforce wants exp within 3 minutes
 NOT_REPLICATED = {"IsDeleted", "SystemModstamp"}
 _USAGE = re.compile(r"api-usage=(\d+)/(\d+)")
 
@@ -138,6 +151,8 @@ class SalesforceResource(dg.ConfigurableResource):
     security_token: str | None = None
     client_id: str | None = None
     client_secret: str | None = None
+    private_key_file: str | None = None  # JWT bearer flow: the key whose certificate the connected app holds
+    login_url: str | None = None  # JWT bearer flow: the audience (default https://login.salesforce.com)
     domain: str | None = None
     ca_bundle: str | None = None
     api_version: str = "59.0"
@@ -183,37 +198,52 @@ class SalesforceResource(dg.ConfigurableResource):
         """Forget the session: the next call logs in again (after the org rejected an expired token)."""
         self._client = None
 
+    @property
+    def login_flow(self) -> str:
+        """Which login flow the set fields choose (module docstring): token, jwt_bearer, client_credentials,
+        password or soap; raises ValueError naming the variables to set when none fits."""
+        flow = login_flow({name: getattr(self, name) for name in ENV_VARS})
+        if flow is None:
+            raise ValueError(f"SalesforceResource cannot log in: {MISSING_CREDENTIALS}")
+        return flow
+
     def _connect(self) -> Salesforce:
         session = self._session()
-        if self.access_token:
+        flow = self.login_flow
+        if flow == "token":
             if not self.instance_url:
                 raise ValueError("SalesforceResource: access_token needs instance_url (SF_INSTANCE_URL)")
             return Salesforce(instance_url=self.instance_url, session_id=self.access_token, session=session,
                               version=self.api_version)
-        if self.client_id and self.client_secret and self.instance_url:
-            token, instance_url = self._oauth_token(session)
-            return Salesforce(instance_url=instance_url, session_id=token, session=session, version=self.api_version)
-        if self.username and self.password:
+        if flow == "soap":
             return Salesforce(username=self.username, password=self.password,
                               security_token=self.security_token or "", domain=self.domain, session=session,
                               version=self.api_version)
-        raise ValueError("SalesforceResource needs access_token, or client_id/client_secret with instance_url, or "
-                         "username/password/security_token (SF_ACCESS_TOKEN, SF_CLIENT_ID, SF_USERNAME, ...)")
+        token, instance_url = self._oauth_token(session, flow)
+        return Salesforce(instance_url=instance_url, session_id=token, session=session, version=self.api_version)
 
-    def _oauth_token(self, session: requests.Session) -> tuple[str, str]:
-        form = {"client_id": self.client_id, "client_secret": self.client_secret}
-        if self.username and self.password:
-            form.update(grant_type="password", username=self.username,
-                        password=self.password + (self.security_token or ""))
-        else:
-            form["grant_type"] = "client_credentials"
-        url = f"{str(self.instance_url).rstrip('/')}/services/oauth2/token"
-        response = session.post(url, data=form, timeout=self.timeout_seconds)
+    def _oauth_form(self, flow: str) -> dict[str, str]:
+        if flow == "jwt_bearer":
+            key = Path(str(self.private_key_file)).read_bytes()
+            claims = {"iss": self.client_id, "sub": self.username, "aud": self.login_url or DEFAULT_LOGIN_URL,
+                      "exp": int(time.time()) + JWT_LIFETIME_SECONDS}
+            return {"grant_type": JWT_BEARER, "assertion": jwt.encode(claims, key, algorithm="RS256")}
+        form = {"client_id": str(self.client_id), "client_secret": str(self.client_secret)}
+        if flow == "password":
+            return form | {"grant_type": "password", "username": str(self.username),
+                           "password": str(self.password) + (self.security_token or "")}
+        return form | {"grant_type": "client_credentials"}
+
+    def _oauth_token(self, session: requests.Session, flow: str) -> tuple[str, str]:
+        endpoint = self.instance_url or self.login_url or DEFAULT_LOGIN_URL
+        url = f"{str(endpoint).rstrip('/')}/services/oauth2/token"
+        response = session.post(url, data=self._oauth_form(flow), timeout=self.timeout_seconds)
         if response.status_code != 200:
             # The body names the OAuth error (invalid_client, invalid_grant); it never echoes the secret.
-            raise SalesforceApiError("POST", "/services/oauth2/token", response.status_code, response.text)
+            raise SalesforceApiError("POST", f"/services/oauth2/token ({flow} flow)", response.status_code,
+                                     response.text)
         body = response.json()
-        log.info("Salesforce OAuth %s login succeeded for %s", form["grant_type"], body.get("instance_url"))
+        log.info("Salesforce OAuth %s login succeeded for %s", flow, body.get("instance_url"))
         return body["access_token"], body.get("instance_url") or str(self.instance_url)
 
     # -- HTTP with retries --------------------------------------------------------------------------
@@ -396,6 +426,27 @@ def parse_bulk_page(content: bytes, fields: list[str]) -> Iterator[pa.RecordBatc
 
 def _strip(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k != "attributes"}
+
+
+MISSING_CREDENTIALS = (
+    "set SF_ACCESS_TOKEN + SF_INSTANCE_URL (a session), or SF_CLIENT_ID + SF_USERNAME + SF_PRIVATE_KEY_FILE (OAuth "
+    "JWT bearer), or SF_CLIENT_ID + SF_CLIENT_SECRET + SF_INSTANCE_URL (OAuth client credentials; with SF_USERNAME + "
+    "SF_PASSWORD the username-password flow), or SF_USERNAME + SF_PASSWORD + SF_SECURITY_TOKEN (SOAP login)")
+
+
+def login_flow(values: dict[str, Any]) -> str | None:
+    """The login flow that fields (resource field name -> value) choose, or None when none is complete. The order
+    is the order of precedence: a token, a signed JWT, a client secret, a SOAP password."""
+    has = {name for name, value in values.items() if value}
+    if "access_token" in has:
+        return "token"
+    if {"client_id", "username", "private_key_file"} <= has:
+        return "jwt_bearer"
+    if {"client_id", "client_secret", "instance_url"} <= has:
+        return "password" if {"username", "password"} <= has else "client_credentials"
+    if {"username", "password"} <= has:
+        return "soap"
+    return None
 
 
 def salesforce_resource_from_env(environ: dict[str, str] | None = None, *,

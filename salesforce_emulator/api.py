@@ -15,13 +15,14 @@ MAX_CURSORS = 64
 
 class Api:
     def __init__(self, store: Store, *, token: str, daily_request_limit: int, bulk_dir: Path,
-                 credentials: dict[str, str], api_version: str = "59.0"):
+                 credentials: dict[str, str], api_version: str = "59.0", org_id: str = ""):
         self.store = store
         self.token = token
         self.daily_request_limit = daily_request_limit
         self.budget_used = 0
         self.bulk_dir = bulk_dir
-        self.credentials = credentials
+        self.credentials = credentials  # connected app (client_id, client_secret, jwt_certificate) and user
+        self.org_id = org_id
         self.api_version = api_version
         self.instance_url = ""
         self.cursors: OrderedDict[str, Any] = OrderedDict()
@@ -37,6 +38,6 @@ class Api:
 
 
 def all_routes() -> list[Route]:
-    from salesforce_emulator import api_bulk, api_collections, api_query, api_rest
+    from salesforce_emulator import api_bulk, api_collections, api_oauth, api_query, api_rest
 
-    return [*api_rest.ROUTES, *api_query.ROUTES, *api_collections.ROUTES, *api_bulk.ROUTES]
+    return [*api_oauth.ROUTES, *api_rest.ROUTES, *api_query.ROUTES, *api_collections.ROUTES, *api_bulk.ROUTES]

@@ -1,4 +1,4 @@
-"""REST endpoints on single records and metadata: versions, sobjects, describe, CRUD, undelete, limits, OAuth.
+"""REST endpoints on single records and metadata: versions, sobjects, describe, CRUD, undelete, limits (OAuth: api_oauth.py).
 
 ``POST .../sobjects/<Object>/<Id>/undelete`` and ``DELETE .../sobjects/<Object>/<Id>/recycleBin`` are emulator
 extensions (Salesforce exposes undelete and emptying the recycle bin through SOAP and Apex only); they are how
@@ -7,9 +7,7 @@ tests and the workload reach those operations over HTTP.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs
 
 from salesforce_emulator.changes import normalize_id, resolve_object
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
@@ -128,31 +126,9 @@ def limits(api: Api, req: Request) -> Response:
     })
 
 
-def oauth_token(api: Api, req: Request) -> Response:
-    """OAuth 2.0 client-credentials and username-password flows against the configured dev credentials."""
-    form = {k: v[0] for k, v in parse_qs(req.body.decode() or "").items()}
-    form.update({k: v[0] for k, v in req.query.items()})
-    creds = api.credentials
-    grant = form.get("grant_type")
-    client_ok = form.get("client_id") == creds["client_id"] and form.get("client_secret") == creds["client_secret"]
-    if grant == "password":
-        ok = client_ok and form.get("username") == creds["username"] and form.get("password") in (
-            creds["password"], creds["password"] + creds.get("security_token", ""))
-    elif grant == "client_credentials":
-        ok = client_ok
-    else:
-        return Response(400, {"error": "unsupported_grant_type", "error_description": "grant type not supported"})
-    if not ok:
-        return Response(400, {"error": "invalid_grant", "error_description": "authentication failure"})
-    return Response(body={"access_token": api.token, "instance_url": api.instance_url, "token_type": "Bearer",
-                          "id": f"{api.instance_url}/id/00D000000000001AAA/{api.store.default_user_id}",
-                          "issued_at": str(int(time.time() * 1000)), "signature": "emulator"})
-
-
 _OBJ = r"/sobjects/(?P<object>\w+)"
 ROUTES = [
     route("GET", "/services/data", "versions", versions, auth=False, data=False),
-    route("POST", "/services/oauth2/token", "oauth_token", oauth_token, auth=False, data=False),
     route("GET", "/limits", "limits", limits),
     route("GET", "/sobjects", "sobjects", sobjects),
     route("GET", _OBJ + "/describe", "describe", describe),

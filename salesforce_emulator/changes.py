@@ -1,8 +1,11 @@
 """One database transaction of the org, and the changes it records for Change Data Capture.
 
 A :class:`Transaction` is opened by :meth:`Store.transaction` with the store lock held and a commit timestamp
-already drawn from the logical clock: every row it touches gets that timestamp as ``SystemModstamp`` (and as
-``LastModifiedDate`` on create/update/undelete). Each operation appends a :class:`Change`, the unit the CDC
+already drawn from the clock: every row it touches gets that timestamp as ``SystemModstamp`` (and as
+``LastModifiedDate`` on create/update/undelete). A record's ``SystemModstamp`` never moves back: should a
+transaction stamped earlier (a late commit, or a burst sharing one millisecond) change a record stamped at or after
+its timestamp, the whole transaction is stamped 1 ms after that record's stamp when it commits (``restamp``), as a
+row lock makes a real transaction wait for the one holding the record. Each operation appends a :class:`Change`, the unit the CDC
 publisher turns into one event. An update applied to several records with the same resulting field changes is
 one Change naming all of them, as Salesforce does; deletes in one call are one Change as well.
 """
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from salesforce_emulator import ids
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
 from salesforce_emulator.schema import READ_ONLY, SObject, get_object
-from salesforce_emulator.values import ValueError_, ms_to_iso, to_storage
+from salesforce_emulator.values import ValueError_, iso_to_ms, ms_to_iso, to_storage
 
 if TYPE_CHECKING:
     from salesforce_emulator.store import Store
@@ -99,6 +102,29 @@ class Transaction:
         self.user_id = user_id
         self.origin = origin
         self.changes: list[Change] = []
+        self.touched: dict[tuple[str, str], tuple[SObject, set[str]]] = {}  # record -> the stamp fields we set
+        self.floor_ms = 0  # the newest SystemModstamp (ms) among the existing records it changes
+
+    def _touch(self, obj: SObject, row: dict[str, Any], fields: tuple[str, ...]) -> None:
+        """Remember a record this transaction stamps (and which stamp fields), and the stamp it had before: the
+        commit may not go below it. A record stamped earlier in this transaction carries our own stamp."""
+        key = (obj.name, row["Id"])
+        if key not in self.touched and row.get("SystemModstamp"):
+            self.floor_ms = max(self.floor_ms, iso_to_ms(row["SystemModstamp"]))
+        self.touched.setdefault(key, (obj, set()))[1].update(fields)
+
+    def restamp(self, commit_ts: int) -> None:
+        """Move this transaction to ``commit_ts``: the stamp fields it set on rows, and in its change values."""
+        new = ms_to_iso(commit_ts)
+        for (_, record_id), (obj, fields) in self.touched.items():
+            if self.store.get_row(obj.name, record_id) is not None:  # None: purged later in this transaction
+                self.store.update_row(obj, record_id, dict.fromkeys(sorted(fields), new))
+        for change in self.changes:
+            stamped = {"CREATE": ("CreatedDate", "LastModifiedDate")}.get(change.change_type, ("LastModifiedDate",))
+            for key in stamped:
+                if change.values.get(key) == self.stamp:
+                    change.values[key] = new
+        self.commit_ts, self.stamp = commit_ts, new
 
     # -- reads inside the transaction ---------------------------------------------------------------
     def get(self, entity: str, record_id: str) -> dict[str, Any] | None:
@@ -131,6 +157,7 @@ class Transaction:
             raise ApiError(400, "REQUIRED_FIELD_MISSING", f"Required fields are missing: [{', '.join(missing)}]",
                            missing)
         self.store.insert_row(obj, row)
+        self._touch(obj, {"Id": record_id}, ("CreatedDate", "LastModifiedDate", "SystemModstamp"))
         event_values = {k: v for k, v in row.items() if v is not None and k not in EVENT_EXCLUDED}
         self.changes.append(Change(obj.name, "CREATE", [record_id], event_values))
         return record_id
@@ -145,6 +172,7 @@ class Transaction:
         given = normalize_values(obj, values)
         for record_id in record_ids:
             row = self._live_row(obj, record_id)
+            self._touch(obj, row, ("LastModifiedDate", "SystemModstamp"))
             diff = {k: v for k, v in given.items() if row[k] != v}
             audit = {"LastModifiedDate": self.stamp, "SystemModstamp": self.stamp}
             if row["LastModifiedById"] != self.user_id:
@@ -176,6 +204,7 @@ class Transaction:
             raise ApiError(400, "DELETE_FAILED", f"{obj.name} records cannot be deleted")
         for record_id in record_ids:
             row = self._live_row(obj, record_id)
+            self._touch(obj, row, ("SystemModstamp",))
             self.store.update_row(obj, row["Id"], {"IsDeleted": 1, "SystemModstamp": self.stamp})
             self._record(Change(obj.name, "DELETE", [row["Id"]]))
 
@@ -187,6 +216,7 @@ class Transaction:
                 raise not_found(f"entity not found in the recycle bin: {record_id}")
             if not row["IsDeleted"]:
                 raise ApiError(400, "UNDELETE_FAILED", f"Entity is not in the recycle bin: {record_id}")
+            self._touch(obj, row, ("LastModifiedDate", "SystemModstamp"))
             audit = {"IsDeleted": 0, "LastModifiedDate": self.stamp, "LastModifiedById": self.user_id,
                      "SystemModstamp": self.stamp}
             self.store.update_row(obj, row["Id"], audit)
@@ -208,6 +238,8 @@ class Transaction:
         """Run a part of the transaction that may fail alone (``allOrNone: false`` collections)."""
         marker = len(self.changes)
         merged = len(self.changes[-1].record_ids) if self.changes else 0
+        touched = {key: (obj, set(fields)) for key, (obj, fields) in self.touched.items()}
+        floor = self.floor_ms
         self.conn.execute("SAVEPOINT part")
         try:
             yield
@@ -215,6 +247,7 @@ class Transaction:
             self.conn.execute("ROLLBACK TO part")
             self.conn.execute("RELEASE part")
             del self.changes[marker:]
+            self.touched, self.floor_ms = touched, floor
             if marker:
                 del self.changes[marker - 1].record_ids[merged:]
             raise

@@ -44,7 +44,7 @@ class Emulator:
                  client_secret: str = "emulator-secret", username: str = "dev@emulator.local",
                  password: str = "dev-password", security_token: str = "", pubsub: bool = False,
                  pubsub_port: int = 0, retention_seconds: float = DEFAULT_RETENTION_SECONDS,
-                 keepalive_seconds: float = 270.0):
+                 keepalive_seconds: float = 270.0, jwt_certificate: str | None = None):
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.landing_dir = Path(landing_dir) if landing_dir is not None else None
@@ -63,9 +63,10 @@ class Emulator:
         self._tls = ensure_tls(self.data_dir / "tls")
         self.ca_file = str(self._tls.ca_file)
         credentials = {"client_id": client_id, "client_secret": client_secret, "username": username,
-                       "password": password, "security_token": security_token}
+                       "password": password, "security_token": security_token, "jwt_certificate": jwt_certificate}
         self.api = Api(self.store, token=token, daily_request_limit=daily_request_limit,
-                       bulk_dir=self.data_dir / "bulk", credentials=credentials, api_version=self.api_version)
+                       bulk_dir=self.data_dir / "bulk", credentials=credentials, api_version=self.api_version,
+                       org_id=self.tenant_id)
         self._server: Any = None
         self._ticker: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -79,7 +80,7 @@ class Emulator:
         self.api.instance_url = self.instance_url
         if self.events is not None:
             servicer = PubSubServicer(self.events, lambda: self.api.token, self.tenant_id, self.keepalive_seconds,
-                                      faults=lambda: self.faults)
+                                      self.instance_url, faults=lambda: self.faults)
             self._pubsub = PubSubServer(servicer, self._tls, self.host, self.pubsub_port).start()
             self.pubsub_port = self._pubsub.port
         self._stopping.clear()
@@ -133,6 +134,15 @@ class Emulator:
             raise RuntimeError("the Pub/Sub API is not serving: Emulator(pubsub=True) and start() first")
         return self._pubsub.address
 
+    @property
+    def credentials(self) -> dict[str, str | None]:
+        """The connected app and integration user the OAuth flows accept (client_id, client_secret, username, ...)."""
+        return dict(self.api.credentials)
+
+    def register_jwt_certificate(self, certificate_pem: str) -> None:
+        """Upload a certificate (PEM) to the connected app: JWT bearer assertions signed with its key log in."""
+        self.api.credentials["jwt_certificate"] = certificate_pem
+
     def expire_session(self, new_token: str | None = None) -> str:
         """Invalidate the current access token (sessions expire): REST calls and open Pub/Sub streams with it now
         fail as unauthenticated; an OAuth login returns the new token."""
@@ -170,14 +180,17 @@ class Emulator:
         with self.store.lock:
             self.publisher.set_objects(cdc_objects)
 
-    # -- commit clock (for polled objects) ------------------------------------------------------------
+    # -- commit clock (store.py: what Salesforce documents about its timestamps) -----------------------
     def same_timestamp_commits(self, count: int) -> None:
-        """The next ``count`` transactions share the newest commit timestamp (and so SystemModstamp)."""
+        """The next ``count`` transactions share the newest commit timestamp (and so SystemModstamp), as a burst
+        within one millisecond does; a record changed twice in it still gets increasing stamps."""
         self.store.skew_next_commits([0] * count)
 
     def late_commits(self, count: int, behind_ms: int) -> None:
         """The next ``count`` transactions commit ``behind_ms`` before the newest one: their rows carry an older
-        SystemModstamp than rows already visible (Salesforce stamps a transaction before it commits)."""
+        SystemModstamp than rows already visible (Salesforce stamps a transaction before it commits). A record's
+        own SystemModstamp never moves back: one stamped at or after that time makes the transaction commit 1 ms
+        after it."""
         self.store.skew_next_commits([-behind_ms] * count)
 
     # -- API accounting -------------------------------------------------------------------------------

@@ -3,13 +3,21 @@
 It serves the events of :class:`EventLog` (the ones the CDC publisher builds, re-encoded to Avro by
 ``pubsub_avro``), and behaves as Salesforce documents:
 
-- **auth**: every call carries ``accesstoken`` (and ``instanceurl``, ``tenantid``) in its metadata; a wrong token
-  is ``UNAUTHENTICATED``, and an open stream ends with ``UNAUTHENTICATED`` once the session it was opened with is
-  no longer valid (the token rotated: ``Emulator.expire_session``);
-- **topics**: ``/data/ChangeEvents`` (every CDC-enabled object) or ``/data/<Object>ChangeEvent``;
+- **auth** (Pub/Sub API guide, "Authentication" and "Include Authorization Headers in RPC Method Calls"): every
+  call carries ``accesstoken`` (the session), ``instanceurl`` (the org's URL, ``https://host[:port]``) and
+  ``tenantid`` (the org id, 15 or 18 characters) in its metadata; any of them missing or wrong is
+  ``UNAUTHENTICATED`` with the ``error-code`` trailer ``sfdc.platform.eventbus.grpc.service.auth.error`` and a
+  message naming the header, and an open stream ends that way once the session it was opened with is no longer
+  valid (the token rotated: ``Emulator.expire_session``);
+- **topics**: ``/data/ChangeEvents`` (every CDC-enabled object) or ``/data/<Object>ChangeEvent``; a later
+  FetchRequest may omit the topic but not name another one (``INVALID_ARGUMENT``: the topic of a stream cannot
+  change, pubsub_api.proto);
 - **replay**: ``LATEST`` (the tip), ``EARLIEST`` (the oldest retained event), ``CUSTOM`` (after a replay id); a
-  replay id outside retention, or one never issued, fails with ``INVALID_ARGUMENT`` and an ``error-code`` trailer;
-- **flow control**: a stream sends at most the events its FetchRequests asked for (``num_requested`` adds up);
+  replay id outside retention, or one never issued, fails with ``INVALID_ARGUMENT`` and the documented
+  ``error-code`` trailer ``sfdc.platform.eventbus.grpc.subscription.fetch.replayid.corrupted`` ("Handle Errors":
+  one possible cause is an old replay id outside the 72-hour retention);
+- **flow control**: a stream sends at most the events its FetchRequests asked for (``num_requested`` adds up,
+  each request counting for at most 100, the most one FetchRequest may ask for);
 - **keepalive**: with nothing to send for ``keepalive_seconds`` (270 s in Salesforce), an empty FetchResponse
   carries the latest replay id of the stream.
 
@@ -42,24 +50,37 @@ log = logging.getLogger(__name__)
 ALL_CHANGES = "/data/ChangeEvents"
 MAX_BATCH = 100
 REPLAY_CORRUPTED = "sfdc.platform.eventbus.grpc.subscription.fetch.replayid.corrupted"
-REPLAY_EXPIRED = "sfdc.platform.eventbus.grpc.subscription.fetch.replayid.invalid"
+AUTH_ERROR = "sfdc.platform.eventbus.grpc.service.auth.error"
+
+
+def same_org_id(given: str, org_id: str) -> bool:
+    """An org id in its 15- or 18-character form (the 18-character one adds a case checksum)."""
+    return bool(given) and (given == org_id or given == org_id[:15])
 
 
 class _Demand:
     """Events a stream may still send: FetchRequests add, deliveries take."""
 
-    def __init__(self, changed: threading.Condition):
+    def __init__(self, changed: threading.Condition, topic: str):
         self.value = 0
         self.changed = changed
+        self.topic = topic
+        self.error: str | None = None  # a FetchRequest the stream must be refused for
 
     def add(self, n: int) -> None:
         with self.changed:
-            self.value += max(0, n)
+            self.value += min(max(0, n), MAX_BATCH)
             self.changed.notify_all()
 
     def consume(self, requests: Iterator[Any]) -> None:
         try:
             for request in requests:
+                if request.topic_name and request.topic_name != self.topic:
+                    with self.changed:
+                        self.error = (f"FetchRequest names topic {request.topic_name!r} on a stream of {self.topic!r}: "
+                                      "the topic of a subscription cannot change; open a new Subscribe stream")
+                        self.changed.notify_all()
+                    return
                 self.add(request.num_requested)
         except grpc.RpcError:
             pass  # the client went away; the sending loop notices through context.is_active()
@@ -67,11 +88,12 @@ class _Demand:
 
 class PubSubServicer(services.PubSubServicer):
     def __init__(self, events: EventLog, token: Callable[[], str], tenant_id: str, keepalive_seconds: float,
-                 faults: Callable[[], Any] = lambda: None):
+                 instance_url: str, faults: Callable[[], Any] = lambda: None):
         self.events = events
         self.faults = faults  # the emulator's FaultConfig now (None: no faults)
         self.token = token
         self.tenant_id = tenant_id
+        self.instance_url = instance_url.rstrip("/")
         self.keepalive_seconds = keepalive_seconds
         self.stopping = threading.Event()
 
@@ -79,10 +101,20 @@ class PubSubServicer(services.PubSubServicer):
     def _authenticate(self, context: grpc.ServicerContext) -> str:
         metadata = dict(context.invocation_metadata())
         token = metadata.get("accesstoken", "")
-        if token != self.token():
-            context.abort(grpc.StatusCode.UNAUTHENTICATED, "Invalid session: send a valid accesstoken, "
-                                                           "instanceurl and tenantid in the call metadata")
+        wrong = [name for name, ok in (
+            ("accesstoken", token == self.token()),
+            ("instanceurl", metadata.get("instanceurl", "").rstrip("/") == self.instance_url),
+            ("tenantid", same_org_id(metadata.get("tenantid", ""), self.tenant_id))) if not ok]
+        if wrong:
+            self._unauthenticated(context, f"Invalid {', '.join(wrong)} in the call metadata: send the session's "
+                                           "access token, the org's instance URL and its org id (from "
+                                           "/services/oauth2/userinfo); log in again if the session expired")
         return token
+
+    @staticmethod
+    def _unauthenticated(context: grpc.ServicerContext, message: str) -> None:
+        context.set_trailing_metadata((("error-code", AUTH_ERROR),))
+        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
 
     def _entities(self, topic: str, context: grpc.ServicerContext) -> set[str] | None:
         if topic == ALL_CHANGES:
@@ -105,7 +137,7 @@ class PubSubServicer(services.PubSubServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "The Replay ID validation failed: the replay id is "
                                                             "corrupted or was never issued")
         if replay < self.events.purged_through:
-            context.set_trailing_metadata((("error-code", REPLAY_EXPIRED),))
+            context.set_trailing_metadata((("error-code", REPLAY_CORRUPTED),))
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"The Replay ID validation failed: replay id {replay} "
                                                             "is outside the retention window")
         return replay
@@ -142,7 +174,7 @@ class PubSubServicer(services.PubSubServicer):
             return
         entities = self._entities(first.topic_name, context)
         cursor = self._start(first, context)
-        demand = _Demand(self.events.changed)
+        demand = _Demand(self.events.changed, first.topic_name)
         demand.add(first.num_requested)
         threading.Thread(target=demand.consume, args=(request_iterator,), daemon=True,
                          name="pubsub-fetch-requests").start()
@@ -150,9 +182,11 @@ class PubSubServicer(services.PubSubServicer):
         last_sent = time.monotonic()
         while context.is_active() and not self.stopping.is_set():  # a half-closed request stream still gets its events
             if self.token() != token:
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, "Session expired or invalid: log in again")
+                self._unauthenticated(context, "Session expired or invalid: log in again")
+            if demand.error:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, demand.error)
             with self.events.changed:
-                if not (demand.value > 0 and self.events.tip > cursor):
+                if not (demand.value > 0 and self.events.tip > cursor) and not demand.error:
                     self.events.changed.wait(timeout=0.2)
             tip = self.events.tip
             if demand.value > 0 and tip > cursor:

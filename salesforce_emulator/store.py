@@ -5,10 +5,18 @@ Why this shape:
 - **One writer at a time.** Every transaction holds ``Store.lock`` from the moment it draws its commit
   timestamp until its listeners (the CDC publisher) have seen it. Commit order, timestamp order and event
   order are therefore the same order, which the replication relies on.
-- **A logical clock.** Commit timestamps are wall-clock milliseconds, bumped by 1 ms when the wall clock has
-  not advanced, and persisted, so no two transactions ever share a ``commitTimestamp`` (even across restarts).
-  A record's ``SystemModstamp`` is the commit timestamp of its last change, so "apply events newer than the
-  fetched SystemModstamp" is exact.
+- **A clock as a real org keeps it.** Commit timestamps are wall-clock milliseconds (never behind the newest one,
+  persisted across restarts), so transactions committed within one millisecond share a ``commitTimestamp`` and
+  ``SystemModstamp``, as a bulk load stamps thousands of records alike; ``commitNumber`` (one per transaction,
+  sequential) orders them. Salesforce documents no uniqueness of either timestamp (SOAP API "System Fields",
+  Change Data Capture "ChangeEventHeader Fields"), and it stamps a transaction before it commits (SOAP API
+  "GetUpdatedResult": ``latestDateCovered`` covers changes that started before and committed after), so rows
+  may become visible behind newer ones: ``skew_next_commits`` makes such late commits on request.
+- **Per record, never back.** A record's ``SystemModstamp`` is the commit timestamp of its last change and
+  strictly increases: a transaction that changes a record stamped at or after its own timestamp is stamped 1 ms
+  after that record when it commits (``Transaction.restamp``). Salesforce documents no case of a record's
+  SystemModstamp moving back, and replication relies on it: "apply events newer than the fetched
+  SystemModstamp" is exact per record, and events of one record never share a timestamp.
 - **WAL mode.** Bulk query jobs read through their own connection and see a consistent snapshot while the API
   keeps writing.
 """
@@ -92,15 +100,14 @@ class Store:
     def _tick(self) -> int:
         if self._skews:
             return self._last_ts + self._skews.popleft()  # the clock itself does not move
-        self._last_ts = max(int(time.time() * 1000), self._last_ts + 1)
+        self._last_ts = max(int(time.time() * 1000), self._last_ts)
         return self._last_ts
 
     def skew_next_commits(self, offsets_ms: list[int]) -> None:
         """The next ``len(offsets_ms)`` transactions commit at the newest commit timestamp plus their offset (<= 0):
         ``0`` shares the timestamp of the transaction before (a same-SystemModstamp burst), ``-N`` commits N ms in
-        the past (a late commit: a row appears after newer ones; it must not change a record stamped later, as
-        Salesforce never moves a SystemModstamp back). This breaks the strict clock the CDC ordering
-        relies on, as a real org does for pollers: meant for objects replicated by polling."""
+        the past (a late commit: its rows appear behind newer ones). Neither moves a record's own SystemModstamp
+        back: a transaction that changes a record stamped at or after its timestamp commits 1 ms after it."""
         if any(o > 0 for o in offsets_ms):
             raise ValueError("commit offsets must be <= 0 (the clock only moves forward by itself)")
         with self.lock:
@@ -127,6 +134,9 @@ class Store:
             self._commit(txn)
 
     def _commit(self, txn: Transaction) -> None:
+        if txn.floor_ms >= txn.commit_ts:  # it changed a record stamped at or after it: never move that one back
+            txn.restamp(txn.floor_ms + 1)
+        self._last_ts = max(self._last_ts, txn.commit_ts)
         commit_number = self._bump("commit_number", 1, start=COMMIT_NUMBER_START)
         first_replay = self._bump("replay_id", len(txn.changes)) - len(txn.changes) + 1
         for offset, change in enumerate(txn.changes):

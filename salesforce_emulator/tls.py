@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
@@ -37,7 +37,7 @@ def _name(common_name: str) -> x509.Name:
                       x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
 
@@ -82,3 +82,21 @@ def ensure_tls(directory: Path) -> TlsFiles:
     files.cert_file.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
     files.ca_file.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
     return files
+
+
+def connected_app_key_pair(directory: Path) -> tuple[Path, str]:
+    """A private key file (``jwt.key``, RSA 2048, PEM) and its self-signed certificate (PEM text) for the JWT bearer
+    flow: the certificate goes to the connected app (``Emulator.register_jwt_certificate``, or Setup in a real org),
+    the key to the client (``SF_PRIVATE_KEY_FILE``). Created once, reused."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key_file, cert_file = directory / "jwt.key", directory / "jwt.pem"
+    if not (key_file.exists() and cert_file.exists()):
+        now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        cert = (x509.CertificateBuilder().subject_name(_name("CDC integration")).issuer_name(_name("CDC integration"))
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(now + dt.timedelta(days=3650)).sign(key, hashes.SHA256()))
+        key_file.write_bytes(_pem_key(key))
+        key_file.chmod(0o600)
+        cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return key_file, cert_file.read_text()

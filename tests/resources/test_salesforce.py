@@ -4,12 +4,15 @@ OAuth, EnvVar configuration through a real Dagster run."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
 import pyarrow as pa
+import jwt
 import pytest
+import requests
 
 from simple_salesforce import format_soql
 
@@ -17,6 +20,7 @@ from resources.salesforce import (SalesforceApiError, SalesforceResource, parse_
                                   select_soql)
 from salesforce_emulator import Emulator
 from salesforce_emulator.ids import make_id
+from salesforce_emulator.tls import connected_app_key_pair
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +162,83 @@ def test_oauth_client_credentials_against_the_emulator(org: Emulator):
                              ca_bundle=org.ca_file)
     with pytest.raises(SalesforceApiError) as err:
         bad.client()
-    assert "invalid_grant" in str(err.value) and "nope" not in str(err.value)
+    assert "invalid_client" in str(err.value) and "nope" not in str(err.value)
+
+
+@pytest.fixture
+def jwt_app(org: Emulator, tmp_path: Path) -> Path:
+    """A key pair for the JWT bearer flow, its certificate uploaded to the emulator's connected app."""
+    key_file, certificate = connected_app_key_pair(tmp_path / "app")
+    org.register_jwt_certificate(certificate)
+    return key_file
+
+
+def jwt_env(org: Emulator, key_file: Path) -> dict[str, str]:
+    return {"SF_INSTANCE_URL": org.instance_url, "SF_CLIENT_ID": "emulator-client",
+            "SF_USERNAME": "dev@emulator.local", "SF_PRIVATE_KEY_FILE": str(key_file), "SF_CA_BUNDLE": org.ca_file}
+
+
+def test_oauth_jwt_bearer_from_variables_logs_in_and_renews_the_session(org: Emulator, jwt_app: Path):
+    resource = salesforce_resource_from_env(jwt_env(org, jwt_app), resolved=True)
+    assert resource.login_flow == "jwt_bearer"
+    assert resource.describe("Contact")["keyPrefix"] == "003"
+    assert resource.session() == (org.token, org.instance_url)
+    old = org.token
+    try:
+        renewed = org.expire_session()  # the session expires: a new assertion logs in again, no secret needed
+        resource.relogin()
+        assert resource.session()[0] == renewed != old
+    finally:
+        org.expire_session(old)
+
+
+def _token_error(org: Emulator, assertion_claims: dict, key_file: Path) -> dict:
+    claims = {"iss": "emulator-client", "sub": "dev@emulator.local", "aud": "https://login.salesforce.com",
+              "exp": int(time.time()) + 180} | assertion_claims
+    assertion = jwt.encode({k: v for k, v in claims.items() if v is not None}, key_file.read_bytes(), algorithm="RS256")
+    response = requests.post(f"{org.instance_url}/services/oauth2/token", verify=org.ca_file,
+                             data={"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion})
+    assert response.status_code == 400
+    return response.json()
+
+
+def test_jwt_assertions_the_org_refuses(org: Emulator, jwt_app: Path, tmp_path: Path):
+    stranger, _ = connected_app_key_pair(tmp_path / "stranger")  # a key whose certificate the app does not hold
+    assert _token_error(org, {}, stranger) == {"error": "invalid_grant", "error_description": "invalid assertion"}
+    assert _token_error(org, {"iss": "another-app"}, jwt_app)["error"] == "invalid_client_id"
+    assert _token_error(org, {"sub": "someone@else"}, jwt_app)["error_description"] == \
+        "user hasn't approved this consumer"
+    assert _token_error(org, {"aud": "https://example.com"}, jwt_app)["error_description"] == "audience is invalid"
+    assert "expired" in _token_error(org, {"exp": int(time.time()) - 5}, jwt_app)["error_description"]
+    assert _token_error(org, {"exp": None}, jwt_app)["error_description"] == "invalid assertion"
+
+
+def test_client_credentials_as_http_basic_auth_and_userinfo_names_the_org(org: Emulator):
+    token = requests.post(f"{org.instance_url}/services/oauth2/token", verify=org.ca_file,
+                          auth=("emulator-client", "emulator-secret"), data={"grant_type": "client_credentials"})
+    assert token.status_code == 200 and token.json()["access_token"] == org.token
+    info = requests.get(f"{org.instance_url}/services/oauth2/userinfo", verify=org.ca_file,
+                        headers={"Authorization": f"Bearer {org.token}"})
+    assert info.json()["organization_id"] == org.tenant_id and info.json()["preferred_username"] == "dev@emulator.local"
+    assert requests.get(f"{org.instance_url}/services/oauth2/userinfo", verify=org.ca_file,
+                        headers={"Authorization": "Bearer wrong"}).status_code == 401
+
+
+@pytest.mark.parametrize(("variables", "flow"), [
+    ({"SF_ACCESS_TOKEN": "t", "SF_INSTANCE_URL": "https://x", "SF_CLIENT_ID": "c"}, "token"),
+    ({"SF_CLIENT_ID": "c", "SF_USERNAME": "u", "SF_PRIVATE_KEY_FILE": "k"}, "jwt_bearer"),
+    ({"SF_CLIENT_ID": "c", "SF_CLIENT_SECRET": "s", "SF_INSTANCE_URL": "https://x"}, "client_credentials"),
+    ({"SF_CLIENT_ID": "c", "SF_CLIENT_SECRET": "s", "SF_INSTANCE_URL": "https://x", "SF_USERNAME": "u",
+      "SF_PASSWORD": "p"}, "password"),
+    ({"SF_USERNAME": "u", "SF_PASSWORD": "p", "SF_SECURITY_TOKEN": "t"}, "soap"),
+])
+def test_the_variables_choose_the_login_flow(variables: dict[str, str], flow: str):
+    assert salesforce_resource_from_env(variables, resolved=True).login_flow == flow
+
+
+def test_incomplete_credentials_say_which_variables_to_set():
+    with pytest.raises(ValueError, match="SF_PRIVATE_KEY_FILE"):
+        salesforce_resource_from_env({"SF_CLIENT_ID": "c"}, resolved=True).client()
 
 
 def test_env_vars_configure_the_resource_in_a_dagster_run(org: Emulator, monkeypatch, tmp_path: Path):

@@ -30,14 +30,17 @@ def test_same_timestamp_and_late_commits(emulator: Emulator, landed_events):
     headers = [e["data"]["payload"]["ChangeEventHeader"] for e in events]
     assert len({h["commitTimestamp"] for h in headers}) == 1 and len({h["commitNumber"] for h in headers}) == 3
 
-    emulator.late_commits(1, 1000)
+    emulator.late_commits(2, 1000)
     with emulator.store.transaction() as txn:
-        txn.update("Account", first, {"Name": "late"})
+        late = txn.create("Account", {"Name": "late"})
+    with emulator.store.transaction() as txn:  # late too, but it changes a record stamped after it
+        txn.update("Account", first, {"Name": "changed late"})
     with emulator.store.transaction() as txn:
         later = txn.create("Account", {"Name": "after"})
     stamps = modstamps(emulator, "Account")
-    assert stamps[first] == ms_to_iso(stamps_ms(stamps[third]) - 1000)  # older than rows already visible
-    assert stamps_ms(stamps[later]) > stamps_ms(stamps[third])  # the clock goes on from the newest commit
+    assert stamps[late] == ms_to_iso(stamps_ms(stamps[third]) - 1000)  # older than rows already visible
+    assert stamps_ms(stamps[first]) == stamps_ms(stamps[third]) + 1  # never moved back: 1 ms after its own stamp
+    assert stamps_ms(stamps[later]) >= stamps_ms(stamps[first])  # the clock goes on from the newest commit
 
 
 def stamps_ms(iso: str) -> int:

@@ -70,7 +70,7 @@ def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce
     caller has one (None: no table yet), else it is loaded."""
     table = warehouse.table(sobject.name) if table is ... else table
     describe = resolve_describe(sobject, warehouse, salesforce, fresh=fresh, table=table)
-    schema = ObjectSchema.from_describe(describe, bucket_chars=sobject.bucket_chars)
+    schema = sobject.schema_of(describe)
     if table is not None:
         # Columns already in the table stay, with the type they have (schema evolution never drops a column).
         known = set(schema.column_names)

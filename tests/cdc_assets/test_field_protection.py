@@ -1,8 +1,8 @@
 """`fields` and `hash` in replication.yaml, through every path that writes a value (issue 19 item 4).
 
 Against the real HTTPS emulator, with Dagster's real materialize(), real Spark and Delta: Account replicates only
-some fields (`include`: Website and Description are the left-out values looked for, being unique strings where a
-title or a company name could repeat in another object) and hashes its Phone; Contact hashes Email and Phone; Lead
+some fields (`include`; its Website is the left-out value looked for: Description texts repeat in Opportunity and
+Case events, stored raw as those objects are not replicated) and hashes its Phone; Contact hashes Email and Phone; Lead
 is polled and hashes Email and Phone. The values then arrive by every path: the initial load
 (Bulk API 2.0), CDC change events, reconciles of gap events (REST by id), a poll (REST queryAll), a Datastream
 backfill file, the changefeed export, and a quarantined line (redacted). The test then reads every file under the
@@ -15,10 +15,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from cdc_assets.assets import replica_key
 from definitions import build_defs
 from event_lines import event
 from harness import Platform
@@ -37,7 +39,7 @@ PROTECTION = {
     "Lead": {"mode": "poll", "hash": ["Email", "Phone"]},
 }
 HASHED = {"Account": ["Phone"], "Contact": ["Email", "Phone"], "Lead": ["Email", "Phone"]}
-LEFT_OUT = {"Account": ["Website", "Description"]}
+LEFT_OUT = {"Account": ["Website"]}
 pytestmark = pytest.mark.slow
 
 
@@ -102,7 +104,7 @@ def test_no_excluded_or_hashed_value_is_stored_in_clear_on_any_path(tmp_path, or
                          Email="quarantined.secret@example.org")])  # a value that does not fit: quarantined
     assert platform.run(close_after=0).success  # and a second poll of Lead, and the changefeeds again
 
-    truth = _org_values(org, {**HASHED, **LEFT_OUT})
+    truth = _org_values(org, {n: HASHED.get(n, []) + LEFT_OUT.get(n, []) for n in OBJECTS})
     stored = _stored_text([platform.warehouse, tmp_path / "feed"])
     clear = {v for name in truth for rec in truth[name].values() for v in rec.values() if len(v) >= 10}
     clear.add("quarantined.secret@example.org")
@@ -117,3 +119,30 @@ def test_no_excluded_or_hashed_value_is_stored_in_clear_on_any_path(tmp_path, or
                 assert rows[record_id][field] == hash_text(values.get(field), SALT), (name, record_id, field)
     assert set(platform.rows("Account")[next(iter(truth["Account"]))]) >= {"Name", "Industry", "Phone"}
     assert not {"Website", "Description", "Type", "Rating"} & set(next(iter(platform.rows("Account").values())))
+
+
+def test_hashing_a_field_of_an_existing_replica_stops_its_runs_until_a_resync(tmp_path, org, monkeypatch):
+    monkeypatch.setenv(SALT_ENV, SALT)
+    platform = Platform(tmp_path / "p", None, ["Contact"], TEST_SPARK_CONF, salesforce=resource(org),
+                        initial_load=True)
+    Workload(org, seed=9).build_org(accounts=4)
+    assert platform.run().success  # Email replicated in clear
+    config = yaml.safe_load(platform.config.read_text())
+    config["objects"] = [{"name": "Contact", "hash": ["Email"]}]
+    platform.config.write_text(yaml.safe_dump(config))
+    platform.defs = build_defs(config_path=platform.config, landing_path=str(platform.landing),
+                               warehouse_root=str(platform.warehouse), spark_conf=platform.spark_conf,
+                               salesforce=platform.salesforce)
+
+    refused = platform.run(raise_on_error=False)
+    assert not refused.success
+    failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "hashes Email, but the replica holds values of it in clear" in str(failure.event_specific_data.error)
+    resync = dg.RunRequest(asset_selection=[replica_key("Contact")],
+                           run_config={"ops": {replica_key("Contact").to_python_identifier():
+                                               {"config": {"mode": "resync"}}}})
+    assert platform.execute(resync).success
+    assert platform.run().success
+    emails = _org_values(org, {"Contact": ["Email"]})["Contact"]
+    rows = platform.rows("Contact")
+    assert emails and all(rows[i]["Email"] == hash_text(v.get("Email"), SALT) for i, v in emails.items())

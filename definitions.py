@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 
 from cdc_assets.assets import build_change_events_asset, build_replica_asset, landing_zone
-from cdc_assets.changefeed import build_changefeed_assets
+from cdc_assets.changefeed.export import build_changefeed_assets
 from cdc_assets.checks import build_replica_checks
 from cdc_assets.config import LoadedConfig, load_location_config, read_config
 from resources.delta import DeltaWarehouse
@@ -26,6 +26,7 @@ from sensors.config import build_config_sensor
 from sensors.landing_zone import build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
+from sensors.run_liveness import build_run_liveness_sensor
 from sensors.subscriber_status import build_subscriber_check, build_subscriber_status_sensor
 
 
@@ -55,6 +56,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
                  build_subscriber_status_sensor(replication=replication, default_status=status),
                  *build_poll_sensors(replication=replication, default_status=status),
                  *build_changefeed_sensors(replication=replication, default_status=status),
+                 build_run_liveness_sensor(default_status=status),
                  build_config_sensor(loaded=loaded, default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),

@@ -4,13 +4,23 @@ A synthetic replica (30 data columns + the system columns) written through Delta
 it: a create, `versions` merges of `changes / versions` changed rows each (a tenth of them bookkeeping-only, which
 the feed must not emit), then a resync overwrite of every row in which 1% differ. Prints, per phase: records
 emitted, wall time, records/s, bytes written. No Spark: the exporter is pyarrow.
+
+`--memory 20000,80000,320000 [--batch-rows N]`: peak memory of an export as the table grows. For each size a
+replica is created, then a child process exports its initial scan; the replica is resynced (every row rewritten,
+1% differ) and another child exports that version. Each child reports its peak RSS (`ru_maxrss`), next to an
+idle child's (imports only): the export's own peak is the difference. Run once with the given `--batch-rows` and
+once with one batch larger than the table (one pass, as before bounded batches).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import datetime, timedelta, timezone
@@ -18,8 +28,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cdc_assets.changefeed import export_changefeed
-from cdc_assets.changefeed_config import ChangefeedConfig
+from cdc_assets.changefeed.export import export_changefeed
+from cdc_assets.changefeed.config import ChangefeedConfig
 from resources.delta import DeltaWarehouse, read_table
 
 COLUMNS = 30
@@ -49,12 +59,76 @@ def _export(warehouse: DeltaWarehouse, feed: ChangefeedConfig, label: str) -> No
           f"{size / 1e6:>8.1f} MB  {result.records}")
 
 
+def _child_export(warehouse: str, feed: str, batch_rows: int) -> None:
+    """In a child process: one export; prints its records and peak RSS (MB) as JSON."""
+    if feed:
+        config = ChangefeedConfig(uri=feed, initial_scan=True, batch_rows=batch_rows)
+        result = export_changefeed(DeltaWarehouse(root=warehouse), "Account", config)
+        records = sum(result.records.values())
+    else:
+        records = 0  # the idle child: imports only
+    print(json.dumps({"records": records, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def _peak(warehouse: Path, feed: Path | None, batch_rows: int) -> dict:
+    code = ("import sys; from bench.changefeed import _child_export; "
+            "_child_export(sys.argv[1], sys.argv[2], int(sys.argv[3]))")
+    done = subprocess.run([sys.executable, "-c", code, str(warehouse), str(feed or ""), str(batch_rows)],
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def memory(sizes: list[int], batch_rows: int) -> None:
+    idle = _peak(Path("."), None, 0)["peak_mb"]
+    print(f"idle child (imports only): {idle:.0f} MB peak RSS")
+    print(f"{'rows':>9} {'batch_rows':>10} {'scan records':>12} {'scan MB':>8} {'resync records':>14} {'resync MB':>9}")
+    for rows in sizes:
+        for batch in (batch_rows, rows * 3):
+            root = Path(tempfile.mkdtemp(prefix="bench-changefeed-memory-"))
+            try:
+                warehouse = DeltaWarehouse(root=str(root / "warehouse"))
+                rng = random.Random(1)
+                ids = list(range(rows))
+                for start in range(0, rows, 50_000):  # created in slices: the parent's memory is not measured
+                    chunk = _rows(ids[start:start + 50_000], rng, salt=0)
+                    if start == 0:
+                        warehouse.append("Account", chunk, read=None, partition_by=["_sf_bucket"], key="k",
+                                         state={}, txns={})
+                    else:
+                        warehouse.append("Account", chunk, read=warehouse.table("Account"),
+                                         partition_by=["_sf_bucket"], key="k", state={}, txns={})
+                scan = _peak(root / "warehouse", root / "feed", batch)
+                differ = set(rng.sample(ids, max(1, rows // 100)))
+                snapshot = pa.concat_tables(_rows(ids[s:s + 50_000], random.Random(1), salt=0)
+                                            for s in range(0, rows, 50_000))
+                names = [("resynced " if k in differ else "") + n
+                         for k, n in enumerate(snapshot["Field0__c"].to_pylist())]
+                snapshot = snapshot.set_column(snapshot.schema.get_field_index("Field0__c"), "Field0__c",
+                                               pa.array(names, pa.string()))
+                warehouse.overwrite("Account", pa.RecordBatchReader.from_batches(snapshot.schema,
+                                                                                  snapshot.to_batches()),
+                                    read=warehouse.table("Account"), partition_by=["_sf_bucket"], key="k",
+                                    state={}, txns={})
+                del snapshot, names
+                resync = _peak(root / "warehouse", root / "feed", batch)
+                label = f"{batch:,}" if batch == batch_rows else "one pass"
+                print(f"{rows:>9,} {label:>10} {scan['records']:>12,} {scan['peak_mb']:>8.0f} "
+                      f"{resync['records']:>14,} {resync['peak_mb']:>9.0f}", flush=True)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.changefeed")
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--changes", type=int, default=20_000)
     parser.add_argument("--versions", type=int, default=20)
+    parser.add_argument("--memory", help="comma-separated table sizes: peak memory of exports (module docstring)")
+    parser.add_argument("--batch-rows", type=int, default=10_000)
     args = parser.parse_args()
+    if args.memory:
+        memory([int(n) for n in args.memory.split(",")], args.batch_rows)
+        return
     rng = random.Random(1)
     root = Path(tempfile.mkdtemp(prefix="bench-changefeed-"))
     try:

@@ -35,7 +35,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from cdc_assets.changefeed_config import ChangefeedConfig
+from cdc_assets.changefeed.config import ChangefeedConfig
 from spark_ops.protect import SALT_ENV
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
@@ -79,7 +79,7 @@ class ObjectOptions(_Section):
         "Records per Bulk API 2.0 result page when polling (one Delta commit each)."))
     # Per-object sections: a nested model and one field (an object's own section is laid over the default's).
     changefeed: ChangefeedConfig | None = Field(None, description=(
-        "The replica's changefeed (cdc_assets/changefeed_config.py): a section, or false for none. Under "
+        "The replica's changefeed (cdc_assets/changefeed/config.py): a section, or false for none. Under "
         "`options` the default of every object; an object's section overrides it key by key."))
 
     @field_validator("changefeed", mode="before")

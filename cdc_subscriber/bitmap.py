@@ -8,6 +8,11 @@ says which fields an UPDATE really set with a list of hex strings instead of fie
 - each compound field with named components adds ``"{pos}-0x..."``: ``pos`` is the compound's top-level position,
   the bitmap indexes the fields of its nested record. A compound's own top-level bit without a nested element
   names all of its components (Salesforce does this when every component was nulled).
+- a *union* of a value and a record (a person-account org's ``Account.Name``: ``["null", "string",
+  Switchable_PersonName]``) is named by its top-level bit itself (``Name``: a business account's text), and its
+  components by a nested element (``Name.LastName``: a person account's), as both of Salesforce's decoders read
+  them. (The decoders differ on a nested element naming every component of a compound: the Java one names the
+  compound, the Python one each component; we follow the Python one.)
 
 Bit *i* is bit *i* of the hex number (least significant first), as in Salesforce's reference decoder
 (``ChangeEventHeaderUtility.process_bitmap``). Names come out as the Streaming API (CometD) spells them:
@@ -30,6 +35,15 @@ def nested_record(field_type: Any, named: dict[str, Schema]) -> Schema | None:
         if isinstance(option, dict) and option.get("type") == "record":
             return option
     return None
+
+
+def switchable(field_type: Any) -> bool:
+    """Whether a field's union holds a plain value besides its record (``["null", "string", {record}]``)."""
+    options = field_type if isinstance(field_type, list) else [field_type]
+    return any(isinstance(o, str) and o in _PRIMITIVES for o in options) and len(options) > 2
+
+
+_PRIMITIVES = {"string", "int", "long", "double", "float", "boolean", "bytes"}
 
 
 def named_records(schema: Schema) -> dict[str, Schema]:
@@ -82,8 +96,9 @@ def decode(bitmaps: list[str] | None, schema: Schema, named: dict[str, Schema] |
             raise ValueError(f"bitmap names field {pos} but the schema has {len(fields)} fields")
         fld = fields[pos]
         record = nested_record(fld["type"], named)
-        if record is None:
+        if record is None or (switchable(fld["type"]) and pos in top):
             names.append(fld["name"])
+        if record is None or (switchable(fld["type"]) and pos not in nested):
             continue
         components = record["fields"]
         for index in nested.get(pos, range(len(components))):

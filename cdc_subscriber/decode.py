@@ -8,8 +8,13 @@ A Pub/Sub event is Avro: every field of the entity's schema is present, unchange
   nested (``"BillingAddress": {"City": "Chicago"}``), a diff field as ``{"diff": "<unified diff>"}``;
 - DELETE and GAP_*: the header only;
 - the header with field *names* in ``changedFields`` / ``nulledFields`` / ``diffFields``;
-- datetimes as ``2025-11-22T08:26:40.000Z`` and dates as ``2025-11-22`` instead of epoch numbers: which fields
-  are dates and datetimes comes from describe() (Avro alone cannot tell a date from an int).
+- datetimes as ``2025-11-22T08:26:40.000Z``, dates as ``2025-11-22`` and times as ``08:26:40.000Z`` (what REST and
+  Bulk return) instead of epoch numbers: which fields are dates, datetimes and times comes from describe() (Avro
+  alone cannot tell them apart: Salesforce sends all three as longs; a date as epoch days or epoch milliseconds,
+  a time as milliseconds since midnight);
+- a union field is decoded by what each value is: a person-account org's ``Account.Name`` is a business
+  account's text (``"Name": "Acme"``) or a person account's name record (``"Name": {"LastName": ...}``);
+- a diff field (named by ``diffFields``) carries the diff text: it becomes ``{"diff": "<unified diff>"}``.
 
 Schemas are fetched once per schema id (``GetSchema``) and cached; describe() is asked again when an entity's
 schema id changes.
@@ -43,14 +48,24 @@ def iso_date(value: int) -> str:
     return (_EPOCH + dt.timedelta(days=days)).isoformat()
 
 
+def iso_time(ms: int) -> str:
+    """Milliseconds since midnight -> ``HH:MM:SS.sssZ``."""
+    seconds, millis = divmod(ms % 86_400_000, 1000)
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{millis:03d}Z"
+
+
+_TEMPORAL = {"datetime": iso_datetime, "date": iso_date, "time": iso_time}
+
+
 def _value(sf_type: str | None, value: Any) -> Any:
-    if value is None or isinstance(value, dict):
-        return value
-    if sf_type == "datetime" and isinstance(value, int):
-        return iso_datetime(value)
-    if sf_type == "date" and isinstance(value, int):
-        return iso_date(value)
+    if isinstance(value, int) and not isinstance(value, bool) and sf_type in _TEMPORAL:
+        return _TEMPORAL[sf_type](value)
     return value
+
+
+def _components(value: Any) -> dict[str, Any]:
+    """A compound's record as a dict (a union field holding its plain value instead has no components)."""
+    return value if isinstance(value, dict) else {}
 
 
 class EventDecoder:
@@ -114,7 +129,7 @@ class EventDecoder:
         for name in ordered:
             parent, dot, child = name.partition(".")
             if dot:
-                body.setdefault(parent, {})[child] = (record.get(parent) or {}).get(child)
+                body.setdefault(parent, {})[child] = _components(record.get(parent)).get(child)
                 continue
             value = _value(types.get(name), record.get(name))
             body[name] = {"diff": value} if name in diffs and value is not None else value

@@ -6,7 +6,10 @@ own pool (`replica_<Name>`) and change_events has `change_events`, so two runs n
 once, while different tables still proceed in parallel. At most two runs go at once (a 2-core machine runs one
 Spark driver per run), and only one of them a landing run. A run that was in flight when the processes died
 (SIGKILL, power cut) would otherwise stay STARTED for ever, keep its pool slot and, since the reconciliation
-sensor waits for in-flight runs of an object, stall that object: `fail_orphaned_runs` clears them at start-up.
+sensor waits for in-flight runs of an object, stall that object. The platform ends such runs on its own
+(`run_liveness_sensor` and Dagster's run monitoring, dagster.yaml), within about a minute of starting again;
+`fail_orphaned_runs` ends them at once when the demo starts (no process of an earlier session survives it), with
+the same `end_run` the sensor uses.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
+
+from sensors.run_liveness import end_run
 
 IN_FLIGHT = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
              dg.DagsterRunStatus.CANCELING]
@@ -62,7 +67,5 @@ def fail_orphaned_runs(home: Path) -> int:
         return 0
     with open_instance(home) as instance:
         orphans = in_flight_runs(instance, queued=False)
-        for run in orphans:
-            instance.report_run_failed(run, "the demo stopped while this run was in flight")
-            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
-    return len(orphans)
+        return sum(end_run(instance, run, "the demo stopped while this run was in flight: marked failed, its pool "
+                                          "slots freed; the sensors request its work again") for run in orphans)

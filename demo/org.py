@@ -10,7 +10,9 @@ The org is built once (500 accounts with their contacts, opportunities and cases
 API stays free for the platform) at a modest rate. The fault knobs make the interesting cases happen on their
 own: a gap event now and then (reconciled by the sensor), a duplicate or late file once in a while, and, rarely,
 a transaction large enough to overflow (about one in six of the workload's large transactions, every few
-minutes at the default rate), which triggers a full resync.
+minutes at the default rate), which triggers a full resync. The org sends what real orgs send: person accounts
+(``Account.Name`` a union of text and a name record), a time field (``Contact.Best_Time_To_Call__c``) and long
+text diffs at Salesforce's threshold (1,000 characters; the workload's long Descriptions and small edits of them).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ DEMO_FAULTS = FaultConfig(
     duplicate_file_fraction=0.03,
     late_file_fraction=0.03,
     late_after_files=2,
+    diff_over_chars=1000,         # Salesforce's own threshold for sending a long text as a diff
     seed=None,
 )
 
@@ -43,7 +46,7 @@ def open_org(data_dir: Path, landing_dir: Path, *, port: int, accounts: int = 50
     emu = Emulator(data_dir, landing_dir=landing_dir if emulator_lands else None, port=port, faults=faults,
                    roll_seconds=roll_seconds, pubsub=not emulator_lands, pubsub_port=pubsub_port,
                    keepalive_seconds=keepalive_seconds)
-    workload = Workload(emu, seed=int(time.time()))
+    workload = Workload(emu, seed=int(time.time()), long_text=True, person_accounts=True)
     if not workload.live["Account"]:
         log.info("building a new org with %d accounts in %s", accounts, data_dir)
         built = workload.build_org(accounts=accounts)

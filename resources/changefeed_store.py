@@ -1,15 +1,18 @@
 """Where a changefeed lives: one folder (a local path or an object-store URI, through `pyarrow.fs`) per replica.
 
 ```
-<uri>/<Object>/00000000000000000007-00000000000000000007.jsonl   the first export: start version (+ initial scan)
-<uri>/<Object>/00000000000000000008-00000000000000000012.jsonl   changes of replica versions 8..12, then `resolved`
-<uri>/<Object>/resolved.json                                      the newest heartbeat, rewritten by every export
+<uri>/<Object>/table.json        the replica the feed follows (Delta table id and creation time), written first
+<uri>/<Object>/<first>-<last>-<resolved>.jsonl   changes of replica versions first..last; resolved: the feed's
+                                  resolved step after `last` (cdc_assets/changefeed/clock.py)
+<uri>/<Object>/resolved.json     the newest heartbeat, rewritten by every export
 ```
 
-A file is named by the replica versions it covers, zero-padded so that name order is feed order. It is written
-under `_<name>.tmp` and renamed into place (atomic on a local disk; on an object store the upload itself is
-all-or-nothing), so a reader never sees half a file and a visible file never changes. The exporter's checkpoint is
-the last version of the newest file: nothing is kept beside the files.
+A file is named by the replica versions it covers and the resolved step it ends at, each zero-padded to 20 digits
+so that name order is feed order. It is written under `_<name>.tmp` and renamed into place (atomic on a local
+disk; on an object store the upload itself is all-or-nothing), so a reader never sees half a file and a visible
+file never changes. The exporter's checkpoint is the newest file's name (last version, resolved step) and
+`table.json` (which table those versions belong to). Files named `<first>-<last>.jsonl` (feeds written before the
+resolved step was in the name) read as resolved at step 0.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 
-FILE = re.compile(r"^(\d{20})-(\d{20})\.jsonl$")
+FILE = re.compile(r"^(\d{20})-(\d{20})(?:-(\d{20}))?\.jsonl$")
 RESOLVED = "resolved.json"
+IDENTITY = "table.json"
 
 
-def feed_file_name(first: int, last: int) -> str:
-    return f"{first:020d}-{last:020d}.jsonl"
+def feed_file_name(first: int, last: int, resolved: int) -> str:
+    return f"{first:020d}-{last:020d}-{resolved:020d}.jsonl"
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class FeedFile:
     name: str
     first: int
     last: int
+    resolved: int = 0  # the feed's resolved step at the end of this file
 
 
 class FeedStore:
@@ -56,13 +61,18 @@ class FeedStore:
 
     def files(self) -> list[FeedFile]:
         """The visible feed files, in feed order."""
-        found = [FeedFile(n, int(m[1]), int(m[2])) for n in self._names() if (m := FILE.match(n))]
+        found = [FeedFile(n, int(m[1]), int(m[2]), int(m[3] or 0)) for n in self._names() if (m := FILE.match(n))]
         return sorted(found, key=lambda f: (f.first, f.last))
+
+    def newest(self) -> FeedFile | None:
+        """The newest file: the feed's position (None: nothing exported yet)."""
+        files = self.files()
+        return files[-1] if files else None
 
     def position(self) -> int | None:
         """The last replica version the feed covers (None: nothing exported yet)."""
-        files = self.files()
-        return max(f.last for f in files) if files else None
+        newest = self.newest()
+        return newest.last if newest else None
 
     def drop_leftovers(self) -> list[str]:
         """Delete temporary files a crashed export left (one writer per feed: none is being written now)."""
@@ -87,17 +97,33 @@ class FeedStore:
         return size
 
     def lines(self, name: str) -> Iterator[str]:
-        with self.fs.open_input_stream(self._path(name)) as stream:
-            text = stream.read().decode("utf-8")
+        """The file's lines, streamed (a chunk at a time, never the whole file)."""
         # Lines end at LF only: a value may hold U+2028 or U+0085, which str.splitlines() would also split at.
-        yield from text.removesuffix("\n").split("\n") if text else ()
+        # Splitting the bytes at LF is safe in UTF-8 (no multi-byte character holds the byte 0x0A).
+        with self.fs.open_input_stream(self._path(name)) as stream:
+            rest = b""
+            while chunk := stream.read(1 << 20):
+                *complete, rest = (rest + chunk).split(b"\n")
+                yield from (c.decode("utf-8") for c in complete)
+        if rest:
+            yield rest.decode("utf-8")
 
     def write_resolved(self, heartbeat: dict) -> None:
         self.write(RESOLVED, [json.dumps(heartbeat, sort_keys=True) + "\n"])
 
     def read_resolved(self) -> dict | None:
+        return self._read_json(RESOLVED)
+
+    def write_identity(self, identity: dict) -> None:
+        self.write(IDENTITY, [json.dumps(identity, sort_keys=True) + "\n"])
+
+    def read_identity(self) -> dict | None:
+        """The table the feed follows (None: a feed written before it was recorded, or no feed yet)."""
+        return self._read_json(IDENTITY)
+
+    def _read_json(self, name: str) -> dict | None:
         try:
-            with self.fs.open_input_stream(self._path(RESOLVED)) as stream:
+            with self.fs.open_input_stream(self._path(name)) as stream:
                 return json.loads(stream.read().decode("utf-8"))
         except FileNotFoundError:
             return None

@@ -33,7 +33,7 @@ in the meantime fails it the same way.
 **Change Data Feed on replicas.** A replica (a table whose name does not start with `_`) is created with
 `delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`);
 `enable_change_feed` sets the property once on a replica created before that (the changefeed exporter calls it
-from the replica's own pool: cdc_assets/changefeed.py). The property survives overwrites.
+from the replica's own pool: cdc_assets/changefeed/export.py). The property survives overwrites.
 """
 
 from __future__ import annotations

@@ -270,11 +270,13 @@ class SalesforceResource(dg.ConfigurableResource):
         return self._describes[object_name]
 
     def replicated_fields(self, object_name: str) -> list[dict[str, Any]]:
-        """describe() fields a replica stores: no compound parents, no formula fields, no IsDeleted or
-        SystemModstamp (those become the replica's own system columns)."""
+        """describe() fields a replica stores: no compound parents (but a writable one, a person-account org's
+        Account.Name, as ObjectSchema keeps it), no formula fields, no IsDeleted or SystemModstamp (those become
+        the replica's own system columns)."""
         fields = self.describe(object_name)["fields"]
         parents = {f.get("compoundFieldName") for f in fields if f.get("compoundFieldName")}
-        return [f for f in fields if f["name"] not in parents and f["name"] not in NOT_REPLICATED
+        return [f for f in fields if (f["name"] not in parents or f.get("createable"))
+                and f["name"] not in NOT_REPLICATED
                 and not f.get("calculated") and f.get("type") not in ("address", "location")]
 
     # -- reads --------------------------------------------------------------------------------------

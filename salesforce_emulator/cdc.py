@@ -8,6 +8,8 @@ transaction's ``transactionKey``, ``commitTimestamp`` and ``commitNumber``. Payl
   explicit ``null`` for nulled fields (also listed in ``nulledFields``); DELETE carries no fields.
 - Compound components nest under their parent (``"BillingAddress": {"City": ...}``, Contact
   ``"Name": {"FirstName": ...}``) and are named ``BillingAddress.City`` in ``changedFields`` / ``nulledFields``.
+  ``Account.Name`` is a union: a business account's is the text (``"Name": "Acme"``, named ``Name``), a person
+  account's its changed components (``"Name": {"LastName": ...}``, named ``Name.LastName``).
 - ``IsDeleted``, ``SystemModstamp`` and formula fields never appear; hard deletes send nothing.
 - With ``FaultConfig.diff_over_chars`` set, an UPDATE of a long text field may carry it as ``{"diff": ...}``
   (listed in ``diffFields``); a change naming several records does so only when they all had the same old value.
@@ -35,9 +37,10 @@ def _payload(obj: SObject, values: dict[str, Any]) -> tuple[dict[str, Any], list
     body: dict[str, Any] = {}
     changed: list[str] = []
     nulled: list[str] = []
+    as_record = {f.compound for f in obj.fields if f.compound and f.name in values}
     for fld in obj.fields:
-        if fld.name not in values or not fld.stored:
-            continue
+        if fld.name not in values or not fld.stored or fld.name in as_record:
+            continue  # a person account's Name travels as its components (the union's record), never as text
         value = to_event(fld.type, values[fld.name])
         if fld.compound:
             body.setdefault(fld.compound, {})[fld.key or fld.name] = value

@@ -146,6 +146,7 @@ class Transaction:
         record_id = ids.make_id(obj.key_prefix, sequence)
         row: dict[str, Any] = {f.name: f.default for f in obj.stored_fields}
         row.update({k: v for k, v in given.items() if v is not None})
+        row.update(obj.derived(row) if obj.derived else {})
         if "OwnerId" in row and row["OwnerId"] is None:
             row["OwnerId"] = self.user_id
         if obj.name == "Case":
@@ -173,7 +174,8 @@ class Transaction:
         for record_id in record_ids:
             row = self._live_row(obj, record_id)
             self._touch(obj, row, ("LastModifiedDate", "SystemModstamp"))
-            diff = {k: v for k, v in given.items() if row[k] != v}
+            wanted = {**given, **(obj.derived({**row, **given}) if obj.derived else {})}
+            diff = {k: v for k, v in wanted.items() if row[k] != v}
             audit = {"LastModifiedDate": self.stamp, "SystemModstamp": self.stamp}
             if row["LastModifiedById"] != self.user_id:
                 audit["LastModifiedById"] = self.user_id

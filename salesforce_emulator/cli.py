@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from salesforce_emulator.emulator import Emulator
-from salesforce_emulator.faults import FaultConfig
+from salesforce_emulator.faults import SALESFORCE_DIFF_OVER_CHARS, FaultConfig
 
 DEFAULT_DATA_DIR = Path(".demo/salesforce")
 DEFAULT_LANDING_DIR = Path(".demo/landing")
@@ -43,8 +43,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--overflow-threshold", type=int, default=100_000)
     serve.add_argument("--duplicate-file-fraction", type=float, default=0.0)
     serve.add_argument("--late-file-fraction", type=float, default=0.0)
-    serve.add_argument("--diff-over-chars", type=int, default=None,
-                       help="send long text updates as unified diffs when both values have this many characters")
+    serve.add_argument("--diff-over-chars", type=int, default=SALESFORCE_DIFF_OVER_CHARS,
+                       help="send long text updates as unified diffs when both values have this many characters "
+                            "(default: Salesforce's 1000; 0 never sends diffs)")
     serve.add_argument("--diff-corrupt-fraction", type=float, default=0.0,
                        help="fraction of those diffs sent with a wrong hash or against another base")
     serve.add_argument("--pubsub-port", type=int, default=None,
@@ -68,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
 def serve(args: argparse.Namespace) -> int:
     faults = FaultConfig(gap_fraction=args.gap_fraction, overflow_threshold=args.overflow_threshold,
                          duplicate_file_fraction=args.duplicate_file_fraction,
-                         late_file_fraction=args.late_file_fraction, diff_over_chars=args.diff_over_chars,
+                         late_file_fraction=args.late_file_fraction, diff_over_chars=args.diff_over_chars or None,
                          diff_corrupt_fraction=args.diff_corrupt_fraction)
     objects = [o.strip() for o in args.cdc_objects.split(",")] if args.cdc_objects else None
     pubsub = args.pubsub_port is not None

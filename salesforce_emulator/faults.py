@@ -8,10 +8,11 @@
 - ``duplicate_file_fraction``: that fraction of landing files is published twice (at-least-once delivery).
 - ``late_file_fraction``: that fraction of files is held back and published after ``late_after_files`` later
   files (or at the next ``flush_cdc()``), out of name order.
-- ``diff_over_chars``: not a fault but Salesforce behaviour, off by default: an UPDATE of a long text field
-  (textarea) whose old and new values both have at least this many characters sends the field as
-  ``{"diff": "<unified diff>"}`` and lists it in ``diffFields`` (Salesforce: 1,000), unless the diff is not
-  shorter than the new value (then the whole value, as Salesforce does). See ``text_diff.py``.
+- ``diff_over_chars``: not a fault but Salesforce behaviour, on by default at Salesforce's own threshold (1,000):
+  an UPDATE of a long text field (textarea) whose old and new values both have at least this many characters
+  sends the field as ``{"diff": "<unified diff>"}`` (over the Pub/Sub API: the diff text) and lists it in
+  ``diffFields``, unless the diff is not shorter than the new value (then the whole value, as Salesforce does).
+  ``None`` never sends diffs. See ``text_diff.py``.
 - ``diff_corrupt_fraction``: that fraction of those diffs is one a subscriber must refuse: half with a wrong
   SHA-256 in the ``+++`` line, half made against another base (its hunks do not match the stored value).
 - ``poison_events``: Pub/Sub API only, off by default (a real org does not corrupt events, but a subscriber must
@@ -29,6 +30,8 @@ from dataclasses import dataclass, field
 
 POISON_KINDS = ("body", "payload", "schema")
 
+SALESFORCE_DIFF_OVER_CHARS = 1000
+
 
 @dataclass
 class FaultConfig:
@@ -38,7 +41,7 @@ class FaultConfig:
     duplicate_file_fraction: float = 0.0
     late_file_fraction: float = 0.0
     late_after_files: int = 2
-    diff_over_chars: int | None = None
+    diff_over_chars: int | None = SALESFORCE_DIFF_OVER_CHARS
     diff_corrupt_fraction: float = 0.0
     poison_events: dict[int, str] = field(default_factory=dict)
     opaque_replay_ids: bool = False

@@ -1,14 +1,26 @@
 """Change events in the Pub/Sub API's form: one Avro schema per entity, and CometD JSON -> Avro binary.
 
 The emulator builds each event once, in the Streaming API (CometD) JSON shape (``cdc.py``); its Pub/Sub server
-re-encodes that same event the way Salesforce delivers it over gRPC, so the two channels can never disagree:
+re-encodes that same event the way Salesforce delivers it over gRPC, so the two channels can never disagree. The
+schema follows the ones Salesforce issues (``GetSchema``; Pub/Sub API guide, "Event Deserialization
+Considerations"; the decoders of ``forcedotcom/pub-sub-api``):
 
-- the schema (``<Entity>ChangeEvent``) has ``ChangeEventHeader`` first, then every field an event can carry, each
-  optional (``["null", type]``); a compound field is one nested record (``BillingAddress``: ``Address``, Contact
-  ``Name``: ``Switchable_PersonName``), placed where its first component is;
+- ``<Entity>ChangeEvent`` has ``ChangeEventHeader`` first, then every field an event can carry, each optional:
+  a union with ``"null"`` first and a ``null`` default;
+- each field's ``doc`` names its Salesforce data type, ``<role>:<type>[:<field id>]``: ``Data:Text``,
+  ``Data:DateOnly``, ``Data:TimeOnly``, ``Data:DateTime``, ``Data:Currency``, ``ForeignKey:EntityId``,
+  ``CreatedDate:DateTime``..., a custom field's with its ``00N`` id: Avro alone cannot tell a date from a time;
+- datetimes, dates and times are ``long``: epoch milliseconds, epoch milliseconds of the date's midnight UTC, and
+  milliseconds since midnight;
+- a compound field is one nested record, named after its kind and defined once per schema, later fields
+  referring to it by its full name (``BillingAddress`` and ``ShippingAddress`` are both ``Address``), placed where
+  its first component is;
+- ``Account.Name`` of a person-account org is the union ``["null", "string", Switchable_PersonName]``
+  (``Data:Switchable_PersonName``): the text of a business account or the record of a person account's name;
 - every field is present in every event: an UPDATE's unchanged fields are null, and ``changedFields`` /
   ``nulledFields`` / ``diffFields`` become bitmaps (``cdc_subscriber.bitmap``);
-- datetimes are epoch milliseconds (``long``), dates epoch days (``int``), as Avro has no date type of its own here.
+- a long text sent as a diff (CometD ``{"diff": "<unified diff>"}``) carries the diff text itself in its string
+  field; ``diffFields`` names it (Change Data Capture guide, "Data Differences in Event Fields").
 
 The schema id is the object's ``schema_id``, the same string the CometD events carry in ``data.schema``.
 """
@@ -17,6 +29,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import hashlib
 import io
 import json
 from typing import Any
@@ -25,8 +38,8 @@ import fastavro
 
 from cdc_subscriber.bitmap import encode as encode_bitmap
 from salesforce_emulator.changes import EVENT_EXCLUDED
-from salesforce_emulator.schema import OBJECTS, SObject
-from salesforce_emulator.values import FLOAT_TYPES, TEXT_TYPES, iso_to_ms
+from salesforce_emulator.schema import AUDIT_FIELDS, OBJECTS, Field, SObject
+from salesforce_emulator.values import MS_PER_DAY, iso_to_ms, time_to_ms
 
 NAMESPACE = "com.sforce.eventbus"
 CHANGE_TYPES = ["CREATE", "UPDATE", "DELETE", "UNDELETE", "GAP_CREATE", "GAP_UPDATE", "GAP_DELETE", "GAP_UNDELETE",
@@ -48,49 +61,90 @@ HEADER_SCHEMA = {
         {"name": "diffFields", "type": _STRINGS},
         {"name": "changedFields", "type": _STRINGS},
     ]}
-_COMPOUND_RECORDS = {"address": "Address"}
+
+# Salesforce type -> (Avro type, the data type its doc names)
+_TYPES: dict[str, tuple[str, str]] = {
+    "boolean": ("boolean", "Boolean"), "int": ("int", "Integer"), "double": ("double", "Double"),
+    "currency": ("double", "Currency"), "percent": ("double", "Percent"), "date": ("long", "DateOnly"),
+    "datetime": ("long", "DateTime"), "time": ("long", "TimeOnly"), "string": ("string", "Text"),
+    "picklist": ("string", "DynamicEnum"), "multipicklist": ("string", "MultiEnum"), "email": ("string", "Email"),
+    "phone": ("string", "Phone"), "url": ("string", "Url"), "combobox": ("string", "DynamicEnum"),
+    "encryptedstring": ("string", "EncryptedText"), "reference": ("string", "EntityId"), "id": ("string", "EntityId"),
+}
+_AUDIT_ROLES = {"CreatedById": "CreatedBy", "LastModifiedById": "LastModifiedBy"}
 
 
-def _avro_type(sf_type: str) -> str:
-    if sf_type == "boolean":
-        return "boolean"
-    if sf_type == "int":
-        return "int"
-    if sf_type in FLOAT_TYPES:
-        return "double"
-    if sf_type == "date":
-        return "int"
-    if sf_type == "datetime":
-        return "long"
-    if sf_type in TEXT_TYPES:
+def _avro_type(fld: Field) -> str:
+    if fld.type == "textarea":
         return "string"
-    raise ValueError(f"no Avro type for Salesforce type {sf_type}")
+    if fld.type not in _TYPES:
+        raise ValueError(f"no Avro type for Salesforce type {fld.type}")
+    return _TYPES[fld.type][0]
+
+
+def field_doc(fld: Field) -> str:
+    """The ``doc`` Salesforce gives a field: ``<role>:<data type>``, plus the field id of a custom field."""
+    if fld.type == "textarea":
+        kind = "StringPlusClob" if (fld.length or 0) > 255 else "MultiLineText"
+    else:
+        kind = _TYPES[fld.type][1]
+    if fld.name in AUDIT_FIELDS:
+        role = _AUDIT_ROLES.get(fld.name, fld.name)
+    else:
+        role = "ForeignKey" if fld.type == "reference" else "Data"
+    doc = f"{role}:{kind}"
+    if fld.name.endswith("__c"):
+        doc += ":00N" + hashlib.sha256(fld.name.encode()).hexdigest()[:12].upper()
+    return doc
+
+
+def _optional(name: str, avro_type: Any, doc: str) -> dict[str, Any]:
+    options = avro_type if isinstance(avro_type, list) else [avro_type]
+    return {"name": name, "type": ["null", *options], "doc": doc, "default": None}
+
+
+class _Records:
+    """Named compound records of one schema: the first use defines one, later uses refer to it by full name."""
+
+    def __init__(self) -> None:
+        self.defined: set[str] = set()
+
+    def get(self, name: str, components: list[Field]) -> Any:
+        if name in self.defined:
+            return f"{NAMESPACE}.{name}"
+        self.defined.add(name)
+        return {"type": "record", "name": name, "namespace": NAMESPACE, "fields": [
+            _optional(c.key or c.name, _avro_type(c), field_doc(c)) for c in components]}
+
+
+def _compound(obj: SObject, parent_name: str, records: _Records) -> dict[str, Any]:
+    parent = obj.field(parent_name)
+    components = obj.components(parent_name)
+    if parent is not None and parent.type == "address":
+        return _optional(parent_name, records.get("Address", components), "Data:Address")
+    if parent is not None and parent.stored:  # a person-account org's Account.Name: text or the person's name
+        return _optional(parent_name, ["string", records.get("Switchable_PersonName", components)],
+                         "Data:Switchable_PersonName")
+    return _optional(parent_name, records.get("Switchable_PersonName", components), "Data:PersonName")
 
 
 @functools.cache
 def avro_schema(entity: str) -> dict[str, Any]:
     """The ``<Entity>ChangeEvent`` Avro schema (JSON form)."""
     obj = OBJECTS[entity]
+    parents = {f.compound for f in obj.fields if f.compound}
     fields: list[dict[str, Any]] = [{"name": "ChangeEventHeader", "type": HEADER_SCHEMA}]
-    defined: set[str] = set()
+    placed: set[str] = set()
+    records = _Records()
     for fld in obj.fields:
         if fld.name in EVENT_EXCLUDED or not fld.stored:
             continue
-        if fld.compound is None:
-            fields.append({"name": fld.name, "type": ["null", _avro_type(fld.type)], "default": None})
-            continue
-        if any(f["name"] == fld.compound for f in fields):
-            continue
-        parent = obj.field(fld.compound)
-        record_name = _COMPOUND_RECORDS.get(parent.type if parent else "", "Switchable_PersonName")
-        if record_name in defined:
-            record: Any = f"{NAMESPACE}.{record_name}"
-        else:
-            defined.add(record_name)
-            record = {"type": "record", "name": record_name, "namespace": NAMESPACE, "fields": [
-                {"name": c.key or c.name, "type": ["null", _avro_type(c.type)], "default": None}
-                for c in obj.components(fld.compound)]}
-        fields.append({"name": fld.compound, "type": ["null", record], "default": None})
+        name = fld.compound or (fld.name if fld.name in parents else None)
+        if name is None:
+            fields.append(_optional(fld.name, _avro_type(fld), field_doc(fld)))
+        elif name not in placed:
+            placed.add(name)
+            fields.append(_compound(obj, name, records))
     return {"type": "record", "name": f"{obj.name}ChangeEvent", "namespace": NAMESPACE, "fields": fields}
 
 
@@ -115,11 +169,20 @@ def entity_for_schema(schema_id_: str) -> str | None:
 def _to_avro(sf_type: str, value: Any) -> Any:
     if value is None:
         return None
+    if isinstance(value, dict) and "diff" in value:
+        return value["diff"]  # the Pub/Sub API carries a diff as the field's text; diffFields names it
     if sf_type == "datetime":
         return iso_to_ms(value)
     if sf_type == "date":
-        return (dt.date.fromisoformat(value) - _EPOCH).days
+        return (dt.date.fromisoformat(value) - _EPOCH).days * MS_PER_DAY
+    if sf_type == "time":
+        return time_to_ms(value)
     return value
+
+
+def _components(obj: SObject, parent: str, value: dict[str, Any]) -> dict[str, Any]:
+    """A compound's record: every component, the ones the event does not carry null."""
+    return {c.key or c.name: _to_avro(c.type, value.get(c.key or c.name)) for c in obj.components(parent)}
 
 
 def _record(obj: SObject, schema: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
@@ -128,11 +191,10 @@ def _record(obj: SObject, schema: dict[str, Any], body: dict[str, Any]) -> dict[
         name = fld["name"]
         value = body.get(name)
         described = obj.field(name)
-        if described is not None and not described.parent:
+        if isinstance(value, dict) and "diff" not in value:  # a compound (or a person's Name): its record
+            record[name] = _components(obj, name, value)
+        elif described is not None and not described.parent:
             record[name] = _to_avro(described.type, value)
-        elif value is not None:  # a compound: every component, unchanged ones null
-            record[name] = {c.key or c.name: _to_avro(c.type, value.get(c.key or c.name))
-                            for c in obj.components(name)}
         else:
             record[name] = None
     return record

@@ -4,6 +4,13 @@ One declarative table per object. Everything else (SQLite columns, SOQL validati
 nesting, formula evaluation) is derived from it, so adding a field is one line here. The shapes follow
 ``shared/samples/basic/describe/*.json``: compound parents (``BillingAddress``, Contact ``Name``) are listed
 as fields but never stored; their components carry ``compoundFieldName``.
+
+The org has Person Accounts enabled (Salesforce Help, "Person Accounts"): Account carries ``IsPersonAccount``,
+the person name components (``Salutation``, ``FirstName``, ``MiddleName``, ``LastName``, ``Suffix``, each with
+``compoundFieldName`` ``Name``) and ``Person*`` fields. ``Account.Name`` stays a stored, writable field: a business
+account sets it, a person account's is derived from the components (``person_name``) and read-only, as REST and
+Bulk return it. Its CDC value is therefore a union: a string for a business account, the ``Switchable_PersonName``
+record for a person account. Contact has a custom ``time`` field (``Best_Time_To_Call__c``).
 """
 
 from __future__ import annotations
@@ -66,7 +73,7 @@ class Field:
 _SOAP_TYPES = {
     "id": "tns:ID", "reference": "tns:ID", "boolean": "xsd:boolean", "int": "xsd:int", "double": "xsd:double",
     "currency": "xsd:double", "percent": "xsd:double", "date": "xsd:date", "datetime": "xsd:dateTime",
-    "address": "urn:address",
+    "time": "xsd:time", "address": "urn:address",
 }
 
 
@@ -81,6 +88,8 @@ class SObject:
     # this object does not have in a real org: stored, never described, queried or returned.
     internal: tuple[Field, ...] = ()
     cdc: bool = True  # Change Data Capture can be enabled for it (history, share and setup objects: no)
+    # stored values the org derives from others (a person account's Name): row (after the write) -> values
+    derived: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
@@ -162,6 +171,28 @@ def _person_name(last_nillable: bool = False) -> tuple[Field, ...]:
     )
 
 
+PERSON_NAME_PARTS = ("FirstName", "MiddleName", "LastName", "Suffix")  # the order Name joins them in
+
+
+def _person_account_name() -> tuple[Field, ...]:
+    return (
+        Field("Salutation", "picklist", length=255, compound="Name", key="Salutation"),
+        Field("FirstName", "string", length=40, compound="Name", key="FirstName"),
+        Field("LastName", "string", length=80, compound="Name", key="LastName"),
+        Field("MiddleName", "string", length=40, compound="Name", key="MiddleName"),
+        Field("Suffix", "string", length=40, compound="Name", key="Suffix"),
+    )
+
+
+def person_name(row: dict[str, Any]) -> str | None:
+    """A person account's Name: its name parts joined by spaces (the salutation is not part of it)."""
+    return " ".join(row[p] for p in PERSON_NAME_PARTS if row.get(p)) or None
+
+
+def _account_derived(row: dict[str, Any]) -> dict[str, Any]:
+    return {"Name": person_name(row)} if row.get("IsPersonAccount") else {}
+
+
 def _account_score(row: dict[str, Any]) -> float | None:
     revenue, employees = row.get("AnnualRevenue"), row.get("NumberOfEmployees")
     if revenue is None or not employees:
@@ -171,6 +202,10 @@ def _account_score(row: dict[str, Any]) -> float | None:
 
 ACCOUNT = SObject("Account", "001", _id() + _deleted() + (
     Field("Name", "string", nillable=False, length=255),
+) + _person_account_name() + (
+    Field("IsPersonAccount", "boolean", nillable=False, default=0),
+    Field("PersonEmail", "email", length=80),
+    Field("PersonBirthdate", "date"),
     Field("Type", "picklist", length=255),
     Field("Industry", "picklist", length=255),
     Field("AnnualRevenue", "currency"),
@@ -181,7 +216,7 @@ ACCOUNT = SObject("Account", "001", _id() + _deleted() + (
     Field("Description", "textarea", length=32000),
 ) + _address("Billing", "BillingAddress") + _address("Shipping", "ShippingAddress") + _audit() + (
     Field("Account_Score__c", "double", calculated=True, updateable=False),
-), formulas={"Account_Score__c": _account_score})
+), formulas={"Account_Score__c": _account_score}, derived=_account_derived)
 
 CONTACT = SObject("Contact", "003", _id() + _deleted() + (
     Field("AccountId", "reference", length=18),
@@ -190,6 +225,7 @@ CONTACT = SObject("Contact", "003", _id() + _deleted() + (
     Field("Email", "email", length=80),
     Field("Phone", "phone", length=40),
     Field("Birthdate", "date"),
+    Field("Best_Time_To_Call__c", "time", label="Best Time to Call"),
     Field("HasOptedOutOfEmail", "boolean", nillable=False, default=0),
 ) + _address("Mailing", "MailingAddress") + _audit())
 

@@ -1,8 +1,10 @@
 """Field values: one storage form, three wire forms.
 
 SQLite holds datetimes as fixed-width UTC strings ``2025-11-22T08:26:40.000Z`` (so string comparison is time
-comparison), dates as ``2025-11-22``, booleans as 0/1, numbers as numbers. Each API renders them the way
-Salesforce does: REST JSON datetimes end in ``+0000``, CDC events and Bulk CSV end in ``Z``.
+comparison), dates as ``2025-11-22``, times of day (``time`` fields) as ``08:26:40.000Z``, booleans as 0/1, numbers
+as numbers. Each API renders them the way Salesforce does: REST JSON datetimes end in ``+0000``, CDC events and
+Bulk CSV end in ``Z``; a time is ``HH:MM:SS.sssZ`` in REST, Bulk CSV and CometD events alike (the Pub/Sub API
+sends it as milliseconds since midnight, ``pubsub_avro``).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ _DATETIME_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?\s*(Z|[+-]\d{2}:?\d{2})?$"
 )
 _DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TIME_RE = re.compile(r"^(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?Z?$")
+MS_PER_DAY = 86_400_000
 
 TEXT_TYPES = {
     "id", "reference", "string", "picklist", "multipicklist", "textarea", "email", "phone", "url",
-    "combobox", "time", "encryptedstring", "anyType",  # anyType (history OldValue/NewValue): kept as text
+    "combobox", "encryptedstring", "anyType",  # anyType (history OldValue/NewValue): kept as text
 }
 FLOAT_TYPES = {"double", "currency", "percent"}
 
@@ -57,6 +61,28 @@ def canonical_datetime(value: str) -> str:
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
 
+def canonical_time(value: str) -> str:
+    """A time of day as Salesforce returns it: ``HH:MM:SS.sssZ`` (from ``HH:MM``, ``HH:MM:SS``, with or without
+    milliseconds and ``Z``)."""
+    match = _TIME_RE.match(value.strip())
+    if not match or int(match[1]) > 23 or int(match[2]) > 59 or int(match[3] or 0) > 59:
+        raise ValueError_(f"'{value}' is not a valid time (use 08:26:40.000Z)")
+    hour, minute, second, frac = match.groups()
+    return f"{hour}:{minute}:{second or '00'}.{(frac or '0').ljust(3, '0')}Z"
+
+
+def time_to_ms(value: str) -> int:
+    """``HH:MM:SS.sssZ`` -> milliseconds since midnight (the Pub/Sub API's ``Data:TimeOnly`` long)."""
+    hour, minute, rest = value.rstrip("Z").split(":")
+    return (int(hour) * 3600 + int(minute) * 60) * 1000 + round(float(rest) * 1000)
+
+
+def ms_to_time(ms: int) -> str:
+    """Milliseconds since midnight -> ``HH:MM:SS.sssZ``."""
+    seconds, millis = divmod(ms % MS_PER_DAY, 1000)
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}.{millis:03d}Z"
+
+
 def to_storage(ftype: str, value: Any, field: str = "") -> Any:
     """Validate an API input value for a field of type ``ftype`` and return its storage form."""
     if value is None or value == "":
@@ -91,6 +117,8 @@ def to_storage(ftype: str, value: Any, field: str = "") -> Any:
             return text
         if ftype == "datetime":
             return canonical_datetime(str(value))
+        if ftype == "time":
+            return canonical_time(str(value))
     except (TypeError, ValueError) as exc:
         if isinstance(exc, ValueError_):
             raise

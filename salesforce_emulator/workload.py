@@ -10,6 +10,10 @@ lead conversions (a Lead update plus Account, Contact and Opportunity creates in
 transactions. Records are picked with a recency bias (recently created or touched records change more often),
 but old records are picked too. Every choice comes from one seeded ``random.Random``: same seed, same workload.
 
+With ``person_accounts=True`` (the default) a share (``PERSON_ACCOUNT_SHARE``) of new accounts are person accounts
+(``IsPersonAccount``, name parts, ``PersonEmail``; their Name is the org's), and an update of a person account
+changes its own fields (``data.PERSON_UPDATABLE``). Contacts carry a ``time`` field (``Best_Time_To_Call__c``).
+
 With ``long_text=True`` records get long multi-line Descriptions and the mix gains ``edit_text`` (weight
 ``LONG_TEXT_WEIGHT``): small edits of a Description, which CDC sends as diffs when ``FaultConfig.diff_over_chars``
 is set. Off by default, so existing seeds make the same workload.
@@ -36,11 +40,12 @@ MIX = {
 }
 OBJECT_WEIGHTS = {"Account": 3, "Contact": 4, "Opportunity": 3, "Lead": 2, "Case": 3}
 LONG_TEXT_WEIGHT = 30
+PERSON_ACCOUNT_SHARE = 0.3
 
 
 class Workload:
     def __init__(self, target: Any, seed: int = 0, large_transaction: tuple[int, int] = (100, 400),
-                 long_text: bool = False):
+                 long_text: bool = False, person_accounts: bool = True):
         from salesforce_emulator.emulator import Emulator
         from salesforce_emulator.store import Store
 
@@ -53,6 +58,7 @@ class Workload:
         self.rng = random.Random(seed)
         self.large_transaction = large_transaction
         self.long_text = long_text
+        self.person_accounts = person_accounts
         self.live: dict[str, list[str]] = {}
         self.deleted: dict[str, list[str]] = {}
         self.recent: dict[str, deque[str]] = {name: deque(maxlen=100) for name in OBJECTS}
@@ -151,14 +157,23 @@ class Workload:
 
     def _create(self, name: str, extra: dict[str, Any] | None = None) -> Op:
         self._refs += 1
-        fields = data.new_record(self.rng, name, extra)
+        if name == "Account" and self.person_accounts and self.rng.random() < PERSON_ACCOUNT_SHARE:
+            fields = data.person_account(self.rng) | (extra or {})
+        else:
+            fields = data.new_record(self.rng, name, extra)
         if self.long_text and name in data.LONG_TEXT_OBJECTS:
             fields["Description"] = data.long_text(self.rng)
         return Op("create", name, fields=fields, ref=f"r{self._refs}")
 
     def _update(self, name: str) -> list[Op]:
         record_id = self._pick(name)
-        return [Op("update", name, record_id, self._fields(name, self.rng.randint(1, 3)))] if record_id else []
+        if record_id is None:
+            return []
+        if name == "Account" and self.person_accounts and self.backend.value(name, record_id, "IsPersonAccount"):
+            pool = data.PERSON_UPDATABLE
+            chosen = self.rng.sample(list(pool), k=self.rng.randint(1, 3))
+            return [Op("update", name, record_id, {field: pool[field](self.rng) for field in chosen})]
+        return [Op("update", name, record_id, self._fields(name, self.rng.randint(1, 3)))]
 
     def _plan_update(self) -> list[Op]:
         return self._update(self._object())

@@ -95,6 +95,11 @@ def edit_long_text(rng: random.Random, old: str) -> str:
     return separator.join(lines)
 
 
+def call_time(rng: random.Random) -> str:
+    """A time of day on the quarter hour, as a ``time`` field holds it (``HH:MM:SS.sssZ``)."""
+    return f"{rng.randint(7, 19):02d}:{rng.choice([0, 15, 30, 45]):02d}:00.000Z"
+
+
 def _phone(rng: random.Random) -> str:
     return f"+1 555 {rng.randrange(10000):04d}"
 
@@ -121,6 +126,7 @@ UPDATABLE: dict[str, dict[str, Gen]] = {
         "Title": lambda r: r.choice(["CEO", "CTO", "VP Sales", "Engineer", "Buyer"]),
         "Email": lambda r: f"{r.choice(FIRST).lower()}.{r.randrange(10**6)}@example.com", "Phone": _phone,
         "Birthdate": _date, "HasOptedOutOfEmail": lambda r: r.random() < 0.2, "FirstName": lambda r: r.choice(FIRST),
+        "Best_Time_To_Call__c": call_time,
     },
     "Opportunity": {
         "StageName": lambda r: r.choice(STAGES), "Amount": lambda r: float(r.randint(1, 5000) * 100),
@@ -138,13 +144,29 @@ UPDATABLE: dict[str, dict[str, Gen]] = {
         "Origin": lambda r: r.choice(["Phone", "Email", "Web"]),
     },
 }
+# A person account's own fields (its name parts are not among them: a rename changes the Name Salesforce derives,
+# which CDC does not send; see docs/emulator.md).
+PERSON_UPDATABLE: dict[str, Gen] = {
+    "PersonEmail": lambda r: f"{r.choice(FIRST).lower()}.{r.randrange(10**6)}@example.net",
+    "PersonBirthdate": _date, "Phone": _phone, "Description": free_text,
+    "Rating": lambda r: r.choice(["Hot", "Warm", "Cold"]),
+}
 NULLABLE = {
     "Account": ["Industry", "Rating", "Phone", "Website", "Description", "Type", "BillingState"],
-    "Contact": ["Title", "Phone", "Birthdate", "Email", "MailingCity"],
+    "Contact": ["Title", "Phone", "Birthdate", "Email", "MailingCity", "Best_Time_To_Call__c"],
     "Opportunity": ["Amount", "Probability", "Description", "LeadSource"],
     "Lead": ["Title", "Phone", "Email", "City"],
     "Case": ["Priority", "Description", "Origin"],
 }
+
+
+def person_account(rng: random.Random) -> dict[str, Any]:
+    """A person account (an Account that is a person: its Name is derived from the name parts)."""
+    return {"IsPersonAccount": True, "Salutation": rng.choice(["Mr.", "Ms.", "Dr.", None]),
+            "FirstName": rng.choice(FIRST), "MiddleName": rng.choice([None, None, "J.", "Marie"]),
+            "LastName": rng.choice(LAST), "Suffix": rng.choice([None, None, None, "Jr."]),
+            "PersonEmail": f"p{rng.randrange(10**7)}@example.net", "PersonBirthdate": _date(rng),
+            "Phone": _phone(rng), **address(rng, "Billing")}
 
 
 def new_record(rng: random.Random, object_name: str, parent: dict[str, str] | None = None) -> dict[str, Any]:
@@ -155,7 +177,8 @@ def new_record(rng: random.Random, object_name: str, parent: dict[str, str] | No
                 "Phone": _phone(rng), **address(rng, "Billing")}
     if object_name == "Contact":
         return {"FirstName": rng.choice(FIRST), "LastName": rng.choice(LAST), "Email": f"c{rng.randrange(10**7)}@example.com",
-                "Salutation": rng.choice(["Mr.", "Ms.", "Dr.", None]), **address(rng, "Mailing"), **parent}
+                "Salutation": rng.choice(["Mr.", "Ms.", "Dr.", None]), **address(rng, "Mailing"),
+                "Best_Time_To_Call__c": rng.choice([call_time(rng), None]), **parent}
     if object_name == "Opportunity":
         return {"Name": f"{rng.choice(COMPANY)} deal {rng.randrange(10**5)}", "StageName": rng.choice(STAGES[:4]),
                 "CloseDate": _date(rng), "Amount": float(rng.randint(1, 5000) * 100), **parent}

@@ -1,4 +1,4 @@
-"""changefeed_sensor: after a replica materializes, export its changefeed (cdc_assets/changefeed.py).
+"""changefeed_sensor: after a replica materializes, export its changefeed (cdc_assets/changefeed/export.py).
 
 Every materialization of `salesforce/<Object>` newer than the latest one of `changefeed/<Object>` makes the feed
 due, whether or not the replica changed: the export then writes at least a resolved heartbeat, which is what
@@ -12,7 +12,7 @@ only rewrites `resolved.json`.
 import dagster as dg
 
 from cdc_assets.assets import replica_key
-from cdc_assets.changefeed import changefeed_key
+from cdc_assets.changefeed.export import changefeed_key
 from cdc_assets.config import ReplicationConfig
 
 SENSOR_NAME = "changefeed_sensor"

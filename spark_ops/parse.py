@@ -6,7 +6,10 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
   `from_json`; the payload body is read as `map<string,string>`, so every value keeps its JSON text and an explicit
   `null` stays distinguishable from an absent key;
 - compound fields (`BillingAddress: {"City": ...}`) are flattened to their component columns (`BillingCity`)
-  using describe() metadata, and `nulledFields` names (`BillingAddress.City`) are mapped the same way;
+  using describe() metadata, and `nulledFields` names (`BillingAddress.City`) are mapped the same way. A compound
+  parent that is also a column (a person-account org's `Account.Name`, a union) is read by what its value is:
+  text is the column's value (a business account), an object its components (a person account); a CREATE or
+  UNDELETE of a person account also gets `Name` as the org derives it (first, middle, last name and suffix);
 - `diffFields` names are kept (`diff_fields`, mapped likewise): their values are still the `{"diff": ...}` JSON
   text, resolved against the stored value at apply time (spark_ops/diffs.py);
 - every value of a replicated object is checked strictly against its describe() type (`true`/`false` for a
@@ -104,8 +107,7 @@ def flattened_sql(schemas: dict[str, ObjectSchema], body: str) -> str:
     def branch(schema: ObjectSchema) -> str | None:
         if not schema.compound:
             return None
-        parents = ", ".join(literal(p) for p in schema.compound)
-        parts = [f"map_filter({body}, (k, v) -> NOT k IN ({parents}))"]
+        parts = [f"map_filter({body}, (k, v) -> {_kept_key(schema, 'k', 'v')})"]
         for parent, keys in schema.compound.items():
             nested = f"from_json(element_at({body}, {literal(parent)}), {literal(_MAP)})"
             renamed = (f"transform_keys({nested}, (k, v) -> coalesce(element_at({_map_sql(keys)}, k), "
@@ -115,6 +117,47 @@ def flattened_sql(schemas: dict[str, ObjectSchema], body: str) -> str:
     return _per_entity(schemas, branch, body)
 
 
+def _is_object(value: str) -> str:
+    return f"from_json({value}, {literal(_MAP)}) IS NOT NULL"
+
+
+def _kept_key(schema: ObjectSchema, key: str, value: str) -> str:
+    """SQL: payload key `key` stays a key of the flattened map: not a compound parent, or a parent that is a column
+    (a union such as Account.Name) holding a plain value."""
+    columns = set(schema.column_names)
+    dropped = [p for p in schema.compound if p not in columns]
+    unions = [p for p in schema.compound if p in columns]
+    conditions = [f"NOT {key} IN ({', '.join(literal(p) for p in dropped)})"] if dropped else []
+    if unions:
+        conditions.append(f"NOT ({key} IN ({', '.join(literal(p) for p in unions)}) AND {_is_object(value)})")
+    return " AND ".join(conditions) or "true"
+
+
+PERSON_NAME_PARTS = ("FirstName", "MiddleName", "LastName", "Suffix")  # the parts a person account's Name joins
+
+
+def person_name_sql(schemas: dict[str, ObjectSchema], fields: str, raw: str) -> str:
+    """`fields` plus the Name a person account's CREATE or UNDELETE implies (its name parts joined by spaces, as
+    the org derives it), when the event carries Name as the person's name record (`raw` is the unflattened body).
+    An UPDATE carries only the parts that changed, so no Name can be derived from it."""
+    def branch(schema: ObjectSchema) -> str | None:
+        unions = [p for p in schema.compound if p in set(schema.column_names)]
+        if not unions:
+            return None
+        derived = fields
+        for parent in unions:
+            parts = [f"element_at({derived}, {literal(schema.compound[parent][k])})"
+                     for k in PERSON_NAME_PARTS if k in schema.compound[parent]]
+            if not parts:
+                continue
+            derived = (f"CASE WHEN change_type IN ('CREATE', 'UNDELETE') AND NOT map_contains_key({derived}, "
+                       f"{literal(parent)}) AND {_is_object(f'element_at({raw}, {literal(parent)})')} "
+                       f"THEN map_concat({derived}, map({literal(parent)}, nullif(concat_ws(' ', {', '.join(parts)}), "
+                       f"''))) ELSE {derived} END")
+        return derived
+    return _per_entity(schemas, branch, fields)
+
+
 def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
     """A list of field names (nulledFields, diffFields, stored set_fields) as its entity's describe() names them:
     compound names (`BillingAddress.City`) mapped to columns (`BillingCity`), compound parents dropped. The one
@@ -122,7 +165,7 @@ def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
     def branch(schema: ObjectSchema) -> str | None:
         if not schema.compound:
             return None
-        parents = ", ".join(literal(p) for p in schema.compound)
+        parents = ", ".join(literal(p) for p in schema.compound if p not in set(schema.column_names)) or "''"
         return (f"transform(filter({names}, x -> NOT x IN ({parents})), "
                 f"x -> coalesce(element_at({_map_sql(schema.dotted_names)}, x), x))")
     return _per_entity(schemas, branch, names)
@@ -157,11 +200,18 @@ _VALUE_FORMS: dict[type, str] = {
 }
 
 
-def value_fits(value: str, target: T.DataType) -> str:
-    """SQL: the JSON text `value` (not null, not '') is a value of column type `target`."""
+# Text columns whose Salesforce type has one form: a time of day is `HH:MM:SS.sssZ`, as REST, Bulk and CometD
+# events give it (the Pub/Sub subscriber turns the Avro milliseconds into the same text).
+_TEXT_FORMS: dict[str, str] = {"time": r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z$"}
+
+
+def value_fits(value: str, target: T.DataType, sf_type: str | None = None) -> str:
+    """SQL: the JSON text `value` (not null, not '') is a value of column type `target` (and of Salesforce type
+    `sf_type`, for the text types with a form of their own)."""
     form = _VALUE_FORMS.get(type(target))
     if form is None:
-        return "true"
+        text_form = _TEXT_FORMS.get(sf_type or "")
+        return f"({value} RLIKE {literal(text_form)})" if text_form else "true"
     return f"({value} RLIKE {literal(form)} AND try_cast({value} AS {target.simpleString()}) IS NOT NULL)"
 
 
@@ -171,12 +221,12 @@ def value_errors_sql(schemas: dict[str, ObjectSchema]) -> str:
         checks = []
         for column, sf_type in schema.columns:
             target = spark_type(sf_type)
-            if type(target) not in _VALUE_FORMS:
+            if type(target) not in _VALUE_FORMS and sf_type not in _TEXT_FORMS:
                 continue
             value = f"element_at(fields, {literal(column)})"
             prefix, suffix = literal(f"field {column} value '"), literal(f"' is not a valid {sf_type}")
             checks.append(
-                f"CASE WHEN {value} IS NOT NULL AND {value} != '' AND NOT {value_fits(value, target)} "
+                f"CASE WHEN {value} IS NOT NULL AND {value} != '' AND NOT {value_fits(value, target, sf_type)} "
                 f"THEN concat({prefix}, substring({value}, 1, 80), {suffix}) END")
         return f"element_at(array_compact(array({', '.join(checks)})), 1)" if checks else None
     return _per_entity(schemas, branch, "CAST(NULL AS string)")
@@ -208,8 +258,10 @@ def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
     """`parse_lines` as one query over `{lines}`."""
     typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
     return f"""WITH {_DECODE},
-flat AS (SELECT * EXCEPT (_fields_raw), {flattened_sql(schemas, '_fields_raw')} AS _flat FROM decoded),
-protected AS (SELECT * EXCEPT (_flat), {protected_sql(schemas, '_flat')} AS fields FROM flat),
+flattened AS (SELECT *, {flattened_sql(schemas, '_fields_raw')} AS _flat FROM decoded),
+flat AS (SELECT * EXCEPT (_fields_raw, _flat), {person_name_sql(schemas, '_flat', '_fields_raw')} AS _named
+         FROM flattened),
+protected AS (SELECT * EXCEPT (_named), {protected_sql(schemas, '_named')} AS fields FROM flat),
 fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed,
                    {_selected_names(schemas, _mapped_names(schemas, "_diffs"))} AS diff_fields FROM protected),
 reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded)

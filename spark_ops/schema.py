@@ -154,7 +154,9 @@ class ObjectSchema:
             name = f["name"]
             if parent := f.get("compoundFieldName"):
                 compound.setdefault(parent, {})[_nested_key(parent, name)] = name
-            if name in parents or f.get("calculated") or name in NOT_IN_EVENTS:
+            # A compound parent that can be written is a column too: a person-account org's Account.Name is a
+            # business account's own text, and a person account's full name as REST and Bulk return it.
+            if (name in parents and not f.get("createable")) or f.get("calculated") or name in NOT_IN_EVENTS:
                 continue
             columns.append((name, f["type"]))
         columns.sort(key=lambda c: c[0] != "Id")

@@ -4,7 +4,8 @@ What it enforces is what every replica row promises whatever wrote it (CDC fold,
 - each describe() column has its replica type, and the system columns theirs;
 - `Id` is never null, nor are the system columns every writer sets (`_sf_deleted`, `_sf_source`,
   `_sf_synced_at`, the layout column);
-- `_sf_source` says which path wrote the row: `cdc`, `snapshot`, `reconcile` or `poll`.
+- `_sf_source` says which path wrote the row: `cdc`, `snapshot`, `reconcile` or `poll`;
+- a `time` column holds times of day as Salesforce's APIs return them, `HH:MM:SS.sssZ` (design §8: time → string).
 
 What it leaves out on purpose: describe()'s `nillable`. A CDC replica legitimately holds partial rows (an UPDATE
 for a record it has never seen, a dirty placeholder awaiting reconciliation), so a required Salesforce field may be
@@ -25,9 +26,17 @@ SOURCES = ("cdc", "snapshot", "reconcile", "poll")
 NOT_NULL = frozenset({"Id", "_sf_deleted", "_sf_source", "_sf_synced_at", BUCKET_COLUMN})
 
 
+TIME_OF_DAY = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z$"
+
+
+def _value_checks(sf_type: str) -> list[Check]:
+    return [Check.str_matches(TIME_OF_DAY)] if sf_type == "time" else []
+
+
 def replica_schema(schema: ObjectSchema) -> DataFrameSchema:
     """The pandera (pyspark) schema every row of `schema`'s replica table satisfies."""
-    columns = {name: Column(spark_type(sf_type), nullable=name not in NOT_NULL) for name, sf_type in schema.columns}
+    columns = {name: Column(spark_type(sf_type), checks=_value_checks(sf_type), nullable=name not in NOT_NULL)
+               for name, sf_type in schema.columns}
     for name, dtype in SYSTEM_COLUMNS:
         checks = [Check.isin(list(SOURCES))] if name == "_sf_source" else []
         columns[name] = Column(dtype, checks=checks, nullable=name not in NOT_NULL)

@@ -8,7 +8,7 @@ from datetime import date, datetime, timezone
 from resources.delta import read_table
 from deltalake import DeltaTable
 
-from cdc_assets.changefeed_rows import json_value
+from cdc_assets.changefeed.rows import json_value
 from salesforce_emulator import Emulator
 from spark_ops.schema import ObjectSchema
 

@@ -24,8 +24,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
 
-from cdc_assets.changefeed import export_changefeed
-from cdc_assets.changefeed_config import ChangefeedConfig
+from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.changefeed.export import export_changefeed
 from resources.delta import DeltaWarehouse, table_configuration
 
 REPO = Path(__file__).resolve().parents[1]

@@ -69,7 +69,7 @@ def test_every_fault_point_is_named_once_and_killed_by_a_test():
     assert sorted(called) == sorted(FAULT_POINTS)
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 20
     # POLL_POINTS: killed by tests/cdc_assets/test_poll.py (a polled org of its own); CHANGEFEED_POINTS by
-    # tests/cdc_assets/test_changefeed.py.
+    # tests/cdc_assets/changefeed/test_changefeed.py.
     assert set(SAMPLE_KILL_POINTS) | {p for _, p in ORG_KILL_POINTS} | set(POLL_POINTS) | set(CHANGEFEED_POINTS) \
         == set(FAULT_POINTS)
 

@@ -36,3 +36,23 @@ def test_encode_is_the_inverse_of_decode():
     assert encoded == ["0x22", "3-0x02", "4-0x04"]
     assert decode(encoded, SCHEMA) == names
     assert encode([], SCHEMA) == [] and decode([], SCHEMA) == []
+
+
+PERSON_NAME = {"type": "record", "name": "Switchable_PersonName", "fields": [
+    {"name": n, "type": ["null", "string"]} for n in ("Salutation", "FirstName", "LastName")]}
+UNION_SCHEMA = {"type": "record", "name": "AccountChangeEvent", "fields": [
+    {"name": "ChangeEventHeader", "type": "string"},
+    {"name": "Name", "type": ["null", "string", PERSON_NAME], "doc": "Data:Switchable_PersonName"},
+    {"name": "Phone", "type": ["null", "string"]},
+]}
+
+
+def test_a_top_level_bit_on_a_union_field_names_the_field_itself():
+    # a business account's Name (the union's string): "Name", not every component of the union's record
+    assert decode(["0x02"], UNION_SCHEMA) == ["Name"]
+    assert encode(["Name", "Phone"], UNION_SCHEMA) == ["0x06"]
+
+
+def test_a_nested_bitmap_on_a_union_field_names_the_person_name_components():
+    assert decode(["0x04", "1-0x06"], UNION_SCHEMA) == ["Name.FirstName", "Name.LastName", "Phone"]
+    assert encode(["Name.FirstName", "Name.LastName", "Phone"], UNION_SCHEMA) == ["0x04", "1-0x06"]

@@ -1,6 +1,7 @@
 """The subscriber as its own process, killed with SIGKILL at random points, an expired replay id, and poison events
 in a busy stream: the replicas built from what it landed equal the org (Dagster's real materialize(), real Spark
-and Delta)."""
+and Delta). The org is what real orgs send: person accounts (Account.Name a union), a time field, long text diffs
+(Salesforce's default)."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def run_sensor_requests(platform: Platform) -> list[dg.RunRequest]:
 
 
 def test_sigkill_at_random_points_then_restart_loses_nothing(tmp_path, org, spark):
-    workload = Workload(org, seed=21)
+    workload = Workload(org, seed=21, long_text=True)
     workload.build_org(accounts=20)
     platform = make_platform(tmp_path, org)
     platform.run()  # initial load
@@ -131,12 +132,16 @@ def test_sigkill_at_random_points_then_restart_loses_nothing(tmp_path, org, spar
     identity = lambda e: json.dumps(e["data"], sort_keys=True)  # noqa: E731
     assert {identity(e) for e in ours} == {identity(json.loads(p.line)) for p in published}  # nothing skipped
     assert kills == 8 and len(published) > 300
+    payloads = [json.loads(p.line)["data"]["payload"] for p in published]
+    assert any(p["ChangeEventHeader"]["diffFields"] for p in payloads), "a long text diff over the Pub/Sub API"
+    assert any(isinstance(p.get("Name"), dict) for p in payloads if p["ChangeEventHeader"]["entityName"] == "Account")
+    assert any(p.get("Best_Time_To_Call__c") for p in payloads), "a time field"
     platform.run(close_after=0)
     assert_equal_to_org(platform, org)
 
 
 def test_expired_replay_id_resyncs_every_object_and_the_replicas_equal_the_org(tmp_path, org, spark):
-    workload = Workload(org, seed=22)
+    workload = Workload(org, seed=22, long_text=True)
     workload.build_org(accounts=15)
     platform = make_platform(tmp_path, org)
     platform.run()
@@ -158,7 +163,7 @@ def test_expired_replay_id_resyncs_every_object_and_the_replicas_equal_the_org(t
 
 @pytest.mark.parametrize("point", FAULT_POINTS)
 def test_killed_at_each_fault_point_the_restart_relands_and_never_skips(tmp_path, org, point):
-    workload = Workload(org, seed=23)
+    workload = Workload(org, seed=23, long_text=True)
     workload.build_org(accounts=5)
     platform = make_platform(tmp_path, org)
     killed = spawn(org, platform, {"CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill"})

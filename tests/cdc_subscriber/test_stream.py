@@ -18,8 +18,9 @@ from salesforce_emulator.workload import Workload
 
 
 def mixed_workload(org, changes: int = 300) -> None:
-    """Compound fields, nulls, multi-record events, gaps and an overflow."""
-    workload = Workload(org, seed=11, large_transaction=(40, 60))
+    """Compound fields, nulls, multi-record events, gaps and an overflow; person accounts, time fields and long
+    text diffs (Salesforce's, on by default)."""
+    workload = Workload(org, seed=11, large_transaction=(40, 60), long_text=True)
     workload.build_org(accounts=15)
     org.set_faults(FaultConfig(gap_fraction=0.1, overflow_threshold=30, seed=2))
     workload.run(changes=changes)
@@ -44,6 +45,11 @@ def test_subscriber_lands_exactly_the_events_the_emulator_writes(org, start_subs
     assert any(None in p.values() for p in updates), "an UPDATE with an explicit null"
     assert any(isinstance(p.get("BillingAddress"), dict) for p in updates), "a compound component update"
     assert any(len(p["ChangeEventHeader"]["recordIds"]) > 1 for p in updates), "one event for several records"
+    assert any(p["ChangeEventHeader"]["diffFields"] for p in updates), "a long text diff"
+    accounts = [p for p in payloads if p["ChangeEventHeader"]["entityName"] == "Account"]
+    assert any(isinstance(p.get("Name"), dict) for p in accounts), "a person account's name record"
+    assert any(isinstance(p.get("Name"), str) for p in accounts), "a business account's name"
+    assert any(p.get("Best_Time_To_Call__c") for p in payloads), "a time field"
     assert not list((tmp_path / "sub" / "landing").rglob("_*.jsonl")), "every file renamed into the zone"
     [status] = read_statuses(tmp_path / "sub" / "state")
     assert status.state == "PAUSED" and status.events_landed == len(ours) and status.last_replay_id == org.events.tip

@@ -37,3 +37,26 @@ def test_the_shipped_dagster_yaml_opens_the_ui_without_a_first_visit_dialog(tmp_
     with open_instance(home) as instance:
         assert instance.nux_enabled is False
     assert not (home / ".nux").exists()
+
+
+def test_the_shipped_dagster_yaml_ends_runs_left_by_a_crash_but_never_a_slow_one(tmp_path):
+    # README "Dagster instance": Dagster's monitoring ends runs stuck STARTING or CANCELING and frees the slots of
+    # ended runs; no runtime limit (a 10M-row resync is slow, not dead); no run_retries (the sensors retry work).
+    home = write_dagster_home(tmp_path / "home")
+    with open_instance(home) as instance:
+        assert instance.run_monitoring_enabled
+        assert instance.run_monitoring_start_timeout_seconds == 60
+        assert instance.run_monitoring_max_runtime_seconds == 0
+        assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] > 0
+        assert instance.run_monitoring_poll_interval_seconds <= 15
+        assert not instance.run_retries_enabled
+        assert not instance.run_launcher.supports_check_run_worker_health  # hence sensors/run_liveness.py
+    defs = build_defs(config_path=_config(tmp_path), landing_path=str(tmp_path / "l"),
+                      warehouse_root=str(tmp_path / "w"))
+    assert defs.get_sensor_def("run_liveness_sensor")
+
+
+def _config(tmp_path):
+    config = tmp_path / "replication.yaml"
+    config.write_text("objects: [Account]\n")
+    return config

@@ -2,15 +2,18 @@
 subprocesses, with both sensors running against a replication.yaml of the five workload objects.
 
 One stack serves the whole session (starting Dagster and loading the code location takes a while on 2 cores):
-test_daemon drives a large workload through it, test_ui photographs its UI. These tests run only when asked
+test_daemon drives a large workload through it, test_ui photographs its UI. test_crash_recovery has a stack of its
+own (`daemon_stack`: `dagster-daemon run` alone, as under a supervisor), since it kills and restarts the daemon. These tests run only when asked
 for (`make e2e`, i.e. `pytest -m e2e tests/e2e`); a plain `pytest` run skips them.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -18,7 +21,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
-from cdc_assets.changefeed_reader import ChangefeedReader
+from cdc_assets.changefeed.reader import ChangefeedReader
 from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
 from demo import processes
@@ -51,6 +54,7 @@ class Stack:
     ui_url: str
     process: object
     objects: tuple[str, ...] = OBJECTS
+    env: dict[str, str] = field(default_factory=dict)  # the code location's environment
 
     @property
     def landing(self) -> Path:
@@ -99,10 +103,21 @@ class Stack:
                            f"held {meta.get(META_HELD)}"
                 if int(meta.get(META_APPLIED_THROUGH) or 0) < ingest_seq:
                     return f"{name} applied through {meta.get(META_APPLIED_THROUGH)} of {ingest_seq}"
-                version, resolved = DeltaTable(str(self.warehouse / name)).version(), self.feed(name).resolved()
-                if resolved is None or resolved[0] < version:
-                    return f"{name}'s changefeed resolved through {resolved} of version {version}"
+                version, exported = DeltaTable(str(self.warehouse / name)).version(), self.feed(name).version()
+                if exported is None or exported < version:
+                    return f"{name}'s changefeed exported through version {exported} of {version}"
         return None
+
+    def kill_process_group(self) -> float:
+        """SIGKILL Dagster's process group (the daemon, its code server and run workers), as a host would lose
+        them; when (epoch seconds)."""
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        return time.time()
+
+    def restart_daemon(self) -> None:
+        """What a supervisor does once the daemon is gone: start `dagster-daemon run` again, nothing else."""
+        self.process = start_daemon(self.env, self.root)
 
     def wait_settled(self, timeout_seconds: float = 600.0, poll_seconds: float = 5.0) -> float:
         """Seconds until the platform is at rest (seen twice in a row); fails with the last reason on timeout."""
@@ -117,29 +132,57 @@ class Stack:
         pytest.fail(f"sensors did not settle within {timeout_seconds:.0f} s: {reason}")
 
 
-@pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("e2e")
+@contextmanager
+def open_stack(root: Path, *, daemon_only: bool = False):
+    """The emulator org (ACCOUNTS accounts), a Spark Connect server and Dagster with every sensor running: `dagster
+    dev` (webserver + daemon), or with `daemon_only` the daemon alone (`dagster-daemon run`, which starts the code
+    server; the run workers are its children), as a supervisor would run it in production."""
     emu = Emulator(root / "org", landing_dir=root / "landing", roll_seconds=3.0)
-    workload = Workload(emu, seed=42)
+    workload = Workload(emu, seed=42, long_text=True, person_accounts=True)  # diffs: FaultConfig's default, 1000
     workload.build_org(accounts=ACCOUNTS)
     emu.start()
     config = write_config(root / "replication.yaml", None, list(OBJECTS), close_after=10, initial_load=True,
                           changefeed={"uri": str(root / "changefeed"), "initial_scan": True})
     home = write_dagster_home(root / "dagster_home")
+    with open_instance(home):  # creates the storage now: several processes creating it at once collide
+        pass
     # As `make run`: the runs are clients of one Spark Connect server.
     spark_server, spark_url = processes.start_spark_connect(root / "spark_connect.log")
     env = processes.platform_env(home=home, config=config, landing=root / "landing",
                                  warehouse=root / "warehouse", emu=emu, extra={"SPARK_REMOTE": spark_url})
-    port = processes.free_port()
-    process = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)],
-                              env, log_file=root / "dagster.log")
-    ui_url = f"http://127.0.0.1:{port}"
+    ui_url, process, stack = "", None, None
     try:
-        processes.wait_for_code_location(ui_url, process)
-        yield Stack(root, emu, workload, home, ui_url, process)
+        if daemon_only:
+            process = start_daemon(env, root)
+        else:
+            port = processes.free_port()
+            process = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)],
+                                      env, log_file=root / "dagster.log")
+            ui_url = f"http://127.0.0.1:{port}"
+            processes.wait_for_code_location(ui_url, process)
+        stack = Stack(root, emu, workload, home, ui_url, process, env=env)
+        yield stack
     finally:
-        processes.stop(process)
+        if (current := stack.process if stack else process) is not None:  # a test may have restarted the daemon
+            processes.stop(current)
         processes.stop(spark_server)
         emu.stop()
         print(f"\nDagster log: {root / 'dagster.log'}")
+
+
+def start_daemon(env: dict[str, str], root: Path):
+    """`dagster-daemon run` in its own process group (its code server and run workers join it), log appended."""
+    return processes.start(["dagster-daemon", "run", "-w", str(WORKSPACE)], env, log_file=root / "dagster.log")
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    with open_stack(tmp_path_factory.mktemp("e2e")) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def daemon_stack(tmp_path_factory: pytest.TempPathFactory):
+    """A stack of its own with `dagster-daemon run` alone (no webserver), for tests that kill and restart it."""
+    with open_stack(tmp_path_factory.mktemp("daemon"), daemon_only=True) as stack:
+        yield stack

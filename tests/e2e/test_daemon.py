@@ -16,7 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdc_assets.apply import EVENT_COUNTS
-from cdc_assets.changefeed_reader import replay
+from cdc_assets.changefeed.reader import replay
 from demo.latency import probe
 from org_compare import differences, live_rows
 from salesforce_emulator import FaultConfig

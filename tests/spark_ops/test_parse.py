@@ -134,3 +134,36 @@ def test_header_with_wrong_type_is_quarantined_not_guessed(spark, schemas):
 def test_unreplicated_entities_parse_without_typing(spark, schemas):
     rows, bad = parse(spark, schemas, [event("Widget__c", "UPDATE", ["a01000000000001AAA"], 1, Size__c="big")])
     assert bad == {} and rows[0]["entity"] == "Widget__c" and rows[0]["fields"] == {"Size__c": "big"}
+
+
+@pytest.fixture(scope="module")
+def person_org_schemas() -> dict[str, ObjectSchema]:
+    """The emulator's describe(): a person-account org (Account.Name a union) with a Contact time field."""
+    from salesforce_emulator.schema import OBJECTS
+
+    return {n: ObjectSchema.from_describe(OBJECTS[n].describe()) for n in ("Account", "Contact")}
+
+
+def test_account_name_is_text_for_a_business_account_and_components_for_a_person_account(spark,
+                                                                                          person_org_schemas):
+    assert {"Name", "FirstName", "LastName", "MiddleName", "Suffix"} <= set(person_org_schemas["Account"].column_names)
+    rows, bad = parse(spark, person_org_schemas, [
+        event("Account", "UPDATE", [A1], 1, Name="Acme Corp"),
+        event("Account", "CREATE", [A2], 2, IsPersonAccount=True,
+              Name={"Salutation": "Dr.", "FirstName": "Ada", "MiddleName": "J.", "LastName": "Lovelace"}),
+        event("Account", "UPDATE", [A2], 3, nulled=["Name.MiddleName"], Name={"LastName": "King", "MiddleName": None}),
+    ])
+    assert bad == {}
+    assert rows[0]["fields"] == {"Name": "Acme Corp"} and rows[0]["set_fields"] == ["Name"]
+    assert rows[1]["fields"] == {"IsPersonAccount": "true", "Salutation": "Dr.", "FirstName": "Ada", "MiddleName": "J.",
+                                 "LastName": "Lovelace", "Name": "Ada J. Lovelace"}  # Name as the org derives it
+    assert rows[2]["fields"] == {"LastName": "King", "MiddleName": None}  # an update names only what it changed
+    assert rows[2]["set_fields"] == ["LastName", "MiddleName"]
+
+
+@pytest.mark.parametrize("value, fits", [("08:30:00.000Z", True), ("23:59:59.999Z", True), ("08:30", False),
+                                         ("8:30:00.000Z", False), ("24:00:00.000Z", False), ("08:30:00Z", False)])
+def test_a_time_value_must_be_hh_mm_ss_sss_z(spark, person_org_schemas, value, fits):
+    rows, bad = parse(spark, person_org_schemas, [event("Contact", "UPDATE", [C1], 1, Best_Time_To_Call__c=value)])
+    assert (bad == {}) is fits
+    assert rows[0]["change_type"] == ("UPDATE" if fits else "GAP_UPDATE")

@@ -74,3 +74,17 @@ def test_missing_column_fails_and_extra_column_passes(spark, account, loose):
     schema = replica_schema(account)
     assert ("Industry", "COLUMN_NOT_IN_DATAFRAME") in _failures(schema_errors(df.drop("Industry"), schema))
     assert schema_errors(df.withColumn("Added__c", F.lit("x")), schema) == []
+
+
+def test_a_time_column_holds_times_of_day_as_salesforce_returns_them(spark):
+    from salesforce_emulator.schema import OBJECTS
+
+    contact = ObjectSchema.from_describe(OBJECTS["Contact"].describe())
+    names = contact.spark_schema().names
+    loose_schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in contact.spark_schema().fields])
+    base = {c: None for c in names} | {"Id": "003000000000001AAA", "_sf_deleted": False, "_sf_source": "cdc",
+                                       "_sf_synced_at": SYNCED, "_sf_bucket": "003000000000001"}
+    good = spark.createDataFrame([base | {"Best_Time_To_Call__c": "08:30:00.000Z"}], loose_schema)
+    bad = spark.createDataFrame([base | {"Best_Time_To_Call__c": "8:30 AM"}], loose_schema)
+    assert schema_errors(good, replica_schema(contact)) == []
+    assert {e["column"] for e in schema_errors(bad, replica_schema(contact))} == {"Best_Time_To_Call__c"}

@@ -1,4 +1,4 @@
-"""Replica Change Data Feed rows -> changefeed records (pure pyarrow + json; no I/O). Used by cdc_assets/changefeed.py.
+"""Replica Change Data Feed rows -> changefeed records (pure pyarrow + json; no I/O). Used by cdc_assets/changefeed/export.py.
 
 **What a change is.** A consumer sees the replica's *live rows* (`_sf_deleted` not true) and their *data columns*:
 the describe() fields, `Id` first. The system columns are bookkeeping and never make a change on their own:
@@ -21,9 +21,10 @@ it made. Then, per (version, Id):
 
 so a soft delete is an erase, an undelete a create, and an update that changes only bookkeeping is not emitted.
 
-**Virtual timestamps** are `[replica version, Delta commit time in ms]`: the version orders everything (commit
-times of different writers need not be monotonic), the time says when. A resolved line `{"resolved": [v, ms]}`
-means every change at a version <= v has been emitted before it.
+**Records.** `render` turns a netted change, stamped by cdc_assets/changefeed/clock.py (`ts`, `txid`), into YDB
+JSON (`key`, `update`/`erase`, `newImage`/`oldImage` as the mode has them, `ts`) or into Debezium JSON: the Kafka
+record's `key` and `value` (Debezium's envelope: whole `before` and `after`, `source`, `op`, `ts_ms`,
+`transaction`), followed after a delete by Debezium's tombstone (`value` null). `resolved` is YDB's resolved line.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 PRE_TYPES, POST_TYPES = ("update_preimage", "delete"), ("update_postimage", "insert")
 SOURCE_COLUMNS = {"_sf_commit_ts": "commit_ts", "_sf_replay_id": "replay_id", "_sf_commit_number": "commit_number",
                   "_sf_sequence_number": "sequence_number", "_sf_source": "origin"}
-CONNECTOR, CONNECTOR_VERSION = "salesforce-delta", "1"
+CONNECTOR, CONNECTOR_VERSION, DB = "salesforce-delta", "2", "salesforce"  # DB: source.db (the org)
 CREATE, UPDATE, ERASE, READ = "c", "u", "d", "r"
 NEW_MODES, OLD_MODES = {"NEW_IMAGE", "NEW_AND_OLD_IMAGES"}, {"OLD_IMAGE", "NEW_AND_OLD_IMAGES"}
 
@@ -135,60 +136,64 @@ def _image(row: dict, columns: list[str], suffix: str) -> dict:
 
 
 def _source(row: dict, suffix: str, *, name: str, table: str, snapshot: str) -> dict:
-    source = {"version": CONNECTOR_VERSION, "connector": CONNECTOR, "name": name, "table": table,
-              "snapshot": snapshot, "txId": row.get("txid")}
+    """Debezium's `source` block: the fields every connector has (version, connector, name, ts_ms, snapshot, db,
+    sequence, table), `txId`, then this connector's own (the row's Salesforce position and the Delta version)."""
+    ts = row.get(f"_sf_commit_ts{suffix}")
+    source = {"version": CONNECTOR_VERSION, "connector": CONNECTOR, "name": name,
+              "ts_ms": int(ts.timestamp() * 1000) if ts is not None else None, "snapshot": snapshot, "db": DB,
+              "sequence": json.dumps(row["ts"], separators=(",", ":")), "table": table, "txId": row.get("txid")}
     for column, key in SOURCE_COLUMNS.items():
         source[key] = json_value(row.get(f"{column}{suffix}"))
-    ts = row.get(f"_sf_commit_ts{suffix}")
-    source["ts_ms"] = int(ts.timestamp() * 1000) if ts is not None else None
     return source
 
 
-def render(change: dict, columns: list[str], *, mode: str, fmt: str, name: str, table: str) -> dict:
-    """One netted change (a row of `net_changes` plus its version's `commit_ms`, or a snapshot row with `op` = r)
-    as a feed record in `fmt` (json: YDB; debezium_json) and `mode`."""
-    op, ts = change["op"], [change["version"], change["commit_ms"]]
-    key = change[KEY]
+def render(change: dict, columns: list[str], *, mode: str, fmt: str, name: str, table: str) -> list[dict]:
+    """One netted change (a row of `net_changes` plus its `ts`, `commit_ms` and `txid`, or a snapshot row with op
+    `r`) as the feed records it makes in `fmt` (json: YDB, one record; debezium_json: the Kafka record's key and
+    value, and after an erase Debezium's tombstone) and `mode`."""
+    op, key = change["op"], change[KEY]
     new = _image(change, columns, "__post") if op != ERASE else None
     old = _image(change, columns, "__pre") if op in (UPDATE, ERASE) else None
-    updated = new
-    if op == UPDATE and new is not None:
-        updated = {c: v for c, v in new.items() if c == KEY or v != old.get(c)}
     if fmt == "json":
-        record: dict = {"key": [key]}
-        if op == ERASE:
-            record["erase"] = {}
-        else:
-            record["update"] = {c: v for c, v in updated.items() if c != KEY} if mode == "UPDATES" else {}
-        if mode in NEW_MODES and new is not None:
-            record["newImage"] = {c: v for c, v in new.items() if c != KEY}
-        if mode in OLD_MODES and old is not None:
-            record["oldImage"] = {c: v for c, v in old.items() if c != KEY}
-        record["ts"] = ts
-        return record
-    before = after = None
-    if mode == "KEYS_ONLY":
-        before, after = ({KEY: key} if old is not None else None), ({KEY: key} if new is not None else None)
-    elif mode == "UPDATES":
-        after = updated
-    else:
-        before = old if mode in OLD_MODES else None
-        after = new if mode in NEW_MODES else None
+        return [_ydb(change, mode, new, old)]
     suffix = "__pre" if op == ERASE and change.get("_present__post") is None else "__post"
-    snapshot = "true" if op == READ else "false"
-    return {"key": {KEY: key}, "payload": {
-        "op": op, "before": before, "after": after, "ts_ms": change["commit_ms"],
-        "source": {**_source(change, suffix, name=name, table=table, snapshot=snapshot),
-                   "delta_version": change["version"], "delta_commit_ms": change["commit_ms"]},
-        "transaction": None}}
+    snapshot = ("last" if change.get("last") else "true") if op == READ else "false"
+    value = {"before": old, "after": new, "source": {
+        **_source(change, suffix, name=name, table=table, snapshot=snapshot),
+        "delta_version": change["version"], "delta_commit_ms": change["commit_ms"]},
+        "op": op, "ts_ms": change["commit_ms"], "transaction": None}
+    records = [{"key": {KEY: key}, "value": value}]
+    if op == ERASE:
+        records.append({"key": {KEY: key}, "value": None})  # the tombstone (Debezium's tombstones.on.delete)
+    return records
 
 
-def snapshot_changes(rows: pa.Table, *, version: int, commit_ms: int) -> Iterator[dict]:
-    """Live rows of the snapshot at `version`, in Id order, as `r` changes (the initial scan)."""
+def _ydb(change: dict, mode: str, new: dict | None, old: dict | None) -> dict:
+    """A YDB JSON record: `key`, `update` (the changed columns in UPDATES, else {}) or `erase`, the images the
+    mode has, `ts`."""
+    record: dict = {"key": [change[KEY]]}
+    if change["op"] == ERASE:
+        record["erase"] = {}
+    elif mode == "UPDATES":
+        changed = new if old is None else {c: v for c, v in new.items() if v != old.get(c)}
+        record["update"] = {c: v for c, v in changed.items() if c != KEY}
+    else:
+        record["update"] = {}
+    if mode in NEW_MODES and new is not None:
+        record["newImage"] = {c: v for c, v in new.items() if c != KEY}
+    if mode in OLD_MODES and old is not None:
+        record["oldImage"] = {c: v for c, v in old.items() if c != KEY}
+    record["ts"] = change["ts"]
+    return record
+
+
+def snapshot_changes(rows: pa.Table, *, version: int, commit_ms: int, ts: list[int]) -> Iterator[dict]:
+    """Live rows of one batch of the snapshot at `version`, in Id order, as `r` changes (the initial scan); they
+    carry no transaction (a snapshot read is none) and the ts of the snapshot."""
     rows = as_json_types(plain(rows))
     live = rows.filter(pc.invert(pc.fill_null(rows["_sf_deleted"], False))).sort_by(KEY)
     for row in live.to_pylist():
-        yield {"op": READ, "version": version, "commit_ms": commit_ms, KEY: row[KEY],
+        yield {"op": READ, "version": version, "commit_ms": commit_ms, "ts": ts, "txid": None, KEY: row[KEY],
                **{f"{c}__post": v for c, v in row.items()}}
 
 
@@ -196,5 +201,6 @@ def line(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, separators=(",", ":"), sort_keys=False) + "\n"
 
 
-def resolved(version: int, commit_ms: int) -> dict:
-    return {"resolved": [version, commit_ms]}
+def resolved(step: int) -> dict:
+    """A YDB resolved line: every change whose `ts` step is <= `step` has been emitted before it."""
+    return {"resolved": [step, 0]}

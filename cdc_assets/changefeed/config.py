@@ -5,16 +5,17 @@ options:
   changefeed:                  # the default for every object; without it (and without a per-object section) no feed
     uri: changefeed            # folder (relative to the YAML file) or object-store URI; one sub-folder per object
     mode: NEW_AND_OLD_IMAGES   # KEYS_ONLY | UPDATES | NEW_IMAGE | OLD_IMAGE | NEW_AND_OLD_IMAGES (YDB semantics)
-    format: json               # json (YDB JSON) | debezium_json
+    format: json               # json (YDB JSON) | debezium_json (needs NEW_AND_OLD_IMAGES)
     initial_scan: false        # true: the first export also emits every live row of the replica (op r)
-    max_versions_per_file: 100 # replica versions per feed file (bounds an export's memory)
+    max_versions_per_file: 100 # replica versions per feed file
+    batch_rows: 200000         # CDF / scan rows in memory at once (bounds an export's memory)
 objects:
   - name: Account
     changefeed: {mode: KEYS_ONLY}   # overrides the defaults for this object, key by key; `false` turns it off
 ```
 `CDC_CHANGEFEED` (environment) is the default `uri` when the YAML names none. The section is a model of the
 validated config (cdc_assets/config.py): an unknown key or a wrong value is an error naming it. Semantics:
-cdc_assets/changefeed.py.
+cdc_assets/changefeed/export.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import os
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Mode = Literal["KEYS_ONLY", "UPDATES", "NEW_IMAGE", "OLD_IMAGE", "NEW_AND_OLD_IMAGES"]
 Format = Literal["json", "debezium_json"]
@@ -41,11 +42,14 @@ class ChangefeedConfig(BaseModel):
         "default CDC_CHANGEFEED, else `changefeed`."))
     mode: Mode = Field("NEW_AND_OLD_IMAGES", description=(
         "KEYS_ONLY, UPDATES (changed columns), NEW_IMAGE, OLD_IMAGE or NEW_AND_OLD_IMAGES (any case)."))
-    format: Format = Field("json", description="json (YDB JSON) or debezium_json (the Debezium envelope).")
+    format: Format = Field("json", description=(
+        "json (YDB JSON) or debezium_json (Debezium's key and value; only with mode NEW_AND_OLD_IMAGES)."))
     initial_scan: bool = Field(False, description=(
         "The first export also emits every live row of the replica (op r) at its start version."))
-    max_versions_per_file: int = Field(100, ge=1, description=(
-        "Replica versions per feed file (bounds an export's memory)."))
+    max_versions_per_file: int = Field(100, ge=1, description="Replica versions per feed file.")
+    batch_rows: int = Field(200_000, ge=1, description=(
+        "Change Data Feed or initial-scan rows an export holds in memory at once; a larger version (a resync) "
+        "is netted in several passes over Id hash ranges."))
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -57,11 +61,22 @@ class ChangefeedConfig(BaseModel):
     def _lower(cls, fmt: object) -> object:
         return fmt.lower() if isinstance(fmt, str) else fmt
 
+    @model_validator(mode="after")
+    def _debezium_has_both_images(self) -> ChangefeedConfig:
+        """Debezium's envelope carries the whole row before and after every change (`before`, `after`): only
+        NEW_AND_OLD_IMAGES has both. Other modes would need fields Debezium never leaves out."""
+        if self.format == "debezium_json" and self.mode != "NEW_AND_OLD_IMAGES":
+            raise ValueError(
+                f"format debezium_json needs mode NEW_AND_OLD_IMAGES (Debezium's before and after are whole rows), "
+                f"not {self.mode}: set mode: NEW_AND_OLD_IMAGES, or use format json for {self.mode}")
+        return self
+
     def over(self, default: ChangefeedConfig | None) -> ChangefeedConfig:
         """This object's section over the `options` default, key by key."""
         if default is None:
             return self
-        return default.model_copy(update={k: getattr(self, k) for k in self.model_fields_set})
+        merged = default.model_copy(update={k: getattr(self, k) for k in self.model_fields_set})
+        return merged._debezium_has_both_images()
 
     def located(self, base: Path) -> ChangefeedConfig:
         """With `uri` resolved: the environment's default when unset, a relative folder against the YAML's."""

@@ -9,27 +9,28 @@ modes and formats are exported by calling the exporter. Each replays into the re
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import dagster as dg
 import jsonschema
 import pytest
 from deltalake import DeltaTable
 
-from cdc_assets.changefeed import changefeed_key, export_changefeed
-from cdc_assets.changefeed_config import ChangefeedConfig
-from cdc_assets.changefeed_reader import ChangefeedReader, replay
+from cdc_assets.changefeed.export import changefeed_key, export_changefeed
+from cdc_assets.changefeed import DEBEZIUM_SCHEMA
+from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.changefeed.reader import ChangefeedReader, read_consistent, record_ts, replay
 from harness import Platform
 from org_compare import live_rows
 from resources.delta import DeltaWarehouse
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
+from resources.salesforce import SalesforceResource
 from sensors.changefeed import SENSOR_NAME
+from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
 from settings import TEST_SPARK_CONF
-from test_sync import resource, sensor_requests
 
 OBJECTS = ["Account", "Contact"]
-SCHEMA = json.loads((Path(__file__).parents[2] / "cdc_assets" / "changefeed_debezium.schema.json").read_text())
+SCHEMA = json.loads(DEBEZIUM_SCHEMA.read_text())
 pytestmark = pytest.mark.slow
 
 
@@ -41,6 +42,18 @@ def org(tmp_path):
 
 def feed_records(config: ChangefeedConfig, name: str) -> list[dict]:
     return [r for _, r in ChangefeedReader(config.object_uri(name)).read()]
+
+
+def resource(emu: Emulator) -> SalesforceResource:
+    return SalesforceResource(instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file))
+
+
+def sensor_requests(platform: Platform) -> list[dg.RunRequest]:
+    """What the reconciliation sensor requests now (not run)."""
+    sensor = platform.defs.get_sensor_def(RECONCILIATION_SENSOR)
+    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
+                                      definitions=platform.defs)
+    return sensor(context).run_requests or []
 
 
 def changefeed_sensor_run(platform: Platform) -> list[dg.RunRequest]:
@@ -55,7 +68,7 @@ def changefeed_sensor_run(platform: Platform) -> list[dg.RunRequest]:
 def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_resync(tmp_path, org):
     main = ChangefeedConfig(uri=str(tmp_path / "feed"), initial_scan=True, max_versions_per_file=3)
     others = [ChangefeedConfig(uri=str(tmp_path / f"feed-{m}-{f}"), mode=m, format=f, initial_scan=True)
-              for m, f in (("UPDATES", "json"), ("NEW_IMAGE", "debezium_json"), ("KEYS_ONLY", "json"))]
+              for m, f in (("UPDATES", "json"), ("NEW_AND_OLD_IMAGES", "debezium_json"), ("KEYS_ONLY", "json"))]
     platform = Platform(tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org), initial_load=True,
                         changefeed={"uri": main.uri, "initial_scan": True, "max_versions_per_file": 3})
     warehouse = DeltaWarehouse(root=str(platform.warehouse))
@@ -104,7 +117,7 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
         records = feed_records(main, name)
         assert replay(records) == live, name
         reader = ChangefeedReader(main.object_uri(name))
-        assert reader.resolved()[0] == table.version()
+        assert reader.version() == table.version()
         consumed, position = [], None
         for stop in (7, 1, 40, 3, 10**6):  # a consumer restarting from its saved position, mid-file and at ends
             for n, (pos, record) in enumerate(reader.read(position)):
@@ -123,7 +136,7 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
         validator = jsonschema.Draft202012Validator(SCHEMA)
         for record in feed_records(debezium, name):
             validator.validate(record)
-        sources = [r["payload"]["source"] for r in feed_records(debezium, name) if "payload" in r]
+        sources = [r["value"]["source"] for r in feed_records(debezium, name) if r["value"]]
         assert {s["origin"] for s in sources} >= {"cdc", "snapshot"}
         # Every change applied from an event names its Salesforce transaction (a placeholder row a gap made for an
         # unknown record has no position, so no transaction either).
@@ -139,6 +152,17 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
     old = live_rows(DeltaTable(str(platform.warehouse / "Contact"), version=overwrite - 1))
     new = live_rows(DeltaTable(str(platform.warehouse / "Contact"), version=overwrite))
     differs = {i for i in set(old) | set(new) if old.get(i) != new.get(i)}
-    emitted = [r for r in feed_records(main, "Contact") if "key" in r and r["ts"][0] == overwrite]
+    debezium = next(c for c in others if c.format == "debezium_json")
+    emitted = [r for r in feed_records(debezium, "Contact") if r["value"]
+               and r["value"]["source"]["delta_version"] == overwrite]
     assert 0 < len(emitted) == len(differs) < len(new)
-    assert {r["key"][0] for r in emitted} == differs
+    assert {r["key"]["Id"] for r in emitted} == differs
+
+    # One clock for both feeds: a consistent cut holds every transaction whole, in all objects or in none.
+    cut, merged = read_consistent({n: main.object_uri(n) for n in OBJECTS})
+    assert cut >= 0 and [record_ts(r) for _, r in merged] == sorted(record_ts(r) for _, r in merged)
+    inside = {record_ts(r)[1] for _, r in merged if record_ts(r)[1]}
+    everywhere = [(n, r) for n in OBJECTS for r in feed_records(main, n) if record_ts(r)]
+    split = [(n, r["key"]) for n, r in everywhere if record_ts(r)[1] in inside and record_ts(r)[0] > cut]
+    assert not split, split[:3]
+    assert len({record_ts(r)[1] for n, r in everywhere if record_ts(r)[1]}) > 0

@@ -1,0 +1,266 @@
+"""A changefeed per replica (YDB CDC semantics): the replica's changes since the feed's own checkpoint, as JSON lines.
+
+**Source.** Replicas keep a Delta Change Data Feed (resources/delta.py), so every merge and overwrite also writes
+its change rows. An export reads the CDF of the replica versions after the feed's position, nets them by `Id` per
+version (cdc_assets/changefeed/rows.py: a soft delete is an erase, an undelete a create, a bookkeeping-only update
+nothing, and a resync's overwrite only the difference it made), stamps them with the feeds' shared clock
+(cdc_assets/changefeed/clock.py) and writes them to `<uri>/<Object>/<first>-<last>-<resolved>.jsonl`
+(resources/changefeed_store.py), at most `max_versions_per_file` versions a file.
+
+**Guarantees.**
+- *Exactly once.* A file is written under a temporary name and renamed; the feed's position is the newest file
+  (its last version and resolved step), so a crash before the rename re-exports the same versions and a crash
+  after it exports nothing twice. The records are a function of the replica's history and change_events alone
+  (no clock, no run id): a re-run writes byte-identical files.
+- *Per-key order.* A key changes at most once per version, versions are written in order, and every key lives in
+  one Id-hash range (below).
+- *One table.* `table.json` records the Delta table id and creation time of the replica the feed follows, written
+  before the first file. A replica deleted and re-made (a new table id, whatever its version) stops the feed with
+  `RecreatedReplicaError`, which says what to do: its versions are not the feed's.
+- *Initial scan* (`initial_scan: true`): the first export writes every live row of the replica at the version it
+  starts from (op `r`; YDB: an update with its image; Debezium: `snapshot` "true", the last one "last"). Without
+  it the feed starts with the changes after that version. A replica created before its CDF was on gets it here
+  (one commit; the asset runs in the replica's pool, so it never races the replica's writer).
+- *Virtual and resolved timestamps* `[step, txId]` from change_events' ingest sequence, the same for every
+  replica's feed (clock.py). YDB JSON files end with `{"resolved": [R, 0]}`; the resolved step is also in every
+  file's name (so Debezium files, whose record stream holds only change records, carry it too), and every export,
+  even one with nothing new, rewrites `resolved.json` (`{"resolved": [R, 0], "version": v, "at": ...}`).
+- *Bounded memory.* The initial scan is read one file at a time, batch by batch, without read-ahead, and a range
+  of versions whose CDF holds more than `batch_rows` rows (a resync's overwrite holds the table twice) is netted
+  in several passes, each over one range of `md5(Id)` (a key's rows are all in one pass). Netting and rendering
+  hold one batch; the readers decode a Parquet row group whole, so the replica's largest row group is the rest
+  of the bound (bench/RESULTS.md).
+
+The CDF of a version must still exist when it is exported: run the feed more often than the replica is vacuumed.
+"""
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.dataset as pads
+from deltalake import DeltaTable
+
+from cdc_assets.changefeed.clock import VersionTime, replica_times, resolved_after, stamp, transaction_steps
+from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.changefeed.rows import data_columns, line, net_changes, render, resolved, snapshot_changes
+from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.faults import fault_point
+from cdc_assets.state import REPLICA_STATE
+from resources.changefeed_store import FeedFile, FeedStore, feed_file_name
+from resources.delta import DeltaWarehouse, arrow_dataset
+
+log = logging.getLogger(__name__)
+
+GROUP = "changefeed"
+SOURCE_NAME = "salesforce"  # Debezium source.name (the logical server name)
+RENDER_ROWS = 10_000  # netted rows turned into Python records at a time
+HASH_DIGITS = 4  # Id-hash ranges are cut at md5 prefixes of this many hex digits (up to 65536 passes)
+
+
+class RecreatedReplicaError(RuntimeError):
+    """The replica is not the table the feed follows (deleted and re-made)."""
+
+
+def changefeed_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey([GROUP, name])
+
+
+@dataclass
+class ExportResult:
+    position: int | None = None  # last replica version in the feed
+    resolved: int | None = None  # the feed's resolved step
+    files: list[str] = field(default_factory=list)
+    records: dict[str, int] = field(default_factory=dict)  # per op
+    seconds: float = 0.0
+
+
+def table_identity(table: DeltaTable) -> dict:
+    metadata = table.metadata()
+    return {"table_id": metadata.id, "created_ms": metadata.created_time}
+
+
+def _check_identity(store: FeedStore, table: DeltaTable, name: str, newest: FeedFile | None) -> None:
+    """Stop when the replica is not the table the feed follows; record the table before the feed's first file."""
+    recorded, current = store.read_identity(), table_identity(table)
+    if recorded == current:
+        return
+    if newest is None or recorded is None and newest.last <= table.version():
+        store.write_identity(current)  # a new feed, or one written before the table was recorded
+        return
+    was = (f"Delta table {recorded['table_id']} (created at {recorded['created_ms']} ms)" if recorded else
+           f"a table that had reached version {newest.last}")
+    raise RecreatedReplicaError(
+        f"{name} changefeed at {store.uri} follows {was}, but the replica at {table.table_uri} is Delta table "
+        f"{current['table_id']} (created at {current['created_ms']} ms, now at version {table.version()}): it was "
+        f"deleted and re-made, so its versions are not the feed's, and continuing would keep records that no "
+        f"longer exist and miss others. Re-export with an initial scan: move the folder {store.uri} away, set "
+        f"`initial_scan: true` in {name}'s changefeed section, and re-run changefeed/{name}; consumers start "
+        f"again from the new feed.")
+
+
+def _hash_ranges(parts: int) -> list[str]:
+    """SQL predicates splitting keys into `parts` ranges of md5(Id), every key in exactly one."""
+    size = 16 ** HASH_DIGITS
+    cuts = sorted({size * i // parts for i in range(1, parts)})
+    bounds = [f"{c:0{HASH_DIGITS}x}" for c in cuts]
+    lows, highs = [None, *bounds], [*bounds, None]
+    return [" AND ".join([*([f"md5(\"Id\") >= '{lo}'"] if lo else []), *([f"md5(\"Id\") < '{hi}'"] if hi else [])])
+            for lo, hi in zip(lows, highs)]
+
+
+def _cdf_rows(table: DeltaTable, first: int, last: int) -> int:
+    """CDF rows of versions first..last, counted from their `Id` column alone (the one column read)."""
+    ids = table.load_cdf(starting_version=first, ending_version=last, columns=['"Id"'])  # quoted: case-sensitive
+    return sum(batch.num_rows for batch in pa.RecordBatchReader.from_stream(ids))
+
+
+def cdf_parts(table: DeltaTable, first: int, last: int, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
+    """The CDF schema of versions first..last and their CDF rows in parts of about `batch_rows` rows at most: one
+    part when they fit, else one per md5(Id) range (counted first from the Id column alone). Every row of a key
+    is in one part, so each part nets on its own."""
+    rows = _cdf_rows(table, first, last)
+    parts = min(max(1, math.ceil(rows / batch_rows)), 16 ** HASH_DIGITS)
+    predicates = _hash_ranges(parts) if parts > 1 else [None]
+    read = [pa.RecordBatchReader.from_stream(
+        table.load_cdf(starting_version=first, ending_version=last, predicate=predicates[0])).read_all()]
+    schema = read[0].schema
+
+    def each() -> Iterator[pa.Table]:
+        yield read.pop()  # not kept while the next parts are read
+        for predicate in predicates[1:]:
+            part = table.load_cdf(starting_version=first, ending_version=last, predicate=predicate)
+            yield pa.RecordBatchReader.from_stream(part).read_all()
+    return schema, each()
+
+
+def _batches(table: DeltaTable, size: int) -> Iterator[pa.RecordBatch]:
+    """The snapshot's rows, one file after another, read without threads or read-ahead: a dataset scan reads
+    several files ahead (and pre-buffers their column chunks), which holds a growing share of the table."""
+    options = pads.ParquetFragmentScanOptions(pre_buffer=False)
+    for fragment in arrow_dataset(table).get_fragments():
+        yield from fragment.to_batches(batch_size=size, batch_readahead=0, fragment_readahead=0, use_threads=False,
+                                       fragment_scan_options=options)
+
+
+def _scan(table: DeltaTable, batch_rows: int, *, version: int, commit_ms: int, ts: list[int]) -> Iterator[dict]:
+    """The replica's live rows as `r` changes, batch by batch; the last one marked `last` (Debezium's
+    snapshot "last")."""
+    pending = None
+    for batch in _batches(table, min(batch_rows, 65_536)):
+        for change in snapshot_changes(pa.Table.from_batches([batch]), version=version, commit_ms=commit_ms, ts=ts):
+            if pending is not None:
+                yield pending
+            pending = change
+    if pending is not None:
+        yield {**pending, "last": True}
+
+
+def _stamped(warehouse: DeltaWarehouse, name: str, parts: Iterator[pa.Table], times: dict[int, VersionTime],
+             previous: int, applied_before: int) -> Iterator[dict]:
+    """Netted parts as changes with their ts (clock.py), a slice at a time."""
+    for part in parts:
+        column = "_sf_commit_number__post"
+        numbers = part[column].drop_null().unique().to_pylist() if column in part.column_names else []
+        part = stamp(part, times, previous, applied_before, transaction_steps(warehouse, name, numbers))
+        for chunk in part.to_batches(max_chunksize=RENDER_ROWS):
+            for change in chunk.to_pylist():
+                yield {**change, "ts": [change["ts_step"], change["ts_tx"]], "commit_ms": times[change["version"]].commit_ms}
+
+
+def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConfig, *,
+                      now: datetime | None = None) -> ExportResult:
+    """Bring the feed of replica `name` up to the replica's latest version (see the module docstring)."""
+    started = time.monotonic()
+    now = now or datetime.now(timezone.utc)
+    store = FeedStore(feed.object_uri(name))
+    result = ExportResult()
+    if left := store.drop_leftovers():
+        log.info("%s changefeed: removed %d files a crashed export left: %s", name, len(left), left)
+    table = warehouse.enable_change_feed(name)
+    if table is None:
+        return result
+    latest, newest = table.version(), store.newest()
+    _check_identity(store, table, name, newest)
+    position, previous = (newest.last, newest.resolved) if newest else (None, 0)
+    if position is None:  # the feed starts at the latest version: the replica state in force there
+        times = replica_times(table, latest, floor=0, state=warehouse.commit_state(table, REPLICA_STATE))
+    else:  # from the feed's position: its replica state is where the next versions start from
+        times = replica_times(table, position, floor=previous)
+    count = result.records
+
+    def write(first: int, last: int, resolved_step: int, changes, columns: list[str]) -> None:
+        def lines():
+            for change in changes:
+                count[change["op"]] = count.get(change["op"], 0) + 1
+                for record in render(change, columns, mode=feed.mode, fmt=feed.format, name=SOURCE_NAME,
+                                     table=name):
+                    yield line(record)
+            if feed.format == "json":  # YDB carries resolved messages in the stream; Debezium does not
+                yield line(resolved(resolved_step))
+
+        file = feed_file_name(first, last, resolved_step)
+        store.write(file, lines(), before_rename=lambda: fault_point("changefeed.before_rename"))
+        result.files.append(file)
+        fault_point("changefeed.after_rename")
+
+    if position is None:  # the first export: the feed starts at the latest version
+        previous = resolved_after(times, latest, 0)[-1]
+        columns = data_columns(pa.schema(table.schema().to_arrow()))
+        scan = (_scan(table, feed.batch_rows, version=latest, commit_ms=times[latest].commit_ms, ts=[previous, 0])
+                if feed.initial_scan else ())
+        write(latest, latest, previous, scan, columns)
+        position = latest
+    while position < latest:
+        first, last = position + 1, min(latest, position + feed.max_versions_per_file)
+        in_range = {v: t for v, t in times.items() if first <= v <= last}
+        after = resolved_after(in_range, last, previous)[-1]
+        applied_before = max(t.applied_through for v, t in times.items() if v < first)
+        schema, parts = cdf_parts(table, first, last, feed.batch_rows)
+        netted = (net_changes(part) for part in parts)
+        write(first, last, after, _stamped(warehouse, name, netted, in_range, previous, applied_before),
+              data_columns(schema))
+        position, previous = last, after
+    store.write_resolved({**resolved(previous), "version": position, "at": now.isoformat()})
+    result.position, result.resolved, result.seconds = position, previous, time.monotonic() - started
+    log.info("%s changefeed: %d files through version %d (resolved step %d), records %s", name, len(result.files),
+             position, previous, count)
+    return result
+
+
+def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
+    feed = sobject.changefeed
+    assert feed is not None
+    from cdc_assets.assets import replica_key  # the replica assets module imports much; only the key is needed
+
+    @dg.asset(
+        key=changefeed_key(sobject.name), deps=[replica_key(sobject.name)], group_name=GROUP,
+        kinds={"delta", "json"}, pool=f"replica_{sobject.name}",  # the replica's pool: see enable_change_feed
+        description=f"Changefeed of the {sobject.name} replica ({feed.mode}, {feed.format}) at "
+                    f"{feed.object_uri(sobject.name)}: its changes since the feed's position as JSON lines, exactly "
+                    f"once, per-key ordered, with virtual and resolved timestamps (cdc_assets/changefeed/export.py).",
+    )
+    def changefeed(context: dg.AssetExecutionContext, warehouse: DeltaWarehouse) -> dg.MaterializeResult:
+        result = export_changefeed(warehouse, sobject.name, feed)
+        context.log.info(f"{sobject.name} changefeed: {len(result.files)} files, records {result.records}, "
+                         f"through replica version {result.position}")
+        return dg.MaterializeResult(metadata={
+            "feed_uri": dg.MetadataValue.path(feed.object_uri(sobject.name)),
+            "position": dg.MetadataValue.int(-1 if result.position is None else result.position),
+            "resolved_step": dg.MetadataValue.int(-1 if result.resolved is None else result.resolved),
+            "files_written": dg.MetadataValue.int(len(result.files)),
+            "records": dg.MetadataValue.int(sum(result.records.values())),
+            **{f"records_{op}": dg.MetadataValue.int(n) for op, n in sorted(result.records.items())},
+            "seconds_export": dg.MetadataValue.float(round(result.seconds, 3)),
+        })
+
+    return changefeed
+
+
+def build_changefeed_assets(*, replication: ReplicationConfig) -> list[dg.AssetsDefinition]:
+    return [build_changefeed_asset(sobject=o) for o in replication.objects if o.changefeed is not None]

@@ -13,7 +13,8 @@ could not be decoded (``--ack`` acknowledges them, which clears Dagster's ``subs
 Where state lives, so that the README's bare commands answer about the running service: ``--state-dir``, else
 ``CDC_SUBSCRIBER_STATE`` (as the Dagster sensor reads it), else ``<landing zone>/_subscriber``
 with the landing zone from ``--landing-dir``, else ``CDC_LANDING_ZONE``, else ``landing``; when none of these is set
-and ``./landing`` does not exist but the demo's ``.demo/landing`` does (``make run``), that one, said on stderr.
+and ``./landing`` does not exist, the demo's (``.demo/landing`` of ``make run``, ``.org/landing`` of ``make
+run-org``; the one whose subscriber wrote last), said on stderr.
 ``subscribe`` never guesses: it lands where it is told, ``landing`` by default.
 """
 
@@ -37,7 +38,8 @@ from cdc_subscriber.status import read_statuses
 DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
 STATE_FOLDER = "_subscriber"  # inside the landing zone: a name starting with "_" is never read as events
 DEFAULT_LANDING = Path("landing")
-DEMO_LANDING = Path(".demo/landing")  # where `make run` (python -m demo) lands, from the repository root
+# Where `make run` (python -m demo) and `make run-org` (python -m demo --org) land, from the repository root.
+DEMO_LANDINGS = (Path(".demo/landing"), Path(".org/landing"))
 
 
 def state_dir_for(landing_dir: Path) -> Path:
@@ -48,10 +50,12 @@ def default_landing_dir(command: str) -> Path:
     """The landing zone when --landing-dir is not given (module docstring: the demo's, for the read commands)."""
     if zone := os.environ.get("CDC_LANDING_ZONE"):
         return Path(zone)
-    if command != "subscribe" and not DEFAULT_LANDING.exists() and DEMO_LANDING.exists():
-        print(f"(reading the demo's landing zone {DEMO_LANDING}; set CDC_LANDING_ZONE or --landing-dir for another)",
+    started = [p for p in DEMO_LANDINGS if state_dir_for(p).exists()]
+    if command != "subscribe" and not DEFAULT_LANDING.exists() and started:
+        newest = max(started, key=lambda p: state_dir_for(p).stat().st_mtime)
+        print(f"(reading the demo's landing zone {newest}; set CDC_LANDING_ZONE or --landing-dir for another)",
               file=sys.stderr)
-        return DEMO_LANDING
+        return newest
     return DEFAULT_LANDING
 
 

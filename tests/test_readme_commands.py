@@ -59,6 +59,12 @@ def test_subscriber_status_as_the_readme_writes_it_finds_the_demos_subscriber(af
     assert ".demo/landing" in done.stderr  # it says which landing zone it read
 
 
+def test_subscriber_status_finds_the_subscriber_of_make_run_org(tmp_path: Path):
+    StatusReporter(tmp_path / ".org" / "landing" / "_subscriber", TOPIC, "ChangeEvents").set_state("PAUSED")
+    done = _run("python -m cdc_subscriber status", tmp_path)
+    assert f"{TOPIC}: PAUSED" in done.stdout and ".org/landing" in done.stderr
+
+
 def test_subscriber_status_follows_the_variables_when_set(after_make_run: Path, tmp_path: Path):
     done = _run(f"CDC_LANDING_ZONE={tmp_path / 'elsewhere'} python -m cdc_subscriber status", after_make_run)
     assert done.returncode == 0 and done.stdout.startswith("NOT_STARTED")  # never guesses over a variable

@@ -287,14 +287,16 @@ def load_location_config(path: str | Path | None = None) -> LoadedConfig:
     definition", a valid edit ran jobs the UI had never shown. So the location keeps the text it validated in
     its own environment (`LOADED_CONFIG_ENV`), which the processes it spawns inherit and use instead of the
     file. Reloading the location starts a new server from a clean environment, which reads the file again (and
-    shows a bad file's error in the reload dialog). `sensors/config.py` reports a file edited since.
+    shows a bad file's error in the reload dialog). Only the loading process's own children (run workers) take the
+    text, never a process further down (a `dagster dev` started by something that imported the definitions must
+    still read the file on reload). `sensors/config.py` reports a file edited since.
     """
     path = config_path(path)
     frozen = json.loads(os.environ.get(LOADED_CONFIG_ENV) or "null")
-    if frozen is not None and frozen["path"] == str(path):
+    if frozen is not None and frozen["path"] == str(path) and frozen.get("pid") in (os.getpid(), os.getppid()):
         return LoadedConfig(path, frozen["text"], parse_config(frozen["text"], path))
     loaded = read_config(path)
-    os.environ[LOADED_CONFIG_ENV] = json.dumps({"path": str(path), "text": loaded.text})
+    os.environ[LOADED_CONFIG_ENV] = json.dumps({"path": str(path), "text": loaded.text, "pid": os.getpid()})
     return loaded
 
 

@@ -102,3 +102,23 @@ def test_an_invalid_edit_fails_the_config_sensor_tick_with_its_errors(config_fil
     message = str(failed.value)
     assert "objects[0].pol_interval: unknown key (did you mean poll_interval?)" in message
     assert "runs keep the configuration loaded before" in message and "Reload" in message
+
+
+def _grandchild_replicas(queue) -> None:  # a child that starts its own child: e.g. dagster dev and its code server
+    context = multiprocessing.get_context("spawn")
+    inner = context.Queue()
+    worker = context.Process(target=_run_worker_replicas, args=(inner,))
+    worker.start()
+    queue.put(inner.get(timeout=240))
+    worker.join(60)
+
+
+def test_only_the_locations_own_run_workers_take_its_text(config_file: Path):
+    load_location_config()
+    config_file.write_text(_config(["Account"]))
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_grandchild_replicas, args=(queue,))
+    process.start()
+    assert queue.get(timeout=300) == ["salesforce/Account"]  # a new code location further down reads the file
+    process.join(60)

@@ -1,7 +1,7 @@
 """The platform's Dagster definitions: `build_defs` assembles them, `defs` is them as configured by the environment.
 
-CDC_CONFIG (replication.yaml), CDC_LANDING_ZONE, CDC_WAREHOUSE, CDC_SENSORS_RUNNING (1 = sensors start on); see
-README. This module is the only place that puts assets (`cdc_assets/`), sensors (`sensors/`) and resources
+CDC_CONFIG (replication.yaml, read once when the location loads: its runs use that text), CDC_LANDING_ZONE,
+CDC_WAREHOUSE, CDC_SENSORS_RUNNING (1 = sensors start on); see README. This module is the only place that puts assets (`cdc_assets/`), sensors (`sensors/`) and resources
 (`resources/`) together: sensors import what the assets write, never the other way round, so the folders form no
 cycle. Tests, the demo and the benchmarks call `build_defs` with their own config, landing zone and warehouse.
 """
@@ -16,12 +16,13 @@ import dagster as dg
 from cdc_assets.assets import build_change_events_asset, build_replica_asset, landing_zone
 from cdc_assets.changefeed.export import build_changefeed_assets
 from cdc_assets.checks import build_replica_checks
-from cdc_assets.config import load_config
+from cdc_assets.config import LoadedConfig, load_location_config, read_config
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource, salesforce_resource_from_env
 from resources.spark import spark_resource
 from sensors.changefeed import build_changefeed_sensors
+from sensors.config import build_config_sensor
 from sensors.landing_zone import build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
@@ -31,9 +32,12 @@ from sensors.subscriber_status import build_subscriber_check, build_subscriber_s
 
 def build_defs(*, config_path: str | Path | None = None, landing_path: str | None = None,
                warehouse_root: str | None = None, spark_conf: dict[str, str] | None = None,
-               sensors_running: bool = False, salesforce: SalesforceResource | None = None) -> dg.Definitions:
-    """Every asset, check, sensor and resource for the objects in `config_path` (default: CDC_CONFIG)."""
-    replication = load_config(config_path)
+               sensors_running: bool = False, salesforce: SalesforceResource | None = None,
+               loaded: LoadedConfig | None = None) -> dg.Definitions:
+    """Every asset, check, sensor and resource for the objects in `config_path` (default: CDC_CONFIG), or in
+    `loaded`, the configuration a code location loaded (`defs` below: its runs use that text, not the file)."""
+    loaded = loaded or read_config(config_path)
+    replication = loaded.config
     assets = [
         landing_zone,
         build_change_events_asset(replication=replication),
@@ -52,7 +56,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
                  build_subscriber_status_sensor(replication=replication, default_status=status),
                  *build_poll_sensors(replication=replication, default_status=status),
                  *build_changefeed_sensors(replication=replication, default_status=status),
-                 build_run_liveness_sensor(default_status=status)],
+                 build_run_liveness_sensor(default_status=status),
+                 build_config_sensor(loaded=loaded, default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),
             "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),
@@ -63,4 +68,5 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
     )
 
 
-defs = build_defs(sensors_running=os.environ.get("CDC_SENSORS_RUNNING") == "1")
+# A code location: replication.yaml as it loaded, for its sensors and every run it starts (load_location_config).
+defs = build_defs(loaded=load_location_config(), sensors_running=os.environ.get("CDC_SENSORS_RUNNING") == "1")

@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from cdc_assets.changefeed.export import export_changefeed
 from cdc_assets.changefeed.config import ChangefeedConfig
-from resources.delta import DeltaWarehouse
+from resources.delta import DeltaWarehouse, read_table
 
 COLUMNS = 30
 TS = pa.timestamp("us", tz="UTC")
@@ -155,7 +155,7 @@ def main() -> None:
         for fmt in ("json", "debezium_json"):
             feed = ChangefeedConfig(uri=str(root / f"feed-{fmt}"), format=fmt, max_versions_per_file=args.versions)
             _export(warehouse, feed, f"{args.versions} merges, {per * args.versions:,} rows ({fmt})")
-        snapshot = warehouse.table("Account").to_pyarrow_table()
+        snapshot = read_table(warehouse.table("Account"))
         differ = set(rng.sample(ids, args.rows // 100))
         names = snapshot["Field0__c"].to_pylist()
         changed_names = [f"resynced {n}" if int(i[3:]) in differ else n

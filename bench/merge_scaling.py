@@ -37,7 +37,7 @@ from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, s
 from bench.workloads import OUT
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.state import ReplicaState
-from resources.delta import DeltaWarehouse
+from resources.delta import DeltaWarehouse, read_table
 from salesforce_emulator import ids
 from salesforce_emulator.cdc import _dumps, change_event
 from salesforce_emulator.changes import Change, CommittedTransaction
@@ -193,8 +193,8 @@ def one_size(rows: int, work: Path, conf: dict, rng: random.Random) -> list[dict
 
         table = DeltaTable(str(table_dir))
         buckets = sorted({i[:SCHEMA.bucket_chars] for i in record_ids})
-        changed = table.to_pyarrow_dataset(file_pruning_predicate=[(BUCKET_COLUMN, "in", buckets)]).to_table(
-            filter=pc.field("Id").isin(record_ids))
+        changed = read_table(table, prune=[(BUCKET_COLUMN, "in", buckets)],
+                             filter=pc.field("Id").isin(record_ids))
         started = time.perf_counter()
         pq.write_table(changed, work / f"floor-{pattern}.parquet")
         floor = time.perf_counter() - started

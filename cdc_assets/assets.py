@@ -17,7 +17,7 @@ from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.ingest import ingest
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
-from cdc_assets.schemas import DescribeRefresh, describe_note, resolve_schema
+from cdc_assets.schemas import DescribeRefresh, describe_note, refuse_clear_hashes, resolve_schema
 from cdc_assets.sync import SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -124,6 +124,8 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         initial = table is None and (replication.initial_load or polled)
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial,
                                           table=table)
+        if not (config.mode == "resync" or initial):
+            refuse_clear_hashes(table, schema)  # `hash:` added to an existing replica: a resync comes first
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
                           page_size=replication.options.bulk_page_size)

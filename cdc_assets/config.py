@@ -36,7 +36,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from cdc_assets.changefeed.config import ChangefeedConfig
+from spark_ops.protect import SALT_ENV
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
+
+
+LOADED_CONFIG_ENV = "CDC_CONFIG_LOADED"  # the text a code location loaded, for the runs it starts (JSON)
 
 
 class ConfigError(ValueError):
@@ -56,6 +60,10 @@ class ObjectOptions(_Section):
     bucket_chars: int = Field(DEFAULT_BUCKET_CHARS, ge=1, le=18, description=(
         "Leading Id characters that form the table's layout column `_sf_bucket` (design §8): records created "
         "together share a partition."))
+    redact_quarantine: bool = Field(False, description=(
+        "Quarantined lines (`_quarantine.raw`) of objects with `hash` or `fields` keep those fields as "
+        "\"<redacted>\" (a line that is not JSON: wholly), so the quarantine holds no hashed or left-out value "
+        "in clear; false: raw lines as landed, readable only by those allowed to see the org's data."))
     poll_interval: float = Field(300.0, gt=0, description=(
         "Seconds between polls (the sensor `poll_<Object>`)."))
     poll_overlap: float = Field(300.0, ge=0, description=(
@@ -110,6 +118,21 @@ class ReplicationOptions(ObjectOptions):
     # Platform-wide sections go here as a nested model and one field.
 
 
+class FieldSelection(_Section):
+    """`fields`: which of an object's fields replicate (fewer columns, smaller Bulk and REST payloads)."""
+
+    include: tuple[str, ...] | None = Field(None, description=(
+        "Only these fields (plus Id and the record's position field), e.g. [Name, Industry]; a compound name "
+        "(BillingAddress) stands for its parts."))
+    exclude: tuple[str, ...] = Field((), description="Every field but these (never Id or the position field).")
+
+    @model_validator(mode="after")
+    def _one_of(self) -> FieldSelection:
+        if self.include is not None and self.exclude:
+            raise ValueError("give `include` or `exclude`, not both")
+        return self
+
+
 @dataclass(frozen=True)
 class PollOptions:
     """How a `mode: poll` object is polled (seconds; see cdc_assets/poll/run.py): its ObjectOptions poll keys."""
@@ -130,6 +153,11 @@ class SObjectConfig(ObjectOptions):
         "A describe() JSON file to use instead of asking the org (relative to the YAML file)."))
     mode: Literal["cdc", "poll"] = Field("cdc", description=(
         "cdc: follow Change Data Capture events; poll: read records changed since a cursor (objects without CDC)."))
+    field_selection: FieldSelection | None = Field(None, alias="fields", description=(
+        "Which fields replicate: {include: [...]} or {exclude: [...]}; default all (README \"Fields and hashing\")."))
+    hashed: tuple[str, ...] = Field((), alias="hash", description=(
+        "Text fields stored as hex SHA-256 of CDC_HASH_SALT + value on every path (e.g. [Email, Phone]); "
+        "CDC_HASH_SALT must be set."))
 
     @model_validator(mode="before")
     @classmethod
@@ -148,7 +176,17 @@ class SObjectConfig(ObjectOptions):
 
     def schema_from_file(self) -> ObjectSchema | None:
         describe = self.load_describe()
-        return ObjectSchema.from_describe(describe, bucket_chars=self.bucket_chars) if describe else None
+        return self.schema_of(describe) if describe else None
+
+    def schema_of(self, describe: dict) -> ObjectSchema:
+        """The replica schema of this object from its describe(): the fields it selects, the ones it hashes."""
+        selection = self.field_selection or FieldSelection()
+        try:
+            return ObjectSchema.from_describe(describe, bucket_chars=self.bucket_chars, include=selection.include,
+                                              exclude=selection.exclude, hashed=self.hashed,
+                                              redact_quarantine=self.redact_quarantine)
+        except ValueError as e:
+            raise ConfigError(f"replication.yaml: {e}") from None
 
 
 class ReplicationConfig(_Section):
@@ -179,6 +217,14 @@ class ReplicationConfig(_Section):
         if options is None:
             return objects
         return tuple(_inherit(o, options) for o in objects)
+
+    @model_validator(mode="after")
+    def _salt_for_hashes(self) -> ReplicationConfig:
+        hashing = [o.name for o in self.objects if o.hashed]
+        if hashing and not os.environ.get(SALT_ENV):
+            raise ValueError(f"{', '.join(hashing)} hash fields (`hash:`) but {SALT_ENV} is not set: set it to a "
+                             "long random secret, the same for every process of the platform, before loading")
+        return self
 
     @property
     def names(self) -> list[str]:
@@ -212,11 +258,59 @@ def _located(sobject: SObjectConfig, base: Path) -> SObjectConfig:
     return sobject.model_copy(update=update)
 
 
+def config_path(path: str | Path | None = None) -> Path:
+    """The file meant: `path`, else CDC_CONFIG, else replication.yaml (absolute)."""
+    return Path(path or os.environ.get("CDC_CONFIG", "replication.yaml")).resolve()
+
+
 def load_config(path: str | Path | None = None) -> ReplicationConfig:
     """The validated config in `path` (default: CDC_CONFIG, else replication.yaml); ConfigError says what is wrong."""
-    path = Path(path or os.environ.get("CDC_CONFIG", "replication.yaml")).resolve()
+    path = config_path(path)
+    return parse_config(path.read_text(), path)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """The configuration a code location loaded: the file, its text then, and the validated model."""
+
+    path: Path
+    text: str
+    config: ReplicationConfig
+
+
+def load_location_config(path: str | Path | None = None) -> LoadedConfig:
+    """The config of a code location and of every run it starts: the file as the location read it when it loaded.
+
+    Dagster starts each run in a new process that imports the definitions again (the code server spawns it, with
+    the server's environment). Reading replication.yaml there would give runs whatever the file holds by then,
+    not what the location loaded: a typo saved before the reload failed them with only "Could not load job
+    definition", a valid edit ran jobs the UI had never shown. So the location keeps the text it validated in
+    its own environment (`LOADED_CONFIG_ENV`), which the processes it spawns inherit and use instead of the
+    file. Reloading the location starts a new server from a clean environment, which reads the file again (and
+    shows a bad file's error in the reload dialog). Only the loading process's own children (run workers) take the
+    text, never a process further down (a `dagster dev` started by something that imported the definitions must
+    still read the file on reload). `sensors/config.py` reports a file edited since.
+    """
+    path = config_path(path)
+    frozen = json.loads(os.environ.get(LOADED_CONFIG_ENV) or "null")
+    if frozen is not None and frozen["path"] == str(path) and frozen.get("pid") in (os.getpid(), os.getppid()):
+        return LoadedConfig(path, frozen["text"], parse_config(frozen["text"], path))
+    loaded = read_config(path)
+    os.environ[LOADED_CONFIG_ENV] = json.dumps({"path": str(path), "text": loaded.text, "pid": os.getpid()})
+    return loaded
+
+
+def read_config(path: str | Path | None = None) -> LoadedConfig:
+    """The file as it is now, validated (ConfigError says what is wrong)."""
+    path = config_path(path)
+    text = path.read_text()
+    return LoadedConfig(path, text, parse_config(text, path))
+
+
+def parse_config(text: str, path: Path) -> ReplicationConfig:
+    """The validated config in `text`, read from `path` (errors name it; describe paths are relative to it)."""
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     try:
@@ -264,7 +358,8 @@ def reference() -> str:
         for name, f in fields.items():
             default = "required" if f.is_required() else f"`{json.dumps(f.get_default(call_default_factory=True))}`"
             out.append(f"| `{f.alias or name}` | {default} | {f.description} |")
-            tables += [(f"`{name}` (a section)", section.model_fields) for section in _sections(f.annotation)]
+            tables += [(f"`{f.alias or name}` (a section)", section.model_fields)
+                       for section in _sections(f.annotation)]
         out.append("")
     return "\n".join(out)
 

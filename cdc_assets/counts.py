@@ -20,13 +20,15 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 
+from resources.delta import arrow_dataset
+
 DIRTY_COLUMN = "_sf_dirty_since"
 
 
 def _counted(table: DeltaTable, unknown: list[str], filter: pc.Expression | None) -> int:
     """Rows (matching `filter`) of the snapshot's files named in `unknown` (add-action paths), read from Parquet."""
     names = {posixpath.basename(p) for p in unknown}
-    dataset = table.to_pyarrow_dataset()
+    dataset = arrow_dataset(table)
     return sum(fragment.count_rows(filter=filter) for fragment in dataset.get_fragments()
                if posixpath.basename(fragment.path) in names)
 

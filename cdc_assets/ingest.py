@@ -144,7 +144,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
                             read.quarantine])
     watch.lap("parse")
     fault_point("ingest.after_parse")
-    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE)
+    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE, schemas=schemas)
     fault_point("ingest.after_quarantine")
 
     rows = to_change_rows(parsed)

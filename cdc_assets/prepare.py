@@ -150,7 +150,7 @@ def meet_describe(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             changes, more, more_gapped = normalized(spark, changes, schema, also=new)
             bad, gapped = pa.concat_tables([bad, more]), gapped + more_gapped
         unknown = unknown_fields(changes, schema)
-    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_APPLY_STATE,
+    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_APPLY_STATE, schemas={schema.name: schema},
                       consequence="line quarantined, its records marked dirty")
     if unknown:
         log.warning("%s: events set fields that describe() does not have, even asked again: %s. Their values are "

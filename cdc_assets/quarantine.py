@@ -1,10 +1,17 @@
 """`_quarantine`: one row per bad line, with its reason (design §9), written by ingest and by apply.
 
 Rows are keyed by (file, line): recording the same line again (a re-run after a crash) inserts nothing.
+
+**Raw lines hold the org's values in clear**, the fields replication.yaml hashes or leaves out included: whoever may
+read `_quarantine` may read those. With `redact_quarantine: true` (an object setting), `redacted` replaces the
+values of those fields in a quarantined line of that object with `"<redacted>"` (a compound value: the parts
+concerned), in the CometD payload or the Datastream `payload`; a line that is not JSON, or names no object, is
+replaced whole when any object asks for redaction (it cannot be told apart); an object not replicated is left as landed.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 
@@ -12,18 +19,66 @@ import pyarrow as pa
 
 from cdc_assets.state import QuarantineState
 from resources.delta import QUARANTINE, DeltaWarehouse
+from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 
 LOGGED = 20  # warning lines per call; the table has them all
+REDACTED = "<redacted>"
+REDACTED_LINE = "<redacted: a quarantined line that does not read as one object's event>"
+
+
+def _payloads(event: dict) -> tuple[str | None, list[dict]]:
+    """The object a landed event names and the mappings holding its field values (CometD or Datastream)."""
+    data = event.get("data") if isinstance(event.get("data"), dict) else event
+    payload = data.get("payload")
+    if isinstance(payload, dict) and isinstance(payload.get("ChangeEventHeader"), dict):
+        return payload["ChangeEventHeader"].get("entityName"), [payload]
+    meta = event.get("source_metadata") if isinstance(event.get("source_metadata"), dict) else {}
+    name = event.get("object") or meta.get("object_name")
+    return name, [payload] if isinstance(payload, dict) else []
+
+
+def _redact_line(raw: str, schemas: dict[str, ObjectSchema]) -> str:
+    try:
+        event = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError):
+        return REDACTED_LINE
+    name, payloads = _payloads(event) if isinstance(event, dict) else (None, [])
+    if not isinstance(name, str):
+        return REDACTED_LINE
+    if (schema := schemas.get(name)) is None:  # an object not replicated: nothing of it is protected
+        return raw
+    if not schema.redact_quarantine:
+        return raw
+    hidden = lambda field: field in schema.hashed or not schema.selects(field)  # noqa: E731
+    for payload in payloads:
+        for key, value in payload.items():
+            if key in schema.compound and isinstance(value, dict):
+                parts = schema.compound[key]
+                payload[key] = {k: REDACTED if hidden(parts.get(k, f"{key}.{k}")) else v for k, v in value.items()}
+            elif key != "ChangeEventHeader" and hidden(key):
+                payload[key] = REDACTED
+    return json.dumps(event)
+
+
+def redacted(entries: pa.Table, schemas: dict[str, ObjectSchema]) -> pa.Table:
+    """`entries` with hashed and left-out values removed from `raw` for objects with `redact_quarantine`."""
+    if not any(s.redact_quarantine for s in schemas.values()):
+        return entries
+    raw = pa.array([_redact_line(r, schemas) if r is not None else None for r in entries["raw"].to_pylist()],
+                   pa.string())
+    return entries.set_column(entries.schema.get_field_index("raw"), "raw", raw)
 
 
 def record_quarantine(warehouse: DeltaWarehouse, entries: pa.Table, *, run_id: str, now: datetime, key: str,
-                      consequence: str = "line quarantined") -> None:
+                      schemas: dict[str, ObjectSchema], consequence: str = "line quarantined") -> None:
     """Insert `entries` (`source_file, source_line, raw, reason`) stamped with the run and time, and log them;
-    `key`: who quarantines (`Q_STATE`, `Q_APPLY_STATE` in cdc_assets/state.py)."""
+    `key`: who quarantines (`Q_STATE`, `Q_APPLY_STATE` in cdc_assets/state.py); `schemas`: the replicated
+    objects, whose `redact_quarantine` says whether their lines are redacted."""
     if not entries.num_rows:
         return
+    entries = redacted(entries, schemas)
     n = entries.num_rows
     stamped = entries.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), n)) \
                      .append_column("quarantined_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), n))

@@ -12,6 +12,7 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_ops.protect import hash_arrow, hash_salt
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 SNAPSHOT, RECONCILE = "snapshot", "reconcile"
@@ -54,6 +55,9 @@ def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at
     for c, _ in schema.columns:
         field = target.field(c)
         cols[c] = _cast(text[c].combine_chunks(), field.type) if c in have else pa.nulls(n, field.type)
+    if schema.hashed:  # replication.yaml `hash:` (spark_ops/protect.py): never stored in clear
+        salt = hash_salt()
+        cols |= {c: hash_arrow(cols[c], salt) for c in schema.hashed}
     if schema.position_field is None:
         raise ValueError(f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): its "
                          f"records have no position to replicate them by; leave it out of replication.yaml")

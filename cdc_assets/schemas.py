@@ -70,7 +70,7 @@ def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce
     caller has one (None: no table yet), else it is loaded."""
     table = warehouse.table(sobject.name) if table is ... else table
     describe = resolve_describe(sobject, warehouse, salesforce, fresh=fresh, table=table)
-    schema = ObjectSchema.from_describe(describe, bucket_chars=sobject.bucket_chars)
+    schema = sobject.schema_of(describe)
     if table is not None:
         # Columns already in the table stay, with the type they have (schema evolution never drops a column).
         known = set(schema.column_names)
@@ -114,3 +114,30 @@ class DescribeRefresh:
         table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(self.describe)},
                                          raise_if_not_exists=False)
         return True
+
+
+class ClearValuesError(RuntimeError):
+    """A replica holds values in clear in a column replication.yaml now hashes."""
+
+
+def _looks_hashed(value) -> bool:
+    """A digest, or the prefix of one that Delta statistics keep: lowercase hex, at least 32 characters."""
+    return isinstance(value, str) and len(value) >= 32 and all(c in "0123456789abcdef" for c in value)
+
+
+def refuse_clear_hashes(table: DeltaTable | None, schema: ObjectSchema) -> None:
+    """Stop a run that would apply to a replica whose `hash:` columns still hold values written in clear (`hash`
+    added to an existing replica): only a resync rewrites them. Read from the Delta log's per-file min/max
+    statistics, so it costs no data read; a hashed column without statistics (beyond the leading 32 columns of a
+    table created before it was hashed) is not checked."""
+    if table is None or not schema.hashed:
+        return
+    stats = pa.table(table.get_add_actions(flatten=True))
+    clear = sorted(c for c in schema.hashed for bound in (f"min.{c}", f"max.{c}") if bound in stats.column_names
+                   and not all(_looks_hashed(v) for v in stats[bound].to_pylist() if v is not None))
+    if clear:
+        names = ", ".join(dict.fromkeys(clear))
+        raise ClearValuesError(
+            f"{schema.name}: replication.yaml hashes {names}, but the replica holds values of it in clear (written "
+            f"before `hash:` named it). Resync the replica to rewrite them: materialize salesforce/{schema.name} "
+            f"with run config {{mode: resync}}; until then no run applies changes to it.")

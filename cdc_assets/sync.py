@@ -35,7 +35,7 @@ from cdc_assets.faults import fault_point
 from cdc_assets.schemas import describe_note
 from cdc_assets.state import Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
-from resources.delta import DeltaWarehouse, aligned_arrow
+from resources.delta import DeltaWarehouse, aligned_arrow, arrow_dataset
 from resources.salesforce import SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
@@ -70,7 +70,7 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     counts = {"snapshot_rows": 0, "snapshot_deleted": 0, "missing_marked_deleted": 0}
     seen: set[str] = set()
     # Opened before the write starts: delta-rs cannot be re-entered from inside the stream it is consuming.
-    previous_rows = replica.to_pyarrow_dataset() if replica is not None else None
+    previous_rows = arrow_dataset(replica) if replica is not None else None
 
     def batches():
         for batch in salesforce.bulk_query_all(schema.name, fields, page_size=page_size):

@@ -9,6 +9,13 @@ default) are subscribed to and named by resync markers: a ``mode: poll`` object 
 for nothing. State (positions, status, dead letters) lives in ``<landing zone>/_subscriber`` unless
 ``--state-dir`` says otherwise. ``status`` prints every stream's status; ``dead-letters`` lists the events that
 could not be decoded (``--ack`` acknowledges them, which clears Dagster's ``subscriber_no_dead_letters`` check).
+
+Where state lives, so that the README's bare commands answer about the running service: ``--state-dir``, else
+``CDC_SUBSCRIBER_STATE`` (as the Dagster sensor reads it), else ``<landing zone>/_subscriber``
+with the landing zone from ``--landing-dir``, else ``CDC_LANDING_ZONE``, else ``landing``; when none of these is set
+and ``./landing`` does not exist, the demo's (``.demo/landing`` of ``make run``, ``.org/landing`` of ``make
+run-org``; the one whose subscriber wrote last), said on stderr.
+``subscribe`` never guesses: it lands where it is told, ``landing`` by default.
 """
 
 from __future__ import annotations
@@ -30,17 +37,41 @@ from cdc_subscriber.status import read_statuses
 
 DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
 STATE_FOLDER = "_subscriber"  # inside the landing zone: a name starting with "_" is never read as events
+DEFAULT_LANDING = Path("landing")
+# Where `make run` (python -m demo) and `make run-org` (python -m demo --org) land, from the repository root.
+DEMO_LANDINGS = (Path(".demo/landing"), Path(".org/landing"))
 
 
 def state_dir_for(landing_dir: Path) -> Path:
     return Path(landing_dir) / STATE_FOLDER
 
 
+def default_landing_dir(command: str) -> Path:
+    """The landing zone when --landing-dir is not given (module docstring: the demo's, for the read commands)."""
+    if zone := os.environ.get("CDC_LANDING_ZONE"):
+        return Path(zone)
+    started = [p for p in DEMO_LANDINGS if state_dir_for(p).exists()]
+    if command != "subscribe" and not DEFAULT_LANDING.exists() and started:
+        newest = max(started, key=lambda p: state_dir_for(p).stat().st_mtime)
+        print(f"(reading the demo's landing zone {newest}; set CDC_LANDING_ZONE or --landing-dir for another)",
+              file=sys.stderr)
+        return newest
+    return DEFAULT_LANDING
+
+
+def _state_from_env() -> Path | None:
+    """CDC_SUBSCRIBER_STATE: where the subscriber keeps its state and the sensor and these commands read it."""
+    state = os.environ.get("CDC_SUBSCRIBER_STATE")
+    return Path(state) if state else None
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cdc_subscriber",
                                      description="Salesforce Pub/Sub API change events -> landing zone files.")
-    parser.add_argument("--landing-dir", type=Path, default=Path(os.environ.get("CDC_LANDING_ZONE", "landing")))
-    parser.add_argument("--state-dir", type=Path, default=None, help="default: <landing-dir>/_subscriber")
+    parser.add_argument("--landing-dir", type=Path, default=None,
+                        help="default: CDC_LANDING_ZONE, else landing (status, dead-letters: else .demo/landing)")
+    parser.add_argument("--state-dir", type=Path, default=None,
+                        help="default: CDC_SUBSCRIBER_STATE, else <landing-dir>/_subscriber")
     parser.add_argument("-v", "--verbose", action="store_true")
     commands = parser.add_subparsers(dest="command", required=True)
     sub = commands.add_parser("subscribe", help="stream change events into the landing zone until stopped")
@@ -162,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    state_dir = args.state_dir or state_dir_for(args.landing_dir)
+    args.landing_dir = args.landing_dir or default_landing_dir(args.command)
+    state_dir = args.state_dir or _state_from_env() or state_dir_for(args.landing_dir)
     commands = {"subscribe": subscribe, "status": show_status, "dead-letters": show_dead_letters}
     return commands[args.command](args, state_dir)
 

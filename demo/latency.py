@@ -19,8 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
+
 from simple_salesforce import Salesforce
 
+from resources.delta import read_table
 from salesforce_emulator.client import CaPinnedSession
 
 DEMO_INFO = Path(".demo/demo.json")
@@ -58,8 +60,8 @@ def _in_replica(warehouse: Path, record_id: str, name: str) -> bool:
     except TableNotFoundError:
         return False
     # The cast: delta-rs writes some files' strings as string_view, and `equal` has no (string, string_view) kernel.
-    rows = table.to_pyarrow_dataset().to_table(columns=["Name"],
-                                               filter=pc.field("Id").cast(pa.string()) == record_id)
+    rows = read_table(table, columns=["Name"],
+                      filter=pc.field("Id").cast(pa.string()) == record_id)
     return rows.num_rows > 0 and rows["Name"][0].as_py() == name
 
 

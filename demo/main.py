@@ -55,8 +55,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _banner(ui_url: str, emu, root: Path, log_file: Path, spark: str) -> str:  # type: ignore[no-untyped-def]
-    landing = (f"  CDC subscriber     Pub/Sub API {emu.pubsub_address} -> landing zone; status: python -m "
-               f"cdc_subscriber --landing-dir {root / 'landing'} status (log {root / 'subscriber.log'})"
+    status = ("python -m cdc_subscriber status" if root == REPO / ".demo"
+              else f"python -m cdc_subscriber --landing-dir {root / 'landing'} status")
+    landing = (f"  CDC subscriber     Pub/Sub API {emu.pubsub_address} -> landing zone; status: {status} "
+               f"(log {root / 'subscriber.log'})"
                if emu.events is not None else "  CDC                the emulator writes the landing files itself")
     return "\n".join([
         "",
@@ -69,6 +71,8 @@ def _banner(ui_url: str, emu, root: Path, log_file: Path, spark: str) -> str:  #
         f"  changefeeds        {root / 'changefeed'}   (read: cdc_assets/changefeed/reader.py)",
         f"  Dagster log        {log_file}",
         "  latency probe      python -m demo.latency",
+        "  commands           in another shell: source .venv/bin/activate (README, top)",
+        "  on purpose         gap events and overflows (GAP_OVERFLOW -> resync) are injected: README \"The demo\"",
         "  Ctrl-C stops everything.",
         "",
     ])

@@ -66,6 +66,33 @@ CHECKPOINT_EVERY = 10
 CHANGE_FEED = "delta.enableChangeDataFeed"
 
 
+def arrow_dataset(table: DeltaTable, *, prune=None) -> ds.Dataset:
+    """The snapshot's rows as a pyarrow dataset over its files, without delta-rs' filesystem (module docstring).
+
+    `prune`: a `file_pruning_predicate` for `file_uris` (tuple filters or SQL) naming the files worth opening.
+    """
+    features = set(table.protocol().reader_features or ())
+    if features & {"deletionVectors", "columnMapping"}:
+        raise ValueError(f"Delta table {table.table_uri} uses reader features {sorted(features)} that this reader "
+                         "does not apply; read it with DataFusion (deltalake.QueryBuilder) instead")
+    schema = pa.schema(table.schema().to_arrow())
+    partition_columns = table.metadata().partition_columns
+    partitioning = (ds.partitioning(pa.schema([schema.field(c) for c in partition_columns]), flavor="hive")
+                    if partition_columns else None)
+    files = table.file_uris(file_pruning_predicate=prune or None)
+    root = table.table_uri.removeprefix("file://").rstrip("/")
+    filesystem, base = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
+    paths = [f if "://" not in f else pafs.FileSystem.from_uri(f)[1] for f in files]
+    return ds.dataset(paths, schema=schema, format="parquet", filesystem=filesystem, partitioning=partitioning,
+                      partition_base_dir=base)
+
+
+def read_table(table: DeltaTable, *, columns: Sequence[str] | None = None, filter: ds.Expression | None = None,
+               prune=None) -> pa.Table:
+    """The snapshot's rows (matching `filter`, only `columns`) as one Arrow table, through `arrow_dataset`."""
+    return arrow_dataset(table, prune=prune).to_table(columns=list(columns) if columns else None, filter=filter)
+
+
 class ConcurrentWriteError(RuntimeError):
     """Another writer committed to a table after this writer read its checkpoint: this commit was rejected."""
 
@@ -125,8 +152,8 @@ class DeltaWarehouse(dg.ConfigurableResource):
         statistics in the Delta log rule them out are never opened. (An append-only table such as change_events
         gains files with every run: without this, each read opened every one of them.)
         """
-        dataset = table.to_pyarrow_dataset(file_pruning_predicate=[*(partitions or []), *(prune or [])] or None)
-        return dataset.to_table(filter=filter, columns=list(columns) if columns else None)
+        return read_table(table, filter=filter, columns=columns,
+                          prune=[*(partitions or []), *(prune or [])] or None)
 
     def read_keys(self, table: DeltaTable, *, key_column: str, keys: Sequence[str], partitions=None) -> pa.Table:
         """Rows whose `key_column` is in `keys`, from the files `partitions` leaves, streamed batch by batch.
@@ -135,7 +162,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         partitions of a large table). The key filter runs on each batch after a cast: a pushed-down `isin` fails
         on files whose strings delta-rs wrote as string_view.
         """
-        dataset = table.to_pyarrow_dataset(file_pruning_predicate=partitions)
+        dataset = arrow_dataset(table, prune=partitions)
         wanted = pa.array(sorted(set(keys)), pa.string())
         matches = []
         for batch in dataset.to_batches():

@@ -62,7 +62,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
-from spark_ops.parse import ID_PATTERN, flattened_sql, parse_lines, value_errors_sql
+from spark_ops.parse import ID_PATTERN, flattened_sql, parse_lines, protected_sql, value_errors_sql
 from spark_ops.schema import ObjectSchema
 from spark_ops.sql import in_list, literal, run_sql
 
@@ -141,7 +141,7 @@ canonical AS (
   SELECT source_file, source_line, raw, entity, array(_id) AS record_ids, {literal(SNAPSHOT)} AS change_type,
          commit_ts, CAST({LAST_IN_INSTANT} AS bigint) AS commit_number,
          concat({literal(KEY_PREFIX)}, _uuid) AS transaction_key, sequence_number, CAST(NULL AS bigint) AS replay_id,
-         map_concat({utc_datetimes_sql(schemas, flattened_sql(schemas, '_fields_raw'))},
+         map_concat({protected_sql(schemas, utc_datetimes_sql(schemas, flattened_sql(schemas, '_fields_raw')))},
                     map({literal(SNAPSHOT_DELETED)}, CASE WHEN _deleted THEN 'true' ELSE 'false' END)) AS fields,
          CAST(array() AS array<string>) AS diff_fields, _read_method AS change_origin,
          CAST(NULL AS string) AS commit_user, coalesce({typed}, false) AS typed,

@@ -34,6 +34,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
+from spark_ops.protect import protected_map_sql, selected_names_sql
 from spark_ops.schema import ObjectSchema, spark_type
 from spark_ops.sql import in_list, literal, run_sql
 
@@ -147,9 +148,20 @@ def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
 
 
 def _set_fields(schemas: dict[str, ObjectSchema], fields: str, names: str) -> str:
-    """Names set by a change: the keys of its (flattened) `fields` plus the field names in `names` (nulledFields, or
-    stored set_fields), mapped by `_mapped_names`."""
-    return f"array_sort(array_union(map_keys({fields}), {_mapped_names(schemas, names)}))"
+    """Names set by a change: the keys of its (flattened, protected) `fields` plus the field names in `names`
+    (nulledFields, or stored set_fields), mapped by `_mapped_names`, less those `fields:` leaves out."""
+    return f"array_sort(array_union(map_keys({fields}), {_selected_names(schemas, _mapped_names(schemas, names))}))"
+
+
+def protected_sql(schemas: dict[str, ObjectSchema], fields: str) -> str:
+    """The flattened map `fields` per entity without the fields replication.yaml's `fields:` leaves out and with
+    its `hash:` fields hashed (spark_ops/protect.py): applied where change rows are built, before they are stored."""
+    return _per_entity(schemas, lambda schema: protected_map_sql(schema, fields), fields)
+
+
+def _selected_names(schemas: dict[str, ObjectSchema], names: str) -> str:
+    """The field names `names` per entity, less those `fields:` leaves out."""
+    return _per_entity(schemas, lambda schema: selected_names_sql(schema, names), names)
 
 
 # What a value of each non-text column type must look like (as the JSON text of the value). Spark's own casts are
@@ -222,9 +234,10 @@ def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
     """`parse_lines` as one query over `{lines}`."""
     typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
     return f"""WITH {_DECODE},
-flat AS (SELECT * EXCEPT (_fields_raw), {flattened_sql(schemas, '_fields_raw')} AS fields FROM decoded),
+flat AS (SELECT * EXCEPT (_fields_raw), {flattened_sql(schemas, '_fields_raw')} AS _flat FROM decoded),
+protected AS (SELECT * EXCEPT (_flat), {protected_sql(schemas, '_flat')} AS fields FROM flat),
 fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed,
-                   {_mapped_names(schemas, "_diffs")} AS diff_fields FROM flat),
+                   {_selected_names(schemas, _mapped_names(schemas, "_diffs"))} AS diff_fields FROM protected),
 reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded)
 SELECT *, CASE WHEN quarantine_reason IS NULL THEN {value_errors_sql(schemas)} END AS value_error FROM reasoned"""
 
@@ -281,8 +294,10 @@ def normalize_changes(changes: DataFrame, schema: ObjectSchema) -> DataFrame:
     Idempotent: a row parsed with the same describe() comes out as it went in."""
     schemas = {schema.name: schema}
     checked = run_sql(changes.sparkSession, f"""
-WITH flat AS (SELECT * EXCEPT (fields, set_fields), {flattened_sql(schemas, 'fields')} AS fields,
+WITH flat AS (SELECT * EXCEPT (fields, set_fields), {flattened_sql(schemas, 'fields')} AS _flat,
                      set_fields AS _names FROM {{changes}}),
-fielded AS (SELECT * EXCEPT (_names), {_set_fields(schemas, 'fields', '_names')} AS set_fields FROM flat)
+protected AS (SELECT * EXCEPT (_flat), CASE WHEN coalesce(typed, false) THEN _flat
+                                            ELSE {protected_sql(schemas, '_flat')} END AS fields FROM flat),
+fielded AS (SELECT * EXCEPT (_names), {_set_fields(schemas, 'fields', '_names')} AS set_fields FROM protected)
 SELECT * EXCEPT (typed), true AS typed, {value_errors_sql(schemas)} AS value_error FROM fielded""", changes=changes)
     return checked.transform(_gapped).select(*changes.columns, "value_error")

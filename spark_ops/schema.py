@@ -6,12 +6,19 @@ fields minus compound parents, formula fields, and the two fields CDC never carr
 of each, and how compound fields nested in an event (`BillingAddress: {"City": ...}`) map to component columns.
 This is the one answer to "which fields replicate": parsing (spark_ops/parse.py), the fields asked of the org
 (`org_fields`: resync, reconcile, poll) and the check for fields describe() does not know (`knows`) all read it.
+
+**Field selection and hashing** (replication.yaml `fields: {include | exclude}`, `hash:`; issue 19) are decided
+here too, once, from describe(): a field not selected is no column, is never asked of the org, and is dropped from
+events (`selects`; it still counts as known, so it triggers no describe refresh); `Id` and the record's position
+field are always selected; a compound parent name stands for its components. `hashed` names text columns whose
+values are stored as SHA-256 digests (spark_ops/protect.py applies them on every write path).
 Everything here is pure metadata: no Spark session, no I/O.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -90,9 +97,54 @@ class ObjectSchema:
     bucket_chars: int = DEFAULT_BUCKET_CHARS
     position_field: str | None = "SystemModstamp"  # the first of POSITION_FIELDS describe() has (None: none)
     has_is_deleted: bool = True  # setup objects may have no IsDeleted (and no recycle bin)
+    include: frozenset[str] | None = None  # selected fields (None: all but `exclude`), compound parents expanded
+    exclude: frozenset[str] = frozenset()
+    hashed: frozenset[str] = frozenset()  # text columns stored as salted SHA-256 (spark_ops/protect.py)
+    redact_quarantine: bool = False  # quarantined lines lose the hashed and left-out fields (cdc_assets/quarantine.py)
 
     @classmethod
-    def from_describe(cls, describe: dict, *, bucket_chars: int = DEFAULT_BUCKET_CHARS) -> ObjectSchema:
+    def from_describe(cls, describe: dict, *, bucket_chars: int = DEFAULT_BUCKET_CHARS,
+                      include: Iterable[str] | None = None, exclude: Iterable[str] = (),
+                      hashed: Iterable[str] = (), redact_quarantine: bool = False) -> ObjectSchema:
+        full = dataclasses.replace(cls._all_fields(describe, bucket_chars), redact_quarantine=redact_quarantine)
+        if include is None and not exclude and not hashed:
+            return full
+        return full.selected(include=include, exclude=exclude, hashed=hashed)
+
+    def selected(self, *, include: Iterable[str] | None, exclude: Iterable[str], hashed: Iterable[str]
+                 ) -> ObjectSchema:
+        """This schema with only the selected columns, and `hashed` recorded (ValueError says what is wrong)."""
+        known = {*self.column_names, *self.compound}
+
+        def expand(names: Iterable[str], key: str) -> frozenset[str]:
+            names = list(names)
+            if unknown := sorted(set(names) - known):
+                raise ValueError(f"{self.name}: `{key}` names {', '.join(unknown)}, which describe() does not have "
+                                 "as replicated fields (formula fields and compound parents' parts count by their "
+                                 "own names); fix the names in replication.yaml")
+            return frozenset(c for n in names for c in (self.compound[n].values() if n in self.compound else [n]))
+
+        required = {"Id"} | ({self.position_field} & set(self.column_names))
+        keep = None if include is None else expand(include, "fields.include") | required
+        drop = expand(exclude, "fields.exclude") - required
+        protect = expand(hashed, "hash")
+        schema = dataclasses.replace(self, include=keep, exclude=drop)
+        types = dict(self.columns)
+        for name in sorted(protect):
+            if not schema.selects(name):
+                raise ValueError(f"{self.name}: `hash` names {name}, which `fields` leaves out: keep one of the two")
+            if name == "Id" or spark_type(types[name]) != T.StringType():
+                raise ValueError(f"{self.name}: `hash` names {name} ({types[name]}): only text fields other than Id "
+                                 "can be hashed; remove it from `hash` (or exclude it with `fields`)")
+        columns = tuple(c for c in self.columns if schema.selects(c[0]))
+        return dataclasses.replace(schema, columns=columns, hashed=protect)
+
+    def selects(self, name: str) -> bool:
+        """Whether field `name` replicates under `fields` (a field describe() lacks: when `include` allows it)."""
+        return name not in self.exclude and (self.include is None or name in self.include)
+
+    @classmethod
+    def _all_fields(cls, describe: dict, bucket_chars: int) -> ObjectSchema:
         fields = describe["fields"]
         parents = {f["compoundFieldName"] for f in fields if f.get("compoundFieldName")}
         parents |= {f["name"] for f in fields if f.get("type") in COMPOUND_TYPES}
@@ -130,9 +182,9 @@ class ObjectSchema:
 
     def knows(self, name: str) -> bool:
         """Whether an event field `name` has a place here: a column, a compound part or parent, or a field that
-        never becomes a column (formula, `ORG_ONLY_FIELDS`)."""
+        never becomes a column (formula, `ORG_ONLY_FIELDS`), or one `fields` leaves out."""
         return name in self.ignored or name in self.compound or name in self.dotted_names or \
-            name in set(self.column_names)
+            name in set(self.column_names) or not self.selects(self.dotted_names.get(name, name))
 
     @property
     def person_name_parts(self) -> list[str]:
@@ -150,7 +202,7 @@ class ObjectSchema:
     def with_columns(self, extra: dict[str, str]) -> ObjectSchema:
         """This schema plus fields seen later (schema evolution: added, never dropped)."""
         known = set(self.column_names)
-        added = tuple((n, t) for n, t in extra.items() if n not in known)
+        added = tuple((n, t) for n, t in extra.items() if n not in known and self.selects(n))
         return dataclasses.replace(self, columns=self.columns + added)
 
     def spark_schema(self) -> T.StructType:

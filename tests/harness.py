@@ -12,7 +12,7 @@ from deltalake import DeltaTable
 
 from cdc_assets.assets import replica_key
 from definitions import build_defs
-from resources.delta import CHANGE_EVENTS, QUARANTINE
+from resources.delta import CHANGE_EVENTS, QUARANTINE, read_table
 
 
 def write_config(path: Path, describe_dir: Path | None, objects: list[str], close_after: float = 60.0,
@@ -104,11 +104,11 @@ class Platform:
         path = self.warehouse / name
         if not (path / "_delta_log").exists():
             return {}
-        return {r["Id"]: r for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+        return {r["Id"]: r for r in read_table(DeltaTable(str(path))).to_pylist()}
 
     def table(self, name: str) -> list[dict]:
         path = self.warehouse / name
-        return DeltaTable(str(path)).to_pyarrow_table().to_pylist() if (path / "_delta_log").exists() else []
+        return read_table(DeltaTable(str(path))).to_pylist() if (path / "_delta_log").exists() else []
 
     def change_events(self) -> list[dict]:
         return self.table(CHANGE_EVENTS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import date, datetime, timezone
 
+from resources.delta import read_table
 from deltalake import DeltaTable
 
 from cdc_assets.changefeed.rows import json_value
@@ -58,7 +59,7 @@ def live_rows(table: DeltaTable) -> dict[str, dict]:
     """A replica's live rows, field by field (data columns, values as a changefeed renders them): what replaying
     its feed must give."""
     out = {}
-    for row in table.to_pyarrow_table().to_pylist():
+    for row in read_table(table).to_pylist():
         if not row["_sf_deleted"]:
             out[row["Id"]] = {k: json_value(v) for k, v in row.items() if k != "Id" and not k.startswith("_sf_")}
     return out

@@ -53,7 +53,7 @@ from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.faults import fault_point
 from cdc_assets.state import REPLICA_STATE
 from resources.changefeed_store import FeedFile, FeedStore, feed_file_name
-from resources.delta import DeltaWarehouse
+from resources.delta import DeltaWarehouse, arrow_dataset
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def _batches(table: DeltaTable, size: int) -> Iterator[pa.RecordBatch]:
     """The snapshot's rows, one file after another, read without threads or read-ahead: a dataset scan reads
     several files ahead (and pre-buffers their column chunks), which holds a growing share of the table."""
     options = pads.ParquetFragmentScanOptions(pre_buffer=False)
-    for fragment in table.to_pyarrow_dataset().get_fragments():
+    for fragment in arrow_dataset(table).get_fragments():
         yield from fragment.to_batches(batch_size=size, batch_readahead=0, fragment_readahead=0, use_threads=False,
                                        fragment_scan_options=options)
 

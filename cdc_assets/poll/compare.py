@@ -35,7 +35,7 @@ from deltalake import DeltaTable
 from cdc_assets.poll.rows import newer_rows
 from cdc_assets.records import mark_deleted, records_to_text, replica_rows
 from cdc_assets.state import PollState, RefusedDeletes
-from resources.delta import aligned_arrow
+from resources.delta import aligned_arrow, read_table
 from resources.salesforce import SalesforceResource
 from spark_ops.schema import ObjectSchema
 
@@ -67,7 +67,7 @@ def org_ids(salesforce: SalesforceResource, schema: ObjectSchema) -> OrgIds:
 
 def replica_ids(table: DeltaTable) -> pa.Table:
     """Id and _sf_deleted of every replica row."""
-    rows = table.to_pyarrow_dataset().to_table(columns=["Id", "_sf_deleted"])
+    rows = read_table(table, columns=["Id", "_sf_deleted"])
     return pa.table({"Id": rows["Id"].cast(pa.string()), "_sf_deleted": pc.fill_null(rows["_sf_deleted"], False)})
 
 

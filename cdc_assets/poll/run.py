@@ -55,7 +55,7 @@ from cdc_assets.records import records_to_text, replica_rows
 from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
 from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
-from resources.delta import DeltaWarehouse, aligned_arrow
+from resources.delta import DeltaWarehouse, aligned_arrow, read_table
 from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
@@ -110,7 +110,7 @@ def _since(table, state: PollState, options: PollOptions) -> datetime | None:
     if state.cursor:
         start = datetime.fromisoformat(state.cursor.ts)
     else:
-        newest = pc.max(table.to_pyarrow_dataset().to_table(columns=["_sf_commit_ts"])["_sf_commit_ts"]).as_py()
+        newest = pc.max(read_table(table, columns=["_sf_commit_ts"])["_sf_commit_ts"]).as_py()
         if newest is None:
             return None
         start = newest

@@ -16,7 +16,7 @@ from cdc_assets.closure import Cut
 from cdc_assets.ingest import ingest
 from cdc_assets.state import IngestState
 from event_lines import event
-from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from spark_ops.schema import ObjectSchema
 
@@ -39,7 +39,7 @@ def land(zone: LandingZone, name: str, lines: list[str]) -> None:
 
 def state(warehouse: DeltaWarehouse, name: str) -> tuple[int, list[dict]]:
     table = DeltaTable(warehouse.uri(name))
-    return table.version(), sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: json.dumps(r, default=str))
+    return table.version(), sorted(read_table(table).to_pylist(), key=lambda r: json.dumps(r, default=str))
 
 
 def interleave(monkeypatch, module, point: str, first_run) -> dict:

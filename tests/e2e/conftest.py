@@ -28,7 +28,7 @@ from demo import processes
 from demo.instance import in_flight_runs, open_instance, write_dagster_home
 from demo.main import WORKSPACE
 from harness import write_config
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import OBJECTS, Workload
@@ -73,7 +73,7 @@ class Stack:
         path = self.warehouse / name
         if not (path / "_delta_log").exists():
             return {}
-        return {r["Id"]: r for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+        return {r["Id"]: r for r in read_table(DeltaTable(str(path))).to_pylist()}
 
     def feed(self, name: str) -> ChangefeedReader:
         return ChangefeedReader(str(self.root / "changefeed" / name))

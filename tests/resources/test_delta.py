@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from resources.delta import CHECKPOINT_EVERY, ConcurrentWriteError, DeltaWarehouse
+from resources.delta import CHECKPOINT_EVERY, ConcurrentWriteError, DeltaWarehouse, read_table
 
 A, B, C = "001000000000001AAA", "001000000000002AAA", "003000000000003AAA"
 
@@ -31,7 +31,7 @@ def test_a_checkpoint_every_few_commits_keeps_app_transactions_and_commit_state(
     assert table.version() == CHECKPOINT_EVERY + 1
     assert table.transaction_version("app") == CHECKPOINT_EVERY + 1
     assert warehouse.commit_state(table, "k") == {"step": CHECKPOINT_EVERY + 1}
-    assert table.to_pyarrow_table().to_pylist() == [{"Id": "001000000000001AAA", "n": CHECKPOINT_EVERY + 1}]
+    assert read_table(table).to_pylist() == [{"Id": "001000000000001AAA", "n": CHECKPOINT_EVERY + 1}]
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def warehouse(tmp_path) -> DeltaWarehouse:
 def snapshot(warehouse: DeltaWarehouse) -> tuple[int, int | None, dict, list[dict]]:
     table = warehouse.table("T")
     return (table.version(), table.transaction_version("apply"), warehouse.commit_state(table, "k"),
-            sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: r["Id"]))
+            sorted(read_table(table).to_pylist(), key=lambda r: r["Id"]))
 
 
 def test_a_second_merge_from_the_same_read_version_fails_and_leaves_the_first_writers_table(warehouse):
@@ -91,7 +91,7 @@ def test_a_second_writer_creating_a_table_that_now_exists_fails(tmp_path):
     warehouse.append("T", rows([A], 1), read=None, partition_by=["bucket"], key="k", state={}, txns={"apply": 1})
     with pytest.raises(ConcurrentWriteError, match="after this run found no table"):
         warehouse.append("T", rows([A], 1), read=None, partition_by=["bucket"], key="k", state={}, txns={"apply": 1})
-    assert warehouse.table("T").version() == 0 and warehouse.table("T").to_pyarrow_table().num_rows == 1
+    assert warehouse.table("T").version() == 0 and read_table(warehouse.table("T")).num_rows == 1
 
 
 def test_writers_that_read_after_each_other_both_commit(warehouse):
@@ -114,4 +114,4 @@ def test_an_overwrite_that_found_no_table_creates_it_once(tmp_path):
             with pytest.raises(ConcurrentWriteError, match="found no table"):
                 warehouse.overwrite("T", reader, read=None, partition_by=["bucket"], key="k", state={},
                                     txns={"apply": 0})
-    assert warehouse.table("T").to_pyarrow_table().to_pylist() == [{"Id": A, "bucket": "001", "n": 0}]
+    assert read_table(warehouse.table("T")).to_pylist() == [{"Id": A, "bucket": "001", "n": 0}]

@@ -22,7 +22,7 @@ from cdc_assets.faults import InjectedFault
 from cdc_assets.state import REPLICA_STATE
 from resources.changefeed_store import IDENTITY, RESOLVED
 from settings import REPO
-from resources.delta import CHANGE_FEED, DeltaWarehouse, table_configuration
+from resources.delta import CHANGE_FEED, DeltaWarehouse, read_table, table_configuration
 
 SCHEMA = json.loads(DEBEZIUM_SCHEMA.read_text())
 TS = pa.timestamp("us", tz="UTC")
@@ -71,7 +71,7 @@ class Replica:
 
     def live(self) -> dict[str, dict]:
         """The replica's live rows, data columns only, as the feed renders values."""
-        table = self.warehouse.table(self.name).to_pyarrow_table()
+        table = read_table(self.warehouse.table(self.name))
         out = {}
         for r in table.to_pylist():
             if not r["_sf_deleted"]:

@@ -1,0 +1,63 @@
+"""The hash's three forms agree value for value, and field selection refuses what it cannot do (issue 19 item 4).
+
+`hash_text` (hashlib) is the definition; `hashed_sql` (Spark's sha2) writes the CDC and Datastream paths and
+`hash_arrow` the resync, reconcile and poll paths: a digest of one value must be the same whichever path wrote
+it, or joins across paths and the per-record guard would see two values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pyarrow as pa
+import pytest
+
+from settings import SAMPLE
+from spark_ops.protect import hash_arrow, hash_text, hashed_sql
+from spark_ops.schema import ObjectSchema
+
+SALT = "s3cr3t-salt"
+VALUES = ["ada@example.com", "+1 (555) 010-0199", "Ünïcødé ✓ 𝄞", "x", "", None]
+
+
+def test_hash_text_is_salted_sha256_and_keeps_null_and_empty_null():
+    assert hash_text("ada@example.com", SALT) == hashlib.sha256(b"s3cr3t-saltada@example.com").hexdigest()
+    assert hash_text("ada@example.com", "other") != hash_text("ada@example.com", SALT)
+    assert hash_text("", SALT) is None and hash_text(None, SALT) is None
+
+
+def test_the_spark_and_arrow_forms_agree_with_the_definition(spark):
+    frame = spark.createDataFrame([(v,) for v in VALUES], "v string")
+    spark_digests = [r[0] for r in frame.selectExpr(hashed_sql("v", SALT)).collect()]
+    arrow_digests = hash_arrow(pa.array(VALUES, pa.string()), SALT).to_pylist()
+    expected = [hash_text(v, SALT) for v in VALUES]
+    assert spark_digests == expected and arrow_digests == expected
+
+
+def _account() -> dict:
+    return json.loads((SAMPLE / "describe" / "Account.json").read_text())
+
+
+def test_include_keeps_id_and_expands_compound_names():
+    schema = ObjectSchema.from_describe(_account(), include=["Name", "BillingAddress"])
+    assert schema.column_names[:2] == ["Id", "Name"] and "BillingCity" in schema.column_names
+    assert "Industry" not in schema.column_names and "Industry" not in schema.org_fields
+    assert schema.knows("Industry")  # left out, not unknown: no describe refresh for it
+
+
+def test_exclude_drops_columns_and_org_fields():
+    schema = ObjectSchema.from_describe(_account(), exclude=["Industry"], hashed=["Name"])
+    assert "Industry" not in schema.org_fields and schema.hashed == frozenset({"Name"})
+    assert schema.with_columns({"Industry": "picklist"}).column_names == schema.column_names
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"hashed": ["AnnualRevenue"]}, "only text fields other than Id can be hashed"),
+    ({"hashed": ["Id"]}, "only text fields other than Id can be hashed"),
+    ({"exclude": ["Nmae"]}, "describe\\(\\) does not have"),
+    ({"include": ["Name"], "hashed": ["Industry"]}, "which `fields` leaves out"),
+])
+def test_selection_refuses_what_it_cannot_do(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ObjectSchema.from_describe(_account(), **kwargs)

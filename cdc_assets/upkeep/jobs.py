@@ -8,7 +8,6 @@ asset (`salesforce/<Object>`, `change_events`): numeric metadata (files and byte
 rows trimmed, seconds), which the UI plots on the asset's page. Jobs are tagged `cdc/upkeep=<table>`.
 """
 
-from __future__ import annotations
 
 import time
 from datetime import datetime, timezone

@@ -7,7 +7,7 @@
 - `acknowledge_quarantine`: marks quarantined lines reviewed up to `until` (ISO instant; empty: the newest
   quarantined line), so the checks `quarantine_empty` pass again (cdc_assets/checks.py).
 - `pause_replication` / `resume_replication` (config `objects: [Account]`): the flag of pause.py.
-- `replica_status_sensor` (sensors/replica_status.py... here as `build_status_sensor`): per object an observation
+- `replica_status_sensor` (`build_status_sensor`): per object an observation
   of its replica asset with `lag_seconds`, `dirty_records`, `last_error`, `api_calls_today` (the object's own runs)
   and the org's `api_used_today` / `api_limit` (Sforce-Limit-Info), and `paused`; numbers plot on the asset page.
 """
@@ -135,7 +135,8 @@ def last_error(instance: dg.DagsterInstance, name: str) -> str:
         return ""
     latest = instance.get_latest_materialization_event(replica_key(name))
     record = failed[0]
-    if latest is not None and latest.timestamp > (record.end_time or 0):
+    ended = record.end_time or record.update_timestamp.timestamp()
+    if latest is not None and latest.timestamp > ended:
         return ""
     failures = instance.all_logs(record.dagster_run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
     message = next((e.dagster_event.step_failure_data.error.message.strip() for e in failures

@@ -28,10 +28,10 @@ def paused_objects(instance: dg.DagsterInstance, names: list[str]) -> set[str]:
 
 def set_paused(instance: dg.DagsterInstance, name: str, paused: bool, *, at: str) -> None:
     """Pause (`paused`) or resume `name`; a resume also records when (`at`), for the catch-up run's key."""
-    values = {PAUSED_PREFIX + name: at if paused else ""}
+    # One key per call: the SQL storages' upsert of several keys at once skips the new ones when one exists.
+    instance.run_storage.set_cursor_values({PAUSED_PREFIX + name: at if paused else ""})
     if not paused:
-        values[RESUMED_PREFIX + name] = at
-    instance.run_storage.set_cursor_values(values)
+        instance.run_storage.set_cursor_values({RESUMED_PREFIX + name: at})
 
 
 def resumed_at(instance: dg.DagsterInstance, names: list[str]) -> dict[str, str]:

@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import time
+
 import dagster as dg
 import pyarrow as pa
 import pytest
@@ -141,6 +143,7 @@ def test_status_reports_lag_dirty_last_error_api_calls_and_pause(platform):
     assert status["dirty_records"].value == 1
     assert status["lag_seconds"].value > 3600  # events of 2025
     assert status["last_error"].value == "" and status["api_used_today"].value == 7
+    time.sleep(1.1)  # run records keep whole seconds: the failure must come after the materialization
     failed = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.FAILURE,
                                  tags={"cdc/object.Account": "1"})
     assert last_error(platform.instance, "Account").startswith(failed.run_id[:8])

@@ -87,7 +87,7 @@ def run(*, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: fl
             landed = 0
             while landed < events or n == 0:
                 if n:
-                    workload.run(changes=30)
+                    workload.run(changes=max(1, events // 80))  # ~80 events a transaction (measured)
                 for p in emu.flush_cdc():
                     landed += sum(1 for _ in p.open())
                     shutil.copy2(p, landing / f"{n:05d}-{p.name}")
@@ -118,7 +118,8 @@ def run(*, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: fl
     third = max(len(records) // 3, 1)
     windows = {"first": records[:third], "middle": records[third:2 * third], "last": records[-third:]}
     return {
-        "runs_measured": len(records), "runs_asked": runs, "events_per_run": statistics.median(r["events"] for r in records),
+        "runs_measured": len(records), "runs_asked": runs,
+        "events_per_run": statistics.median(r["events"] for r in records),
         "upkeep_every": every if upkeep else None,
         "windows": {w: {"runs": f"{rs[0]['run']}-{rs[-1]['run']}", "wall_s": window(rs, "wall_s"),
                         **{f"load_{t}_s": window(rs, f"load_{t}_s") for t in TABLES},

@@ -9,7 +9,8 @@ row's `fields` is set to null (the row is *trimmed*) when both hold:
    replica could read again: its apply checkpoint (`cdc_apply`), lowered to just before a held transaction or a
    pending resync's replay start (`ReplicaState`); 0 for a replica with no table yet (it may replay everything).
    Rows of an entity no replica follows have no such reader (their floor is the newest ingest);
-2. **it is older than the horizon**: its `commit_ts` is older than `change_events_retention_hours` (at least the org's 72 h event retention plus a margin: config.py validates).
+2. **it is older than the horizon**: its `commit_ts` is older than `change_events_retention_hours` (at least the
+   org's 72 h event retention plus a margin: config.py validates).
    Salesforce re-delivers nothing older than 72 h, a reconcile applies only events newer than a record's current
    SystemModstamp (every change at or before that instant is already in it), and a resync's snapshot supersedes
    every older event; so past the horizon no code path applies a payload again.

@@ -51,8 +51,8 @@ def evaluate(platform: Platform, name: str, cursor: str | None = None):
 def launch(platform: Platform, job: str, config: dict | None = None, raise_on_error: bool = True):
     """The run the launchpad starts for `job` with `config` (the job's own preset when None)."""
     kwargs = {"run_config": config} if config is not None else {}
-    return platform.defs.resolve_job_def(job).execute_in_process(instance=platform.instance, raise_on_error=raise_on_error,
-                                                             **kwargs)
+    job_def = platform.defs.resolve_job_def(job)
+    return job_def.execute_in_process(instance=platform.instance, raise_on_error=raise_on_error, **kwargs)
 
 
 @pytest.fixture

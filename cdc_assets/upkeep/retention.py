@@ -3,7 +3,8 @@
 change_events is append-only and grows with every event ever landed. Most of a row is its payload (`fields`: the
 values the event set); the rest is its identity and position. A row's payload is needed only by the replica of its
 entity until that replica has applied it for good, and by nothing once it is older than any re-delivery. So a
-row's `fields` is set to null (the row is *trimmed*) when both hold:
+row's `fields` is emptied (the row is *trimmed*: an empty map, the shape a gap row's `fields` has, so any reader
+that meets one handles it as it handles a gap row's) when both hold:
 
 1. **its replica is done with it**: `_ingest_seq <= floor(entity)`, the lowest ingest sequence the entity's
    replica could read again: its apply checkpoint (`cdc_apply`), lowered to just before a held transaction or a
@@ -44,7 +45,7 @@ from cdc_assets.upkeep.compact import checkpoint_if_moved
 
 
 
-TRIMMED = "fields"  # the payload column set to null
+TRIMMED = "fields"  # the payload column, emptied
 
 
 def replay_floor(warehouse: DeltaWarehouse, name: str) -> int:
@@ -81,7 +82,7 @@ def stored_entities(table: DeltaTable) -> list[str]:
 def trim_predicate(entity: str, floor: int, horizon: datetime) -> str:
     at = _sql_literal(horizon.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
     ts = "'Timestamp(Microsecond, Some(\"UTC\"))'"
-    return (f"entity = {_sql_literal(entity)} AND _ingest_seq <= {int(floor)} AND cardinality({TRIMMED}) IS NOT NULL "
+    return (f"entity = {_sql_literal(entity)} AND _ingest_seq <= {int(floor)} AND cardinality({TRIMMED}) > 0 "
             f"AND commit_ts < arrow_cast({at}, {ts})")
 
 
@@ -99,7 +100,7 @@ def trim_payloads(warehouse: DeltaWarehouse, replicated: list[str], *, retention
     for entity, floor in per_entity.items():
         if floor <= 0:
             continue
-        metrics = table.update(updates={TRIMMED: "NULL"}, predicate=trim_predicate(entity, floor, horizon))
+        metrics = table.update(updates={TRIMMED: "map([], [])"}, predicate=trim_predicate(entity, floor, horizon))
         trimmed += int(metrics.get("num_updated_rows", 0))
     checkpoint_if_moved(warehouse.table(CHANGE_EVENTS), trimmed)
     return Trimmed(trimmed, horizon.isoformat(), per_entity)

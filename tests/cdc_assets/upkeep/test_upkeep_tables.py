@@ -110,8 +110,8 @@ def test_retention_trims_payloads_below_the_floor_and_keeps_identities(platform)
     after = rows(ce, "select transaction_key, _ingest_seq, fields, set_fields, event_key from t")
     assert len(after) == total  # no row removed
     assert trimmed.rows_trimmed == sum(r["_ingest_seq"] <= floor for r in after) > 0
-    assert all((r["fields"] is None) == (r["_ingest_seq"] <= floor) for r in after)
-    assert [r["fields"] for r in after if r["transaction_key"] == "open"] != [None]  # held: kept
+    assert all((not r["fields"]) == (r["_ingest_seq"] <= floor) for r in after)
+    assert [bool(r["fields"]) for r in after if r["transaction_key"] == "open"] == [True]  # held: kept
     assert all(r["event_key"] and r["set_fields"] for r in after)  # identities and field names stay
 
     # Nothing newer than the horizon is touched, whatever the floor.

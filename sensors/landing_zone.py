@@ -165,15 +165,18 @@ REASON_RESUME = "catch up after resume"
 
 
 def resume_request(instance: dg.DagsterInstance, replication: ReplicationConfig) -> dg.RunRequest | None:
-    """One run of every object resumed since it was last caught up (none paused now); the run key names each
-    resume, so each is asked once."""
+    """One run of the objects resumed (and not paused again) whose resume no catch-up run carries yet (tag
+    `cdc/resumed.<Name>` = when it was resumed), so each resume is asked once."""
     paused = paused_objects(instance, replication.names)
-    resumed = {n: at for n, at in resumed_at(instance, replication.names).items() if n not in paused}
-    if not resumed:
+    due = {n: at for n, at in resumed_at(instance, replication.names).items()
+           if n not in paused and not runs_tagged(instance, {resumed_tag(n): at}, limit=1)}
+    if not due:
         return None
-    key = "resume-" + "-".join(f"{n}@{at}" for n, at in sorted(resumed.items()))
-    if runs_tagged(instance, {TAG_REASON: REASON_RESUME, "cdc/resume": key}, limit=1):
-        return None
-    return dg.RunRequest(run_key=key, asset_selection=[replica_key(n) for n in sorted(resumed)],
-                         tags={TAG_REASON: REASON_RESUME, "cdc/resume": key[:200],
-                               **{object_tag(n): "1" for n in resumed}})
+    return dg.RunRequest(run_key="resume-" + "-".join(f"{n}@{at}" for n, at in sorted(due.items())),
+                         asset_selection=[replica_key(n) for n in sorted(due)],
+                         tags={TAG_REASON: REASON_RESUME, **{resumed_tag(n): at for n, at in due.items()},
+                               **{object_tag(n): "1" for n in due}})
+
+
+def resumed_tag(name: str) -> str:
+    return f"cdc/resumed.{name}"

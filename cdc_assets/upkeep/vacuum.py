@@ -16,6 +16,8 @@ from cdc_assets.upkeep.compact import checkpoint_if_moved
 
 @dataclass(frozen=True)
 class Vacuumed:
+    """`files_deleted`: the files delta-rs listed as vacuumed, i.e. every tombstone still in the log older than the
+    retention, including files an earlier vacuum already deleted (it grows with the table's history)."""
     files_deleted: int
     retention_hours: int
 

@@ -17,6 +17,8 @@ from cdc_assets.assets import build_change_events_asset, build_replica_asset, la
 from cdc_assets.changefeed.export import build_changefeed_assets
 from cdc_assets.checks import build_replica_checks
 from cdc_assets.config import LoadedConfig, load_location_config, read_config
+from cdc_assets.upkeep.jobs import build_upkeep
+from cdc_assets.upkeep.operate import build_operator_jobs, build_status_sensor
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource, salesforce_resource_from_env
@@ -45,7 +47,11 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         *build_changefeed_assets(replication=replication),
     ]
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
+    upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (cdc_assets/upkeep/), each job in its table's pool
+        replication=replication, default_status=dg.DefaultScheduleStatus(status.value))
     return dg.Definitions(
+        jobs=[*upkeep_jobs, *build_operator_jobs(replication=replication)],  # + what a person runs from the UI
+        schedules=upkeep_schedules,
         assets=assets,
         # One process per run: every step shares one Spark session instead of starting a JVM per step.
         executor=dg.in_process_executor,
@@ -57,7 +63,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
                  *build_poll_sensors(replication=replication, default_status=status),
                  *build_changefeed_sensors(replication=replication, default_status=status),
                  build_run_liveness_sensor(default_status=status),
-                 build_config_sensor(loaded=loaded, default_status=status)],
+                 build_config_sensor(loaded=loaded, default_status=status),
+                 build_status_sensor(replication=replication, default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),
             "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),

@@ -66,7 +66,7 @@ DESCRIPTIONS = {
     NO_STALE_DIRTY: "No record has been dirty (awaiting reconciliation) longer than the threshold "
                     f"(replication.yaml options.{DIRTY_THRESHOLD_OPTION}).",
     QUARANTINE_EMPTY: "No line quarantined since the last acknowledgement. After reviewing _quarantine, acknowledge "
-                      "with cdc_assets.checks.acknowledge_quarantine(warehouse, until=<newest quarantined_at>).",
+                      "from the UI: launch the job acknowledge_quarantine (README 'Operating from the UI').",
     FRESHNESS: "The newest applied change is recent enough "
                f"(replication.yaml options.{FRESHNESS_OPTION}; a quiet org also trips it).",
     POLL_HARD_DELETES: "The last Id comparison with the org applied its deletes: it did not refuse to soft-delete "
@@ -199,6 +199,15 @@ def acknowledge_quarantine(warehouse: DeltaWarehouse, until: datetime) -> int | 
                             txns={QUARANTINE_ACK: micros}).version()
 
 
+def newest_quarantined_at(warehouse: DeltaWarehouse) -> datetime | None:
+    """When the newest line was quarantined (None: nothing ever was): what an acknowledgement of everything names."""
+    table = warehouse.table(QUARANTINE)
+    if table is None:
+        return None
+    rows = warehouse.read(table, columns=["quarantined_at"])
+    return pc.max(rows["quarantined_at"]).as_py() if rows.num_rows else None
+
+
 def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
     table = warehouse.table(QUARANTINE)
     if table is None:
@@ -216,8 +225,8 @@ def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
     return _result(QUARANTINE_EMPTY, False, meta,
                    f"{rows.num_rows} lines quarantined since the last acknowledgement (examples in metadata; raw "
                    f"text in {warehouse.uri(QUARANTINE)}). Fix the subscriber or re-land corrected events, then "
-                   f"acknowledge: cdc_assets.checks.acknowledge_quarantine(warehouse, until="
-                   f"datetime.fromisoformat('{_iso(newest)}')).")
+                   f"acknowledge: launch the job acknowledge_quarantine from the UI (config until: "
+                   f"'{_iso(newest)}', or empty for everything so far).")
 
 
 def check_freshness(table: DeltaTable | None, state: ReplicaState, name: str, *, threshold: float,

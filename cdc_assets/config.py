@@ -88,6 +88,37 @@ class ObjectOptions(_Section):
         return None if section is False else section  # `changefeed: false`: set, and no feed
 
 
+ORG_EVENT_RETENTION_HOURS = 72.0  # Salesforce re-delivers change events for 72 h, never older ones
+MIN_RETENTION_MARGIN_HOURS = 12.0
+
+
+class UpkeepConfig(_Section):
+    """`options.upkeep`: how the jobs `upkeep_<Object>` and `upkeep_change_events` keep tables small (README "Table
+    upkeep")."""
+
+    schedule: str = Field("17 * * * *", description=(
+        "Cron schedule of every upkeep job (each runs in its table's pool, never beside a writer of it)."))
+    compact: bool = Field(True, description="Compact each table's small files (delta-rs optimize.compact).")
+    z_order: bool = Field(False, description=(
+        "Cluster instead of compacting: replicas by Id, change_events by _ingest_seq (optimize.z_order rewrites "
+        "every file each time)."))
+    vacuum_retention_hours: float = Field(168.0, ge=1, description=(
+        "Vacuum deletes files unreferenced for longer than this; it bounds time travel and must exceed the "
+        "changefeed's interval (a replica version's Change Data Feed must outlive its export)."))
+    change_events_retention_hours: float = Field(96.0, description=(
+        "change_events rows older than this and applied by their replica lose their payload (fields); identities "
+        "stay, so dedup and the changefeed stay exact. At least the org's 72 h event retention plus 12 h."))
+
+    @field_validator("change_events_retention_hours")
+    @classmethod
+    def _past_redelivery(cls, hours: float) -> float:
+        least = ORG_EVENT_RETENTION_HOURS + MIN_RETENTION_MARGIN_HOURS
+        if hours < least:
+            raise ValueError(f"must be at least {least:g} (Salesforce re-delivers events for "
+                             f"{ORG_EVENT_RETENTION_HOURS:g} h; a payload trimmed before that could be needed again)")
+        return hours
+
+
 class ReplicationOptions(ObjectOptions):
     """`options`: platform-wide settings, and the default of every object setting (ObjectOptions)."""
 
@@ -116,6 +147,8 @@ class ReplicationOptions(ObjectOptions):
         "The check freshness fails when a replica's newest applied change is older than this (a quiet org "
         "trips it too)."))
     # Platform-wide sections go here as a nested model and one field.
+    upkeep: UpkeepConfig = Field(default_factory=lambda: UpkeepConfig(), description=(
+        "Table upkeep (cdc_assets/upkeep/): compaction, vacuum and change_events retention, on a schedule."))
 
 
 class FieldSelection(_Section):
@@ -356,7 +389,9 @@ def reference() -> str:
         title, fields = tables.pop(0)
         out += [f"Under {title}:", "", "| Key | Default | Meaning |", "|---|---|---|"]
         for name, f in fields.items():
-            default = "required" if f.is_required() else f"`{json.dumps(f.get_default(call_default_factory=True))}`"
+            value = None if f.is_required() else f.get_default(call_default_factory=True)
+            default = "required" if f.is_required() else \
+                "a section" if isinstance(value, BaseModel) else f"`{json.dumps(value)}`"
             out.append(f"| `{f.alias or name}` | {default} | {f.description} |")
             tables += [(f"`{f.alias or name}` (a section)", section.model_fields)
                        for section in _sections(f.annotation)]

@@ -21,6 +21,9 @@ the other for as long as events landed; the cost of waiting instead is at most o
 Files whose landing run failed are requested again with backoff (as `sensors/work.py` retries replica work), with
 the attempt in the run key; until then the skip reason says when.
 
+Paused objects (cdc_assets/upkeep/pause.py) are left out of every run this sensor requests; their events are
+still ingested. After a resume, one catch-up run of the object applies what was ingested meanwhile.
+
 When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, the rule in
 `cdc_assets/closure.py`); the sensor then requests one run of every replica so that transaction is applied by all
 that hold it, without waiting for more events (retried the same way if it fails).
@@ -36,6 +39,7 @@ from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
+from cdc_assets.upkeep.pause import paused_objects, resumed_at
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone, file_set_key
 from sensors.work import IN_FLIGHT, TAG_REASON, Backoff, object_tag, replicas_to_include, retry_state
@@ -74,6 +78,8 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
                                            key=file_set_key(new)), None
         elif pending:
             request, why = _again(context, landing, replication, ce_state, pending, backoff)
+        elif catch_up := resume_request(context.instance, replication):
+            request, why = catch_up, None
         else:
             request, why = close_request(context.instance, replication, ce_state, backoff, cursor)
         return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why,
@@ -110,6 +116,7 @@ def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replicat
     entities = landing.entities_in(files)
     names = {n for n in replication.names if entities is None or n in entities}
     names |= replicas_to_include(instance, replication, ce_state)
+    names -= paused_objects(instance, replication.names)
     selection = [CHANGE_EVENTS_KEY, *[replica_key(n) for n in replication.names if n in names]]
     return dg.RunRequest(
         run_key=f"landing-{key}",
@@ -145,7 +152,31 @@ def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, 
             return None, retry.wait or "no new landing files; the newest transaction is applied"
         attempt = retry.attempt
     cursor["closed_seq"] = seq
+    names = [n for n in replication.names if n not in paused_objects(instance, replication.names)]
+    if not names:
+        return None, "every object is paused"
     return dg.RunRequest(run_key=f"close-{seq}" + (f"-{attempt}" if attempt else ""),
-                         asset_selection=[replica_key(n) for n in replication.names],
+                         asset_selection=[replica_key(n) for n in names],
                          tags={TAG_REASON: REASON_CLOSE, TAG_CLOSE_SEQ: str(seq),
-                               **{object_tag(n): "1" for n in replication.names}}), None
+                               **{object_tag(n): "1" for n in names}}), None
+
+
+REASON_RESUME = "catch up after resume"
+
+
+def resume_request(instance: dg.DagsterInstance, replication: ReplicationConfig) -> dg.RunRequest | None:
+    """One run of the objects resumed (and not paused again) whose resume no catch-up run carries yet (tag
+    `cdc/resumed.<Name>` = when it was resumed), so each resume is asked once."""
+    paused = paused_objects(instance, replication.names)
+    due = {n: at for n, at in resumed_at(instance, replication.names).items()
+           if n not in paused and not runs_tagged(instance, {resumed_tag(n): at}, limit=1)}
+    if not due:
+        return None
+    return dg.RunRequest(run_key="resume-" + "-".join(f"{n}@{at}" for n, at in sorted(due.items())),
+                         asset_selection=[replica_key(n) for n in sorted(due)],
+                         tags={TAG_REASON: REASON_RESUME, **{resumed_tag(n): at for n, at in due.items()},
+                               **{object_tag(n): "1" for n in due}})
+
+
+def resumed_tag(name: str) -> str:
+    return f"cdc/resumed.{name}"

@@ -16,6 +16,7 @@ import dagster as dg
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from resources.salesforce import SalesforceResource
+from cdc_assets.upkeep.pause import paused_objects
 from sensors.budget import budget_hold_back
 from sensors.work import TAG_MODE, TAG_REASON, in_flight, mode_run_config, object_tag
 
@@ -43,6 +44,8 @@ def _poll_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.Defa
         window = int(time.time() // interval)
         if context.cursor == str(window):
             return dg.SensorResult(skip_reason=f"{name} already polled in this {interval:g} s window")
+        if paused_objects(context.instance, [name]):
+            return dg.SensorResult(skip_reason=f"{name} is paused (resume_replication resumes it)")
         if in_flight(context.instance, name):
             return dg.SensorResult(skip_reason=f"a run of {name} is queued or in flight")
         if hold := budget_hold_back(salesforce, reserve):

@@ -11,7 +11,7 @@ Work is left alone while a run carrying it is queued or running, and retried wit
 failed; a landing run that merely includes the replica does not hold it back (that starved a resync for minutes
 under steady traffic). While the org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor
 holds back. The skip reason always says which case it is: nothing to do, waiting for run X, retry N in S s, or
-holding back for the budget.
+holding back for the budget. A paused object (cdc_assets/upkeep/pause.py) gets no work until resumed.
 
 Run keys name the materializations that asked for the work, the attempt and the last run that carried it, so a
 tick evaluated twice never requests the same work twice, and a retry is a new run.
@@ -25,6 +25,7 @@ from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
+from cdc_assets.upkeep.pause import paused_objects
 from sensors.budget import budget_hold_back
 from sensors.work import (INITIAL_LOAD, TAG_MODE, TAG_REASON, Planned, mode_run_config, object_tag, plan,
                           work_tag)
@@ -62,7 +63,8 @@ def build_reconciliation_sensor(*, replication: ReplicationConfig,
                            "replica with no table; failed work is retried with backoff.")
     def reconciliation_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource,
                               warehouse: DeltaWarehouse) -> dg.SensorResult:
-        planned = plan(context.instance, warehouse, replication)
+        paused = paused_objects(context.instance, replication.names)  # no work asked for a paused object
+        planned = [p for p in plan(context.instance, warehouse, replication) if p.work.name not in paused]
         due = [p for p in planned if p.ready]
         waiting = "; ".join(f"{p.work.describe()}: {p.retry.wait}" for p in planned if not p.ready)
         if not due:

@@ -1,0 +1,102 @@
+"""The Dagster wiring of upkeep: one job per table, its op in that table's pool, on a schedule.
+
+`upkeep_<Object>` compacts and vacuums replica `<Object>` in pool `replica_<Object>`; `upkeep_change_events`
+trims payloads past the retention (retention.py), then compacts and vacuums change_events, in pool
+`change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a step writing the same
+table: it waits for the slot like any writer. Each reports what it did as an `AssetObservation` of the table's
+asset (`salesforce/<Object>`, `change_events`): numeric metadata (files and bytes before/after, files vacuumed,
+rows trimmed, seconds), which the UI plots on the asset's page. Jobs are tagged `cdc/upkeep=<table>`.
+"""
+
+
+import time
+from datetime import datetime, timezone
+
+import dagster as dg
+
+from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.config import ReplicationConfig, UpkeepConfig
+from cdc_assets.upkeep.compact import Footprint, compact
+from cdc_assets.upkeep.retention import trim_payloads
+from cdc_assets.upkeep.vacuum import vacuum
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+
+TAG_UPKEEP = "cdc/upkeep"
+CE_JOB = "upkeep_change_events"
+REPLICA_Z_ORDER, CE_Z_ORDER = ["Id"], ["_ingest_seq"]
+
+
+def upkeep_job_name(name: str) -> str:
+    return CE_JOB if name == CHANGE_EVENTS else f"upkeep_{name}"
+
+
+def upkeep_table(warehouse: DeltaWarehouse, name: str, settings: UpkeepConfig, *,
+                 replicated: list[str] | None = None, now: datetime | None = None) -> dict[str, float]:
+    """Everything upkeep does to table `name` (trim: change_events only, then compact, then vacuum), as the
+    observation's metadata. Nothing when the table does not exist yet."""
+    table = warehouse.table(name)
+    if table is None:
+        return {}
+    started = time.perf_counter()
+    before = Footprint.of(table)
+    out: dict[str, float] = {"files_before": before.files, "bytes_before": before.bytes}
+    if name == CHANGE_EVENTS:
+        trimmed = trim_payloads(warehouse, replicated or [], retention_hours=settings.change_events_retention_hours,
+                                now=now or datetime.now(timezone.utc))
+        out["rows_trimmed"] = trimmed.rows_trimmed if trimmed else 0
+    if settings.compact or settings.z_order:
+        z_order = (CE_Z_ORDER if name == CHANGE_EVENTS else REPLICA_Z_ORDER) if settings.z_order else None
+        done = compact(warehouse, name, z_order_by=z_order)
+        out |= {"files_compacted": done.files_removed, "files_written": done.files_added} if done else {}
+    vacuumed = vacuum(warehouse, name, retention_hours=settings.vacuum_retention_hours)
+    out["files_vacuumed"] = vacuumed.files_deleted if vacuumed else 0
+    after = Footprint.of(warehouse.table(name))
+    return out | {"files_after": after.files, "bytes_after": after.bytes,
+                  "delta_version": warehouse.table(name).version(),
+                  "seconds_upkeep": round(time.perf_counter() - started, 3)}
+
+
+def _observed(key: dg.AssetKey, values: dict[str, float], description: str) -> dg.AssetObservation:
+    return dg.AssetObservation(asset_key=key, description=description,
+                               metadata={k: dg.MetadataValue.int(v) if isinstance(v, int) else
+                                         dg.MetadataValue.float(float(v)) for k, v in values.items()})
+
+
+def build_upkeep_job(*, name: str, replication: ReplicationConfig) -> dg.JobDefinition:
+    """The upkeep job of one table (`name`: an object, or `_change_events`)."""
+    is_ce = name == CHANGE_EVENTS
+    key = CHANGE_EVENTS_KEY if is_ce else replica_key(name)
+    job_name = upkeep_job_name(name)
+    settings = replication.options.upkeep
+
+    @dg.op(name=f"{job_name}_op", pool="change_events" if is_ce else f"replica_{name}",
+           description=f"Trim, compact and vacuum {key.to_user_string()} (never beside a writer of it: its pool).")
+    def upkeep_op(context: dg.OpExecutionContext, warehouse: DeltaWarehouse) -> None:
+        values = upkeep_table(warehouse, name, settings, replicated=replication.names)
+        if not values:
+            context.log.info(f"{key.to_user_string()}: no table yet, nothing to keep up")
+            return
+        summary = (f"{key.to_user_string()}: {values['files_before']} -> {values['files_after']} files, "
+                   f"{values['bytes_before']:,} -> {values['bytes_after']:,} bytes, "
+                   f"{values['files_vacuumed']} files vacuumed" +
+                   (f", {values['rows_trimmed']} payloads trimmed" if is_ce else ""))
+        context.log.info(summary)
+        context.log_event(_observed(key, values, f"upkeep: {summary}"))
+
+    @dg.job(name=job_name, tags={TAG_UPKEEP: name},
+            description=f"Table upkeep of {key.to_user_string()} (README 'Table upkeep'): "
+                        + ("trim payloads past the retention, " if is_ce else "") + "compact, vacuum.")
+    def upkeep_job():
+        upkeep_op()
+
+    return upkeep_job
+
+
+def build_upkeep(*, replication: ReplicationConfig, default_status: dg.DefaultScheduleStatus
+                 ) -> tuple[list[dg.JobDefinition], list[dg.ScheduleDefinition]]:
+    """Every upkeep job (each replica, change_events) and its schedule (`options.upkeep.schedule`)."""
+    jobs = [build_upkeep_job(name=n, replication=replication) for n in [*replication.names, CHANGE_EVENTS]]
+    schedules = [dg.ScheduleDefinition(name=f"{j.name}_schedule", job=j,
+                                       cron_schedule=replication.options.upkeep.schedule,
+                                       default_status=default_status) for j in jobs]
+    return jobs, schedules

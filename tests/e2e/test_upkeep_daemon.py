@@ -17,7 +17,7 @@ import pytest
 from dagster_graphql import DagsterGraphQLClient
 from deltalake import DeltaTable
 
-from cdc_assets.changefeed_reader import replay
+from cdc_assets.changefeed.reader import replay
 from cdc_assets.upkeep.jobs import TAG_UPKEEP, upkeep_job_name
 from cdc_assets.upkeep.pause import paused_objects
 from org_compare import differences, live_rows

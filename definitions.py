@@ -18,7 +18,7 @@ from cdc_assets.changefeed.export import build_changefeed_assets
 from cdc_assets.checks import build_replica_checks
 from cdc_assets.config import LoadedConfig, load_location_config, read_config
 from cdc_assets.upkeep.jobs import build_upkeep
-from cdc_assets.upkeep.operate import build_operator_jobs, build_status_sensor
+from cdc_assets.operate.jobs import build_operator_jobs, build_status_sensor
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource, salesforce_resource_from_env

@@ -21,7 +21,7 @@ the other for as long as events landed; the cost of waiting instead is at most o
 Files whose landing run failed are requested again with backoff (as `sensors/work.py` retries replica work), with
 the attempt in the run key; until then the skip reason says when.
 
-Paused objects (cdc_assets/upkeep/pause.py) are left out of every run this sensor requests; their events are
+Paused objects (cdc_assets/operate/pause.py) are left out of every run this sensor requests; their events are
 still ingested. After a resume, one catch-up run of the object applies what was ingested meanwhile.
 
 When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, the rule in
@@ -39,7 +39,7 @@ from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
-from cdc_assets.upkeep.pause import paused_objects, resumed_at
+from cdc_assets.operate.pause import paused_objects, resumed_at
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone, file_set_key
 from sensors.work import IN_FLIGHT, TAG_REASON, Backoff, object_tag, replicas_to_include, retry_state

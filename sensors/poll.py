@@ -16,7 +16,7 @@ import dagster as dg
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from resources.salesforce import SalesforceResource
-from cdc_assets.upkeep.pause import paused_objects
+from cdc_assets.operate.pause import paused_objects
 from sensors.budget import budget_hold_back
 from sensors.work import TAG_MODE, TAG_REASON, in_flight, mode_run_config, object_tag
 

@@ -11,7 +11,7 @@ Work is left alone while a run carrying it is queued or running, and retried wit
 failed; a landing run that merely includes the replica does not hold it back (that starved a resync for minutes
 under steady traffic). While the org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor
 holds back. The skip reason always says which case it is: nothing to do, waiting for run X, retry N in S s, or
-holding back for the budget. A paused object (cdc_assets/upkeep/pause.py) gets no work until resumed.
+holding back for the budget. A paused object (cdc_assets/operate/pause.py) gets no work until resumed.
 
 Run keys name the materializations that asked for the work, the attempt and the last run that carried it, so a
 tick evaluated twice never requests the same work twice, and a retry is a new run.
@@ -25,7 +25,7 @@ from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
-from cdc_assets.upkeep.pause import paused_objects
+from cdc_assets.operate.pause import paused_objects
 from sensors.budget import budget_hold_back
 from sensors.work import (INITIAL_LOAD, TAG_MODE, TAG_REASON, Planned, mode_run_config, object_tag, plan,
                           work_tag)

@@ -19,7 +19,7 @@ from deltalake import DeltaTable
 
 from cdc_assets.changefeed.reader import replay
 from cdc_assets.upkeep.jobs import TAG_UPKEEP, upkeep_job_name
-from cdc_assets.upkeep.pause import paused_objects
+from cdc_assets.operate.pause import paused_objects
 from org_compare import differences, live_rows
 from resources.delta import CHANGE_EVENTS
 

@@ -14,8 +14,8 @@ from deltalake import DeltaTable, QueryBuilder
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.checks import check_quarantine_empty
-from cdc_assets.upkeep.operate import ACK_JOB, PAUSE_JOB, RESUME_JOB, STATUS_SENSOR, last_error, status_of
-from cdc_assets.upkeep.pause import paused_objects
+from cdc_assets.operate.jobs import ACK_JOB, PAUSE_JOB, RESUME_JOB, STATUS_SENSOR, last_error, status_of
+from cdc_assets.operate.pause import paused_objects
 from event_lines import event
 from harness import Platform
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse

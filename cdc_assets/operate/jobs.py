@@ -21,7 +21,7 @@ from cdc_assets.assets import META_API_CALLS, META_DIRTY, replica_key
 from cdc_assets.checks import acknowledge_quarantine, newest_quarantined_at
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.state import ReplicaState
-from cdc_assets.upkeep.pause import paused_objects, set_paused
+from cdc_assets.operate.pause import paused_objects, set_paused
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 

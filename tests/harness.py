@@ -13,6 +13,7 @@ from deltalake import DeltaTable
 from cdc_assets.assets import replica_key
 from definitions import build_defs
 from resources.delta import CHANGE_EVENTS, QUARANTINE, read_table
+from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
 
 
 def write_config(path: Path, describe_dir: Path | None, objects: list[str], close_after: float = 60.0,
@@ -94,6 +95,18 @@ class Platform:
         return dg.materialize(assets, resources=self.defs.resources, instance=self.instance,
                               run_config=request.run_config, tags=request.tags, selection=request.asset_selection,
                               raise_on_error=False)
+
+    def sensor_requests(self, sensor_name: str = RECONCILIATION_SENSOR) -> list[dg.RunRequest]:
+        """Evaluate a sensor (the reconciliation sensor by default) against this platform's instance."""
+        context = dg.build_sensor_context(instance=self.instance, resources=self.defs.resources, definitions=self.defs)
+        return self.defs.get_sensor_def(sensor_name)(context).run_requests or []
+
+    def run_sensor(self, sensor_name: str = RECONCILIATION_SENSOR) -> list[dg.RunRequest]:
+        """Evaluate a sensor, then run each request it makes as the daemon would; every run must succeed."""
+        requests = self.sensor_requests(sensor_name)
+        for request in requests:
+            assert self.execute(request).success, f"the run {sensor_name} requested ({request.tags}) failed"
+        return requests
 
     def materialization_of(self, name: str) -> dict:
         """Metadata of the latest materialization of a replica in this platform's instance."""

@@ -17,7 +17,7 @@ from org_compare import differences
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
-from sensors.reconciliation import SENSOR_NAME, TAG_MODE
+from sensors.reconciliation import TAG_MODE
 from settings import TEST_SPARK_CONF
 from spark_ops.schema import ObjectSchema
 
@@ -47,13 +47,7 @@ def adds_up(meta: dict) -> bool:
 
 def reconcile(platform: Platform) -> list[dg.RunRequest]:
     """Evaluate the reconciliation sensor and run what it requests, as the daemon would."""
-    sensor = platform.defs.get_sensor_def(SENSOR_NAME)
-    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
-                                      definitions=platform.defs)
-    requests = sensor(context).run_requests or []
-    for request in requests:
-        assert platform.execute(request).success
-    return requests
+    return platform.run_sensor()
 
 
 def reconciled(platform: Platform, emu: Emulator) -> bool:

@@ -15,7 +15,7 @@ from org_compare import differences
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
-from sensors.reconciliation import SENSOR_NAME, TAG_MODE
+from sensors.reconciliation import TAG_MODE
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
@@ -55,10 +55,7 @@ def catch_up(platform: Platform, emu: Emulator) -> dg.ExecuteInProcessResult:
 
 def sensor_requests(platform: Platform) -> list[dg.RunRequest]:
     """Evaluate the reconciliation sensor against the platform's instance."""
-    sensor = platform.defs.get_sensor_def(SENSOR_NAME)
-    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
-                                      definitions=platform.defs)
-    return sensor(context).run_requests or []
+    return platform.sensor_requests()
 
 
 def execute(platform: Platform, request: dg.RunRequest) -> bool:
@@ -67,10 +64,7 @@ def execute(platform: Platform, request: dg.RunRequest) -> bool:
 
 def run_sensor_requests(platform: Platform) -> list[dg.RunRequest]:
     """Evaluate the reconciliation sensor, then execute what it requests."""
-    requests = sensor_requests(platform)
-    for request in requests:
-        assert execute(platform, request)
-    return requests
+    return platform.run_sensor()
 
 
 def assert_equal_to_org(platform: Platform, emu: Emulator, objects=OBJECTS) -> None:

@@ -26,7 +26,6 @@ from org_compare import differences
 from salesforce_emulator import Emulator
 from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
-from sensors.reconciliation import SENSOR_NAME
 from settings import REPO, TEST_SPARK_CONF
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
@@ -87,16 +86,7 @@ def assert_equal_to_org(platform: Platform, org: Emulator) -> None:
 
 def run_sensor_requests(platform: Platform) -> list[dg.RunRequest]:
     """What the reconciliation sensor asks for, executed as the daemon would."""
-    sensor = platform.defs.get_sensor_def(SENSOR_NAME)
-    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
-                                      definitions=platform.defs)
-    requests = sensor(context).run_requests or []
-    for request in requests:
-        assets = [a for a in platform.executable_assets() if set(a.keys) & set(request.asset_selection)]
-        assert dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
-                              run_config=request.run_config, tags=request.tags,
-                              selection=request.asset_selection).success
-    return requests
+    return platform.run_sensor()
 
 
 def test_sigkill_at_random_points_then_restart_loses_nothing(tmp_path, org, spark):

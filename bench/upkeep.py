@@ -83,12 +83,16 @@ def run(*, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: fl
         runner = PlatformRunner(config=work / "replication.yaml", landing=landing, warehouse=work / "wh",
                                 spark_conf=conf)
         warehouse = DeltaWarehouse(root=str(work / "wh"))
+        copied: set[Path] = set()  # flush_cdc returns every file published so far: land each once
         for n in range(runs + 1):
             landed = 0
             while landed < events or n == 0:
                 if n:
                     workload.run(changes=max(1, events // 80))  # ~80 events a transaction (measured)
                 for p in emu.flush_cdc():
+                    if p in copied:
+                        continue
+                    copied.add(p)
                     landed += sum(1 for _ in p.open())
                     shutil.copy2(p, landing / f"{n:05d}-{p.name}")
                 if n == 0:

@@ -65,7 +65,10 @@ def pending_files(warehouse: DeltaWarehouse, landing: LandingZone) -> list[Landi
     files = landing.list_files()
     if table is None:
         return files
-    return [f for f in files if table.transaction_version(file_app_id(f)) is None]
+    known = warehouse.app_transactions(table)
+    if known is None:
+        return [f for f in files if table.transaction_version(file_app_id(f)) is None]
+    return [f for f in files if file_app_id(f) not in known]
 
 
 def _known_keys(spark: SparkSession, warehouse: DeltaWarehouse, rows: DataFrame) -> DataFrame:

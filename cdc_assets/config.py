@@ -109,6 +109,14 @@ class UpkeepConfig(_Section):
         "change_events rows older than this and applied by their replica lose their payload (fields); identities "
         "stay, so dedup and the changefeed stay exact. At least the org's 72 h event retention plus 12 h."))
 
+    landing_after_ingest: Literal["archive", "delete", "keep"] = Field("archive", description=(
+        "What upkeep does with landing files change_events has ingested: move them to the sibling folder "
+        "`<landing>_ingested`, delete them, or keep them listed (every run then lists and checks every file ever "
+        "landed)."))
+    landing_ledger_hours: float = Field(168.0, ge=24, description=(
+        "How long change_events remembers a retired landing file: landed again within this, it is skipped "
+        "unread; later, it is read again and its events count as duplicates."))
+
     @field_validator("change_events_retention_hours")
     @classmethod
     def _past_redelivery(cls, hours: float) -> float:

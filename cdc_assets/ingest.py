@@ -59,16 +59,23 @@ class IngestResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def pending_files(warehouse: DeltaWarehouse, landing: LandingZone) -> list[LandingFile]:
-    """Visible landing files that no change_events commit has ingested."""
+def landing_files(warehouse: DeltaWarehouse, landing: LandingZone) -> tuple[list[LandingFile], list[LandingFile]]:
+    """The visible landing files split in two: those no change_events commit has ingested, and those one has."""
     table = warehouse.table(CHANGE_EVENTS)
     files = landing.list_files()
     if table is None:
-        return files
+        return files, []
     known = warehouse.app_transactions(table)
     if known is None:
-        return [f for f in files if table.transaction_version(file_app_id(f)) is None]
-    return [f for f in files if file_app_id(f) not in known]
+        done = {f for f in files if table.transaction_version(file_app_id(f)) is not None}
+    else:
+        done = {f for f in files if file_app_id(f) in known}
+    return [f for f in files if f not in done], [f for f in files if f in done]
+
+
+def pending_files(warehouse: DeltaWarehouse, landing: LandingZone) -> list[LandingFile]:
+    """Visible landing files that no change_events commit has ingested."""
+    return landing_files(warehouse, landing)[0]
 
 
 def _known_keys(spark: SparkSession, warehouse: DeltaWarehouse, rows: DataFrame) -> DataFrame:
@@ -164,10 +171,10 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     # The newest event and the close timer (cdc_assets/closure.py), then what this batch was.
     state = replace(ingest_progress(previous, fresh_arrow, seq, now), files=[f.path for f in files], counts=counts,
                     run_id=run_id)
-    txns = {file_app_id(f): 1 for f in files} | {SEQ_APP: seq}
+    # A landing file's app transaction may expire once upkeep has retired the file (cdc_assets/upkeep/landing.py).
     fault_point("ingest.before_commit")
     table = warehouse.append(CHANGE_EVENTS, fresh_arrow, read=events, partition_by=["entity"], key=state.KEY,
-                             state=state.to_dict(), txns=txns)
+                             state=state.to_dict(), txns={SEQ_APP: seq}, expiring={file_app_id(f): 1 for f in files})
     watch.lap("write")
     fault_point("ingest.after_commit")
     parsed.unpersist()

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -92,6 +94,23 @@ def read_table(table: DeltaTable, *, columns: Sequence[str] | None = None, filte
                prune=None) -> pa.Table:
     """The snapshot's rows (matching `filter`, only `columns`) as one Arrow table, through `arrow_dataset`."""
     return arrow_dataset(table, prune=prune).to_table(columns=list(columns) if columns else None, filter=filter)
+
+
+TXN_RETENTION = "delta.setTransactionRetentionDuration"
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
+_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
+            "week": 604_800_000}
+
+
+def txn_retention_ms(table: DeltaTable) -> int | None:
+    """The table's `delta.setTransactionRetentionDuration` in ms (`interval 168 hours`), None when unset."""
+    value = table.metadata().configuration.get(TXN_RETENTION)
+    if value is None:
+        return None
+    match = _INTERVAL.match(value)
+    if match is None or match.group(2).lower() not in _UNIT_MS:
+        raise ValueError(f"Delta table {table.table_uri}: {TXN_RETENTION}={value!r} is not 'interval <n> <unit>'")
+    return int(match.group(1)) * _UNIT_MS[match.group(2).lower()]
 
 
 class ConcurrentWriteError(RuntimeError):
@@ -214,7 +233,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """
         log_files = pafs.PyFileSystem(DeltaStorageHandler(table.table_uri, self._options()))
         version = table.version()
-        start, txns = 0, {}
+        start, txns, stamps = 0, {}, {}
         try:
             with log_files.open_input_stream("_delta_log/_last_checkpoint") as f:
                 last = json.loads(f.read().decode())
@@ -230,13 +249,20 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 with log_files.open_input_file(f"_delta_log/{name}") as f:
                     txn = pq.read_table(f, columns=["txn"])["txn"]
                 txn = txn.filter(pc.is_valid(txn)).combine_chunks()
-                txns.update(zip(txn.field("appId").to_pylist(), txn.field("version").to_pylist()))
+                ids = txn.field("appId").to_pylist()
+                txns.update(zip(ids, txn.field("version").to_pylist()))
+                stamps.update(zip(ids, txn.field("lastUpdated").to_pylist()))
             start = last["version"] + 1
         for v in range(start, version + 1):
             with log_files.open_input_stream(f"_delta_log/{v:020d}.json") as f:
                 for line in f.read().decode().splitlines():
                     if '"txn"' in line and (txn := json.loads(line).get("txn")) is not None:
                         txns[txn["appId"]] = txn["version"]
+                        stamps[txn["appId"]] = txn.get("lastUpdated")
+        retention = txn_retention_ms(table)
+        if retention is not None:  # as delta-rs reads them: stamped ones older than the retention are gone
+            oldest = int(time.time() * 1000) - retention
+            txns = {a: v for a, v in txns.items() if stamps.get(a) is None or stamps[a] >= oldest}
         return txns
 
     @staticmethod
@@ -260,13 +286,18 @@ class DeltaWarehouse(dg.ConfigurableResource):
         return {}
 
     @staticmethod
-    def properties(key: str, state: dict, txns: dict[str, int], *, version: int) -> CommitProperties:
+    def properties(key: str, state: dict, txns: dict[str, int], *, version: int,
+                   expiring: dict[str, int] | None = None) -> CommitProperties:
         """Commit properties storing `state` under `key` in the commit that will be `version` (see `commit_state`),
-        with the app transactions `txns`."""
+        with the app transactions `txns` (kept forever) and `expiring` (stamped with the commit's time, so a
+        table's `delta.setTransactionRetentionDuration` drops them once that long has passed)."""
         located = {state_app(key): version}
+        now_ms = int(time.time() * 1000)
         return CommitProperties(
             custom_metadata={key: json.dumps(state, sort_keys=True, default=str)},
-            app_transactions=[Transaction(app_id=a, version=v) for a, v in (txns | located).items()],
+            app_transactions=[*(Transaction(app_id=a, version=v) for a, v in (txns | located).items()),
+                              *(Transaction(app_id=a, version=v, last_updated=now_ms)
+                                for a, v in (expiring or {}).items())],
         )
 
     @contextmanager
@@ -293,17 +324,18 @@ class DeltaWarehouse(dg.ConfigurableResource):
 
     def append(self, name: str, data: pa.Table, *, read: DeltaTable | None, partition_by: list[str] | None,
                key: str, state: dict, txns: dict[str, int], description: str | None = None,
-               configuration: dict[str, str] | None = None) -> DeltaTable:
+               configuration: dict[str, str] | None = None, expiring: dict[str, int] | None = None) -> DeltaTable:
         """Append `data` (possibly empty) and its checkpoint in one commit against `read`, the snapshot the
         checkpoint was read from (None: there was no table, so this creates it, with the table properties
-        `configuration`); returns the table after it."""
+        `configuration`); returns the table after it. `expiring`: app transactions that may expire
+        (`properties`)."""
         with self._sole_writer(name, read):
             write_deltalake(
                 read if read is not None else self.uri(name), data, mode="append" if read is not None else "error",
                 partition_by=partition_by, schema_mode="merge", description=description,
                 configuration=self._created_with(name, configuration) if read is None else None,
                 storage_options=self._options(),
-                commit_properties=self.properties(key, state, txns, version=_next_version(read)),
+                commit_properties=self.properties(key, state, txns, version=_next_version(read), expiring=expiring),
             )
         return self._checkpointed(name, read)
 

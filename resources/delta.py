@@ -54,6 +54,8 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.fs import DeltaStorageHandler
 from pydantic import Field
 
+from resources.storage import filesystem
+
 log = logging.getLogger(__name__)
 
 CHANGE_EVENTS = "_change_events"
@@ -80,10 +82,9 @@ def arrow_dataset(table: DeltaTable, *, prune=None) -> ds.Dataset:
     partitioning = (ds.partitioning(pa.schema([schema.field(c) for c in partition_columns]), flavor="hive")
                     if partition_columns else None)
     files = table.file_uris(file_pruning_predicate=prune or None)
-    root = table.table_uri.removeprefix("file://").rstrip("/")
-    filesystem, base = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
+    fs, base = filesystem(table.table_uri.removeprefix("file://"))
     paths = [f if "://" not in f else pafs.FileSystem.from_uri(f)[1] for f in files]
-    return ds.dataset(paths, schema=schema, format="parquet", filesystem=filesystem, partitioning=partitioning,
+    return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs, partitioning=partitioning,
                       partition_base_dir=base)
 
 

@@ -61,8 +61,10 @@ UNSAFE_SETTINGS = (
      "fail, after the run did its work"),
 )
 
-# Settings of delta-rs that object_store (obstore) does not know: left out of the probe's configuration.
-DELTA_RS_ONLY = {n.lower() for names, _, _ in UNSAFE_SETTINGS for n in names} | {"aws_force_credential_load"}
+# Settings object_store (obstore) does not know, left out of the probe's configuration: delta-rs's own, and the
+# `provider` tag of dagster-deltalake's storage config classes.
+DELTA_RS_ONLY = {n.lower() for names, _, _ in UNSAFE_SETTINGS for n in names} | {"aws_force_credential_load",
+                                                                                  "provider"}
 _probed: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
 

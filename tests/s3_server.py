@@ -48,7 +48,7 @@ class S3Server:
 def s3_server(*, ignore_conditional_writes: bool = False) -> Iterator[S3Server]:
     """moto's S3 server on 127.0.0.1 at a random port, in a child process; stopped when the block ends."""
     flags = ["--ignore-conditional-writes"] if ignore_conditional_writes else []
-    proc = subprocess.Popen(["nice", "-n", "10", sys.executable, __file__, *flags], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, __file__, *flags], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         port = int(proc.stdout.readline().strip() or 0)

@@ -91,9 +91,6 @@ class Folder:
             while chunk := data.read(8 << 20):
                 out.write(chunk)
 
-    def delete(self, name: str) -> None:
-        self.fs.delete_file(self.path(name))
-
     def walk(self) -> Iterator[tuple[str, int]]:
         """(path relative to the folder, size) of every file at any depth; nothing when the folder is missing."""
         for info in self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True)):

@@ -19,6 +19,7 @@ from cdc_assets.checks import build_replica_checks
 from cdc_assets.config import LoadedConfig, load_location_config, read_config
 from cdc_assets.upkeep.jobs import build_upkeep
 from cdc_assets.operate.jobs import build_operator_jobs, build_status_sensor
+from resources.commit_safety import refuse_unsafe_settings
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource, salesforce_resource_from_env
@@ -47,6 +48,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         *build_changefeed_assets(replication=replication),
     ]
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
+    warehouse = DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse"))
+    refuse_unsafe_settings(warehouse.root, warehouse.storage_options.str_dict())  # no location that could lose data
     upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (cdc_assets/upkeep/), each job in its table's pool
         replication=replication, default_status=dg.DefaultScheduleStatus(status.value))
     return dg.Definitions(
@@ -67,7 +70,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
                  build_status_sensor(replication=replication, default_status=status)],
         resources={
             "pyspark": spark_resource(spark_conf),
-            "warehouse": DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse")),
+            "warehouse": warehouse,
             "landing": LandingZone(path=landing_path or os.environ.get("CDC_LANDING_ZONE", "landing"),
                                    max_line_bytes=replication.options.max_line_bytes),
             "salesforce": salesforce or salesforce_resource_from_env(),

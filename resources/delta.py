@@ -28,7 +28,9 @@ ours read. So when two runs apply to the same replica (or ingest into change_eve
 version, the second commit fails with `ConcurrentWriteError` and the table stays as the first writer left it:
 nothing is applied twice. Dagster pools with one slot (README) keep this from happening; this is what makes it
 safe when it does. A writer that found no table creates it with `mode="error"`: a table someone else created
-in the meantime fails it the same way.
+in the meantime fails it the same way. All of this rests on the store refusing a second commit file of one version:
+on an object store a conditional put, which `setup_for_execution` verifies before a run writes
+(`resources/commit_safety.py`).
 
 **Change Data Feed on replicas.** A replica (a table whose name does not start with `_`) is created with
 `delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`);
@@ -57,6 +59,9 @@ from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundErr
 from deltalake.fs import DeltaStorageHandler
 from pydantic import Field
 
+from resources.commit_safety import ensure_safe_commits
+from resources.storage import filesystem
+
 log = logging.getLogger(__name__)
 
 CHANGE_EVENTS = "_change_events"
@@ -83,10 +88,9 @@ def arrow_dataset(table: DeltaTable, *, prune=None) -> ds.Dataset:
     partitioning = (ds.partitioning(pa.schema([schema.field(c) for c in partition_columns]), flavor="hive")
                     if partition_columns else None)
     files = table.file_uris(file_pruning_predicate=prune or None)
-    root = table.table_uri.removeprefix("file://").rstrip("/")
-    filesystem, base = pafs.FileSystem.from_uri(root) if "://" in root else (pafs.LocalFileSystem(), root)
+    fs, base = filesystem(table.table_uri.removeprefix("file://"))
     paths = [f if "://" not in f else pafs.FileSystem.from_uri(f)[1] for f in files]
-    return ds.dataset(paths, schema=schema, format="parquet", filesystem=filesystem, partitioning=partitioning,
+    return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs, partitioning=partitioning,
                       partition_base_dir=base)
 
 
@@ -153,6 +157,11 @@ class DeltaWarehouse(dg.ConfigurableResource):
 
     def uri(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        """Before a run writes: on an object store, refuse settings or a store that would let two writers commit
+        the same version (resources/commit_safety.py)."""
+        ensure_safe_commits(self.root, self._options())
 
     def _options(self) -> dict[str, str]:
         return self.storage_options.str_dict()

@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from pydantic import Field
 
+from resources.storage import filesystem
+
 SUFFIXES = (".jsonl", ".jsonl.gz")
 LINES_SCHEMA = pa.schema([("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string())])
 QUARANTINE_SCHEMA = pa.schema([
@@ -79,9 +81,7 @@ class LandingZone(dg.ConfigurableResource):
     max_line_bytes: int = Field(default=8 * 1024 * 1024, description="Longer lines are quarantined.")
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        fs, root = pafs.FileSystem.from_uri(self.path) if "://" in self.path else (
-            pafs.LocalFileSystem(), str(self.path))
-        return fs, root.rstrip("/")
+        return filesystem(self.path)
 
     def list_files(self) -> list[LandingFile]:
         """Every visible event file, sorted by path (sorting is for humans; correctness never depends on it)."""

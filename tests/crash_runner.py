@@ -5,7 +5,8 @@ Usage: python tests/crash_runner.py <root> <describe_dir or -> <objects comma-se
 With `-` for describe_dir, describe() comes from the org named by the `SF_*` variables (SF_INSTANCE_URL,
 SF_ACCESS_TOKEN, SF_CA_BUNDLE: e.g. an emulator the parent test serves), as in production. In `reconcile` or
 `resync` mode every replica runs in that mode, as a run requested by the reconciliation sensor would (`poll` too).
-`CRASH_RUNNER_OPTIONS` (JSON) adds replication.yaml options.
+`CRASH_RUNNER_OPTIONS` (JSON) adds replication.yaml options; `CRASH_RUNNER_LANDING` / `CRASH_RUNNER_WAREHOUSE` put
+the landing zone / warehouse elsewhere than under <root> (an object-store URI: tests/cdc_assets/test_object_store_e2e.py).
 """
 
 import json
@@ -51,13 +52,15 @@ if __name__ == "__main__":
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         attach_to_running_jvm()
     mode = sys.argv[4] if len(sys.argv) > 4 else None
+    where = {"landing_uri": os.environ.get("CRASH_RUNNER_LANDING"),
+             "warehouse_uri": os.environ.get("CRASH_RUNNER_WAREHOUSE")}
     if describe_arg == "-":
         from resources.salesforce import salesforce_resource_from_env
 
         platform = Platform(root, None, objects, TEST_SPARK_CONF, salesforce=salesforce_resource_from_env(),
-                            initial_load=True, **json.loads(os.environ.get("CRASH_RUNNER_OPTIONS", "{}")))
+                            initial_load=True, **where, **json.loads(os.environ.get("CRASH_RUNNER_OPTIONS", "{}")))
     else:
-        platform = Platform(root, Path(describe_arg), objects, TEST_SPARK_CONF)
+        platform = Platform(root, Path(describe_arg), objects, TEST_SPARK_CONF, **where)
     if mode is None:
         platform.run()
     else:

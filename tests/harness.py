@@ -12,7 +12,8 @@ from deltalake import DeltaTable
 
 from cdc_assets.assets import replica_key
 from definitions import build_defs
-from resources.delta import CHANGE_EVENTS, QUARANTINE, read_table
+from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
+from resources.storage import Folder, is_uri
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
 
 
@@ -28,20 +29,26 @@ def write_config(path: Path, describe_dir: Path | None, objects: list[str], clos
 
 
 class Platform:
-    """One landing zone + warehouse in a temp dir, driven through Dagster's real materialize()."""
+    """One landing zone + warehouse in a temp dir, driven through Dagster's real materialize().
+
+    `landing_uri` / `warehouse_uri` put them on an object store instead (s3://...; the AWS_* variables reach it):
+    `land`, `rows`, `table` and `table_version` then go there, while `root` still holds replication.yaml."""
 
     def __init__(self, root: Path, describe_dir: Path | None, objects: list[str], spark_conf: dict[str, str], *,
-                 salesforce=None, initial_load: bool = False, **options):
+                 salesforce=None, initial_load: bool = False, landing_uri: str | None = None,
+                 warehouse_uri: str | None = None, **options):
         self.root = root
         self.landing = root / "landing"
         self.warehouse = root / "warehouse"
         self.landing.mkdir(parents=True, exist_ok=True)
+        self.landing_uri = landing_uri or str(self.landing)
+        self.warehouse_uri = warehouse_uri or str(self.warehouse)
         self.objects = objects
         self.config = write_config(root / "replication.yaml", describe_dir, objects, initial_load=initial_load,
                                    **options)
         self.spark_conf, self.salesforce = spark_conf, salesforce
-        self.defs = build_defs(config_path=self.config, landing_path=str(self.landing),
-                               warehouse_root=str(self.warehouse), spark_conf=spark_conf, salesforce=salesforce)
+        self.defs = build_defs(config_path=self.config, landing_path=self.landing_uri,
+                               warehouse_root=self.warehouse_uri, spark_conf=spark_conf, salesforce=salesforce)
         self.instance = dg.DagsterInstance.ephemeral()
         self.counter = 0
 
@@ -49,10 +56,14 @@ class Platform:
         """Make a file visible atomically, as a subscriber does (write under `_`, then rename)."""
         self.counter += 1
         name = name or f"{self.counter:05d}.jsonl"
+        text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+        if is_uri(self.landing_uri):  # one upload: visible whole, once complete
+            Folder(self.landing_uri).write_atomically(name, text)
+            return Path(name)
         target = self.landing / name
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.parent / f"_{target.name}"
-        tmp.write_text("".join(line if line.endswith("\n") else line + "\n" for line in lines))
+        tmp.write_text(text)
         os.replace(tmp, target)
         return target
 
@@ -85,8 +96,8 @@ class Platform:
         config = yaml.safe_load(self.config.read_text())
         config["options"].update(options)
         self.config.write_text(yaml.safe_dump(config))
-        self.defs = build_defs(config_path=self.config, landing_path=str(self.landing),
-                               warehouse_root=str(self.warehouse), spark_conf=self.spark_conf,
+        self.defs = build_defs(config_path=self.config, landing_path=self.landing_uri,
+                               warehouse_root=self.warehouse_uri, spark_conf=self.spark_conf,
                                salesforce=self.salesforce)
 
     def execute(self, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
@@ -113,15 +124,20 @@ class Platform:
         event = self.instance.get_latest_materialization_event(replica_key(name))
         return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
+    def delta_table(self, name: str) -> DeltaTable | None:
+        """The table's latest snapshot (None: not created yet), wherever the warehouse is."""
+        return DeltaWarehouse(root=self.warehouse_uri).table(name)
+
     def rows(self, name: str) -> dict[str, dict]:
-        path = self.warehouse / name
-        if not (path / "_delta_log").exists():
-            return {}
-        return {r["Id"]: r for r in read_table(DeltaTable(str(path))).to_pylist()}
+        return {r["Id"]: r for r in self.table(name)}
 
     def table(self, name: str) -> list[dict]:
-        path = self.warehouse / name
-        return read_table(DeltaTable(str(path))).to_pylist() if (path / "_delta_log").exists() else []
+        table = self.delta_table(name)
+        return read_table(table).to_pylist() if table is not None else []
+
+    def table_version(self, name: str) -> int | None:
+        table = self.delta_table(name)
+        return table.version() if table is not None else None
 
     def change_events(self) -> list[dict]:
         return self.table(CHANGE_EVENTS)
@@ -146,9 +162,3 @@ def comparable(rows: dict[str, dict], columns: list[str] | None = None) -> dict[
         out[rid] = {k: v for k, v in row.items() if k != "_sf_synced_at" and (columns is None or k in columns)}
     return json.loads(json.dumps(out, default=str, sort_keys=True))
 
-
-def _version(path: Path) -> int | None:
-    return DeltaTable(str(path)).version() if (path / "_delta_log").exists() else None
-
-
-Platform.table_version = lambda self, name: _version(self.warehouse / name)

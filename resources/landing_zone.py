@@ -144,8 +144,7 @@ class LandingZone(dg.ConfigurableResource):
         """Move `files` (ingested ones) out of the landing zone into `archive_path` under the same relative path,
         or delete them; a file already gone (another retirement) is skipped. Returns how many were retired."""
         fs, root = self._fs()
-        archive = self.archive_path if "://" not in self.archive_path else pafs.FileSystem.from_uri(
-            self.archive_path)[1]
+        archive = filesystem(self.archive_path)[1]
         done = 0
         for f in files:
             source = f"{root}/{f.path}"

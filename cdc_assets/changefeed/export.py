@@ -25,11 +25,12 @@ nothing, and a resync's overwrite only the difference it made), stamps them with
   replica's feed (clock.py). YDB JSON files end with `{"resolved": [R, 0]}`; the resolved step is also in every
   file's name (so Debezium files, whose record stream holds only change records, carry it too), and every export,
   even one with nothing new, rewrites `resolved.json` (`{"resolved": [R, 0], "version": v, "at": ...}`).
-- *Bounded memory.* The initial scan is read one file at a time, batch by batch, without read-ahead, and a range
-  of versions whose CDF holds more than `batch_rows` rows (a resync's overwrite holds the table twice) is netted
-  in several passes, each over one range of `md5(Id)` (a key's rows are all in one pass). Netting and rendering
-  hold one batch; the readers decode a Parquet row group whole, so the replica's largest row group is the rest
-  of the bound (bench/RESULTS.md).
+- *Bounded memory.* The replica's rows and change rows are read from its Delta log and Parquet files at most
+  `batch_rows` at a time, page by page even within a row group (resources/delta_changes.py), and a range of
+  versions whose CDF holds more than `batch_rows` rows (a resync's overwrite holds the table twice) is
+  partitioned by a hash of `Id` into spill files of at most a batch each (cdc_assets/changefeed/parts.py; a
+  key's rows are all in one part) and netted part by part. Reading, netting and rendering hold a batch, whatever
+  the table's size (bench/RESULTS.md, "Changefeed memory").
 
 The CDF of a version must still exist when it is exported: run the feed more often than the replica is vacuumed.
 """

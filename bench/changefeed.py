@@ -7,9 +7,9 @@ emitted, wall time, records/s, bytes written. No Spark: the exporter is pyarrow.
 
 `--memory 20000,80000,320000 [--batch-rows N]`: peak memory of an export as the table grows. For each size a
 replica is created, then a child process exports its initial scan; the replica is resynced (every row rewritten,
-1% differ) and another child exports that version. Each child reports its peak RSS (`ru_maxrss`), next to an
-idle child's (imports only): the export's own peak is the difference. Run once with the given `--batch-rows` and
-once with one batch larger than the table (one pass, as before bounded batches).
+1% differ) and another child exports that version. Each child reports its peak RSS (`VmHWM`), next to an
+idle child's (imports only): the export's own peak is the difference, and its wall time. Run once with the given
+`--batch-rows` and once with one batch larger than the table (one pass; `--no-one-pass` skips it).
 """
 
 from __future__ import annotations
@@ -59,15 +59,28 @@ def _export(warehouse: DeltaWarehouse, feed: ChangefeedConfig, label: str) -> No
           f"{size / 1e6:>8.1f} MB  {result.records}")
 
 
+def _own_peak_mb() -> float:
+    """This process's peak RSS in MB: its memory map's high-water mark (`VmHWM`). Not `ru_maxrss`: on Linux a
+    child started by subprocess (vfork, then exec) inherits the parent's peak in it, so it read the bench
+    parent's peak (the tables it built) whenever that was higher than the child's own."""
+    try:
+        status = Path("/proc/self/status").read_text()
+    except FileNotFoundError:  # not Linux: ru_maxrss (kilobytes on Linux, bytes on macOS)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 if sys.platform != "darwin" else 1024) / 1024
+    return next(int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")) / 1024
+
+
 def _child_export(warehouse: str, feed: str, batch_rows: int) -> None:
-    """In a child process: one export; prints its records and peak RSS (MB) as JSON."""
+    """In a child process: one export; prints its records, wall seconds and peak RSS (MB) as JSON."""
+    started = time.perf_counter()
     if feed:
         config = ChangefeedConfig(uri=feed, initial_scan=True, batch_rows=batch_rows)
         result = export_changefeed(DeltaWarehouse(root=warehouse), "Account", config)
         records = sum(result.records.values())
     else:
         records = 0  # the idle child: imports only
-    print(json.dumps({"records": records, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(json.dumps({"records": records, "seconds": time.perf_counter() - started,
+                      "peak_mb": _own_peak_mb()}))
 
 
 def _peak(warehouse: Path, feed: Path | None, batch_rows: int) -> dict:
@@ -78,12 +91,13 @@ def _peak(warehouse: Path, feed: Path | None, batch_rows: int) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def memory(sizes: list[int], batch_rows: int) -> None:
+def memory(sizes: list[int], batch_rows: int, *, one_pass: bool = True) -> None:
     idle = _peak(Path("."), None, 0)["peak_mb"]
     print(f"idle child (imports only): {idle:.0f} MB peak RSS")
-    print(f"{'rows':>9} {'batch_rows':>10} {'scan records':>12} {'scan MB':>8} {'resync records':>14} {'resync MB':>9}")
+    print(f"{'rows':>9} {'batch_rows':>10} {'scan records':>12} {'scan MB':>8} {'scan s':>7} {'resync records':>14} "
+          f"{'resync MB':>9} {'resync s':>8}")
     for rows in sizes:
-        for batch in (batch_rows, rows * 3):
+        for batch in (batch_rows, rows * 3) if one_pass else (batch_rows,):
             root = Path(tempfile.mkdtemp(prefix="bench-changefeed-memory-"))
             try:
                 warehouse = DeltaWarehouse(root=str(root / "warehouse"))
@@ -112,8 +126,8 @@ def memory(sizes: list[int], batch_rows: int) -> None:
                 del snapshot, names
                 resync = _peak(root / "warehouse", root / "feed", batch)
                 label = f"{batch:,}" if batch == batch_rows else "one pass"
-                print(f"{rows:>9,} {label:>10} {scan['records']:>12,} {scan['peak_mb']:>8.0f} "
-                      f"{resync['records']:>14,} {resync['peak_mb']:>9.0f}", flush=True)
+                print(f"{rows:>9,} {label:>10} {scan['records']:>12,} {scan['peak_mb']:>8.0f} {scan['seconds']:>7.1f} "
+                      f"{resync['records']:>14,} {resync['peak_mb']:>9.0f} {resync['seconds']:>8.1f}", flush=True)
             finally:
                 shutil.rmtree(root, ignore_errors=True)
 
@@ -125,9 +139,11 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=20)
     parser.add_argument("--memory", help="comma-separated table sizes: peak memory of exports (module docstring)")
     parser.add_argument("--batch-rows", type=int, default=10_000)
+    parser.add_argument("--no-one-pass", action="store_true", help="--memory: skip the one-pass exports (they hold "
+                        "the whole resync: about 10 GB at 1,000,000 rows)")
     args = parser.parse_args()
     if args.memory:
-        memory([int(n) for n in args.memory.split(",")], args.batch_rows)
+        memory([int(n) for n in args.memory.split(",")], args.batch_rows, one_pass=not args.no_one_pass)
         return
     rng = random.Random(1)
     root = Path(tempfile.mkdtemp(prefix="bench-changefeed-"))

@@ -74,21 +74,27 @@ CHECKPOINT_EVERY = 10
 CHANGE_FEED = "delta.enableChangeDataFeed"
 
 
+def table_files(table: DeltaTable) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem holding the table's files and the table's root in it, for readers of its Parquet
+    files (arrow_dataset, resources/delta_changes.py), which apply neither deletion vectors nor column mapping."""
+    features = set(table.protocol().reader_features or ())
+    if features & {"deletionVectors", "columnMapping"}:
+        raise ValueError(f"Delta table {table.table_uri} uses reader features {sorted(features)} that this reader "
+                         "does not apply; read it with DataFusion (deltalake.QueryBuilder) instead")
+    return filesystem(table.table_uri.removeprefix("file://"))
+
+
 def arrow_dataset(table: DeltaTable, *, prune=None) -> ds.Dataset:
     """The snapshot's rows as a pyarrow dataset over its files, without delta-rs' filesystem (module docstring).
 
     `prune`: a `file_pruning_predicate` for `file_uris` (tuple filters or SQL) naming the files worth opening.
     """
-    features = set(table.protocol().reader_features or ())
-    if features & {"deletionVectors", "columnMapping"}:
-        raise ValueError(f"Delta table {table.table_uri} uses reader features {sorted(features)} that this reader "
-                         "does not apply; read it with DataFusion (deltalake.QueryBuilder) instead")
+    fs, base = table_files(table)
     schema = pa.schema(table.schema().to_arrow())
     partition_columns = table.metadata().partition_columns
     partitioning = (ds.partitioning(pa.schema([schema.field(c) for c in partition_columns]), flavor="hive")
                     if partition_columns else None)
     files = table.file_uris(file_pruning_predicate=prune or None)
-    fs, base = filesystem(table.table_uri.removeprefix("file://"))
     paths = [f if "://" not in f else pafs.FileSystem.from_uri(f)[1] for f in files]
     return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs, partitioning=partitioning,
                       partition_base_dir=base)

@@ -49,7 +49,7 @@ class ChangefeedConfig(BaseModel):
     max_versions_per_file: int = Field(100, ge=1, description="Replica versions per feed file.")
     batch_rows: int = Field(200_000, ge=1, description=(
         "Change Data Feed or initial-scan rows an export holds in memory at once; a larger version (a resync) "
-        "is netted in several passes over Id hash ranges."))
+        "is partitioned by a hash of Id into spill files of at most this many rows and netted part by part."))
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -25,17 +25,17 @@ nothing, and a resync's overwrite only the difference it made), stamps them with
   replica's feed (clock.py). YDB JSON files end with `{"resolved": [R, 0]}`; the resolved step is also in every
   file's name (so Debezium files, whose record stream holds only change records, carry it too), and every export,
   even one with nothing new, rewrites `resolved.json` (`{"resolved": [R, 0], "version": v, "at": ...}`).
-- *Bounded memory.* The initial scan is read one file at a time, batch by batch, without read-ahead, and a range
-  of versions whose CDF holds more than `batch_rows` rows (a resync's overwrite holds the table twice) is netted
-  in several passes, each over one range of `md5(Id)` (a key's rows are all in one pass). Netting and rendering
-  hold one batch; the readers decode a Parquet row group whole, so the replica's largest row group is the rest
-  of the bound (bench/RESULTS.md).
+- *Bounded memory.* The replica's rows and change rows are read from its Delta log and Parquet files at most
+  `batch_rows` at a time, page by page even within a row group (resources/delta_changes.py), and a range of
+  versions whose CDF holds more than `batch_rows` rows (a resync's overwrite holds the table twice) is
+  partitioned by a hash of `Id` into spill files of at most a batch each (cdc_assets/changefeed/parts.py; a
+  key's rows are all in one part) and netted part by part. Reading, netting and rendering hold a batch, whatever
+  the table's size (bench/RESULTS.md, "Changefeed memory").
 
 The CDF of a version must still exist when it is exported: run the feed more often than the replica is vacuumed.
 """
 
 import logging
-import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,24 +43,24 @@ from datetime import datetime, timezone
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.dataset as pads
 from deltalake import DeltaTable
 
 from cdc_assets.changefeed.clock import VersionTime, replica_times, resolved_after, stamp, transaction_steps
 from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.changefeed.parts import cdf_parts
 from cdc_assets.changefeed.rows import data_columns, line, net_changes, render, resolved, snapshot_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.faults import fault_point
 from cdc_assets.state import REPLICA_STATE
 from resources.changefeed_store import FeedFile, FeedStore, feed_file_name
-from resources.delta import DeltaWarehouse, arrow_dataset
+from resources.delta import DeltaWarehouse
+from resources.delta_changes import snapshot_batches
 
 log = logging.getLogger(__name__)
 
 GROUP = "changefeed"
 SOURCE_NAME = "salesforce"  # Debezium source.name (the logical server name)
 RENDER_ROWS = 10_000  # netted rows turned into Python records at a time
-HASH_DIGITS = 4  # Id-hash ranges are cut at md5 prefixes of this many hex digits (up to 65536 passes)
 
 
 class RecreatedReplicaError(RuntimeError):
@@ -104,55 +104,11 @@ def _check_identity(store: FeedStore, table: DeltaTable, name: str, newest: Feed
         f"again from the new feed.")
 
 
-def _hash_ranges(parts: int) -> list[str]:
-    """SQL predicates splitting keys into `parts` ranges of md5(Id), every key in exactly one."""
-    size = 16 ** HASH_DIGITS
-    cuts = sorted({size * i // parts for i in range(1, parts)})
-    bounds = [f"{c:0{HASH_DIGITS}x}" for c in cuts]
-    lows, highs = [None, *bounds], [*bounds, None]
-    return [" AND ".join([*([f"md5(\"Id\") >= '{lo}'"] if lo else []), *([f"md5(\"Id\") < '{hi}'"] if hi else [])])
-            for lo, hi in zip(lows, highs)]
-
-
-def _cdf_rows(table: DeltaTable, first: int, last: int) -> int:
-    """CDF rows of versions first..last, counted from their `Id` column alone (the one column read)."""
-    ids = table.load_cdf(starting_version=first, ending_version=last, columns=['"Id"'])  # quoted: case-sensitive
-    return sum(batch.num_rows for batch in pa.RecordBatchReader.from_stream(ids))
-
-
-def cdf_parts(table: DeltaTable, first: int, last: int, batch_rows: int) -> tuple[pa.Schema, Iterator[pa.Table]]:
-    """The CDF schema of versions first..last and their CDF rows in parts of about `batch_rows` rows at most: one
-    part when they fit, else one per md5(Id) range (counted first from the Id column alone). Every row of a key
-    is in one part, so each part nets on its own."""
-    rows = _cdf_rows(table, first, last)
-    parts = min(max(1, math.ceil(rows / batch_rows)), 16 ** HASH_DIGITS)
-    predicates = _hash_ranges(parts) if parts > 1 else [None]
-    read = [pa.RecordBatchReader.from_stream(
-        table.load_cdf(starting_version=first, ending_version=last, predicate=predicates[0])).read_all()]
-    schema = read[0].schema
-
-    def each() -> Iterator[pa.Table]:
-        yield read.pop()  # not kept while the next parts are read
-        for predicate in predicates[1:]:
-            part = table.load_cdf(starting_version=first, ending_version=last, predicate=predicate)
-            yield pa.RecordBatchReader.from_stream(part).read_all()
-    return schema, each()
-
-
-def _batches(table: DeltaTable, size: int) -> Iterator[pa.RecordBatch]:
-    """The snapshot's rows, one file after another, read without threads or read-ahead: a dataset scan reads
-    several files ahead (and pre-buffers their column chunks), which holds a growing share of the table."""
-    options = pads.ParquetFragmentScanOptions(pre_buffer=False)
-    for fragment in arrow_dataset(table).get_fragments():
-        yield from fragment.to_batches(batch_size=size, batch_readahead=0, fragment_readahead=0, use_threads=False,
-                                       fragment_scan_options=options)
-
-
 def _scan(table: DeltaTable, batch_rows: int, *, version: int, commit_ms: int, ts: list[int]) -> Iterator[dict]:
     """The replica's live rows as `r` changes, batch by batch; the last one marked `last` (Debezium's
     snapshot "last")."""
     pending = None
-    for batch in _batches(table, min(batch_rows, 65_536)):
+    for batch in snapshot_batches(table, batch_rows):
         for change in snapshot_changes(pa.Table.from_batches([batch]), version=version, commit_ms=commit_ms, ts=ts):
             if pending is not None:
                 yield pending

@@ -48,6 +48,7 @@ SOURCE_COLUMNS = {"_sf_commit_ts": "commit_ts", "_sf_replay_id": "replay_id", "_
 CONNECTOR, CONNECTOR_VERSION, DB = "salesforce-delta", "2", "salesforce"  # DB: source.db (the org)
 CREATE, UPDATE, ERASE, READ = "c", "u", "d", "r"
 NEW_MODES, OLD_MODES = {"NEW_IMAGE", "NEW_AND_OLD_IMAGES"}, {"OLD_IMAGE", "NEW_AND_OLD_IMAGES"}
+PYTHON_ROWS = 1_000  # rows turned into Python dicts at a time (a batch's worth would pin tens of MB of small objects)
 
 
 def plain(table: pa.Table) -> pa.Table:
@@ -192,7 +193,7 @@ def snapshot_changes(rows: pa.Table, *, version: int, commit_ms: int, ts: list[i
     carry no transaction (a snapshot read is none) and the ts of the snapshot."""
     rows = as_json_types(plain(rows))
     live = rows.filter(pc.invert(pc.fill_null(rows["_sf_deleted"], False))).sort_by(KEY)
-    for row in live.to_pylist():
+    for row in (row for chunk in live.to_batches(max_chunksize=PYTHON_ROWS) for row in chunk.to_pylist()):
         yield {"op": READ, "version": version, "commit_ms": commit_ms, "ts": ts, "txid": None, KEY: row[KEY],
                **{f"{c}__post": v for c, v in row.items()}}
 

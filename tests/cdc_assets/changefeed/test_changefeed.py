@@ -17,6 +17,7 @@ from cdc_assets.changefeed import DEBEZIUM_SCHEMA
 from cdc_assets.changefeed.export import RecreatedReplicaError, export_changefeed
 from cdc_assets.changefeed.config import ChangefeedConfig, MODES
 from cdc_assets.changefeed.reader import ChangefeedReader, replay
+from cdc_assets.changefeed.rows import net_changes
 from cdc_assets.config import load_config
 from cdc_assets.faults import InjectedFault
 from cdc_assets.state import REPLICA_STATE
@@ -493,32 +494,71 @@ def test_a_held_transaction_keeps_the_resolved_step_below_it(tmp_path, replica):
     assert ChangefeedReader(config.object_uri("Account")).resolved() == [3, 0]
 
 
-def test_a_resync_larger_than_a_batch_is_netted_in_bounded_passes_with_the_same_records(tmp_path):
-    """Issue 18 item 9: a resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
-    smaller than that, the export reads it in md5(Id) passes of about a batch each (every key's rows in one),
-    and the initial scan batch by batch, and writes the same records as one pass would."""
-    from cdc_assets.changefeed.export import cdf_parts
-    replica = Replica(tmp_path / "warehouse")
-    everyone = [(f"001{i:05d}", f"n{i}", float(i), False, 1) for i in range(600)]
+def resynced_replica(root: Path, size: int) -> tuple[Replica, list[tuple]]:
+    """A replica of `size` rows, written as one file of one row group, and its resync rows: every 50th row's Name
+    changed, every 97th marked deleted."""
+    replica = Replica(root)
+    everyone = [(f"001{i:05d}", f"n{i}", float(i), False, 1) for i in range(size)]
     replica.create(rows(*everyone))
+    changed = [(i, n + " resynced" if k % 50 == 0 else n, a, k % 97 == 0, s)
+               for k, (i, n, a, d, s) in enumerate(everyone)]
+    return replica, changed
+
+
+def by_key(config: ChangefeedConfig) -> list[dict]:
+    return sorted(changes(config), key=lambda r: (r["ts"], r["key"], "erase" in r))
+
+
+@pytest.mark.parametrize("fan_out", [64, 3])
+def test_a_resync_larger_than_a_batch_is_netted_in_bounded_parts_with_the_same_records(tmp_path, monkeypatch,
+                                                                                       fan_out):
+    """Issue 18 item 9: a resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
+    smaller than that, the export partitions it by a hash of Id into parts of at most a batch (every key's rows in
+    one; with a fan-out of 3, in two levels of spill files), and writes the same records as one pass."""
+    from cdc_assets.changefeed import parts as parts_module
+    monkeypatch.setattr(parts_module, "FAN_OUT", fan_out)
+    replica, changed = resynced_replica(tmp_path / "warehouse", 600)
     small, big = feed(tmp_path / "small", initial_scan=True, batch_rows=100), feed(tmp_path / "big", initial_scan=True)
     for config in (small, big):
         export_changefeed(replica.warehouse, "Account", config)
-    changed = [(i, n + " resynced" if k % 50 == 0 else n, a, k % 97 == 0, s)
-               for k, (i, n, a, d, s) in enumerate(everyone)]
     replica.resync(rows(*changed))
-    _, parts = cdf_parts(replica.warehouse.table("Account"), 1, 1, 100)
+    _, parts = parts_module.cdf_parts(replica.warehouse.table("Account"), 1, 1, 100)
     sizes, keys = [], []
     for part in parts:
         sizes.append(part.num_rows)
         keys.append(set(part["Id"].to_pylist()))
-    assert len(sizes) == 12 and sum(sizes) == 1200 and max(sizes) <= 150  # 1200 CDF rows, 12 passes of ~100
-    assert all(a.isdisjoint(b) for n, a in enumerate(keys) for b in keys[n + 1:])  # a key in one pass only
+    assert sum(sizes) == 1200 and max(sizes) <= 100 and len(sizes) >= 12  # 1200 CDF rows: each old and new row
+    assert all(a.isdisjoint(b) for n, a in enumerate(keys) for b in keys[n + 1:])  # a key in one part only
     for config in (small, big):
         export_changefeed(replica.warehouse, "Account", config)
-
-    def by_key(config):
-        return sorted(changes(config), key=lambda r: (r["ts"], r["key"], "erase" in r))
-
     assert by_key(small) == by_key(big) and len(changes(big)) == 600 + 11 + 7  # scan, 11 updates, 7 erases (row 0 is both)
     assert replay(records(small)) == replica.live()
+
+
+def test_the_export_reads_the_replica_and_its_changes_in_batches_of_at_most_batch_rows(tmp_path, monkeypatch):
+    """The initial scan and a resync's export take the replica's rows from the readers (resources/delta_changes.py)
+    at most `batch_rows` at a time, and net them in parts of at most that many, although the replica is one row
+    group of 600 rows and its resync's CDF 1,200: seen through the batches and parts the export is handed."""
+    from cdc_assets.changefeed import export as export_module, parts as parts_module
+    handed: dict[str, list[int]] = {"scan": [], "cdf": [], "parts": []}
+
+    def counted(kind, reader):
+        def read(*args, **kw):
+            for batch in reader(*args, **kw):
+                handed[kind].append(batch.num_rows)
+                yield batch
+        return read
+
+    monkeypatch.setattr(export_module, "snapshot_batches", counted("scan", export_module.snapshot_batches))
+    monkeypatch.setattr(parts_module, "change_batches", counted("cdf", parts_module.change_batches))
+    monkeypatch.setattr(export_module, "net_changes", lambda part: (handed["parts"].append(part.num_rows),
+                                                                     net_changes(part))[1])
+    replica, changed = resynced_replica(tmp_path / "warehouse", 600)
+    config = feed(tmp_path, initial_scan=True, batch_rows=50)
+    export_changefeed(replica.warehouse, "Account", config)
+    replica.resync(rows(*changed))
+    export_changefeed(replica.warehouse, "Account", config)
+    assert sum(handed["scan"]) == 600 and max(handed["scan"]) <= 50
+    assert sum(handed["cdf"]) == 1200 and max(handed["cdf"]) <= 50
+    assert sum(handed["parts"]) == 1200 and max(handed["parts"]) <= 50
+    assert len(changes(config)) == 600 + 11 + 7 and replay(records(config)) == replica.live()

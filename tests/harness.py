@@ -114,10 +114,7 @@ class Platform:
         return {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
     def rows(self, name: str) -> dict[str, dict]:
-        path = self.warehouse / name
-        if not (path / "_delta_log").exists():
-            return {}
-        return {r["Id"]: r for r in read_table(DeltaTable(str(path))).to_pylist()}
+        return replica_rows(self.warehouse, name)
 
     def table(self, name: str) -> list[dict]:
         path = self.warehouse / name
@@ -133,6 +130,14 @@ class Platform:
         key = replica_key(name) if name != "change_events" else dg.AssetKey("change_events")
         mats = [m for m in result.asset_materializations_for_node(key.to_python_identifier())]
         return {k: v.value for k, v in mats[-1].metadata.items()}
+
+
+def replica_rows(warehouse: Path, name: str) -> dict[str, dict]:
+    """A replica's rows by Id ({} when it has no table yet)."""
+    path = warehouse / name
+    if not (path / "_delta_log").exists():
+        return {}
+    return {r["Id"]: r for r in read_table(DeltaTable(str(path))).to_pylist()}
 
 
 def load_lines(path: Path) -> list[str]:

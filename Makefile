@@ -30,7 +30,7 @@ test: $(STAMP)
 
 ## The runs on a standalone Spark cluster (a master and two workers on loopback, from PySpark's own launcher), directly
 ## and through a Spark Connect server attached to it; replicas compared with a local run (minutes; needs root for
-## the workers' private mount, tests/spark_cluster.py). CI runs it after `make test`.
+## the workers' private mount, demo/spark_cluster.py). CI runs it after `make test`.
 test-cluster: $(STAMP)
 	$(BIN)/python -m pytest -q -m cluster tests/resources/test_spark_cluster.py
 

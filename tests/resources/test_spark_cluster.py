@@ -1,4 +1,4 @@
-"""The platform on a Spark cluster: a standalone master and two workers (tests/spark_cluster.py, from PySpark's own
+"""The platform on a Spark cluster: a standalone master and two workers (demo/spark_cluster.py, from PySpark's own
 launcher), used by runs directly (`spark.master=spark://...`) and through a Spark Connect server attached to it.
 The replicas of both must equal a local run's of the same workload (tests/cluster_workload.py).
 
@@ -22,7 +22,7 @@ import pytest
 from cluster_workload import replicas, run_workload
 from demo import processes
 from settings import REPO, TEST_SPARK_CONF
-from spark_cluster import can_unshare, start_spark_cluster
+from demo.spark_cluster import can_unshare, start_spark_cluster
 
 CLIENT = "tests/resources/test_cluster_client.py"
 

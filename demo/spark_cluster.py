@@ -1,4 +1,4 @@
-"""A standalone Spark cluster on loopback for tests: a master and workers started from PySpark's own launcher.
+"""A standalone Spark cluster on loopback for tests and benchmarks: a master and workers started from PySpark's own launcher.
 
 `spark-class org.apache.spark.deploy.master.Master` and `... worker.Worker` from the pyspark package's `bin/`
 (the same JVM classes `sbin/start-master.sh` runs in a Spark distribution), each a child in its own session so

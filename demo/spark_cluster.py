@@ -67,7 +67,7 @@ def can_unshare() -> bool:
 
 
 def start_spark_cluster(root: Path, workers: int = 2, private: Path | None = None,
-                        timeout_seconds: float = 240.0) -> SparkCluster:
+                        timeout_seconds: float = 600.0) -> SparkCluster:
     """A master and `workers` workers, once every worker has registered; with `private`, each worker sees its own
     empty directory at that path (see the module docstring)."""
     root.mkdir(parents=True, exist_ok=True)

@@ -151,6 +151,14 @@ class Platform:
         return {k: v.value for k, v in mats[-1].metadata.items()}
 
 
+def replica_rows(warehouse: Path, name: str) -> dict[str, dict]:
+    """A replica's rows by Id ({} when it has no table yet)."""
+    path = warehouse / name
+    if not (path / "_delta_log").exists():
+        return {}
+    return {r["Id"]: r for r in read_table(DeltaTable(str(path))).to_pylist()}
+
+
 def load_lines(path: Path) -> list[str]:
     return path.read_text().splitlines()
 

@@ -282,7 +282,8 @@ SELECT {', '.join(PARSED_COLUMNS)} FROM checked"""
 
 def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:
     """Landed lines (`source_file, source_line, raw`) -> one row per line (`PARSED_COLUMNS`) with its canonical
-    fields, `quarantine_reason` and `value_error`. One SQL query: parsed and analysed once, whatever the number and width of the objects."""
+    fields, `quarantine_reason` and `value_error`. One SQL query: parsed and analysed once, whatever the number
+    and width of the objects."""
     return run_sql(lines.sparkSession, parse_sql(schemas), lines=lines)
 
 

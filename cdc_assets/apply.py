@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from cdc_assets.closure import Cut, held_back, overflows, pending_resync
 from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
-from cdc_assets.history.stage import stage_versions
+from cdc_assets.history.stage import before_overflow, stage_versions
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
 from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
@@ -166,6 +166,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
         state = state.with_commit_ts(latest.isoformat())
     state = replace(state, counts=counts)
     if history:  # staged before the commit that names them: cdc_assets/history/__init__.py
+        versions = before_overflow(versions, state.resync_pending)
         version = replica.version() + 1 if replica is not None else 0
         state = replace(state, history=stage_versions(warehouse, schema, versions, version=version))
         fault_point("history.after_stage")

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from cdc_assets.changefeed.rows import plain
 from cdc_assets.faults import fault_point
 from cdc_assets.history.chain import IS_CURRENT, VERSION, chain, history_schema, sync_versions
 from cdc_assets.history.stage import history_name
@@ -86,7 +87,8 @@ def commit_history(warehouse: DeltaWarehouse, schema: ObjectSchema, history: Del
 
 def written_rows(replica: DeltaTable, version: int) -> pa.Table:
     """The rows replica `version` wrote (its Change Data Feed's post-images)."""
-    cdf = replica.load_cdf(starting_version=version, ending_version=version).read_all()
+    cdf = plain(pa.RecordBatchReader.from_stream(replica.load_cdf(starting_version=version,
+                                                                  ending_version=version)).read_all())
     rows = cdf.filter(pc.is_in(cdf["_change_type"], value_set=pa.array(POST_IMAGES)))
     return rows.drop_columns([c for c in ("_change_type", "_commit_version", "_commit_timestamp")
                               if c in rows.column_names])

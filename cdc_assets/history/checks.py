@@ -4,11 +4,15 @@ It passes when the history's current versions are the replica: for every record 
 exactly one current version whose data columns and deleted flag equal the replica row; no current version of a
 record the replica lacks; at most one current version per record. A dirty record is left out: the replica row of a
 record awaiting reconciliation may hold changes whose state the history must not invent (a gap, an unknown record,
-a person account's name parts); its reconcile makes the version. A history behind its replica (a run that died
+a person account's name parts); its reconcile makes the version. So is a record changed at or after an overflow
+while its resync is pending (the replica folded those changes over rows missing what the overflow dropped); the
+resync makes its version. A history behind its replica (a run that died
 between the two commits: the next run lands the rest) fails it until then.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import dagster as dg
 import pyarrow.compute as pc
@@ -16,6 +20,7 @@ import pyarrow.compute as pc
 from cdc_assets.config import SObjectConfig
 from cdc_assets.history.chain import DELETED, IS_CURRENT
 from cdc_assets.history.stage import history_name
+from cdc_assets.state import ReplicaState
 from resources.delta import DeltaWarehouse, read_table
 
 HISTORY_MATCHES_REPLICA = "history_matches_replica"
@@ -31,8 +36,11 @@ def history_differences(warehouse: DeltaWarehouse, name: str, data_columns: list
         return [f"{history_name(name)} does not exist"]
     have = {f.name for f in history.schema().fields}
     columns = [c for c in [*data_columns, DELETED] if c in have]
-    rows = read_table(replica, columns=[*columns, "_sf_dirty_since"])
-    clean = {r["Id"]: {c: r[c] for c in columns} for r in rows.to_pylist() if r["_sf_dirty_since"] is None}
+    rows = read_table(replica, columns=[*columns, "_sf_dirty_since", "_sf_commit_ts"])
+    pending = ReplicaState.read(warehouse, replica).resync_pending
+    since = datetime.fromisoformat(pending.since.replace("Z", "+00:00")) if pending else None
+    clean = {r["Id"]: {c: r[c] for c in columns} for r in rows.to_pylist() if r["_sf_dirty_since"] is None
+             and not (since and r["_sf_commit_ts"] is not None and r["_sf_commit_ts"] >= since)}
     dirty = set(rows["Id"].to_pylist()) - set(clean)
     current = read_table(history, columns=columns, filter=pc.field(IS_CURRENT))
     out, seen = [], set()

@@ -5,10 +5,13 @@ Imported by cdc_assets/apply.py, so it imports nothing that imports apply.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdc_assets.history.chain import history_schema
-from cdc_assets.state import HistoryMark
+from cdc_assets.state import HistoryMark, ResyncPending
 from resources.delta import DeltaWarehouse, aligned_arrow
 from resources.staged import write_staged
 from spark_ops.schema import ObjectSchema
@@ -30,3 +33,13 @@ def stage_versions(warehouse: DeltaWarehouse, schema: ObjectSchema, versions: pa
     rows = aligned_arrow(versions, history_schema(schema.arrow_schema()))
     name = write_staged(warehouse.root, history_name(schema.name), rows, version=version)
     return HistoryMark(version=version, file=name, versions=rows.num_rows)
+
+
+def before_overflow(versions: pa.Table | None, pending: ResyncPending | None) -> pa.Table | None:
+    """`versions` without those committed at or after a pending overflow: from there until the resync the replica
+    folds changes over rows that miss what the overflow dropped, so the states after them are not known (the
+    resync's snapshot and the events it replays make the versions instead)."""
+    if versions is None or pending is None or not versions.num_rows:
+        return versions
+    since = pa.scalar(datetime.fromisoformat(pending.since.replace("Z", "+00:00")), pa.timestamp("us", tz="UTC"))
+    return versions.filter(pc.less(versions["_sf_commit_ts"].cast(pa.timestamp("us", tz="UTC")), since))

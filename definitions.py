@@ -17,6 +17,8 @@ from cdc_assets.assets import build_change_events_asset, build_replica_asset, la
 from cdc_assets.changefeed.export import build_changefeed_assets
 from cdc_assets.checks import build_replica_checks
 from cdc_assets.config import LoadedConfig, load_location_config, read_config
+from cdc_assets.history.assets import history_specs
+from cdc_assets.history.checks import build_history_checks
 from cdc_assets.upkeep.jobs import build_upkeep
 from cdc_assets.operate.jobs import build_operator_jobs, build_status_sensor
 from resources.commit_safety import refuse_unsafe_settings
@@ -46,6 +48,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         build_change_events_asset(replication=replication),
         *[build_replica_asset(sobject=o, replication=replication) for o in replication.objects],
         *build_changefeed_assets(replication=replication),
+        *history_specs(replication=replication),  # written by the replica steps (cdc_assets/history/)
     ]
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
     warehouse = DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse"))
@@ -59,7 +62,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         # One process per run: every step shares one Spark session instead of starting a JVM per step.
         executor=dg.in_process_executor,
         asset_checks=[*[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
-                      build_subscriber_check(replication=replication)],
+                      build_subscriber_check(replication=replication),
+                      *build_history_checks(objects=list(replication.objects))],
         sensors=[build_landing_zone_sensor(replication=replication, default_status=status),
                  build_reconciliation_sensor(replication=replication, default_status=status),
                  build_subscriber_status_sensor(replication=replication, default_status=status),

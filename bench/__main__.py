@@ -12,7 +12,7 @@ import sys
 import time
 from functools import partial
 
-from bench import catchup, datastream, initial_load, merge_scaling, poll, steady, subscriber, wide
+from bench import catchup, datastream, history, initial_load, merge_scaling, poll, steady, subscriber, wide
 
 # workload -> (full size, --small size), as keyword arguments of its run()
 WORKLOADS = {
@@ -26,6 +26,8 @@ WORKLOADS = {
     "wide": (wide.run, {"records": 5_000, "updates": 20_000}, {"records": 500, "updates": 2_000}),
     "subscriber": (subscriber.run, {"accounts": 2_000, "changes": 30_000}, {"accounts": 100, "changes": 2_000}),
     "datastream": (datastream.run, {"accounts": 2_000, "changes": 20_000}, {"accounts": 200, "changes": 2_000}),
+    "history": (history.run, {"accounts": 2_000, "changes": 60_000, "runs": 20},
+                {"accounts": 250, "changes": 4_000, "runs": 5}),
 }
 HEADER = ("workload", "unit", "count", "wall_s", "per_s", "x_floor", "x_baseline", "peak_rss_mb")
 

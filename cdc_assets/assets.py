@@ -14,6 +14,7 @@ from dagster_pyspark import PySparkResource
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
+from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
@@ -119,13 +120,17 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         sync: SyncResult | None = None
         polled = config.mode == "poll" or sobject.mode == "poll" and config.mode == "apply"
         # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
-        table = warehouse.table(sobject.name)
+        # A history reads the replica's Change Data Feed: on from here if the replica was made without one.
+        table = warehouse.enable_change_feed(sobject.name) if sobject.history else warehouse.table(sobject.name)
         # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
         initial = table is None and (replication.initial_load or polled)
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial,
                                           table=table)
         if not (config.mode == "resync" or initial):
             refuse_clear_hashes(table, schema)  # `hash:` added to an existing replica: a resync comes first
+        # Before anything commits: a history turned on for an existing replica is backfilled through its version.
+        history = history_step(sobject, warehouse, schema, replica=table, run_id=run_id,
+                               spark=lambda: session(pyspark))
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
                           page_size=replication.options.bulk_page_size)
@@ -137,8 +142,9 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         elif config.mode == "reconcile":
             sync = reconcile(warehouse, salesforce, schema, run_id=run_id, now=now)
         if polled:  # no change events to apply: no Spark either
-            return dg.MaterializeResult(metadata=replica_metadata(
-                context, sobject, schema, warehouse, polled_result(warehouse, schema.name, sync), sync))
+            return dg.MaterializeResult(metadata=record_history(context, history, sobject, warehouse, schema, run_id)
+                                        | replica_metadata(context, sobject, schema, warehouse,
+                                                           polled_result(warehouse, schema.name, sync), sync))
         spark = session(pyspark)
         close_after = config.transaction_close_after
         cut = pinned_cut(context, warehouse, replicated=set(replication.names),
@@ -147,11 +153,13 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
         result = apply_changes(spark, warehouse, schema, cut=cut, run_id=run_id, now=now,
                                description=describe_note(describe), refresh_schema=refresh,
-                               replica=warehouse.table(sobject.name) if sync else table)
+                               replica=warehouse.table(sobject.name) if sync else table,
+                               history=sobject.history)
         if refresh.keep():
             result.table = warehouse.table(sobject.name)
-        return dg.MaterializeResult(metadata=replica_metadata(context, sobject, result.schema or schema, warehouse,
-                                                              result, sync))
+        schema = result.schema or schema
+        return dg.MaterializeResult(metadata=record_history(context, history, sobject, warehouse, schema, run_id)
+                                    | replica_metadata(context, sobject, schema, warehouse, result, sync))
 
     return replica
 

@@ -77,6 +77,10 @@ class ObjectOptions(_Section):
         "A delta smaller than this is read with one REST queryAll; a larger one through a Bulk API 2.0 job."))
     poll_page_size: int = Field(50_000, gt=0, description=(
         "Records per Bulk API 2.0 result page when polling (one Delta commit each)."))
+    history: bool = Field(False, description=(
+        "Keep `<Object>__history` beside the replica: one row per version of each record (SCD type 2), written "
+        "by the replica's own runs (cdc_assets/history/; README \"History tables\"). Turned on for an existing "
+        "replica, it is backfilled from change_events."))
     # Per-object sections: a nested model and one field (an object's own section is laid over the default's).
     changefeed: ChangefeedConfig | None = Field(None, description=(
         "The replica's changefeed (cdc_assets/changefeed/config.py): a section, or false for none. Under "

@@ -383,16 +383,18 @@ class DeltaWarehouse(dg.ConfigurableResource):
             )
         return self._checkpointed(name, read)
 
-    def upsert(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str, partition_column: str,
-               partition_values: Iterable[str], key: str, state: dict, txns: dict[str, int]) -> DeltaTable:
-        """Insert-or-replace rows by `key_column` in one merge commit against `read` (the snapshot the checkpoint
-        was read from), touching only the named partitions; returns the table after the commit.
+    def upsert(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str | Sequence[str],
+               partition_column: str, partition_values: Iterable[str], key: str, state: dict,
+               txns: dict[str, int]) -> DeltaTable:
+        """Insert-or-replace rows by `key_column` (or several key columns) in one merge commit against `read` (the
+        snapshot the checkpoint was read from), touching only the named partitions; returns the table after it.
 
         delta-rs prunes files only for partition values written as literals in the predicate, so the touched
         partitions are spelled out: the merge rewrites those partitions' files, not the table.
         """
         values = sorted(set(partition_values))
-        predicate = f"t.{key_column} = s.{key_column}"
+        keys = [key_column] if isinstance(key_column, str) else list(key_column)
+        predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         if values:
             literals = ", ".join(_sql_literal(v) for v in values)
             predicate = f"t.{partition_column} IN ({literals}) AND {predicate}"

@@ -19,10 +19,16 @@ Why this shape:
   SystemModstamp" is exact per record, and events of one record never share a timestamp.
 - **WAL mode.** Bulk query jobs read through their own connection and see a consistent snapshot while the API
   keeps writing.
+- **Per-transaction states, on request** (``keep_states=True``): each commit also stores, in the same SQLite
+  transaction, the state of every record its change events name *after* it (``_record_states``: entity, record,
+  commit number, transaction key, commit timestamp, the record as ``snapshot`` shows it, or null once purged).
+  ``record_states`` reads them: what a history table of the org must hold, transaction by transaction. Off by
+  default (one more row per record changed).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
@@ -54,10 +60,11 @@ def quote(name: str) -> str:
 class Store:
     """A SQLite-backed org. Thread-safe; all writes go through :meth:`transaction`."""
 
-    def __init__(self, path: Path, name_order: str = "western"):
+    def __init__(self, path: Path, name_order: str = "western", keep_states: bool = False):
         if name_order not in NAME_ORDERS:
             raise ValueError(f"name_order {name_order!r}: use one of {', '.join(NAME_ORDERS)}")
         self.name_order = name_order  # how a person account's Name joins its parts (schema.NAME_ORDERS)
+        self.keep_states = keep_states  # store each record's state after each transaction (record_states)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock = threading.RLock()
@@ -82,6 +89,9 @@ class Store:
     def _create_tables(self) -> None:
         with self.lock:
             self.conn.execute("CREATE TABLE IF NOT EXISTS _meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            self.conn.execute("CREATE TABLE IF NOT EXISTS _record_states (entity TEXT NOT NULL, record_id TEXT NOT NULL, "
+                              "commit_number INTEGER NOT NULL, transaction_key TEXT NOT NULL, commit_ts INTEGER NOT "
+                              "NULL, state TEXT, PRIMARY KEY (entity, record_id, commit_number))")
             for obj in OBJECTS.values():
                 cols = ", ".join(
                     f"{quote(f.name)} {_SQL_TYPES.get(f.type, 'TEXT')}" + (" PRIMARY KEY" if f.name == "Id" else "")
@@ -150,13 +160,35 @@ class Store:
             [(key, self._meta[key]) for key in self._dirty_meta],
         )
         self._dirty_meta.clear()
+        key = str(uuid.uuid4())
+        if self.keep_states:
+            self._store_states(txn, key, commit_number)
         self.conn.execute("COMMIT")
         committed = CommittedTransaction(
-            key=str(uuid.uuid4()), commit_ts=txn.commit_ts, commit_number=commit_number,
+            key=key, commit_ts=txn.commit_ts, commit_number=commit_number,
             user_id=txn.user_id, origin=txn.origin, changes=txn.changes,
         )
         for listener in self._listeners:
             listener(committed)
+
+    def _store_states(self, txn: Transaction, key: str, commit_number: int) -> None:
+        """The state after `txn` of every record its changes name (inside its SQLite transaction)."""
+        rows = []
+        for entity, record_id in dict.fromkeys((c.entity, r) for c in txn.changes for r in c.record_ids):
+            obj = resolve_object(entity)
+            row = self.conn.execute(f"SELECT * FROM {quote(obj.name)} WHERE Id = ?", (record_id,)).fetchone()
+            state = json.dumps(public_row(obj, dict(row)), default=str) if row is not None else None
+            rows.append((obj.name, record_id, commit_number, key, txn.commit_ts, state))
+        self.conn.executemany("INSERT OR REPLACE INTO _record_states VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def record_states(self, object_name: str) -> list[dict[str, Any]]:
+        """Every stored state of the object's records (``keep_states``), by record then commit order: ``Id``,
+        ``commit_number``, ``transaction_key``, ``commit_ts`` (epoch ms) and ``state`` (None: purged)."""
+        obj = resolve_object(object_name)
+        rows = self.select("SELECT record_id, commit_number, transaction_key, commit_ts, state FROM _record_states "
+                           "WHERE entity = ? ORDER BY record_id, commit_number", (obj.name,))
+        return [{"Id": r["record_id"], "commit_number": r["commit_number"], "transaction_key": r["transaction_key"],
+                 "commit_ts": r["commit_ts"], "state": json.loads(r["state"]) if r["state"] else None} for r in rows]
 
     def _set_meta(self, key: str, value: int) -> None:
         self._meta[key] = value

@@ -180,7 +180,10 @@ def _read(salesforce: SalesforceResource, schema: ObjectSchema, job: FormulaJob,
         job = replace(job, id=position.job_id, locator=position.locator, records=job.records + rows.num_rows)
         fault_point("formulas.before_commit")
         writer.merge(rows, job, done=done)
-        fault_point("formulas.after_commit" if done else "formulas.after_batch_commit")
+        if done:
+            fault_point("formulas.after_commit")
+        else:
+            fault_point("formulas.after_batch_commit")
 
     for batch in salesforce.bulk_query_all(schema.name, ["Id", *schema.formula_names], page_size=page_size,
                                            where=job.where, resume=resume, on_page=on_page, include_deleted=False):

@@ -25,7 +25,7 @@ from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource
 from resources.spark import session
-from spark_ops.schema import ObjectSchema
+from spark_ops.schema import FORMULAS_AT, ObjectSchema, spark_type
 
 LANDING_ZONE = dg.AssetKey("landing_zone")
 CHANGE_EVENTS_KEY = dg.AssetKey("change_events")
@@ -100,8 +100,11 @@ class ReplicaRunConfig(dg.Config):
 
 
 def column_schema(schema: ObjectSchema) -> dg.TableSchema:
+    formulas = [(c, spark_type(t).simpleString()) for c, t in schema.formulas] + \
+        ([(FORMULAS_AT, "timestamp")] if schema.formulas else [])
     return dg.TableSchema(columns=[
-        dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields])
+        *(dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields),
+        *(dg.TableColumn(name, kind, description="formula field (refresh runs)") for name, kind in formulas)])
 
 
 def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetsDefinition:

@@ -140,8 +140,9 @@ def refresh_formulas(warehouse: DeltaWarehouse, salesforce: SalesforceResource, 
         writer.counts["formulas_resumed"] = 1
         resume = BulkPosition(job.id, job.locator)
     else:
-        since = None if full or _due(state.full_at, options.full_interval, now) else \
-            incremental_since(table, schema, state, options.overlap)
+        # Without full_every every refresh is a full pass (not "when refresh_every has passed": runs start early).
+        full = full or options.full_every is None or _due(state.full_at, options.full_every, now)
+        since = None if full else incremental_since(table, schema, state, options.overlap)
         where = f"{schema.position_field} >= {soql_datetime(since)}" if since else None
         job = FormulaJob(id=None, locator=None, where=where, hash=query_hash(schema, where), read_at=now.isoformat())
     writer.counts["formulas_full_pass"] = int(job.where is None)

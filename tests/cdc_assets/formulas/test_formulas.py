@@ -195,3 +195,35 @@ def test_formulas_fresh_fails_when_values_are_older_than_twice_the_refresh_inter
     assert stale.metadata["formulas_oldest_age_seconds"].value > 10
     refreshed = run_replica(platform, "Contact", mode="formulas", checks=True)
     assert platform.check_results(refreshed, "Contact")[FORMULAS_FRESH].passed
+
+
+def test_the_changefeed_carries_formula_changes_and_nothing_for_a_refresh_that_finds_them_unchanged(tmp_path, org):
+    from cdc_assets.changefeed.reader import ChangefeedReader, replay
+    from deltalake import DeltaTable
+    from org_compare import live_rows
+
+    Workload(org, seed=14).build_org(accounts=5)
+    feed = tmp_path / "feed"
+    platform = formula_platform(tmp_path, org)
+    platform.set_options(changefeed={"uri": str(feed), "initial_scan": True})
+    assert platform.run().success  # initial load, then the feeds' initial scan
+
+    def records(name: str) -> list[dict]:
+        return [r for _, r in ChangefeedReader(str(feed / name)).read() if "key" in r]
+
+    scanned = len(records("Contact"))
+    refresh(platform, "Contact")  # the org's values as the initial load read them: no change a consumer sees
+    assert platform.run().success
+    assert len(records("Contact")) == scanned
+
+    account, children = parent_with_contacts(org)
+    update(org, "Account", account, Industry="Agriculture")
+    org.flush_cdc()
+    assert platform.run(close_after=0).success
+    assert len(records("Contact")) == scanned  # no event on the contacts
+    refresh(platform, "Contact")
+    assert platform.run().success
+    changed = records("Contact")[scanned:]
+    assert sorted(r["key"][0] for r in changed if "update" in r) == sorted(children)
+    assert {r["newImage"]["Account_Industry__c"] for r in changed if "update" in r} == {"Agriculture"}
+    assert replay(records("Contact")) == live_rows(DeltaTable(str(platform.warehouse / "Contact")))

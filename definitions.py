@@ -28,6 +28,7 @@ from resources.salesforce import SalesforceResource, salesforce_resource_from_en
 from resources.spark import spark_resource
 from sensors.changefeed import build_changefeed_sensors
 from sensors.config import build_config_sensor
+from sensors.formulas import build_formula_sensors
 from sensors.landing_zone import build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
@@ -68,6 +69,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
                  build_reconciliation_sensor(replication=replication, default_status=status),
                  build_subscriber_status_sensor(replication=replication, default_status=status),
                  *build_poll_sensors(replication=replication, default_status=status),
+                 *build_formula_sensors(replication=replication, default_status=status),
                  *build_changefeed_sensors(replication=replication, default_status=status),
                  build_run_liveness_sensor(default_status=status),
                  build_config_sensor(loaded=loaded, default_status=status),

@@ -14,6 +14,8 @@ from dagster_pyspark import PySparkResource
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
+from cdc_assets.formulas.freshness import formula_metadata
+from cdc_assets.formulas.refresh import MODE as FORMULAS, FormulaResult, refresh_formulas
 from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
@@ -24,7 +26,7 @@ from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource
 from resources.spark import session
-from spark_ops.schema import ObjectSchema
+from spark_ops.schema import FORMULAS_AT, ObjectSchema, spark_type
 
 LANDING_ZONE = dg.AssetKey("landing_zone")
 CHANGE_EVENTS_KEY = dg.AssetKey("change_events")
@@ -87,7 +89,9 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
 
 
 class ReplicaRunConfig(dg.Config):
-    mode: Literal["apply", "reconcile", "resync", "poll"] = "apply"  # apply: the object's own (cdc or poll)
+    # apply: the object's own (cdc or poll); formulas: refresh the formula columns (cdc_assets/formulas/), then apply
+    mode: Literal["apply", "reconcile", "resync", "poll", "formulas"] = "apply"
+    formulas_full: bool = False  # formulas: read every record's formula values, whatever full_every says
     compare_ids: bool = False  # poll: compare Ids with the org now (hard deletes), whatever the schedule
     # poll: compare Ids now and apply its deletes even beyond poll_max_delete_share (check poll_hard_deletes failed
     # and the org really lost those records)
@@ -97,8 +101,11 @@ class ReplicaRunConfig(dg.Config):
 
 
 def column_schema(schema: ObjectSchema) -> dg.TableSchema:
+    formulas = [(c, spark_type(t).simpleString()) for c, t in schema.formulas] + \
+        ([(FORMULAS_AT, "timestamp")] if schema.formulas else [])
     return dg.TableSchema(columns=[
-        dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields])
+        *(dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields),
+        *(dg.TableColumn(name, kind, description="formula field (refresh runs)") for name, kind in formulas)])
 
 
 def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetsDefinition:
@@ -111,14 +118,15 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
                     f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
                     f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0), "
-                    f"poll (records changed since a SystemModstamp cursor, for objects without CDC). This "
+                    f"poll (records changed since a SystemModstamp cursor, for objects without CDC), formulas "
+                    f"(refresh the formula columns, when replication.yaml keeps them). This "
                     f"object: {sobject.mode}.",
     )
     def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
                 warehouse: DeltaWarehouse, salesforce: SalesforceResource) -> dg.MaterializeResult:
         now, run_id = datetime.now(timezone.utc), context.run.run_id
         sync: SyncResult | None = None
-        polled = config.mode == "poll" or sobject.mode == "poll" and config.mode == "apply"
+        polled = config.mode == "poll" or sobject.mode == "poll" and config.mode in ("apply", FORMULAS)
         # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
         # A history reads the replica's Change Data Feed: on from here if the replica was made without one.
         table = warehouse.enable_change_feed(sobject.name) if sobject.history else warehouse.table(sobject.name)
@@ -134,6 +142,12 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
                           page_size=replication.options.bulk_page_size)
+        elif config.mode == FORMULAS:
+            if not sobject.formulas:
+                raise dg.Failure(f"{sobject.name} keeps no formula fields: add a `formulas` section for it in "
+                                 "replication.yaml (README 'Formula fields') and reload the code location")
+            sync = refresh_formulas(warehouse, salesforce, schema, options=sobject.formulas, run_id=run_id, now=now,
+                                    full=config.formulas_full, page_size=replication.options.bulk_page_size)
         elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active:
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
@@ -195,6 +209,10 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
     if isinstance(sync, PollResult):
         metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor.to_dict() if sync.cursor else {})
         metadata[META_POLL_CURSOR_FIELD] = dg.MetadataValue.text(sync.cursor_field or "")
+    if sobject.formulas:  # how old the formula values are, whatever the run did (the age grows between refreshes)
+        metadata |= formula_metadata(table, datetime.now(timezone.utc))
+    if isinstance(sync, FormulaResult):
+        metadata |= {k: dg.MetadataValue.float(round(v, 3)) for k, v in sync.seconds.items()}
     if s.last_commit_ts:
         seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s.last_commit_ts)).total_seconds()
         metadata[META_LAG] = dg.MetadataValue.float(seconds)

@@ -13,6 +13,8 @@ state (`ReplicaState`, cdc_assets/state.py) once:
 - `quarantine_empty`: `_quarantine` has no rows newer than the last acknowledgement (`acknowledge_quarantine`);
 - `freshness`: the newest applied change is less than `freshness_seconds` old (a quiet org trips it too, so it only
   warns);
+- objects with `formulas` only (cdc_assets/formulas/freshness.py): `formulas_fresh`: no live row's formula values
+  are older than twice the full-pass interval;
 - polled objects only (cdc_assets/poll/compare.py): `poll_hard_deletes` (ERROR): the last Id comparison did not
   refuse its deletes (more than `poll_max_delete_share` of the live records); `poll_overlap` (WARN): it found no
   record committed later than `poll_overlap`.
@@ -34,6 +36,8 @@ from pyspark.sql import SparkSession
 
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION, FORMULAS_FRESH, \
+    check_formulas_fresh
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
 from resources.delta import QUARANTINE, DeltaWarehouse
@@ -73,6 +77,7 @@ DESCRIPTIONS = {
                        "more than poll_max_delete_share of the live records.",
     POLL_OVERLAP: "The last Id comparison found no record committed later than poll_overlap (one it found means "
                   "the overlap is too short for this org).",
+    FORMULAS_FRESH: FORMULAS_FRESH_DESCRIPTION,
 }
 
 
@@ -284,7 +289,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
     """
     key = replica_key(sobject.name)
     dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.options.freshness_seconds
-    names = CHECKS + (POLL_CHECKS if sobject.mode == "poll" else ())
+    names = CHECKS + (POLL_CHECKS if sobject.mode == "poll" else ()) + ((FORMULAS_FRESH,) if sobject.formulas else ())
     specs = [dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name])
              for name in names]
 
@@ -306,6 +311,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
             FRESHNESS: lambda: check_freshness(table, state, sobject.name, threshold=freshness, now=now),
             POLL_HARD_DELETES: lambda: check_poll_hard_deletes(state, sobject.name),
             POLL_OVERLAP: lambda: check_poll_overlap(state, sobject.name, sobject.poll.overlap),
+            FORMULAS_FRESH: lambda: check_formulas_fresh(table, sobject.name, sobject.formulas, now),
         }
         for name in names:
             if name in selected:

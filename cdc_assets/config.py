@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.formulas.config import FormulasConfig
 from spark_ops.protect import SALT_ENV
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
@@ -86,9 +87,14 @@ class ObjectOptions(_Section):
         "The replica's changefeed (cdc_assets/changefeed/config.py): a section, or false for none. Under "
         "`options` the default of every object; an object's section overrides it key by key."))
 
-    @field_validator("changefeed", mode="before")
+    formulas: FormulasConfig | None = Field(None, description=(
+        "Formula fields as replica columns, refreshed by their own runs (cdc_assets/formulas/config.py): a "
+        "section, or false for none (the default). Under `options` the default of every object; an object's "
+        "section overrides it key by key."))
+
+    @field_validator("changefeed", "formulas", mode="before")
     @classmethod
-    def _no_feed(cls, section: Any) -> Any:
+    def _no_section(cls, section: Any) -> Any:
         return None if section is False else section  # `changefeed: false`: set, and no feed
 
 
@@ -224,12 +230,14 @@ class SObjectConfig(ObjectOptions):
         return self.schema_of(describe) if describe else None
 
     def schema_of(self, describe: dict) -> ObjectSchema:
-        """The replica schema of this object from its describe(): the fields it selects, the ones it hashes."""
+        """The replica schema of this object from its describe(): the fields it selects, the ones it hashes, and its
+        formula columns (`formulas`)."""
         selection = self.field_selection or FieldSelection()
         try:
-            return ObjectSchema.from_describe(describe, bucket_chars=self.bucket_chars, include=selection.include,
-                                              exclude=selection.exclude, hashed=self.hashed,
-                                              redact_quarantine=self.redact_quarantine)
+            schema = ObjectSchema.from_describe(describe, bucket_chars=self.bucket_chars, include=selection.include,
+                                                exclude=selection.exclude, hashed=self.hashed,
+                                                redact_quarantine=self.redact_quarantine)
+            return schema.with_formulas(self.formulas.fields) if self.formulas else schema
         except ValueError as e:
             raise ConfigError(f"replication.yaml: {e}") from None
 
@@ -290,6 +298,8 @@ def _inherit(sobject: SObjectConfig, options: ReplicationOptions) -> SObjectConf
     update = {k: getattr(options, k) for k in ObjectOptions.model_fields if k not in sobject.model_fields_set}
     if sobject.changefeed is not None:
         update["changefeed"] = sobject.changefeed.over(options.changefeed)
+    if sobject.formulas is not None:
+        update["formulas"] = sobject.formulas.over(options.formulas)
     return sobject.model_copy(update=update)
 
 

@@ -8,6 +8,8 @@ under its `KEY`, and located through an app transaction (`resources/delta.py`, "
   pending resync, the last resync/reconcile, the newest change applied, the poll cursor of a polled object, the
   history versions an apply commit staged (`HistoryMark`);
 - `HistoryState` (`cdc.history`, every commit of a history table): which replica versions it holds;
+- `FormulaState` (`cdc.formulas`, the replica commits of formula refreshes: cdc_assets/formulas/refresh.py): when
+  the last refresh and full pass read the org, the Bulk job being read;
 - `IngestState` (`cdc.change_events`, every change_events commit): the ingest sequence number and what the close
   rule reads (`cdc_assets/closure.py`);
 - `QuarantineState` (`cdc.quarantine`, `cdc.quarantine.apply`: the run that quarantined lines) and
@@ -33,6 +35,7 @@ from resources.delta import DeltaWarehouse
 
 REPLICA_STATE = "cdc.replica"
 HISTORY_STATE = "cdc.history"
+FORMULA_STATE = "cdc.formulas"
 CE_STATE = "cdc.change_events"
 Q_STATE = "cdc.quarantine"  # quarantined by ingest
 Q_APPLY_STATE = "cdc.quarantine.apply"  # quarantined at apply time (cdc_assets/prepare.py)
@@ -192,6 +195,31 @@ class HistoryState(_CommitState):
     versions: int = 0  # versions this commit added
     backfilled: bool = False  # made by a backfill (history turned on for an existing replica)
     run_id: str | None = None
+
+
+# -- formula refreshes of a replica (cdc_assets/formulas/refresh.py) ----------------------------------------------
+
+@dataclass(frozen=True)
+class FormulaJob(_State):
+    """A Bulk API 2.0 query of formula values being read (a killed run resumes it after `locator`)."""
+    id: str | None
+    locator: str | None
+    where: str | None  # None: a full pass
+    hash: str  # of the query (object, fields, where): a job of other fields is not resumed
+    read_at: str  # when the job was asked for (ISO): `_sf_formulas_at` of every row it reads
+    records: int = 0  # read and merged so far
+
+
+@dataclass(frozen=True)
+class FormulaState(_CommitState):
+    """What the replica commits of formula refreshes store (their own key: the replica's other writers never carry
+    it, and need not: `commit_state` finds the newest commit holding it, whatever committed since)."""
+    KEY: ClassVar[str] = FORMULA_STATE
+    refreshed_at: str | None = None  # `read_at` of the last refresh read to its end
+    full_at: str | None = None  # `read_at` of the last full pass read to its end
+    job: FormulaJob | None = None
+    run_id: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 # -- change_events (cdc_assets/ingest.py, closure.py) ---------------------------------------------------------------

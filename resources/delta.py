@@ -408,6 +408,29 @@ class DeltaWarehouse(dg.ConfigurableResource):
             )
         return self._checkpointed(name, read)
 
+    def update_columns(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str, columns: Sequence[str],
+                       partition_column: str, partition_values: Iterable[str], key: str, state: dict,
+                       txns: dict[str, int]) -> tuple[DeltaTable, int]:
+        """Set `columns` of the rows whose `key_column` is in `data` (no row inserted, no other column touched), in
+        one merge commit against `read`, touching only the named partitions; with the state, also when no row
+        matched. Returns the table after the commit and the number of rows updated."""
+        values = sorted(set(partition_values))
+        predicate = f"t.{key_column} = s.{key_column}"
+        if values:
+            predicate = f"t.{partition_column} IN ({', '.join(_sql_literal(v) for v in values)}) AND {predicate}"
+        version = _next_version(read)
+        properties = self.properties(key, state, txns, version=version)
+        with self._sole_writer(name, read):
+            metrics = (read.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
+                                  commit_properties=properties)
+                       .when_matched_update(updates={c: f"s.{c}" for c in columns})
+                       .execute()) if data.num_rows else {}
+        if read.version() < version:  # nothing matched (or nothing read): the state still commits
+            empty = pa.schema(read.schema().to_arrow()).empty_table()
+            return self.append(name, empty, read=read, partition_by=read.metadata().partition_columns or None,
+                               key=key, state=state, txns=txns), 0
+        return self._checkpointed(name, read), int(metrics.get("num_target_rows_updated", 0))
+
     def insert_missing(self, name: str, data: pa.Table, *, keys: Sequence[str], key: str, state: dict) -> None:
         """Insert rows whose `keys` are not in the table yet (idempotent append); creates the table if needed."""
         table = self.table(name)

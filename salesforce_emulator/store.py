@@ -29,6 +29,7 @@ Why this shape:
 from __future__ import annotations
 
 import json
+import functools
 import logging
 import sqlite3
 import threading
@@ -42,7 +43,7 @@ from typing import Any
 
 from salesforce_emulator import ids
 from salesforce_emulator.changes import CommittedTransaction, Transaction, resolve_object
-from salesforce_emulator.schema import NAME_ORDERS, OBJECTS, SObject, derived_value
+from salesforce_emulator.schema import NAME_ORDERS, OBJECTS, Related, SObject, derived_value
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,11 @@ class Store:
         booleans as bool, datetimes as ``2025-11-22T08:26:40.000Z``. Ordered by Id."""
         obj = resolve_object(object_name)
         rows = self.select(f"SELECT * FROM {quote(obj.name)} ORDER BY Id")
-        return [public_row(obj, row) for row in rows]
+        return [public_row(obj, row, self.related) for row in rows]
+
+    def related(self, object_name: str, record_id: str | None) -> dict[str, Any] | None:
+        """The live stored row a cross-object formula reads (schema.Related): None without an id, or when deleted."""
+        return live_row(self.get_row(object_name, record_id) if record_id else None)
 
     def describe(self, object_name: str, api_version: str = "59.0") -> dict[str, Any]:
         obj = resolve_object(object_name)
@@ -259,11 +264,26 @@ class Store:
             self.conn.close()
 
 
-def public_row(obj: SObject, row: dict[str, Any]) -> dict[str, Any]:
+def live_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    return row if row is not None and not row.get("IsDeleted") else None
+
+
+def reader_related(conn: sqlite3.Connection, cache_size: int = 65536) -> Related:
+    """`Store.related` over a reader connection (a Bulk job's snapshot), each record looked up once per job."""
+    @functools.lru_cache(maxsize=cache_size)
+    def related(object_name: str, record_id: str | None) -> dict[str, Any] | None:
+        if not record_id:
+            return None
+        found = conn.execute(f"SELECT * FROM {quote(object_name)} WHERE Id = ?", (record_id,)).fetchone()
+        return live_row(dict(found) if found is not None else None)
+    return related
+
+
+def public_row(obj: SObject, row: dict[str, Any], related: Related) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for fld in obj.fields:
         if fld.parent:
             continue
-        value = derived_value(obj, fld, row) if fld.calculated else row.get(fld.name)
+        value = derived_value(obj, fld, row, related) if fld.calculated else row.get(fld.name)
         out[fld.name] = bool(value) if fld.type == "boolean" and value is not None else value
     return out

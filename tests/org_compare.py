@@ -118,3 +118,21 @@ def history_differences(emu: Emulator, name: str, versions: list[dict], limit: i
                 if want != got:
                     diffs.append(f"{name} {rid} v{v['_version']}.{column}: history {got!r} org {want!r}")
     return diffs[:limit] if limit else diffs
+
+
+def formula_differences(emu: Emulator, name: str, rows: dict[str, dict], limit: int = 10) -> list[str]:
+    """Where the replica's formula columns differ from the org's formula values, over the org's live records (a
+    deleted row keeps the values it had). Every live record must have been read (`_sf_formulas_at`)."""
+    schema = ObjectSchema.from_describe(emu.store.describe(name)).with_formulas()
+    diffs: list[str] = []
+    for record in emu.store.snapshot(name):
+        row = rows.get(record["Id"])
+        if record.get("IsDeleted") or row is None:
+            continue
+        if row.get("_sf_formulas_at") is None:
+            diffs.append(f"{name} {record['Id']}: formula values never read")
+        for column in schema.formula_names:
+            want, got = _norm(record.get(column)), _norm(row.get(column))
+            if not (want == got or isinstance(want, float) and isinstance(got, float) and math.isclose(want, got)):
+                diffs.append(f"{name} {record['Id']}.{column}: replica {got!r} org {want!r}")
+    return diffs[:limit] if limit else diffs

@@ -22,7 +22,8 @@ from crash_runner import run_mode
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.state import ReplicaState
-from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, FAULT_POINTS, HISTORY_POINTS, INGEST_POINTS,
+from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, FAULT_POINTS, FORMULA_POINTS, HISTORY_POINTS,
+                               INGEST_POINTS,
                                POLL_POINTS, RECONCILE_POINTS, RESYNC_POINTS)
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
@@ -58,9 +59,10 @@ def test_every_fault_point_is_named_once_and_killed_by_a_test():
     assert sorted(called) == sorted(FAULT_POINTS)
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 20
     # POLL_POINTS: killed by tests/cdc_assets/test_poll.py (a polled org of its own); CHANGEFEED_POINTS by
-    # tests/cdc_assets/changefeed/test_changefeed.py; HISTORY_POINTS by tests/cdc_assets/history/test_history_crash.py.
+    # tests/cdc_assets/changefeed/test_changefeed.py; HISTORY_POINTS by tests/cdc_assets/history/test_history_crash.py;
+    # FORMULA_POINTS by tests/cdc_assets/formulas/test_formulas_crash.py.
     assert set(SAMPLE_KILL_POINTS) | {p for _, p in ORG_KILL_POINTS} | set(POLL_POINTS) | set(CHANGEFEED_POINTS) \
-        | set(HISTORY_POINTS) == set(FAULT_POINTS)
+        | set(HISTORY_POINTS) | set(FORMULA_POINTS) == set(FAULT_POINTS)
 
 
 # -- the golden sample: ingest and apply ----------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource, salesforce_resource_from_env
 from resources.spark import spark_resource
-from sensors.changefeed import build_changefeed_sensors
+from sensors.changefeed import build_automation_sensor
 from sensors.config import build_config_sensor
 from sensors.landing_zone import build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
@@ -61,7 +61,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
                  build_reconciliation_sensor(replication=replication, default_status=status),
                  build_subscriber_status_sensor(replication=replication, default_status=status),
                  *build_poll_sensors(replication=replication, default_status=status),
-                 *build_changefeed_sensors(replication=replication, default_status=status),
+                 *build_automation_sensor(replication=replication, default_status=status),
                  build_run_liveness_sensor(default_status=status),
                  build_config_sensor(loaded=loaded, default_status=status),
                  build_status_sensor(replication=replication, default_status=status)],

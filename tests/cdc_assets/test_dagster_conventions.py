@@ -52,9 +52,12 @@ def stale_status(platform: Platform, key: dg.AssetKey) -> tuple[StaleStatus, lis
     return resolver.get_status(key), [c.reason for c in resolver.get_stale_root_causes(key)]
 
 
-def automation_requests(platform: Platform, cursor=None):
-    """One evaluation of the automation conditions, as default_automation_condition_sensor runs it."""
-    return dg.evaluate_automation_conditions(defs=platform.defs, instance=platform.instance, cursor=cursor)
+def automation_requests(platform: Platform, cursor=None) -> tuple[set[dg.AssetKey], object]:
+    """One evaluation of the automation conditions, as default_automation_condition_sensor runs it: the assets it
+    requests, and the cursor for the next one."""
+    result = dg.evaluate_automation_conditions(defs=platform.defs, instance=platform.instance, cursor=cursor)
+    keys = {changefeed_key(n) for n in OBJECTS}
+    return {k for k in keys if result.get_requested_partitions(k)}, result.cursor
 
 
 def test_a_replica_stays_in_sync_through_landing_runs_that_carry_only_other_objects_events(platform):
@@ -81,11 +84,11 @@ def test_a_replica_stays_in_sync_through_landing_runs_that_carry_only_other_obje
 def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(platform, tmp_path):
     _, first = landing_run(platform, [event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme")])
     assert first.success
-    evaluation = automation_requests(platform)
-    [request] = evaluation.run_requests
-    assert set(request.asset_selection) == {changefeed_key("Account")}  # Contact has no replica yet
-    assert platform.execute(request).success
-    assert automation_requests(platform, evaluation.cursor).run_requests == []  # handled
+    requested, cursor = automation_requests(platform)
+    assert requested == {changefeed_key("Account")}  # Contact has no replica yet
+    assert platform.execute(dg.RunRequest(asset_selection=sorted(requested))).success
+    requested, cursor = automation_requests(platform, cursor)
+    assert requested == set()  # handled
 
     # A writer bypassing the merge appends a second row for the same Id: unique_id (blocking) fails.
     table_path = str(platform.warehouse / "Account")
@@ -95,8 +98,8 @@ def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(
     assert not bad.success
     assert platform.check_results(bad, "Account")[UNIQUE_ID].passed is False
     assert replica_key("Account") in {m.asset_key for m in bad.get_asset_materialization_events()}
-    evaluation = automation_requests(platform, evaluation.cursor)
-    assert evaluation.run_requests == [], "a replica whose blocking check failed must not be exported"
+    requested, cursor = automation_requests(platform, cursor)
+    assert requested == set(), "a replica whose blocking check failed must not be exported"
 
     # In one run with the replica, Dagster skips the feed once the blocking check fails.
     together = platform.defs.get_assets_def(replica_key("Account")), platform.defs.get_assets_def(
@@ -109,8 +112,7 @@ def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(
     DeltaTable(table_path).restore(good_version)  # what the check's description advises
     _, fixed = landing_run(platform, [event("Account", "UPDATE", [ACC], 3, tx="c", Name="Acme 3")])
     assert fixed.success
-    [request] = automation_requests(platform, evaluation.cursor).run_requests
-    assert set(request.asset_selection) == {changefeed_key("Account")}
+    assert automation_requests(platform, cursor)[0] == {changefeed_key("Account")}
 
 
 def test_runs_show_only_mode_objects_and_reason_and_keep_the_rest_hidden(platform):

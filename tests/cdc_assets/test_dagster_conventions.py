@@ -25,7 +25,7 @@ from sensors.landing_zone import SENSOR_NAME as LANDING
 from settings import TEST_SPARK_CONF
 
 OBJECTS = ["Account", "Contact"]
-ACC, CON = "001000000000001AAA", "003000000000001AAA"
+ACC, ACC2, CON = "001000000000001AAA", "001000000000002AAA", "003000000000001AAA"
 
 
 @pytest.fixture
@@ -82,9 +82,11 @@ def test_a_replica_stays_in_sync_through_landing_runs_that_carry_only_other_obje
 
 
 def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(platform, tmp_path):
+    requested, cursor = automation_requests(platform)  # the sensor's first evaluation: nothing to export yet
+    assert requested == set()
     _, first = landing_run(platform, [event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme")])
     assert first.success
-    requested, cursor = automation_requests(platform)
+    requested, cursor = automation_requests(platform, cursor)
     assert requested == {changefeed_key("Account")}  # Contact has no replica yet
     assert platform.execute(dg.RunRequest(asset_selection=sorted(requested))).success
     requested, cursor = automation_requests(platform, cursor)
@@ -94,7 +96,8 @@ def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(
     table_path = str(platform.warehouse / "Account")
     good_version = DeltaTable(table_path).version()
     write_deltalake(table_path, read_table(DeltaTable(table_path)), mode="append")
-    _, bad = landing_run(platform, [event("Account", "UPDATE", [ACC], 2, tx="b", Name="Acme 2")])
+    # (the next change is to another record: a merge matching the duplicated one would itself refuse)
+    _, bad = landing_run(platform, [event("Account", "CREATE", [ACC2], 2, tx="b", Name="Initech")])
     assert not bad.success
     assert platform.check_results(bad, "Account")[UNIQUE_ID].passed is False
     assert replica_key("Account") in {m.asset_key for m in bad.get_asset_materialization_events()}

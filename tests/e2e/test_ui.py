@@ -1,8 +1,8 @@
 """The Dagster UI in a real browser: what an operator sees once the sensors have done their work.
 
 Headless Chromium (Debian's `chromium`, `make browser`) driven by Playwright loads the webserver of the session's
-stack and photographs three pages into docs/screenshots/: the global asset lineage, the checks of one replica and
-the plots of its materialization metadata over time. Each page is read back from the DOM: the asset names, the six
+stack and photographs four pages into docs/screenshots/: the global asset lineage, the checks of one replica, the
+plots of its materialization metadata over time, and the runs list. Each page is read back from the DOM: the asset names, the six
 check names and a plot per event count must be on it, so a renamed asset or check, a code location that failed to
 load or a materialization without its counts fails the test.
 
@@ -49,8 +49,8 @@ def materialized(stack):
     for _ in range(MATERIALIZATIONS_WANTED - min(counts)):
         stack.workload.run(changes=200)
         stack.emu.flush_cdc()
-        stack.wait_settled(timeout_seconds=300)
-    stack.wait_settled(timeout_seconds=300)
+        stack.wait_settled(timeout_seconds=900)
+    stack.wait_settled(timeout_seconds=900)
     return stack
 
 
@@ -136,6 +136,16 @@ def test_replica_metadata_plots_show_every_event_count(page, materialized):
     assert page.locator("canvas").count() >= len(EVENT_COUNTS)
 
 
+def test_runs_list_shows_each_run_with_its_few_tags(page, materialized):
+    goto(page, f"{materialized.ui_url}/runs")
+    page.get_by_text("cdc/mode").first.wait_for()
+    shoot(page, "runs_list.png")
+
+    text = page.locator("body").inner_text()
+    assert "cdc/reason" in text and "cdc/objects" in text
+    assert ".dagster/" not in text and "cdc.cut" not in text and '"through"' not in text  # no JSON cut, no hidden
+
+
 # -- what the UI says, through its GraphQL API ------------------------------------------------------------------------
 
 NODES = """
@@ -175,7 +185,7 @@ def test_graphql_each_replica_node_shows_its_latest_checks_completed_and_passed(
 
 
 def test_graphql_no_replica_at_rest_is_unsynced_and_each_has_its_freshness_policy(materialized):
-    materialized.wait_settled(timeout_seconds=300)
+    materialized.wait_settled(timeout_seconds=900)
     for name, node in replica_nodes(materialized).items():
         assert node["staleStatus"] == "FRESH", f"{name} unsynced: {node['staleCauses']}"
         assert node["internalFreshnessPolicy"]["failWindowSeconds"] > 0, name

@@ -6,8 +6,10 @@ blocking checks passed) and Dagster's asset daemon evaluates it. Conditions are 
 automation kind; Dagster would make one, `default_automation_condition_sensor`, stopped until someone starts it in
 the UI. This module defines it instead, under the same name and over the same assets (every asset with a
 condition), so it starts with the other sensors (`CDC_SENSORS_RUNNING=1`: the demo, the end-to-end stack) and its
-runs carry the platform's tags (cdc_assets/run_tags.py). Every replica due in one evaluation is exported in one run;
-a failed export is asked again at the next evaluation (the condition stays true until the feed is handled).
+runs carry the platform's tags (cdc_assets/run_tags.py). Every replica due in one evaluation is exported in one run.
+A request counts as handled: a failed export is asked again after the replica's next materialization (as the
+former changefeed_sensor's run keys did); the exporter is idempotent, so the retry exports what the failed run
+did not.
 """
 
 import dagster as dg

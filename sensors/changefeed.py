@@ -7,9 +7,8 @@ automation kind; Dagster would make one, `default_automation_condition_sensor`, 
 the UI. This module defines it instead, under the same name and over the same assets (every asset with a
 condition), so it starts with the other sensors (`CDC_SENSORS_RUNNING=1`: the demo, the end-to-end stack) and its
 runs carry the platform's tags (cdc_assets/run_tags.py). Every replica due in one evaluation is exported in one run.
-A request counts as handled: a failed export is asked again after the replica's next materialization (as the
-former changefeed_sensor's run keys did); the exporter is idempotent, so the retry exports what the failed run
-did not.
+A failed export is asked again after the replica's next materialization, and every five minutes while it stays
+failed (`RETRY_CRON`); the exporter is idempotent, so a retry exports what the failed run did not.
 """
 
 import dagster as dg

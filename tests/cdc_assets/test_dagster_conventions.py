@@ -4,7 +4,7 @@ the stale-status resolver the UI asks for "Unsynced", the automation condition e
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import dagster as dg
 import pytest
@@ -52,10 +52,12 @@ def stale_status(platform: Platform, key: dg.AssetKey) -> tuple[StaleStatus, lis
     return resolver.get_status(key), [c.reason for c in resolver.get_stale_root_causes(key)]
 
 
-def automation_requests(platform: Platform, cursor=None) -> tuple[set[dg.AssetKey], object]:
-    """One evaluation of the automation conditions, as default_automation_condition_sensor runs it: the assets it
-    requests, and the cursor for the next one."""
-    result = dg.evaluate_automation_conditions(defs=platform.defs, instance=platform.instance, cursor=cursor)
+def automation_requests(platform: Platform, cursor=None, at: datetime | None = None
+                        ) -> tuple[set[dg.AssetKey], object]:
+    """One evaluation of the automation conditions, as default_automation_condition_sensor runs it (at `at`): the
+    assets it requests, and the cursor for the next one."""
+    result = dg.evaluate_automation_conditions(defs=platform.defs, instance=platform.instance, cursor=cursor,
+                                               evaluation_time=at)
     keys = {changefeed_key(n) for n in OBJECTS}
     return {k for k in keys if result.get_requested_partitions(k)}, result.cursor
 
@@ -81,7 +83,7 @@ def test_a_replica_stays_in_sync_through_landing_runs_that_carry_only_other_obje
     assert stale_status(platform, replica_key("Account"))[0] == StaleStatus.FRESH
 
 
-def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(platform, tmp_path):
+def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(platform, monkeypatch):
     requested, cursor = automation_requests(platform)  # the sensor's first evaluation: nothing to export yet
     assert requested == set()
     _, first = landing_run(platform, [event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme")])
@@ -115,7 +117,19 @@ def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(
     DeltaTable(table_path).restore(good_version)  # what the check's description advises
     _, fixed = landing_run(platform, [event("Account", "UPDATE", [ACC], 3, tx="c", Name="Acme 3")])
     assert fixed.success
-    assert automation_requests(platform, cursor)[0] == {changefeed_key("Account")}
+    requested, cursor = automation_requests(platform, cursor)
+    assert requested == {changefeed_key("Account")}
+
+    # An export that fails (here: a fault before its file is renamed into place) is asked again at the next retry
+    # tick, not only after the replica's next materialization.
+    monkeypatch.setenv("CDC_FAULT_POINT", "changefeed.before_rename")
+    assert not platform.execute(dg.RunRequest(asset_selection=sorted(requested))).success
+    monkeypatch.delenv("CDC_FAULT_POINT")
+    now = datetime.now(timezone.utc)
+    requested, cursor = automation_requests(platform, cursor, at=now)
+    assert requested == set()
+    requested, cursor = automation_requests(platform, cursor, at=now + timedelta(minutes=6))
+    assert requested == {changefeed_key("Account")}
 
 
 def test_runs_show_only_mode_objects_and_reason_and_keep_the_rest_hidden(platform):

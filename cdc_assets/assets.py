@@ -2,10 +2,23 @@
 
 The asset functions only wire resources to `ingest` / `apply_changes`; the logic lives there and in spark_ops.
 Metadata keys are module constants so sensors and checks read what assets write.
+
+**What "unsynced" means here.** The ingest step materializes `change_events` (the whole table) and one slice per
+object, `events/<Object>` (that object's rows of it), whose data version is the last ingest that stored rows of the
+object. Each replica depends on its own slice only. Dagster marks an asset unsynced when an upstream data version
+differs from the one its latest materialization read, so a replica is unsynced exactly when rows of its object were
+ingested after it last applied: not after every landing run that carried other objects' events only (with one
+`change_events` upstream it was, since a landing run includes only the replicas its files name). A paused
+object's replica is unsynced while its events are ingested, which is true.
+
+**One asset group** (`GROUP`) for everything: the UI draws group boxes, collapsed until opened, only when the graph
+has several groups, so the global lineage opens as the graph itself; the key prefixes (`change_events`,
+`events/`, `salesforce/`, `changefeed/`) name its layers and are the asset catalog's folders.
 """
 
 
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 import dagster as dg
@@ -30,10 +43,12 @@ from spark_ops.schema import FORMULAS_AT, ObjectSchema, spark_type
 
 LANDING_ZONE = dg.AssetKey("landing_zone")
 CHANGE_EVENTS_KEY = dg.AssetKey("change_events")
-GROUP = "salesforce"
+GROUP = "salesforce_cdc"  # every asset of the platform (module docstring)
+EVENTS_PREFIX = "events"
 KINDS = {"spark", "delta", "salesforce"}
 
 META_DELTA_VERSION = "delta_version"
+META_ENTITY_SEQ = "last_ingest_with_rows"  # on events/<Object>: the ingest that last stored rows of the object
 META_TABLE_URI = "table_uri"
 META_APPLIED_THROUGH = "applied_through"  # the checkpoint the replica stores (moved only by a commit)
 META_COMMITTED = "committed"  # whether the run's apply step committed (its state, with or without rows)
@@ -52,21 +67,38 @@ def replica_key(name: str) -> dg.AssetKey:
     return dg.AssetKey(["salesforce", name])
 
 
+def events_key(name: str) -> dg.AssetKey:
+    """The slice of change_events holding object `name`'s rows: what its replica depends on."""
+    return dg.AssetKey([EVENTS_PREFIX, name])
+
+
+def ingest_keys(names: Iterable[str]) -> list[dg.AssetKey]:
+    """What one ingest step materializes: change_events and the slice of every object."""
+    return [CHANGE_EVENTS_KEY, *(events_key(n) for n in names)]
+
+
 landing_zone = dg.AssetSpec(
-    LANDING_ZONE, group_name="cdc", kinds={"files"},
+    LANDING_ZONE, group_name=GROUP, kinds={"files"},
     description="CDC event files dropped by a subscriber (JSON lines in the Streaming API shape). "
                 "Watched by landing_zone_sensor.",
 )
 
 
 def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDefinition:
-    @dg.asset(
-        key=CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name="cdc", kinds={"spark", "delta"}, pool="change_events",
+    table = dg.AssetSpec(
+        CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name=GROUP, kinds={"spark", "delta"},
         description="Every CDC event line ever landed, parsed to canonical change rows and de-duplicated, with "
-                    "its source file and line. Bad lines go to _quarantine with a reason.",
-    )
+                    "its source file and line. Bad lines go to _quarantine with a reason.")
+    slices = [dg.AssetSpec(
+        events_key(o.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds={"delta"},
+        description=f"{o.name}'s rows of change_events (a view, no table of its own): what salesforce/{o.name} "
+                    f"applies. Its data version is the last ingest that stored {o.name} rows, so the replica shows "
+                    f"as unsynced only when events of {o.name} were ingested after it last applied.")
+        for o in replication.objects]
+
+    @dg.multi_asset(name="change_events", specs=[table, *slices], can_subset=True, pool="change_events")
     def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
-                      landing: LandingZone, salesforce: SalesforceResource) -> dg.MaterializeResult:
+                      landing: LandingZone, salesforce: SalesforceResource) -> Iterator[dg.MaterializeResult]:
         schemas = {o.name: resolve_schema(o, warehouse, salesforce)[0] for o in replication.objects}
         result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id,
                         max_batch_bytes=replication.options.max_ingest_batch_bytes)
@@ -76,14 +108,21 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
             f"{c['lines_quarantined']} lines quarantined, {c['files_quarantined']} files unreadable)")
         for example in result.quarantine_examples:
             context.log.warning(f"Quarantined {example}")
-        return dg.MaterializeResult(metadata={
-            **{k: dg.MetadataValue.int(v) for k, v in c.items()},
-            META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
-            META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
-            "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
-            "files_ingested": dg.MetadataValue.json(result.files[:200]),
-            **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
-        })
+        selected = context.selected_asset_keys
+        if CHANGE_EVENTS_KEY in selected:
+            yield dg.MaterializeResult(asset_key=CHANGE_EVENTS_KEY, metadata={
+                **{k: dg.MetadataValue.int(v) for k, v in c.items()},
+                META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
+                META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
+                "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
+                "files_ingested": dg.MetadataValue.json(result.files[:200]),
+                **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
+            })
+        for o in replication.objects:
+            if events_key(o.name) in selected:
+                seq = int(result.state.entity_seq.get(o.name, 0))
+                yield dg.MaterializeResult(asset_key=events_key(o.name), data_version=dg.DataVersion(str(seq)),
+                                           metadata={META_ENTITY_SEQ: dg.MetadataValue.int(seq)})
 
     return change_events
 
@@ -113,8 +152,11 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
     static_metadata = {"dagster/column_schema": column_schema(file_schema)} if file_schema else {}
 
     @dg.asset(
-        key=replica_key(sobject.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds=KINDS,
+        key=replica_key(sobject.name), deps=[events_key(sobject.name)], group_name=GROUP, kinds=KINDS,
         pool=f"replica_{sobject.name}", metadata=static_metadata, tags={TAG_MODE: sobject.mode},
+        # How old its latest materialization may get (replication.yaml `freshness`): the UI marks it stale past it.
+        freshness_policy=dg.FreshnessPolicy.time_window(
+            fail_window=timedelta(seconds=replication.freshness_of(sobject))),
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
                     f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
                     f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0), "

@@ -11,7 +11,7 @@ state (`ReplicaState`, cdc_assets/state.py) once:
   and failing every run until then would hide real failures);
 - `no_stale_dirty`: no record has been dirty (awaiting reconciliation) longer than `dirty_threshold_seconds`;
 - `quarantine_empty`: `_quarantine` has no rows newer than the last acknowledgement (`acknowledge_quarantine`);
-- `freshness`: the newest applied change is less than `freshness_seconds` old (a quiet org trips it too, so it only
+- `freshness`: the newest applied change is less than the object's `freshness` (default `freshness_seconds`) old (a quiet org trips it too, so it only
   warns);
 - objects with `formulas` only (cdc_assets/formulas/freshness.py): `formulas_fresh`: no live row's formula values
   are older than twice the full-pass interval;
@@ -72,7 +72,8 @@ DESCRIPTIONS = {
     QUARANTINE_EMPTY: "No line quarantined since the last acknowledgement. After reviewing _quarantine, acknowledge "
                       "from the UI: launch the job acknowledge_quarantine (README 'Operating from the UI').",
     FRESHNESS: "The newest applied change is recent enough "
-               f"(replication.yaml options.{FRESHNESS_OPTION}; a quiet org also trips it).",
+               f"(replication.yaml `freshness` of the object, default options.{FRESHNESS_OPTION}; a quiet org also "
+               "trips it).",
     POLL_HARD_DELETES: "The last Id comparison with the org applied its deletes: it did not refuse to soft-delete "
                        "more than poll_max_delete_share of the live records.",
     POLL_OVERLAP: "The last Id comparison found no record committed later than poll_overlap (one it found means "
@@ -288,7 +289,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
     table); checks never call the org.
     """
     key = replica_key(sobject.name)
-    dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.options.freshness_seconds
+    dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.freshness_of(sobject)
     names = CHECKS + (POLL_CHECKS if sobject.mode == "poll" else ()) + ((FORMULAS_FRESH,) if sobject.formulas else ())
     specs = [dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name])
              for name in names]

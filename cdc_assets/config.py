@@ -82,6 +82,10 @@ class ObjectOptions(_Section):
         "Keep `<Object>__history` beside the replica: one row per version of each record (SCD type 2), written "
         "by the replica's own runs (cdc_assets/history/; README \"History tables\"). Turned on for an existing "
         "replica, it is backfilled from change_events."))
+    freshness: float | None = Field(None, gt=0, description=(
+        "How old a replica's latest materialization may get before Dagster marks it stale (its FreshnessPolicy; "
+        "the UI's Freshness), and the threshold of its `freshness` check: seconds, or a duration such as `5m`, "
+        "`90s`, `1h`, `1d`. Unset: `freshness_seconds`."))
     # Per-object sections: a nested model and one field (an object's own section is laid over the default's).
     changefeed: ChangefeedConfig | None = Field(None, description=(
         "The replica's changefeed (cdc_assets/changefeed/config.py): a section, or false for none. Under "
@@ -92,10 +96,28 @@ class ObjectOptions(_Section):
         "section, or false for none (the default). Under `options` the default of every object; an object's "
         "section overrides it key by key."))
 
+    @field_validator("freshness", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return duration_seconds(value) if isinstance(value, str) else value
+
     @field_validator("changefeed", "formulas", mode="before")
     @classmethod
     def _no_section(cls, section: Any) -> Any:
         return None if section is False else section  # `changefeed: false`: set, and no feed
+
+
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_seconds(text: str) -> float:
+    """`5m`, `90s`, `1.5h`, `1d` or a plain number of seconds, as seconds."""
+    text = text.strip().lower()
+    unit = DURATION_UNITS.get(text[-1:]) if text else None
+    try:
+        return float(text[:-1]) * unit if unit else float(text)
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (seconds, or a number with s, m, h or d: 5m)") from None
 
 
 ORG_EVENT_RETENTION_HOURS = 72.0  # Salesforce re-delivers change events for 72 h, never older ones
@@ -162,8 +184,8 @@ class ReplicationOptions(ObjectOptions):
     dirty_threshold_seconds: float = Field(15 * 60.0, ge=0, description=(
         "The check no_stale_dirty fails when a record has awaited reconciliation longer than this."))
     freshness_seconds: float = Field(3600.0, gt=0, description=(
-        "The check freshness fails when a replica's newest applied change is older than this (a quiet org "
-        "trips it too)."))
+        "The default of `freshness` (seconds): the check freshness fails when a replica's newest applied change "
+        "is older than this (a quiet org trips it too)."))
     # Platform-wide sections go here as a nested model and one field.
     upkeep: UpkeepConfig = Field(default_factory=lambda: UpkeepConfig(), description=(
         "Table upkeep (cdc_assets/upkeep/): compaction, vacuum and change_events retention, on a schedule."))
@@ -282,6 +304,10 @@ class ReplicationConfig(_Section):
     @property
     def names(self) -> list[str]:
         return [o.name for o in self.objects]
+
+    def freshness_of(self, sobject: SObjectConfig) -> float:
+        """Seconds a replica's latest materialization may age: its `freshness`, else `freshness_seconds`."""
+        return sobject.freshness or self.options.freshness_seconds
 
     @property
     def transaction_close_after(self) -> float:

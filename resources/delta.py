@@ -2,7 +2,7 @@
 
 Tables live at `<root>/<name>`: replicas at `<root>/Account`, change events at `<root>/_change_events`, quarantine
 at `<root>/_quarantine` (design §8). `root` is a local path by default or an object-store URI, with
-dagster-deltalake's storage config classes for credentials.
+delta-rs's own storage options (README "Dagster conventions": why not dagster-deltalake).
 
 Checkpoints live in the data (design §5). Every commit carries:
 - **app transactions** (`txn` actions): `dt.transaction_version(app_id)` answers "did a commit already ingest this
@@ -51,7 +51,6 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
-from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -157,9 +156,10 @@ class DeltaWarehouse(dg.ConfigurableResource):
     """Delta tables under one root (a path, or an s3:// / az:// / gs:// URI)."""
 
     root: str = Field(description="Local path or object-store URI holding one Delta table per object.")
-    storage_options: LocalConfig | S3Config | AzureConfig | GcsConfig = Field(
-        default=LocalConfig(), discriminator="provider",
-        description="Object-store credentials and settings (dagster-deltalake config classes).")
+    storage_options: dict[str, str] = Field(default_factory=dict, description=(
+        "delta-rs storage options for an object-store root, under delta-rs's own keys (AWS_REGION, "
+        "AZURE_STORAGE_ACCOUNT_NAME, GOOGLE_SERVICE_ACCOUNT, ...). Leave credentials to the environment variables "
+        "delta-rs reads itself (AWS_ACCESS_KEY_ID, AZURE_STORAGE_ACCOUNT_KEY, ...), not the run config."))
 
     def uri(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
@@ -170,7 +170,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         ensure_safe_commits(self.root, self._options())
 
     def _options(self) -> dict[str, str]:
-        return self.storage_options.str_dict()
+        return dict(self.storage_options)
 
     def table(self, name: str) -> DeltaTable | None:
         """The table's latest snapshot, or None if it does not exist yet."""

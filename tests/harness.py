@@ -100,9 +100,13 @@ class Platform:
                                warehouse_root=self.warehouse_uri, spark_conf=self.spark_conf,
                                salesforce=self.salesforce)
 
-    def execute(self, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
-        """Run what a sensor requested, as the daemon would (same assets, run config and tags)."""
+    def execute(self, request: dg.RunRequest, *, checks: bool = False) -> dg.ExecuteInProcessResult:
+        """Run what a sensor requested, as the daemon would (same assets, run config and tags); with `checks`, the
+        checks of the selected replicas run in it too, as in the daemon's runs (a failed blocking check fails it)."""
         assets = [a for a in self.executable_assets() if set(a.keys) & set(request.asset_selection)]
+        if checks:
+            assets += [c for c in self.defs.asset_checks or []
+                       if any(k.asset_key in request.asset_selection for k in c.check_keys)]
         return dg.materialize(assets, resources=self.defs.resources, instance=self.instance,
                               run_config=request.run_config, tags=request.tags, selection=request.asset_selection,
                               raise_on_error=False)

@@ -6,7 +6,7 @@ compacts and vacuums change_events, in pool
 `change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a step writing the same
 table: it waits for the slot like any writer. Each reports what it did as an `AssetObservation` of the table's
 asset (`salesforce/<Object>`, `change_events`): numeric metadata (files and bytes before/after, files vacuumed,
-rows trimmed, seconds), which the UI plots on the asset's page. Jobs are tagged `cdc/upkeep=<table>`.
+rows trimmed, seconds), which the UI plots on the asset's page. Jobs are tagged mode `upkeep` and, hidden, `TAG_UPKEEP=<table>`.
 """
 
 
@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
+from cdc_assets.run_tags import hidden_tag, run_tags
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.config import ReplicationConfig, UpkeepConfig
 from cdc_assets.upkeep.compact import Footprint, compact
@@ -24,7 +25,7 @@ from cdc_assets.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingZone
 
-TAG_UPKEEP = "cdc/upkeep"
+TAG_UPKEEP = hidden_tag("upkeep")  # the table (an object, or _change_events); shown: mode upkeep, its object
 CE_JOB = "upkeep_change_events"
 REPLICA_Z_ORDER, CE_Z_ORDER = ["Id"], ["_ingest_seq"]
 
@@ -92,7 +93,8 @@ def build_upkeep_job(*, name: str, replication: ReplicationConfig) -> dg.JobDefi
         context.log.info(summary)
         context.log_event(_observed(key, values, f"upkeep: {summary}"))
 
-    @dg.job(name=job_name, tags={TAG_UPKEEP: name},
+    @dg.job(name=job_name, tags=run_tags(mode="upkeep", reason=f"{settings.schedule} schedule",
+                                         objects=[] if is_ce else [name], hidden={TAG_UPKEEP: name}),
             description=f"Table upkeep of {key.to_user_string()} (README 'Table upkeep'): "
                         + ("retire ingested landing files, trim payloads past the retention, " if is_ce else "")
                         + "compact, vacuum.")

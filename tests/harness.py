@@ -11,6 +11,7 @@ import yaml
 from deltalake import DeltaTable
 
 from cdc_assets.assets import replica_key
+from cdc_assets.changefeed.export import changefeed_key
 from definitions import build_defs
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.storage import Folder, is_uri
@@ -115,6 +116,16 @@ class Platform:
         """Evaluate a sensor (the reconciliation sensor by default) against this platform's instance."""
         context = dg.build_sensor_context(instance=self.instance, resources=self.defs.resources, definitions=self.defs)
         return self.defs.get_sensor_def(sensor_name)(context).run_requests or []
+
+    def automation_requests(self) -> list[dg.RunRequest]:
+        """Evaluate the assets' automation conditions as the daemon's automation sensor does (the changefeeds follow
+        their replicas: sensors/changefeed.py); one request for the feeds they ask for, or none."""
+        result = dg.evaluate_automation_conditions(defs=self.defs, instance=self.instance,
+                                                   cursor=getattr(self, "automation_cursor", None))
+        self.automation_cursor = result.cursor
+        feeds = [changefeed_key(n) for n in self.objects]
+        requested = sorted(k for k in feeds if result.get_requested_partitions(k))
+        return [dg.RunRequest(asset_selection=requested)] if requested else []
 
     def run_sensor(self, sensor_name: str = RECONCILIATION_SENSOR) -> list[dg.RunRequest]:
         """Evaluate a sensor, then run each request it makes as the daemon would; every run must succeed."""

@@ -2,7 +2,7 @@
 zone, the subscriber's state, the warehouse and the changefeed; nothing of the data path touches the local disk.
 
 The CDC subscriber (its CLI, in a process of its own) streams the org's Pub/Sub API into `s3://.../landing`; the
-real `landing_zone_sensor`, `reconciliation_sensor` and `changefeed_sensor` are evaluated and the runs they ask
+real `landing_zone_sensor` and `reconciliation_sensor` and the changefeeds' automation conditions are evaluated and the runs they ask
 for executed with Dagster's `materialize()`, as the daemon would; the replicas must equal the org and each feed
 must replay to its replica. Exactly-once on S3 as in the kill suite (tests/cdc_assets/test_crash.py): the first
 subscriber is SIGKILLed after landing a file but before saving its position (the restart lands those events
@@ -37,7 +37,6 @@ from resources.storage import Folder, filesystem
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
-from sensors.changefeed import SENSOR_NAME as CHANGEFEED_SENSOR
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
 from settings import REPO, TEST_SPARK_CONF
@@ -107,8 +106,9 @@ def settle(platform: Platform, rounds: int = 6) -> list[str]:
     until none asks for anything; returns the reasons of the runs."""
     reasons = []
     for _ in range(rounds):
-        requests = [(name, r) for name in (LANDING_SENSOR, RECONCILIATION_SENSOR, CHANGEFEED_SENSOR)
+        requests = [(name, r) for name in (LANDING_SENSOR, RECONCILIATION_SENSOR)
                     for r in platform.sensor_requests(name)]
+        requests += [("changefeed automation", r) for r in platform.automation_requests()]
         if not requests:
             return reasons
         for name, request in requests:

@@ -58,13 +58,10 @@ def sensor_requests(platform: Platform) -> list[dg.RunRequest]:
 
 def changefeed_sensor_run(platform: Platform) -> list[dg.AssetKey]:
     """Evaluate the automation conditions as the daemon does and run the feeds they request."""
-    result = dg.evaluate_automation_conditions(defs=platform.defs, instance=platform.instance,
-                                               cursor=getattr(platform, "automation_cursor", None))
-    platform.automation_cursor = result.cursor
-    requested = sorted(k for k in (changefeed_key(n) for n in OBJECTS) if result.get_requested_partitions(k))
-    if requested:
-        assert platform.execute(dg.RunRequest(asset_selection=requested)).success
-    return requested
+    requests = platform.automation_requests()
+    for request in requests:
+        assert platform.execute(request).success
+    return [k for r in requests for k in r.asset_selection]
 
 
 def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_resync(tmp_path, org):

@@ -71,7 +71,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
     ]
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
     warehouse = DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse"))
-    refuse_unsafe_settings(warehouse.root, warehouse.storage_options.str_dict())  # no location that could lose data
+    refuse_unsafe_settings(warehouse.root, dict(warehouse.storage_options))  # no location that could lose data
     upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (cdc_assets/upkeep/), each job in its table's pool
         replication=replication, default_status=dg.DefaultScheduleStatus(status.value))
     return dg.Definitions(

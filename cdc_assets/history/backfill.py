@@ -66,7 +66,7 @@ def _initial_snapshot(warehouse: DeltaWarehouse, replica: DeltaTable) -> tuple[p
     """The replica's version 0 rows and the first ingest it replays, if version 0 was an initial load (an empty
     base and ingest 1 if it was not); None if version 0 can no longer be read."""
     try:
-        first = DeltaTable(replica.table_uri, version=0, storage_options=warehouse.storage_options.str_dict())
+        first = DeltaTable(replica.table_uri, version=0, storage_options=dict(warehouse.storage_options))
         raw = (first.history(1)[0] or {}).get(REPLICA_STATE)
         state = ReplicaState.from_dict(json.loads(raw) if raw else {})
         if state.resynced is None:

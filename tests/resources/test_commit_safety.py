@@ -13,7 +13,6 @@ import dagster as dg
 import obstore
 import pyarrow as pa
 import pytest
-from dagster_deltalake import S3Config
 from deltalake import DeltaTable, write_deltalake
 from obstore.store import from_url
 
@@ -47,9 +46,9 @@ def write_sample_config(tmp_path, sample_dir):
 
 
 def test_an_unsafe_storage_option_is_refused_too():
-    warehouse = DeltaWarehouse(root="s3://b/w", storage_options=S3Config(allow_unsafe_rename=True))
-    with pytest.raises(UnsafeCommitsError, match="storage option allow_unsafe_rename=True"):
-        ensure_safe_commits(warehouse.root, warehouse.storage_options.str_dict())
+    warehouse = DeltaWarehouse(root="s3://b/w", storage_options={"allow_unsafe_rename": "true"})
+    with pytest.raises(UnsafeCommitsError, match="storage option allow_unsafe_rename=true"):
+        ensure_safe_commits(warehouse.root, dict(warehouse.storage_options))
 
 
 def test_a_run_refuses_to_start_on_s3_with_an_unsafe_setting_and_writes_nothing(tmp_path, s3, spark, sample_dir,

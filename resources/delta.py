@@ -270,7 +270,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
             start = last["version"] + 1
         for v in range(start, version + 1):
             with log_files.open_input_stream(f"_delta_log/{v:020d}.json") as f:
-                for line in f.read().decode().splitlines():
+                for line in f.read().decode().split("\n"):
                     if '"txn"' in line and (txn := json.loads(line).get("txn")) is not None:
                         txns[txn["appId"]] = txn["version"]
                         stamps[txn["appId"]] = txn.get("lastUpdated")
@@ -288,7 +288,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 text = f.read().decode()
         except FileNotFoundError:
             return None
-        for line in text.splitlines():
+        for line in text.split("\n"):
             if '"commitInfo"' in line and (info := json.loads(line).get("commitInfo")) is not None:
                 return info
         return {}

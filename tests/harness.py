@@ -162,7 +162,8 @@ class Platform:
 
     def materialization(self, result: dg.ExecuteInProcessResult, name: str) -> dict:
         key = replica_key(name) if name != "change_events" else dg.AssetKey("change_events")
-        mats = [m for m in result.asset_materializations_for_node(key.to_python_identifier())]
+        # The change_events step also materializes one slice per object (events/<Object>): only its own key.
+        mats = [m for m in result.asset_materializations_for_node(key.to_python_identifier()) if m.asset_key == key]
         return {k: v.value for k, v in mats[-1].metadata.items()}
 
 

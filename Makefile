@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.installed-e2e
 
-.PHONY: run run-org test install bench clean browser e2e
+.PHONY: run run-org test test-cluster install bench clean browser e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,12 @@ run-org: $(STAMP)
 ## The test suite (real Spark, real Delta tables, real HTTPS emulator, real Dagster).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+## The runs on a standalone Spark cluster (a master and two workers on loopback, from PySpark's own launcher), directly
+## and through a Spark Connect server attached to it; replicas compared with a local run (minutes; needs root for
+## the workers' private mount, demo/spark_cluster.py). CI runs it after `make test`.
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -q -m cluster tests/resources/test_spark_cluster.py
 
 ## Headless Chromium (Debian's `chromium`) for the browser check of the UI (tests/e2e/test_ui.py); needs root.
 browser:

@@ -1,4 +1,4 @@
-"""`python -m bench [catchup|steady|merge|initial|wide|subscriber|datastream ...] [--small]`: run benchmarks
+"""`python -m bench [catchup|steady|merge|initial|wide|subscriber|datastream|formulas ...] [--small]`: run benchmarks
 (default: all) and print their figures (see bench/RESULTS.md)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import sys
 import time
 from functools import partial
 
-from bench import catchup, datastream, initial_load, merge_scaling, poll, steady, subscriber, wide
+from bench import (catchup, datastream, formulas, history, initial_load, merge_scaling, poll, steady, subscriber,
+                   wide)
 
 # workload -> (full size, --small size), as keyword arguments of its run()
 WORKLOADS = {
@@ -23,9 +24,12 @@ WORKLOADS = {
               {"small_rows": 100_000, "large_rows": 1_000_000}),
     "initial": (initial_load.run, {"records": 1_000_000}, {"records": 50_000}),
     "poll": (poll.run, {"records": 1_000_000, "changes": 1_000}, {"records": 50_000, "changes": 1_000}),
+    "formulas": (formulas.run, {"records": 1_000_000, "changes": 1_000}, {"records": 50_000, "changes": 1_000}),
     "wide": (wide.run, {"records": 5_000, "updates": 20_000}, {"records": 500, "updates": 2_000}),
     "subscriber": (subscriber.run, {"accounts": 2_000, "changes": 30_000}, {"accounts": 100, "changes": 2_000}),
     "datastream": (datastream.run, {"accounts": 2_000, "changes": 20_000}, {"accounts": 200, "changes": 2_000}),
+    "history": (history.run, {"accounts": 2_000, "changes": 60_000, "runs": 20},
+                {"accounts": 250, "changes": 4_000, "runs": 5}),
 }
 HEADER = ("workload", "unit", "count", "wall_s", "per_s", "x_floor", "x_baseline", "peak_rss_mb")
 

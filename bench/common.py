@@ -70,10 +70,12 @@ def start_spark() -> tuple[dict[str, str], float]:
     return conf, time.perf_counter() - started
 
 
-def write_replication(path: Path, objects: dict[str, Path | None], *, initial_load: bool = False) -> Path:
-    """A replication.yaml naming `objects` (with describe files where given), transactions closed at once."""
+def write_replication(path: Path, objects: dict[str, Path | None], *, initial_load: bool = False,
+                      **options) -> Path:
+    """A replication.yaml naming `objects` (with describe files where given), transactions closed at once;
+    `options`: more of its `options` (e.g. history=True)."""
     path.write_text(yaml.safe_dump({
-        "options": {"transaction_close_after": 0, "initial_load": initial_load},
+        "options": {"transaction_close_after": 0, "initial_load": initial_load, **options},
         "objects": [{"name": o, **({"describe": str(d)} if d else {})} for o, d in objects.items()],
     }))
     return path

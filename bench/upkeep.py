@@ -6,7 +6,8 @@ materializes change_events + the 5 replicas **in this process** (one Spark sessi
 Connect server gives the daemon's runs; the per-process start the `steady` workload measures is left out, so
 that many runs fit). Every `every` runs the upkeep of each table runs as its job does (`upkeep_table`: compact,
 vacuum with retention 0 h, and for change_events the payload trim with horizon 0 h, so it does trim: the
-configured minimum of 84 h would trim nothing in a benchmark of minutes).
+configured minimum of 84 h would trim nothing in a benchmark of minutes; the landing files it ingested are retired
+and remembered 3 minutes instead of 168 h, for the same reason).
 
 Per run it records the run's wall time, the time to load each table's snapshot (`DeltaTable(uri)`: what every
 step does several times) and its file count; figures are reported per window of runs (first, middle, last), so
@@ -34,6 +35,7 @@ from cdc_assets.config import UpkeepConfig
 from cdc_assets.upkeep.compact import Footprint
 from cdc_assets.upkeep.jobs import upkeep_table
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
 
@@ -46,13 +48,13 @@ def load_seconds(uri: str) -> float:
     return time.perf_counter() - started
 
 
-def upkeep_all(warehouse: DeltaWarehouse) -> dict:
+def upkeep_all(warehouse: DeltaWarehouse, landing: LandingZone) -> dict:
     """Every table's upkeep as its job does it, with horizons of 0 h (see the module docstring)."""
     settings = UpkeepConfig.model_construct(**{**UpkeepConfig().model_dump(), "vacuum_retention_hours": 0,
-                                               "change_events_retention_hours": 0})
+                                               "change_events_retention_hours": 0, "landing_ledger_hours": 0.05})
     out = {}
     for name in [*OBJECTS, CHANGE_EVENTS]:
-        out[name] = upkeep_table(warehouse, name, settings, replicated=OBJECTS)
+        out[name] = upkeep_table(warehouse, name, settings, replicated=OBJECTS, landing=landing)
     return out
 
 
@@ -107,7 +109,7 @@ def run(*, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: fl
                 record[f"files_{name}"] = Footprint.of(table).files
             if upkeep and n % every == 0:
                 t = time.perf_counter()
-                done = upkeep_all(warehouse)
+                done = upkeep_all(warehouse, LandingZone(path=str(landing)))
                 upkeeps.append({"after_run": n, "seconds": round(time.perf_counter() - t, 2),
                                 "change_events": done[CHANGE_EVENTS], "Account": done["Account"]})
                 record["upkeep_s"] = upkeeps[-1]["seconds"]

@@ -27,12 +27,14 @@ from pyspark.sql import DataFrame, SparkSession
 from cdc_assets.closure import Cut, held_back, overflows, pending_resync
 from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
+from cdc_assets.history.stage import before_overflow, stage_versions
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
 from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.spark import from_arrow
 from spark_ops.fold import CHANGED, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
+from spark_ops.history import transaction_versions
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -89,11 +91,13 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
 def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, cut: Cut, run_id: str,
                   now: datetime | None = None, description: str | None = None,
                   refresh_schema: Callable[[], ObjectSchema] | None = None,
-                  replica: DeltaTable | None | EllipsisType = ...) -> ApplyResult:
+                  replica: DeltaTable | None | EllipsisType = ..., history: bool = False) -> ApplyResult:
     """Apply the closed transactions ingested since the checkpoint, through the run's `cut` (and holding its open
     transaction, cdc_assets/closure.py); `description` is kept on a new table; `refresh_schema` asks describe()
     again when events set fields `schema` does not know. `replica`: the replica's snapshot if the caller has it
-    (None: no table yet), else it is loaded; the checkpoint is read from it and the commit made against it."""
+    (None: no table yet), else it is loaded; the checkpoint is read from it and the commit made against it.
+    `history`: also derive the state of each record after each transaction applied, from the same changes and
+    current rows, and stage them for the history table, named in the commit (cdc_assets/history/)."""
     now = now or datetime.now(timezone.utc)
     watch = Stopwatch()
     ce_seq, open_key = cut.through, cut.open_key
@@ -118,6 +122,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
                          resynced=prev.resynced, last_commit_ts=prev.last_commit_ts, run_id=run_id,
                          synced_at=now.isoformat(), poll=prev.poll if prev.poll and prev.poll.active else None)
     new_rows = schema.arrow_schema().empty_table()
+    versions = None
     buckets: list[str] = []
 
     if rows is not None and rows.num_rows:
@@ -141,8 +146,12 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             changes, diff_counts = resolve_diffs(changes, current, schema)
             counts |= diff_counts
             watch.lap("diffs")
-            folded = fold_changes(from_arrow(spark, changes), current, schema).toArrow()
+            changes_df = from_arrow(spark, changes)
+            folded = fold_changes(changes_df, current, schema).toArrow()
             watch.lap("fold")
+            if history:
+                versions = transaction_versions(changes_df, current, schema).toArrow()
+                watch.lap("history")
             fault_point("replica.after_fold")
             counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*SUMMED, NEWLY_DIRTY, INSERTED)}
             counts["gaps"] -= counts["schema_backfill"]  # not events read: gaps the run added (see prepare.py)
@@ -156,6 +165,11 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     if new_rows.num_rows and (latest := pc.max(new_rows["_sf_commit_ts"]).as_py()) is not None:
         state = state.with_commit_ts(latest.isoformat())
     state = replace(state, counts=counts)
+    if history:  # staged before the commit that names them: cdc_assets/history/__init__.py
+        versions = before_overflow(versions, state.resync_pending)
+        version = replica.version() + 1 if replica is not None else 0
+        state = replace(state, history=stage_versions(warehouse, schema, versions, version=version))
+        fault_point("history.after_stage")
     txns = {APPLY_APP: state.applied_through}
     fault_point("replica.before_commit")
     if replica is None:

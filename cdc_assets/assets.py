@@ -2,10 +2,23 @@
 
 The asset functions only wire resources to `ingest` / `apply_changes`; the logic lives there and in spark_ops.
 Metadata keys are module constants so sensors and checks read what assets write.
+
+**What "unsynced" means here.** The ingest step materializes `change_events` (the whole table) and one slice per
+object, `events/<Object>` (that object's rows of it), whose data version is the last ingest that stored rows of the
+object. Each replica depends on its own slice only. Dagster marks an asset unsynced when an upstream data version
+differs from the one its latest materialization read, so a replica is unsynced exactly when rows of its object were
+ingested after it last applied: not after every landing run that carried other objects' events only (with one
+`change_events` upstream it was, since a landing run includes only the replicas its files name). A paused
+object's replica is unsynced while its events are ingested, which is true.
+
+**One asset group** (`GROUP`) for everything: the UI draws group boxes, collapsed until opened, only when the graph
+has several groups, so the global lineage opens as the graph itself; the key prefixes (`change_events`,
+`events/`, `salesforce/`, `changefeed/`) name its layers and are the asset catalog's folders.
 """
 
 
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Literal
 
 import dagster as dg
@@ -14,6 +27,9 @@ from dagster_pyspark import PySparkResource
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
+from cdc_assets.formulas.freshness import formula_metadata
+from cdc_assets.formulas.refresh import MODE as FORMULAS, FormulaResult, refresh_formulas
+from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
@@ -23,14 +39,16 @@ from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource
 from resources.spark import session
-from spark_ops.schema import ObjectSchema
+from spark_ops.schema import FORMULAS_AT, ObjectSchema, spark_type
 
 LANDING_ZONE = dg.AssetKey("landing_zone")
 CHANGE_EVENTS_KEY = dg.AssetKey("change_events")
-GROUP = "salesforce"
+GROUP = "salesforce_cdc"  # every asset of the platform (module docstring)
+EVENTS_PREFIX = "events"
 KINDS = {"spark", "delta", "salesforce"}
 
 META_DELTA_VERSION = "delta_version"
+META_ENTITY_SEQ = "last_ingest_with_rows"  # on events/<Object>: the ingest that last stored rows of the object
 META_TABLE_URI = "table_uri"
 META_APPLIED_THROUGH = "applied_through"  # the checkpoint the replica stores (moved only by a commit)
 META_COMMITTED = "committed"  # whether the run's apply step committed (its state, with or without rows)
@@ -49,21 +67,38 @@ def replica_key(name: str) -> dg.AssetKey:
     return dg.AssetKey(["salesforce", name])
 
 
+def events_key(name: str) -> dg.AssetKey:
+    """The slice of change_events holding object `name`'s rows: what its replica depends on."""
+    return dg.AssetKey([EVENTS_PREFIX, name])
+
+
+def ingest_keys(names: Iterable[str]) -> list[dg.AssetKey]:
+    """What one ingest step materializes: change_events and the slice of every object."""
+    return [CHANGE_EVENTS_KEY, *(events_key(n) for n in names)]
+
+
 landing_zone = dg.AssetSpec(
-    LANDING_ZONE, group_name="cdc", kinds={"files"},
+    LANDING_ZONE, group_name=GROUP, kinds={"files"},
     description="CDC event files dropped by a subscriber (JSON lines in the Streaming API shape). "
                 "Watched by landing_zone_sensor.",
 )
 
 
 def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDefinition:
-    @dg.asset(
-        key=CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name="cdc", kinds={"spark", "delta"}, pool="change_events",
+    table = dg.AssetSpec(
+        CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name=GROUP, kinds={"spark", "delta"},
         description="Every CDC event line ever landed, parsed to canonical change rows and de-duplicated, with "
-                    "its source file and line. Bad lines go to _quarantine with a reason.",
-    )
+                    "its source file and line. Bad lines go to _quarantine with a reason.")
+    slices = [dg.AssetSpec(
+        events_key(o.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds={"delta"},
+        description=f"{o.name}'s rows of change_events (a view, no table of its own): what salesforce/{o.name} "
+                    f"applies. Its data version is the last ingest that stored {o.name} rows, so the replica shows "
+                    f"as unsynced only when events of {o.name} were ingested after it last applied.")
+        for o in replication.objects]
+
+    @dg.multi_asset(name="change_events", specs=[table, *slices], can_subset=True, pool="change_events")
     def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
-                      landing: LandingZone, salesforce: SalesforceResource) -> dg.MaterializeResult:
+                      landing: LandingZone, salesforce: SalesforceResource) -> Iterator[dg.MaterializeResult]:
         schemas = {o.name: resolve_schema(o, warehouse, salesforce)[0] for o in replication.objects}
         result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id,
                         max_batch_bytes=replication.options.max_ingest_batch_bytes)
@@ -73,20 +108,29 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
             f"{c['lines_quarantined']} lines quarantined, {c['files_quarantined']} files unreadable)")
         for example in result.quarantine_examples:
             context.log.warning(f"Quarantined {example}")
-        return dg.MaterializeResult(metadata={
-            **{k: dg.MetadataValue.int(v) for k, v in c.items()},
-            META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
-            META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
-            "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
-            "files_ingested": dg.MetadataValue.json(result.files[:200]),
-            **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
-        })
+        selected = context.selected_asset_keys
+        if CHANGE_EVENTS_KEY in selected:
+            yield dg.MaterializeResult(asset_key=CHANGE_EVENTS_KEY, metadata={
+                **{k: dg.MetadataValue.int(v) for k, v in c.items()},
+                META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
+                META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
+                "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
+                "files_ingested": dg.MetadataValue.json(result.files[:200]),
+                **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
+            })
+        for o in replication.objects:
+            if events_key(o.name) in selected:
+                seq = int(result.state.entity_seq.get(o.name, 0))
+                yield dg.MaterializeResult(asset_key=events_key(o.name), data_version=dg.DataVersion(str(seq)),
+                                           metadata={META_ENTITY_SEQ: dg.MetadataValue.int(seq)})
 
     return change_events
 
 
 class ReplicaRunConfig(dg.Config):
-    mode: Literal["apply", "reconcile", "resync", "poll"] = "apply"  # apply: the object's own (cdc or poll)
+    # apply: the object's own (cdc or poll); formulas: refresh the formula columns (cdc_assets/formulas/), then apply
+    mode: Literal["apply", "reconcile", "resync", "poll", "formulas"] = "apply"
+    formulas_full: bool = False  # formulas: read every record's formula values, whatever full_every says
     compare_ids: bool = False  # poll: compare Ids with the org now (hard deletes), whatever the schedule
     # poll: compare Ids now and apply its deletes even beyond poll_max_delete_share (check poll_hard_deletes failed
     # and the org really lost those records)
@@ -96,8 +140,11 @@ class ReplicaRunConfig(dg.Config):
 
 
 def column_schema(schema: ObjectSchema) -> dg.TableSchema:
+    formulas = [(c, spark_type(t).simpleString()) for c, t in schema.formulas] + \
+        ([(FORMULAS_AT, "timestamp")] if schema.formulas else [])
     return dg.TableSchema(columns=[
-        dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields])
+        *(dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields),
+        *(dg.TableColumn(name, kind, description="formula field (refresh runs)") for name, kind in formulas)])
 
 
 def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetsDefinition:
@@ -105,30 +152,44 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
     static_metadata = {"dagster/column_schema": column_schema(file_schema)} if file_schema else {}
 
     @dg.asset(
-        key=replica_key(sobject.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds=KINDS,
+        key=replica_key(sobject.name), deps=[events_key(sobject.name)], group_name=GROUP, kinds=KINDS,
         pool=f"replica_{sobject.name}", metadata=static_metadata, tags={TAG_MODE: sobject.mode},
+        # How old its latest materialization may get (replication.yaml `freshness`): the UI marks it stale past it.
+        freshness_policy=dg.FreshnessPolicy.time_window(
+            fail_window=timedelta(seconds=replication.freshness_of(sobject))),
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
                     f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
                     f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0), "
-                    f"poll (records changed since a SystemModstamp cursor, for objects without CDC). This "
+                    f"poll (records changed since a SystemModstamp cursor, for objects without CDC), formulas "
+                    f"(refresh the formula columns, when replication.yaml keeps them). This "
                     f"object: {sobject.mode}.",
     )
     def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
                 warehouse: DeltaWarehouse, salesforce: SalesforceResource) -> dg.MaterializeResult:
         now, run_id = datetime.now(timezone.utc), context.run.run_id
         sync: SyncResult | None = None
-        polled = config.mode == "poll" or sobject.mode == "poll" and config.mode == "apply"
+        polled = config.mode == "poll" or sobject.mode == "poll" and config.mode in ("apply", FORMULAS)
         # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
-        table = warehouse.table(sobject.name)
+        # A history reads the replica's Change Data Feed: on from here if the replica was made without one.
+        table = warehouse.enable_change_feed(sobject.name) if sobject.history else warehouse.table(sobject.name)
         # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
         initial = table is None and (replication.initial_load or polled)
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial,
                                           table=table)
         if not (config.mode == "resync" or initial):
             refuse_clear_hashes(table, schema)  # `hash:` added to an existing replica: a resync comes first
+        # Before anything commits: a history turned on for an existing replica is backfilled through its version.
+        history = history_step(sobject, warehouse, schema, replica=table, run_id=run_id,
+                               spark=lambda: session(pyspark))
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
                           page_size=replication.options.bulk_page_size)
+        elif config.mode == FORMULAS:
+            if not sobject.formulas:
+                raise dg.Failure(f"{sobject.name} keeps no formula fields: add a `formulas` section for it in "
+                                 "replication.yaml (README 'Formula fields') and reload the code location")
+            sync = refresh_formulas(warehouse, salesforce, schema, options=sobject.formulas, run_id=run_id, now=now,
+                                    full=config.formulas_full, page_size=replication.options.bulk_page_size)
         elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active:
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
@@ -137,8 +198,9 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         elif config.mode == "reconcile":
             sync = reconcile(warehouse, salesforce, schema, run_id=run_id, now=now)
         if polled:  # no change events to apply: no Spark either
-            return dg.MaterializeResult(metadata=replica_metadata(
-                context, sobject, schema, warehouse, polled_result(warehouse, schema.name, sync), sync))
+            return dg.MaterializeResult(metadata=record_history(context, history, sobject, warehouse, schema, run_id)
+                                        | replica_metadata(context, sobject, schema, warehouse,
+                                                           polled_result(warehouse, schema.name, sync), sync))
         spark = session(pyspark)
         close_after = config.transaction_close_after
         cut = pinned_cut(context, warehouse, replicated=set(replication.names),
@@ -147,11 +209,13 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
         result = apply_changes(spark, warehouse, schema, cut=cut, run_id=run_id, now=now,
                                description=describe_note(describe), refresh_schema=refresh,
-                               replica=warehouse.table(sobject.name) if sync else table)
+                               replica=warehouse.table(sobject.name) if sync else table,
+                               history=sobject.history)
         if refresh.keep():
             result.table = warehouse.table(sobject.name)
-        return dg.MaterializeResult(metadata=replica_metadata(context, sobject, result.schema or schema, warehouse,
-                                                              result, sync))
+        schema = result.schema or schema
+        return dg.MaterializeResult(metadata=record_history(context, history, sobject, warehouse, schema, run_id)
+                                    | replica_metadata(context, sobject, schema, warehouse, result, sync))
 
     return replica
 
@@ -187,6 +251,10 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
     if isinstance(sync, PollResult):
         metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor.to_dict() if sync.cursor else {})
         metadata[META_POLL_CURSOR_FIELD] = dg.MetadataValue.text(sync.cursor_field or "")
+    if sobject.formulas:  # how old the formula values are, whatever the run did (the age grows between refreshes)
+        metadata |= formula_metadata(table, datetime.now(timezone.utc))
+    if isinstance(sync, FormulaResult):
+        metadata |= {k: dg.MetadataValue.float(round(v, 3)) for k, v in sync.seconds.items()}
     if s.last_commit_ts:
         seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s.last_commit_ts)).total_seconds()
         metadata[META_LAG] = dg.MetadataValue.float(seconds)

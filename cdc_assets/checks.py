@@ -11,8 +11,10 @@ state (`ReplicaState`, cdc_assets/state.py) once:
   and failing every run until then would hide real failures);
 - `no_stale_dirty`: no record has been dirty (awaiting reconciliation) longer than `dirty_threshold_seconds`;
 - `quarantine_empty`: `_quarantine` has no rows newer than the last acknowledgement (`acknowledge_quarantine`);
-- `freshness`: the newest applied change is less than `freshness_seconds` old (a quiet org trips it too, so it only
+- `freshness`: the newest applied change is less than the object's `freshness` (default `freshness_seconds`) old (a quiet org trips it too, so it only
   warns);
+- objects with `formulas` only (cdc_assets/formulas/freshness.py): `formulas_fresh`: no live row's formula values
+  are older than twice the full-pass interval;
 - polled objects only (cdc_assets/poll/compare.py): `poll_hard_deletes` (ERROR): the last Id comparison did not
   refuse its deletes (more than `poll_max_delete_share` of the live records); `poll_overlap` (WARN): it found no
   record committed later than `poll_overlap`.
@@ -34,10 +36,12 @@ from pyspark.sql import SparkSession
 
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION, FORMULAS_FRESH, \
+    check_formulas_fresh
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
 from resources.delta import QUARANTINE, DeltaWarehouse
-from resources.spark import session
+from resources.spark import from_arrow, session
 from spark_ops.schema import ObjectSchema
 from spark_ops.validation import replica_schema, schema_errors
 
@@ -68,11 +72,13 @@ DESCRIPTIONS = {
     QUARANTINE_EMPTY: "No line quarantined since the last acknowledgement. After reviewing _quarantine, acknowledge "
                       "from the UI: launch the job acknowledge_quarantine (README 'Operating from the UI').",
     FRESHNESS: "The newest applied change is recent enough "
-               f"(replication.yaml options.{FRESHNESS_OPTION}; a quiet org also trips it).",
+               f"(replication.yaml `freshness` of the object, default options.{FRESHNESS_OPTION}; a quiet org also "
+               "trips it).",
     POLL_HARD_DELETES: "The last Id comparison with the org applied its deletes: it did not refuse to soft-delete "
                        "more than poll_max_delete_share of the live records.",
     POLL_OVERLAP: "The last Id comparison found no record committed later than poll_overlap (one it found means "
                   "the overlap is too short for this org).",
+    FORMULAS_FRESH: FORMULAS_FRESH_DESCRIPTION,
 }
 
 
@@ -109,7 +115,8 @@ def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse
         schema = schema_of()
     except RuntimeError as exc:  # no describe file and none kept with the table
         return _result(SCHEMA, False, meta, f"Cannot build the expected schema: {exc}")
-    errors = schema_errors(spark_of().createDataFrame(rows), replica_schema(schema))
+    # After a resync that is every row: from_arrow keeps them out of the query plan (staged on a cluster).
+    errors = schema_errors(from_arrow(spark_of(), rows), replica_schema(schema))
     meta["failures"] = dg.MetadataValue.json(
         [{k: (str(v)[:300] if v is not None else None) for k, v in e.items()} for e in errors[:EXAMPLES]])
     if not errors:
@@ -282,8 +289,8 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
     table); checks never call the org.
     """
     key = replica_key(sobject.name)
-    dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.options.freshness_seconds
-    names = CHECKS + (POLL_CHECKS if sobject.mode == "poll" else ())
+    dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.freshness_of(sobject)
+    names = CHECKS + (POLL_CHECKS if sobject.mode == "poll" else ()) + ((FORMULAS_FRESH,) if sobject.formulas else ())
     specs = [dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name])
              for name in names]
 
@@ -305,6 +312,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
             FRESHNESS: lambda: check_freshness(table, state, sobject.name, threshold=freshness, now=now),
             POLL_HARD_DELETES: lambda: check_poll_hard_deletes(state, sobject.name),
             POLL_OVERLAP: lambda: check_poll_overlap(state, sobject.name, sobject.poll.overlap),
+            FORMULAS_FRESH: lambda: check_formulas_fresh(table, sobject.name, sobject.formulas, now),
         }
         for name in names:
             if name in selected:

@@ -36,6 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.formulas.config import FormulasConfig
 from spark_ops.protect import SALT_ENV
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
@@ -77,15 +78,46 @@ class ObjectOptions(_Section):
         "A delta smaller than this is read with one REST queryAll; a larger one through a Bulk API 2.0 job."))
     poll_page_size: int = Field(50_000, gt=0, description=(
         "Records per Bulk API 2.0 result page when polling (one Delta commit each)."))
+    history: bool = Field(False, description=(
+        "Keep `<Object>__history` beside the replica: one row per version of each record (SCD type 2), written "
+        "by the replica's own runs (cdc_assets/history/; README \"History tables\"). Turned on for an existing "
+        "replica, it is backfilled from change_events."))
+    freshness: float | None = Field(None, gt=0, description=(
+        "How old a replica's latest materialization may get before Dagster marks it stale (its FreshnessPolicy; "
+        "the UI's Freshness), and the threshold of its `freshness` check: seconds, or a duration such as `5m`, "
+        "`90s`, `1h`, `1d`. Unset: `freshness_seconds`."))
     # Per-object sections: a nested model and one field (an object's own section is laid over the default's).
     changefeed: ChangefeedConfig | None = Field(None, description=(
         "The replica's changefeed (cdc_assets/changefeed/config.py): a section, or false for none. Under "
         "`options` the default of every object; an object's section overrides it key by key."))
 
-    @field_validator("changefeed", mode="before")
+    formulas: FormulasConfig | None = Field(None, description=(
+        "Formula fields as replica columns, refreshed by their own runs (cdc_assets/formulas/config.py): a "
+        "section, or false for none (the default). Under `options` the default of every object; an object's "
+        "section overrides it key by key."))
+
+    @field_validator("freshness", mode="before")
     @classmethod
-    def _no_feed(cls, section: Any) -> Any:
+    def _duration(cls, value: Any) -> Any:
+        return duration_seconds(value) if isinstance(value, str) else value
+
+    @field_validator("changefeed", "formulas", mode="before")
+    @classmethod
+    def _no_section(cls, section: Any) -> Any:
         return None if section is False else section  # `changefeed: false`: set, and no feed
+
+
+DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def duration_seconds(text: str) -> float:
+    """`5m`, `90s`, `1.5h`, `1d` or a plain number of seconds, as seconds."""
+    text = text.strip().lower()
+    unit = DURATION_UNITS.get(text[-1:]) if text else None
+    try:
+        return float(text[:-1]) * unit if unit else float(text)
+    except ValueError:
+        raise ValueError(f"not a duration: {text!r} (seconds, or a number with s, m, h or d: 5m)") from None
 
 
 ORG_EVENT_RETENTION_HOURS = 72.0  # Salesforce re-delivers change events for 72 h, never older ones
@@ -108,6 +140,14 @@ class UpkeepConfig(_Section):
     change_events_retention_hours: float = Field(96.0, description=(
         "change_events rows older than this and applied by their replica lose their payload (fields); identities "
         "stay, so dedup and the changefeed stay exact. At least the org's 72 h event retention plus 12 h."))
+
+    landing_after_ingest: Literal["archive", "delete", "keep"] = Field("archive", description=(
+        "What upkeep does with landing files change_events has ingested: move them to the sibling folder "
+        "`<landing>_ingested`, delete them, or keep them listed (every run then lists and checks every file ever "
+        "landed)."))
+    landing_ledger_hours: float = Field(168.0, ge=24, description=(
+        "How long change_events remembers a retired landing file: landed again within this, it is skipped "
+        "unread; later, it is read again and its events count as duplicates."))
 
     @field_validator("change_events_retention_hours")
     @classmethod
@@ -144,8 +184,8 @@ class ReplicationOptions(ObjectOptions):
     dirty_threshold_seconds: float = Field(15 * 60.0, ge=0, description=(
         "The check no_stale_dirty fails when a record has awaited reconciliation longer than this."))
     freshness_seconds: float = Field(3600.0, gt=0, description=(
-        "The check freshness fails when a replica's newest applied change is older than this (a quiet org "
-        "trips it too)."))
+        "The default of `freshness` (seconds): the check freshness fails when a replica's newest applied change "
+        "is older than this (a quiet org trips it too)."))
     # Platform-wide sections go here as a nested model and one field.
     upkeep: UpkeepConfig = Field(default_factory=lambda: UpkeepConfig(), description=(
         "Table upkeep (cdc_assets/upkeep/): compaction, vacuum and change_events retention, on a schedule."))
@@ -212,12 +252,14 @@ class SObjectConfig(ObjectOptions):
         return self.schema_of(describe) if describe else None
 
     def schema_of(self, describe: dict) -> ObjectSchema:
-        """The replica schema of this object from its describe(): the fields it selects, the ones it hashes."""
+        """The replica schema of this object from its describe(): the fields it selects, the ones it hashes, and its
+        formula columns (`formulas`)."""
         selection = self.field_selection or FieldSelection()
         try:
-            return ObjectSchema.from_describe(describe, bucket_chars=self.bucket_chars, include=selection.include,
-                                              exclude=selection.exclude, hashed=self.hashed,
-                                              redact_quarantine=self.redact_quarantine)
+            schema = ObjectSchema.from_describe(describe, bucket_chars=self.bucket_chars, include=selection.include,
+                                                exclude=selection.exclude, hashed=self.hashed,
+                                                redact_quarantine=self.redact_quarantine)
+            return schema.with_formulas(self.formulas.fields) if self.formulas else schema
         except ValueError as e:
             raise ConfigError(f"replication.yaml: {e}") from None
 
@@ -263,6 +305,10 @@ class ReplicationConfig(_Section):
     def names(self) -> list[str]:
         return [o.name for o in self.objects]
 
+    def freshness_of(self, sobject: SObjectConfig) -> float:
+        """Seconds a replica's latest materialization may age: its `freshness`, else `freshness_seconds`."""
+        return sobject.freshness or self.options.freshness_seconds
+
     @property
     def transaction_close_after(self) -> float:
         return self.options.transaction_close_after
@@ -278,6 +324,8 @@ def _inherit(sobject: SObjectConfig, options: ReplicationOptions) -> SObjectConf
     update = {k: getattr(options, k) for k in ObjectOptions.model_fields if k not in sobject.model_fields_set}
     if sobject.changefeed is not None:
         update["changefeed"] = sobject.changefeed.over(options.changefeed)
+    if sobject.formulas is not None:
+        update["formulas"] = sobject.formulas.over(options.formulas)
     return sobject.model_copy(update=update)
 
 

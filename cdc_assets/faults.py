@@ -21,7 +21,11 @@ RESYNC_POINTS = ("resync.before_commit", "resync.after_first_page", "resync.afte
                  "resync.after_missing_marked_deleted", "resync.after_commit")
 POLL_POINTS = ("poll.after_rest_commit", "poll.after_page_commit", "poll.after_id_compare")
 CHANGEFEED_POINTS = ("changefeed.before_rename", "changefeed.after_rename")
-FAULT_POINTS = INGEST_POINTS + APPLY_POINTS + RECONCILE_POINTS + RESYNC_POINTS + POLL_POINTS + CHANGEFEED_POINTS
+# An apply's versions staged, then each history commit of a catch-up (cdc_assets/history/).
+HISTORY_POINTS = ("history.after_stage", "history.before_commit", "history.after_commit")
+FORMULA_POINTS = ("formulas.before_commit", "formulas.after_batch_commit", "formulas.after_commit")
+FAULT_POINTS = (INGEST_POINTS + APPLY_POINTS + RECONCILE_POINTS + RESYNC_POINTS + POLL_POINTS + CHANGEFEED_POINTS
+                + HISTORY_POINTS + FORMULA_POINTS)
 
 
 class InjectedFault(RuntimeError):

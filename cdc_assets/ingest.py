@@ -24,8 +24,7 @@ from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyspark.sql.functions as F
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from cdc_assets.closure import ingest_progress
 from cdc_assets.faults import fault_point
@@ -35,9 +34,9 @@ from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone
 from resources.spark import from_arrow
-from spark_ops.events import DEDUP_KEY, mark_duplicates
+from spark_ops.events import DEDUP_KEY
 from spark_ops.datastream import parse_landed
-from spark_ops.parse import CHANGE_COLUMNS, quarantined, to_change_rows
+from spark_ops.parse import CHANGE_COLUMNS, landed_rows
 from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -59,32 +58,46 @@ class IngestResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def pending_files(warehouse: DeltaWarehouse, landing: LandingZone) -> list[LandingFile]:
-    """Visible landing files that no change_events commit has ingested."""
+def landing_files(warehouse: DeltaWarehouse, landing: LandingZone) -> tuple[list[LandingFile], list[LandingFile]]:
+    """The visible landing files split in two: those no change_events commit has ingested, and those one has."""
     table = warehouse.table(CHANGE_EVENTS)
     files = landing.list_files()
     if table is None:
-        return files
-    return [f for f in files if table.transaction_version(file_app_id(f)) is None]
+        return files, []
+    known = warehouse.app_transactions(table)
+    if known is None:
+        done = {f for f in files if table.transaction_version(file_app_id(f)) is not None}
+    else:
+        done = {f for f in files if file_app_id(f) in known}
+    return [f for f in files if f not in done], [f for f in files if f in done]
 
 
-def _known_keys(spark: SparkSession, warehouse: DeltaWarehouse, rows: DataFrame) -> DataFrame:
-    """Dedup keys already stored for the entities and commit-time range of `rows`."""
-    empty = spark.createDataFrame([], "event_key string, record_id string")
+def pending_files(warehouse: DeltaWarehouse, landing: LandingZone) -> list[LandingFile]:
+    """Visible landing files that no change_events commit has ingested."""
+    return landing_files(warehouse, landing)[0]
+
+
+def _stored(warehouse: DeltaWarehouse, rows: pa.Table) -> pa.Array:
+    """Per change row: its event (`DEDUP_KEY`) is already stored in change_events. Only the stored keys of the
+    entities and commit-time range of `rows` are read (the Delta log's statistics prune the files)."""
     table = warehouse.table(CHANGE_EVENTS)
-    if table is None:
-        return empty
-    # Bounds as epoch microseconds: Python datetimes from collect() would be in the process's local time zone.
-    bounds = rows.groupBy("entity").agg(F.min(F.unix_micros("commit_ts")).alias("lo"),
-                                        F.max(F.unix_micros("commit_ts")).alias("hi")).collect()
+    if table is None or not rows.num_rows:
+        return pa.repeat(pa.scalar(False), rows.num_rows)
+    bounds = rows.group_by("entity").aggregate([("commit_ts", "min"), ("commit_ts", "max")]).to_pylist()
     parts = []
     for b in bounds:
-        lo, hi = (pa.scalar(v, pa.int64()).cast(pa.timestamp("us", tz="UTC")) for v in (b["lo"], b["hi"]))
+        lo, hi = (pa.scalar(b[k], pa.timestamp("us", tz="UTC")) for k in ("commit_ts_min", "commit_ts_max"))
         flt = (pc.field("commit_ts") >= lo) & (pc.field("commit_ts") <= hi)
         parts.append(warehouse.read(table, partitions=[("entity", "=", b["entity"])], filter=flt, columns=DEDUP_KEY,
                                     prune=[("commit_ts", ">=", lo.as_py()), ("commit_ts", "<=", hi.as_py())]))
     known = pa.concat_tables(parts) if parts else None
-    return from_arrow(spark, known) if known is not None and known.num_rows else empty
+    if known is None or not known.num_rows:
+        return pa.repeat(pa.scalar(False), rows.num_rows)
+    return pc.is_in(_dedup_key(rows), value_set=_dedup_key(known))
+
+
+def _dedup_key(rows: pa.Table) -> pa.Array:
+    return pc.binary_join_element_wise(*(rows[k].cast(pa.string()) for k in DEDUP_KEY), "\x00")
 
 
 MAX_BATCH_BYTES = 128 * 1024 * 1024
@@ -135,10 +148,11 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     read = landing.read(files)
     watch.lap("read")
     fault_point("ingest.after_read")
-    lines = from_arrow(spark, read.lines)
-    parsed = parse_landed(lines, schemas).cache()  # CometD and Datastream files (spark_ops/datastream.py)
-
-    bad_lines = quarantined(parsed).toArrow()
+    # CometD and Datastream files (spark_ops/datastream.py); one Spark job parses every line once, explodes the
+    # change rows and marks those repeated within the batch.
+    landed = landed_rows(parse_landed(from_arrow(spark, read.lines), schemas)).toArrow()
+    quarantine = landed["quarantine"]
+    bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)
     bad = pa.concat_tables([bad_lines.select(read.quarantine.schema.names).cast(read.quarantine.schema),
                             read.quarantine])
@@ -147,8 +161,9 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE, schemas=schemas)
     fault_point("ingest.after_quarantine")
 
-    rows = to_change_rows(parsed)
-    marked = mark_duplicates(rows, _known_keys(spark, warehouse, rows)).toArrow()
+    rows = landed.filter(pc.invert(quarantine)).drop_columns(["quarantine", "raw", "reason", "gapped"])
+    marked = rows.set_column(rows.schema.get_field_index("is_duplicate"), "is_duplicate",
+                             pc.or_(rows["is_duplicate"], _stored(warehouse, rows)))
     watch.lap("dedup")
     fault_point("ingest.after_dedup")
     previous = IngestState.read(warehouse, events)
@@ -161,13 +176,12 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     # The newest event and the close timer (cdc_assets/closure.py), then what this batch was.
     state = replace(ingest_progress(previous, fresh_arrow, seq, now), files=[f.path for f in files], counts=counts,
                     run_id=run_id)
-    txns = {file_app_id(f): 1 for f in files} | {SEQ_APP: seq}
+    # A landing file's app transaction may expire once upkeep has retired the file (cdc_assets/upkeep/landing.py).
     fault_point("ingest.before_commit")
     table = warehouse.append(CHANGE_EVENTS, fresh_arrow, read=events, partition_by=["entity"], key=state.KEY,
-                             state=state.to_dict(), txns=txns)
+                             state=state.to_dict(), txns={SEQ_APP: seq}, expiring={file_app_id(f): 1 for f in files})
     watch.lap("write")
     fault_point("ingest.after_commit")
-    parsed.unpersist()
     return IngestResult(files=state.files, counts=counts, state=state, version=table.version(),
                         quarantine_examples=[f"{r['source_file']}:{r['source_line']}: {r['reason']}"
                                              for r in bad.slice(0, 5).to_pylist()], seconds=watch.seconds)

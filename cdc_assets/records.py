@@ -30,7 +30,8 @@ def _as_text(values: list) -> pa.Array:
     return pa.array(out, pa.string())
 
 
-def _cast(column: pa.Array, target: pa.DataType) -> pa.Array:
+def cast_text(column: pa.Array, target: pa.DataType) -> pa.Array:
+    """Org text (CSV, REST JSON as text) -> the replica type `target`; an empty value is null."""
     column = pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column)
     if pa.types.is_string(target):
         return column
@@ -54,15 +55,15 @@ def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at
     cols = {}
     for c, _ in schema.columns:
         field = target.field(c)
-        cols[c] = _cast(text[c].combine_chunks(), field.type) if c in have else pa.nulls(n, field.type)
+        cols[c] = cast_text(text[c].combine_chunks(), field.type) if c in have else pa.nulls(n, field.type)
     if schema.hashed:  # replication.yaml `hash:` (spark_ops/protect.py): never stored in clear
         salt = hash_salt()
         cols |= {c: hash_arrow(cols[c], salt) for c in schema.hashed}
     if schema.position_field is None:
         raise ValueError(f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): its "
                          f"records have no position to replicate them by; leave it out of replication.yaml")
-    modstamp = _cast(text[schema.position_field].combine_chunks(), pa.timestamp("us", tz="UTC"))
-    deleted = _cast(text["IsDeleted"].combine_chunks(), pa.bool_()) if "IsDeleted" in have else \
+    modstamp = cast_text(text[schema.position_field].combine_chunks(), pa.timestamp("us", tz="UTC"))
+    deleted = cast_text(text["IsDeleted"].combine_chunks(), pa.bool_()) if "IsDeleted" in have else \
         pa.array([False] * n)
     deleted = pc.fill_null(deleted, False)
     cols |= {

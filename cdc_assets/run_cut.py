@@ -1,9 +1,9 @@
 """Pin one run's cut (`cdc_assets/closure.py`): decided by its first replica step, read by all the others.
 
-The decision is stored as the run tag `cdc/cut` (JSON, with the run id, so tags a re-executed run inherits from its
+The decision is stored as the hidden run tag `TAG_CUT` (JSON, with the run id, so tags a re-executed run inherits from its
 parent are not taken for its own decision) through `instance.add_run_tags`. The executor is in-process (one step
-at a time, `definitions.py`), so the first replica step writes it before any other replica step reads it; the
-tag also shows in the UI which transaction a run held back and why.
+at a time, `definitions.py`), so the first replica step writes it before any other replica step reads it; the run's
+log says which transaction it held back and why (the tag is hidden from the UI: cdc_assets/run_tags.py).
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from cdc_assets.closure import Cut, decide
+from cdc_assets.run_tags import hidden_tag
 from cdc_assets.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 
-TAG_CUT = "cdc/cut"
+TAG_CUT = hidden_tag("cut")  # hidden: JSON no one filters by (cdc_assets/run_tags.py)
 REPLICA_PREFIX = "salesforce"  # replica asset keys are salesforce/<Object> (cdc_assets/assets.py replica_key)
 
 

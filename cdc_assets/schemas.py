@@ -73,7 +73,8 @@ def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce
     schema = sobject.schema_of(describe)
     if table is not None:
         # Columns already in the table stay, with the type they have (schema evolution never drops a column).
-        known = set(schema.column_names)
+        # Formula columns are none of the CDC columns, kept or not (cdc_assets/formulas/): writers leave them alone.
+        known = {*schema.column_names, *schema.ignored, *schema.formula_names}
         extra = {f.name: _sf_type(f.type) for f in pa.schema(table.schema().to_arrow())
                  if f.name not in known and not f.name.startswith("_sf_")}
         schema = schema.with_columns(extra) if extra else schema

@@ -5,7 +5,11 @@ kind of state is a dataclass with its fields named and documented here, stored a
 under its `KEY`, and located through an app transaction (`resources/delta.py`, "Finding the state"):
 
 - `ReplicaState` (`cdc.replica`, every commit of a replica): how far it applied, the transaction it holds back, a
-  pending resync, the last resync/reconcile, the newest change applied, the poll cursor of a polled object;
+  pending resync, the last resync/reconcile, the newest change applied, the poll cursor of a polled object, the
+  history versions an apply commit staged (`HistoryMark`);
+- `HistoryState` (`cdc.history`, every commit of a history table): which replica versions it holds;
+- `FormulaState` (`cdc.formulas`, the replica commits of formula refreshes: cdc_assets/formulas/refresh.py): when
+  the last refresh and full pass read the org, the Bulk job being read;
 - `IngestState` (`cdc.change_events`, every change_events commit): the ingest sequence number and what the close
   rule reads (`cdc_assets/closure.py`);
 - `QuarantineState` (`cdc.quarantine`, `cdc.quarantine.apply`: the run that quarantined lines) and
@@ -30,6 +34,8 @@ from deltalake import DeltaTable
 from resources.delta import DeltaWarehouse
 
 REPLICA_STATE = "cdc.replica"
+HISTORY_STATE = "cdc.history"
+FORMULA_STATE = "cdc.formulas"
 CE_STATE = "cdc.change_events"
 Q_STATE = "cdc.quarantine"  # quarantined by ingest
 Q_APPLY_STATE = "cdc.quarantine.apply"  # quarantined at apply time (cdc_assets/prepare.py)
@@ -147,6 +153,16 @@ class PollState(_State):
 
 
 @dataclass(frozen=True)
+class HistoryMark(_State):
+    """An apply commit's history versions (cdc_assets/history/): staged in `file` (None: it made none) before the
+    commit. `version` is the replica version of the commit that stored the mark: a later commit that copies its
+    predecessor's state (a reconcile's `replace(prev, ...)`) carries a mark of another version, which is ignored."""
+    version: int
+    file: str | None = None
+    versions: int = 0
+
+
+@dataclass(frozen=True)
 class ReplicaState(_CommitState):
     """What every commit of a replica stores besides its rows. The apply checkpoint itself is the app transaction
     `cdc_apply` (cdc_assets/apply.py); `applied_through` repeats it for readers of the metadata."""
@@ -161,10 +177,49 @@ class ReplicaState(_CommitState):
     run_id: str | None = None
     counts: dict[str, int] = field(default_factory=dict)
     poll: PollState | None = None
+    history: HistoryMark | None = None  # objects with `history: true`: this commit's versions (cdc_assets/history/)
 
     def with_commit_ts(self, latest: str | None) -> ReplicaState:
         """This state with `last_commit_ts` moved forward to `latest` (never back)."""
         return dataclasses.replace(self, last_commit_ts=max(filter(None, [self.last_commit_ts, latest]), default=None))
+
+
+# -- a history table (cdc_assets/history/) ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HistoryState(_CommitState):
+    """What every commit of a history table `<Object>__history` stores: replica versions below `through` are in it
+    (also the app transaction `cdc_history`)."""
+    KEY: ClassVar[str] = HISTORY_STATE
+    through: int = 0
+    versions: int = 0  # versions this commit added
+    backfilled: bool = False  # made by a backfill (history turned on for an existing replica)
+    run_id: str | None = None
+
+
+# -- formula refreshes of a replica (cdc_assets/formulas/refresh.py) ----------------------------------------------
+
+@dataclass(frozen=True)
+class FormulaJob(_State):
+    """A Bulk API 2.0 query of formula values being read (a killed run resumes it after `locator`)."""
+    id: str | None
+    locator: str | None
+    where: str | None  # None: a full pass
+    hash: str  # of the query (object, fields, where): a job of other fields is not resumed
+    read_at: str  # when the job was asked for (ISO): `_sf_formulas_at` of every row it reads
+    records: int = 0  # read and merged so far
+
+
+@dataclass(frozen=True)
+class FormulaState(_CommitState):
+    """What the replica commits of formula refreshes store (their own key: the replica's other writers never carry
+    it, and need not: `commit_state` finds the newest commit holding it, whatever committed since)."""
+    KEY: ClassVar[str] = FORMULA_STATE
+    refreshed_at: str | None = None  # `read_at` of the last refresh read to its end
+    full_at: str | None = None  # `read_at` of the last full pass read to its end
+    job: FormulaJob | None = None
+    run_id: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 # -- change_events (cdc_assets/ingest.py, closure.py) ---------------------------------------------------------------

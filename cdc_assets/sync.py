@@ -1,6 +1,7 @@
 """Reconcile dirty records and resync whole objects from the org (design §6, §7), and initial loads.
 
-**Resync** (also the initial load of an object with no table): a Bulk API 2.0 `queryAll` of the replicated fields is
+**Resync** (also the initial load of an object with no table): a Bulk API 2.0 `queryAll` of the replicated fields (and
+the formula fields of a replica that keeps them, cdc_assets/formulas/) is
 streamed page by page (CSV -> Arrow -> Delta) into one overwrite commit; rows of records the result no longer
 contains follow as soft-deleted. The commit moves the apply checkpoint back to just before the overflow, so the
 apply step that follows re-folds every event since then over the snapshot: the per-record guard skips events at or
@@ -32,6 +33,7 @@ from simple_salesforce import format_soql
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.closure import replay_from
 from cdc_assets.faults import fault_point
+from cdc_assets.formulas.rows import with_formulas
 from cdc_assets.schemas import describe_note
 from cdc_assets.state import Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
@@ -65,8 +67,8 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     pending = prev.resync_pending
     # The snapshot replays every event since the overflow (an initial load: every event ever ingested).
     replay = replay_from(prev, (replica.transaction_version(APPLY_APP) or 0) if replica is not None else None)
-    target = schema.arrow_schema()
-    fields = schema.org_fields
+    target = schema.table_arrow_schema()  # with formula columns (formulas on): read with the snapshot
+    fields = [*schema.org_fields, *schema.formula_names]
     counts = {"snapshot_rows": 0, "snapshot_deleted": 0, "missing_marked_deleted": 0}
     seen: set[str] = set()
     # Opened before the write starts: delta-rs cannot be re-entered from inside the stream it is consuming.
@@ -74,7 +76,8 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
 
     def batches():
         for batch in salesforce.bulk_query_all(schema.name, fields, page_size=page_size):
-            rows = replica_rows(pa.Table.from_batches([batch]), schema, source=SNAPSHOT, synced_at=now)
+            text = pa.Table.from_batches([batch])
+            rows = with_formulas(replica_rows(text, schema, source=SNAPSHOT, synced_at=now), text, schema, read_at=now)
             counts["snapshot_rows"] += rows.num_rows
             counts["snapshot_deleted"] += int(pc.sum(rows["_sf_deleted"]).as_py() or 0)
             if replica is not None:

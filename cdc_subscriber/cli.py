@@ -32,8 +32,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from cdc_subscriber.dead_letters import acknowledge, read_dead_letters, unacknowledged
+from cdc_subscriber.position import _slug
 from cdc_subscriber.service import ALL_CHANGES, Subscriber, SubscriberConfig
 from cdc_subscriber.status import read_statuses
+from resources.storage import is_uri, join
 
 DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
 STATE_FOLDER = "_subscriber"  # inside the landing zone: a name starting with "_" is never read as events
@@ -42,14 +44,20 @@ DEFAULT_LANDING = Path("landing")
 DEMO_LANDINGS = (Path(".demo/landing"), Path(".org/landing"))
 
 
-def state_dir_for(landing_dir: Path) -> Path:
-    return Path(landing_dir) / STATE_FOLDER
+def location(text: str) -> Path | str:
+    """A folder given on the command line or in a variable: a local Path, or an object-store URI kept as text
+    (a Path would fold `s3://bucket` into `s3:/bucket`)."""
+    return text if is_uri(text) else Path(text)
 
 
-def default_landing_dir(command: str) -> Path:
+def state_dir_for(landing_dir: Path | str) -> Path | str:
+    return join(landing_dir, STATE_FOLDER) if is_uri(landing_dir) else Path(landing_dir) / STATE_FOLDER
+
+
+def default_landing_dir(command: str) -> Path | str:
     """The landing zone when --landing-dir is not given (module docstring: the demo's, for the read commands)."""
     if zone := os.environ.get("CDC_LANDING_ZONE"):
-        return Path(zone)
+        return location(zone)
     started = [p for p in DEMO_LANDINGS if state_dir_for(p).exists()]
     if command != "subscribe" and not DEFAULT_LANDING.exists() and started:
         newest = max(started, key=lambda p: state_dir_for(p).stat().st_mtime)
@@ -59,18 +67,19 @@ def default_landing_dir(command: str) -> Path:
     return DEFAULT_LANDING
 
 
-def _state_from_env() -> Path | None:
+def _state_from_env() -> Path | str | None:
     """CDC_SUBSCRIBER_STATE: where the subscriber keeps its state and the sensor and these commands read it."""
     state = os.environ.get("CDC_SUBSCRIBER_STATE")
-    return Path(state) if state else None
+    return location(state) if state else None
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cdc_subscriber",
                                      description="Salesforce Pub/Sub API change events -> landing zone files.")
-    parser.add_argument("--landing-dir", type=Path, default=None,
-                        help="default: CDC_LANDING_ZONE, else landing (status, dead-letters: else .demo/landing)")
-    parser.add_argument("--state-dir", type=Path, default=None,
+    parser.add_argument("--landing-dir", type=location, default=None,
+                        help="a folder or an object-store URI (s3://bucket/landing); default: CDC_LANDING_ZONE, else "
+                             "landing (status, dead-letters: else .demo/landing)")
+    parser.add_argument("--state-dir", type=location, default=None,
                         help="default: CDC_SUBSCRIBER_STATE, else <landing-dir>/_subscriber")
     parser.add_argument("-v", "--verbose", action="store_true")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -87,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument("--tenant-id", default=os.environ.get("SF_TENANT_ID"))
     sub.add_argument("--roll-seconds", type=float, default=2.0, help="land the open file after this age")
     sub.add_argument("--roll-bytes", type=int, default=8 << 20, help="land the open file at this size")
+    sub.add_argument("--spool-dir", type=Path, default=None,
+                     help="local folder for the open file when the landing zone is on an object store")
     sub.add_argument("--keepalive-timeout", type=float, default=300.0,
                      help="reconnect when not even a keepalive came for this long (Salesforce sends one in 270 s)")
     status = commands.add_parser("status", help="print each stream's status")
@@ -132,7 +143,8 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
                                   topic=topic, entities=entities, initial_replay=args.initial_replay,
                                   ca_file=salesforce.ca_bundle, tenant_id=args.tenant_id,
                                   roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
-                                  keepalive_timeout=args.keepalive_timeout)
+                                  keepalive_timeout=args.keepalive_timeout,
+                                  spool_dir=args.spool_dir and args.spool_dir / _slug(topic))
         subscribers.append(Subscriber(config, salesforce))
         if stopping.is_set():
             subscribers[-1].stop()

@@ -50,8 +50,9 @@ import fastavro
 import grpc
 
 from cdc_subscriber.markers import gap_marker, overflow_marker
-from cdc_subscriber.position import _slug, write_durably
+from cdc_subscriber.position import _slug, state_file
 from cdc_subscriber.proto import replay_as_long
+from resources.storage import Folder
 
 log = logging.getLogger(__name__)
 
@@ -183,46 +184,48 @@ class DeadLetterStore:
     """One topic's dead letters, one JSON line each, unique by replay id, replaced durably on every addition (they
     are rare: rewriting the file is cheap, and a crash leaves the old or the new list, never half a line)."""
 
-    def __init__(self, state_dir: Path, topic: str):
-        self.path = Path(state_dir) / f"dead_letters-{_slug(topic)}.jsonl"
+    def __init__(self, state_dir: str | Path, topic: str):
+        self.folder, self.name = Folder(state_dir), f"dead_letters-{_slug(topic)}.jsonl"
+        self.path = state_file(state_dir, self.name)
 
     def read(self) -> list[DeadLetter]:
-        return _read(self.path)
+        return _read(self.folder, self.name)
 
     def record(self, letter: DeadLetter) -> bool:
         """Save ``letter`` durably; False when its replay id was recorded before (re-delivered after a crash)."""
         letters = self.read()
         if any(saved.replay_id == letter.replay_id for saved in letters):
             return False
-        write_durably(self.path, "".join(json.dumps(dataclasses.asdict(x)) + "\n" for x in [*letters, letter]))
+        self.folder.write_atomically(self.name, "".join(json.dumps(dataclasses.asdict(x)) + "\n"
+                                                        for x in [*letters, letter]))
         return True
 
 
-def _read(path: Path) -> list[DeadLetter]:
-    if not path.exists():
-        return []
-    return [DeadLetter(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line]
+def _read(folder: Folder, name: str) -> list[DeadLetter]:
+    text = folder.read_text(name)
+    return [] if text is None else [DeadLetter(**json.loads(line)) for line in text.splitlines() if line]
 
 
-def read_dead_letters(state_dir: Path) -> list[DeadLetter]:
-    """Every topic's dead letters in a state folder, oldest first."""
-    letters = [x for path in sorted(Path(state_dir).glob("dead_letters-*.jsonl")) for x in _read(path)]
+def read_dead_letters(state_dir: str | Path) -> list[DeadLetter]:
+    """Every topic's dead letters in a state folder (a local path or an object-store URI), oldest first."""
+    folder = Folder(state_dir)
+    letters = [x for name in folder.names(prefix="dead_letters-", suffix=".jsonl") for x in _read(folder, name)]
     return sorted(letters, key=lambda x: x.recorded_at)
 
 
-def _acknowledged(state_dir: Path) -> set[str]:
-    path = Path(state_dir) / ACKNOWLEDGED_FILE
-    return set(json.loads(path.read_text())["acknowledged"]) if path.exists() else set()
+def _acknowledged(state_dir: str | Path) -> set[str]:
+    text = Folder(state_dir).read_text(ACKNOWLEDGED_FILE)
+    return set(json.loads(text)["acknowledged"]) if text is not None else set()
 
 
-def unacknowledged(state_dir: Path) -> list[DeadLetter]:
+def unacknowledged(state_dir: str | Path) -> list[DeadLetter]:
     done = _acknowledged(state_dir)
     return [x for x in read_dead_letters(state_dir) if x.key not in done]
 
 
-def acknowledge(state_dir: Path) -> list[DeadLetter]:
+def acknowledge(state_dir: str | Path) -> list[DeadLetter]:
     """Acknowledge every dead letter recorded so far; returns the ones newly acknowledged."""
     fresh = unacknowledged(state_dir)
     done = sorted(_acknowledged(state_dir) | {x.key for x in fresh})
-    write_durably(Path(state_dir) / ACKNOWLEDGED_FILE, json.dumps({"acknowledged": done}, indent=1))
+    Folder(state_dir).write_atomically(ACKNOWLEDGED_FILE, json.dumps({"acknowledged": done}, indent=1))
     return fresh

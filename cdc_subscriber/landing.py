@@ -12,6 +12,12 @@ the platform's ``transaction_close_after`` still handles a transaction split acr
 
 ``<name>`` is the first event's commit timestamp and replay id: names sort by time, and a name taken by a file
 landed before a crash gets a ``-<n>`` suffix (a visible file is immutable, never overwritten).
+
+**On an object store** (the landing zone an ``s3://``, ``gs://`` or ``abfs://`` URI) there is no rename: the open
+file is written in a local spool folder (``spool_dir``, the same ``YYYY/MM/DD/HH/_<name>.jsonl`` layout) and rolled
+by one upload to ``<zone>/YYYY/MM/DD/HH/<name>.jsonl``, which the store shows only once complete, whole. The
+position moves only after the upload returned, exactly as after a rename. A crash loses at most the spooled file,
+whose events were never acknowledged (they come again); ``discard_orphans`` clears the spool.
 """
 
 from __future__ import annotations
@@ -26,12 +32,14 @@ from pathlib import Path
 from typing import IO
 
 from cdc_assets.faults import fault_point
+from resources.storage import Folder, fsync_dir, is_uri, join
 
 
 @dataclass
 class _OpenFile:
     temp: Path
     folder: Path
+    relative: str  # the folder under the zone: YYYY/MM/DD/HH
     stem: str
     handle: IO[bytes]
     opened: float
@@ -42,9 +50,13 @@ class _OpenFile:
 
 
 class LandingFileWriter:
-    def __init__(self, root: Path, on_landed: Callable[[Path, int, bytes | None], None], *, max_bytes: int = 8 << 20,
-                 max_age_seconds: float = 2.0, quiet_seconds: float = 0.2):
-        self.root = Path(root)
+    def __init__(self, root: Path | str, on_landed: Callable[[Path | str, int, bytes | None], None], *,
+                 max_bytes: int = 8 << 20, max_age_seconds: float = 2.0, quiet_seconds: float = 0.2,
+                 spool_dir: Path | None = None):
+        self.zone = None if not is_uri(root) else Folder(root)  # None: a local zone, landed by rename
+        if self.zone is not None and spool_dir is None:
+            raise ValueError(f"landing zone {root} is on an object store: give a local spool_dir for open files")
+        self.root = Path(root) if self.zone is None else Path(spool_dir)  # where open files are written
         self.root.mkdir(parents=True, exist_ok=True)
         self.on_landed = on_landed
         self.max_bytes, self.max_age_seconds, self.quiet_seconds = max_bytes, max_age_seconds, quiet_seconds
@@ -87,13 +99,14 @@ class LandingFileWriter:
 
     def _open(self, commit_ts: int, replay_id: bytes | None) -> _OpenFile:
         stamp = dt.datetime.fromtimestamp(commit_ts / 1000, tz=dt.UTC)
-        folder = self.root / stamp.strftime("%Y/%m/%d/%H")
+        relative = stamp.strftime("%Y/%m/%d/%H")
+        folder = self.root / relative
         folder.mkdir(parents=True, exist_ok=True)
         stem = f"{commit_ts:013d}-{int.from_bytes(replay_id or b'', 'big'):016d}"
         temp = folder / f"_{stem}-{os.getpid()}.jsonl"
-        return _OpenFile(temp, folder, stem, temp.open("wb"), time.monotonic())
+        return _OpenFile(temp, folder, relative, stem, temp.open("wb"), time.monotonic())
 
-    def roll(self) -> Path | None:
+    def roll(self) -> Path | str | None:
         """Make the open file visible (durably) and report it; None when nothing was open."""
         with self.lock:
             current, self._current = self._current, None
@@ -102,17 +115,25 @@ class LandingFileWriter:
             current.handle.flush()
             os.fsync(current.handle.fileno())
             current.handle.close()
-            final = current.folder / f"{current.stem}.jsonl"
-            suffix = 0
-            while final.exists():  # landed before a crash: never replace a visible file
-                suffix += 1
-                final = current.folder / f"{current.stem}-{suffix}.jsonl"
-            os.replace(current.temp, final)
-            _fsync_dir(current.folder)
+            final = self._publish(current)
             fault_point("subscriber.after_rename")  # landed, position not saved yet: these events come again
             self.files_landed += 1
             self.on_landed(final, current.lines, current.last_replay)
             return final
+
+    def _publish(self, current: _OpenFile) -> Path | str:
+        """Rename the open file into the local zone, or upload it to the object store; never over a visible file
+        (one landed before a crash under the same name: this one gets a ``-<n>`` suffix)."""
+        names = (f"{current.stem}{f'-{n}' if n else ''}.jsonl" for n in range(1_000_000))
+        if self.zone is None:
+            final = next(current.folder / n for n in names if not (current.folder / n).exists())
+            os.replace(current.temp, final)
+            fsync_dir(current.folder)
+            return final
+        name = next(f"{current.relative}/{n}" for n in names if not self.zone.exists(f"{current.relative}/{n}"))
+        self.zone.upload(current.temp, name)
+        current.temp.unlink()
+        return join(self.zone.location, name)
 
     def discard_orphans(self) -> int:
         """Remove in-flight files a killed subscriber left (their events were never acknowledged: they come
@@ -134,11 +155,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

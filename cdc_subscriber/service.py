@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import tempfile
 import threading
 import time
 import uuid
@@ -77,8 +78,8 @@ class StreamError(RuntimeError):
 
 @dataclass
 class SubscriberConfig:
-    landing_dir: Path
-    state_dir: Path
+    landing_dir: Path | str  # a local folder or an object-store URI (s3://bucket/landing)
+    state_dir: Path | str  # likewise: positions, status and dead letters
     endpoint: str = "api.pubsub.salesforce.com:7443"
     topic: str = ALL_CHANGES
     entities: tuple[str, ...] = ()  # the replicated objects: a resync marker names each of them
@@ -91,6 +92,7 @@ class SubscriberConfig:
     keepalive_timeout: float = 300.0
     backoff_initial: float = 0.5
     backoff_max: float = 60.0
+    spool_dir: Path | None = None  # open files of an object-store zone; default <temp dir>/cdc-subscriber-spool/<topic>
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch <= MAX_BATCH:
@@ -119,8 +121,9 @@ class Subscriber:
         self.salesforce = salesforce
         self.positions = PositionStore(config.state_dir, config.topic)
         self.reporter = StatusReporter(config.state_dir, config.topic, _slug(config.topic))
+        spool = config.spool_dir or Path(tempfile.gettempdir()) / "cdc-subscriber-spool" / _slug(config.topic)
         self.writer = LandingFileWriter(config.landing_dir, self._landed, max_bytes=config.roll_bytes,
-                                        max_age_seconds=config.roll_seconds)
+                                        max_age_seconds=config.roll_seconds, spool_dir=spool)
         self.decoder = EventDecoder(self._fetch_schema, self._field_types)
         self.dead_letters = DeadLetterStore(config.state_dir, config.topic)
         self.stopping = threading.Event()
@@ -134,13 +137,13 @@ class Subscriber:
         self.reporter.restored(self._saved, len(self.dead_letters.read()))
 
     # -- callbacks ------------------------------------------------------------------------------------------
-    def _landed(self, path: Path, lines: int, replay_id: bytes | None) -> None:
+    def _landed(self, path: Path | str, lines: int, replay_id: bytes | None) -> None:
         if replay_id is not None:
             self.positions.save(replay_id)
             fault_point("subscriber.after_position")
             self._saved = replay_id
         self.reporter.landed(lines, replay_id)
-        log.debug("landed %s (%d events, position %s)", path.name, lines, replay_id.hex() if replay_id else None)
+        log.debug("landed %s (%d events, position %s)", path, lines, replay_id.hex() if replay_id else None)
 
     def _fetch_schema(self, schema_id: str) -> str:
         info = self._stub.GetSchema(pb.SchemaRequest(schema_id=schema_id), metadata=self._metadata, timeout=30)

@@ -25,7 +25,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cdc_subscriber.position import state_file
 from cdc_subscriber.proto import replay_as_long
+from resources.storage import Folder
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +75,9 @@ class StatusReporter:
     """Keeps one stream's status and writes it (atomically) at most every ``WRITE_EVERY`` seconds, and at once
     on a state change or an error."""
 
-    def __init__(self, state_dir: Path, topic: str, slug: str):
-        self.path = Path(state_dir) / f"status-{slug}.json"
+    def __init__(self, state_dir: str | Path, topic: str, slug: str):
+        self.folder, self.name = Folder(state_dir), f"status-{slug}.json"
+        self.path = state_file(state_dir, self.name)
         self.status = StreamStatus(topic=topic)
         self.lock = threading.Lock()
         self._landed: collections.deque[tuple[float, int]] = collections.deque()
@@ -145,18 +148,18 @@ class StatusReporter:
                 self.status.lag_seconds = round(max(0.0, time.time() - self.status.newest_commit_ts / 1000), 3)
             self.status.updated_at = _now()
             self._written = now
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            temp = self.path.with_name("." + self.path.name)
-            temp.write_text(json.dumps(asdict(self.status)))
-            os.replace(temp, self.path)
+            self.folder.write_atomically(self.name, json.dumps(asdict(self.status)), durable=False)
 
 
-def read_statuses(state_dir: Path) -> list[StreamStatus]:
-    """Every stream's last status in a state folder (none: the subscriber never ran there)."""
-    statuses = []
-    for path in sorted(Path(state_dir).glob("status-*.json")):
+def read_statuses(state_dir: str | Path) -> list[StreamStatus]:
+    """Every stream's last status in a state folder, a local path or an object-store URI (none: the subscriber
+    never ran there)."""
+    statuses, folder = [], Folder(state_dir)
+    for name in folder.names(prefix="status-", suffix=".json"):
+        text = folder.read_text(name)
         try:
-            statuses.append(StreamStatus(**json.loads(path.read_text())))
+            if text is not None:  # None: deleted since the listing
+                statuses.append(StreamStatus(**json.loads(text)))
         except (json.JSONDecodeError, TypeError) as exc:  # replaced atomically: only a foreign file can be bad
-            log.warning("ignoring %s: not a subscriber status file (%s)", path, exc)
+            log.warning("ignoring %s: not a subscriber status file (%s)", folder.path(name), exc)
     return statuses

@@ -21,9 +21,10 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow.fs as pafs
+
+from resources.storage import filesystem
 
 FILE = re.compile(r"^(\d{20})-(\d{20})(?:-(\d{20}))?\.jsonl$")
 RESOLVED = "resolved.json"
@@ -46,10 +47,7 @@ class FeedStore:
     """The files of one replica's feed."""
 
     def __init__(self, uri: str):
-        if "://" in uri:
-            self.fs, self.root = pafs.FileSystem.from_uri(uri)
-        else:
-            self.fs, self.root = pafs.LocalFileSystem(), str(Path(uri).resolve())
+        self.fs, self.root = filesystem(uri)
         self.uri = uri
 
     def _path(self, name: str) -> str:

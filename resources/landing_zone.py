@@ -26,6 +26,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 from pydantic import Field
 
+from resources.storage import filesystem
+
 SUFFIXES = (".jsonl", ".jsonl.gz")
 LINES_SCHEMA = pa.schema([("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string())])
 QUARANTINE_SCHEMA = pa.schema([
@@ -79,9 +81,7 @@ class LandingZone(dg.ConfigurableResource):
     max_line_bytes: int = Field(default=8 * 1024 * 1024, description="Longer lines are quarantined.")
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
-        fs, root = pafs.FileSystem.from_uri(self.path) if "://" in self.path else (
-            pafs.LocalFileSystem(), str(self.path))
-        return fs, root.rstrip("/")
+        return filesystem(self.path)
 
     def list_files(self) -> list[LandingFile]:
         """Every visible event file, sorted by path (sorting is for humans; correctness never depends on it)."""
@@ -133,6 +133,32 @@ class LandingZone(dg.ConfigurableResource):
                 cols["source_line"].append(number)
                 cols["raw"].append(line)
         return ReadResult(pa.table(cols, schema=LINES_SCHEMA), pa.table(bad, schema=QUARANTINE_SCHEMA), blank)
+
+    @property
+    def archive_path(self) -> str:
+        """Where retired files go: a sibling of the landing zone (`<path>_ingested`), so listing the landing zone
+        never walks them (a folder inside it would still be listed, only to be skipped)."""
+        return self.path.rstrip("/") + "_ingested"
+
+    def retire(self, files: list[LandingFile], *, delete: bool = False) -> int:
+        """Move `files` (ingested ones) out of the landing zone into `archive_path` under the same relative path,
+        or delete them; a file already gone (another retirement) is skipped. Returns how many were retired."""
+        fs, root = self._fs()
+        archive = filesystem(self.archive_path)[1]
+        done = 0
+        for f in files:
+            source = f"{root}/{f.path}"
+            try:
+                if delete:
+                    fs.delete_file(source)
+                else:
+                    target = f"{archive.rstrip('/')}/{f.path}"
+                    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+                    fs.move(source, target)
+            except FileNotFoundError:
+                continue
+            done += 1
+        return done
 
     def entities_in(self, files: list[LandingFile]) -> set[str] | None:
         """Entity names the files mention (a cheap scan, not a parse); None if a file could not be scanned."""

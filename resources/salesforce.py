@@ -310,8 +310,10 @@ class SalesforceResource(dg.ConfigurableResource):
     def bulk_query_all(self, object_name: str, fields: list[str], page_size: int = 50_000, where: str | None = None,
                        poll_seconds: float = 0.2, timeout_seconds: float = 3600.0, line_ending: str = "LF",
                        order_by: str | None = None, resume: BulkPosition | None = None,
-                       on_page: Callable[[BulkPosition], None] | None = None) -> Iterator[pa.RecordBatch]:
-        """Bulk API 2.0 ``queryAll`` of ``fields``: yields Arrow record batches (every column ``pa.string()``,
+                       on_page: Callable[[BulkPosition], None] | None = None,
+                       include_deleted: bool = True) -> Iterator[pa.RecordBatch]:
+        """Bulk API 2.0 ``queryAll`` (``query`` without ``include_deleted``: live records only) of ``fields``:
+        yields Arrow record batches (every column ``pa.string()``,
         null for empty cells), one result page (``page_size`` records) in memory at a time. ``line_ending``
         (``LF`` or ``CRLF``) is the job's record terminator; values keep their own line breaks either way.
 
@@ -322,7 +324,7 @@ class SalesforceResource(dg.ConfigurableResource):
         The job is deleted once read to its end (or failed in the org). A read that fails midway keeps it when
         ``on_page`` is given, so that the run after it resumes from the last position it committed; without
         ``on_page`` nobody could resume it, and it is deleted. A job the org no longer has (404) is left alone."""
-        job = {"operation": "queryAll", "query": select_soql(object_name, fields, where=where, order_by=order_by),
+        job = {"operation": "queryAll" if include_deleted else "query", "query": select_soql(object_name, fields, where=where, order_by=order_by),
                "contentType": "CSV", "columnDelimiter": "COMMA", "lineEnding": line_ending}
         job_id = resume.job_id if resume else self._request("POST", "jobs/query", retry=False, json=job).json()["id"]
         finished = gone = False  # finished: read to its end, or failed in the org; gone: the org has it no more

@@ -2,7 +2,9 @@
 
 `local[*]` by default; any master by setting `spark.master` in `spark_config` (`SPARK_MASTER` overrides it without
 code changes). With `SPARK_REMOTE=sc://host:port` every run is a client of a Spark Connect server instead, such as
-the long-lived one of `resources.spark_connect` (one warm JVM for all runs). The settings below are the ones
+the long-lived one of `resources.spark_connect` (one warm JVM for all runs), itself local or attached to a cluster
+(`--conf spark.master=spark://...`). Off this process, large Arrow tables reach the executors through the staging
+location of `resources.spark_staging` (`CDC_SPARK_STAGING`). The settings below are the ones
 correctness depends on (UTC timestamps, map key de-duplication) plus small-job defaults (few shuffle partitions,
 Arrow hand-off, no UI).
 """
@@ -10,22 +12,16 @@ Arrow hand-off, no UI).
 from __future__ import annotations
 
 import atexit
-import ipaddress
 import os
-import shutil
-import socket
-import tempfile
-import uuid
-from pathlib import Path
-from urllib.parse import urlparse
 
 import dagster as dg
 import pyarrow as pa
-import pyarrow.parquet as pq
 from dagster_pyspark import PySparkResource
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.utils import is_remote
+
+from resources.spark_staging import staged, staging_location
 
 # Required for correctness: session time zone and map-key policy are relied upon by spark_ops.
 REQUIRED_CONF = {
@@ -91,13 +87,10 @@ def session(resource: PySparkResource) -> SparkSession:
 
 # Above this many rows an Arrow table is handed to a local Spark through a local checkpoint (see `from_arrow`).
 LOCAL_RELATION_MAX_ROWS = 5_000
-# Above this many bytes an Arrow table reaches a Spark Connect server as Parquet files (see `from_arrow`): Spark
-# warns from 1,000 KiB a task, and a local relation's rows travel inside its tasks, in as many as the server has
-# cores.
-CONNECT_RELATION_MAX_BYTES = 512 * 1024
-STAGING_ENV = "CDC_SPARK_STAGING"
-STAGING_PREFIX = "cdc-spark-staging-"  # + the process id: a directory per process
-STAGED_ROW_GROUP_BYTES = 4 * 1024 * 1024  # splittable: Spark reads a staged file with as many tasks as it has cores
+# Above this many bytes an Arrow table reaches a Spark outside this process (a Spark Connect server, a cluster's
+# executors) as a Parquet file in the staging location (see `from_arrow`): Spark warns from 1,000 KiB a task, and a
+# local relation's rows travel inside its tasks, in as many as the server has cores.
+STAGED_MIN_BYTES = 512 * 1024
 
 
 def from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
@@ -109,75 +102,26 @@ def from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
     warns: "task of very large size"). With a local Spark, past `LOCAL_RELATION_MAX_ROWS` the rows are stored once
     in the block manager (`localCheckpoint`) and the plan only refers to them; small tables skip that extra job.
 
-    As a Spark Connect client, a checkpoint is a DataFrame cached in the server session by id, and under the daemon
-    (`make e2e`, 2026-11-23) runs began failing with `CONNECT_INVALID_PLAN.DATAFRAME_NOT_FOUND` on such a DataFrame
-    once batches passed the threshold. So past `CONNECT_RELATION_MAX_BYTES` the table is written as Parquet where
-    the server reads it (`staging_dir`) and the plan only names the file: no rows in the plan or in the tasks,
-    nothing a session can lose. A server with no staging directory in common gets the rows in the plan, as before.
+    When Spark is outside this process (a Spark Connect client, or a cluster master), past `STAGED_MIN_BYTES` the
+    table is written as Parquet where the executors read it (`resources.spark_staging`: `CDC_SPARK_STAGING`, proven
+    shared once per process, else a clear `StagingNotShared`) and the plan only names the file: no rows in the plan
+    or in the tasks, nothing a session can lose. (As a Connect client a checkpoint is a DataFrame cached in the
+    server session by id, and under the daemon runs failed with `CONNECT_INVALID_PLAN.DATAFRAME_NOT_FOUND` on such
+    DataFrames once batches passed the threshold, `make e2e` 2026-11-23.) With no staging location the rows go in
+    the plan, checkpointed on a cluster's executors as on a local Spark.
     """
     if not table.num_rows:  # Spark Connect cannot take the schema from an empty Arrow table
         return spark.createDataFrame([], from_arrow_schema(table.schema))
-    if not is_remote():
-        df = spark.createDataFrame(table)
-        return df.localCheckpoint() if table.num_rows > LOCAL_RELATION_MAX_ROWS else df
-    if table.nbytes > CONNECT_RELATION_MAX_BYTES and not any(pa.types.is_null(f.type) for f in table.schema) \
-            and (root := staging_dir()) is not None:  # (Parquet has no column of type null)
-        return _staged(spark, table, root)
-    return spark.createDataFrame(table)
+    remote = is_remote()
+    if (remote or not _local_master(spark)) and table.nbytes > STAGED_MIN_BYTES \
+            and not any(pa.types.is_null(f.type) for f in table.schema) \
+            and (staging := staging_location()) is not None:  # (Parquet has no column of type null)
+        return staged(spark, table, staging)
+    if remote:
+        return spark.createDataFrame(table)
+    df = spark.createDataFrame(table)
+    return df.localCheckpoint() if table.num_rows > LOCAL_RELATION_MAX_ROWS else df
 
 
-def staging_dir() -> Path | None:
-    """This process's directory for Arrow tables handed to the Spark Connect server, which must read it: under
-    `CDC_SPARK_STAGING` (storage mounted at the same path on both), else under the temporary directory when the
-    server runs on this machine (`SPARK_REMOTE` names a loopback address or this host); None otherwise.
-
-    Files stay until the process ends: a DataFrame read from one is lazy, and a server-side relation built on it
-    (`spark.sql` over DataFrames returns one) keeps no link the client could follow to know when it is gone. A run
-    is a process, so that is the run. Directories of processes that died without cleaning up go when the next one
-    is made.
-    """
-    global _process_staging
-    if _process_staging is not None:
-        return _process_staging
-    root = os.environ.get(STAGING_ENV)
-    if root is None:
-        host = urlparse(os.environ.get("SPARK_REMOTE", "")).hostname
-        if not host or not _is_this_machine(host):
-            return None
-        root = tempfile.gettempdir()
-    Path(root).mkdir(parents=True, exist_ok=True)
-    for stale in Path(root).glob(f"{STAGING_PREFIX}*"):
-        if not _alive(stale.name.removeprefix(STAGING_PREFIX).split("-")[0]):
-            shutil.rmtree(stale, ignore_errors=True)
-    _process_staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=root))
-    atexit.register(shutil.rmtree, _process_staging, True)
-    return _process_staging
-
-
-_process_staging: Path | None = None
-
-
-def _alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)  # signal 0: only asks whether the process exists
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _is_this_machine(host: str) -> bool:
-    if host in ("localhost", socket.gethostname()):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _staged(spark: SparkSession, table: pa.Table, root: Path) -> DataFrame:
-    path = root / f"{uuid.uuid4().hex}.parquet"
-    rows_per_group = max(1, table.num_rows * STAGED_ROW_GROUP_BYTES // max(table.nbytes, 1))
-    pq.write_table(table, path, row_group_size=rows_per_group)
-    return spark.read.schema(from_arrow_schema(table.schema)).parquet(str(path))
+def _local_master(spark: SparkSession) -> bool:
+    return spark.sparkContext.master.startswith("local")

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from salesforce_emulator import ids, soql
 from salesforce_emulator.errors import ApiError, not_found
 from salesforce_emulator.schema import derived_value
+from salesforce_emulator.store import reader_related
 from salesforce_emulator.server import Request, Response, route
 from salesforce_emulator.values import ms_to_iso, to_csv
 
@@ -74,6 +75,7 @@ def _run(api: Api, job: Job) -> None:
     try:
         sql, params = query.sql(include_deleted=job.operation == "queryAll")
         conn = api.store.open_reader()
+        related = reader_related(conn)  # cross-object formulas read the job's snapshot too
         try:
             with job.path.open("wb") as out:
                 job.header = _csv_row([f.name for f in query.fields], job.delimiter, job.line_ending)
@@ -82,7 +84,7 @@ def _run(api: Api, job: Job) -> None:
                     if job.state == "Aborted":
                         return
                     data = dict(row)
-                    values = [to_csv(f.type, data[f.name] if f.stored else derived_value(query.obj, f, data))
+                    values = [to_csv(f.type, data[f.name] if f.stored else derived_value(query.obj, f, data, related))
                               for f in query.fields]
                     job.offsets.append(position)
                     line = _csv_row(values, job.delimiter, job.line_ending)

@@ -43,7 +43,8 @@ def _batch_size(req: Request) -> int:
 
 def _page(api: Api, req: Request, cursor_id: str, cursor: Cursor, start: int) -> Response:
     end = min(start + cursor.batch, len(cursor.rows))
-    records = [render_record(cursor.obj, row, cursor.fields, req.version) for row in cursor.rows[start:end]]
+    records = [render_record(cursor.obj, row, cursor.fields, req.version, api.store.related)
+               for row in cursor.rows[start:end]]
     body: dict[str, Any] = {"totalSize": len(cursor.rows), "done": end >= len(cursor.rows), "records": records}
     if end < len(cursor.rows):
         body["nextRecordsUrl"] = f"/services/data/v{req.version}/query/{cursor_id}-{end}"
@@ -108,7 +109,8 @@ def composite_retrieve(api: Api, req: Request) -> Response:
         marks = ", ".join("?" * len(chunk))
         for row in api.store.select(f'SELECT * FROM "{obj.name}" WHERE Id IN ({marks}) AND IsDeleted = 0', chunk):
             found[row["Id"]] = row
-    return Response(body=[render_record(obj, found[i], fields, req.version) if i in found else None for i in wanted])
+    return Response(body=[render_record(obj, found[i], fields, req.version, api.store.related) if i in found else None
+                          for i in wanted])
 
 
 ROUTES = [

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator.changes import normalize_id, resolve_object
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
-from salesforce_emulator.schema import OBJECTS, Field, SObject, derived_value
+from salesforce_emulator.schema import OBJECTS, Field, Related, SObject, derived_value
 from salesforce_emulator.server import Request, Response, route
 from salesforce_emulator.values import to_rest
 
@@ -21,12 +21,14 @@ if TYPE_CHECKING:
 RELEASES = [("Winter '24", "59.0"), ("Spring '24", "60.0"), ("Summer '24", "61.0"), ("Winter '25", "62.0")]
 
 
-def render_record(obj: SObject, row: dict[str, Any], fields: list[Field], version: str) -> dict[str, Any]:
-    """A record in REST JSON form: ``attributes`` first, then the requested fields in order."""
+def render_record(obj: SObject, row: dict[str, Any], fields: list[Field], version: str,
+                  related: Related) -> dict[str, Any]:
+    """A record in REST JSON form: ``attributes`` first, then the requested fields in order (`related`: the
+    records cross-object formulas read)."""
     out: dict[str, Any] = {"attributes": {"type": obj.name,
                                           "url": f"/services/data/v{version}/sobjects/{obj.name}/{row['Id']}"}}
     for fld in fields:
-        value = row.get(fld.name) if fld.stored else derived_value(obj, fld, row)
+        value = row.get(fld.name) if fld.stored else derived_value(obj, fld, row, related)
         out[fld.name] = to_rest(fld.type, value) if fld.stored or fld.calculated else value
     return out
 
@@ -63,7 +65,7 @@ def sobject_info(api: Api, req: Request) -> Response:
     recent = api.store.select(f'SELECT * FROM "{obj.name}" WHERE IsDeleted = 0 ORDER BY Id DESC LIMIT 3')
     short = [f for f in obj.fields if f.name in ("Id", "Name")]
     return Response(body={"objectDescribe": {"name": obj.name, "keyPrefix": obj.key_prefix},
-                          "recentItems": [render_record(obj, r, short, req.version) for r in recent]})
+                          "recentItems": [render_record(obj, r, short, req.version, api.store.related) for r in recent]})
 
 
 def create(api: Api, req: Request) -> Response:
@@ -83,7 +85,7 @@ def get(api: Api, req: Request) -> Response:
         raise not_found()
     names = req.arg("fields")
     fields = resolve_fields(obj, names.split(",")) if names else list(obj.fields)
-    return Response(body=render_record(obj, row, fields, req.version))
+    return Response(body=render_record(obj, row, fields, req.version, api.store.related))
 
 
 def update(api: Api, req: Request) -> Response:

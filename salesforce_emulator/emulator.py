@@ -45,13 +45,13 @@ class Emulator:
                  password: str = "dev-password", security_token: str = "", pubsub: bool = False,
                  pubsub_port: int = 0, retention_seconds: float = DEFAULT_RETENTION_SECONDS,
                  keepalive_seconds: float = 270.0, jwt_certificate: str | None = None,
-                 name_order: str = "western"):
+                 name_order: str = "western", keep_states: bool = False):
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.landing_dir = Path(landing_dir) if landing_dir is not None else None
         self.host, self.port, self.token = host, port, token
         self.faults = faults or FaultConfig()
-        self.store = Store(self.data_dir / "org.sqlite", name_order)
+        self.store = Store(self.data_dir / "org.sqlite", name_order, keep_states=keep_states)
         self.publisher: CdcPublisher | None = None
         self.events = EventLog(self.data_dir / "events.sqlite", retention_seconds) if pubsub else None
         if self.landing_dir is not None or self.events is not None:

@@ -5,6 +5,14 @@ nesting, formula evaluation) is derived from it, so adding a field is one line h
 ``shared/samples/basic/describe/*.json``: compound parents (``BillingAddress``, Contact ``Name``) are listed
 as fields but never stored; their components carry ``compoundFieldName``.
 
+**Formula fields** are computed by the org whenever a record is read (REST, SOQL, Bulk API 2.0), never stored and
+never in a change event (Change Data Capture Developer Guide: "Formula fields aren't supported in Change Data
+Capture"). describe() gives them as Salesforce's REST describe does: ``calculated: true``, the formula text in
+``calculatedFormula``, ``type`` the formula's return type (double, currency, string, date, ...), ``createable`` and
+``updateable`` false. A formula is a function of the record's stored row and a lookup of other records
+(``related(object, id)``, None for none or a deleted one): a cross-object formula (Contact ``Account_Industry__c``
+= ``TEXT(Account.Industry)``) changes when its parent changes, with no event on the record itself.
+
 The org has Person Accounts enabled (Salesforce Help, "Person Accounts"): Account carries ``IsPersonAccount``,
 the person name components (``Salutation``, ``FirstName``, ``MiddleName``, ``LastName``, ``Suffix``, each with
 ``compoundFieldName`` ``Name``) and ``Person*`` fields. ``Account.Name`` stays a stored, writable field: a business
@@ -16,11 +24,16 @@ record for a person account. Contact has a custom ``time`` field (``Best_Time_To
 from __future__ import annotations
 
 import base64
+import datetime
 import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+# A related record by object and id (None: no id, no such record, or deleted), for cross-object formulas.
+Related = Callable[[str, "str | None"], "dict[str, Any] | None"]
+Formula = Callable[[dict[str, Any], Related], Any]
 
 AUDIT_FIELDS = ("CreatedDate", "CreatedById", "LastModifiedDate", "LastModifiedById")
 SYSTEM_FIELDS = ("IsDeleted", "SystemModstamp")
@@ -40,6 +53,7 @@ class Field:
     updateable: bool = True
     default: Any = None
     label: str | None = None
+    formula: str | None = None  # calculatedFormula: the formula text of a calculated field (described, not parsed)
 
     @property
     def stored(self) -> bool:
@@ -57,6 +71,8 @@ class Field:
             "nillable": self.nillable,
             "compoundFieldName": self.compound,
             "calculated": self.calculated,
+            "calculatedFormula": self.formula,
+            "formulaTreatNullNumberAsZero": False,
             "filterable": not self.parent,
             "createable": self.createable,
             "updateable": self.createable,
@@ -65,6 +81,8 @@ class Field:
         }
         if self.length is not None:
             out["length"] = self.length
+        if self.type in ("double", "currency", "percent"):
+            out |= {"precision": 18, "scale": 2}
         if self.type == "picklist":
             out["picklistValues"] = []
         return out
@@ -82,7 +100,7 @@ class SObject:
     name: str
     key_prefix: str
     fields: tuple[Field, ...]
-    formulas: dict[str, Callable[[dict[str, Any]], Any]] = field(default_factory=dict)
+    formulas: dict[str, Formula] = field(default_factory=dict)
     deletable: bool = True
     # Columns the emulator keeps for its own clock and recycle bin (IsDeleted, SystemModstamp, audit fields) that
     # this object does not have in a real org: stored, never described, queried or returned.
@@ -199,11 +217,36 @@ def _account_derived(row: dict[str, Any], order: str) -> dict[str, Any]:
     return {"Name": person_name(row, order)} if row.get("IsPersonAccount") else {}
 
 
-def _account_score(row: dict[str, Any]) -> float | None:
+def _account_score(row: dict[str, Any], related: Related) -> float | None:
     revenue, employees = row.get("AnnualRevenue"), row.get("NumberOfEmployees")
     if revenue is None or not employees:
         return None
     return round(revenue / employees / 1000.0, 2)
+
+
+def _revenue_band(row: dict[str, Any], related: Related) -> str | None:
+    revenue = row.get("AnnualRevenue")
+    if revenue is None:
+        return None
+    return "Small" if revenue < 1_000_000 else "Medium" if revenue < 50_000_000 else "Large"
+
+
+def _account_field(name: str) -> Formula:
+    """A cross-object formula on a child of Account: ``Account.<name>`` (null without a live parent)."""
+    def value(row: dict[str, Any], related: Related) -> Any:
+        parent = related("Account", row.get("AccountId"))
+        return parent.get(name) if parent else None
+    return value
+
+
+def _expected_amount(row: dict[str, Any], related: Related) -> float | None:
+    amount, probability = row.get("Amount"), row.get("Probability")
+    return None if amount is None or probability is None else round(amount * probability / 100.0, 2)
+
+
+def _follow_up_date(row: dict[str, Any], related: Related) -> str | None:
+    close = row.get("CloseDate")
+    return None if not close else (datetime.date.fromisoformat(close) + datetime.timedelta(days=7)).isoformat()
 
 
 ACCOUNT = SObject("Account", "001", _id() + _deleted() + (
@@ -221,8 +264,12 @@ ACCOUNT = SObject("Account", "001", _id() + _deleted() + (
     Field("Website", "url", length=255),
     Field("Description", "textarea", length=32000),
 ) + _address("Billing", "BillingAddress") + _address("Shipping", "ShippingAddress") + _audit() + (
-    Field("Account_Score__c", "double", calculated=True, updateable=False),
-), formulas={"Account_Score__c": _account_score}, derived=_account_derived)
+    Field("Account_Score__c", "double", calculated=True, updateable=False,
+          formula="ROUND(AnnualRevenue / NumberOfEmployees / 1000, 2)"),
+    Field("Revenue_Band__c", "string", length=1300, calculated=True, updateable=False,
+          formula='IF(ISBLANK(AnnualRevenue), null, IF(AnnualRevenue < 1000000, "Small", '
+                  'IF(AnnualRevenue < 50000000, "Medium", "Large")))'),
+), formulas={"Account_Score__c": _account_score, "Revenue_Band__c": _revenue_band}, derived=_account_derived)
 
 CONTACT = SObject("Contact", "003", _id() + _deleted() + (
     Field("AccountId", "reference", length=18),
@@ -233,7 +280,11 @@ CONTACT = SObject("Contact", "003", _id() + _deleted() + (
     Field("Birthdate", "date"),
     Field("Best_Time_To_Call__c", "time", label="Best Time to Call"),
     Field("HasOptedOutOfEmail", "boolean", nillable=False, default=0),
-) + _address("Mailing", "MailingAddress") + _audit())
+) + _address("Mailing", "MailingAddress") + _audit() + (
+    Field("Account_Industry__c", "string", length=1300, calculated=True, updateable=False,
+          formula="TEXT(Account.Industry)"),
+    Field("Account_Revenue__c", "currency", calculated=True, updateable=False, formula="Account.AnnualRevenue"),
+), formulas={"Account_Industry__c": _account_field("Industry"), "Account_Revenue__c": _account_field("AnnualRevenue")})
 
 OPPORTUNITY = SObject("Opportunity", "006", _id() + _deleted() + (
     Field("AccountId", "reference", length=18),
@@ -245,7 +296,10 @@ OPPORTUNITY = SObject("Opportunity", "006", _id() + _deleted() + (
     Field("IsWon", "boolean", nillable=False, default=0),
     Field("LeadSource", "picklist", length=255),
     Field("Description", "textarea", length=32000),
-) + _audit())
+) + _audit() + (
+    Field("Expected_Amount__c", "currency", calculated=True, updateable=False, formula="Amount * Probability"),
+    Field("Follow_Up_Date__c", "date", calculated=True, updateable=False, formula="CloseDate + 7"),
+), formulas={"Expected_Amount__c": _expected_amount, "Follow_Up_Date__c": _follow_up_date})
 
 LEAD = SObject("Lead", "00Q", _id() + _deleted() + _person_name() + (
     Field("Company", "string", nillable=False, length=255),
@@ -327,10 +381,15 @@ def get_object(name: str) -> SObject | None:
     return _LOWER.get(name.lower())
 
 
-def derived_value(obj: SObject, fld: Field, row: dict[str, Any]) -> Any:
-    """Value of a field that is not stored: a formula, or a compound parent built from its components."""
+def no_related(object_name: str, record_id: str | None) -> dict[str, Any] | None:
+    raise RuntimeError("a cross-object formula needs a lookup of related records (derived_value's `related`)")
+
+
+def derived_value(obj: SObject, fld: Field, row: dict[str, Any], related: Related = no_related) -> Any:
+    """Value of a field that is not stored: a formula (`related` looks up the other records a cross-object formula
+    reads), or a compound parent built from its components."""
     if fld.calculated:
-        return obj.formulas[fld.name](row)
+        return obj.formulas[fld.name](row, related)
     comps = obj.components(fld.name)
     if fld.type == "address":
         values = {_lower_first(c.key or c.name): row.get(c.name) for c in comps}

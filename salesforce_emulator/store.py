@@ -19,10 +19,17 @@ Why this shape:
   SystemModstamp" is exact per record, and events of one record never share a timestamp.
 - **WAL mode.** Bulk query jobs read through their own connection and see a consistent snapshot while the API
   keeps writing.
+- **Per-transaction states, on request** (``keep_states=True``): each commit also stores, in the same SQLite
+  transaction, the state of every record its change events name *after* it (``_record_states``: entity, record,
+  commit number, transaction key, commit timestamp, the record as ``snapshot`` shows it, or null once purged).
+  ``record_states`` reads them: what a history table of the org must hold, transaction by transaction. Off by
+  default (one more row per record changed).
 """
 
 from __future__ import annotations
 
+import json
+import functools
 import logging
 import sqlite3
 import threading
@@ -36,7 +43,7 @@ from typing import Any
 
 from salesforce_emulator import ids
 from salesforce_emulator.changes import CommittedTransaction, Transaction, resolve_object
-from salesforce_emulator.schema import NAME_ORDERS, OBJECTS, SObject, derived_value
+from salesforce_emulator.schema import NAME_ORDERS, OBJECTS, Related, SObject, derived_value
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +61,11 @@ def quote(name: str) -> str:
 class Store:
     """A SQLite-backed org. Thread-safe; all writes go through :meth:`transaction`."""
 
-    def __init__(self, path: Path, name_order: str = "western"):
+    def __init__(self, path: Path, name_order: str = "western", keep_states: bool = False):
         if name_order not in NAME_ORDERS:
             raise ValueError(f"name_order {name_order!r}: use one of {', '.join(NAME_ORDERS)}")
         self.name_order = name_order  # how a person account's Name joins its parts (schema.NAME_ORDERS)
+        self.keep_states = keep_states  # store each record's state after each transaction (record_states)
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock = threading.RLock()
@@ -82,6 +90,9 @@ class Store:
     def _create_tables(self) -> None:
         with self.lock:
             self.conn.execute("CREATE TABLE IF NOT EXISTS _meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+            self.conn.execute("CREATE TABLE IF NOT EXISTS _record_states (entity TEXT NOT NULL, record_id TEXT NOT NULL, "
+                              "commit_number INTEGER NOT NULL, transaction_key TEXT NOT NULL, commit_ts INTEGER NOT "
+                              "NULL, state TEXT, PRIMARY KEY (entity, record_id, commit_number))")
             for obj in OBJECTS.values():
                 cols = ", ".join(
                     f"{quote(f.name)} {_SQL_TYPES.get(f.type, 'TEXT')}" + (" PRIMARY KEY" if f.name == "Id" else "")
@@ -150,13 +161,35 @@ class Store:
             [(key, self._meta[key]) for key in self._dirty_meta],
         )
         self._dirty_meta.clear()
+        key = str(uuid.uuid4())
+        if self.keep_states:
+            self._store_states(txn, key, commit_number)
         self.conn.execute("COMMIT")
         committed = CommittedTransaction(
-            key=str(uuid.uuid4()), commit_ts=txn.commit_ts, commit_number=commit_number,
+            key=key, commit_ts=txn.commit_ts, commit_number=commit_number,
             user_id=txn.user_id, origin=txn.origin, changes=txn.changes,
         )
         for listener in self._listeners:
             listener(committed)
+
+    def _store_states(self, txn: Transaction, key: str, commit_number: int) -> None:
+        """The state after `txn` of every record its changes name (inside its SQLite transaction)."""
+        rows = []
+        for entity, record_id in dict.fromkeys((c.entity, r) for c in txn.changes for r in c.record_ids):
+            obj = resolve_object(entity)
+            row = self.conn.execute(f"SELECT * FROM {quote(obj.name)} WHERE Id = ?", (record_id,)).fetchone()
+            state = json.dumps(public_row(obj, dict(row)), default=str) if row is not None else None
+            rows.append((obj.name, record_id, commit_number, key, txn.commit_ts, state))
+        self.conn.executemany("INSERT OR REPLACE INTO _record_states VALUES (?, ?, ?, ?, ?, ?)", rows)
+
+    def record_states(self, object_name: str) -> list[dict[str, Any]]:
+        """Every stored state of the object's records (``keep_states``), by record then commit order: ``Id``,
+        ``commit_number``, ``transaction_key``, ``commit_ts`` (epoch ms) and ``state`` (None: purged)."""
+        obj = resolve_object(object_name)
+        rows = self.select("SELECT record_id, commit_number, transaction_key, commit_ts, state FROM _record_states "
+                           "WHERE entity = ? ORDER BY record_id, commit_number", (obj.name,))
+        return [{"Id": r["record_id"], "commit_number": r["commit_number"], "transaction_key": r["transaction_key"],
+                 "commit_ts": r["commit_ts"], "state": json.loads(r["state"]) if r["state"] else None} for r in rows]
 
     def _set_meta(self, key: str, value: int) -> None:
         self._meta[key] = value
@@ -203,7 +236,11 @@ class Store:
         booleans as bool, datetimes as ``2025-11-22T08:26:40.000Z``. Ordered by Id."""
         obj = resolve_object(object_name)
         rows = self.select(f"SELECT * FROM {quote(obj.name)} ORDER BY Id")
-        return [public_row(obj, row) for row in rows]
+        return [public_row(obj, row, self.related) for row in rows]
+
+    def related(self, object_name: str, record_id: str | None) -> dict[str, Any] | None:
+        """The live stored row a cross-object formula reads (schema.Related): None without an id, or when deleted."""
+        return live_row(self.get_row(object_name, record_id) if record_id else None)
 
     def describe(self, object_name: str, api_version: str = "59.0") -> dict[str, Any]:
         obj = resolve_object(object_name)
@@ -227,11 +264,26 @@ class Store:
             self.conn.close()
 
 
-def public_row(obj: SObject, row: dict[str, Any]) -> dict[str, Any]:
+def live_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    return row if row is not None and not row.get("IsDeleted") else None
+
+
+def reader_related(conn: sqlite3.Connection, cache_size: int = 65536) -> Related:
+    """`Store.related` over a reader connection (a Bulk job's snapshot), each record looked up once per job."""
+    @functools.lru_cache(maxsize=cache_size)
+    def related(object_name: str, record_id: str | None) -> dict[str, Any] | None:
+        if not record_id:
+            return None
+        found = conn.execute(f"SELECT * FROM {quote(object_name)} WHERE Id = ?", (record_id,)).fetchone()
+        return live_row(dict(found) if found is not None else None)
+    return related
+
+
+def public_row(obj: SObject, row: dict[str, Any], related: Related) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for fld in obj.fields:
         if fld.parent:
             continue
-        value = derived_value(obj, fld, row) if fld.calculated else row.get(fld.name)
+        value = derived_value(obj, fld, row, related) if fld.calculated else row.get(fld.name)
         out[fld.name] = bool(value) if fld.type == "boolean" and value is not None else value
     return out

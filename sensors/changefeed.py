@@ -1,50 +1,34 @@
-"""changefeed_sensor: after a replica materializes, export its changefeed (cdc_assets/changefeed/export.py).
+"""The automation condition sensor: what evaluates the changefeeds' declarative automation.
 
-Every materialization of `salesforce/<Object>` newer than the latest one of `changefeed/<Object>` makes the feed
-due, whether or not the replica changed: the export then writes at least a resolved heartbeat, which is what
-tells consumers that nothing happened. One run exports every due feed; its run key names the replica
-materializations it answers (their event-log storage ids), so a tick evaluated twice requests one run, and a failed
-export is requested again by the replica's next materialization. The exporter is idempotent, so an extra run
-only rewrites `resolved.json`.
+A changefeed is not started by an external event: it simply follows its replica, so it carries an
+`AutomationCondition` (`FOLLOWS_REPLICA`, cdc_assets/changefeed/export.py: after each replica materialization whose
+blocking checks passed) and Dagster's asset daemon evaluates it. Conditions are evaluated only by a sensor of the
+automation kind; Dagster would make one, `default_automation_condition_sensor`, stopped until someone starts it in
+the UI. This module defines it instead, under the same name and over the same assets (every asset with a
+condition), so it starts with the other sensors (`CDC_SENSORS_RUNNING=1`: the demo, the end-to-end stack) and its
+runs carry the platform's tags (cdc_assets/run_tags.py). Every replica due in one evaluation is exported in one run.
+A failed export is asked again after the replica's next materialization, and every five minutes while it stays
+failed (`RETRY_CRON`); the exporter is idempotent, so a retry exports what the failed run did not.
 """
-
 
 import dagster as dg
 
-from cdc_assets.assets import replica_key
-from cdc_assets.changefeed.export import changefeed_key
 from cdc_assets.config import ReplicationConfig
+from cdc_assets.run_tags import run_tags
 
-SENSOR_NAME = "changefeed_sensor"
-
-
-def _latest_storage_id(instance: dg.DagsterInstance, key: dg.AssetKey) -> int:
-    records = instance.fetch_materializations(key, limit=1, ascending=False).records
-    return records[0].storage_id if records else -1
+SENSOR_NAME = "default_automation_condition_sensor"  # Dagster's own name for it (it then makes none of its own)
+MODE_CHANGEFEED = "changefeed"
+INTERVAL_SECONDS = 15
 
 
-def build_changefeed_sensors(*, replication: ReplicationConfig,
-                             default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                             ) -> list[dg.SensorDefinition]:
-    names = [o.name for o in replication.objects if o.changefeed is not None]
-    if not names:
+def build_automation_sensor(*, replication: ReplicationConfig,
+                            default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+                            ) -> list[dg.SensorDefinition]:
+    if not any(o.changefeed is not None for o in replication.objects):
         return []
-
-    @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=15, default_status=default_status,
-               asset_selection=[changefeed_key(n) for n in names],
-               description="Exports the changefeed of every replica materialized since its feed's last export "
-                           "(changes, or a resolved heartbeat when nothing changed).")
-    def changefeed_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
-        due = {}
-        for name in names:
-            replica = _latest_storage_id(context.instance, replica_key(name))
-            if replica > _latest_storage_id(context.instance, changefeed_key(name)):
-                due[name] = replica
-        if not due:
-            return dg.SensorResult(skip_reason="nothing to do: every feed is newer than its replica")
-        run_key = "changefeed:" + ",".join(f"{n}@{s}" for n, s in sorted(due.items()))
-        return dg.SensorResult(run_requests=[dg.RunRequest(
-            run_key=run_key, asset_selection=[changefeed_key(n) for n in sorted(due)],
-            tags={"cdc/mode": "changefeed"})])
-
-    return [changefeed_sensor]
+    return [dg.AutomationConditionSensorDefinition(
+        SENSOR_NAME, target=dg.AssetSelection.all(), default_status=default_status,
+        minimum_interval_seconds=INTERVAL_SECONDS,
+        run_tags=run_tags(mode=MODE_CHANGEFEED, reason="replica materialized, its blocking checks passed"),
+        description="Evaluates the assets' automation conditions: exports the changefeed of each replica "
+                    "materialized since its last export whose blocking checks passed.")]

@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.assets import ingest_keys, replica_key
 from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import pending_files
@@ -42,13 +42,15 @@ from cdc_assets.state import IngestState
 from cdc_assets.operate.pause import paused_objects, resumed_at
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone, file_set_key
-from sensors.work import IN_FLIGHT, TAG_REASON, Backoff, object_tag, replicas_to_include, retry_state
+from sensors.work import (IN_FLIGHT, TAG_REASON, Backoff, hidden_tag, replicas_to_include, retry_state,
+                          run_tags)
+from cdc_assets.run_tags import TAG_FILES
 
 SENSOR_NAME = "landing_zone_sensor"
-TAG_FILES = "cdc/files"
+MODE_APPLY = "apply"  # the replicas' own mode (ReplicaRunConfig): apply what change_events holds
 REASON_FILES = "new landing files"
 REASON_CLOSE = "newest transaction closed by timeout"
-TAG_CLOSE_SEQ = "cdc/close_seq"
+TAG_CLOSE_SEQ = hidden_tag("close_seq")
 
 
 def build_landing_zone_sensor(*, replication: ReplicationConfig,
@@ -58,7 +60,7 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
     backoff = Backoff.from_options(replication.options)
 
     @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=10, default_status=default_status,
-               asset_selection=[CHANGE_EVENTS_KEY, *replicas],
+               asset_selection=[*ingest_keys(replication.names), *replicas],
                description="Requests a change_events + replica run for newly landed CDC files (again, with "
                            "backoff, if that run failed), and a replica run when the newest transaction closes "
                            "by timeout.")
@@ -117,11 +119,11 @@ def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replicat
     names = {n for n in replication.names if entities is None or n in entities}
     names |= replicas_to_include(instance, replication, ce_state)
     names -= paused_objects(instance, replication.names)
-    selection = [CHANGE_EVENTS_KEY, *[replica_key(n) for n in replication.names if n in names]]
+    selection = [*ingest_keys(replication.names), *[replica_key(n) for n in replication.names if n in names]]
     return dg.RunRequest(
         run_key=f"landing-{key}",
         asset_selection=selection,
-        tags={TAG_REASON: REASON_FILES, TAG_FILES: str(len(files)), **{object_tag(n): "1" for n in names}},
+        tags=run_tags(mode=MODE_APPLY, reason=REASON_FILES, objects=names, hidden={TAG_FILES: str(len(files))}),
     )
 
 
@@ -157,8 +159,8 @@ def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, 
         return None, "every object is paused"
     return dg.RunRequest(run_key=f"close-{seq}" + (f"-{attempt}" if attempt else ""),
                          asset_selection=[replica_key(n) for n in names],
-                         tags={TAG_REASON: REASON_CLOSE, TAG_CLOSE_SEQ: str(seq),
-                               **{object_tag(n): "1" for n in names}}), None
+                         tags=run_tags(mode=MODE_APPLY, reason=REASON_CLOSE, objects=names,
+                                       hidden={TAG_CLOSE_SEQ: str(seq)})), None
 
 
 REASON_RESUME = "catch up after resume"
@@ -166,7 +168,7 @@ REASON_RESUME = "catch up after resume"
 
 def resume_request(instance: dg.DagsterInstance, replication: ReplicationConfig) -> dg.RunRequest | None:
     """One run of the objects resumed (and not paused again) whose resume no catch-up run carries yet (tag
-    `cdc/resumed.<Name>` = when it was resumed), so each resume is asked once."""
+    `resumed_tag(<Name>)` = when it was resumed), so each resume is asked once."""
     paused = paused_objects(instance, replication.names)
     due = {n: at for n, at in resumed_at(instance, replication.names).items()
            if n not in paused and not runs_tagged(instance, {resumed_tag(n): at}, limit=1)}
@@ -174,9 +176,9 @@ def resume_request(instance: dg.DagsterInstance, replication: ReplicationConfig)
         return None
     return dg.RunRequest(run_key="resume-" + "-".join(f"{n}@{at}" for n, at in sorted(due.items())),
                          asset_selection=[replica_key(n) for n in sorted(due)],
-                         tags={TAG_REASON: REASON_RESUME, **{resumed_tag(n): at for n, at in due.items()},
-                               **{object_tag(n): "1" for n in due}})
+                         tags=run_tags(mode=MODE_APPLY, reason=REASON_RESUME, objects=due,
+                                       hidden={resumed_tag(n): at for n, at in due.items()}))
 
 
 def resumed_tag(name: str) -> str:
-    return f"cdc/resumed.{name}"
+    return hidden_tag(f"resumed.{name}")

@@ -2,7 +2,7 @@
 `poll_interval` seconds (cdc_assets/poll/ does the work).
 
 A sensor rather than a schedule, so that each tick can decide like the reconciliation sensor does: no run while one
-of the object's runs is queued or in flight (tag `cdc/object.<Name>`, which every run carries), and none while the
+of the object's runs is queued or in flight (its hidden object tag, which every run carries: cdc_assets/run_tags.py), and none while the
 org's daily API budget is nearly spent (`api_budget_reserve`, as for reconciliation). The run key names the poll
 window (`poll-<Object>-<n>`, n = seconds since the epoch // interval), so a tick evaluated twice requests one run.
 Runs are tagged `cdc/mode=poll`; whether the run also compares Ids with the org (hard deletes) is decided by the run
@@ -18,7 +18,7 @@ from cdc_assets.config import ReplicationConfig, SObjectConfig
 from resources.salesforce import SalesforceResource
 from cdc_assets.operate.pause import paused_objects
 from sensors.budget import budget_hold_back
-from sensors.work import TAG_MODE, TAG_REASON, in_flight, mode_run_config, object_tag
+from sensors.work import in_flight, mode_run_config, run_tags
 
 
 def sensor_name(name: str) -> str:
@@ -53,7 +53,7 @@ def _poll_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.Defa
         request = dg.RunRequest(
             run_key=f"poll-{name}-{window}", asset_selection=[replica_key(name)],
             run_config=mode_run_config({name: "poll"}),
-            tags={TAG_MODE: "poll", TAG_REASON: f"poll every {interval:g} s", object_tag(name): "1"})
+            tags=run_tags(mode="poll", reason=f"poll every {interval:g} s", objects=[name]))
         return dg.SensorResult(run_requests=[request], cursor=str(window))
 
     return poll_sensor

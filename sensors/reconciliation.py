@@ -3,7 +3,7 @@
 The work and when to ask for it come from the planner (`sensors/work.py`): a pending resync (overflow), dirty
 records, or no table yet (initial load, asked for at once: it needs no events). One run for every replica whose
 work is due, each in its mode (op config `reconcile` / `resync`; an initial load is what `apply` does on a replica
-with no table), tagged with the reasons, counts, `cdc/work.<Name>` and `cdc/object.<Name>`. One run for all of
+with no table), tagged with the reasons, counts and the hidden object and work tags (cdc_assets/run_tags.py). One run for all of
 them, not one per object: a run pays its process and Spark start (tens of seconds when cold), the fetches
 themselves are small.
 
@@ -27,11 +27,11 @@ from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from cdc_assets.operate.pause import paused_objects
 from sensors.budget import budget_hold_back
-from sensors.work import (INITIAL_LOAD, TAG_MODE, TAG_REASON, Planned, mode_run_config, object_tag, plan,
-                          work_tag)
+from sensors.work import (INITIAL_LOAD, TAG_MODE, TAG_REASON, Planned, hidden_tag, mode_run_config,
+                          object_tag, plan, run_tags, work_tag)
 
 SENSOR_NAME = "reconciliation_sensor"
-TAG_DIRTY = "cdc/dirty_records"
+TAG_DIRTY = hidden_tag("dirty_records")
 
 
 def work_request(due: list[Planned]) -> dg.RunRequest:
@@ -43,11 +43,10 @@ def work_request(due: list[Planned]) -> dg.RunRequest:
         run_key=f"sync-{hashlib.sha1(source.encode()).hexdigest()[:16]}",
         asset_selection=[replica_key(p.work.name) for p in due],
         run_config=mode_run_config({p.work.name: p.work.mode for p in due if p.work.kind != INITIAL_LOAD}),
-        tags={TAG_MODE: "+".join(sorted({p.work.kind for p in due})),
-              TAG_REASON: reasons[:1000],
-              TAG_DIRTY: str(sum(p.work.dirty for p in due)),
-              **{object_tag(p.work.name): "1" for p in due},
-              **{work_tag(p.work.name): p.work.kind for p in due}},
+        tags=run_tags(mode="+".join(sorted({p.work.kind for p in due})), reason=reasons,
+                      objects=[p.work.name for p in due],
+                      hidden={TAG_DIRTY: str(sum(p.work.dirty for p in due)),
+                              **{work_tag(p.work.name): p.work.kind for p in due}}),
     )
 
 

@@ -32,6 +32,7 @@ import dagster as dg
 
 from cdc_assets.assets import LANDING_ZONE
 from cdc_assets.config import ReplicationConfig
+from cdc_subscriber.cli import location, state_dir_for
 from cdc_subscriber.dead_letters import DeadLetter, read_dead_letters, unacknowledged
 from cdc_subscriber.status import STATES, StreamStatus, read_statuses
 from resources.landing_zone import LandingZone
@@ -43,8 +44,10 @@ ACK_COMMAND = "python -m cdc_subscriber dead-letters --ack"
 UNHEALTHY = ("FAILED", "FAILED_PERMANENTLY")
 
 
-def state_dir(landing: LandingZone) -> Path:
-    return Path(os.environ.get("CDC_SUBSCRIBER_STATE") or Path(landing.path) / "_subscriber")
+def state_dir(landing: LandingZone) -> Path | str:
+    """CDC_SUBSCRIBER_STATE, else `<landing zone>/_subscriber` (either may be an object-store URI)."""
+    configured = os.environ.get("CDC_SUBSCRIBER_STATE")
+    return location(configured) if configured else state_dir_for(landing.path)
 
 
 def summarize(statuses: list[StreamStatus], max_lag_seconds: float,

@@ -6,8 +6,8 @@
 - `initial_load`: no table yet and `initial_load: true` (needs no events: nothing else would start it).
 
 **When** (`plan`): the runs that did or do this work are found in the instance by their tags (every run the
-sensors request tags each object it includes, `cdc/object.<Name>`, and the work it does for it,
-`cdc/work.<Name>`), not in a sensor cursor: so either sensor sees the runs of the other, and nothing is lost when a
+sensors request tags each object it includes and the work it does for it, hidden tags of
+cdc_assets/run_tags.py), not in a sensor cursor: so either sensor sees the runs of the other, and nothing is lost when a
 cursor is reset. For each piece of work:
 - a run carrying it is queued or running: wait for it ("waiting for run <id> (<status>)");
 - the runs that carried it last failed (or were canceled) without materializing the replica, n times in a row:
@@ -32,24 +32,15 @@ import dagster as dg
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.closure import holders
 from cdc_assets.config import ReplicationConfig, ReplicationOptions
+from cdc_assets.run_tags import TAG_MODE, TAG_REASON, hidden_tag, object_tag, run_tags, work_tag  # noqa: F401
 from cdc_assets.state import IngestState
 from resources.delta import DeltaWarehouse
 
-TAG_REASON = "cdc/reason"
-TAG_MODE = "cdc/mode"  # the modes of the run's replicas, "+"-joined: reconcile, resync or reconcile+resync
 IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
              dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
 FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 RESYNC, RECONCILE, INITIAL_LOAD = "resync", "reconcile", "initial_load"
 COVERS = {RECONCILE: {RECONCILE, RESYNC}, RESYNC: {RESYNC}}  # a resync rewrites every row, dirty ones too
-
-
-def object_tag(name: str) -> str:
-    return f"cdc/object.{name}"  # one namespace separator: Dagster deprecates more
-
-
-def work_tag(name: str) -> str:
-    return f"cdc/work.{name}"
 
 
 def in_flight(instance: dg.DagsterInstance, name: str) -> bool:

@@ -62,7 +62,8 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
-from spark_ops.parse import ID_PATTERN, flattened_sql, parse_lines, protected_sql, value_errors_sql
+from spark_ops.parse import (ID_PATTERN, PARSED_COLUMNS, flattened_sql, parse_lines, protected_sql,
+                             value_errors_sql)
 from spark_ops.schema import ObjectSchema
 from spark_ops.sql import in_list, literal, run_sql
 
@@ -71,13 +72,6 @@ KEY_PREFIX = "datastream:"
 READ_METHODS = ("cdc", "backfill")
 CHANGE_TYPES = ("INSERT", "UPDATE", "DELETE")
 OBJECT_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,79}$"
-
-# Columns of a parsed line that to_change_rows / quarantined read; both parsers give them.
-PARSED_COLUMNS = [
-    "source_file", "source_line", "raw", "entity", "record_ids", "change_type", "commit_ts", "commit_number",
-    "transaction_key", "sequence_number", "replay_id", "fields", "set_fields", "diff_fields", "change_origin",
-    "commit_user", "typed", "quarantine_reason", "value_error",
-]
 
 _MAP = "map<string,string>"
 _ISO_ZONED = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})$"
@@ -187,5 +181,5 @@ def parse_landed(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFram
     if not files:
         return parse_lines(lines, schemas)
     in_datastream = F.col("source_file").isin(files)
-    cometd = parse_lines(lines.where(~in_datastream), schemas).select(*PARSED_COLUMNS)
+    cometd = parse_lines(lines.where(~in_datastream), schemas)
     return cometd.unionByName(parse_datastream(lines.where(in_datastream), schemas))

@@ -67,7 +67,7 @@ INSERTED = "inserted"
 _GUARDED = """
 guarded AS (
   SELECT ch.record_id, ch.change_type, ch.commit_ts, ch.commit_number, ch.sequence_number, ch.replay_id,
-         ch.fields, ch.set_fields,
+         ch.fields, ch.set_fields, ch.transaction_key,
          named_struct('commit_ts', ch.commit_ts, 'commit_number', ch.commit_number,
                       'sequence_number', ch.sequence_number, 'replay_id', coalesce(ch.replay_id, 0)) AS _pos,
          cur.Id IS NOT NULL AS _exists,

@@ -34,6 +34,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
+from spark_ops.events import mark_duplicates
 from spark_ops.protect import protected_map_sql, selected_names_sql
 from spark_ops.schema import ObjectSchema, spark_type
 from spark_ops.sql import in_list, literal, run_sql
@@ -55,6 +56,14 @@ _HEADER_FIELDS = ("entityName STRING, recordIds ARRAY<STRING>, changeType STRING
 _MAP = "map<string,string>"
 _NO_STRINGS = "CAST(array() AS array<string>)"
 
+# Columns of a parsed line, what `to_change_rows`, `quarantined` and `landed_rows` read; every landing format's
+# parser gives them (spark_ops/datastream.py).
+PARSED_COLUMNS = [
+    "source_file", "source_line", "raw", "entity", "record_ids", "change_type", "commit_ts", "commit_number",
+    "transaction_key", "sequence_number", "replay_id", "fields", "set_fields", "diff_fields", "change_origin",
+    "commit_user", "typed", "quarantine_reason", "value_error",
+]
+
 # Columns of a canonical change row, in the order change_events stores them.
 CHANGE_COLUMNS = [
     "entity", "record_id", "change_type", "commit_ts", "commit_number", "transaction_key", "sequence_number",
@@ -62,25 +71,39 @@ CHANGE_COLUMNS = [
     "source_line", "typed",
 ]
 
-# Decode the JSON envelope and header of each line; bad JSON leaves nulls for the quarantine reason. Each text is
-# parsed once: the line into the envelope, the payload into a map of raw JSON values, and only the header's own
-# text into its struct (one CTE each, so Spark does not re-parse a shared expression).
+# Decode the JSON envelope and header of each line; bad JSON leaves nulls for the quarantine reason. The line is
+# parsed once into the envelope with the payload already a map of raw JSON values (Spark's JSON reader keeps each
+# value's text, an object's re-serialized), and only the header's own text once more into its struct. A line whose
+# envelope does not fit that shape (not an object, a payload that is not an object, a replayId that is not an
+# integer) is decoded again the lenient way (payload as text, then as a map) to name exactly what is wrong: only bad
+# lines pay for the second parse. One CTE a step, so Spark does not re-parse a shared expression.
+_STRICT_ENVELOPE = ("data STRUCT<payload: MAP<STRING,STRING>, event: STRUCT<replayId: BIGINT>>, "
+                    "payload MAP<STRING,STRING>, event STRUCT<replayId: BIGINT>, _corrupt STRING")
+_CORRUPT = "map('columnNameOfCorruptRecord', '_corrupt')"
 _DECODE = f"""
 envelope AS (
-  SELECT source_file, source_line, raw,
-         from_json(raw, {literal(_ENVELOPE)}, map('columnNameOfCorruptRecord', '_corrupt')) AS _env
+  SELECT source_file, source_line, raw, from_json(raw, {literal(_STRICT_ENVELOPE)}, {_CORRUPT}) AS _env
   FROM {{lines}}
 ),
-payload AS (
-  SELECT source_file, source_line, raw, _env._corrupt IS NULL AS _is_object,
-         coalesce(_env.data.payload, _env.payload) AS _payload,
-         coalesce(_env.data.event.replayId, _env.event.replayId) AS replay_id
+lenient AS (
+  SELECT *, CASE WHEN _env._corrupt IS NOT NULL THEN from_json(raw, {literal(_ENVELOPE)}, {_CORRUPT}) END AS _old
   FROM envelope
 ),
-body AS (SELECT *, from_json(_payload, {literal(_MAP)}) AS _body FROM payload),
-header AS (SELECT *, from_json(element_at(_body, {literal(HEADER)}), {literal(_HEADER_FIELDS)}) AS _header FROM body),
+payload AS (
+  SELECT source_file, source_line, raw,
+         _env._corrupt IS NULL OR _old._corrupt IS NULL AS _is_object,
+         CASE WHEN _env._corrupt IS NULL THEN coalesce(_env.data.payload, _env.payload) IS NOT NULL
+              ELSE coalesce(_old.data.payload, _old.payload) IS NOT NULL END AS _has_payload,
+         CASE WHEN _env._corrupt IS NULL THEN coalesce(_env.data.payload, _env.payload)
+              ELSE from_json(coalesce(_old.data.payload, _old.payload), {literal(_MAP)}) END AS _body,
+         CASE WHEN _env._corrupt IS NULL THEN coalesce(_env.data.event.replayId, _env.event.replayId)
+              ELSE coalesce(_old.data.event.replayId, _old.event.replayId) END AS replay_id
+  FROM lenient
+),
+header AS (SELECT *, from_json(element_at(_body, {literal(HEADER)}), {literal(_HEADER_FIELDS)}) AS _header
+           FROM payload),
 decoded AS (
-  SELECT source_file, source_line, raw, _is_object, _payload, _body, replay_id,
+  SELECT source_file, source_line, raw, _is_object, _has_payload, _body, replay_id,
          _header.entityName AS entity, _header.recordIds AS record_ids, _header.changeType AS change_type,
          _header.changeOrigin AS change_origin, _header.transactionKey AS transaction_key,
          _header.sequenceNumber AS sequence_number, timestamp_millis(_header.commitTimestamp) AS commit_ts,
@@ -192,19 +215,32 @@ def value_fits(value: str, target: T.DataType, sf_type: str | None = None) -> st
 
 
 def value_errors_sql(schemas: dict[str, ObjectSchema]) -> str:
-    """First value of a replicated object that does not fit its column type, as a reason, else null."""
+    """First value (in describe() order) of a replicated object that does not fit its column type, as a reason,
+    else null.
+
+    Each entry of `fields` is checked once, against the form of its column's type (columns grouped by form): the
+    cost follows the fields a change carries, not the object's width (a lookup per column was most of the parse).
+    Only a change with a bad value pays for finding which of its bad values comes first in describe() order."""
     def branch(schema: ObjectSchema) -> str | None:
-        checks = []
-        for column, sf_type in schema.columns:
-            target = spark_type(sf_type)
-            if type(target) not in _VALUE_FORMS and sf_type not in _TEXT_FORMS:
-                continue
-            value = f"element_at(fields, {literal(column)})"
-            prefix, suffix = literal(f"field {column} value '"), literal(f"' is not a valid {sf_type}")
-            checks.append(
-                f"CASE WHEN {value} IS NOT NULL AND {value} != '' AND NOT {value_fits(value, target, sf_type)} "
-                f"THEN concat({prefix}, substring({value}, 1, 80), {suffix}) END")
-        return f"element_at(array_compact(array({', '.join(checks)})), 1)" if checks else None
+        checked = [(c, t) for c, t in schema.columns
+                   if type(spark_type(t)) in _VALUE_FORMS or t in _TEXT_FORMS]
+        if not checked:
+            return None
+        groups: dict[str, list[str]] = {}
+        for column, sf_type in checked:
+            groups.setdefault(value_fits("v", spark_type(sf_type), sf_type), []).append(column)
+        fits = " ".join(f"WHEN k IN {in_list(columns)} THEN {sql}" for sql, columns in groups.items())
+        bad = f"map_filter(fields, (k, v) -> v IS NOT NULL AND v != '' AND NOT (CASE {fits} ELSE true END))"
+        order = "map(" + ", ".join(f"{literal(c)}, {i}" for i, (c, _) in enumerate(checked, start=1)) + ")"
+        names = "array(" + ", ".join(literal(c) for c, _ in checked) + ")"
+        types = "array(" + ", ".join(literal(t) for _, t in checked) + ")"
+        # Lambdas over one-element arrays name an intermediate value (the bad entries, the first one's position).
+        reason = (f"concat('field ', element_at({names}, i), ' value \\'', "
+                  f"substring(element_at(b, element_at({names}, i)), 1, 80), '\\' is not a valid ', "
+                  f"element_at({types}, i))")
+        first = f"array_min(transform(map_keys(b), k -> element_at({order}, k)))"
+        return (f"element_at(transform(array({bad}), b -> CASE WHEN cardinality(b) > 0 THEN "
+                f"element_at(transform(array({first}), i -> {reason}), 1) END), 1)")
     return _per_entity(schemas, branch, "CAST(NULL AS string)")
 
 
@@ -215,7 +251,7 @@ def _quarantine_reason() -> str:
               f"OR i RLIKE {literal(WILDCARD_PATTERN)}))")
     return f"""CASE
     WHEN NOT _is_object THEN 'not a JSON object'
-    WHEN _payload IS NULL THEN 'no data.payload object'
+    WHEN NOT _has_payload THEN 'no data.payload object'
     WHEN _body IS NULL THEN 'payload is not an object of fields'
     WHEN NOT map_contains_key(_body, {literal(HEADER)}) THEN {literal(f"payload has no {HEADER}")}
     WHEN entity IS NULL OR entity = '' THEN 'header has no entityName'
@@ -238,13 +274,16 @@ flat AS (SELECT * EXCEPT (_fields_raw), {flattened_sql(schemas, '_fields_raw')} 
 protected AS (SELECT * EXCEPT (_flat), {protected_sql(schemas, '_flat')} AS fields FROM flat),
 fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed,
                    {_selected_names(schemas, _mapped_names(schemas, "_diffs"))} AS diff_fields FROM protected),
-reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded)
-SELECT *, CASE WHEN quarantine_reason IS NULL THEN {value_errors_sql(schemas)} END AS value_error FROM reasoned"""
+reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded),
+checked AS (SELECT *, CASE WHEN quarantine_reason IS NULL THEN {value_errors_sql(schemas)} END AS value_error
+            FROM reasoned)
+SELECT {', '.join(PARSED_COLUMNS)} FROM checked"""
 
 
 def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:
-    """Landed lines (`source_file, source_line, raw`) -> one row per line with its canonical fields and
-    `quarantine_reason`. One SQL query: parsed and analysed once, whatever the number and width of the objects."""
+    """Landed lines (`source_file, source_line, raw`) -> one row per line (`PARSED_COLUMNS`) with its canonical
+    fields, `quarantine_reason` and `value_error`. One SQL query: parsed and analysed once, whatever the number
+    and width of the objects."""
     return run_sql(lines.sparkSession, parse_sql(schemas), lines=lines)
 
 
@@ -276,6 +315,36 @@ def to_change_rows(parsed: DataFrame) -> DataFrame:
                   .withColumn("event_key", event_key())
                   .transform(_gapped)
                   .select(*CHANGE_COLUMNS))
+
+
+_OUTPUT = "struct<record_id: string, quarantine: boolean>"
+# Per parsed line: a change row per record id it names (unless it cannot be read as an event), and a quarantine
+# entry if it is quarantined (a line with a value that does not fit has both: its gap rows and the entry).
+_OUTPUTS = f"""concat(
+  CASE WHEN quarantine_reason IS NULL
+       THEN transform(array_distinct(record_ids), i -> named_struct('record_id', i, 'quarantine', false))
+       ELSE CAST(array() AS array<{_OUTPUT}>) END,
+  CASE WHEN quarantine_reason IS NOT NULL OR value_error IS NOT NULL
+       THEN array(named_struct('record_id', CAST(NULL AS string), 'quarantine', true))
+       ELSE CAST(array() AS array<{_OUTPUT}>) END)"""
+
+
+def landed_rows(parsed: DataFrame) -> DataFrame:
+    """Parsed lines -> their change rows and their quarantine entries in one pass (each line parsed once, nothing
+    cached), told apart by `quarantine`:
+
+    - false: a change row (`CHANGE_COLUMNS`, as `to_change_rows` makes it) with `is_duplicate`: the same event and
+      record occur earlier in the batch (`mark_duplicates`);
+    - true: a quarantine entry (`source_file, source_line, raw, reason, gapped`, as `quarantined` makes it)."""
+    quarantine = F.col("quarantine")
+    return (parsed.select("*", F.inline(F.expr(_OUTPUTS)))
+                  .withColumn("event_key", F.when(~quarantine, event_key()))
+                  .transform(_gapped)
+                  .transform(mark_duplicates)
+                  .select(*CHANGE_COLUMNS, (~quarantine & F.col("is_duplicate")).alias("is_duplicate"), "quarantine",
+                          F.when(quarantine, F.col("raw")).alias("raw"),
+                          F.when(quarantine, F.coalesce("quarantine_reason", "value_error")).alias("reason"),
+                          F.when(quarantine, F.col("quarantine_reason").isNull()).alias("gapped")))
 
 
 def quarantined(parsed: DataFrame) -> DataFrame:

@@ -12,6 +12,11 @@ here too, once, from describe(): a field not selected is no column, is never ask
 events (`selects`; it still counts as known, so it triggers no describe refresh); `Id` and the record's position
 field are always selected; a compound parent name stands for its components. `hashed` names text columns whose
 values are stored as SHA-256 digests (spark_ops/protect.py applies them on every write path).
+**Formula fields** (replication.yaml `formulas:`, cdc_assets/formulas/) are never CDC columns: `columns` and
+`arrow_schema()` leave them out, so no writer of change events, reconciles or polls ever writes them (a Delta merge
+that does not name a column leaves it as it is). `formulas` names the formula columns a replica keeps (empty: off),
+typed by describe()'s `type`; `table_arrow_schema()` is the whole table: the CDC columns, the formula columns and
+`_sf_formulas_at` (when its formula values were read).
 Everything here is pure metadata: no Spark session, no I/O.
 """
 
@@ -60,6 +65,7 @@ SYSTEM_COLUMNS: list[tuple[str, T.DataType]] = [
     ("_sf_synced_at", T.TimestampType()),
     (BUCKET_COLUMN, T.StringType()),
 ]
+FORMULAS_AT = "_sf_formulas_at"  # when a row's formula values were read from the org (cdc_assets/formulas/)
 DEFAULT_BUCKET_CHARS = 13
 STATS_COLUMNS = 32  # Delta's default number of leading columns with per-file statistics
 
@@ -101,6 +107,8 @@ class ObjectSchema:
     exclude: frozenset[str] = frozenset()
     hashed: frozenset[str] = frozenset()  # text columns stored as salted SHA-256 (spark_ops/protect.py)
     redact_quarantine: bool = False  # quarantined lines lose the hashed and left-out fields (cdc_assets/quarantine.py)
+    calculated: tuple[tuple[str, str], ...] = ()  # every formula field describe() lists: (name, Salesforce type)
+    formulas: tuple[tuple[str, str], ...] = ()  # the formula columns this replica keeps (empty: formulas off)
 
     @classmethod
     def from_describe(cls, describe: dict, *, bucket_chars: int = DEFAULT_BUCKET_CHARS,
@@ -165,7 +173,34 @@ class ObjectSchema:
         ignored = frozenset(NOT_IN_EVENTS | {f["name"] for f in fields if f.get("calculated")})
         names = {f["name"] for f in fields}
         position = next((p for p in POSITION_FIELDS if p in names), None)
-        return cls(describe["name"], tuple(columns), compound, ignored, bucket_chars, position, "IsDeleted" in names)
+        calculated = tuple((f["name"], f["type"]) for f in fields if f.get("calculated"))
+        return cls(describe["name"], tuple(columns), compound, ignored, bucket_chars, position, "IsDeleted" in names,
+                   calculated=calculated)
+
+    def with_formulas(self, names: Iterable[str] | None = None) -> ObjectSchema:
+        """This schema keeping formula columns: `names` (None: every formula field describe() lists)."""
+        known = dict(self.calculated)
+        if names is not None and (unknown := sorted(set(names) - set(known))):
+            raise ValueError(f"{self.name}: `formulas.fields` names {', '.join(unknown)}, which describe() does not "
+                             f"list as formula fields (calculated); formula fields: {', '.join(known) or 'none'}")
+        wanted = set(known if names is None else names)
+        return dataclasses.replace(self, formulas=tuple(c for c in self.calculated if c[0] in wanted))
+
+    @property
+    def formula_names(self) -> list[str]:
+        return [c for c, _ in self.formulas]
+
+    def formula_arrow_fields(self) -> list[pa.Field]:
+        """The formula columns and `_sf_formulas_at` (none when formulas are off)."""
+        if not self.formulas:
+            return []
+        return [pa.field(c, _ARROW[type(spark_type(t))]) for c, t in self.formulas] + \
+            [pa.field(FORMULAS_AT, pa.timestamp("us", tz="UTC"))]
+
+    def table_arrow_schema(self) -> pa.Schema:
+        """Every column of the replica table: `arrow_schema()` plus the formula columns and `_sf_formulas_at`."""
+        base = self.arrow_schema()
+        return pa.schema([*base, *self.formula_arrow_fields()])
 
     @property
     def column_names(self) -> list[str]:

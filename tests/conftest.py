@@ -1,7 +1,9 @@
-"""Shared fixtures: one real local Spark session for the whole test run, the sample stream, temp warehouses."""
+"""Shared fixtures: one real local Spark session for the whole test run, the sample stream, temp warehouses, a local
+S3 server."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -29,3 +31,23 @@ def spark():
 def sample_dir() -> Path:
     assert SAMPLE.exists(), f"sample stream not found at {SAMPLE}; set CDC_SHARED to the shared/ folder"
     return SAMPLE
+
+
+@pytest.fixture(scope="session")
+def s3():
+    """A local S3 API for the session (moto's server on loopback, a random port: tests/s3_server.py), with the AWS_*
+    variables pointing at it for delta-rs, pyarrow.fs and subprocesses; stopped, and the variables restored, at the
+    end. `s3.new_bucket()` gives each test a bucket of its own."""
+    from s3_server import s3_server
+
+    with s3_server() as server:
+        saved = {k: os.environ.get(k) for k in server.env()}
+        os.environ.update(server.env())
+        try:
+            yield server
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value

@@ -33,6 +33,13 @@ nothing, and a resync's overwrite only the difference it made), stamps them with
   the table's size (bench/RESULTS.md, "Changefeed memory").
 
 The CDF of a version must still exist when it is exported: run the feed more often than the replica is vacuumed.
+
+**When.** Declarative automation (`FOLLOWS_REPLICA`, evaluated by the automation condition sensor of
+sensors/changefeed.py): after every materialization of its replica, once that materialization's blocking checks
+(schema, unique_id: cdc_assets/checks.py) passed. A replica whose blocking check failed is not exported: the feed
+waits, still due, until a materialization of the replica passes them (a resync, or a fix and the next run).
+A run that materializes the replica and its feed together (`dg.materialize`) skips the feed when a blocking check
+fails, as Dagster does for anything downstream of a failed blocking check in one run.
 """
 
 import logging
@@ -58,7 +65,7 @@ from resources.delta_changes import snapshot_batches
 
 log = logging.getLogger(__name__)
 
-GROUP = "changefeed"
+PREFIX = "changefeed"  # changefeed/<Object>
 SOURCE_NAME = "salesforce"  # Debezium source.name (the logical server name)
 RENDER_ROWS = 10_000  # netted rows turned into Python records at a time
 
@@ -68,7 +75,7 @@ class RecreatedReplicaError(RuntimeError):
 
 
 def changefeed_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey([GROUP, name])
+    return dg.AssetKey([PREFIX, name])
 
 
 @dataclass
@@ -189,13 +196,31 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
     return result
 
 
+# Like AutomationCondition.eager(), but not held back while the replica is in progress: in a steady stream of
+# landing runs it nearly always is, and the feed's pool (the replica's) keeps the export from running beside a
+# write of the replica anyway. Only a replica materialization whose blocking checks passed makes the feed due.
+# A request counts as handled whatever its run does, so a failed export (a run that could not even start on a
+# loaded host) is asked again every RETRY_CRON tick while it stays failed, not only after the replica's next
+# materialization (which a quiet org may not bring for long): the exporter is idempotent.
+RETRY_CRON = "*/5 * * * *"
+FOLLOWS_REPLICA = (
+    (dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated()
+     | (dg.AutomationCondition.execution_failed() & dg.AutomationCondition.cron_tick_passed(RETRY_CRON))
+     ).since_last_handled()
+    & ~dg.AutomationCondition.any_deps_missing()
+    & ~dg.AutomationCondition.in_progress()
+    & dg.AutomationCondition.all_deps_blocking_checks_passed()
+).with_label("after each replica materialization whose blocking checks passed")
+
+
 def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
     feed = sobject.changefeed
     assert feed is not None
-    from cdc_assets.assets import replica_key  # the replica assets module imports much; only the key is needed
+    from cdc_assets.assets import GROUP, replica_key  # the replica assets module imports much; only these
 
     @dg.asset(
         key=changefeed_key(sobject.name), deps=[replica_key(sobject.name)], group_name=GROUP,
+        automation_condition=FOLLOWS_REPLICA,
         kinds={"delta", "json"}, pool=f"replica_{sobject.name}",  # the replica's pool: see enable_change_feed
         description=f"Changefeed of the {sobject.name} replica ({feed.mode}, {feed.format}) at "
                     f"{feed.object_uri(sobject.name)}: its changes since the feed's position as JSON lines, exactly "

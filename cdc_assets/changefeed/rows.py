@@ -37,10 +37,12 @@ from functools import cache
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_ops.schema import SYSTEM_COLUMNS
+from spark_ops.schema import FORMULAS_AT, SYSTEM_COLUMNS
 
 KEY = "Id"
-BOOKKEEPING = frozenset(name for name, _ in SYSTEM_COLUMNS)
+# Columns that never make a change on their own: the system columns, and when formula values were read (a refresh
+# that finds them as they were changes nothing a consumer sees).
+BOOKKEEPING = frozenset({*(name for name, _ in SYSTEM_COLUMNS), FORMULAS_AT})
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 PRE_TYPES, POST_TYPES = ("update_preimage", "delete"), ("update_postimage", "insert")
 SOURCE_COLUMNS = {"_sf_commit_ts": "commit_ts", "_sf_replay_id": "replay_id", "_sf_commit_number": "commit_number",

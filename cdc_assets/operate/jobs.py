@@ -1,8 +1,8 @@
 """Operating from the Dagster UI: every action a person needs is a job launched from the launchpad, no file edited.
 
 - `resync_<Object>` / `reconcile_<Object>`: the replica asset in that mode (the op config is preset: open the job,
-  Launchpad, Launch). Tagged like the reconciliation sensor's runs (`cdc/mode`, `cdc/work.<Name>`,
-  `cdc/object.<Name>`), so the sensors see the work as carried and do not ask for it again meanwhile; the run is
+  Launchpad, Launch). Tagged like the reconciliation sensor's runs (cdc_assets/run_tags.py: mode, object and
+  work tags), so the sensors see the work as carried and do not ask for it again meanwhile; the run is
   in the replica's pool like any writer of it.
 - `acknowledge_quarantine`: marks quarantined lines reviewed up to `until` (ISO instant; empty: the newest
   quarantined line), so the checks `quarantine_empty` pass again (cdc_assets/checks.py).
@@ -22,10 +22,11 @@ from cdc_assets.checks import acknowledge_quarantine, newest_quarantined_at
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.state import ReplicaState
 from cdc_assets.operate.pause import paused_objects, set_paused
+from cdc_assets.run_tags import hidden_tag, object_tag, run_tags, work_tag
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 
-TAG_OPERATOR = "cdc/operator"  # the action, on runs a person launched from the UI
+TAG_OPERATOR = hidden_tag("operator")  # the action, on runs a person launched from the UI
 ACK_JOB, PAUSE_JOB, RESUME_JOB = "acknowledge_quarantine", "pause_replication", "resume_replication"
 STATUS_SENSOR = "replica_status_sensor"
 META_PAUSED, META_LAST_ERROR = "paused", "last_error"
@@ -44,8 +45,8 @@ def build_mode_jobs(*, replication: ReplicationConfig) -> list:
             jobs.append(dg.define_asset_job(
                 name=mode_job_name(mode, o.name), selection=[replica_key(o.name)],
                 config={"ops": {replica_key(o.name).to_python_identifier(): {"config": {"mode": mode}}}},
-                tags={TAG_OPERATOR: mode, "cdc/mode": mode, "cdc/reason": f"{mode} of {o.name} from the UI",
-                      f"cdc/object.{o.name}": "1", f"cdc/work.{o.name}": mode},
+                tags=run_tags(mode=mode, reason=f"{mode} of {o.name} from the UI", objects=[o.name],
+                              hidden={TAG_OPERATOR: mode, work_tag(o.name): mode}),
                 description=f"{mode.capitalize()} Salesforce {o.name} now: "
                             + ("a Bulk API 2.0 snapshot replaces the replica, then the events after it apply."
                                if mode == "resync" else "fetch its dirty records by id, then apply the events.")))
@@ -129,7 +130,7 @@ def api_calls_today(instance: dg.DagsterInstance, name: str, limit: int = 500) -
 
 def last_error(instance: dg.DagsterInstance, name: str) -> str:
     """The newest failed run of the object, if it failed after its last materialization: `<run id>: <message>`."""
-    failed = instance.get_run_records(filters=dg.RunsFilter(tags={f"cdc/object.{name}": "1"},
+    failed = instance.get_run_records(filters=dg.RunsFilter(tags={object_tag(name): "1"},
                                                             statuses=[dg.DagsterRunStatus.FAILURE]), limit=1)
     if not failed:
         return ""

@@ -1,11 +1,12 @@
 """The Dagster wiring of upkeep: one job per table, its op in that table's pool, on a schedule.
 
 `upkeep_<Object>` compacts and vacuums replica `<Object>` in pool `replica_<Object>`; `upkeep_change_events`
-trims payloads past the retention (retention.py), then compacts and vacuums change_events, in pool
+retires the landing files it has ingested (landing.py), trims payloads past the retention (retention.py), then
+compacts and vacuums change_events, in pool
 `change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a step writing the same
 table: it waits for the slot like any writer. Each reports what it did as an `AssetObservation` of the table's
 asset (`salesforce/<Object>`, `change_events`): numeric metadata (files and bytes before/after, files vacuumed,
-rows trimmed, seconds), which the UI plots on the asset's page. Jobs are tagged `cdc/upkeep=<table>`.
+rows trimmed, seconds), which the UI plots on the asset's page. Jobs are tagged mode `upkeep` and, hidden, `TAG_UPKEEP=<table>`.
 """
 
 
@@ -14,14 +15,17 @@ from datetime import datetime, timezone
 
 import dagster as dg
 
+from cdc_assets.run_tags import hidden_tag, run_tags
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.config import ReplicationConfig, UpkeepConfig
 from cdc_assets.upkeep.compact import Footprint, compact
+from cdc_assets.upkeep.landing import retire_landing
 from cdc_assets.upkeep.retention import trim_payloads
 from cdc_assets.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.landing_zone import LandingZone
 
-TAG_UPKEEP = "cdc/upkeep"
+TAG_UPKEEP = hidden_tag("upkeep")  # the table (an object, or _change_events); shown: mode upkeep, its object
 CE_JOB = "upkeep_change_events"
 REPLICA_Z_ORDER, CE_Z_ORDER = ["Id"], ["_ingest_seq"]
 
@@ -31,15 +35,19 @@ def upkeep_job_name(name: str) -> str:
 
 
 def upkeep_table(warehouse: DeltaWarehouse, name: str, settings: UpkeepConfig, *,
-                 replicated: list[str] | None = None, now: datetime | None = None) -> dict[str, float]:
-    """Everything upkeep does to table `name` (trim: change_events only, then compact, then vacuum), as the
-    observation's metadata. Nothing when the table does not exist yet."""
+                 replicated: list[str] | None = None, now: datetime | None = None,
+                 landing: LandingZone | None = None) -> dict[str, float]:
+    """Everything upkeep does to table `name` (change_events only: retire ingested landing files, trim payloads;
+    then compact, then vacuum), as the observation's metadata. Nothing when the table does not exist yet."""
     table = warehouse.table(name)
     if table is None:
         return {}
     started = time.perf_counter()
     before = Footprint.of(table)
     out: dict[str, float] = {"files_before": before.files, "bytes_before": before.bytes}
+    if name == CHANGE_EVENTS and landing is not None:
+        retired = retire_landing(warehouse, landing, settings)
+        out |= {"landing_files_retired": retired.files_retired, "landing_files_pending": retired.files_pending}
     if name == CHANGE_EVENTS:
         trimmed = trim_payloads(warehouse, replicated or [], retention_hours=settings.change_events_retention_hours,
                                 now=now or datetime.now(timezone.utc))
@@ -71,21 +79,25 @@ def build_upkeep_job(*, name: str, replication: ReplicationConfig) -> dg.JobDefi
 
     @dg.op(name=f"{job_name}_op", pool="change_events" if is_ce else f"replica_{name}",
            description=f"Trim, compact and vacuum {key.to_user_string()} (never beside a writer of it: its pool).")
-    def upkeep_op(context: dg.OpExecutionContext, warehouse: DeltaWarehouse) -> None:
-        values = upkeep_table(warehouse, name, settings, replicated=replication.names)
+    def upkeep_op(context: dg.OpExecutionContext, warehouse: DeltaWarehouse, landing: LandingZone) -> None:
+        values = upkeep_table(warehouse, name, settings, replicated=replication.names,
+                              landing=landing if is_ce else None)
         if not values:
             context.log.info(f"{key.to_user_string()}: no table yet, nothing to keep up")
             return
         summary = (f"{key.to_user_string()}: {values['files_before']} -> {values['files_after']} files, "
                    f"{values['bytes_before']:,} -> {values['bytes_after']:,} bytes, "
                    f"{values['files_vacuumed']} files vacuumed" +
-                   (f", {values['rows_trimmed']} payloads trimmed" if is_ce else ""))
+                   (f", {values['rows_trimmed']} payloads trimmed, {values.get('landing_files_retired', 0)} "
+                    f"landing files retired" if is_ce else ""))
         context.log.info(summary)
         context.log_event(_observed(key, values, f"upkeep: {summary}"))
 
-    @dg.job(name=job_name, tags={TAG_UPKEEP: name},
+    @dg.job(name=job_name, tags=run_tags(mode="upkeep", reason=f"{settings.schedule} schedule",
+                                         objects=[] if is_ce else [name], hidden={TAG_UPKEEP: name}),
             description=f"Table upkeep of {key.to_user_string()} (README 'Table upkeep'): "
-                        + ("trim payloads past the retention, " if is_ce else "") + "compact, vacuum.")
+                        + ("retire ingested landing files, trim payloads past the retention, " if is_ce else "")
+                        + "compact, vacuum.")
     def upkeep_job():
         upkeep_op()
 

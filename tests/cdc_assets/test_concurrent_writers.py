@@ -1,6 +1,9 @@
 """Two runs writing the same table at once (what one-slot pools prevent): the real ingest and apply code, the
 second run reaching its commit after the first committed from the same starting version. The second commit must
-fail with ConcurrentWriteError and leave the table exactly as the first run left it; nothing is applied twice."""
+fail with ConcurrentWriteError and leave the table exactly as the first run left it; nothing is applied twice.
+
+Each test runs on a local warehouse and on an S3 one (moto's server: the `s3` fixture), where what refuses the
+second commit file is the store's conditional put (resources/commit_safety.py)."""
 
 from __future__ import annotations
 
@@ -16,25 +19,27 @@ from cdc_assets.closure import Cut
 from cdc_assets.ingest import ingest
 from cdc_assets.state import IngestState
 from event_lines import event
+from resources.commit_safety import ensure_safe_commits
 from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
+from resources.storage import Folder
 from spark_ops.schema import ObjectSchema
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 T0 = 1_763_800_000_000
 
 
-@pytest.fixture
-def setup(tmp_path, spark, sample_dir):
+@pytest.fixture(params=["local", "s3"])
+def setup(request, tmp_path, spark, sample_dir):
     schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
-    landing = tmp_path / "landing"
-    landing.mkdir()
-    return DeltaWarehouse(root=str(tmp_path / "warehouse")), LandingZone(path=str(landing)), schema
+    root = str(tmp_path) if request.param == "local" else f"s3://{request.getfixturevalue('s3').new_bucket()}"
+    warehouse = DeltaWarehouse(root=f"{root}/warehouse")
+    ensure_safe_commits(warehouse.root, {})  # what a run does first (DeltaWarehouse.setup_for_execution)
+    return warehouse, LandingZone(path=f"{root}/landing"), schema
 
 
 def land(zone: LandingZone, name: str, lines: list[str]) -> None:
-    with open(f"{zone.path}/{name}", "w") as f:
-        f.write("\n".join(lines) + "\n")
+    Folder(zone.path).write_atomically(name, "\n".join(lines) + "\n")
 
 
 def state(warehouse: DeltaWarehouse, name: str) -> tuple[int, list[dict]]:

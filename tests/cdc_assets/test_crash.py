@@ -8,12 +8,8 @@ tables (and the replica checkpoints) must equal those of a clean run from the sa
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,12 +17,14 @@ from deltalake import DeltaTable
 
 from settings import REPO, TEST_SPARK_CONF
 from harness import Platform, comparable, load_lines
+import crash_runner
 from crash_runner import run_mode
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.state import ReplicaState
-from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, FAULT_POINTS, INGEST_POINTS, POLL_POINTS,
-                               RECONCILE_POINTS, RESYNC_POINTS)
+from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, FAULT_POINTS, FORMULA_POINTS, HISTORY_POINTS,
+                               INGEST_POINTS,
+                               POLL_POINTS, RECONCILE_POINTS, RESYNC_POINTS)
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
@@ -51,16 +49,8 @@ def snapshot(platform: Platform) -> dict:
 
 
 def kill_run(spark, root: Path, point: str, describe: str, mode: str | None = None, env: dict | None = None) -> None:
-    """One platform pass in a subprocess, SIGKILLed at `point`. The subprocess computes on this process's warm Spark
-    JVM (see crash_runner.attach_to_running_jvm); what it writes, it writes itself, and dies with it."""
-    gateway = spark.sparkContext._gateway.gateway_parameters
-    env = {**os.environ, **(env or {}), "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill",
-           "PYSPARK_GATEWAY_PORT": str(gateway.port), "PYSPARK_GATEWAY_SECRET": gateway.auth_token}
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(root), describe, ",".join(OBJECTS),
-         *([mode] if mode else [])], env=env, cwd=REPO, capture_output=True, timeout=300)
-    spark.catalog.clearCache()  # what the dead run cached in the shared JVM
-    assert proc.returncode == -signal.SIGKILL, f"{point} was not reached: {proc.stderr.decode()[-2000:]}"
+    """One platform pass over OBJECTS in a subprocess, SIGKILLed at `point` (crash_runner.kill_run)."""
+    crash_runner.kill_run(spark, root, point, describe, OBJECTS, mode, env)
 
 
 def test_every_fault_point_is_named_once_and_killed_by_a_test():
@@ -69,9 +59,10 @@ def test_every_fault_point_is_named_once_and_killed_by_a_test():
     assert sorted(called) == sorted(FAULT_POINTS)
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 20
     # POLL_POINTS: killed by tests/cdc_assets/test_poll.py (a polled org of its own); CHANGEFEED_POINTS by
-    # tests/cdc_assets/changefeed/test_changefeed.py.
+    # tests/cdc_assets/changefeed/test_changefeed.py; HISTORY_POINTS by tests/cdc_assets/history/test_history_crash.py;
+    # FORMULA_POINTS by tests/cdc_assets/formulas/test_formulas_crash.py.
     assert set(SAMPLE_KILL_POINTS) | {p for _, p in ORG_KILL_POINTS} | set(POLL_POINTS) | set(CHANGEFEED_POINTS) \
-        == set(FAULT_POINTS)
+        | set(HISTORY_POINTS) | set(FORMULA_POINTS) == set(FAULT_POINTS)
 
 
 # -- the golden sample: ingest and apply ----------------------------------------------------------------------------

@@ -1,10 +1,15 @@
 """The Dagster UI in a real browser: what an operator sees once the sensors have done their work.
 
 Headless Chromium (Debian's `chromium`, `make browser`) driven by Playwright loads the webserver of the session's
-stack and photographs three pages into docs/screenshots/: the global asset lineage, the checks of one replica and
-the plots of its materialization metadata over time. Each page is read back from the DOM: the asset names, the six
+stack and photographs four pages into docs/screenshots/: the global asset lineage, the checks of one replica, the
+plots of its materialization metadata over time, and the runs list. Each page is read back from the DOM: the asset names, the six
 check names and a plot per event count must be on it, so a renamed asset or check, a code location that failed to
 load or a materialization without its counts fails the test.
+
+Then what the UI says is checked where it reads it, Dagster's GraphQL API (README "Dagster conventions"): each
+replica's node shows its latest checks completed (schema and unique_id passed), no replica at rest is unsynced,
+each has its freshness policy, the runs carry only the tags a person filters by, the whole graph is one asset group
+(so the lineage opens expanded), and the automation condition sensor that exports the changefeeds is running.
 
 Runs after test_daemon (file order) so the plots have a history; run alone it lands a small workload first.
 """
@@ -17,8 +22,11 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.apply import EVENT_COUNTS
+from cdc_assets.assets import GROUP, replica_key
 from cdc_assets.checks import CHECKS, SCHEMA, UNIQUE_ID
+from cdc_assets.run_tags import VISIBLE
 from demo import processes
+from sensors.changefeed import SENSOR_NAME as AUTOMATION_SENSOR
 
 pytestmark = pytest.mark.e2e
 
@@ -41,8 +49,8 @@ def materialized(stack):
     for _ in range(MATERIALIZATIONS_WANTED - min(counts)):
         stack.workload.run(changes=200)
         stack.emu.flush_cdc()
-        stack.wait_settled(timeout_seconds=300)
-    stack.wait_settled(timeout_seconds=300)
+        stack.wait_settled(timeout_seconds=900)
+    stack.wait_settled(timeout_seconds=900)
     return stack
 
 
@@ -89,8 +97,7 @@ def goto(page, url: str) -> None:
 
 def test_asset_graph_shows_the_landing_zone_feeding_every_replica(page, materialized):
     goto(page, f"{materialized.ui_url}/asset-groups")
-    page.get_by_text("salesforce", exact=True).first.wait_for()
-    page.keyboard.press("Alt+e")  # "Expand all groups": the groups start collapsed to one box each
+    # One asset group: the lineage opens as the graph itself, no group box to expand (nothing is clicked).
     for name in materialized.objects:
         page.get_by_text(name, exact=True).first.wait_for()
     page.get_by_text("fetching statuses").first.wait_for(state="detached")
@@ -98,9 +105,7 @@ def test_asset_graph_shows_the_landing_zone_feeding_every_replica(page, material
     shoot(page, "asset_graph.png")
 
     assert page.get_by_text("Global asset lineage").count() == 1
-    assert {"landing_zone", "change_events", "changefeed", *materialized.objects} <= words(page)
-    # Zoomed out to three groups (cdc, salesforce, changefeed), nodes drop their check summaries; the checks are
-    # read on a replica's checks tab (test_replica_checks_tab_lists_every_check).
+    assert {"landing_zone", "change_events", *materialized.objects} <= words(page)
 
 
 def test_replica_checks_tab_lists_every_check(page, materialized):
@@ -129,3 +134,76 @@ def test_replica_metadata_plots_show_every_event_count(page, materialized):
     titles = words(page)
     assert set(EVENT_COUNTS) <= titles, f"no plot for {set(EVENT_COUNTS) - titles}"
     assert page.locator("canvas").count() >= len(EVENT_COUNTS)
+
+
+def test_runs_list_shows_each_run_with_its_few_tags(page, materialized):
+    goto(page, f"{materialized.ui_url}/runs")
+    page.get_by_text("cdc/mode").first.wait_for()
+    shoot(page, "runs_list.png")
+
+    text = page.locator("body").inner_text()
+    assert "cdc/reason" in text and "cdc/objects" in text
+    assert ".dagster/" not in text and "cdc.cut" not in text and '"through"' not in text  # no JSON cut, no hidden
+
+
+# -- what the UI says, through its GraphQL API ------------------------------------------------------------------------
+
+NODES = """
+query Replicas($keys: [AssetKeyInput!]!) {
+  assetNodes(assetKeys: $keys) {
+    assetKey { path }
+    groupName
+    staleStatus
+    staleCauses { reason }
+    internalFreshnessPolicy { ... on TimeWindowFreshnessPolicy { failWindowSeconds } }
+    assetChecksOrError { ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } }
+  }
+}"""
+RUNS = """
+query Runs { runsOrError(limit: 100) { ... on Runs { results { runId tags { key value } } } } }"""
+SENSORS = """
+query Sensors {
+  workspaceOrError { ... on Workspace { locationEntries { locationOrLoadError { ... on RepositoryLocation {
+    repositories { sensors { name sensorState { status } } } } } } } }
+}"""
+MAX_TAGS = 8  # the three of cdc_assets/run_tags.py and Dagster's own (dagster/sensor_name, dagster/run_key, ...)
+
+
+def replica_nodes(stack) -> dict[str, dict]:
+    keys = [{"path": list(replica_key(n).path)} for n in stack.objects]
+    nodes = processes.graphql(stack.ui_url, NODES, {"keys": keys})["assetNodes"]
+    return {n["assetKey"]["path"][-1]: n for n in nodes}
+
+
+def test_graphql_each_replica_node_shows_its_latest_checks_completed_and_passed(materialized):
+    for name, node in replica_nodes(materialized).items():
+        checks = {c["name"]: (c["executionForLatestMaterialization"] or {}).get("status")
+                  for c in node["assetChecksOrError"]["checks"]}
+        assert set(checks) >= set(CHECKS), name
+        assert all(checks[c] in ("SUCCEEDED", "FAILED") for c in CHECKS), f"{name}: not completed: {checks}"
+        assert checks[SCHEMA] == checks[UNIQUE_ID] == "SUCCEEDED", f"{name}: {checks}"
+
+
+def test_graphql_no_replica_at_rest_is_unsynced_and_each_has_its_freshness_policy(materialized):
+    materialized.wait_settled(timeout_seconds=900)
+    for name, node in replica_nodes(materialized).items():
+        assert node["staleStatus"] == "FRESH", f"{name} unsynced: {node['staleCauses']}"
+        assert node["internalFreshnessPolicy"]["failWindowSeconds"] > 0, name
+        assert node["groupName"] == GROUP  # one group: the global lineage opens expanded
+
+
+def test_graphql_runs_carry_only_the_tags_a_person_filters_by(materialized):
+    runs = processes.graphql(materialized.ui_url, RUNS)["runsOrError"]["results"]
+    ours = [r for r in runs if any(t["key"].startswith("cdc/") for t in r["tags"])]
+    assert ours, "the sensors should have started runs"
+    for run in ours:
+        tags = {t["key"]: t["value"] for t in run["tags"]}
+        assert {k for k in tags if not k.startswith("dagster/")} <= set(VISIBLE), tags
+        assert len(tags) <= MAX_TAGS and all(len(v) <= 200 for v in tags.values()), tags
+
+
+def test_graphql_the_automation_condition_sensor_runs(materialized):
+    entries = processes.graphql(materialized.ui_url, SENSORS)["workspaceOrError"]["locationEntries"]
+    sensors = {s["name"]: s["sensorState"]["status"] for e in entries
+               for r in e["locationOrLoadError"]["repositories"] for s in r["sensors"]}
+    assert sensors[AUTOMATION_SENSOR] == "RUNNING", sensors

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from resources.delta import CHECKPOINT_EVERY, ConcurrentWriteError, DeltaWarehouse, read_table
 
@@ -32,6 +33,27 @@ def test_a_checkpoint_every_few_commits_keeps_app_transactions_and_commit_state(
     assert table.transaction_version("app") == CHECKPOINT_EVERY + 1
     assert warehouse.commit_state(table, "k") == {"step": CHECKPOINT_EVERY + 1}
     assert read_table(table).to_pylist() == [{"Id": "001000000000001AAA", "n": CHECKPOINT_EVERY + 1}]
+
+
+def test_app_transactions_reads_every_id_once_as_transaction_version_answers_it(tmp_path):
+    """One log pass (newest checkpoint + the JSON commits after it) gives what per-id lookups give: ingest asks it
+    for every landing file (a per-id lookup each made a run's cost grow with the landing zone)."""
+    warehouse = DeltaWarehouse(root=str(tmp_path))
+    one = pa.table({"Id": pa.array([A]), "n": pa.array([0], pa.int64())})
+    warehouse.append("T", one, read=None, partition_by=None, key="k", state={}, txns={"file:0": 1, "seq": 0})
+    for step in range(1, CHECKPOINT_EVERY + 4):  # past a checkpoint, with commits after it
+        warehouse.append("T", one, read=warehouse.table("T"), partition_by=None, key="k", state={},
+                         txns={f"file:{step}": 1, "seq": step})
+    table = warehouse.table("T")
+    assert (tmp_path / "T" / "_delta_log" / f"{CHECKPOINT_EVERY:020d}.checkpoint.parquet").exists()
+    known = warehouse.app_transactions(table)
+    assert known is not None and {k for k in known if not k.startswith("cdc_state.")} == {
+        "seq", *(f"file:{step}" for step in range(CHECKPOINT_EVERY + 4))}
+    assert all(table.transaction_version(app) == version for app, version in known.items())
+    assert known["seq"] == CHECKPOINT_EVERY + 3
+    # A snapshot older than the newest checkpoint: its own commits, not the checkpoint's newer ones.
+    old = DeltaTable(table.table_uri, version=2)
+    assert warehouse.app_transactions(old) is None or warehouse.app_transactions(old)["seq"] == 2
 
 
 @pytest.fixture

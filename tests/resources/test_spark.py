@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
+from pathlib import Path
 
 import pyarrow as pa
 
@@ -34,24 +36,28 @@ def test_small_tables_stay_local_relations(spark):
 
 
 def test_a_connect_client_stages_tables_only_where_its_server_reads(monkeypatch, tmp_path):
-    import resources.spark as spark_resource
+    import resources.spark_staging as staging
 
-    monkeypatch.setattr(spark_resource, "_process_staging", None)
-    monkeypatch.delenv(spark_resource.STAGING_ENV, raising=False)
+    monkeypatch.setattr(staging, "_process_staging", None)
+    monkeypatch.delenv(staging.STAGING_ENV, raising=False)
     monkeypatch.setenv("SPARK_REMOTE", "sc://spark.example.com:15002")
-    assert spark_resource.staging_dir() is None  # a server elsewhere cannot read this machine's files
+    assert staging.staging_location() is None  # a server elsewhere cannot read this machine's files
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:15002")
     (tmp_path / "tmp").mkdir()
-    dead = tmp_path / "tmp" / f"{spark_resource.STAGING_PREFIX}999999999-abc"  # above any pid: a dead process's
-    dead.mkdir()
-    local = spark_resource.staging_dir()
-    assert local.parent == tmp_path / "tmp"
-    assert local.name.startswith(f"{spark_resource.STAGING_PREFIX}{os.getpid()}-")
-    assert not dead.exists()
+    mine = f"{staging.STAGING_PREFIX}{socket.gethostname()}-"
+    dead = tmp_path / "tmp" / f"{mine}999999999-abc"  # above any pid: a dead process's
+    other_host = tmp_path / "tmp" / f"{staging.STAGING_PREFIX}elsewhere-999999999-abc"  # a machine sharing the mount
+    dead.mkdir(), other_host.mkdir()
+    local = staging.staging_location()
+    assert not local.configured and Path(local.path).parent == tmp_path / "tmp" and local.uri == local.path
+    assert Path(local.path).name.startswith(f"{mine}{os.getpid()}-") and Path(local.path).is_dir()
+    assert not dead.exists() and other_host.exists()
 
-    monkeypatch.setattr(spark_resource, "_process_staging", None)
-    monkeypatch.setenv(spark_resource.STAGING_ENV, str(tmp_path / "shared"))
+    monkeypatch.setattr(staging, "_process_staging", None)
+    monkeypatch.setenv(staging.STAGING_ENV, (tmp_path / "shared").as_uri())  # a URI: file:// here, s3a:// etc. there
     monkeypatch.setenv("SPARK_REMOTE", "sc://spark.example.com:15002")
-    assert spark_resource.staging_dir().parent == tmp_path / "shared"
+    shared = staging.staging_location()
+    assert shared.configured and Path(shared.path).parent == tmp_path / "shared"
+    assert shared.uri == f"{(tmp_path / 'shared').as_uri()}/{Path(shared.path).name}"

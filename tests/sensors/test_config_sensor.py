@@ -44,7 +44,7 @@ def config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _run_worker_replicas(queue) -> None:  # a spawned process: imports the definitions as a run worker does
     import definitions
 
-    queue.put(sorted(k.to_user_string() for k in definitions.defs.resolve_all_asset_keys()
+    queue.put(sorted(k.to_user_string() for k in definitions.defs().resolve_all_asset_keys()
                      if k.path[0] == "salesforce"))
 
 

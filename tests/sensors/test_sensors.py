@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 from dagster._core.test_utils import create_run_for_test
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.assets import CHANGE_EVENTS_KEY, ingest_keys, replica_key
 from settings import TEST_SPARK_CONF
 from event_lines import event
 from harness import Platform, load_lines
@@ -21,6 +21,7 @@ from sensors.reconciliation import SENSOR_NAME as RECONCILE, TAG_MODE, object_ta
 from sensors.work import TAG_REASON, work_tag
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
+INGEST = ingest_keys(OBJECTS)  # change_events and every object's slice: every landing run ingests them
 
 
 def evaluate(platform: Platform, name: str, cursor: str | None = None, resources=None):
@@ -38,7 +39,7 @@ def test_landing_sensor_requests_one_run_per_new_file_set(platform):
     platform.land([event("Contact", "CREATE", ["003000000000001AAA"], 1, LastName="Lovelace")], name="a.jsonl")
     first = evaluate(platform, LANDING)
     [request] = first.run_requests
-    assert set(request.asset_selection) == {CHANGE_EVENTS_KEY, replica_key("Contact")}
+    assert set(request.asset_selection) == {*INGEST, replica_key("Contact")}
     assert request.tags[object_tag("Contact")] == "1"
 
     again = evaluate(platform, LANDING, cursor=first.cursor)  # same files, run not finished yet
@@ -48,7 +49,7 @@ def test_landing_sensor_requests_one_run_per_new_file_set(platform):
     more = evaluate(platform, LANDING, cursor=again.cursor)
     [second] = more.run_requests
     assert second.run_key != request.run_key
-    assert set(second.asset_selection) == {CHANGE_EVENTS_KEY, replica_key("Account")}
+    assert set(second.asset_selection) == {*INGEST, replica_key("Account")}
 
 
 def test_landing_sensor_leaves_new_files_to_the_next_run_after_the_landing_run_in_flight(platform):
@@ -71,7 +72,7 @@ def test_landing_sensor_leaves_new_files_to_the_next_run_after_the_landing_run_i
     platform.instance.report_run_canceled(queued)  # it never ran: every file is still pending
     platform.set_options(retry_backoff_seconds=0)
     [other] = evaluate(platform, LANDING, cursor=waiting.cursor).run_requests
-    assert set(other.asset_selection) == {CHANGE_EVENTS_KEY, replica_key("Account"), replica_key("Contact")}
+    assert set(other.asset_selection) == {*INGEST, replica_key("Account"), replica_key("Contact")}
 
 
 def test_landing_sensor_closes_the_newest_transaction_after_the_timeout(platform, sample_dir):

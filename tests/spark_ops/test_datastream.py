@@ -99,9 +99,7 @@ def test_same_uuid_is_one_event_identity(spark, account):
     files = {"a.jsonl": [ds(A1, T0, uuid="same", Name="x")],
              "b.jsonl": [ds(A1, T0, uuid="same", Name="x"), ds(A1, T0, uuid="other")]}
     changes = to_change_rows(parse_landed(frame(spark, files), {"Account": account}))
-    known = spark.createDataFrame([], "event_key string, record_id string")
-    marked = {(r.source_file, r.transaction_key): r.is_duplicate
-              for r in mark_duplicates(changes, known).collect()}
+    marked = {(r.source_file, r.transaction_key): r.is_duplicate for r in mark_duplicates(changes).collect()}
     assert marked == {("a.jsonl", "datastream:same"): False, ("b.jsonl", "datastream:same"): True,
                       ("b.jsonl", "datastream:other"): False}
 

@@ -2,7 +2,8 @@
 
 One workload with deletes, undeletes, purges, gap events reconciled, and an overflow resynced; the feed configured
 in replication.yaml (NEW_AND_OLD_IMAGES, YDB JSON, initial scan) is exported by the changefeed assets in the
-platform's runs and by changefeed_sensor after replica-only runs; three more feeds of the same replicas in other
+platform's runs and, after replica-only runs, by their automation condition (as default_automation_condition_sensor
+evaluates it); three more feeds of the same replicas in other
 modes and formats are exported by calling the exporter. Each replays into the replica's live rows.
 """
 
@@ -25,7 +26,6 @@ from resources.delta import DeltaWarehouse
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
 from resources.salesforce import SalesforceResource
-from sensors.changefeed import SENSOR_NAME
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
 from settings import TEST_SPARK_CONF
 
@@ -56,13 +56,12 @@ def sensor_requests(platform: Platform) -> list[dg.RunRequest]:
     return sensor(context).run_requests or []
 
 
-def changefeed_sensor_run(platform: Platform) -> list[dg.RunRequest]:
-    sensor = platform.defs.get_sensor_def(SENSOR_NAME)
-    context = dg.build_sensor_context(instance=platform.instance, definitions=platform.defs)
-    requests = sensor(context).run_requests or []
+def changefeed_sensor_run(platform: Platform) -> list[dg.AssetKey]:
+    """Evaluate the automation conditions as the daemon does and run the feeds they request."""
+    requests = platform.automation_requests()
     for request in requests:
         assert platform.execute(request).success
-    return requests
+    return [k for r in requests for k in r.asset_selection]
 
 
 def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_resync(tmp_path, org):
@@ -75,6 +74,7 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
     workload = Workload(org, seed=11, large_transaction=(60, 80))
     workload.build_org(accounts=15)
     first = platform.run()  # initial loads, then the feeds' first exports (initial scan)
+    changefeed_sensor_run(platform)  # the automation sensor's first evaluation: from here it sees what updates
     assert {m.asset_key for m in first.get_asset_materialization_events()} >= {changefeed_key(n) for n in OBJECTS}
     for config in others:
         for name in OBJECTS:
@@ -87,8 +87,8 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
     org.set_faults(FaultConfig())
     reconciles = [r for r in sensor_requests(platform) if "reconcile" in r.tags["cdc/mode"]]
     assert reconciles, "the gap events should have made records dirty"
-    for request in reconciles:
-        assert platform.execute(request).success  # replica-only runs: the changefeed sensor follows them
+    for request in reconciles:  # replica-only runs with their checks: the feeds follow once those passed
+        assert platform.execute(request, checks=True).success
     assert changefeed_sensor_run(platform)
     assert changefeed_sensor_run(platform) == []  # every feed is newer than its replica now
 
@@ -102,7 +102,7 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
     assert resyncs, "the large transaction should have overflowed"
     before = {n: DeltaTable(str(platform.warehouse / n)).version() for n in OBJECTS}
     for request in resyncs:
-        assert platform.execute(request).success
+        assert platform.execute(request, checks=True).success
     changefeed_sensor_run(platform)
     workload.run(changes=80)
     org.flush_cdc()

@@ -12,7 +12,7 @@ import pytest
 from dagster._core.test_utils import create_run_for_test
 from deltalake import DeltaTable, QueryBuilder
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.assets import CHANGE_EVENTS_KEY, ingest_keys, replica_key
 from cdc_assets.checks import check_quarantine_empty
 from cdc_assets.operate.jobs import ACK_JOB, PAUSE_JOB, RESUME_JOB, STATUS_SENSOR, last_error, status_of
 from cdc_assets.operate.pause import paused_objects
@@ -22,7 +22,7 @@ from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from sensors.landing_zone import REASON_RESUME, SENSOR_NAME as LANDING
 from sensors.reconciliation import SENSOR_NAME as RECONCILE
 from cdc_assets.config import load_config
-from sensors.work import TAG_REASON, plan, work_tag
+from sensors.work import TAG_REASON, object_tag, plan, work_tag
 from settings import TEST_SPARK_CONF
 
 T0 = 1_763_800_000_000
@@ -67,7 +67,7 @@ def test_a_paused_object_is_left_out_its_events_land_and_resume_applies_them(pla
                    event("Contact", "CREATE", [CON], T0 + 1, tx="c", LastName="Lovelace")])
     tick = evaluate(platform, LANDING)
     [request] = tick.run_requests
-    assert set(request.asset_selection) == {CHANGE_EVENTS_KEY, replica_key("Contact")}
+    assert set(request.asset_selection) == {*ingest_keys(["Account", "Contact"]), replica_key("Contact")}
     assert platform.execute(request).success
     assert ce_entities(platform) == ["Account", "Contact"]  # events keep landing
     assert names(platform.warehouse / "Contact") == {CON: "Lovelace"}
@@ -118,7 +118,7 @@ def test_reconcile_job_runs_the_replica_in_reconcile_mode_tagged_as_the_sensors_
     meta = platform.materialization_of("Account")
     assert meta["mode"] == "reconcile"
     tags = platform.instance.get_run_by_id(result.run_id).tags
-    assert tags[work_tag("Account")] == "reconcile" and tags["cdc/object.Account"] == "1"
+    assert tags[work_tag("Account")] == "reconcile" and tags[object_tag("Account")] == "1"
     assert platform.defs.resolve_job_def("resync_Account").tags[work_tag("Account")] == "resync"
 
 
@@ -145,7 +145,7 @@ def test_status_reports_lag_dirty_last_error_api_calls_and_pause(platform):
     assert status["last_error"].value == "" and status["api_used_today"].value == 7
     time.sleep(1.1)  # run records keep whole seconds: the failure must come after the materialization
     failed = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.FAILURE,
-                                 tags={"cdc/object.Account": "1"})
+                                 tags={object_tag("Account"): "1"})
     assert last_error(platform.instance, "Account").startswith(failed.run_id[:8])
     assert last_error(platform.instance, "Contact") == ""
 

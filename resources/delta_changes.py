@@ -1,13 +1,14 @@
 """A Delta table's rows and Change Data Feed rows, streamed from its Parquet files in bounded batches.
 
 For readers that must hold a batch, not a table, whatever the table's size (the changefeed:
-cdc_assets/changefeed/). Measured on a 320,000-row replica written as one file of one row group
-(bench/RESULTS.md, "Changefeed memory"): delta-rs' `load_cdf` (DataFusion) and a `pyarrow.dataset` scan both decode
-a Parquet row group whole, so their peak grows with the largest row group, which delta-rs makes up to 1,048,576
-rows. `pyarrow.parquet.ParquetFile.iter_batches` over a *buffered* stream (`buffer_size`, no pre-buffering) reads
-each column chunk page by page and decodes `batch_rows` rows at a time: its peak is a batch plus one page and one
-dictionary per column, the same for a 50,000-row and a 320,000-row row group. So the files are read here one
-after another, one batch at a time, with no read-ahead and no threads.
+cdc_assets/changefeed/). `pyarrow.parquet.ParquetFile.iter_batches` over a *buffered* stream (`buffer_size`, no
+pre-buffering) reads each column chunk page by page and decodes `batch_rows` rows at a time: its peak is a batch
+plus about a page and a dictionary per column. Measured on a 320,000-row file of one row group (36 columns,
+batches of 10,000), the Arrow pool peaked at 110 MB, as for a 50,000-row file (106 MB); a `pyarrow.dataset`
+fragment scan of the same file peaked at 398 MB, and an unbuffered `iter_batches` at 160 MB (it reads each column
+chunk whole). delta-rs writes row groups of up to 1,048,576 rows. So the files are read here one after another,
+one batch at a time, with no read-ahead and no threads, and the Change Data Feed is read the same way rather than
+through delta-rs' `load_cdf` (bench/RESULTS.md, "Changefeed memory").
 
 **Change rows** follow the Delta protocol's Change Data Feed, version by version from the commit files in
 `_delta_log`: a commit with `cdc` actions contributes its change files (each row carries its `_change_type`:
@@ -19,7 +20,9 @@ added reads it as null; a column the table no longer has is left out), then the 
 files must still exist, as for any CDF reader: vacuum less often than the changes are read.
 
 Like `arrow_dataset` (resources/delta.py), this applies neither deletion vectors nor column mapping, and refuses
-tables that use them; partition values are cast from their string form in the log.
+tables that use them; partition values are cast from their string form in the log. (Paths in the log are
+URL-encoded and decoded here; delta-rs 1.6's `load_cdf` encodes them a second time and cannot find a file whose
+partition value holds a space: tests/resources/test_delta_changes.py.)
 """
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ class Store:
         for entity, record_id in dict.fromkeys((c.entity, r) for c in txn.changes for r in c.record_ids):
             obj = resolve_object(entity)
             row = self.conn.execute(f"SELECT * FROM {quote(obj.name)} WHERE Id = ?", (record_id,)).fetchone()
-            state = json.dumps(public_row(obj, dict(row)), default=str) if row is not None else None
+            state = json.dumps(public_row(obj, dict(row), self.related), default=str) if row is not None else None
             rows.append((obj.name, record_id, commit_number, key, txn.commit_ts, state))
         self.conn.executemany("INSERT OR REPLACE INTO _record_states VALUES (?, ?, ?, ?, ?, ?)", rows)
 

@@ -199,14 +199,17 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
 # Like AutomationCondition.eager(), but not held back while the replica is in progress: in a steady stream of
 # landing runs it nearly always is, and the feed's pool (the replica's) keeps the export from running beside a
 # write of the replica anyway. Only a replica materialization whose blocking checks passed makes the feed due.
-# A request counts as handled whatever its run does, so a failed export (a run that could not even start on a
-# loaded host) is asked again every RETRY_CRON tick while it stays failed, not only after the replica's next
-# materialization (which a quiet org may not bring for long): the exporter is idempotent.
+# Due from a replica update until the feed is requested: not `since_last_handled()`, whose reset also counts the
+# feed's own materializations, and a feed export ending in the same evaluation interval as a later replica
+# materialization then wins over it (Dagster cannot order the two), leaving that materialization unexported until
+# the replica's next one. A request counts as done whatever its run does, so a failed export (a run that could not
+# even start on a loaded host) is asked again every RETRY_CRON tick while it stays failed: the exporter is
+# idempotent.
 RETRY_CRON = "*/5 * * * *"
 FOLLOWS_REPLICA = (
     (dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated()
      | (dg.AutomationCondition.execution_failed() & dg.AutomationCondition.cron_tick_passed(RETRY_CRON))
-     ).since_last_handled()
+     ).since(dg.AutomationCondition.newly_requested())
     & ~dg.AutomationCondition.any_deps_missing()
     & ~dg.AutomationCondition.in_progress()
     & dg.AutomationCondition.all_deps_blocking_checks_passed()

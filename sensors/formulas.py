@@ -8,17 +8,13 @@ since the epoch // refresh_every), so a tick evaluated twice requests one run. W
 (a full pass) or those whose SystemModstamp moved is decided by the run from the replica's commits (`full_every`).
 """
 
-import time
-
 import dagster as dg
 
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.formulas.refresh import MODE
-from cdc_assets.operate.pause import paused_objects
 from resources.salesforce import SalesforceResource
-from sensors.budget import budget_hold_back
-from sensors.work import TAG_MODE, TAG_REASON, in_flight, mode_run_config, object_tag
+from sensors.windowed import window_request
 
 MAX_TICK_SECONDS = 300  # a long refresh_every is still checked this often (a window missed while held back)
 
@@ -43,19 +39,8 @@ def _formula_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.D
                description=f"Refreshes the formula columns of Salesforce {name} every {every:g} s (change events "
                            f"never carry formula fields): a Bulk API 2.0 query of their values, merged into them.")
     def formulas_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource) -> dg.SensorResult:
-        window = int(time.time() // every)
-        if context.cursor == str(window):
-            return dg.SensorResult(skip_reason=f"{name} formulas already refreshed in this {every:g} s window")
-        if paused_objects(context.instance, [name]):
-            return dg.SensorResult(skip_reason=f"{name} is paused (resume_replication resumes it)")
-        if in_flight(context.instance, name):
-            return dg.SensorResult(skip_reason=f"a run of {name} is queued or in flight")
-        if hold := budget_hold_back(salesforce, reserve):
-            return dg.SensorResult(skip_reason=hold)
-        request = dg.RunRequest(
-            run_key=f"formulas-{name}-{window}", asset_selection=[replica_key(name)],
-            run_config=mode_run_config({name: MODE}),
-            tags={TAG_MODE: MODE, TAG_REASON: f"formula refresh every {every:g} s", object_tag(name): "1"})
-        return dg.SensorResult(run_requests=[request], cursor=str(window))
+        return window_request(context, salesforce, name=name, mode=MODE, every=every,
+                              reason=f"formula refresh every {every:g} s", done="formulas already refreshed",
+                              reserve=reserve)
 
     return formulas_sensor

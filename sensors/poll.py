@@ -9,16 +9,12 @@ Runs are tagged `cdc/mode=poll`; whether the run also compares Ids with the org 
 from the replica's own commit state (`hard_delete_check_every`).
 """
 
-import time
-
 import dagster as dg
 
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from resources.salesforce import SalesforceResource
-from cdc_assets.operate.pause import paused_objects
-from sensors.budget import budget_hold_back
-from sensors.work import in_flight, mode_run_config, run_tags
+from sensors.windowed import window_request
 
 
 def sensor_name(name: str) -> str:
@@ -41,19 +37,7 @@ def _poll_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.Defa
                description=f"Polls Salesforce {name} (no Change Data Capture) every {interval:g} s: records changed "
                            f"since the cursor kept in the replica's Delta commits.")
     def poll_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource) -> dg.SensorResult:
-        window = int(time.time() // interval)
-        if context.cursor == str(window):
-            return dg.SensorResult(skip_reason=f"{name} already polled in this {interval:g} s window")
-        if paused_objects(context.instance, [name]):
-            return dg.SensorResult(skip_reason=f"{name} is paused (resume_replication resumes it)")
-        if in_flight(context.instance, name):
-            return dg.SensorResult(skip_reason=f"a run of {name} is queued or in flight")
-        if hold := budget_hold_back(salesforce, reserve):
-            return dg.SensorResult(skip_reason=hold)
-        request = dg.RunRequest(
-            run_key=f"poll-{name}-{window}", asset_selection=[replica_key(name)],
-            run_config=mode_run_config({name: "poll"}),
-            tags=run_tags(mode="poll", reason=f"poll every {interval:g} s", objects=[name]))
-        return dg.SensorResult(run_requests=[request], cursor=str(window))
+        return window_request(context, salesforce, name=name, mode="poll", every=interval,
+                              reason=f"poll every {interval:g} s", done="already polled", reserve=reserve)
 
     return poll_sensor

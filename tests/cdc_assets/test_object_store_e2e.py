@@ -102,7 +102,8 @@ def drain(org: Emulator, platform: Platform, proc: subprocess.Popen, timeout: fl
 
 
 def settle(platform: Platform, rounds: int = 6) -> list[str]:
-    """Evaluate the landing, reconciliation and changefeed sensors and execute what they ask, as the daemon would,
+    """Evaluate the landing and reconciliation sensors and the feeds' automation conditions and execute what they
+    ask with the replicas' checks (a feed follows a replica whose blocking checks passed), as the daemon would,
     until none asks for anything; returns the reasons of the runs."""
     reasons = []
     for _ in range(rounds):
@@ -112,7 +113,7 @@ def settle(platform: Platform, rounds: int = 6) -> list[str]:
         if not requests:
             return reasons
         for name, request in requests:
-            assert platform.execute(request).success, f"the run {name} requested ({request.tags}) failed"
+            assert platform.execute(request, checks=True).success, f"the run {name} requested ({request.tags}) failed"
             reasons.append(request.tags.get("cdc/reason") or request.tags.get("cdc/mode") or name)
     raise AssertionError(f"the sensors still ask for runs after {rounds} rounds: {reasons}")
 

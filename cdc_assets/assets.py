@@ -17,7 +17,8 @@ from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.ingest import ingest
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
-from cdc_assets.schemas import DescribeRefresh, describe_note, refuse_clear_hashes, resolve_schema
+from cdc_assets.schemas import (DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes,
+                                resolve_schema)
 from cdc_assets.sync import SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -64,7 +65,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
     )
     def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
                       landing: LandingZone, salesforce: SalesforceResource) -> dg.MaterializeResult:
-        schemas = {o.name: resolve_schema(o, warehouse, salesforce)[0] for o in replication.objects}
+        schemas = SchemaCatalog(replication.objects, warehouse, salesforce)  # resolved for the objects that landed
         result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id,
                         max_batch_bytes=replication.options.max_ingest_batch_bytes)
         c = result.counts

@@ -205,9 +205,9 @@ def run(*, sizes: tuple[int, ...] = (5, 200, 300), daemon: bool = True) -> list[
     return [measure(n, conf, daemon=daemon) for n in sizes]
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m bench.many_objects [N ...] [--no-daemon]: one JSON line per N, as measured
     import json
 
-    sizes = tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (5, 200, 300)
-    for row in run(sizes=sizes, daemon="--no-daemon" not in sys.argv):
-        print(json.dumps(row), flush=True)
+    conf, _ = start_spark()
+    for n in tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (5, 200, 300):
+        print(json.dumps(measure(n, conf, daemon="--no-daemon" not in sys.argv)), flush=True)

@@ -61,6 +61,21 @@ def custom_object(number: int) -> SObject:
     return SObject(custom_object_name(number), "a" + ids.to_base62(number, width=2), fields, custom=True)
 
 
+WIDE_OBJECT = "Wide_Thing__c"
+
+
+@functools.cache
+def wide_object(columns: int = 64) -> SObject:
+    """``Wide_Thing__c``: the standard fields of a custom object and custom fields of every usual type, `columns`
+    fields in all (the bulk-only benchmark object: bulk_synthetic.py)."""
+    rng = random.Random(columns)
+    standard = id_field() + deleted_field() + (Field("Name", "string", nillable=False, length=80),) + audit_fields()
+    kinds = [*CORE_TYPES, *EXTRA_MIX]
+    custom = tuple(_custom_field(rng, kinds[index % len(kinds)], index + 1, 1)
+                   for index in range(max(columns - len(standard), 0)))
+    return SObject(WIDE_OBJECT, "aZz", standard[:3] + custom + standard[3:], custom=True)
+
+
 def _custom_field(rng: random.Random, kind: str, index: int, number: int) -> Field:
     name = f"{_LABELS[kind]}_{index:02d}__c"
     if kind == "reference":

@@ -196,6 +196,19 @@ class Emulator:
         after it."""
         self.store.skew_next_commits([-behind_ms] * count)
 
+    # -- big tables (bulk_synthetic.py) ---------------------------------------------------------------------
+    def add_bulk_object(self, records: int, columns: int = 64, seed: int = 7) -> str:
+        """Serve ``Wide_Thing__c`` with `records` records of `columns` fields through describe and Bulk API 2.0
+        query jobs only, each result page generated from its row range (no store rows: any size, constant
+        memory). Returns the object's name."""
+        from salesforce_emulator.bulk_synthetic import BulkObject
+        from salesforce_emulator.custom_objects import wide_object
+        from salesforce_emulator.schema import register
+
+        obj = register(wide_object(columns))
+        self.api.bulk_objects[obj.name] = BulkObject(obj, records, seed)
+        return obj.name
+
     # -- API accounting -------------------------------------------------------------------------------
     def request_counts(self) -> dict[str, int]:
         return dict(self.api.dispatcher.counts)

@@ -337,17 +337,20 @@ def get_object(name: str) -> SObject | None:
     return _LOWER.get(name.lower())
 
 
+def register(obj: SObject) -> SObject:
+    """Make `obj` known to every API (idempotent for the same object)."""
+    OBJECTS.setdefault(obj.name, obj)
+    _LOWER.setdefault(obj.name.lower(), obj)
+    BY_PREFIX.setdefault(obj.key_prefix, obj)
+    return OBJECTS[obj.name]
+
+
 def register_custom_objects(count: int) -> list[SObject]:
     """Make the generated custom objects ``Thing_001__c`` .. ``Thing_<count>__c`` known (custom_objects.py);
     idempotent: object n is always the same. Returns them in number order."""
     from salesforce_emulator.custom_objects import custom_object
 
-    objects = [custom_object(number) for number in range(1, count + 1)]
-    for obj in objects:
-        OBJECTS.setdefault(obj.name, obj)
-        _LOWER.setdefault(obj.name.lower(), obj)
-        BY_PREFIX.setdefault(obj.key_prefix, obj)
-    return objects
+    return [register(custom_object(number)) for number in range(1, count + 1)]
 
 
 def derived_value(obj: SObject, fld: Field, row: dict[str, Any]) -> Any:

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.installed-e2e
 
-.PHONY: run run-org test install bench clean browser e2e
+.PHONY: run run-org test test-scale install bench clean browser e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ run-org: $(STAMP)
 ## The test suite (real Spark, real Delta tables, real HTTPS emulator, real Dagster).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+## At the scale of a large org: one replication.yaml of 200 objects (tests/scale; minutes; CI runs it too).
+test-scale: $(STAMP)
+	$(BIN)/python -m pytest -q -m scale tests/scale
 
 ## Headless Chromium (Debian's `chromium`) for the browser check of the UI (tests/e2e/test_ui.py); needs root.
 browser:

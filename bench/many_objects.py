@@ -192,6 +192,8 @@ def measure(objects: int, spark_conf: dict[str, str], *, daemon: bool) -> dict:
         env = processes.platform_env(home=root / "dagster_home", config=org.config, landing=root / "landing",
                                      warehouse=root / "warehouse", emu=org.emu)
         out["import_definitions_s"] = round(import_seconds(org.config, env), 2)
+        # The same with no objects: what importing Dagster, PySpark and the platform costs by itself.
+        out["import_definitions_no_objects_s"] = round(import_seconds(write_config(root / "none.yaml", []), env), 2)
         if daemon:
             out["daemon_rss_mb"] = daemon_memory(org)
         return out

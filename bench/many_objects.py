@@ -171,12 +171,16 @@ def daemon_memory(org: Org, seconds: float = DAEMON_SECONDS) -> dict[str, float]
     return {k: round(v, 1) for k, v in peak.items()}
 
 
-def measure(objects: int, spark_conf: dict[str, str], *, daemon: bool) -> dict:
+def measure(objects: int, spark_conf: dict[str, str], *, daemon: bool, with_runs: bool = True) -> dict:
+    """The figures for `objects` objects; without `with_runs`, only those that need no run (definitions, the first
+    sensor ticks, the daemon's and code server's memory)."""
     root = Path(tempfile.mkdtemp(prefix=f"bench-objects-{objects}-"))
     org = Org(root, objects, spark_conf)
     try:
         out: dict = {"objects": objects, "build_defs_s": round(org.build_s, 2)}
         out["ticks_before_s"] = org.ticks()
+        if not with_runs:
+            return out | _processes(org, root, daemon=daemon)
         runs, wall, sizes = org.settle()
         out["initial_load"] = {"runs": runs, "wall_s": round(wall, 1), "replicas_per_run": sizes}
         out["ticks_idle_s"] = org.ticks()
@@ -189,17 +193,21 @@ def measure(objects: int, spark_conf: dict[str, str], *, daemon: bool) -> dict:
         org.land()
         runs, wall, sizes = org.settle()
         out["one_object"] = {"runs": runs, "wall_s": round(wall, 2), "replicas_per_run": sizes}
-        env = processes.platform_env(home=root / "dagster_home", config=org.config, landing=root / "landing",
-                                     warehouse=root / "warehouse", emu=org.emu)
-        out["import_definitions_s"] = round(import_seconds(org.config, env), 2)
-        # The same with no objects: what importing Dagster, PySpark and the platform costs by itself.
-        out["import_definitions_no_objects_s"] = round(import_seconds(write_config(root / "none.yaml", []), env), 2)
-        if daemon:
-            out["daemon_rss_mb"] = daemon_memory(org)
-        return out
+        return out | _processes(org, root, daemon=daemon)
     finally:
         org.close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _processes(org: Org, root: Path, *, daemon: bool) -> dict:
+    env = processes.platform_env(home=root / "dagster_home", config=org.config, landing=root / "landing",
+                                 warehouse=root / "warehouse", emu=org.emu)
+    out = {"import_definitions_s": round(import_seconds(org.config, env), 2),
+           # The same with no objects: what importing Dagster, PySpark and the platform costs by itself.
+           "import_definitions_no_objects_s": round(import_seconds(write_config(root / "none.yaml", []), env), 2)}
+    if daemon:
+        out["daemon_rss_mb"] = daemon_memory(org)
+    return out
 
 
 def run(*, sizes: tuple[int, ...] = (5, 200, 300), daemon: bool = True) -> list[dict]:
@@ -207,9 +215,10 @@ def run(*, sizes: tuple[int, ...] = (5, 200, 300), daemon: bool = True) -> list[
     return [measure(n, conf, daemon=daemon) for n in sizes]
 
 
-if __name__ == "__main__":  # python -m bench.many_objects [N ...] [--no-daemon]: one JSON line per N, as measured
+if __name__ == "__main__":  # python -m bench.many_objects [N ...] [--no-daemon] [--no-runs]: a JSON line per N
     import json
 
     conf, _ = start_spark()
     for n in tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (5, 200, 300):
-        print(json.dumps(measure(n, conf, daemon="--no-daemon" not in sys.argv)), flush=True)
+        row = measure(n, conf, daemon="--no-daemon" not in sys.argv, with_runs="--no-runs" not in sys.argv)
+        print(json.dumps(row), flush=True)

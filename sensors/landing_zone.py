@@ -136,8 +136,8 @@ def landing_run_in_flight(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
 def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: IngestState,
                   backoff: Backoff, cursor: dict) -> tuple[dg.RunRequest | None, str | None]:
     """The run of the replicas that apply the newest transaction once it counts as closed by timeout (every one
-    that may hold rows of it, so that they apply it in this one run, and any with rows to apply); else why not. `cursor["closed_seq"]`
-    remembers the last ingest it was requested for."""
+    that may hold rows of it, so that they apply it in this one run, and any with rows to apply); else why not.
+    `cursor["closed_seq"]` remembers the last ingest it was requested for."""
     seq = ce_state.ingest_seq
     if not seq or not ce_state.newest:
         return None, "no new landing files"

@@ -144,6 +144,10 @@ class DeltaWarehouse(dg.ConfigurableResource):
         except TableNotFoundError:
             return None
 
+    def exists(self, name: str) -> bool:
+        """Whether the table exists, without loading its log (a load costs ~0.1 s; a sensor asks for every object)."""
+        return DeltaTable.is_deltatable(self.uri(name), storage_options=self._options())
+
     def read(self, table: DeltaTable, *, filter: ds.Expression | None = None, partitions=None, prune=None,
              columns: Sequence[str] | None = None) -> pa.Table:
         """Rows of a snapshot as Arrow matching `filter`, from the files that `partitions` and `prune` leave.

@@ -1,8 +1,9 @@
 """Reconcile dirty records and resync whole objects from the org (design §6, §7), and initial loads.
 
 **Resync** (also the initial load of an object with no table): a Bulk API 2.0 `queryAll` of the replicated fields is
-streamed page by page (CSV -> Arrow -> Delta) into one overwrite commit; rows of records the result no longer
-contains follow as soft-deleted. The commit moves the apply checkpoint back to just before the overflow, so the
+staged page by page (CSV -> Arrow -> Parquet, in bounded batches that a killed run continues) and swapped into the
+replica by one commit (`cdc_assets/snapshot.py`); rows of records the result no longer contains follow as
+soft-deleted. The commit moves the apply checkpoint back to just before the overflow, so the
 apply step that follows re-folds every event since then over the snapshot: the per-record guard skips events at or
 before each record's SystemModstamp and applies the newer ones.
 
@@ -22,22 +23,24 @@ Both leave the table as a re-run would make it: the overwrite and the merge are 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 from simple_salesforce import format_soql
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.closure import replay_from
 from cdc_assets.faults import fault_point
-from cdc_assets.schemas import describe_note
+from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
+from cdc_assets.snapshot import (StageState, discard_stage, stage_missing, stage_name, stage_snapshot,
+                                 staged_files, swapped)
 from cdc_assets.state import Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
-from resources.delta import DeltaWarehouse, aligned_arrow, arrow_dataset
-from resources.salesforce import SalesforceResource, select_soql
+from resources.delta import DeltaWarehouse, aligned_arrow
+from resources.salesforce import BulkPosition, SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -60,7 +63,8 @@ def _api_used(salesforce: SalesforceResource) -> int:
 def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
            now: datetime, describe: dict | None, page_size: int = BULK_PAGE_SIZE,
            parallel_pages: int = 1) -> SyncResult:
-    """Replace the replica with a Bulk API 2.0 snapshot, in one overwrite commit."""
+    """Replace the replica with a Bulk API 2.0 snapshot, staged in bounded batches (resumable), swapped in by one
+    commit (cdc_assets/snapshot.py)."""
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)
     prev = ReplicaState.read(warehouse, replica)
@@ -68,51 +72,40 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     # The snapshot replays every event since the overflow (an initial load: every event ever ingested).
     replay = replay_from(prev, (replica.transaction_version(APPLY_APP) or 0) if replica is not None else None)
     target = schema.arrow_schema()
-    fields = schema.org_fields
-    counts = {"snapshot_rows": 0, "snapshot_deleted": 0, "missing_marked_deleted": 0}
-    seen: list[pa.Array] = []  # the snapshot's Ids, as Arrow (tens of bytes a record; a Python set takes ~100)
-    # Opened before the write starts: delta-rs cannot be re-entered from inside the stream it is consuming.
-    previous_rows = arrow_dataset(replica) if replica is not None else None
+    mode = "initial_load" if replica is None else "resync"
 
-    def batches():
-        for batch in salesforce.bulk_query_all(schema.name, fields, page_size=page_size,
-                                               parallel_pages=parallel_pages):
-            rows = replica_rows(pa.Table.from_batches([batch]), schema, source=SNAPSHOT, synced_at=now)
-            counts["snapshot_rows"] += rows.num_rows
-            counts["snapshot_deleted"] += int(pc.sum(rows["_sf_deleted"]).as_py() or 0)
-            if replica is not None:
-                seen.extend(rows["Id"].chunks)
-            yield from rows.to_batches()
+    def pages(resume: BulkPosition | None, on_page) -> Iterator[pa.Table]:
+        for batch in salesforce.bulk_query_all(schema.name, schema.org_fields, page_size=page_size,
+                                               parallel_pages=parallel_pages, resume=resume, on_page=on_page):
+            yield replica_rows(pa.Table.from_batches([batch]), schema, source=SNAPSHOT, synced_at=now)
             fault_point("resync.after_first_page")
-        fault_point("resync.after_snapshot_stream")
-        if previous_rows is None:
-            return
-        # Records the snapshot lacks: one pass over the old Ids, then only their rows are read.
-        old_ids = previous_rows.to_table(columns=["Id"])["Id"]
-        snapshot_ids = pa.chunked_array(seen, pa.string()).combine_chunks() if seen else pa.array([], pa.string())
-        gone_ids = old_ids.filter(pc.invert(pc.is_in(old_ids, value_set=snapshot_ids)))
-        del old_ids, snapshot_ids, seen[:]
-        if len(gone_ids):
-            for old in previous_rows.to_batches(filter=ds.field("Id").isin(gone_ids)):
-                gone = aligned_arrow(pa.Table.from_batches([old]), target)
-                counts["missing_marked_deleted"] += gone.num_rows
-                yield from mark_deleted(gone, at=now, source=SNAPSHOT, synced_at=now).to_batches()
-        fault_point("resync.after_missing_marked_deleted")
 
+    stage = warehouse.table(stage_name(schema.name))
+    if stage is not None and swapped(replica, stage):  # a killed run swapped it in; only its cleanup was left
+        discard_stage(warehouse, schema.name)
+        return SyncResult(mode, dict(StageState.read(warehouse, stage).counts or {}), 0)
+    stage, staged = stage_snapshot(warehouse, schema.name, target, run_id=run_id, pages=pages)
+    fault_point("resync.after_snapshot_stream")
+    stage, staged = stage_missing(warehouse, schema.name, stage, staged, replica, target, now=now)
+    fault_point("resync.after_missing_marked_deleted")
     state = ReplicaState(applied_through=replay - 1, run_id=run_id, synced_at=now.isoformat(),
                          last_commit_ts=prev.last_commit_ts, poll=prev.poll,  # a polled object keeps its cursor
                          resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"))
     fault_point("resync.before_commit")
     # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.
-    warehouse.overwrite(schema.name, pa.RecordBatchReader.from_batches(target, batches()), read=replica,
-                        partition_by=[BUCKET_COLUMN], description=describe_note(describe), key=state.KEY,
-                        state=state.to_dict(), txns={APPLY_APP: replay - 1},
-                        configuration=schema.table_properties())
+    table = warehouse.commit_files(schema.name, staged_files(stage), read=replica,
+                                   schema=pa.schema(stage.schema().to_arrow()), partition_by=[BUCKET_COLUMN],
+                                   description=describe_note(describe), key=state.KEY, state=state.to_dict(),
+                                   txns={APPLY_APP: replay - 1}, configuration=schema.table_properties())
+    if replica is not None and describe and stored_describe(warehouse, schema.name, table=table) != describe:
+        table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(describe)}, raise_if_not_exists=False)
     fault_point("resync.after_commit")
+    discard_stage(warehouse, schema.name)
+    counts = dict(staged.counts or {})
     log.info("%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
-             schema.name, counts["snapshot_rows"], counts["snapshot_deleted"], counts["missing_marked_deleted"])
-    return SyncResult("initial_load" if replica is None else "resync", counts,
-                      _api_used(salesforce) - used_before)
+             schema.name, counts.get("snapshot_rows", 0), counts.get("snapshot_deleted", 0),
+             counts.get("missing_marked_deleted", 0))
+    return SyncResult(mode, counts, _api_used(salesforce) - used_before)
 
 
 def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,

@@ -49,9 +49,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from dagster_deltalake import AzureConfig, GcsConfig, LocalConfig, S3Config
 import pyarrow.fs as pafs
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
+from deltalake.transaction import AddAction, create_table_with_add_actions
 from pydantic import Field
 
 log = logging.getLogger(__name__)
@@ -301,6 +302,24 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns, version=_next_version(read)),
             )
+        return self._checkpointed(name, read)
+
+    def commit_files(self, name: str, actions: list[AddAction], *, read: DeltaTable | None, schema: pa.Schema,
+                     partition_by: list[str], key: str, state: dict, txns: dict[str, int],
+                     description: str | None = None, configuration: dict[str, str] | None = None) -> DeltaTable:
+        """Replace the table's rows and schema with Parquet files already written under its folder (`actions`: their
+        add actions, paths relative to it), in one commit against `read` (None: create the table, with
+        `description` and the table properties `configuration`); the files are not read again."""
+        properties = self.properties(key, state, txns, version=_next_version(read))
+        with self._sole_writer(name, read):
+            if read is None:
+                create_table_with_add_actions(self.uri(name), Schema.from_arrow(schema), actions, mode="error",
+                                              partition_by=partition_by, description=description,
+                                              configuration=self._created_with(name, configuration),
+                                              storage_options=self._options(), commit_properties=properties)
+            else:
+                read.create_write_transaction(actions, mode="overwrite", schema=Schema.from_arrow(schema),
+                                              partition_by=partition_by, commit_properties=properties)
         return self._checkpointed(name, read)
 
     def upsert(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str, partition_column: str,

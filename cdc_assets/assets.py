@@ -130,7 +130,8 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
                           page_size=replication.options.bulk_page_size,
-                          parallel_pages=replication.options.bulk_parallel_pages)
+                          parallel_pages=replication.options.bulk_parallel_pages,
+                          batch_records=replication.options.resync_batch_records)
         elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active:
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
             sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,

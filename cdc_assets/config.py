@@ -129,6 +129,9 @@ class ReplicationOptions(ObjectOptions):
         "and follow the events."))
     bulk_page_size: int = Field(50_000, gt=0, description=(
         "Records per Bulk API 2.0 result page in a resync or initial load (maxRecords)."))
+    resync_batch_records: int = Field(250_000, gt=0, description=(
+        "Records a resync or initial load stages per commit (cdc_assets/snapshot.py): bounds its memory, and a "
+        "killed run continues its Bulk job from the last batch staged."))
     bulk_parallel_pages: int = Field(2, ge=1, description=(
         "Result pages of a resync or initial load downloaded at once, where the org offers parallel result pages "
         "(API 58.0+; their size is the org's, not bulk_page_size); 1: one page at a time, with locators."))

@@ -35,7 +35,7 @@ from cdc_assets.apply import APPLY_APP
 from cdc_assets.closure import replay_from
 from cdc_assets.faults import fault_point
 from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
-from cdc_assets.snapshot import (StageState, discard_stage, stage_missing, stage_name, stage_snapshot,
+from cdc_assets.snapshot import (STAGE_BATCH_RECORDS, StageState, discard_stage, stage_missing, stage_name, stage_snapshot,
                                  staged_files, swapped)
 from cdc_assets.state import Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
@@ -62,7 +62,7 @@ def _api_used(salesforce: SalesforceResource) -> int:
 
 def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
            now: datetime, describe: dict | None, page_size: int = BULK_PAGE_SIZE,
-           parallel_pages: int = 1) -> SyncResult:
+           parallel_pages: int = 1, batch_records: int = STAGE_BATCH_RECORDS) -> SyncResult:
     """Replace the replica with a Bulk API 2.0 snapshot, staged in bounded batches (resumable), swapped in by one
     commit (cdc_assets/snapshot.py)."""
     used_before = _api_used(salesforce)
@@ -84,7 +84,8 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     if stage is not None and swapped(replica, stage):  # a killed run swapped it in; only its cleanup was left
         discard_stage(warehouse, schema.name)
         return SyncResult(mode, dict(StageState.read(warehouse, stage).counts or {}), 0)
-    stage, staged = stage_snapshot(warehouse, schema.name, target, run_id=run_id, pages=pages)
+    stage, staged = stage_snapshot(warehouse, schema.name, target, run_id=run_id, pages=pages,
+                                   batch_records=batch_records)
     fault_point("resync.after_snapshot_stream")
     stage, staged = stage_missing(warehouse, schema.name, stage, staged, replica, target, now=now)
     fault_point("resync.after_missing_marked_deleted")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import dagster as dg
 import yaml
+from deltalake import write_deltalake
 
 from bench.common import start_spark
 from definitions import build_defs
@@ -38,6 +39,7 @@ from salesforce_emulator.custom_objects import custom_object_name
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
+from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 warnings.filterwarnings("ignore", message=".*get_sensor_def will return.*")
 RECORDS_PER_OBJECT = 3
@@ -179,7 +181,11 @@ def measure(objects: int, spark_conf: dict[str, str], *, daemon: bool, with_runs
     try:
         out: dict = {"objects": objects, "build_defs_s": round(org.build_s, 2)}
         out["ticks_before_s"] = org.ticks()
-        if not with_runs:
+        if not with_runs:  # tables without runs: each replica created empty, as after an initial load of nothing
+            for name in org.names:
+                schema = ObjectSchema.from_describe(org.emu.store.describe(name)).arrow_schema()
+                write_deltalake(str(root / "warehouse" / name), schema.empty_table(), partition_by=[BUCKET_COLUMN])
+            out["ticks_tables_no_runs_s"] = org.ticks()
             return out | _processes(org, root, daemon=daemon)
         runs, wall, sizes = org.settle()
         out["initial_load"] = {"runs": runs, "wall_s": round(wall, 1), "replicas_per_run": sizes}

@@ -82,8 +82,9 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
 
     stage = warehouse.table(stage_name(schema.name))
     if stage is not None and swapped(replica, stage):  # a killed run swapped it in; only its cleanup was left
+        counts = dict(StageState.read(warehouse, stage).counts or {})  # read before its log goes
         discard_stage(warehouse, schema.name)
-        return SyncResult(mode, dict(StageState.read(warehouse, stage).counts or {}), 0)
+        return SyncResult(mode, counts, 0)
     stage, staged = stage_snapshot(warehouse, schema.name, target, run_id=run_id, pages=pages,
                                    batch_records=batch_records)
     fault_point("resync.after_snapshot_stream")

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.installed-e2e
 
-.PHONY: run run-org test test-cluster install bench clean browser e2e
+.PHONY: run run-org test test-cluster test-scale install bench clean browser e2e
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ test: $(STAMP)
 ## the workers' private mount, demo/spark_cluster.py). CI runs it after `make test`.
 test-cluster: $(STAMP)
 	$(BIN)/python -m pytest -q -m cluster tests/resources/test_spark_cluster.py
+
+## At the scale of a large org: one replication.yaml of 200 objects (tests/scale; minutes; CI runs it too).
+test-scale: $(STAMP)
+	$(BIN)/python -m pytest -q -m scale tests/scale
 
 ## Headless Chromium (Debian's `chromium`) for the browser check of the UI (tests/e2e/test_ui.py); needs root.
 browser:

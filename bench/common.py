@@ -40,9 +40,16 @@ def _process_tree() -> dict[str, dict[str, str]]:
     return {pid: status[pid] for pid in tree if pid in status}
 
 
-def peak_rss_mb() -> float:
-    """Peak resident memory (VmHWM) of this process plus every process under it still running, in MB."""
-    return sum(int(f.get("VmHWM", "0 kB").split()[0]) for f in _process_tree().values()) / 1024
+def peak_rss_mb(exclude: set[int] | None = None) -> float:
+    """Peak resident memory (VmHWM) of this process plus every process under it still running, in MB; `exclude`:
+    processes (and those under them) that are not ours to count, e.g. an emulator the benchmark started."""
+    tree = _process_tree()
+    skipped, grew = {str(p) for p in exclude or ()}, True
+    while grew:
+        below = {pid for pid, f in tree.items() if f.get("PPid", "").strip() in skipped} - skipped
+        skipped |= below
+        grew = bool(below)
+    return sum(int(f.get("VmHWM", "0 kB").split()[0]) for pid, f in tree.items() if pid not in skipped) / 1024
 
 
 def reset_peak_rss() -> None:

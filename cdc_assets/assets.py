@@ -33,7 +33,8 @@ from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
-from cdc_assets.schemas import DescribeRefresh, describe_note, refuse_clear_hashes, resolve_schema
+from cdc_assets.schemas import (DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes,
+                                resolve_schema)
 from cdc_assets.sync import SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -99,7 +100,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
     @dg.multi_asset(name="change_events", specs=[table, *slices], can_subset=True, pool="change_events")
     def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
                       landing: LandingZone, salesforce: SalesforceResource) -> Iterator[dg.MaterializeResult]:
-        schemas = {o.name: resolve_schema(o, warehouse, salesforce)[0] for o in replication.objects}
+        schemas = SchemaCatalog(replication.objects, warehouse, salesforce)  # resolved for the objects that landed
         result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id,
                         max_batch_bytes=replication.options.max_ingest_batch_bytes)
         c = result.counts
@@ -183,7 +184,9 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                                spark=lambda: session(pyspark))
         if config.mode == "resync" or initial:
             sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
-                          page_size=replication.options.bulk_page_size)
+                          page_size=replication.options.bulk_page_size,
+                          parallel_pages=replication.options.bulk_parallel_pages,
+                          batch_records=replication.options.resync_batch_records)
         elif config.mode == FORMULAS:
             if not sobject.formulas:
                 raise dg.Failure(f"{sobject.name} keeps no formula fields: add a `formulas` section for it in "

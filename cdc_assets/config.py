@@ -169,6 +169,12 @@ class ReplicationOptions(ObjectOptions):
         "and follow the events."))
     bulk_page_size: int = Field(50_000, gt=0, description=(
         "Records per Bulk API 2.0 result page in a resync or initial load (maxRecords)."))
+    resync_batch_records: int = Field(250_000, gt=0, description=(
+        "Records a resync or initial load stages per commit (cdc_assets/snapshot.py): bounds its memory, and a "
+        "killed run continues its Bulk job from the last batch staged."))
+    bulk_parallel_pages: int = Field(2, ge=1, description=(
+        "Result pages of a resync or initial load downloaded at once, where the org offers parallel result pages "
+        "(API 58.0+; their size is the org's, not bulk_page_size); 1: one page at a time, with locators."))
     max_ingest_batch_bytes: int = Field(128 * 1024 * 1024, gt=0, description=(
         "Bytes of landing files ingested per change_events commit (bounds a run's memory on a backlog)."))
     max_line_bytes: int = Field(8 * 1024 * 1024, gt=0, description=(

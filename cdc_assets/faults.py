@@ -18,7 +18,7 @@ APPLY_POINTS = ("replica.after_read_changes", "replica.after_read_current", "rep
 RECONCILE_POINTS = ("reconcile.after_dirty_read", "reconcile.after_retrieve", "reconcile.after_query_all",
                     "reconcile.after_fold", "reconcile.before_commit", "reconcile.after_commit")
 RESYNC_POINTS = ("resync.before_commit", "resync.after_first_page", "resync.after_snapshot_stream",
-                 "resync.after_missing_marked_deleted", "resync.after_commit")
+                 "resync.after_missing_marked_deleted", "resync.after_commit", "resync.after_stage_batch")
 POLL_POINTS = ("poll.after_rest_commit", "poll.after_page_commit", "poll.after_id_compare")
 CHANGEFEED_POINTS = ("changefeed.before_rename", "changefeed.after_rename")
 # An apply's versions staged, then each history commit of a catch-up (cdc_assets/history/).

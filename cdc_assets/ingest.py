@@ -19,6 +19,7 @@ Either way the next run produces the same table.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
@@ -29,10 +30,11 @@ from pyspark.sql import SparkSession
 from cdc_assets.closure import ingest_progress
 from cdc_assets.faults import fault_point
 from cdc_assets.quarantine import record_quarantine
+from cdc_assets.schemas import redacts
 from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-from resources.landing_zone import LandingFile, LandingZone
+from resources.landing_zone import LandingFile, LandingZone, entities_named
 from resources.spark import from_arrow
 from spark_ops.events import DEDUP_KEY
 from spark_ops.datastream import parse_landed
@@ -116,9 +118,12 @@ def batches(files: list[LandingFile], max_bytes: int) -> list[list[LandingFile]]
     return out
 
 
-def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, schemas: dict[str, ObjectSchema],
-           run_id: str, now: datetime | None = None, max_batch_bytes: int = MAX_BATCH_BYTES) -> IngestResult:
-    """Ingest every pending landing file, one commit per batch; the counts and timings of all batches summed."""
+def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
+           schemas: Mapping[str, ObjectSchema], run_id: str, now: datetime | None = None,
+           max_batch_bytes: int = MAX_BATCH_BYTES) -> IngestResult:
+    """Ingest every pending landing file, one commit per batch; the counts and timings of all batches summed.
+    `schemas`: the replicated objects' schemas by name; only those a batch's lines name are looked up (a lazy
+    mapping, `cdc_assets.schemas.SchemaCatalog`, resolves no others)."""
     now = now or datetime.now(timezone.utc)
     total = IngestResult(counts=_zero_counts())
     for batch in batches(pending_files(warehouse, landing), max_batch_bytes):
@@ -133,7 +138,7 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
 
 
 def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, files: list[LandingFile],
-                  schemas: dict[str, ObjectSchema], run_id: str, now: datetime) -> IngestResult:
+                  schemas: Mapping[str, ObjectSchema], run_id: str, now: datetime) -> IngestResult:
     watch = Stopwatch()
     # The snapshot this batch reads its checkpoint from and commits against (DeltaWarehouse.append): if another
     # writer commits in between, this commit fails instead of ingesting the same files twice.
@@ -146,6 +151,10 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
             return IngestResult(counts=_zero_counts(), state=IngestState.read(warehouse, events),
                                 version=events.version())
     read = landing.read(files)
+    # Only the objects these lines name: the parse has a branch per object, and describing objects the batch does
+    # not touch (hundreds, in a large org) would make every run's cost follow the number of objects replicated.
+    redact = redacts(schemas)
+    schemas = {e: schemas[e] for e in sorted(entities_named(read.lines["raw"])) if e in schemas}
     watch.lap("read")
     fault_point("ingest.after_read")
     # CometD and Datastream files (spark_ops/datastream.py); one Spark job parses every line once, explodes the
@@ -158,7 +167,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
                             read.quarantine])
     watch.lap("parse")
     fault_point("ingest.after_parse")
-    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE, schemas=schemas)
+    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE, schemas=schemas, redact=redact)
     fault_point("ingest.after_quarantine")
 
     rows = landed.filter(pc.invert(quarantine)).drop_columns(["quarantine", "raw", "reason", "gapped"])
@@ -193,7 +202,7 @@ def _zero_counts() -> dict[str, int]:
 
 
 def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
-           schemas: dict[str, ObjectSchema]) -> dict[str, int]:
+           schemas: Mapping[str, ObjectSchema]) -> dict[str, int]:
     """Line and event accounting for change_events (they add up; see README 'Counts')."""
     whole_files = int(pc.sum(pc.equal(read.quarantine["source_line"], 0)).as_py() or 0)
     oversized = read.quarantine.num_rows - whole_files

@@ -62,9 +62,11 @@ def _redact_line(raw: str, schemas: dict[str, ObjectSchema]) -> str:
     return json.dumps(event)
 
 
-def redacted(entries: pa.Table, schemas: dict[str, ObjectSchema]) -> pa.Table:
-    """`entries` with hashed and left-out values removed from `raw` for objects with `redact_quarantine`."""
-    if not any(s.redact_quarantine for s in schemas.values()):
+def redacted(entries: pa.Table, schemas: dict[str, ObjectSchema], redact: bool | None = None) -> pa.Table:
+    """`entries` with hashed and left-out values removed from `raw` for objects with `redact_quarantine`;
+    `redact`: whether any replicated object redacts (lines that name no object are then redacted whole), when
+    `schemas` holds only some of them."""
+    if not (any(s.redact_quarantine for s in schemas.values()) if redact is None else redact):
         return entries
     raw = pa.array([_redact_line(r, schemas) if r is not None else None for r in entries["raw"].to_pylist()],
                    pa.string())
@@ -72,13 +74,14 @@ def redacted(entries: pa.Table, schemas: dict[str, ObjectSchema]) -> pa.Table:
 
 
 def record_quarantine(warehouse: DeltaWarehouse, entries: pa.Table, *, run_id: str, now: datetime, key: str,
-                      schemas: dict[str, ObjectSchema], consequence: str = "line quarantined") -> None:
+                      schemas: dict[str, ObjectSchema], consequence: str = "line quarantined",
+                      redact: bool | None = None) -> None:
     """Insert `entries` (`source_file, source_line, raw, reason`) stamped with the run and time, and log them;
     `key`: who quarantines (`Q_STATE`, `Q_APPLY_STATE` in cdc_assets/state.py); `schemas`: the replicated
     objects, whose `redact_quarantine` says whether their lines are redacted."""
     if not entries.num_rows:
         return
-    entries = redacted(entries, schemas)
+    entries = redacted(entries, schemas, redact)
     n = entries.num_rows
     stamped = entries.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), n)) \
                      .append_column("quarantined_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), n))

@@ -8,6 +8,7 @@ fields added in Salesforce reach the table (new columns are added, none dropped)
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timezone
 from types import EllipsisType
 
@@ -89,6 +90,39 @@ def _sf_type(arrow_type: pa.DataType) -> str:
         if check(arrow_type):
             return sf_type
     return "string"
+
+
+class SchemaCatalog(Mapping[str, ObjectSchema]):
+    """The replicated objects' schemas by name, each resolved (`resolve_schema`: a Delta table load, perhaps a
+    describe call) only when asked for, then kept: a landing run looks up only the objects its files name."""
+
+    def __init__(self, objects: Iterable[SObjectConfig], warehouse: DeltaWarehouse,
+                 salesforce: SalesforceResource | None):
+        self._objects = {o.name: o for o in objects}
+        self._warehouse, self._salesforce = warehouse, salesforce
+        self.redacts = any(o.redact_quarantine for o in self._objects.values())
+        self._resolved: dict[str, ObjectSchema] = {}
+
+    def __getitem__(self, name: str) -> ObjectSchema:
+        if name not in self._resolved:
+            self._resolved[name] = resolve_schema(self._objects[name], self._warehouse, self._salesforce)[0]
+        return self._resolved[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._objects
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._objects)
+
+    def __len__(self) -> int:
+        return len(self._objects)
+
+
+def redacts(schemas: Mapping[str, ObjectSchema]) -> bool:
+    """Whether any of the replicated objects redacts its quarantined lines (a catalog knows without resolving)."""
+    if isinstance(schemas, SchemaCatalog):
+        return schemas.redacts
+    return any(s.redact_quarantine for s in schemas.values())
 
 
 class DescribeRefresh:

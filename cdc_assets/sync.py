@@ -1,11 +1,11 @@
 """Reconcile dirty records and resync whole objects from the org (design §6, §7), and initial loads.
 
 **Resync** (also the initial load of an object with no table): a Bulk API 2.0 `queryAll` of the replicated fields (and
-the formula fields of a replica that keeps them, cdc_assets/formulas/) is
-streamed page by page (CSV -> Arrow -> Delta) into one overwrite commit; rows of records the result no longer
-contains follow as soft-deleted. The commit moves the apply checkpoint back to just before the overflow, so the
-apply step that follows re-folds every event since then over the snapshot: the per-record guard skips events at or
-before each record's SystemModstamp and applies the newer ones.
+the formula fields of a replica that keeps them, cdc_assets/formulas/) is staged page by page (CSV -> Arrow -> Parquet,
+in bounded batches that a killed run continues) and swapped into the replica by one commit (`cdc_assets/snapshot.py`);
+rows of records the result no longer contains follow as soft-deleted. The commit moves the apply checkpoint back to
+just before the overflow, so the apply step that follows re-folds every event since then over the snapshot: the
+per-record guard skips events at or before each record's SystemModstamp and applies the newer ones.
 
 **Reconcile**: dirty records are fetched by id with sObject Collections (2,000 ids a call); ids that come back null
 are looked up with `queryAll` (deleted or gone: both end deleted). The fetched rows are the org's current state and
@@ -23,6 +23,7 @@ Both leave the table as a re-run would make it: the overwrite and the merge are 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -34,11 +35,13 @@ from cdc_assets.apply import APPLY_APP
 from cdc_assets.closure import replay_from
 from cdc_assets.faults import fault_point
 from cdc_assets.formulas.rows import with_formulas
-from cdc_assets.schemas import describe_note
+from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
+from cdc_assets.snapshot import (STAGE_BATCH_RECORDS, StageState, discard_stage, stage_missing, stage_name, stage_snapshot,
+                                 staged_files, swapped)
 from cdc_assets.state import Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
-from resources.delta import DeltaWarehouse, aligned_arrow, arrow_dataset
-from resources.salesforce import SalesforceResource, select_soql
+from resources.delta import DeltaWarehouse, aligned_arrow
+from resources.salesforce import BulkPosition, SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -59,8 +62,10 @@ def _api_used(salesforce: SalesforceResource) -> int:
 
 
 def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
-           now: datetime, describe: dict | None, page_size: int = BULK_PAGE_SIZE) -> SyncResult:
-    """Replace the replica with a Bulk API 2.0 snapshot, in one overwrite commit."""
+           now: datetime, describe: dict | None, page_size: int = BULK_PAGE_SIZE,
+           parallel_pages: int = 1, batch_records: int = STAGE_BATCH_RECORDS) -> SyncResult:
+    """Replace the replica with a Bulk API 2.0 snapshot, staged in bounded batches (resumable), swapped in by one
+    commit (cdc_assets/snapshot.py)."""
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)
     prev = ReplicaState.read(warehouse, replica)
@@ -69,46 +74,43 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     replay = replay_from(prev, (replica.transaction_version(APPLY_APP) or 0) if replica is not None else None)
     target = schema.table_arrow_schema()  # with formula columns (formulas on): read with the snapshot
     fields = [*schema.org_fields, *schema.formula_names]
-    counts = {"snapshot_rows": 0, "snapshot_deleted": 0, "missing_marked_deleted": 0}
-    seen: set[str] = set()
-    # Opened before the write starts: delta-rs cannot be re-entered from inside the stream it is consuming.
-    previous_rows = arrow_dataset(replica) if replica is not None else None
+    mode = "initial_load" if replica is None else "resync"
 
-    def batches():
-        for batch in salesforce.bulk_query_all(schema.name, fields, page_size=page_size):
+    def pages(resume: BulkPosition | None, on_page) -> Iterator[pa.Table]:
+        for batch in salesforce.bulk_query_all(schema.name, fields, page_size=page_size,
+                                               parallel_pages=parallel_pages, resume=resume, on_page=on_page):
             text = pa.Table.from_batches([batch])
-            rows = with_formulas(replica_rows(text, schema, source=SNAPSHOT, synced_at=now), text, schema, read_at=now)
-            counts["snapshot_rows"] += rows.num_rows
-            counts["snapshot_deleted"] += int(pc.sum(rows["_sf_deleted"]).as_py() or 0)
-            if replica is not None:
-                seen.update(rows["Id"].to_pylist())
-            yield from rows.to_batches()
+            yield with_formulas(replica_rows(text, schema, source=SNAPSHOT, synced_at=now), text, schema, read_at=now)
             fault_point("resync.after_first_page")
-        fault_point("resync.after_snapshot_stream")
-        if previous_rows is None:
-            return
-        for old in previous_rows.to_batches():
-            old = aligned_arrow(pa.Table.from_batches([old]), target)
-            gone = old.filter(pc.invert(pc.is_in(old["Id"], value_set=pa.array(list(seen), pa.string()))))
-            if gone.num_rows:
-                counts["missing_marked_deleted"] += gone.num_rows
-                yield from mark_deleted(gone, at=now, source=SNAPSHOT, synced_at=now).to_batches()
-        fault_point("resync.after_missing_marked_deleted")
 
+    stage = warehouse.table(stage_name(schema.name))
+    if stage is not None and swapped(replica, stage):  # a killed run swapped it in; only its cleanup was left
+        counts = dict(StageState.read(warehouse, stage).counts or {})  # read before its log goes
+        discard_stage(warehouse, schema.name)
+        return SyncResult(mode, counts, 0)
+    stage, staged = stage_snapshot(warehouse, schema.name, target, run_id=run_id, pages=pages,
+                                   batch_records=batch_records)
+    fault_point("resync.after_snapshot_stream")
+    stage, staged = stage_missing(warehouse, schema.name, stage, staged, replica, target, now=now)
+    fault_point("resync.after_missing_marked_deleted")
     state = ReplicaState(applied_through=replay - 1, run_id=run_id, synced_at=now.isoformat(),
                          last_commit_ts=prev.last_commit_ts, poll=prev.poll,  # a polled object keeps its cursor
                          resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"))
     fault_point("resync.before_commit")
     # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.
-    warehouse.overwrite(schema.name, pa.RecordBatchReader.from_batches(target, batches()), read=replica,
-                        partition_by=[BUCKET_COLUMN], description=describe_note(describe), key=state.KEY,
-                        state=state.to_dict(), txns={APPLY_APP: replay - 1},
-                        configuration=schema.table_properties())
+    table = warehouse.commit_files(schema.name, staged_files(stage), read=replica,
+                                   schema=pa.schema(stage.schema().to_arrow()), partition_by=[BUCKET_COLUMN],
+                                   description=describe_note(describe), key=state.KEY, state=state.to_dict(),
+                                   txns={APPLY_APP: replay - 1}, configuration=schema.table_properties())
+    if replica is not None and describe and stored_describe(warehouse, schema.name, table=table) != describe:
+        table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(describe)}, raise_if_not_exists=False)
     fault_point("resync.after_commit")
+    discard_stage(warehouse, schema.name)
+    counts = dict(staged.counts or {})
     log.info("%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
-             schema.name, counts["snapshot_rows"], counts["snapshot_deleted"], counts["missing_marked_deleted"])
-    return SyncResult("initial_load" if replica is None else "resync", counts,
-                      _api_used(salesforce) - used_before)
+             schema.name, counts.get("snapshot_rows", 0), counts.get("snapshot_deleted", 0),
+             counts.get("missing_marked_deleted", 0))
+    return SyncResult(mode, counts, _api_used(salesforce) - used_before)
 
 
 def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,

@@ -53,9 +53,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
+from deltalake.transaction import AddAction, create_table_with_add_actions
 from pydantic import Field
 
 from resources.commit_safety import ensure_safe_commits
@@ -178,6 +179,10 @@ class DeltaWarehouse(dg.ConfigurableResource):
             return DeltaTable(self.uri(name), storage_options=self._options())
         except TableNotFoundError:
             return None
+
+    def exists(self, name: str) -> bool:
+        """Whether the table exists, without loading its log (a load costs ~0.1 s; a sensor asks for every object)."""
+        return DeltaTable.is_deltatable(self.uri(name), storage_options=self._options())
 
     def read(self, table: DeltaTable, *, filter: ds.Expression | None = None, partitions=None, prune=None,
              columns: Sequence[str] | None = None) -> pa.Table:
@@ -381,6 +386,24 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns, version=_next_version(read)),
             )
+        return self._checkpointed(name, read)
+
+    def commit_files(self, name: str, actions: list[AddAction], *, read: DeltaTable | None, schema: pa.Schema,
+                     partition_by: list[str], key: str, state: dict, txns: dict[str, int],
+                     description: str | None = None, configuration: dict[str, str] | None = None) -> DeltaTable:
+        """Replace the table's rows and schema with Parquet files already written under its folder (`actions`: their
+        add actions, paths relative to it), in one commit against `read` (None: create the table, with
+        `description` and the table properties `configuration`); the files are not read again."""
+        properties = self.properties(key, state, txns, version=_next_version(read))
+        with self._sole_writer(name, read):
+            if read is None:
+                create_table_with_add_actions(self.uri(name), Schema.from_arrow(schema), actions, mode="error",
+                                              partition_by=partition_by, description=description,
+                                              configuration=self._created_with(name, configuration),
+                                              storage_options=self._options(), commit_properties=properties)
+            else:
+                read.create_write_transaction(actions, mode="overwrite", schema=Schema.from_arrow(schema),
+                                              partition_by=partition_by, commit_properties=properties)
         return self._checkpointed(name, read)
 
     def upsert(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str | Sequence[str],

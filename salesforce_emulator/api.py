@@ -27,6 +27,8 @@ class Api:
         self.instance_url = ""
         self.cursors: OrderedDict[str, Any] = OrderedDict()
         self.jobs: dict[str, Any] = {}
+        self.bulk_objects: dict[str, Any] = {}  # name -> bulk_synthetic.BulkObject (records generated per page)
+        self.result_page_records = 50_000  # records per page of the parallel result pages (resultPages)
         self.lock = threading.Lock()
         self.dispatcher = Dispatcher(self, all_routes())
 

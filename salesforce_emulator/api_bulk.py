@@ -5,6 +5,13 @@ the org keeps changing) and streams its CSV to a file under the data directory, 
 every row. A result page is then a byte range of that file plus the header line: constant memory, whatever the
 size of the object. Values follow Bulk API CSV: every value quoted, null as an empty unquoted cell, datetimes
 ``2025-11-22T08:26:40.000Z``, booleans ``true``/``false``.
+
+Since API version 58.0 a complete job also offers its results as parallel result pages (Bulk API 2.0 guide, "Get
+Parallel Results for a Query Job"): ``GET jobs/query/<id>/resultPages`` answers with up to five ``resultUrl``s
+(each the results URI with its own locator, pages of ``Api.result_page_records`` records), ``nextRecordsUrl`` for
+the next five and ``done``; a client may fetch those pages at once. An object registered with
+``Emulator.add_bulk_object`` has no rows in the store: its job completes at once and each page is generated from
+its row range (``bulk_synthetic.py``).
 """
 
 from __future__ import annotations
@@ -49,6 +56,12 @@ class Job:
     header: bytes = b""
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None
+    generated: Any = None  # a bulk_synthetic.BulkObject: pages computed from their row range, no file
+    records: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.records if self.generated is not None else max(len(self.offsets) - 1, 0)
 
     def info(self, api: Api) -> dict[str, Any]:
         return {
@@ -58,7 +71,7 @@ class Job:
             "apiVersion": float(api.api_version), "jobType": "V2Query",
             "lineEnding": "CRLF" if self.line_ending == "\r\n" else "LF",
             "columnDelimiter": next(k for k, v in _DELIMITERS.items() if v == self.delimiter),
-            "numberRecordsProcessed": max(len(self.offsets) - 1, 0), "retries": 0,
+            "numberRecordsProcessed": self.total, "retries": 0,
             "totalProcessingTime": int(((self.finished or time.monotonic()) - self.started) * 1000),
             **({"errorMessage": self.error} if self.error else {}),
         }
@@ -121,6 +134,13 @@ def create_job(api: Api, req: Request) -> Response:
               "\r\n" if body.get("lineEnding") == "CRLF" else "\n", ms_to_iso(int(time.time() * 1000)))
     with api.lock:
         api.jobs[job_id] = job
+    if (generated := api.bulk_objects.get(query.obj.name)) is not None:
+        if query.where_sql or query.limit is not None or query.offset or query.order_sql != "Id":
+            raise ApiError(400, "INVALIDJOB", f"{query.obj.name} is generated: only SELECT <fields> FROM it")
+        job.generated, job.records, job.state = generated, generated.records, "JobComplete"
+        job.header = _csv_row([f.name for f in query.fields], delimiter, job.line_ending)
+        job.finished = time.monotonic()
+        return Response(200, job.info(api))
     threading.Thread(target=_run, args=(api, job), name=f"bulk-{job_id}", daemon=True).start()
     return Response(200, job.info(api))
 
@@ -171,16 +191,50 @@ def results(api: Api, req: Request) -> Response:
         start = _decode_locator(locator) if locator and locator != "null" else 0
     except ValueError:
         raise ApiError(400, "INVALIDLOCATOR", f"Invalid locator: {locator}") from None
-    total = len(job.offsets) - 1
+    total = job.total
     if start > total:
         raise ApiError(400, "INVALIDLOCATOR", f"Invalid locator: {locator}")
     end = min(start + page, total)
-    with job.path.open("rb") as handle:
-        handle.seek(job.offsets[start])
-        chunk = handle.read(job.offsets[end] - job.offsets[start])
-    next_locator = ids.to_base62(end, width=1, fixed=False) if end < total else "null"
+    if job.generated is not None:
+        chunk = job.generated.page(start, end, job.query.fields, job.delimiter, job.line_ending)
+    else:
+        with job.path.open("rb") as handle:
+            handle.seek(job.offsets[start])
+            chunk = handle.read(job.offsets[end] - job.offsets[start])
+    next_locator = _locator(end) if end < total else "null"
     return Response(body=job.header + chunk, content_type="text/csv",
                     headers={"Sforce-Locator": next_locator, "Sforce-NumberOfRecords": str(end - start)})
+
+
+PARALLEL_SINCE = (58, 0)
+PARALLEL_PAGES = 5  # resultUrls per resultPages response
+
+
+def result_pages(api: Api, req: Request) -> Response:
+    """Up to five result URIs of a complete job (API 58.0+), from the page the locator names."""
+    if tuple(int(p) for p in req.version.split(".")) < PARALLEL_SINCE:
+        raise not_found(f"resultPages is available in API version 58.0 and later, not {req.version}")
+    job = _job(api, req)
+    if job.state != "JobComplete":
+        raise ApiError(400, "INVALIDJOB", f"Job {job.id} is not complete (state {job.state})")
+    locator = req.arg("locator") or ""
+    try:
+        start = _decode_locator(locator) if locator else 0
+    except ValueError:
+        raise ApiError(400, "INVALIDLOCATOR", f"Invalid locator: {locator}") from None
+    page, total = api.result_page_records, job.total
+    base = f"/services/data/v{req.version}/jobs/query/{job.id}"
+    starts = list(range(start, total, page))[:PARALLEL_PAGES] or ([0] if start == 0 else [])
+    urls = [{"resultUrl": f"{base}/results?maxRecords={page}" + (f"&locator={_locator(s)}" if s else "")}
+            for s in starts]
+    after = starts[-1] + page if starts else total
+    done = after >= total
+    return Response(body={"resultPages": urls, "done": done,
+                          "nextRecordsUrl": None if done else f"{base}/resultPages?locator={_locator(after)}"})
+
+
+def _locator(start: int) -> str:
+    return ids.to_base62(start, width=1, fixed=False)
 
 
 def _decode_locator(locator: str) -> int:
@@ -200,4 +254,5 @@ ROUTES = [
     route("PATCH", r"/jobs/query/(?P<job>\w+)", "bulk_job_status", abort_job),
     route("DELETE", r"/jobs/query/(?P<job>\w+)", "bulk_job_delete", delete_job),
     route("GET", r"/jobs/query/(?P<job>\w+)/results", "bulk_results", results),
+    route("GET", r"/jobs/query/(?P<job>\w+)/resultPages", "bulk_result_pages", result_pages),
 ]

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator.changes import normalize_id, resolve_object
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
-from salesforce_emulator.schema import OBJECTS, Field, Related, SObject, derived_value
+from salesforce_emulator.schema import Field, Related, SObject, derived_value
 from salesforce_emulator.server import Request, Response, route
 from salesforce_emulator.values import to_rest
 
@@ -48,11 +48,11 @@ def versions(api: Api, req: Request) -> Response:
 
 
 def sobjects(api: Api, req: Request) -> Response:
-    entries = [{"name": o.name, "label": o.name, "keyPrefix": o.key_prefix, "custom": False, "queryable": True,
+    entries = [{"name": o.name, "label": o.name, "keyPrefix": o.key_prefix, "custom": o.custom, "queryable": True,
                 "createable": True, "updateable": True, "deletable": o.deletable, "replicateable": True,
                 "urls": {"sobject": f"/services/data/v{req.version}/sobjects/{o.name}",
                          "describe": f"/services/data/v{req.version}/sobjects/{o.name}/describe"}}
-               for o in OBJECTS.values()]
+               for o in api.store.objects]
     return Response(body={"encoding": "UTF-8", "maxBatchSize": 200, "sobjects": entries})
 
 

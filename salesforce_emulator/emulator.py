@@ -8,6 +8,8 @@ kept in ``events.sqlite``; without a ``landing_dir`` it then writes no landing f
 
 The store exists as soon as the object does (a workload can build the org before ``start()``); ``start()`` binds
 127.0.0.1 and serves HTTPS from a background thread; ``stop()`` publishes pending events and closes everything.
+``custom_objects=N`` gives the org N generated custom objects ``Thing_001__c`` .. (``custom_objects.py``: describe,
+SOQL, REST, Bulk and CDC like any object; a restart keeps them). Off by default.
 Everything durable lives in ``data_dir`` (``org.sqlite``, ``tls/``, ``bulk/``), so a new Emulator on the same
 directory is a restart of the same org.
 """
@@ -45,13 +47,14 @@ class Emulator:
                  password: str = "dev-password", security_token: str = "", pubsub: bool = False,
                  pubsub_port: int = 0, retention_seconds: float = DEFAULT_RETENTION_SECONDS,
                  keepalive_seconds: float = 270.0, jwt_certificate: str | None = None,
-                 name_order: str = "western", keep_states: bool = False):
+                 name_order: str = "western", keep_states: bool = False, custom_objects: int = 0):
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.landing_dir = Path(landing_dir) if landing_dir is not None else None
         self.host, self.port, self.token = host, port, token
         self.faults = faults or FaultConfig()
-        self.store = Store(self.data_dir / "org.sqlite", name_order, keep_states=keep_states)
+        self.store = Store(self.data_dir / "org.sqlite", name_order, keep_states=keep_states,
+                           custom_objects=custom_objects)
         self.publisher: CdcPublisher | None = None
         self.events = EventLog(self.data_dir / "events.sqlite", retention_seconds) if pubsub else None
         if self.landing_dir is not None or self.events is not None:
@@ -193,6 +196,19 @@ class Emulator:
         own SystemModstamp never moves back: one stamped at or after that time makes the transaction commit 1 ms
         after it."""
         self.store.skew_next_commits([-behind_ms] * count)
+
+    # -- big tables (bulk_synthetic.py) ---------------------------------------------------------------------
+    def add_bulk_object(self, records: int, columns: int = 64, seed: int = 7) -> str:
+        """Serve ``Wide_Thing__c`` with `records` records of `columns` fields through describe and Bulk API 2.0
+        query jobs only, each result page generated from its row range (no store rows: any size, constant
+        memory). Returns the object's name."""
+        from salesforce_emulator.bulk_synthetic import BulkObject
+        from salesforce_emulator.custom_objects import wide_object
+        from salesforce_emulator.schema import register
+
+        obj = register(wide_object(columns))
+        self.api.bulk_objects[obj.name] = BulkObject(obj, records, seed)
+        return obj.name
 
     # -- API accounting -------------------------------------------------------------------------------
     def request_counts(self) -> dict[str, int]:

@@ -54,6 +54,8 @@ class Field:
     default: Any = None
     label: str | None = None
     formula: str | None = None  # calculatedFormula: the formula text of a calculated field (described, not parsed)
+    reference_to: tuple[str, ...] = ()  # a lookup's target objects (describe's referenceTo)
+    picklist: tuple[str, ...] = ()  # a picklist's values (describe's picklistValues)
 
     @property
     def stored(self) -> bool:
@@ -84,7 +86,11 @@ class Field:
         if self.type in ("double", "currency", "percent"):
             out |= {"precision": 18, "scale": 2}
         if self.type == "picklist":
-            out["picklistValues"] = []
+            out["picklistValues"] = [{"value": v, "label": v, "active": True, "defaultValue": False}
+                                     for v in self.picklist]
+        if self.reference_to:
+            out["referenceTo"] = list(self.reference_to)
+            out["relationshipName"] = self.name[:-3] + "__r" if self.name.endswith("__c") else self.name[:-2]
         return out
 
 
@@ -109,6 +115,7 @@ class SObject:
     # stored values the org derives from others (a person account's Name): (row after the write, the org's name
     # order, a key of NAME_ORDERS) -> values
     derived: Callable[[dict[str, Any], str], dict[str, Any]] | None = None
+    custom: bool = False  # a custom object (``__c``): custom_objects.py generates them
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "by_name", {f.name: f for f in self.fields})
@@ -140,7 +147,7 @@ class SObject:
             "name": self.name,
             "label": self.name,
             "keyPrefix": self.key_prefix,
-            "custom": False,
+            "custom": self.custom,
             "createable": True,
             "updateable": True,
             "deletable": self.deletable,
@@ -152,15 +159,15 @@ class SObject:
         }
 
 
-def _id() -> tuple[Field, ...]:
+def id_field() -> tuple[Field, ...]:
     return (Field("Id", "id", nillable=False, length=18, updateable=False),)
 
 
-def _deleted() -> tuple[Field, ...]:
+def deleted_field() -> tuple[Field, ...]:
     return (Field("IsDeleted", "boolean", nillable=False, updateable=False, default=0),)
 
 
-def _audit(owner: bool = True) -> tuple[Field, ...]:
+def audit_fields(owner: bool = True) -> tuple[Field, ...]:
     owned = (Field("OwnerId", "reference", nillable=False, length=18),) if owner else ()
     return owned + (
         Field("CreatedDate", "datetime", nillable=False, updateable=False),
@@ -249,7 +256,7 @@ def _follow_up_date(row: dict[str, Any], related: Related) -> str | None:
     return None if not close else (datetime.date.fromisoformat(close) + datetime.timedelta(days=7)).isoformat()
 
 
-ACCOUNT = SObject("Account", "001", _id() + _deleted() + (
+ACCOUNT = SObject("Account", "001", id_field() + deleted_field() + (
     Field("Name", "string", nillable=False, length=255),
 ) + _person_account_name() + (
     Field("IsPersonAccount", "boolean", nillable=False, default=0),
@@ -263,7 +270,7 @@ ACCOUNT = SObject("Account", "001", _id() + _deleted() + (
     Field("Phone", "phone", length=40),
     Field("Website", "url", length=255),
     Field("Description", "textarea", length=32000),
-) + _address("Billing", "BillingAddress") + _address("Shipping", "ShippingAddress") + _audit() + (
+) + _address("Billing", "BillingAddress") + _address("Shipping", "ShippingAddress") + audit_fields() + (
     Field("Account_Score__c", "double", calculated=True, updateable=False,
           formula="ROUND(AnnualRevenue / NumberOfEmployees / 1000, 2)"),
     Field("Revenue_Band__c", "string", length=1300, calculated=True, updateable=False,
@@ -271,7 +278,7 @@ ACCOUNT = SObject("Account", "001", _id() + _deleted() + (
                   'IF(AnnualRevenue < 50000000, "Medium", "Large")))'),
 ), formulas={"Account_Score__c": _account_score, "Revenue_Band__c": _revenue_band}, derived=_account_derived)
 
-CONTACT = SObject("Contact", "003", _id() + _deleted() + (
+CONTACT = SObject("Contact", "003", id_field() + deleted_field() + (
     Field("AccountId", "reference", length=18),
 ) + _person_name() + (
     Field("Title", "string", length=128),
@@ -280,13 +287,13 @@ CONTACT = SObject("Contact", "003", _id() + _deleted() + (
     Field("Birthdate", "date"),
     Field("Best_Time_To_Call__c", "time", label="Best Time to Call"),
     Field("HasOptedOutOfEmail", "boolean", nillable=False, default=0),
-) + _address("Mailing", "MailingAddress") + _audit() + (
+) + _address("Mailing", "MailingAddress") + audit_fields() + (
     Field("Account_Industry__c", "string", length=1300, calculated=True, updateable=False,
           formula="TEXT(Account.Industry)"),
     Field("Account_Revenue__c", "currency", calculated=True, updateable=False, formula="Account.AnnualRevenue"),
 ), formulas={"Account_Industry__c": _account_field("Industry"), "Account_Revenue__c": _account_field("AnnualRevenue")})
 
-OPPORTUNITY = SObject("Opportunity", "006", _id() + _deleted() + (
+OPPORTUNITY = SObject("Opportunity", "006", id_field() + deleted_field() + (
     Field("AccountId", "reference", length=18),
     Field("Name", "string", nillable=False, length=120),
     Field("StageName", "picklist", nillable=False, length=255),
@@ -296,12 +303,12 @@ OPPORTUNITY = SObject("Opportunity", "006", _id() + _deleted() + (
     Field("IsWon", "boolean", nillable=False, default=0),
     Field("LeadSource", "picklist", length=255),
     Field("Description", "textarea", length=32000),
-) + _audit() + (
+) + audit_fields() + (
     Field("Expected_Amount__c", "currency", calculated=True, updateable=False, formula="Amount * Probability"),
     Field("Follow_Up_Date__c", "date", calculated=True, updateable=False, formula="CloseDate + 7"),
 ), formulas={"Expected_Amount__c": _expected_amount, "Follow_Up_Date__c": _follow_up_date})
 
-LEAD = SObject("Lead", "00Q", _id() + _deleted() + _person_name() + (
+LEAD = SObject("Lead", "00Q", id_field() + deleted_field() + _person_name() + (
     Field("Company", "string", nillable=False, length=255),
     Field("Title", "string", length=128),
     Field("Email", "email", length=80),
@@ -313,9 +320,9 @@ LEAD = SObject("Lead", "00Q", _id() + _deleted() + _person_name() + (
     Field("ConvertedAccountId", "reference", length=18),
     Field("ConvertedContactId", "reference", length=18),
     Field("ConvertedOpportunityId", "reference", length=18),
-) + _address("", "Address") + _audit())
+) + _address("", "Address") + audit_fields())
 
-CASE = SObject("Case", "500", _id() + _deleted() + (
+CASE = SObject("Case", "500", id_field() + deleted_field() + (
     Field("CaseNumber", "string", nillable=False, length=30, updateable=False),
     Field("AccountId", "reference", length=18),
     Field("ContactId", "reference", length=18),
@@ -326,13 +333,13 @@ CASE = SObject("Case", "500", _id() + _deleted() + (
     Field("Origin", "picklist", length=255),
     Field("IsClosed", "boolean", nillable=False, default=0),
     Field("ClosedDate", "datetime"),
-) + _audit())
+) + audit_fields())
 
-USER = SObject("User", "005", _id() + _deleted() + _person_name() + (
+USER = SObject("User", "005", id_field() + deleted_field() + _person_name() + (
     Field("Username", "string", nillable=False, length=80),
     Field("Email", "email", nillable=False, length=128),
     Field("IsActive", "boolean", nillable=False, default=1),
-) + _audit(owner=False), deletable=False)
+) + audit_fields(owner=False), deletable=False)
 
 
 
@@ -346,15 +353,15 @@ def _lacking(name: str, key_prefix: str, fields: tuple[Field, ...], missing: tup
 # Objects without CDC that polling meets, shaped as in a real org: a field history object has only CreatedDate (no
 # SystemModstamp, no LastModifiedDate), a share object LastModifiedDate (no SystemModstamp, no CreatedDate), a
 # setup object like UserRole no IsDeleted (and no CreatedDate).
-ACCOUNT_HISTORY = _lacking("AccountHistory", "017", _id() + _deleted() + (
+ACCOUNT_HISTORY = _lacking("AccountHistory", "017", id_field() + deleted_field() + (
     Field("AccountId", "reference", nillable=False, length=18),
     Field("Field", "picklist", nillable=False, length=255),
     Field("DataType", "picklist", length=255),
     Field("OldValue", "anyType"),
     Field("NewValue", "anyType"),
-) + _audit(owner=False), ("LastModifiedDate", "LastModifiedById", "SystemModstamp"), deletable=False)
+) + audit_fields(owner=False), ("LastModifiedDate", "LastModifiedById", "SystemModstamp"), deletable=False)
 
-ACCOUNT_SHARE = _lacking("AccountShare", "00r", _id() + _deleted() + (
+ACCOUNT_SHARE = _lacking("AccountShare", "00r", id_field() + deleted_field() + (
     Field("AccountId", "reference", nillable=False, length=18),
     Field("UserOrGroupId", "reference", nillable=False, length=18),
     Field("AccountAccessLevel", "picklist", nillable=False, length=40),
@@ -362,23 +369,42 @@ ACCOUNT_SHARE = _lacking("AccountShare", "00r", _id() + _deleted() + (
     Field("CaseAccessLevel", "picklist", length=40),
     Field("ContactAccessLevel", "picklist", length=40),
     Field("RowCause", "picklist", length=40),
-) + _audit(owner=False), ("CreatedDate", "CreatedById", "SystemModstamp"))
+) + audit_fields(owner=False), ("CreatedDate", "CreatedById", "SystemModstamp"))
 
-USER_ROLE = _lacking("UserRole", "00E", _id() + _deleted() + (
+USER_ROLE = _lacking("UserRole", "00E", id_field() + deleted_field() + (
     Field("Name", "string", nillable=False, length=80),
     Field("DeveloperName", "string", length=80),
     Field("ParentRoleId", "reference", length=18),
     Field("RollupDescription", "string", length=80),
-) + _audit(owner=False), ("IsDeleted", "CreatedDate", "CreatedById"))
+) + audit_fields(owner=False), ("IsDeleted", "CreatedDate", "CreatedById"))
 
-OBJECTS: dict[str, SObject] = {o.name: o for o in (ACCOUNT, CONTACT, OPPORTUNITY, LEAD, CASE, USER, ACCOUNT_HISTORY,
-                                                   ACCOUNT_SHARE, USER_ROLE)}
+STANDARD_OBJECTS: tuple[SObject, ...] = (ACCOUNT, CONTACT, OPPORTUNITY, LEAD, CASE, USER, ACCOUNT_HISTORY,
+                                          ACCOUNT_SHARE, USER_ROLE)
+# Every object the emulator knows: the standard ones, and the generated custom objects registered so far (an org
+# has tables for the standard ones and for the custom objects it was built with: Store.objects).
+OBJECTS: dict[str, SObject] = {o.name: o for o in STANDARD_OBJECTS}
 _LOWER = {name.lower(): obj for name, obj in OBJECTS.items()}
 BY_PREFIX = {o.key_prefix: o for o in OBJECTS.values()}
 
 
 def get_object(name: str) -> SObject | None:
     return _LOWER.get(name.lower())
+
+
+def register(obj: SObject) -> SObject:
+    """Make `obj` known to every API (idempotent for the same object)."""
+    OBJECTS.setdefault(obj.name, obj)
+    _LOWER.setdefault(obj.name.lower(), obj)
+    BY_PREFIX.setdefault(obj.key_prefix, obj)
+    return OBJECTS[obj.name]
+
+
+def register_custom_objects(count: int) -> list[SObject]:
+    """Make the generated custom objects ``Thing_001__c`` .. ``Thing_<count>__c`` known (custom_objects.py);
+    idempotent: object n is always the same. Returns them in number order."""
+    from salesforce_emulator.custom_objects import custom_object
+
+    return [register(custom_object(number)) for number in range(1, count + 1)]
 
 
 def no_related(object_name: str, record_id: str | None) -> dict[str, Any] | None:

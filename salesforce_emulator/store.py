@@ -43,7 +43,8 @@ from typing import Any
 
 from salesforce_emulator import ids
 from salesforce_emulator.changes import CommittedTransaction, Transaction, resolve_object
-from salesforce_emulator.schema import NAME_ORDERS, OBJECTS, Related, SObject, derived_value
+from salesforce_emulator.schema import (NAME_ORDERS, STANDARD_OBJECTS, Related, SObject, derived_value,
+                                         register_custom_objects)
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ def quote(name: str) -> str:
 class Store:
     """A SQLite-backed org. Thread-safe; all writes go through :meth:`transaction`."""
 
-    def __init__(self, path: Path, name_order: str = "western", keep_states: bool = False):
+    def __init__(self, path: Path, name_order: str = "western", keep_states: bool = False,
+                 custom_objects: int = 0):
         if name_order not in NAME_ORDERS:
             raise ValueError(f"name_order {name_order!r}: use one of {', '.join(NAME_ORDERS)}")
         self.name_order = name_order  # how a person account's Name joins its parts (schema.NAME_ORDERS)
@@ -75,8 +77,16 @@ class Store:
         self.conn.row_factory = sqlite3.Row
         self._listeners: list[Listener] = []
         self._active: Transaction | None = None
-        self._create_tables()
+        self.conn.execute("CREATE TABLE IF NOT EXISTS _meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         self._meta: dict[str, int] = dict(self.conn.execute("SELECT key, value FROM _meta").fetchall())
+        # Generated custom objects (custom_objects.py): an org built with N keeps them across restarts.
+        custom_count = max(custom_objects, self._meta.get("custom_objects", 0))
+        self.objects: list[SObject] = [*STANDARD_OBJECTS, *register_custom_objects(custom_count)]
+        if custom_count != self._meta.get("custom_objects", 0):
+            self._meta["custom_objects"] = custom_count
+            self.conn.execute("INSERT OR REPLACE INTO _meta (key, value) VALUES ('custom_objects', ?)",
+                              (custom_count,))
+        self._create_tables()
         self._dirty_meta: set[str] = set()
         self._last_ts = self._meta.get("last_commit_ts", 0)
         self._skews: deque[int] = deque()  # commit-time offsets of the next transactions (see skew_next_commits)
@@ -89,11 +99,10 @@ class Store:
     # -- schema -------------------------------------------------------------------------------------
     def _create_tables(self) -> None:
         with self.lock:
-            self.conn.execute("CREATE TABLE IF NOT EXISTS _meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
             self.conn.execute("CREATE TABLE IF NOT EXISTS _record_states (entity TEXT NOT NULL, record_id TEXT NOT NULL, "
                               "commit_number INTEGER NOT NULL, transaction_key TEXT NOT NULL, commit_ts INTEGER NOT "
                               "NULL, state TEXT, PRIMARY KEY (entity, record_id, commit_number))")
-            for obj in OBJECTS.values():
+            for obj in self.objects:
                 cols = ", ".join(
                     f"{quote(f.name)} {_SQL_TYPES.get(f.type, 'TEXT')}" + (" PRIMARY KEY" if f.name == "Id" else "")
                     for f in obj.stored_fields

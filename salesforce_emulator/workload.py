@@ -17,18 +17,27 @@ changes its own fields (``data.PERSON_UPDATABLE``), its name parts too: a rename
 With ``long_text=True`` records get long multi-line Descriptions and the mix gains ``edit_text`` (weight
 ``LONG_TEXT_WEIGHT``): small edits of a Description, which CDC sends as diffs when ``FaultConfig.diff_over_chars``
 is set. Off by default, so existing seeds make the same workload.
+
+With ``custom_objects=N`` the org's generated custom objects ``Thing_001__c`` .. ``Thing_<N>__c`` (the emulator's
+``Emulator(custom_objects=N)``; ``custom_objects.py``) take part: ``build_org`` gives each ``custom_records``
+records (lookups to Accounts and lower-numbered Things), and the mix's updates, nullings, creates, deletes and
+large transactions pick them too (each with weight ``CUSTOM_OBJECT_WEIGHT``). ``touch_each`` changes one record of
+each named object, one transaction each: a burst touching every object. Off by default.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
 from collections import Counter, deque
 from typing import Any
 
+from salesforce_emulator import custom_objects as custom
 from salesforce_emulator import workload_data as data
 from salesforce_emulator.errors import ApiError
+from salesforce_emulator.schema import SObject, get_object, register_custom_objects
 from salesforce_emulator.workload_backends import Backend, Op, Ref, RestBackend, StoreBackend
 
 log = logging.getLogger(__name__)
@@ -40,12 +49,14 @@ MIX = {
 }
 OBJECT_WEIGHTS = {"Account": 3, "Contact": 4, "Opportunity": 3, "Lead": 2, "Case": 3}
 LONG_TEXT_WEIGHT = 30
+CUSTOM_OBJECT_WEIGHT = 0.2
 PERSON_ACCOUNT_SHARE = 0.3
 
 
 class Workload:
     def __init__(self, target: Any, seed: int = 0, large_transaction: tuple[int, int] = (100, 400),
-                 long_text: bool = False, person_accounts: bool = True):
+                 long_text: bool = False, person_accounts: bool = True, custom_objects: int = 0,
+                 custom_records: int = 3):
         from salesforce_emulator.emulator import Emulator
         from salesforce_emulator.store import Store
 
@@ -61,7 +72,14 @@ class Workload:
         self.person_accounts = person_accounts
         self.live: dict[str, list[str]] = {}
         self.deleted: dict[str, list[str]] = {}
-        self.recent: dict[str, deque[str]] = {name: deque(maxlen=100) for name in OBJECTS}
+        self.custom = register_custom_objects(custom_objects)
+        self.custom_records = custom_records
+        self.objects: tuple[str, ...] = OBJECTS + tuple(o.name for o in self.custom)
+        self.weights = OBJECT_WEIGHTS | {o.name: CUSTOM_OBJECT_WEIGHT for o in self.custom}
+        self.updatable: dict[str, dict[str, data.Gen]] = data.UPDATABLE | {o.name: self._generators(o)
+                                                                         for o in self.custom}
+        self.nullable: dict[str, list[str]] = data.NULLABLE | {o.name: custom.nullable(o) for o in self.custom}
+        self.recent: dict[str, deque[str]] = {name: deque(maxlen=100) for name in self.objects}
         self.live_ids: dict[str, set[str]] = {}
         self.converted: set[str] = set()
         self.stats: Counter[str] = Counter()
@@ -70,7 +88,7 @@ class Workload:
 
     def refresh(self) -> None:
         """Re-read which records exist (after changes made by someone else)."""
-        for name in OBJECTS:
+        for name in self.objects:
             self.live[name], self.deleted[name] = self.backend.live_and_deleted(name)
             self.live_ids[name] = set(self.live[name])
 
@@ -99,6 +117,11 @@ class Workload:
             ops = [self._create("Lead") for _ in range(min(batch, lead_count - start))]
             self._apply(ops, count=False)
             created["Lead"] += len(ops)
+        for obj in self.custom:  # in number order: a lookup's target Thing has its records already
+            ops = [self._create(obj.name) for _ in range(self.custom_records)]
+            for chunk in range(0, len(ops), batch):
+                self._apply(ops[chunk:chunk + batch], count=False)
+            created[obj.name] += len(ops)
         log.info("workload built an org: %s", dict(created))
         return dict(created)
 
@@ -127,14 +150,31 @@ class Workload:
                 self.refresh()
         return dict(self.stats)
 
+    def touch_each(self, names: list[str] | None = None) -> int:
+        """One transaction per object of `names` (default: every object the workload changes), each updating one
+        of its records: a burst that touches every object. Returns the transactions made."""
+        made = 0
+        for name in names or self.objects:
+            if ops := self._update(name):
+                self._apply(ops)
+                made += 1
+        return made
+
     def large(self, object_name: str | None = None) -> dict[str, str]:
         """One large transaction now (updates of `large_transaction` consecutive records of `object_name`, by
         default an object drawn from the mix)."""
         return self._apply(self._plan_large(object_name))
 
     # -- planning -----------------------------------------------------------------------------------
-    def _object(self, choices: tuple[str, ...] = OBJECTS) -> str:
-        return self.rng.choices(choices, [OBJECT_WEIGHTS[c] for c in choices])[0]
+    def _object(self, choices: tuple[str, ...] | None = None) -> str:
+        choices = choices or self.objects
+        return self.rng.choices(choices, [self.weights[c] for c in choices])[0]
+
+    def _generators(self, obj: SObject) -> dict[str, data.Gen]:
+        """Value generators of a custom object's updatable fields (a lookup picks a live record of its target)."""
+        gens: dict[str, data.Gen] = {f.name: functools.partial(custom.field_value, fld=f, targets=self.live)
+                                     for f in custom.custom_fields(obj)}
+        return gens | {"Name": lambda r: f"{obj.name[:-3]} renamed {r.randrange(10**6)}"}
 
     def _pick(self, name: str) -> str | None:
         """A live record: 35% recently touched, 35% among the newest tenth, 30% uniformly (old ones too)."""
@@ -151,7 +191,7 @@ class Workload:
         return self.rng.choice(live)
 
     def _fields(self, name: str, count: int) -> dict[str, Any]:
-        pool = data.UPDATABLE[name]
+        pool = self.updatable[name]
         chosen = self.rng.sample(list(pool), k=min(count, len(pool)))
         return {field: pool[field](self.rng) for field in chosen}
 
@@ -159,6 +199,8 @@ class Workload:
         self._refs += 1
         if name == "Account" and self.person_accounts and self.rng.random() < PERSON_ACCOUNT_SHARE:
             fields = data.person_account(self.rng) | (extra or {})
+        elif (obj := get_object(name)) is not None and obj.custom:  # a generated custom object
+            fields = custom.new_record(self.rng, obj, self.live) | (extra or {})
         else:
             fields = data.new_record(self.rng, name, extra)
         if self.long_text and name in data.LONG_TEXT_OBJECTS:
@@ -192,7 +234,7 @@ class Workload:
         record_id = self._pick(name)
         if record_id is None:
             return []
-        fields = self.rng.sample(data.NULLABLE[name], k=self.rng.randint(1, 2))
+        fields = self.rng.sample(self.nullable[name], k=self.rng.randint(1, 2))
         return [Op("update", name, record_id, {f: None for f in fields})]
 
     def _plan_address(self) -> list[Op]:

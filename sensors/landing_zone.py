@@ -25,8 +25,10 @@ Paused objects (cdc_assets/operate/pause.py) are left out of every run this sens
 still ingested. After a resume, one catch-up run of the object applies what was ingested meanwhile.
 
 When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, the rule in
-`cdc_assets/closure.py`); the sensor then requests one run of every replica so that transaction is applied by all
-that hold it, without waiting for more events (retried the same way if it fails).
+`cdc_assets/closure.py`); the sensor then requests one run of the replicas that may hold it (its entities) or have
+anything else to apply (`replicas_to_include`), so that transaction is applied by all that hold it, without waiting
+for more events (retried the same way if it fails). Not every replica: with hundreds of objects, a transaction of
+one would otherwise start a run of them all.
 """
 
 import json
@@ -135,9 +137,9 @@ def landing_run_in_flight(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
 
 def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: IngestState,
                   backoff: Backoff, cursor: dict) -> tuple[dg.RunRequest | None, str | None]:
-    """The run of every replica that applies the newest transaction once it counts as closed by timeout (it
-    includes all replicas: whichever hold rows of it apply it in this one run); else why not. `cursor["closed_seq"]`
-    remembers the last ingest it was requested for."""
+    """The run of the replicas that apply the newest transaction once it counts as closed by timeout (every one
+    that may hold rows of it, so that they apply it in this one run, and any with rows to apply); else why not.
+    `cursor["closed_seq"]` remembers the last ingest it was requested for."""
     seq = ce_state.ingest_seq
     if not seq or not ce_state.newest:
         return None, "no new landing files"
@@ -154,9 +156,14 @@ def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, 
             return None, retry.wait or "no new landing files; the newest transaction is applied"
         attempt = retry.attempt
     cursor["closed_seq"] = seq
-    names = [n for n in replication.names if n not in paused_objects(instance, replication.names)]
+    # Only the replicas that may hold it or have anything to apply: the run's size follows the transaction, not
+    # the number of objects replicated.
+    paused = paused_objects(instance, replication.names)
+    waiting = replicas_to_include(instance, replication, ce_state)
+    names = [n for n in replication.names if n in waiting and n not in paused]
     if not names:
-        return None, "every object is paused"
+        return None, "every replica that holds the newest transaction is paused" if waiting else \
+            "no new landing files; no replica holds the newest transaction"
     return dg.RunRequest(run_key=f"close-{seq}" + (f"-{attempt}" if attempt else ""),
                          asset_selection=[replica_key(n) for n in names],
                          tags=run_tags(mode=MODE_APPLY, reason=REASON_CLOSE, objects=names,

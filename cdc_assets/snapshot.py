@@ -32,7 +32,6 @@ from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
@@ -122,7 +121,7 @@ def stage_missing(warehouse: DeltaWarehouse, name: str, stage: DeltaTable, state
         staged = arrow_dataset(stage).to_table(columns=["Id"])["Id"].combine_chunks()
         gone_ids = old_ids.filter(pc.invert(pc.is_in(old_ids, value_set=staged)))
         if len(gone_ids):
-            old = arrow_dataset(replica).to_table(filter=ds.field("Id").isin(gone_ids))
+            old = warehouse.read_keys(replica, key_column="Id", keys=gone_ids.to_pylist())
             gone = mark_deleted(aligned_arrow(old, target), at=now, source=SNAPSHOT, synced_at=now)
     rows = aligned_arrow(gone, target)
     counts = dict(state.counts or {}) | {"missing_marked_deleted": rows.num_rows}

@@ -16,7 +16,7 @@ the steps (per step), and the run's wall. The baseline in the same process: one 
 (`spark.range(1).collect()`), warm. With `--against <git ref>` the same measurement also runs on that ref's code
 (a temporary `git worktree` of it, in a child process), so before and after come from one sitting.
 
-    python -m bench.step [--objects 12] [--against main]
+    python -m bench.step [--objects 15] [--against main]
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ TEST_SPARK_CONF = {  # tests/settings.py: local[2], as the tests run
     "spark.driver.memory": "2g", "spark.sql.adaptive.enabled": "false", "spark.ui.showConsoleProgress": "false",
 }
 RECORDS_PER_OBJECT = 3
+WARM_OBJECTS = 5  # loaded first, unmeasured: a JVM's first queries compile and JIT
 
 
 def _spark_jobs(spark) -> list[float]:
@@ -111,6 +112,14 @@ class Bench:
             out[kind] = {"steps": len(steps), "mean_s": round(statistics.mean(walls), 3),
                          "median_s": round(statistics.median(walls), 3), "max_s": round(max(walls), 3),
                          "spark_jobs_per_step": round(jobs / len(steps), 2)}
+        laps: dict[str, list[float]] = {}  # the apply step's own stopwatch (materialization metadata seconds_*)
+        for event in result.get_asset_materialization_events():
+            if event.materialization.asset_key.path[0] == "salesforce":
+                for key, value in event.materialization.metadata.items():
+                    if key.startswith("seconds_"):
+                        laps.setdefault(key[len("seconds_"):], []).append(float(value.value))
+        if laps and "replica" in out:
+            out["replica"]["apply_laps_mean_s"] = {k: round(statistics.mean(v), 3) for k, v in laps.items()}
         return {"run_wall_s": round(wall, 2), **out}
 
     def trivial_job_s(self, repeat: int = 20) -> float:
@@ -128,7 +137,7 @@ class Bench:
         change_events = self.dg.AssetKey("change_events")
         self.emu.flush_cdc()  # the org's build events
         self.run([change_events])
-        warm, rest = self.names[:2], self.names[2:]
+        warm, rest = self.names[:WARM_OBJECTS], self.names[WARM_OBJECTS:]
         self.run(self.replicas(warm))  # warms the JVM (its first queries compile and JIT)
         out = {"objects": len(rest), "trivial_spark_job_s": self.trivial_job_s()}
         out["c_initial_load"] = self.run(self.replicas(rest))
@@ -204,7 +213,7 @@ def _table(rows: dict[str, dict]) -> str:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    count = int(args[args.index("--objects") + 1]) if "--objects" in args else 12
+    count = int(args[args.index("--objects") + 1]) if "--objects" in args else 15
     if "--json" in args:  # a child of --against: one JSON line
         print(json.dumps(measure(count)), flush=True)
         sys.exit(0)

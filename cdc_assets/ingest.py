@@ -35,7 +35,7 @@ from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone, entities_named
-from resources.spark import from_arrow
+from resources.spark import from_arrow, small_query
 from spark_ops.events import DEDUP_KEY
 from spark_ops.datastream import parse_landed
 from spark_ops.parse import CHANGE_COLUMNS, landed_rows
@@ -161,7 +161,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     fault_point("ingest.after_read")
     # CometD and Datastream files (spark_ops/datastream.py); one Spark job parses every line once, explodes the
     # change rows and marks those repeated within the batch.
-    landed = landed_rows(parse_landed(from_arrow(spark, read.lines), schemas)).toArrow()
+    with small_query(spark, read.lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
+        landed = landed_rows(parse_landed(from_arrow(spark, read.lines), schemas)).toArrow()
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)

@@ -58,7 +58,6 @@ class IngestResult:
     version: int | None = None
     quarantine_examples: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
-    stored: set[str] = field(default_factory=set)  # the entities this ingest stored new rows of
 
 
 def landing_files(warehouse: DeltaWarehouse, landing: LandingZone) -> tuple[list[LandingFile], list[LandingFile]]:
@@ -132,7 +131,6 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
         total.files += result.files
         total.counts = {k: total.counts[k] + v for k, v in result.counts.items()}
         total.state, total.version = result.state, result.version
-        total.stored |= result.stored
         total.quarantine_examples = (total.quarantine_examples + result.quarantine_examples)[:5]
         total.seconds = {k: total.seconds.get(k, 0.0) + result.seconds.get(k, 0.0)
                          for k in {*total.seconds, *result.seconds}}
@@ -196,8 +194,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     fault_point("ingest.after_commit")
     return IngestResult(files=state.files, counts=counts, state=state, version=table.version(),
                         quarantine_examples=[f"{r['source_file']}:{r['source_line']}: {r['reason']}"
-                                             for r in bad.slice(0, 5).to_pylist()], seconds=watch.seconds,
-                        stored=set(pc.unique(fresh_arrow["entity"]).to_pylist()))
+                                             for r in bad.slice(0, 5).to_pylist()], seconds=watch.seconds)
 
 
 def _zero_counts() -> dict[str, int]:

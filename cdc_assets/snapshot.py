@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 
 STAGE_DIR = "resync_stage"
 STAGE_BATCH_RECORDS = 250_000
+MISSING_CHUNK_RECORDS = 1_000_000  # replica records whose Ids are compared with the snapshot's at a time
 
 
 @dataclass(frozen=True)
@@ -116,20 +117,43 @@ def stage_missing(warehouse: DeltaWarehouse, name: str, stage: DeltaTable, state
     """Append to the stage the replica's records the snapshot lacks, marked deleted (once)."""
     if state.missing_marked:
         return stage, state
-    gone = pa.table({"Id": pa.array([], pa.string())})
-    if replica is not None:
-        old_ids = arrow_dataset(replica).to_table(columns=["Id"])["Id"]
-        staged = arrow_dataset(stage).to_table(columns=["Id"])["Id"].combine_chunks()
-        gone_ids = old_ids.filter(pc.invert(pc.is_in(old_ids, value_set=staged)))
-        if len(gone_ids):
-            old = warehouse.read_keys(replica, key_column="Id", keys=gone_ids.to_pylist())
-            gone = mark_deleted(aligned_arrow(old, target), at=now, source=SNAPSHOT, synced_at=now)
-    rows = aligned_arrow(gone, target)
+    gone = [mark_deleted(aligned_arrow(old, target), at=now, source=SNAPSHOT, synced_at=now)
+            for old in _missing(warehouse, replica, stage)] if replica is not None else []
+    rows = aligned_arrow(pa.concat_tables(gone), target) if gone else target.empty_table()
     counts = dict(state.counts or {}) | {"missing_marked_deleted": rows.num_rows}
     state = replace(state, missing_marked=True, counts=counts)
     stage = warehouse.append(stage_name(name), rows, read=stage, partition_by=[BUCKET_COLUMN], key=state.KEY,
                              state=state.to_dict(), txns={})
     return stage, state
+
+
+def _missing(warehouse: DeltaWarehouse, replica: DeltaTable, stage: DeltaTable) -> Iterator[pa.Table]:
+    """The replica's rows whose Id the stage lacks, compared a few buckets at a time: a record's bucket is a prefix
+    of its Id, the same in the replica and the stage, so memory holds about `MISSING_CHUNK_RECORDS` Ids, not the
+    table's."""
+    for buckets in _bucket_chunks(replica, MISSING_CHUNK_RECORDS):
+        where = [(BUCKET_COLUMN, "in", buckets)]
+        old = arrow_dataset(replica, prune=where).to_table(columns=["Id"])["Id"]
+        new = arrow_dataset(stage, prune=where).to_table(columns=["Id"])["Id"].combine_chunks()
+        if len(ids := old.filter(pc.invert(pc.is_in(old, value_set=new)))):
+            yield warehouse.read_keys(replica, key_column="Id", keys=ids.to_pylist(), partitions=where)
+
+
+def _bucket_chunks(table: DeltaTable, chunk_records: int) -> Iterator[list[str]]:
+    """The table's buckets in groups of about `chunk_records` records (from the log's per-file record counts)."""
+    actions = pa.table(table.get_add_actions(flatten=True))
+    if not actions.num_rows:
+        return
+    sizes = actions.group_by(f"partition.{BUCKET_COLUMN}").aggregate([("num_records", "sum")])
+    chunk, held = [], 0
+    for bucket, records in zip(sizes[f"partition.{BUCKET_COLUMN}"].to_pylist(),
+                               sizes["num_records_sum"].to_pylist()):
+        if chunk and held + (records or 0) > chunk_records:
+            yield chunk
+            chunk, held = [], 0
+        chunk.append(bucket)
+        held += records or 0
+    yield chunk
 
 
 def staged_files(stage: DeltaTable) -> list[AddAction]:

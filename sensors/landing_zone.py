@@ -121,7 +121,9 @@ def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replicat
     names = {n for n in replication.names if entities is None or n in entities}
     names |= replicas_to_include(instance, replication, ce_state)
     names -= paused_objects(instance, replication.names)
-    selection = [*ingest_keys(replication.names), *[replica_key(n) for n in replication.names if n in names]]
+    # The slices of the objects it applies only: a run touching one object logs one slice, not every object's.
+    applied = [n for n in replication.names if n in names]
+    selection = [*ingest_keys(applied), *[replica_key(n) for n in applied]]
     return dg.RunRequest(
         run_key=f"landing-{key}",
         asset_selection=selection,

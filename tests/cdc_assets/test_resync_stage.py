@@ -8,6 +8,7 @@ from __future__ import annotations
 import dagster as dg
 
 from cdc_assets.assets import replica_key
+from cdc_assets import snapshot
 from cdc_assets.snapshot import STAGE_DIR
 from harness import Platform
 from org_compare import differences
@@ -66,3 +67,26 @@ def test_a_stage_left_after_its_swap_is_finished_once_and_never_replayed_by_a_la
         platform.run_sensor()
         assert org.request_counts()["bulk_query_job"] == 1  # a snapshot of its own
         assert differences(org, NAME, platform.rows(NAME)) == [] and not stage_log.exists()
+
+
+def test_records_the_org_purged_are_found_bucket_group_by_bucket_group(tmp_path, spark, monkeypatch):
+    """The resync compares the replica's Ids with its snapshot's a few buckets at a time (memory: one group's Ids):
+    with a record per bucket and groups of four records, every purged record is still found, whichever group."""
+    monkeypatch.setattr(snapshot, "MISSING_CHUNK_RECORDS", 4, raising=False)
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing") as org:
+        Workload(org, seed=5, person_accounts=False).build_org(accounts=12, contacts_per_account=2)
+        platform = Platform(tmp_path / "p", None, [NAME], TEST_SPARK_CONF, initial_load=True, close_after=0,
+                            bucket_chars=15, salesforce=SalesforceResource(
+                                instance_url=org.instance_url, access_token=org.token, ca_bundle=str(org.ca_file)))
+        platform.run()
+        ids = org.store.ids(NAME)
+        purged = [ids[0], ids[len(ids) // 2], ids[-1]]  # first, middle and last groups
+        with org.store.transaction() as txn:
+            txn.delete(NAME, purged)
+        with org.store.transaction() as txn:
+            txn.purge(NAME, purged)
+        assert resync(platform).success
+        assert platform.materialization_of(NAME)["missing_marked_deleted"] == 3
+        rows = platform.rows(NAME)
+        assert {i for i, r in rows.items() if r["_sf_deleted"]} >= set(purged)
+        assert differences(org, NAME, rows) == []

@@ -21,7 +21,9 @@ from sensors.reconciliation import SENSOR_NAME as RECONCILE, TAG_MODE, object_ta
 from sensors.work import TAG_REASON, work_tag
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
-INGEST = ingest_keys(OBJECTS)  # change_events and every object's slice: every landing run ingests them
+def landing(*names: str) -> set[dg.AssetKey]:
+    """A landing run's selection: change_events, and the slice and replica of each object it applies (only)."""
+    return {*ingest_keys(names), *(replica_key(n) for n in names)}
 
 
 def evaluate(platform: Platform, name: str, cursor: str | None = None, resources=None):
@@ -39,7 +41,7 @@ def test_landing_sensor_requests_one_run_per_new_file_set(platform):
     platform.land([event("Contact", "CREATE", ["003000000000001AAA"], 1, LastName="Lovelace")], name="a.jsonl")
     first = evaluate(platform, LANDING)
     [request] = first.run_requests
-    assert set(request.asset_selection) == {*INGEST, replica_key("Contact")}
+    assert set(request.asset_selection) == landing("Contact")
     assert request.tags[object_tag("Contact")] == "1"
 
     again = evaluate(platform, LANDING, cursor=first.cursor)  # same files, run not finished yet
@@ -49,7 +51,7 @@ def test_landing_sensor_requests_one_run_per_new_file_set(platform):
     more = evaluate(platform, LANDING, cursor=again.cursor)
     [second] = more.run_requests
     assert second.run_key != request.run_key
-    assert set(second.asset_selection) == {*INGEST, replica_key("Account")}
+    assert set(second.asset_selection) == landing("Account")
 
 
 def test_landing_sensor_leaves_new_files_to_the_next_run_after_the_landing_run_in_flight(platform):
@@ -72,7 +74,7 @@ def test_landing_sensor_leaves_new_files_to_the_next_run_after_the_landing_run_i
     platform.instance.report_run_canceled(queued)  # it never ran: every file is still pending
     platform.set_options(retry_backoff_seconds=0)
     [other] = evaluate(platform, LANDING, cursor=waiting.cursor).run_requests
-    assert set(other.asset_selection) == {*INGEST, replica_key("Account"), replica_key("Contact")}
+    assert set(other.asset_selection) == landing("Account", "Contact")
 
 
 def test_landing_sensor_closes_the_newest_transaction_after_the_timeout(platform, sample_dir):

@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         ui_url = f"http://127.0.0.1:{args.ui_port}"
         (root / "demo.json").write_text(json.dumps({
             "ui_url": ui_url, "instance_url": emu.instance_url, "token": emu.token, "ca_file": emu.ca_file,
-            "landing_dir": str(root / "landing"), "warehouse": str(root / "warehouse")}, indent=1))
+            "landing_dir": str(root / "landing"), "warehouse": str(root / "warehouse"), "dagster_home": str(home)},
+            indent=1))
         worker.start()
         log.info("starting dagster dev (log: %s)", log_file)
         processes.wait_for_http(f"{ui_url}/server_info", dagster, stop=stop)

@@ -19,6 +19,7 @@ poll).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
@@ -126,6 +127,10 @@ def breakdown(p: Probe, timeline, commit_at: float) -> dict[str, float | None]: 
              p.visible_at]
     out, last = {}, marks[0]
     for name, mark in zip(PHASES, marks[1:], strict=True):  # a phase not gone through adds to the next one
+        if mark is not None and name != PHASES[0]:
+            # A run requested (or started) before the file landed picks it up at its ingest: the probe waited
+            # only for what was left of the run's phases, so those before the landing count 0.
+            mark = max(mark, p.landed_at)
         out[name] = None if mark is None else mark - last
         last = mark if mark is not None else last
     return out
@@ -161,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probes", type=int, default=3)
     parser.add_argument("--pause", type=float, default=20.0, help="seconds between probes")
     parser.add_argument("--info", type=Path, default=DEMO_INFO)
+    parser.add_argument("--out", type=Path, help="also write each probe's times (JSON lines) here")
     args = parser.parse_args(argv)
     info = json.loads(args.info.read_text())
     sf = Salesforce(instance_url=info["instance_url"], session_id=info["token"],
@@ -181,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             timeline = run_timeline(instance, run_id) if run_id else None
             probes.append(p)
             rows.append(breakdown(p, timeline, commit_at))
+            if args.out:
+                with args.out.open("a") as out:
+                    out.write(json.dumps({"probe": dataclasses.asdict(p), "commit_at": commit_at,
+                                          "run": dataclasses.asdict(timeline) if timeline else None}) + "\n")
             phases = ", ".join(f"{k} {v:.1f}" for k, v in rows[-1].items() if v is not None)
             print(f"probe {number + 1}: change -> Delta {p.change_to_delta:.1f} s (run {(run_id or '?')[:8]}): "
                   f"{phases}", flush=True)

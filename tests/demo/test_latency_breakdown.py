@@ -31,6 +31,16 @@ def test_a_phase_the_run_skipped_adds_to_the_next_one():
     assert "| ingest | 0.0 |" in table([phases], [probe.change_to_delta])
 
 
+def test_a_run_requested_before_the_file_landed_counts_only_what_was_left_of_it():
+    probe = Probe("001x", created_at=100.0, landed_at=101.0, visible_at=108.0)
+    timeline = RunTimeline(run_id="r", created=96.0, tick=95.5, launched=98.0, process=100.0, run_start=101.5,
+                           steps={"change_events": (102.0, 104.0), "salesforce__Account": (104.0, 107.8)})
+    phases = breakdown(probe, timeline, commit_at=107.8)
+    assert phases["landed -> tick"] == phases["tick -> requested"] == phases["requested -> launched"] == 0
+    assert phases["launched -> process"] == 0 and phases["process -> run start"] == 0.5
+    assert sum(phases.values()) == pytest.approx(probe.change_to_delta)
+
+
 @dg.asset
 def small() -> int:
     return 1

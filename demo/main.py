@@ -12,8 +12,6 @@ import argparse
 import json
 import logging
 import os
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -95,9 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_against_org(args)
     root = (args.root or REPO / ".demo").resolve()
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):  # handled (not ignored) here, so children start with defaults
-        signal.signal(signum, lambda *_: stop.set())
+    stop = processes.StopOnSignal()
 
     try:
         processes.free_port(args.ui_port)

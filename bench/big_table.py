@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 import dagster as dg
-import pyarrow.parquet as pq
 
-from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
+from bench.common import PlatformRunner, bulk_floor, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from cdc_assets.assets import replica_key
 from resources.salesforce import SalesforceResource
 from sensors.work import mode_run_config
@@ -46,14 +45,7 @@ def serve(records: int, root: Path) -> None:
 
 def floor_pass(salesforce: SalesforceResource, name: str, out: Path) -> float:
     fields = ObjectSchema.from_describe(salesforce.describe(name)).org_fields
-    started = time.perf_counter()
-    writer = None
-    for batch in salesforce.bulk_query_all(name, fields, parallel_pages=PARALLEL_PAGES):
-        writer = writer or pq.ParquetWriter(out, batch.schema)
-        writer.write_batch(batch)
-    if writer:
-        writer.close()
-    return time.perf_counter() - started
+    return bulk_floor(salesforce, name, fields, out, parallel_pages=PARALLEL_PAGES)
 
 
 def measure(records: int, conf: dict[str, str], *, resync: bool) -> list[dict]:

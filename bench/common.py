@@ -14,8 +14,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import dagster as dg
+import pyarrow.parquet as pq
 import yaml
 
+from cdc_assets.assets import replica_key
 from definitions import build_defs
 from resources.spark import spark_config
 
@@ -134,3 +136,40 @@ def figures(*, workload: str, unit: str, count: int, wall_s: float, floor_s: flo
         "baseline_s": baseline_s, "x_baseline": baseline_s / wall_s if baseline_s and wall_s else None,
         "peak_rss_mb": peak_rss_mb(), **extra,
     }
+
+
+def bulk_floor(salesforce, name: str, fields: list[str], out: Path, **query) -> float:
+    """Seconds to read a Bulk API 2.0 query of `fields` page by page with the platform's client and CSV parser and
+    write it as Parquet (no typing, no merge): the floor of a load or refresh of that query. `query`: more
+    `bulk_query_all` arguments (include_deleted, parallel_pages)."""
+    started = time.perf_counter()
+    writer = None
+    for batch in salesforce.bulk_query_all(name, fields, **query):
+        writer = writer or pq.ParquetWriter(out, batch.schema)
+        writer.write_batch(batch)
+    if writer:
+        writer.close()
+    return time.perf_counter() - started
+
+
+def one_object_defs(work: Path, conf: dict, salesforce, sobject: dict) -> dg.Definitions:
+    """The platform over `work` replicating the one object `sobject` (its replication.yaml entry), loaded at once."""
+    config = work / "replication.yaml"
+    config.write_text(yaml.safe_dump({"options": {"transaction_close_after": 0, "initial_load": True},
+                                      "objects": [sobject]}))
+    return build_defs(config_path=config, landing_path=str(work / "landing"), warehouse_root=str(work / "wh"),
+                      spark_conf=conf, salesforce=salesforce)
+
+
+def materialize_replica(defs: dg.Definitions, instance: dg.DagsterInstance, emu, name: str,
+                        **config) -> tuple[float, int, dict]:
+    """One `materialize()` of the replica of `name` with the op `config`: wall seconds, HTTP requests the org
+    served, and the materialization's metadata."""
+    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition) and replica_key(name) in a.keys]
+    ops = {replica_key(name).to_python_identifier(): {"config": config}} if config else {}
+    emu.reset_request_counts()
+    started = time.perf_counter()
+    result = dg.materialize(assets, resources=defs.resources, instance=instance, run_config={"ops": ops})
+    wall = time.perf_counter() - started
+    [event] = result.get_asset_materialization_events()
+    return wall, sum(emu.request_counts().values()), {k: v.value for k, v in event.materialization.metadata.items()}

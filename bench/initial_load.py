@@ -14,11 +14,11 @@ import random
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
-from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
+from bench.common import PlatformRunner, bulk_floor, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from bench.workloads import OUT
 from cdc_assets.assets import replica_key
 from resources.salesforce import SalesforceResource
@@ -52,16 +52,23 @@ def build_org(records: int) -> tuple[Path, float]:
     return root, build_s
 
 
+@contextmanager
+def copied_org(records: int, prefix: str) -> Iterator[tuple[Path, Emulator, SalesforceResource]]:
+    """A work directory holding a copy of the `records`-Account org (built once), its emulator serving it, and a
+    client of it; the directory is removed afterwards."""
+    source, _ = build_org(records)
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        shutil.copytree(source / "org", work / "org", ignore=shutil.ignore_patterns("bulk"))
+        with Emulator(work / "org") as emu:
+            yield work, emu, SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
+                                                ca_bundle=str(emu.ca_file))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def floor_pass(salesforce: SalesforceResource, out: Path) -> float:
-    fields = ObjectSchema.from_describe(salesforce.describe(OBJECT)).org_fields
-    started = time.perf_counter()
-    writer = None
-    for batch in salesforce.bulk_query_all(OBJECT, fields):
-        writer = writer or pq.ParquetWriter(out, batch.schema)
-        writer.write_batch(batch)
-    if writer:
-        writer.close()
-    return time.perf_counter() - started
+    return bulk_floor(salesforce, OBJECT, ObjectSchema.from_describe(salesforce.describe(OBJECT)).org_fields, out)
 
 
 def run(*, records: int = 1_000_000) -> list[dict]:

@@ -13,18 +13,13 @@ its cursor (1 s here, 5 min by default): `rows_read` is the changes and the mark
 from __future__ import annotations
 
 import random
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import dagster as dg
-import yaml
 
-from bench.common import figures, start_spark
-from bench.initial_load import OBJECT, build_org
-from cdc_assets.assets import replica_key
-from definitions import build_defs
+from bench.common import figures, materialize_replica, one_object_defs, start_spark
+from bench.initial_load import OBJECT, copied_org
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 
@@ -32,24 +27,11 @@ OVERLAP = 1  # seconds: a poll also re-reads the last second of the previous rou
 
 
 def _defs(work: Path, conf: dict, salesforce: SalesforceResource, **poll) -> dg.Definitions:
-    config = work / "replication.yaml"
-    config.write_text(yaml.safe_dump({
-        "options": {"transaction_close_after": 0, "initial_load": True},
-        "objects": [{"name": OBJECT, "mode": "poll", "poll_overlap": OVERLAP, **poll}]}))
-    return build_defs(config_path=config, landing_path=str(work / "landing"), warehouse_root=str(work / "wh"),
-                      spark_conf=conf, salesforce=salesforce)
+    return one_object_defs(work, conf, salesforce, {"name": OBJECT, "mode": "poll", "poll_overlap": OVERLAP, **poll})
 
 
 def _run(defs: dg.Definitions, instance: dg.DagsterInstance, emu: Emulator, **config) -> tuple[float, int, dict]:
-    """Wall seconds, HTTP requests the org served, and the materialization's metadata."""
-    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition) and replica_key(OBJECT) in a.keys]
-    ops = {replica_key(OBJECT).to_python_identifier(): {"config": config}} if config else {}
-    emu.reset_request_counts()
-    started = time.perf_counter()
-    result = dg.materialize(assets, resources=defs.resources, instance=instance, run_config={"ops": ops})
-    wall = time.perf_counter() - started
-    [event] = result.get_asset_materialization_events()
-    return wall, sum(emu.request_counts().values()), {k: v.value for k, v in event.materialization.metadata.items()}
+    return materialize_replica(defs, instance, emu, OBJECT, **config)
 
 
 def _change(emu: Emulator, changes: int, seed: int) -> None:
@@ -69,35 +51,27 @@ def _settle(defs: dg.Definitions, instance: dg.DagsterInstance, emu: Emulator) -
 
 
 def run(*, records: int = 1_000_000, changes: int = 1_000) -> list[dict]:
-    source, _ = build_org(records)
     conf, _ = start_spark()
-    work = Path(tempfile.mkdtemp(prefix="bench-poll-"))
     rows = []
-    try:
-        shutil.copytree(source / "org", work / "org", ignore=shutil.ignore_patterns("bulk"))
-        with Emulator(work / "org") as emu:
-            salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                            ca_bundle=str(emu.ca_file))
-            instance = dg.DagsterInstance.ephemeral()
-            rest = _defs(work, conf, salesforce, hard_delete_check_every=10 ** 9)
-            load_s, load_calls, _ = _run(rest, instance, emu)  # the initial load
-            label = f"{changes:,} changes in {records:,} Accounts"
-            for name, defs, config, seed in (
-                    ("poll, one REST query", rest, {}, 1),
-                    ("poll, Bulk API 2.0 job", _defs(work, conf, salesforce, poll_rest_max_records=100,
-                                                     hard_delete_check_every=10 ** 9), {}, 2),
-                    ("poll + Id comparison", rest, {"compare_ids": True}, 3),
-                    ("full re-query (resync)", rest, {"mode": "resync"}, 4)):
-                _settle(rest, instance, emu)
-                _change(emu, changes, seed)
-                wall, calls, meta = _run(defs, instance, emu, **config)
-                rows.append(figures(workload=f"{name}: {label}", unit="records", count=changes, wall_s=wall,
-                                    api_calls=calls, rows_read=meta.get("poll_rows_read", meta.get("snapshot_rows")),
-                                    rows_written=meta.get("poll_rows_written", meta.get("snapshot_rows")),
-                                    initial_load_s=load_s, initial_load_calls=load_calls,
-                                    phases={k: v for k, v in meta.items() if k.startswith("seconds_")}))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with copied_org(records, "bench-poll-") as (work, emu, salesforce):
+        instance = dg.DagsterInstance.ephemeral()
+        rest = _defs(work, conf, salesforce, hard_delete_check_every=10 ** 9)
+        load_s, load_calls, _ = _run(rest, instance, emu)  # the initial load
+        label = f"{changes:,} changes in {records:,} Accounts"
+        for name, defs, config, seed in (
+                ("poll, one REST query", rest, {}, 1),
+                ("poll, Bulk API 2.0 job", _defs(work, conf, salesforce, poll_rest_max_records=100,
+                                                 hard_delete_check_every=10 ** 9), {}, 2),
+                ("poll + Id comparison", rest, {"compare_ids": True}, 3),
+                ("full re-query (resync)", rest, {"mode": "resync"}, 4)):
+            _settle(rest, instance, emu)
+            _change(emu, changes, seed)
+            wall, calls, meta = _run(defs, instance, emu, **config)
+            rows.append(figures(workload=f"{name}: {label}", unit="records", count=changes, wall_s=wall,
+                                api_calls=calls, rows_read=meta.get("poll_rows_read", meta.get("snapshot_rows")),
+                                rows_written=meta.get("poll_rows_written", meta.get("snapshot_rows")),
+                                initial_load_s=load_s, initial_load_calls=load_calls,
+                                phases={k: v for k, v in meta.items() if k.startswith("seconds_")}))
     full = rows[-1]["wall_s"]
     for row in rows:
         row["x_baseline"] = full / row["wall_s"]

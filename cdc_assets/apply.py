@@ -32,7 +32,7 @@ from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
 from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
-from resources.spark import from_arrow
+from resources.spark import from_arrow, to_arrow
 from spark_ops.fold import CHANGED, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
 from spark_ops.history import transaction_versions
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
@@ -147,10 +147,11 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             counts |= diff_counts
             watch.lap("diffs")
             changes_df = from_arrow(spark, changes)
-            folded = fold_changes(changes_df, current, schema).toArrow()
+            size = changes.num_rows + len(ids)  # the query's input rows: the changes and at most a row per id
+            folded = to_arrow(fold_changes(changes_df, current, schema), rows=size)
             watch.lap("fold")
             if history:
-                versions = transaction_versions(changes_df, current, schema).toArrow()
+                versions = to_arrow(transaction_versions(changes_df, current, schema), rows=size)
                 watch.lap("history")
             fault_point("replica.after_fold")
             counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*SUMMED, NEWLY_DIRTY, INSERTED)}

@@ -91,7 +91,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
         description="Every CDC event line ever landed, parsed to canonical change rows and de-duplicated, with "
                     "its source file and line. Bad lines go to _quarantine with a reason.")
     slices = [dg.AssetSpec(
-        events_key(o.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds={"delta"},
+        events_key(o.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds={"delta"}, skippable=True,
         description=f"{o.name}'s rows of change_events (a view, no table of its own): what salesforce/{o.name} "
                     f"applies. Its data version is the last ingest that stored {o.name} rows, so the replica shows "
                     f"as unsynced only when events of {o.name} were ingested after it last applied.")
@@ -119,8 +119,8 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
                 "files_ingested": dg.MetadataValue.json(result.files[:200]),
                 **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
             })
-        for o in replication.objects:
-            if events_key(o.name) in selected:
+        for o in replication.objects:  # only the slices that gained rows: a run's events follow what it stored
+            if events_key(o.name) in selected and o.name in result.stored:
                 seq = int(result.state.entity_seq.get(o.name, 0))
                 yield dg.MaterializeResult(asset_key=events_key(o.name), data_version=dg.DataVersion(str(seq)),
                                            metadata={META_ENTITY_SEQ: dg.MetadataValue.int(seq)})

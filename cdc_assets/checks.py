@@ -41,7 +41,7 @@ from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPT
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
 from resources.delta import QUARANTINE, DeltaWarehouse
-from resources.spark import from_arrow, session
+from resources.spark import from_arrow, session, small_query
 from spark_ops.schema import ObjectSchema
 from spark_ops.validation import replica_schema, schema_errors
 
@@ -116,7 +116,9 @@ def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse
     except RuntimeError as exc:  # no describe file and none kept with the table
         return _result(SCHEMA, False, meta, f"Cannot build the expected schema: {exc}")
     # After a resync that is every row: from_arrow keeps them out of the query plan (staged on a cluster).
-    errors = schema_errors(from_arrow(spark_of(), rows), replica_schema(schema))
+    spark = spark_of()
+    with small_query(spark, rows.num_rows):  # pandera runs a job per column check: few rows, few-row settings
+        errors = schema_errors(from_arrow(spark, rows), replica_schema(schema))
     meta["failures"] = dg.MetadataValue.json(
         [{k: (str(v)[:300] if v is not None else None) for k, v in e.items()} for e in errors[:EXAMPLES]])
     if not errors:

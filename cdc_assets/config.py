@@ -311,6 +311,9 @@ class ReplicationConfig(_Section):
     def names(self) -> list[str]:
         return [o.name for o in self.objects]
 
+    def object(self, name: str) -> SObjectConfig:
+        return next(o for o in self.objects if o.name == name)
+
     def freshness_of(self, sobject: SObjectConfig) -> float:
         """Seconds a replica's latest materialization may age: its `freshness`, else `freshness_seconds`."""
         return sobject.freshness or self.options.freshness_seconds

@@ -23,7 +23,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
-from resources.spark import from_arrow
+from resources.spark import from_arrow, to_arrow
 from spark_ops.diffs import resolve_record
 from spark_ops.fold import applied_changes
 from spark_ops.schema import ObjectSchema, spark_type
@@ -60,8 +60,9 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
 
     # The concerned rows only, read once: the fold's classification and the stored values both come from them.
     spark = current.sparkSession
-    mine = current.where(F.col("Id").isin(ids.to_pylist())).toArrow()
-    applied = applied_changes(from_arrow(spark, subset), from_arrow(spark, mine), schema).where("applied").toArrow()
+    mine = to_arrow(current.where(F.col("Id").isin(ids.to_pylist())), rows=len(ids))
+    applied = to_arrow(applied_changes(from_arrow(spark, subset), from_arrow(spark, mine), schema).where("applied"),
+                       rows=subset.num_rows + mine.num_rows)
     applied_keys = {_key(r) for r in applied.to_pylist()}
     stored = {r["Id"]: r for r in mine.select(["Id", *wanted]).to_pylist()}
 

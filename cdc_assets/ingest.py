@@ -35,7 +35,7 @@ from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingFile, LandingZone, entities_named
-from resources.spark import from_arrow
+from resources.spark import from_arrow, small_query
 from spark_ops.events import DEDUP_KEY
 from spark_ops.datastream import parse_landed
 from spark_ops.parse import CHANGE_COLUMNS, landed_rows
@@ -58,6 +58,7 @@ class IngestResult:
     version: int | None = None
     quarantine_examples: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    stored: set[str] = field(default_factory=set)  # the entities this ingest stored new rows of
 
 
 def landing_files(warehouse: DeltaWarehouse, landing: LandingZone) -> tuple[list[LandingFile], list[LandingFile]]:
@@ -131,6 +132,7 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
         total.files += result.files
         total.counts = {k: total.counts[k] + v for k, v in result.counts.items()}
         total.state, total.version = result.state, result.version
+        total.stored |= result.stored
         total.quarantine_examples = (total.quarantine_examples + result.quarantine_examples)[:5]
         total.seconds = {k: total.seconds.get(k, 0.0) + result.seconds.get(k, 0.0)
                          for k in {*total.seconds, *result.seconds}}
@@ -159,7 +161,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     fault_point("ingest.after_read")
     # CometD and Datastream files (spark_ops/datastream.py); one Spark job parses every line once, explodes the
     # change rows and marks those repeated within the batch.
-    landed = landed_rows(parse_landed(from_arrow(spark, read.lines), schemas)).toArrow()
+    with small_query(spark, read.lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
+        landed = landed_rows(parse_landed(from_arrow(spark, read.lines), schemas)).toArrow()
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)
@@ -193,7 +196,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     fault_point("ingest.after_commit")
     return IngestResult(files=state.files, counts=counts, state=state, version=table.version(),
                         quarantine_examples=[f"{r['source_file']}:{r['source_line']}: {r['reason']}"
-                                             for r in bad.slice(0, 5).to_pylist()], seconds=watch.seconds)
+                                             for r in bad.slice(0, 5).to_pylist()], seconds=watch.seconds,
+                        stored=set(pc.unique(fresh_arrow["entity"]).to_pylist()))
 
 
 def _zero_counts() -> dict[str, int]:

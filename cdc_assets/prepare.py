@@ -32,7 +32,7 @@ from cdc_assets.quarantine import record_quarantine
 from cdc_assets.state import Q_APPLY_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA
-from resources.spark import from_arrow
+from resources.spark import from_arrow, to_arrow
 from spark_ops.parse import normalize_changes
 from spark_ops.schema import ObjectSchema
 
@@ -60,7 +60,8 @@ def normalized(spark: SparkSession, rows: pa.Table, schema: ObjectSchema, *,
         needs = pc.or_(needs, pc.is_in(pa.array(range(rows.num_rows), pa.int64()), value_set=hit.cast(pa.int64())))
     if not rows.num_rows or not pc.any(needs).as_py():
         return rows, QUARANTINE_SCHEMA.empty_table(), 0
-    derived = normalize_changes(from_arrow(spark, rows.filter(needs)), schema).toArrow()
+    redo = rows.filter(needs)
+    derived = to_arrow(normalize_changes(from_arrow(spark, redo), schema), rows=redo.num_rows)
     bad = derived.filter(pc.is_valid(derived["value_error"]))
     derived = derived.drop_columns(["value_error"]).cast(rows.schema)
     out = pa.concat_tables([rows.filter(pc.invert(needs)), derived])

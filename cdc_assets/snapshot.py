@@ -17,7 +17,8 @@ replica has a partition per `_sf_bucket` (records created together), so that wri
    checkpoint, against the snapshot the run read: readers see the old table or the new one, never a mix. The
    stage's log is then deleted; its files now belong to the replica (vacuum removes them once a later version
    drops them). A crash between the swap and the cleanup leaves a stage whose files the replica already holds:
-   the next run only cleans up.
+   the next run only cleans up. (The swap commits an app transaction naming the stage, `stage_app`: that is how
+   a later run knows, whatever merges or compaction did to the files since.)
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from typing import ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
@@ -122,7 +122,7 @@ def stage_missing(warehouse: DeltaWarehouse, name: str, stage: DeltaTable, state
         staged = arrow_dataset(stage).to_table(columns=["Id"])["Id"].combine_chunks()
         gone_ids = old_ids.filter(pc.invert(pc.is_in(old_ids, value_set=staged)))
         if len(gone_ids):
-            old = arrow_dataset(replica).to_table(filter=ds.field("Id").isin(gone_ids))
+            old = warehouse.read_keys(replica, key_column="Id", keys=gone_ids.to_pylist())
             gone = mark_deleted(aligned_arrow(old, target), at=now, source=SNAPSHOT, synced_at=now)
     rows = aligned_arrow(gone, target)
     counts = dict(state.counts or {}) | {"missing_marked_deleted": rows.num_rows}
@@ -139,12 +139,15 @@ def staged_files(stage: DeltaTable) -> list[AddAction]:
                       modification_time=a["modification_time"], data_change=True, stats=_stats(a)) for a in actions]
 
 
-def swapped(replica: DeltaTable | None, stage: DeltaTable) -> bool:
-    """Whether the replica already holds the stage's files (the swap committed, the cleanup did not happen)."""
-    if replica is None:
-        return False
-    held = set(pa.table(replica.get_add_actions(flatten=False))["path"].to_pylist())
-    return any(f"{STAGE_DIR}/{p}" in held for p in pa.table(stage.get_add_actions(flatten=False))["path"].to_pylist())
+def stage_app(stage: DeltaTable) -> str:
+    """The app transaction id the swap of `stage` commits to the replica (unique to this stage's table)."""
+    return f"cdc_resync_stage_{stage.metadata().id}"
+
+
+def swapped_at(replica: DeltaTable | None, stage: DeltaTable) -> int | None:
+    """The replica version that swapped `stage` in (None: not swapped). Held by the replica's app transactions,
+    so later merges, compaction or Z-ordering of the swapped files do not hide it."""
+    return replica.transaction_version(stage_app(stage)) if replica is not None else None
 
 
 def discard_stage(warehouse: DeltaWarehouse, name: str) -> None:

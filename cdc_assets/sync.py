@@ -29,6 +29,7 @@ from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 from simple_salesforce import format_soql
 
 from cdc_assets.apply import APPLY_APP
@@ -36,8 +37,8 @@ from cdc_assets.closure import replay_from
 from cdc_assets.faults import fault_point
 from cdc_assets.formulas.rows import with_formulas
 from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
-from cdc_assets.snapshot import (STAGE_BATCH_RECORDS, StageState, discard_stage, stage_missing, stage_name, stage_snapshot,
-                                 staged_files, swapped)
+from cdc_assets.snapshot import (STAGE_BATCH_RECORDS, StageState, discard_stage, stage_app, stage_missing, stage_name,
+                                 stage_snapshot, staged_files, swapped_at)
 from cdc_assets.state import Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
 from resources.delta import DeltaWarehouse, aligned_arrow
@@ -84,10 +85,12 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
             fault_point("resync.after_first_page")
 
     stage = warehouse.table(stage_name(schema.name))
-    if stage is not None and swapped(replica, stage):  # a killed run swapped it in; only its cleanup was left
+    if stage is not None and (at := swapped_at(replica, stage)) is not None:  # swapped in; its cleanup was not done
         counts = dict(StageState.read(warehouse, stage).counts or {})  # read before its log goes
         discard_stage(warehouse, schema.name)
-        return SyncResult(mode, counts, 0)
+        if _only_properties_since(replica, at):  # this resync's own swap, killed before the cleanup: it is done
+            return SyncResult(mode, counts, 0)
+        # An earlier resync's, and the replica has moved on since: this resync stages its own snapshot.
     stage, staged = stage_snapshot(warehouse, schema.name, target, run_id=run_id, pages=pages,
                                    batch_records=batch_records)
     fault_point("resync.after_snapshot_stream")
@@ -101,7 +104,8 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     table = warehouse.commit_files(schema.name, staged_files(stage), read=replica,
                                    schema=pa.schema(stage.schema().to_arrow()), partition_by=[BUCKET_COLUMN],
                                    description=describe_note(describe), key=state.KEY, state=state.to_dict(),
-                                   txns={APPLY_APP: replay - 1}, configuration=schema.table_properties())
+                                   txns={APPLY_APP: replay - 1, stage_app(stage): _next_version(replica)},
+                                   configuration=schema.table_properties())
     if replica is not None and describe and stored_describe(warehouse, schema.name, table=table) != describe:
         table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(describe)}, raise_if_not_exists=False)
     fault_point("resync.after_commit")
@@ -111,6 +115,16 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
              schema.name, counts.get("snapshot_rows", 0), counts.get("snapshot_deleted", 0),
              counts.get("missing_marked_deleted", 0))
     return SyncResult(mode, counts, _api_used(salesforce) - used_before)
+
+
+def _next_version(table: DeltaTable | None) -> int:
+    return table.version() + 1 if table is not None else 0
+
+
+def _only_properties_since(table: DeltaTable, version: int) -> bool:
+    """Whether every commit after `version` only set table properties (as a resync does after its swap)."""
+    later = table.history(table.version() - version) if table.version() > version else []
+    return all(c.get("operation") == "SET TBLPROPERTIES" for c in later)
 
 
 def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,

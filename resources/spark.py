@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import atexit
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import dagster as dg
 import pyarrow as pa
@@ -121,6 +123,51 @@ def from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
         return spark.createDataFrame(table)
     df = spark.createDataFrame(table)
     return df.localCheckpoint() if table.num_rows > LOCAL_RELATION_MAX_ROWS else df
+
+
+# A query whose inputs hold at most this many rows runs with `SMALL_QUERY_CONF` (see `small_query`).
+SMALL_QUERY_MAX_ROWS = 10_000
+SMALL_QUERY_CONF = {
+    # One job: a broadcast join first collects its small side in a job of its own (the fold has two joins).
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
+    # One task per stage: a few rows gain nothing from being spread over partitions.
+    "spark.sql.shuffle.partitions": "1",
+    # No Java code generated and compiled for a plan that runs once over a few rows (each object's fold is a plan
+    # of its own). Expressions are interpreted, as Spark itself does whenever generated code fails to compile.
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
+@contextmanager
+def small_query(spark: SparkSession, rows: int) -> Iterator[None]:
+    """Run the queries inside with `SMALL_QUERY_CONF` when their inputs hold at most `SMALL_QUERY_MAX_ROWS` rows
+    (`rows`); the session's own settings are restored after.
+
+    Why: a replica step with a handful of changes paid ~1 s for its fold, nearly all of it fixed cost per query
+    (three jobs, code generation and compilation for a plan used once, a task per shuffle partition), not rows;
+    bench/step.py measures it. None of these settings changes what a query returns. The settings are read when a
+    query is planned and run, so the action (`toArrow`, `collect`) must be inside. Above the limit nothing changes:
+    generated code pays for itself over many rows.
+    """
+    if rows > SMALL_QUERY_MAX_ROWS:
+        yield
+        return
+    before = {key: spark.conf.get(key) for key in SMALL_QUERY_CONF}
+    for key, value in SMALL_QUERY_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
+
+
+def to_arrow(df: DataFrame, *, rows: int) -> pa.Table:
+    """`df` as Arrow, run as a small query (`small_query`) when its inputs hold at most `SMALL_QUERY_MAX_ROWS`
+    rows (`rows`)."""
+    with small_query(df.sparkSession, rows):
+        return df.toArrow()
 
 
 def _local_master(spark: SparkSession) -> bool:

@@ -38,7 +38,9 @@ from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 log = logging.getLogger(__name__)
 
 HISTORY_APP = "cdc_history"
-DATA_OPERATIONS = frozenset({"WRITE", "MERGE", "UPDATE", "DELETE", "CREATE TABLE AS SELECT"})
+# Operations that write rows: a resync or initial load that swaps staged files in commits WRITE (overwrite) or CREATE
+# TABLE (a new table made from its files, cdc_assets/snapshot.py); older tables hold CREATE TABLE AS SELECT.
+DATA_OPERATIONS = frozenset({"WRITE", "MERGE", "UPDATE", "DELETE", "CREATE TABLE", "CREATE TABLE AS SELECT"})
 POST_IMAGES = ("insert", "update_postimage")
 
 

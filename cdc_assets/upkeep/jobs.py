@@ -1,14 +1,18 @@
 """The Dagster wiring of upkeep: one job per table, its op in that table's pool, on a schedule.
 
-`upkeep_<Object>` compacts and vacuums replica `<Object>` in pool `replica_<Object>`; `upkeep_change_events`
-retires the landing files it has ingested (landing.py), trims payloads past the retention (retention.py), then
-compacts and vacuums change_events, in pool
-`change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a step writing the same
-table: it waits for the slot like any writer. Each reports what it did as an `AssetObservation` of the table's
-asset (`salesforce/<Object>`, `change_events`): numeric metadata (files and bytes before/after, files vacuumed,
-rows trimmed, seconds), which the UI plots on the asset's page. Jobs are tagged mode `upkeep` and, hidden, `TAG_UPKEEP=<table>`.
-"""
+`upkeep_<Object>` compacts and vacuums replica `<Object>`, and its history table (`history: true`: written by the
+replica's step, so in the same pool), in pool `replica_<Object>`; `upkeep_change_events` retires the landing files
+it has ingested (landing.py), trims payloads past the retention (retention.py), then compacts and vacuums
+change_events, in pool `change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a
+step writing the same table: it waits for the slot like any writer. Each reports what it did as an
+`AssetObservation` of the table's asset (`salesforce/<Object>`, `salesforce_history/<Object>`, `change_events`):
+numeric metadata (files and bytes before/after, files vacuumed, rows trimmed, seconds), which the UI plots on the
+asset's page. Jobs are tagged mode `upkeep` and, hidden, `TAG_UPKEEP=<table>`.
 
+The vacuum is delta-rs's default (lite): it deletes files the log removed, never files the log never named, such as
+a resync's stage waiting in the replica's folder (cdc_assets/snapshot.py). A full vacuum (delta-rs `full=True`,
+Spark's `VACUUM`) of a replica while a resync stage waits would delete the stage's files.
+"""
 
 import time
 from datetime import datetime, timezone
@@ -18,6 +22,8 @@ import dagster as dg
 from cdc_assets.run_tags import hidden_tag, run_tags
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.config import ReplicationConfig, UpkeepConfig
+from cdc_assets.history.assets import history_key
+from cdc_assets.history.stage import history_name
 from cdc_assets.upkeep.compact import Footprint, compact
 from cdc_assets.upkeep.landing import retire_landing
 from cdc_assets.upkeep.retention import trim_payloads
@@ -70,28 +76,35 @@ def _observed(key: dg.AssetKey, values: dict[str, float], description: str) -> d
                                          dg.MetadataValue.float(float(v)) for k, v in values.items()})
 
 
+def _report(context: dg.OpExecutionContext, key: dg.AssetKey, values: dict[str, float]) -> None:
+    if not values:
+        context.log.info(f"{key.to_user_string()}: no table yet, nothing to keep up")
+        return
+    summary = (f"{key.to_user_string()}: {values['files_before']} -> {values['files_after']} files, "
+               f"{values['bytes_before']:,} -> {values['bytes_after']:,} bytes, "
+               f"{values['files_vacuumed']} files vacuumed" +
+               (f", {values['rows_trimmed']} payloads trimmed, {values.get('landing_files_retired', 0)} "
+                f"landing files retired" if "rows_trimmed" in values else ""))
+    context.log.info(summary)
+    context.log_event(_observed(key, values, f"upkeep: {summary}"))
+
+
 def build_upkeep_job(*, name: str, replication: ReplicationConfig) -> dg.JobDefinition:
     """The upkeep job of one table (`name`: an object, or `_change_events`)."""
     is_ce = name == CHANGE_EVENTS
     key = CHANGE_EVENTS_KEY if is_ce else replica_key(name)
     job_name = upkeep_job_name(name)
     settings = replication.options.upkeep
+    with_history = not is_ce and replication.object(name).history
 
     @dg.op(name=f"{job_name}_op", pool="change_events" if is_ce else f"replica_{name}",
            description=f"Trim, compact and vacuum {key.to_user_string()} (never beside a writer of it: its pool).")
     def upkeep_op(context: dg.OpExecutionContext, warehouse: DeltaWarehouse, landing: LandingZone) -> None:
         values = upkeep_table(warehouse, name, settings, replicated=replication.names,
                               landing=landing if is_ce else None)
-        if not values:
-            context.log.info(f"{key.to_user_string()}: no table yet, nothing to keep up")
-            return
-        summary = (f"{key.to_user_string()}: {values['files_before']} -> {values['files_after']} files, "
-                   f"{values['bytes_before']:,} -> {values['bytes_after']:,} bytes, "
-                   f"{values['files_vacuumed']} files vacuumed" +
-                   (f", {values['rows_trimmed']} payloads trimmed, {values.get('landing_files_retired', 0)} "
-                    f"landing files retired" if is_ce else ""))
-        context.log.info(summary)
-        context.log_event(_observed(key, values, f"upkeep: {summary}"))
+        _report(context, key, values)
+        if with_history:  # written by the replica's step, in the same pool: kept up with it
+            _report(context, history_key(name), upkeep_table(warehouse, history_name(name), settings))
 
     @dg.job(name=job_name, tags=run_tags(mode="upkeep", reason=f"{settings.schedule} schedule",
                                          objects=[] if is_ce else [name], hidden={TAG_UPKEEP: name}),

@@ -74,7 +74,7 @@ def test_bulk_query_all_reads_multi_line_text_over_pages_larger_than_a_mebibyte(
 
 def test_initial_load_cdc_and_resync_of_multi_line_text_equal_the_org(tmp_path, org: Emulator):
     platform = Platform(tmp_path / "p", None, ["Case"], TEST_SPARK_CONF, salesforce=resource(org), initial_load=True,
-                        bulk_page_size=PAGE)
+                        bulk_page_size=PAGE, bulk_parallel_pages=1)  # pages of PAGE records: values cross them
     org.flush_cdc()
     first = platform.run(close_after=0)
     loaded = platform.materialization(first, "Case")

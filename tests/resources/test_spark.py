@@ -1,7 +1,9 @@
-"""resources.spark.from_arrow: Arrow tables into Spark without embedding large ones in the query plan."""
+"""resources.spark: Arrow tables into Spark without embedding large ones in the query plan (`from_arrow`); queries
+over a few rows run with few-row settings (`small_query`, `to_arrow`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tempfile
@@ -9,7 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from resources.spark import LOCAL_RELATION_MAX_ROWS, from_arrow
+from resources.spark import (LOCAL_RELATION_MAX_ROWS, SMALL_QUERY_CONF, SMALL_QUERY_MAX_ROWS, from_arrow, small_query,
+                             to_arrow)
 
 
 def _lines(n: int) -> pa.Table:
@@ -61,3 +64,48 @@ def test_a_connect_client_stages_tables_only_where_its_server_reads(monkeypatch,
     shared = staging.staging_location()
     assert shared.configured and Path(shared.path).parent == tmp_path / "shared"
     assert shared.uri == f"{(tmp_path / 'shared').as_uri()}/{Path(shared.path).name}"
+
+
+def _jobs(spark) -> int:
+    return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
+
+
+def _fold_of_a_few_changes(spark, sample_dir):
+    """The fold (two joins, windows, an aggregate) of a few changes over one current row, and its input size."""
+    from event_lines import event
+    from spark_ops.fold import fold_changes
+    from spark_ops.parse import parse_lines, to_change_rows
+    from spark_ops.schema import ObjectSchema
+
+    account = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
+    a1, a2, t0 = "001000000000001AAA", "001000000000002AAA", 1_763_800_000_000
+    lines = [event("Account", "CREATE", [a1], t0, Name="Acme", Rating="Cold"),
+             event("Account", "UPDATE", [a1], t0 + 1000, Rating="Hot"),
+             event("Account", "UPDATE", [a2], t0 + 2000, Industry="Retail"),
+             event("Account", "DELETE", [a2], t0 + 3000)]
+    df = spark.createDataFrame([("f", i + 1, line) for i, line in enumerate(lines)],
+                               "source_file string, source_line long, raw string")
+    changes = to_change_rows(parse_lines(df, {"Account": account}))
+    base = {f.name: None for f in account.spark_schema().fields}
+    current = spark.createDataFrame([{**base, "Id": a2, "Name": "Old", "_sf_deleted": False, "_sf_source": "cdc",
+                                      "_sf_bucket": a2[:account.bucket_chars]}], account.spark_schema())
+    return fold_changes(changes, current, account).drop("_sf_synced_at"), len(lines) + 1
+
+
+def test_a_small_query_runs_as_one_job_with_the_same_result_and_restores_the_settings(spark, sample_dir):
+    fold, rows = _fold_of_a_few_changes(spark, sample_dir)
+    before = {key: spark.conf.get(key) for key in SMALL_QUERY_CONF}
+    expected = fold.toArrow().sort_by("Id")
+    jobs = _jobs(spark)
+    assert to_arrow(fold, rows=rows).sort_by("Id").equals(expected)
+    assert _jobs(spark) - jobs == 1  # without the settings: one more job per broadcast join
+    assert {key: spark.conf.get(key) for key in SMALL_QUERY_CONF} == before
+
+
+def test_a_query_over_many_rows_keeps_the_session_settings(spark):
+    before = {key: spark.conf.get(key) for key in SMALL_QUERY_CONF}
+    with small_query(spark, SMALL_QUERY_MAX_ROWS + 1):
+        assert {key: spark.conf.get(key) for key in SMALL_QUERY_CONF} == before
+    with small_query(spark, SMALL_QUERY_MAX_ROWS):
+        assert {key: spark.conf.get(key) for key in SMALL_QUERY_CONF} == SMALL_QUERY_CONF
+    assert {key: spark.conf.get(key) for key in SMALL_QUERY_CONF} == before

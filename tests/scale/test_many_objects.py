@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.assets import replica_key
 from harness import Platform
 from org_compare import differences
 from resources.salesforce import SalesforceResource
@@ -23,7 +23,7 @@ from settings import TEST_SPARK_CONF
 
 
 def _replicas(request) -> set[str]:
-    return {k.path[-1] for k in request.asset_selection if k != CHANGE_EVENTS_KEY}
+    return {k.path[-1] for k in request.asset_selection if k == replica_key(k.path[-1])}
 
 
 def _assert_equal_to_org(platform: Platform, emu: Emulator, names: list[str]) -> None:

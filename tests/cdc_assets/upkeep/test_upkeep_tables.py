@@ -12,9 +12,11 @@ from deltalake import DeltaTable, QueryBuilder
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.config import UpkeepConfig
+from cdc_assets.history.assets import history_key
+from cdc_assets.history.stage import history_name
 from cdc_assets.state import IngestState, ReplicaState
 from cdc_assets.upkeep.compact import Footprint, compact
-from cdc_assets.upkeep.jobs import upkeep_table
+from cdc_assets.upkeep.jobs import upkeep_job_name, upkeep_table
 from cdc_assets.upkeep.retention import replay_floor, trim_payloads
 from cdc_assets.upkeep.vacuum import vacuum
 from event_lines import event
@@ -151,3 +153,29 @@ def test_upkeep_table_reports_what_it_did(platform):
 def test_retention_below_the_org_redelivery_window_is_refused():
     with pytest.raises(ValueError, match="at least 84"):
         UpkeepConfig(change_events_retention_hours=72)
+
+
+def test_the_upkeep_job_of_an_object_with_history_keeps_its_history_table_up_too(tmp_path, spark, sample_dir):
+    p = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF, close_after=0, history=True)
+    for n, rid in enumerate(IDS):  # a version per run: the history table gains a file each time
+        p.land([event("Account", "CREATE", [rid], T0 + n * 1000, tx=f"c{n}", Name=f"A{n}")])
+        p.run()
+    warehouse = DeltaWarehouse(root=str(p.warehouse))
+    history = history_name("Account")
+    versions = sorted(p.table(history), key=lambda r: r["Id"])
+    files_before = Footprint.of(warehouse.table(history)).files
+
+    result = p.defs.resolve_job_def(upkeep_job_name("Account")).execute_in_process(instance=p.instance)
+
+    assert result.success
+    observed = {e.asset_observation_data.asset_observation.asset_key: e.asset_observation_data.asset_observation
+                for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"}
+    kept = {k: v.value for k, v in observed[history_key("Account")].metadata.items()}
+    assert kept["files_before"] == files_before >= len(IDS) and kept["files_after"] < files_before
+    assert Footprint.of(warehouse.table(history)).files == kept["files_after"]
+    assert sorted(p.table(history), key=lambda r: r["Id"]) == versions  # the same versions, fewer files
+    # The history goes on over its compacted table: the next run's version closes the current one.
+    p.land([event("Account", "UPDATE", [IDS[0]], T0 + 9000, tx="later", Name="after upkeep")])
+    p.run()
+    of_first = sorted((r for r in p.table(history) if r["Id"] == IDS[0]), key=lambda r: r["_valid_from"])
+    assert [r["Name"] for r in of_first] == ["A0", "after upkeep"] and of_first[0]["_valid_to"] is not None

@@ -12,8 +12,6 @@ import argparse
 import json
 import logging
 import os
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -95,9 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_against_org(args)
     root = (args.root or REPO / ".demo").resolve()
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):  # handled (not ignored) here, so children start with defaults
-        signal.signal(signum, lambda *_: stop.set())
+    stop = processes.StopOnSignal()
 
     try:
         processes.free_port(args.ui_port)
@@ -141,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         ui_url = f"http://127.0.0.1:{args.ui_port}"
         (root / "demo.json").write_text(json.dumps({
             "ui_url": ui_url, "instance_url": emu.instance_url, "token": emu.token, "ca_file": emu.ca_file,
-            "landing_dir": str(root / "landing"), "warehouse": str(root / "warehouse")}, indent=1))
+            "landing_dir": str(root / "landing"), "warehouse": str(root / "warehouse"), "dagster_home": str(home)},
+            indent=1))
         worker.start()
         log.info("starting dagster dev (log: %s)", log_file)
         processes.wait_for_http(f"{ui_url}/server_info", dagster, stop=stop)

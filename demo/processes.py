@@ -52,6 +52,34 @@ def platform_env(*, home: Path, config: Path, landing: Path, warehouse: Path, em
     return env | (extra or {})
 
 
+class StopOnSignal:
+    """Set by SIGINT or SIGTERM (handlers installed at creation); what the demo's main loop waits on.
+
+    Not a `threading.Event`: its `set()` takes the lock that `Event.wait()` holds while it wakes up, and a signal
+    handler runs in the main thread, the very one waiting, so a signal arriving at that moment deadlocked
+    `python -m demo` for good (seen: SIGTERM during the status loop's wait; the demo and its children hung). Here the
+    handler only stores the signal number.
+    """
+
+    def __init__(self, signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM)) -> None:
+        self.signum: int | None = None
+        for signum in signals:  # handled (not ignored), so children start with the default handlers
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.signum = signum
+
+    def is_set(self) -> bool:
+        return self.signum is not None
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep up to `timeout` seconds, less once a signal came; whether one came."""
+        deadline = time.monotonic() + timeout
+        while not self.is_set() and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
+        return self.is_set()
+
+
 def free_port(port: int = 0, host: str = "127.0.0.1") -> int:
     """`port` if nothing listens there (0: any free port); raises OSError if it is taken."""
     with socket.socket() as probe:
@@ -157,7 +185,7 @@ def wait_for_code_location(ui_url: str, process: subprocess.Popen, timeout_secon
 
 
 def wait_for_http(url: str, process: subprocess.Popen, timeout_seconds: float = 180.0,
-                  stop: threading.Event | None = None) -> None:
+                  stop: StopOnSignal | threading.Event | None = None) -> None:
     """Wait until `url` answers 200, failing early if `process` exits (and giving up quietly on `stop`)."""
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline and not (stop and stop.is_set()):

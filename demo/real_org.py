@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -65,7 +63,7 @@ def _path(environ: dict[str, str], variable: str, default: Path) -> Path:
     return Path(environ.get(variable) or default).resolve()
 
 
-def wait_until_subscribed(subscriber: subprocess.Popen, state_dir: Path, log_file: Path, stop: threading.Event,
+def wait_until_subscribed(subscriber: subprocess.Popen, state_dir: Path, log_file: Path, stop: processes.StopOnSignal,
                           timeout_seconds: float = SUBSCRIBED_TIMEOUT_SECONDS) -> None:
     """Until the subscriber reports a RUNNING stream; SystemExit when it exits or does not subscribe in time."""
     deadline = time.monotonic() + timeout_seconds
@@ -96,9 +94,7 @@ def run_against_org(args: argparse.Namespace, environ: dict[str, str] | None = N
         write_dagster_home(home)
     if orphans := fail_orphaned_runs(home):
         log.info("marked %d runs left in flight by an earlier session as failed", orphans)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = processes.StopOnSignal()
 
     logs = {name: root / f"{name}.log" for name in ("spark_connect", "subscriber", "dagster")}
     spark_server = subscriber = dagster = None

@@ -16,7 +16,8 @@ start before the one in flight ends anyway (the instance runs one landing run at
 mere existence would hide the replicas' state in the UI: Dagster records a run's planned materializations and check
 evaluations when it is created, so a queued run shows each replica it selects as "Materializing…" with its checks
 "in progress" (0 of 6 passed) until it finishes. Landing runs requested while another ran kept one queued behind
-the other for as long as events landed; the cost of waiting instead is at most one sensor interval.
+the other for as long as events landed; the cost of waiting instead is at most one sensor interval, which is
+therefore the shortest Dagster's daemon offers (`INTERVAL_SECONDS`).
 
 Files whose landing run failed are requested again with backoff (as `sensors/work.py` retries replica work), with
 the attempt in the run key; until then the skip reason says when.
@@ -53,6 +54,13 @@ MODE_APPLY = "apply"  # the replicas' own mode (ReplicaRunConfig): apply what ch
 REASON_FILES = "new landing files"
 REASON_CLOSE = "newest transaction closed by timeout"
 TAG_CLOSE_SEQ = hidden_tag("close_seq")
+# Tick at every look of the sensor daemon, which looks at its sensors every 5 s
+# (dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME). Not 5: a tick's timestamp is taken a moment after the loop
+# starts, so 5 s later the interval has not quite passed and the sensor waits for the loop after (measured: 10 s
+# apart with 5, 15 s with 10). A tick that finds no new file is cheap (a listing and change_events' last commit),
+# and the wait it bounds (files landed while a landing run was in flight, until the next run is requested) is part
+# of every change's latency (README "Latency", issue 23).
+INTERVAL_SECONDS = 4
 
 
 def build_landing_zone_sensor(*, replication: ReplicationConfig,
@@ -61,7 +69,7 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
     replicas = [replica_key(n) for n in replication.names]
     backoff = Backoff.from_options(replication.options)
 
-    @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=10, default_status=default_status,
+    @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=INTERVAL_SECONDS, default_status=default_status,
                asset_selection=[*ingest_keys(replication.names), *replicas],
                description="Requests a change_events + replica run for newly landed CDC files (again, with "
                            "backoff, if that run failed), and a replica run when the newest transaction closes "

@@ -16,11 +16,14 @@ Pure: a schema in, a pandera schema out; `schema_errors` validates a DataFrame i
 
 from __future__ import annotations
 
-from pandera.config import ValidationDepth, config_context
-from pandera.pyspark import Check, Column, DataFrameSchema
+from typing import TYPE_CHECKING
+
 from pyspark.sql import DataFrame
 
 from spark_ops.schema import BUCKET_COLUMN, SYSTEM_COLUMNS, ObjectSchema, spark_type
+
+if TYPE_CHECKING:
+    from pandera.pyspark import Check, DataFrameSchema
 
 SOURCES = ("cdc", "snapshot", "reconcile", "poll")
 NOT_NULL = frozenset({"Id", "_sf_deleted", "_sf_source", "_sf_synced_at", BUCKET_COLUMN})
@@ -30,11 +33,17 @@ TIME_OF_DAY = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z$"
 
 
 def _value_checks(sf_type: str) -> list[Check]:
+    from pandera.pyspark import Check
+
     return [Check.str_matches(TIME_OF_DAY)] if sf_type == "time" else []
 
 
 def replica_schema(schema: ObjectSchema) -> DataFrameSchema:
     """The pandera (pyspark) schema every row of `schema`'s replica table satisfies."""
+    # pandera imported here, not with the module: it brings pandas and pyspark.pandas (~0.3 s, seconds under load),
+    # which a run worker would otherwise import before its first step instead of at its first schema check.
+    from pandera.pyspark import Check, Column, DataFrameSchema
+
     columns = {name: Column(spark_type(sf_type), checks=_value_checks(sf_type), nullable=name not in NOT_NULL)
                for name, sf_type in schema.columns}
     for name, dtype in SYSTEM_COLUMNS:
@@ -48,6 +57,8 @@ def schema_errors(df: DataFrame, schema: DataFrameSchema) -> list[dict]:
 
     Data-level checks always run (pandera's pyspark default can be lowered by `PANDERA_VALIDATION_DEPTH`).
     """
+    from pandera.config import ValidationDepth, config_context
+
     with config_context(validation_depth=ValidationDepth.SCHEMA_AND_DATA):
         validated = schema.validate(df, lazy=True)
     errors = validated.pandera.errors or {}

@@ -202,14 +202,17 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
 # Due from a replica update until the feed is requested: not `since_last_handled()`, whose reset also counts the
 # feed's own materializations, and a feed export ending in the same evaluation interval as a later replica
 # materialization then wins over it (Dagster cannot order the two), leaving that materialization unexported until
-# the replica's next one. A request counts as done whatever its run does, so a failed export (a run that could not
-# even start on a loaded host) is asked again every RETRY_CRON tick while it stays failed: the exporter is
-# idempotent.
+# the replica's next one. `newly_requested()` is true on the tick *after* the request, so a replica update between
+# those two ticks (after the export ran, or while it ran) would be reset by it as well and stay unexported: the
+# reset does not count on a tick that also sees a replica update (at worst one more export, of nothing; found under
+# the daemon, tests/cdc_assets/test_dagster_conventions.py). A request counts as done whatever its run does, so a
+# failed export (a run that could not even start on a loaded host) is asked again every RETRY_CRON tick while it
+# stays failed: the exporter is idempotent.
 RETRY_CRON = "*/5 * * * *"
 FOLLOWS_REPLICA = (
     (dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated()
      | (dg.AutomationCondition.execution_failed() & dg.AutomationCondition.cron_tick_passed(RETRY_CRON))
-     ).since(dg.AutomationCondition.newly_requested())
+     ).since(dg.AutomationCondition.newly_requested() & ~dg.AutomationCondition.any_deps_updated())
     & ~dg.AutomationCondition.any_deps_missing()
     & ~dg.AutomationCondition.in_progress()
     & dg.AutomationCondition.all_deps_blocking_checks_passed()

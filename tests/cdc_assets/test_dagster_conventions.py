@@ -159,3 +159,24 @@ def test_freshness_from_replication_yaml_becomes_each_replicas_freshness_policy(
                        ).resolve_asset_graph()
     policy = graph.get(replica_key("Account")).freshness_policy
     assert policy.fail_window.to_timedelta() == timedelta(minutes=5)
+
+
+def test_a_replica_update_between_the_feeds_request_and_the_next_evaluation_is_still_exported(platform):
+    """The daemon's tick requests the feed; its export runs and ends; the replica then changes before the next
+    tick. That tick sees both "the feed was newly requested" and "its replica was updated": the update is newer than
+    the export and must make the feed due (found under the daemon: the feed stayed one version behind for good)."""
+    _, first = landing_run(platform, [event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme")])
+    requested, cursor = automation_requests(platform)
+    assert requested == {changefeed_key("Account")}
+    assert platform.execute(dg.RunRequest(asset_selection=sorted(requested))).success  # exports through it
+    _, second = landing_run(platform, [event("Account", "UPDATE", [ACC], 2, tx="b", Name="Acme 2")])
+    assert second.success
+    replica_version = DeltaTable(str(platform.warehouse / "Account")).version()
+
+    for _ in range(3):  # the next ticks, each export run as the daemon would
+        requested, cursor = automation_requests(platform, cursor)
+        if requested:
+            assert platform.execute(dg.RunRequest(asset_selection=sorted(requested))).success
+    latest = platform.instance.get_latest_materialization_event(changefeed_key("Account"))
+    position = latest.asset_materialization.metadata["position"].value
+    assert position == replica_version, f"the feed stopped at replica version {position} of {replica_version}"

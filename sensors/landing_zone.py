@@ -92,6 +92,12 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
             request, why = _again(context, landing, replication, ce_state, pending, backoff)
         elif catch_up := resume_request(context.instance, replication):
             request, why = catch_up, None
+        elif busy := landing_run_in_flight(context.instance):
+            # It ingested every file and is applying them: a close run now would write the same replicas beside
+            # it, and the two runs' steps could end in the opposite order to their creation, which leaves
+            # Dagster's latest check records on the older materialization (the changefeed then waits for the
+            # replica's next change). The close comes at the next tick after it ends, if still needed.
+            request, why = None, f"closing waits for landing run {busy.run_id[:8]} ({busy.status.value})"
         else:
             request, why = close_request(context.instance, replication, ce_state, backoff, cursor)
         return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why,

@@ -16,6 +16,7 @@ from harness import Platform, load_lines
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from cdc_assets.run_cut import TAG_CUT
+from cdc_assets.run_tags import run_tags
 from sensors.landing_zone import REASON_FILES, SENSOR_NAME as LANDING
 from sensors.reconciliation import SENSOR_NAME as RECONCILE, TAG_MODE, object_tag
 from sensors.work import TAG_REASON, work_tag
@@ -87,6 +88,21 @@ def test_landing_sensor_closes_the_newest_transaction_after_the_timeout(platform
     [request] = closing.run_requests
     assert request.run_key.startswith("close-")
     assert not evaluate(platform, LANDING, cursor=closing.cursor).run_requests
+
+
+def test_closing_waits_for_the_landing_run_in_flight(platform, sample_dir):
+    """A landing run that has ingested every file is still applying them: no close run beside it (two runs writing
+    the same replicas could end in the opposite order to their creation: see sensors/landing_zone.py)."""
+    platform.land(load_lines(sample_dir / "events.jsonl"))
+    platform.run()
+    platform.replication_close_after(0)
+    running = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.STARTED,
+                                  tags=run_tags(mode="apply", reason=REASON_FILES, objects=["Account"]))
+    waiting = evaluate(platform, LANDING)
+    assert not waiting.run_requests and f"closing waits for landing run {running.run_id[:8]}" in skipped(waiting)
+    platform.instance.report_run_canceled(running)
+    [request] = evaluate(platform, LANDING, cursor=waiting.cursor).run_requests
+    assert request.run_key.startswith("close-")
 
 
 def test_reconciliation_sensor_requests_reconcile_and_resync_and_respects_the_budget(platform, sample_dir,

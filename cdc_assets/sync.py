@@ -41,7 +41,7 @@ from cdc_assets.snapshot import (STAGE_BATCH_RECORDS, StageState, discard_stage,
                                  stage_snapshot, staged_files, swapped_at)
 from cdc_assets.state import Reconciled, ReplicaState, Resynced
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
-from resources.delta import DeltaWarehouse, aligned_arrow
+from resources.delta import DeltaWarehouse, aligned_arrow, next_version
 from resources.salesforce import BulkPosition, SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
@@ -104,7 +104,7 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     table = warehouse.commit_files(schema.name, staged_files(stage), read=replica,
                                    schema=pa.schema(stage.schema().to_arrow()), partition_by=[BUCKET_COLUMN],
                                    description=describe_note(describe), key=state.KEY, state=state.to_dict(),
-                                   txns={APPLY_APP: replay - 1, stage_app(stage): _next_version(replica)},
+                                   txns={APPLY_APP: replay - 1, stage_app(stage): next_version(replica)},
                                    configuration=schema.table_properties())
     if replica is not None and describe and stored_describe(warehouse, schema.name, table=table) != describe:
         table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(describe)}, raise_if_not_exists=False)
@@ -115,10 +115,6 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
              schema.name, counts.get("snapshot_rows", 0), counts.get("snapshot_deleted", 0),
              counts.get("missing_marked_deleted", 0))
     return SyncResult(mode, counts, _api_used(salesforce) - used_before)
-
-
-def _next_version(table: DeltaTable | None) -> int:
-    return table.version() + 1 if table is not None else 0
 
 
 def _only_properties_since(table: DeltaTable, version: int) -> bool:

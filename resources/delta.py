@@ -132,7 +132,7 @@ def state_app(key: str) -> str:
     return STATE_APP_PREFIX + key
 
 
-def _next_version(read: DeltaTable | None) -> int:
+def next_version(read: DeltaTable | None) -> int:
     """The version a commit against snapshot `read` gets (None: it creates the table)."""
     return read.version() + 1 if read is not None else 0
 
@@ -355,7 +355,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 partition_by=partition_by, schema_mode="merge", description=description,
                 configuration=self._created_with(name, configuration) if read is None else None,
                 storage_options=self._options(),
-                commit_properties=self.properties(key, state, txns, version=_next_version(read), expiring=expiring),
+                commit_properties=self.properties(key, state, txns, version=next_version(read), expiring=expiring),
             )
         return self._checkpointed(name, read)
 
@@ -384,7 +384,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 schema_mode="overwrite" if read is not None else None, description=description,
                 configuration=self._created_with(name, configuration) if read is None else None,
                 storage_options=self._options(),
-                commit_properties=self.properties(key, state, txns, version=_next_version(read)),
+                commit_properties=self.properties(key, state, txns, version=next_version(read)),
             )
         return self._checkpointed(name, read)
 
@@ -394,7 +394,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """Replace the table's rows and schema with Parquet files already written under its folder (`actions`: their
         add actions, paths relative to it), in one commit against `read` (None: create the table, with
         `description` and the table properties `configuration`); the files are not read again."""
-        properties = self.properties(key, state, txns, version=_next_version(read))
+        properties = self.properties(key, state, txns, version=next_version(read))
         with self._sole_writer(name, read):
             if read is None:
                 create_table_with_add_actions(self.uri(name), Schema.from_arrow(schema), actions, mode="error",
@@ -424,7 +424,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         with self._sole_writer(name, read):
             (
                 read.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                           commit_properties=self.properties(key, state, txns, version=_next_version(read)))
+                           commit_properties=self.properties(key, state, txns, version=next_version(read)))
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()
@@ -441,7 +441,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         predicate = f"t.{key_column} = s.{key_column}"
         if values:
             predicate = f"t.{partition_column} IN ({', '.join(_sql_literal(v) for v in values)}) AND {predicate}"
-        version = _next_version(read)
+        version = next_version(read)
         properties = self.properties(key, state, txns, version=version)
         with self._sole_writer(name, read):
             metrics = (read.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
@@ -462,6 +462,6 @@ class DeltaWarehouse(dg.ConfigurableResource):
             return
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         (table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                     commit_properties=self.properties(key, state, {}, version=_next_version(table)))
+                     commit_properties=self.properties(key, state, {}, version=next_version(table)))
          .when_not_matched_insert_all().execute())
         self._checkpointed(name, table)

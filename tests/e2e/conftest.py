@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.changefeed.reader import ChangefeedReader
+from cdc_assets.history.catch_up import DATA_OPERATIONS
 from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
 from demo import processes
@@ -34,6 +35,12 @@ from salesforce_emulator import Emulator
 from salesforce_emulator.workload import OBJECTS, Workload
 
 ACCOUNTS = 300
+
+
+def newest_data_version(table: DeltaTable, lookback: int = 50) -> int:
+    """The newest version of `table` that changed data (upkeep's OPTIMIZE and VACUUM commits change none)."""
+    return max((int(c["version"]) for c in table.history(lookback) if c.get("operation") in DATA_OPERATIONS),
+               default=0)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -85,14 +92,17 @@ class Stack:
 
     def unsettled(self) -> str | None:
         """Why the platform is not at rest yet, or None: no run queued or in flight, every landing file ingested,
-        every replica applied through the newest ingest with nothing held, dirty or waiting for a resync."""
+        every replica applied through its object's newest ingested rows with nothing held, dirty or waiting for a
+        resync, and every changefeed exported through its replica's newest version that changed data (the platform's
+        own rules: `replicas_to_include` compares with the object's `entity_seq`; an upkeep's OPTIMIZE commit changes
+        no data, so no feed exports it)."""
         with self.instance() as instance:
             if runs := in_flight_runs(instance):
                 return f"{len(runs)} runs queued or in flight"
             warehouse = DeltaWarehouse(root=str(self.warehouse))
             if pending := pending_files(warehouse, LandingZone(path=str(self.landing))):
                 return f"{len(pending)} landing files not ingested"
-            ingest_seq = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq
+            entity_seq = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).entity_seq
             for name in self.objects:
                 event = instance.get_latest_materialization_event(replica_key(name))
                 if event is None:
@@ -101,9 +111,10 @@ class Stack:
                 if meta.get(META_DIRTY) or meta.get(META_RESYNC) or meta.get(META_HELD):
                     return f"{name}: dirty {meta.get(META_DIRTY)}, resync {meta.get(META_RESYNC)!r}, " \
                            f"held {meta.get(META_HELD)}"
-                if int(meta.get(META_APPLIED_THROUGH) or 0) < ingest_seq:
-                    return f"{name} applied through {meta.get(META_APPLIED_THROUGH)} of {ingest_seq}"
-                version, exported = DeltaTable(str(self.warehouse / name)).version(), self.feed(name).version()
+                if int(meta.get(META_APPLIED_THROUGH) or 0) < int(entity_seq.get(name, 0)):
+                    return f"{name} applied through {meta.get(META_APPLIED_THROUGH)} of {entity_seq.get(name)}"
+                version = newest_data_version(DeltaTable(str(self.warehouse / name)))
+                exported = self.feed(name).version()
                 if exported is None or exported < version:
                     return f"{name}'s changefeed exported through version {exported} of {version}"
         return None

@@ -33,7 +33,7 @@ from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.spark import from_arrow, to_arrow
-from spark_ops.fold import CHANGED, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
+from spark_ops.fold import CHANGED, FOLD_INPUT, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
 from spark_ops.history import transaction_versions
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
@@ -146,7 +146,7 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             changes, diff_counts = resolve_diffs(changes, current, schema)
             counts |= diff_counts
             watch.lap("diffs")
-            changes_df = from_arrow(spark, changes)
+            changes_df = from_arrow(spark, changes.select(FOLD_INPUT))
             size = changes.num_rows + len(ids)  # the query's input rows: the changes and at most a row per id
             folded = to_arrow(fold_changes(changes_df, current, schema), rows=size)
             watch.lap("fold")

@@ -59,6 +59,10 @@ NAMES_TO_FETCH = "names_to_fetch"
 SUMMED = (*COUNTERS, NAMES_TO_FETCH)
 CHANGE_TYPES_WITH_FIELDS = ("CREATE", "UPDATE", "UNDELETE")
 CHANGED = "_changed"
+# The columns of a change row the fold (and the history's versions, spark_ops/history.py) read: only these need to
+# reach Spark.
+FOLD_INPUT = ("record_id", "change_type", "commit_ts", "commit_number", "sequence_number", "replay_id", "fields",
+              "set_fields", "transaction_key")
 NEWLY_DIRTY = "newly_dirty"
 INSERTED = "inserted"
 
@@ -127,8 +131,12 @@ folded AS (
          -- column -> JSON text of the last effective change that set it (explicit nulls included): entries in
          -- commit order, the last one of a key wins (spark.sql.mapKeyDedupPolicy=LAST_WIN). One narrow
          -- aggregate whatever the object's width.
+         -- (a field set to null is in set_fields, not in fields: entries without a map lookup per name, which is
+         -- a scan of the map)
          map_from_entries(flatten(transform(array_sort(collect_list(CASE WHEN _effective THEN struct(
-             _pos, transform(set_fields, c -> struct(c AS key, element_at(fields, c) AS value)) AS entries) END)),
+             _pos, concat(map_entries(fields), transform(array_except(set_fields, map_keys(fields)),
+                                                         c -> struct(c AS key, CAST(NULL AS string) AS value)))
+             AS entries) END)),
            x -> x.entries))) AS _values,
          max(_reset_pos IS NOT NULL) AS _has_reset,
          max_by(named_struct('deleted', change_type = 'DELETE' OR (change_type = {snapshot}

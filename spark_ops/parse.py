@@ -337,7 +337,10 @@ def landed_rows(parsed: DataFrame) -> DataFrame:
       record occur earlier in the batch (`mark_duplicates`);
     - true: a quarantine entry (`source_file, source_line, raw, reason, gapped`, as `quarantined` makes it)."""
     quarantine = F.col("quarantine")
+    # The line's text is kept for its quarantine entry only: a change row does not carry it through the shuffle
+    # that marks duplicates.
     return (parsed.select("*", F.inline(F.expr(_OUTPUTS)))
+                  .withColumn("raw", F.when(quarantine, F.col("raw")))
                   .withColumn("event_key", F.when(~quarantine, event_key()))
                   .transform(_gapped)
                   .transform(mark_duplicates)

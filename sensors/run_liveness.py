@@ -24,6 +24,16 @@ launched to (the run's `.dagster/grpc_info` tag names it). A run launched to a c
 alone, as are runs of launchers that support `check_run_worker_health` (Dagster's monitoring checks those).
 The pid check reads `/proc` (Linux); elsewhere the sensor checks nothing and says so.
 
+**Pool queues left stranded.** Dagster's pool queue (its event log storage, SQLite or Postgres alike) can strand a
+step: a step that finds no free slot is queued unassigned, and a slot freed later assigns the oldest unassigned step.
+The two are separate statements, not one transaction: when the holder frees its slot between the waiting step's
+"no free slot" check and its insert into the queue, the free finds nobody to assign, the step is queued after it,
+and nothing ever assigns it; its run waits for that pool for good with every slot free (`make e2e` caught a
+changefeed step so, 20 ms after the replica step it waited for had ended). Each evaluation also gives every pool
+whose slots are neither claimed nor promised to a step its waiting steps (`assign_stranded`), as the free would
+have. A slot is still claimed one step at a time (Dagster's slot rows are the semaphore), so a step assigned twice
+over waits for the slot as before: only liveness is restored, never exclusivity relaxed.
+
 What is left to Dagster's monitoring: a run whose worker died before reporting its pid (it stays STARTING, ended
 after `start_timeout_seconds`), and the pool slots of runs that ended any other way (`free_slots_after_run_end_seconds`).
 """
@@ -137,14 +147,36 @@ def dead_runs(instance: dg.DagsterInstance) -> list[Verdict]:
     return [judge(instance, run) for run in runs]
 
 
+def assign_stranded(instance: dg.DagsterInstance) -> dict[str, int]:
+    """Assign waiting steps of every pool with a slot nobody claims or was assigned (module docstring); how many
+    steps were assigned, per pool."""
+    storage = instance.event_log_storage
+    if not storage.supports_global_concurrency_limits:
+        return {}
+    assigned = {}
+    for pool in sorted(storage.get_concurrency_keys()):
+        info = storage.get_concurrency_info(pool)
+        free = info.slot_count - info.assigned_step_count
+        stranded = min(free, info.pending_step_count)
+        if stranded > 0:
+            for _ in range(stranded):
+                storage.assign_pending_steps([pool])  # the oldest waiting step of the highest priority, as a free
+            assigned[pool] = stranded
+    return assigned
+
+
 def build_run_liveness_sensor(*, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
                               ) -> dg.SensorDefinition:
     @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=15, default_status=default_status,
                description="Marks runs whose run worker process is gone (a crash of the daemon, code server or "
                            "worker) as failed and frees their pool slots, so the landing and reconciliation "
                            "sensors request their work again. A slow run is never ended: only a process that "
-                           "no longer exists counts.")
+                           "no longer exists counts. Also assigns pool slots that Dagster's queue left free "
+                           "while steps wait for them.")
     def run_liveness_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+        for pool, steps in assign_stranded(context.instance).items():
+            context.log.warning(f"pool {pool}: {steps} waiting steps had a free slot nobody assigned them "
+                                f"(Dagster's queue race); assigned now")
         if context.instance.run_launcher.supports_check_run_worker_health:
             return dg.SensorResult(skip_reason="the run launcher reports worker health itself: Dagster's run "
                                                "monitoring ends dead runs")

@@ -103,3 +103,38 @@ def test_runs_it_cannot_check_are_left_to_dagster_monitoring(instance, worker):
     assert instance.get_run_by_id(starting.run_id).status == dg.DagsterRunStatus.STARTING
     assert "not launched to a code server on this host" in result.skip_reason.skip_message
     assert "no worker pid reported yet" in result.skip_reason.skip_message
+
+
+STEP, WAITER = "salesforce__Account", "changefeed__Account"
+
+
+def claim(instance: dg.DagsterInstance, run: dg.DagsterRun, step: str) -> bool:
+    """One claim attempt of `step`, as Dagster's executor retries it while the step waits."""
+    return instance.event_log_storage.claim_concurrency_slot(POOL, run.run_id, step).is_claimed
+
+
+def test_a_step_the_pool_queue_left_unassigned_gets_the_free_slot(instance, worker):
+    # Dagster's claim: "no slot free?" then "queue me"; a free between the two assigns nobody (module docstring).
+    storage = instance.event_log_storage
+    holder, waiter = started_run(instance, worker.pid), started_run(instance, worker.pid)
+    storage.free_concurrency_slot_for_step(waiter.run_id, STEP)  # (started_run claims for every run it makes)
+    assert claimed(instance) == 1
+    assert not storage.has_unassigned_slots(POOL)                   # the waiter's check: no free slot ...
+    storage.free_concurrency_slot_for_step(holder.run_id, STEP)     # ... the holder's step ends meanwhile ...
+    storage.add_pending_step(concurrency_key=POOL, run_id=waiter.run_id, step_key=WAITER, should_assign=False)
+    assert not any(claim(instance, waiter, WAITER) for _ in range(3)), "stranded: every slot free, never claimed"
+
+    evaluate(instance)
+    assert claim(instance, waiter, WAITER)
+    assert claimed(instance) == 1
+
+
+def test_a_step_waiting_for_a_slot_in_use_keeps_waiting(instance, worker):
+    holder, waiter = started_run(instance, worker.pid), started_run(instance, worker.pid)
+    instance.event_log_storage.free_concurrency_slot_for_step(waiter.run_id, STEP)
+    assert not claim(instance, waiter, WAITER)
+
+    evaluate(instance)
+    assert not claim(instance, waiter, WAITER), "one writer per table: the slot is the holder's"
+    instance.event_log_storage.free_concurrency_slot_for_step(holder.run_id, STEP)
+    assert claim(instance, waiter, WAITER)

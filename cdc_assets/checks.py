@@ -19,15 +19,22 @@ state (`ReplicaState`, cdc_assets/state.py) once:
   refuse its deletes (more than `poll_max_delete_share` of the live records); `poll_overlap` (WARN): it found no
   record committed later than `poll_overlap`.
 
+`schema` and `unique_id` answer for the table's content alone (and `schema` for the expected schema): when the
+table is at the version their last passing evaluation read, and the expected schema is the same, that evaluation
+is reported again (`reused_from_run` in its metadata) instead of reading the table again. A landing run with
+nothing to apply costs no Spark job and no scan of the Ids (bench/idle_run.py).
+
 Blocking checks are the ones under which a downstream reader would read wrong data; the others call for a person
 or a sensor. Thresholds come from replication.yaml `options`. A check whose table does not exist yet passes and
 says so, except `no_pending_resync`, which judges the replica state alone.
 """
 
+import hashlib
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 import pyarrow as pa
 import pyarrow.compute as pc
 from dagster_pyspark import PySparkResource
@@ -56,6 +63,10 @@ POLL_HARD_DELETES = "poll_hard_deletes"
 POLL_OVERLAP = "poll_overlap"
 POLL_CHECKS = (POLL_HARD_DELETES, POLL_OVERLAP)  # polled objects only (cdc_assets/poll/compare.py)
 BLOCKING = frozenset({SCHEMA, UNIQUE_ID})
+# Metadata naming what a check read: the table (its Delta id: a table made again has a new one) and its version.
+DELTA_VERSION, TABLE_ID = "delta_version", "delta_table_id"
+SCHEMA_FINGERPRINT, REUSED_FROM = "schema_fingerprint", "reused_from_run"
+BY_VERSION = (SCHEMA, UNIQUE_ID)  # answers for the table version (and the expected schema) alone
 
 DIRTY_THRESHOLD_OPTION, FRESHNESS_OPTION = "dirty_threshold_seconds", "freshness_seconds"  # ReplicationOptions
 EXAMPLES = 10
@@ -108,7 +119,8 @@ def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse
         return _result(SCHEMA, True, {"rows_checked": 0}, "No replica commit recorded yet: nothing to check.")
     since = pa.scalar(datetime.fromisoformat(synced_at), TS)
     rows = warehouse.read(table, filter=pc.field("_sf_synced_at") >= since)
-    meta = {"rows_checked": rows.num_rows, "synced_at": synced_at, "delta_version": table.version()}
+    meta = {"rows_checked": rows.num_rows, "synced_at": synced_at, DELTA_VERSION: table.version(),
+            TABLE_ID: table.metadata().id}
     if not rows.num_rows:
         return _result(SCHEMA, True, meta, "The latest replica commit wrote no rows.")
     try:
@@ -139,7 +151,8 @@ def check_unique_id(warehouse: DeltaWarehouse, table: DeltaTable | None, name: s
     duplicates = counts.filter(pc.greater(counts["Id_count"], 1))
     nulls = ids["Id"].null_count
     meta = {"rows": ids.num_rows, "null_ids": nulls, "duplicate_ids": duplicates.num_rows,
-            "examples": dg.MetadataValue.json(duplicates["Id"].to_pylist()[:EXAMPLES])}
+            "examples": dg.MetadataValue.json(duplicates["Id"].to_pylist()[:EXAMPLES]),
+            DELTA_VERSION: table.version(), TABLE_ID: table.metadata().id}
     if not nulls and not duplicates.num_rows:
         return _result(UNIQUE_ID, True, meta, f"{ids.num_rows} rows, one per Id.")
     return _result(UNIQUE_ID, False, meta,
@@ -284,6 +297,35 @@ def check_poll_overlap(state: ReplicaState, name: str, overlap: float) -> dg.Ass
                     f"{name} in replication.yaml.")
 
 
+
+
+def schema_fingerprint(schema: ObjectSchema) -> str:
+    """What the `schema` check's expectation is built from, as a short hash."""
+    return hashlib.sha256(repr(schema).encode()).hexdigest()[:16]
+
+
+def reused_result(instance: dg.DagsterInstance, key: dg.AssetCheckKey, table: DeltaTable | None,
+                  fingerprint: str | None = None) -> dg.AssetCheckResult | None:
+    """The check's latest completed evaluation again, if it passed over this very table version (and, given a
+    `fingerprint`, the same expected schema); else None: the check must run."""
+    if table is None:
+        return None
+    [record, *_] = instance.event_log_storage.get_asset_check_execution_history(
+        key, limit=1, status={AssetCheckExecutionRecordStatus.SUCCEEDED}) or [None]
+    evaluation = record.evaluation if record else None
+    if evaluation is None or not evaluation.passed:
+        return None
+    meta = dict(evaluation.metadata)
+    value = lambda name: meta[name].value if name in meta else None  # noqa: E731
+    if (value(TABLE_ID), value(DELTA_VERSION), value(SCHEMA_FINGERPRINT)) != \
+            (table.metadata().id, table.version(), fingerprint):
+        return None
+    first = value(REUSED_FROM) or record.run_id
+    description = (evaluation.description or "").split(" (table version ")[0]
+    return _result(key.name, True, meta | {REUSED_FROM: first},
+                   f"{description} (table version {table.version()} unchanged since run {first[:8]}: not read again)")
+
+
 def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
     """The six checks of one replica asset (and the two poll checks of a polled one), as one multi-asset check (one step, one read of the replica state).
 
@@ -303,9 +345,32 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
         now = datetime.now(timezone.utc)
         table = warehouse.table(sobject.name)
         state = ReplicaState.read(warehouse, table)
+        expected: list[ObjectSchema] = []
+
+        def expected_schema() -> ObjectSchema:
+            if not expected:
+                expected.append(resolve_schema(sobject, warehouse, None)[0])
+            return expected[0]
+
+        def by_version(name: str, check: Callable[[], dg.AssetCheckResult]) -> dg.AssetCheckResult:
+            fingerprint = None
+            if name == SCHEMA:
+                try:
+                    fingerprint = schema_fingerprint(expected_schema())
+                except RuntimeError:  # no describe file and none kept: the check itself says so
+                    return check()
+            key = dg.AssetCheckKey(replica_key(sobject.name), name)
+            if (again := reused_result(context.instance, key, table, fingerprint)) is not None:
+                return again
+            result = check()
+            if fingerprint is None:
+                return result
+            return result._replace(metadata={**result.metadata, SCHEMA_FINGERPRINT: fingerprint}) \
+                if result.passed else result
+
         run = {
             SCHEMA: lambda: check_schema(lambda: session(pyspark), warehouse, table, state, sobject.name,
-                                         lambda: resolve_schema(sobject, warehouse, None)[0]),
+                                         expected_schema),
             UNIQUE_ID: lambda: check_unique_id(warehouse, table, sobject.name),
             NO_PENDING_RESYNC: lambda: check_no_pending_resync(state, sobject.name),
             NO_STALE_DIRTY: lambda: check_no_stale_dirty(warehouse, table, sobject.name, threshold=dirty_threshold,
@@ -318,7 +383,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
         }
         for name in names:
             if name in selected:
-                result = run[name]()
+                result = by_version(name, run[name]) if name in BY_VERSION else run[name]()
                 if not result.passed:
                     context.log.warning(f"{sobject.name} check {name} failed: {result.description}")
                 yield result

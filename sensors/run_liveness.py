@@ -29,9 +29,9 @@ step: a step that finds no free slot is queued unassigned, and a slot freed late
 The two are separate statements, not one transaction: when the holder frees its slot between the waiting step's
 "no free slot" check and its insert into the queue, the free finds nobody to assign, the step is queued after it,
 and nothing ever assigns it; its run waits for that pool for good with every slot free (`make e2e` caught a
-changefeed step so, 20 ms after the replica step it waited for had ended). Each evaluation also gives every pool
-whose slots are neither claimed nor promised to a step its waiting steps (`assign_stranded`), as the free would
-have. A slot is still claimed one step at a time (Dagster's slot rows are the semaphore), so a step assigned twice
+changefeed step so, 20 ms after the replica step it waited for had ended). Each evaluation also gives every
+pool whose slots are neither claimed nor promised to a step its waiting steps (`assign_stranded`), as the free
+would have. A slot is still claimed one step at a time (Dagster's slot rows are the semaphore), so a step assigned twice
 over waits for the slot as before: only liveness is restored, never exclusivity relaxed.
 
 What is left to Dagster's monitoring: a run whose worker died before reporting its pid (it stays STARTING, ended

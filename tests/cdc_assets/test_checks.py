@@ -11,7 +11,8 @@ from deltalake import write_deltalake
 
 from cdc_assets.assets import replica_key
 from cdc_assets.checks import (
-    BLOCKING, CHECKS, FRESHNESS, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, SCHEMA, UNIQUE_ID,
+    BLOCKING, CHECKS, DELTA_VERSION, FRESHNESS, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, REUSED_FROM,
+    SCHEMA, UNIQUE_ID,
     acknowledge_quarantine, build_replica_checks, check_freshness, check_no_stale_dirty, check_quarantine_empty,
 )
 from cdc_assets.config import load_config
@@ -125,6 +126,34 @@ def test_duplicate_id_fails_unique_id_and_bad_source_fails_schema(golden):
     assert not account[SCHEMA].passed
     assert [(f["column"], f["error"]) for f in meta(account[SCHEMA])["failures"]] == [("_sf_source", "DATAFRAME_CHECK")]
     assert platform.check_results(result, "Contact")[UNIQUE_ID].passed
+
+
+def test_a_table_at_the_version_already_checked_is_not_read_again_and_a_new_version_is(tmp_path, sample_dir):
+    platform = Platform(tmp_path, sample_dir / "describe", OBJECTS, TEST_SPARK_CONF)
+    platform.land(load_lines(sample_dir / "events.jsonl"), name="events.jsonl")
+    first = platform.run(checks=True, raise_on_error=False)
+    idle = platform.run(checks=True, raise_on_error=False)  # nothing landed since: a replica may still commit
+    reused = []
+    for obj in OBJECTS:
+        before, after = platform.check_results(first, obj), platform.check_results(idle, obj)
+        for name in (SCHEMA, UNIQUE_ID):
+            assert before[name].passed and after[name].passed and REUSED_FROM not in meta(before[name]), (obj, name)
+            unchanged = meta(after[name])[DELTA_VERSION] == meta(before[name])[DELTA_VERSION]
+            assert meta(after[name]).get(REUSED_FROM) == (first.run_id if unchanged else None), (obj, name)
+            if unchanged:
+                assert {k: v for k, v in meta(after[name]).items() if k != REUSED_FROM} == meta(before[name])
+                assert f"unchanged since run {first.run_id[:8]}" in after[name].description
+                reused.append((obj, name))
+    assert reused, "the idle run reused no check: nothing was tested"
+
+    obj = reused[0][0]  # a writer bypassing the merge: a new version, read again (and failing)
+    rows = platform.table(obj)
+    table = warehouse(platform).table(obj)
+    write_deltalake(warehouse(platform).uri(obj), pa.Table.from_pylist([dict(rows[0])],
+                    schema=pa.schema(table.schema().to_arrow())), mode="append")
+    again = platform.check_results(run_checks(platform), obj)
+    assert not again[UNIQUE_ID].passed and REUSED_FROM not in meta(again[UNIQUE_ID])
+    assert meta(again[UNIQUE_ID])["duplicate_ids"] == 1
 
 
 def test_thresholds_come_from_replication_yaml(golden, tmp_path, sample_dir):

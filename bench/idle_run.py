@@ -16,7 +16,7 @@ executes) from its spawn to its exit. Phases from the instance's records of the 
 Baseline in the same sitting, interleaved: a fresh Python that imports Dagster and exits (what any run worker pays
 before it knows our code). The daemon's queue adds its `dequeue_interval_seconds` (1 s, dagster.yaml) on top.
 
-    python -m bench.idle_run [--times 5]
+    python -m bench.idle_run [--times 5] [--baseline /path/to/other/checkout]
 """
 
 from __future__ import annotations
@@ -94,44 +94,58 @@ def _phases(instance: dg.DagsterInstance, spawned: float, exited: float) -> dict
             "total": exited - spawned, "slowest steps": dict(sorted(steps.items(), key=lambda kv: -kv[1])[:4])}
 
 
-def run(times: int = 5) -> dict:
+def _setup(work: Path, workload: Path, tree: Path, remote: str) -> dict[str, str]:
+    """A landing zone, warehouse and DAGSTER_HOME under `work` for the code of `tree`; the run's environment."""
+    _landing(workload, work / "landing")
+    config = write_replication(work / "replication.yaml", {o: workload / "describe" / f"{o}.json" for o in OBJECTS})
+    home = write_dagster_home(work / "dagster_home")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SF_", "DAGSTER_"))}
+    return env | {"PYTHONPATH": str(tree), "DAGSTER_HOME": str(home), "SPARK_REMOTE": remote,
+                  "CDC_CONFIG": str(config), "CDC_LANDING_ZONE": str(work / "landing"),
+                  "CDC_WAREHOUSE": str(work / "warehouse"), "SF_INSTANCE_URL": "https://127.0.0.1:9",
+                  "SF_ACCESS_TOKEN": "unused"}
+
+
+def run(times: int = 5, baseline: Path | None = None) -> dict:
+    """`times` idle runs of this checkout (and of `baseline`'s, interleaved, against the same server)."""
     workload = cdc_workload("catchup-2500-40000", accounts=2500, changes=40000)
     work = Path(tempfile.mkdtemp(prefix="bench-idle-run-"))
+    trees = {"this": REPO, **({"baseline": baseline.resolve()} if baseline else {})}
     server = None
     try:
-        _landing(workload, work / "landing")
-        config = write_replication(work / "replication.yaml",
-                                   {o: workload / "describe" / f"{o}.json" for o in OBJECTS})
-        home = write_dagster_home(work / "dagster_home")
         server, remote = start_spark_connect(work / "spark_connect.log")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SF_", "DAGSTER_"))}
-        env |= {"PYTHONPATH": str(REPO), "DAGSTER_HOME": str(home), "SPARK_REMOTE": remote,
-                "CDC_CONFIG": str(config), "CDC_LANDING_ZONE": str(work / "landing"),
-                "CDC_WAREHOUSE": str(work / "warehouse"), "SF_INSTANCE_URL": "https://127.0.0.1:9",
-                "SF_ACCESS_TOKEN": "unused"}
-        _materialize(env, REPO)  # ingests and applies the file, warms the server
-        rows, baseline = [], []
+        envs = {name: _setup(work / name, workload, tree, remote) for name, tree in trees.items()}
+        for name, tree in trees.items():
+            _materialize(envs[name], tree)  # ingests and applies the file, warms the server
+        rows: dict[str, list[dict]] = {name: [] for name in trees}
+        floor = []
         for _ in range(times):
-            baseline.append(_import_dagster(env))
-            spawned, exited = _materialize(env, REPO)
-            with open_instance(home) as instance:
-                rows.append(_phases(instance, spawned, exited))
+            floor.append(_import_dagster(envs["this"]))
+            for name, tree in trees.items():
+                spawned, exited = _materialize(envs[name], tree)
+                with open_instance(Path(envs[name]["DAGSTER_HOME"])) as instance:
+                    rows[name].append(_phases(instance, spawned, exited))
     finally:
         if server is not None:
             stop(server)
         shutil.rmtree(work, ignore_errors=True)
-    medians = {k: statistics.median(r[k] for r in rows) for k in rows[0] if k != "slowest steps"}
-    floor = statistics.median(baseline)
-    return {"runs": times, "median_s": medians, "import_dagster_s": floor, "x_import_dagster": medians["total"] / floor,
-            "all": rows}
+    out = {"runs": times, "import_dagster_s": statistics.median(floor)}
+    for name, measured in rows.items():
+        medians = {k: statistics.median(r[k] for r in measured) for k in measured[0] if k != "slowest steps"}
+        out[name] = {"median_s": medians, "x_import_dagster": medians["total"] / out["import_dagster_s"],
+                     "slowest steps (last run)": measured[-1]["slowest steps"]}
+    if baseline:
+        out["x_baseline"] = out["this"]["median_s"]["total"] / out["baseline"]["median_s"]["total"]
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.idle_run", description=__doc__.splitlines()[0])
     parser.add_argument("--times", type=int, default=5)
+    parser.add_argument("--baseline", type=Path, help="another checkout (e.g. a worktree of main) measured beside")
     args = parser.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
-    print(json.dumps(run(args.times), indent=1, default=lambda x: round(x, 3)))
+    print(json.dumps(run(args.times, args.baseline), indent=1))
     print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
 

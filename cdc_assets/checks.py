@@ -29,7 +29,9 @@ or a sensor. Thresholds come from replication.yaml `options`. A check whose tabl
 says so, except `no_pending_resync`, which judges the replica state alone.
 """
 
+import dataclasses
 import hashlib
+import json
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -300,8 +302,11 @@ def check_poll_overlap(state: ReplicaState, name: str, overlap: float) -> dg.Ass
 
 
 def schema_fingerprint(schema: ObjectSchema) -> str:
-    """What the `schema` check's expectation is built from, as a short hash."""
-    return hashlib.sha256(repr(schema).encode()).hexdigest()[:16]
+    """What the `schema` check's expectation is built from, as a short hash: the same in every process (sets are
+    sorted: their order follows the process's string hashing)."""
+    text = json.dumps(dataclasses.asdict(schema), sort_keys=True,
+                      default=lambda v: sorted(v) if isinstance(v, (set, frozenset)) else str(v))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def reused_result(instance: dg.DagsterInstance, key: dg.AssetCheckKey, table: DeltaTable | None,

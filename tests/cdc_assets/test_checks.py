@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
@@ -191,3 +194,14 @@ def test_checks_pass_and_say_so_before_any_table_exists(tmp_path, sample_dir):
         assert set(results) == set(CHECKS) and all(e.passed for e in results.values()), obj
         for name in (SCHEMA, UNIQUE_ID, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS):
             assert "does not exist yet" in meta(results[name])["table"], (obj, name)
+
+
+def test_the_schema_fingerprint_is_the_same_in_every_process(sample_dir):
+    # Reuse across runs compares fingerprints made in different run workers: no per-process order may leak in.
+    code = ("import json, sys; from cdc_assets.checks import schema_fingerprint; "
+            "from spark_ops.schema import ObjectSchema; "
+            "print(schema_fingerprint(ObjectSchema.from_describe(json.load(open(sys.argv[1])))))")
+    prints = {subprocess.run([sys.executable, "-c", code, str(sample_dir / "describe" / "Account.json")],
+                             env=os.environ | {"PYTHONHASHSEED": seed}, capture_output=True, text=True,
+                             check=True).stdout for seed in ("1", "2", "3")}
+    assert len(prints) == 1 and prints.pop().strip()

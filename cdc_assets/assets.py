@@ -38,6 +38,7 @@ from cdc_assets.schemas import (DescribeRefresh, SchemaCatalog, describe_note, r
 from cdc_assets.sync import SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
+from resources.pool_lock import exclusive
 from resources.salesforce import SalesforceResource
 from resources.spark import session
 from spark_ops.schema import FORMULAS_AT, ObjectSchema, spark_type
@@ -62,6 +63,15 @@ META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a 
 META_POLL_CURSOR = "poll_cursor"
 META_POLL_CURSOR_FIELD = "poll_cursor_field"  # SystemModstamp, LastModifiedDate or CreatedDate (from describe())
 TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's mode in replication.yaml); on runs: the run's modes
+
+
+CHANGE_EVENTS_POOL = "change_events"
+
+
+def replica_pool(name: str) -> str:
+    """The Dagster pool of every step that writes (or reads for export) object `name`'s replica: one slot, and a
+    host lock (resources/pool_lock.py)."""
+    return f"replica_{name}"
 
 
 def replica_key(name: str) -> dg.AssetKey:
@@ -97,7 +107,8 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
                     f"as unsynced only when events of {o.name} were ingested after it last applied.")
         for o in replication.objects]
 
-    @dg.multi_asset(name="change_events", specs=[table, *slices], can_subset=True, pool="change_events")
+    @dg.multi_asset(name="change_events", specs=[table, *slices], can_subset=True, pool=CHANGE_EVENTS_POOL)
+    @exclusive(CHANGE_EVENTS_POOL)
     def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
                       landing: LandingZone, salesforce: SalesforceResource) -> Iterator[dg.MaterializeResult]:
         schemas = SchemaCatalog(replication.objects, warehouse, salesforce)  # resolved for the objects that landed
@@ -154,7 +165,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
 
     @dg.asset(
         key=replica_key(sobject.name), deps=[events_key(sobject.name)], group_name=GROUP, kinds=KINDS,
-        pool=f"replica_{sobject.name}", metadata=static_metadata, tags={TAG_MODE: sobject.mode},
+        pool=replica_pool(sobject.name), metadata=static_metadata, tags={TAG_MODE: sobject.mode},
         # How old its latest materialization may get (replication.yaml `freshness`): the UI marks it stale past it.
         freshness_policy=dg.FreshnessPolicy.time_window(
             fail_window=timedelta(seconds=replication.freshness_of(sobject))),
@@ -165,6 +176,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                     f"(refresh the formula columns, when replication.yaml keeps them). This "
                     f"object: {sobject.mode}.",
     )
+    @exclusive(replica_pool(sobject.name))
     def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
                 warehouse: DeltaWarehouse, salesforce: SalesforceResource) -> dg.MaterializeResult:
         now, run_id = datetime.now(timezone.utc), context.run.run_id

@@ -62,6 +62,7 @@ from cdc_assets.state import REPLICA_STATE
 from resources.changefeed_store import FeedFile, FeedStore, feed_file_name
 from resources.delta import DeltaWarehouse
 from resources.delta_changes import snapshot_batches
+from resources.pool_lock import exclusive
 
 log = logging.getLogger(__name__)
 
@@ -222,16 +223,17 @@ FOLLOWS_REPLICA = (
 def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
     feed = sobject.changefeed
     assert feed is not None
-    from cdc_assets.assets import GROUP, replica_key  # the replica assets module imports much; only these
+    from cdc_assets.assets import GROUP, replica_key, replica_pool  # the replica assets module imports much
 
     @dg.asset(
         key=changefeed_key(sobject.name), deps=[replica_key(sobject.name)], group_name=GROUP,
         automation_condition=FOLLOWS_REPLICA,
-        kinds={"delta", "json"}, pool=f"replica_{sobject.name}",  # the replica's pool: see enable_change_feed
+        kinds={"delta", "json"}, pool=replica_pool(sobject.name),  # the replica's pool: see enable_change_feed
         description=f"Changefeed of the {sobject.name} replica ({feed.mode}, {feed.format}) at "
                     f"{feed.object_uri(sobject.name)}: its changes since the feed's position as JSON lines, exactly "
                     f"once, per-key ordered, with virtual and resolved timestamps (cdc_assets/changefeed/export.py).",
     )
+    @exclusive(replica_pool(sobject.name))
     def changefeed(context: dg.AssetExecutionContext, warehouse: DeltaWarehouse) -> dg.MaterializeResult:
         result = export_changefeed(warehouse, sobject.name, feed)
         context.log.info(f"{sobject.name} changefeed: {len(result.files)} files, records {result.records}, "

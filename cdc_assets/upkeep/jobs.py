@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 import dagster as dg
 
 from cdc_assets.run_tags import hidden_tag, run_tags
-from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.assets import CHANGE_EVENTS_KEY, CHANGE_EVENTS_POOL, replica_key, replica_pool
 from cdc_assets.config import ReplicationConfig, UpkeepConfig
 from cdc_assets.history.assets import history_key
 from cdc_assets.history.stage import history_name
@@ -30,6 +30,7 @@ from cdc_assets.upkeep.retention import trim_payloads
 from cdc_assets.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingZone
+from resources.pool_lock import exclusive
 
 TAG_UPKEEP = hidden_tag("upkeep")  # the table (an object, or _change_events); shown: mode upkeep, its object
 CE_JOB = "upkeep_change_events"
@@ -97,8 +98,11 @@ def build_upkeep_job(*, name: str, replication: ReplicationConfig) -> dg.JobDefi
     settings = replication.options.upkeep
     with_history = not is_ce and replication.object(name).history
 
-    @dg.op(name=f"{job_name}_op", pool="change_events" if is_ce else f"replica_{name}",
+    pool = CHANGE_EVENTS_POOL if is_ce else replica_pool(name)
+
+    @dg.op(name=f"{job_name}_op", pool=pool,
            description=f"Trim, compact and vacuum {key.to_user_string()} (never beside a writer of it: its pool).")
+    @exclusive(pool)
     def upkeep_op(context: dg.OpExecutionContext, warehouse: DeltaWarehouse, landing: LandingZone) -> None:
         values = upkeep_table(warehouse, name, settings, replicated=replication.names,
                               landing=landing if is_ce else None)

@@ -31,8 +31,9 @@ The two are separate statements, not one transaction: when the holder frees its 
 and nothing ever assigns it; its run waits for that pool for good with every slot free (`make e2e` caught a
 changefeed step so, 20 ms after the replica step it waited for had ended). Each evaluation also gives every
 pool whose slots are neither claimed nor promised to a step its waiting steps (`assign_stranded`), as the free
-would have. A slot is still claimed one step at a time (Dagster's slot rows are the semaphore), so a step assigned twice
-over waits for the slot as before: only liveness is restored, never exclusivity relaxed.
+would have. Should a free assign a step at the same moment, two steps may hold the pool's slot: the pool's host
+lock (resources/pool_lock.py) still runs them one after the other, so only liveness is restored, never exclusivity
+relaxed.
 
 What is left to Dagster's monitoring: a run whose worker died before reporting its pid (it stays STARTING, ended
 after `start_timeout_seconds`), and the pool slots of runs that ended any other way (`free_slots_after_run_end_seconds`).

@@ -30,6 +30,7 @@ says so, except `no_pending_resync`, which judges the replica state alone.
 """
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Callable
@@ -299,8 +300,6 @@ def check_poll_overlap(state: ReplicaState, name: str, overlap: float) -> dg.Ass
                     f"{name} in replication.yaml.")
 
 
-
-
 def schema_fingerprint(schema: ObjectSchema) -> str:
     """What the `schema` check's expectation is built from, as a short hash: the same in every process (sets are
     sorted: their order follows the process's string hashing)."""
@@ -350,12 +349,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
         now = datetime.now(timezone.utc)
         table = warehouse.table(sobject.name)
         state = ReplicaState.read(warehouse, table)
-        expected: list[ObjectSchema] = []
-
-        def expected_schema() -> ObjectSchema:
-            if not expected:
-                expected.append(resolve_schema(sobject, warehouse, None)[0])
-            return expected[0]
+        expected_schema = functools.cache(lambda: resolve_schema(sobject, warehouse, None)[0])  # read once, if at all
 
         def by_version(name: str, check: Callable[[], dg.AssetCheckResult]) -> dg.AssetCheckResult:
             fingerprint = None

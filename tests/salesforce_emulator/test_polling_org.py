@@ -3,6 +3,7 @@ API 2.0 jobs read by `WHERE SystemModstamp >= ... ORDER BY SystemModstamp, Id`, 
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 
 import pytest
@@ -50,6 +51,7 @@ def stamps_ms(iso: str) -> int:
 def test_a_bulk_job_by_systemmodstamp_resumes_from_a_locator(emulator: Emulator):
     with emulator.store.transaction() as txn:
         old = [txn.create("Account", {"Name": f"old {i}"}) for i in range(5)]
+    time.sleep(0.002)  # two commits in one millisecond share a SystemModstamp (as in an org): `old` must be older
     with emulator.store.transaction() as txn:
         new = [txn.create("Account", {"Name": f"new {i}"}) for i in range(7)]
     since = modstamps(emulator, "Account")[new[0]]

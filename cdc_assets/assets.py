@@ -100,11 +100,16 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
         CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name=GROUP, kinds={"spark", "delta"},
         description="Every CDC event line ever landed, parsed to canonical change rows and de-duplicated, with "
                     "its source file and line. Bad lines go to _quarantine with a reason.")
+    # A slice depends on the landing zone, as the table does, not on the table: both are written by the same
+    # ingest step from the same files, and a landing run carries only the slices of the objects its files name.
+    # Below change_events, every slice left out of a run would show as unsynced in the UI although none of its
+    # rows changed (the table's data version moves with every ingest).
     slices = [dg.AssetSpec(
-        events_key(o.name), deps=[CHANGE_EVENTS_KEY], group_name=GROUP, kinds={"delta"},
-        description=f"{o.name}'s rows of change_events (a view, no table of its own): what salesforce/{o.name} "
-                    f"applies. Its data version is the last ingest that stored {o.name} rows, so the replica shows "
-                    f"as unsynced only when events of {o.name} were ingested after it last applied.")
+        events_key(o.name), deps=[LANDING_ZONE], group_name=GROUP, kinds={"delta"},
+        description=f"{o.name}'s rows of change_events (a view, no table of its own), written by the ingest step "
+                    f"with change_events: what salesforce/{o.name} applies. Its data version is the last ingest "
+                    f"that stored {o.name} rows, so it and the replica show as unsynced only when events of "
+                    f"{o.name} were ingested after the replica last applied.")
         for o in replication.objects]
 
     @dg.multi_asset(name="change_events", specs=[table, *slices], can_subset=True, pool=CHANGE_EVENTS_POOL)

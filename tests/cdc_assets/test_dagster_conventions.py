@@ -72,6 +72,7 @@ def test_a_replica_stays_in_sync_through_landing_runs_that_carry_only_other_obje
                                       checks=False)
     assert result.success and replica_key("Contact") not in request.asset_selection
     assert stale_status(platform, replica_key("Contact")) == (StaleStatus.FRESH, [])  # nothing of its own came
+    assert stale_status(platform, events_key("Contact")) == (StaleStatus.FRESH, [])  # its slice neither
     assert stale_status(platform, replica_key("Account"))[0] == StaleStatus.FRESH
 
     platform.land([event("Contact", "UPDATE", [CON], 5, tx="d", LastName="King")])

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.apply import EVENT_COUNTS
-from cdc_assets.assets import GROUP, replica_key
+from cdc_assets.assets import GROUP, events_key, replica_key
 from cdc_assets.checks import CHECKS, SCHEMA, UNIQUE_ID
 from cdc_assets.run_tags import VISIBLE
 from demo import processes
@@ -105,6 +105,8 @@ def test_asset_graph_shows_the_landing_zone_feeding_every_replica(page, material
     shoot(page, "asset_graph.png")
 
     assert page.get_by_text("Global asset lineage").count() == 1
+    # The yellow "unsynced" dot Dagster draws on a node (its Stale.module.css class): none at rest.
+    assert page.locator("[class*='StaleDot']").count() == 0
     assert {"landing_zone", "change_events", *materialized.objects} <= words(page)
 
 
@@ -169,8 +171,8 @@ query Sensors {
 MAX_TAGS = 8  # the three of cdc_assets/run_tags.py and Dagster's own (dagster/sensor_name, dagster/run_key, ...)
 
 
-def replica_nodes(stack) -> dict[str, dict]:
-    keys = [{"path": list(replica_key(n).path)} for n in stack.objects]
+def replica_nodes(stack, key=replica_key) -> dict[str, dict]:
+    keys = [{"path": list(key(n).path)} for n in stack.objects]
     nodes = processes.graphql(stack.ui_url, NODES, {"keys": keys})["assetNodes"]
     return {n["assetKey"]["path"][-1]: n for n in nodes}
 
@@ -190,6 +192,8 @@ def test_graphql_no_replica_at_rest_is_unsynced_and_each_has_its_freshness_polic
         assert node["staleStatus"] == "FRESH", f"{name} unsynced: {node['staleCauses']}"
         assert node["internalFreshnessPolicy"]["failWindowSeconds"] > 0, name
         assert node["groupName"] == GROUP  # one group: the global lineage opens expanded
+    for name, node in replica_nodes(materialized, events_key).items():  # nor is the slice of events it applies
+        assert node["staleStatus"] == "FRESH", f"events/{name} unsynced: {node['staleCauses']}"
 
 
 def test_graphql_runs_carry_only_the_tags_a_person_filters_by(materialized):

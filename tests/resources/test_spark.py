@@ -109,3 +109,11 @@ def test_a_query_over_many_rows_keeps_the_session_settings(spark):
     with small_query(spark, SMALL_QUERY_MAX_ROWS):
         assert {key: spark.conf.get(key) for key in SMALL_QUERY_CONF} == SMALL_QUERY_CONF
     assert {key: spark.conf.get(key) for key in SMALL_QUERY_CONF} == before
+
+
+def test_the_jvm_the_platform_starts_collects_garbage_with_the_throughput_collector(spark):
+    """`spark.driver.extraJavaOptions` reaches the JVM (the session fixture starts it from the platform's conf): its
+    collectors are the Parallel ones, not JDK 17's default G1 (measured faster, bench/RESULTS.md)."""
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    names = {beans.get(i).getName() for i in range(beans.size())}
+    assert names == {"PS Scavenge", "PS MarkSweep"}, names

@@ -37,7 +37,7 @@ from dagster import DagsterEventType
 
 from bench.common import write_replication
 from bench.workloads import OBJECTS, cdc_workload
-from cdc_assets.assets import events_key, replica_key
+from cdc_assets.assets import ingest_keys, replica_key
 from demo.instance import open_instance, write_dagster_home
 from demo.processes import start_spark_connect, stop
 
@@ -53,7 +53,7 @@ def _landing(root: Path, landing: Path) -> None:
 
 
 def _selection() -> str:
-    keys = [dg.AssetKey("change_events")] + [k(o) for o in OBJECTS for k in (events_key, replica_key)]
+    keys = [*ingest_keys(OBJECTS), *(replica_key(o) for o in OBJECTS)]
     return ",".join(k.to_user_string() for k in keys)
 
 
@@ -77,17 +77,15 @@ def _import_dagster(env: dict[str, str]) -> float:
 def _phases(instance: dg.DagsterInstance, spawned: float, exited: float) -> dict[str, float]:
     run = instance.get_runs(limit=1)[0]
     record = instance.get_run_record_by_id(run.run_id)
-    events = {}
+    events: dict[str, float] = {}
+    steps: dict[str, float] = {}
     for e in instance.all_logs(run.run_id):
         kind = e.dagster_event.event_type if e.dagster_event else None
         if kind in (DagsterEventType.RUN_START, DagsterEventType.STEP_START, DagsterEventType.RUN_SUCCESS):
             events.setdefault(kind.name, e.timestamp)  # the first of each
-    created = record.create_timestamp.timestamp()
-    steps: dict[str, float] = {}
-    for e in instance.all_logs(run.run_id):
-        if e.step_key and e.dagster_event and e.dagster_event.event_type in (DagsterEventType.STEP_START,
-                                                                          DagsterEventType.STEP_SUCCESS):
+        if e.step_key and kind in (DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS):
             steps[e.step_key] = e.timestamp - steps.get(e.step_key, 0.0)
+    created = record.create_timestamp.timestamp()
     return {"start-up": created - spawned, "run creation": events["RUN_START"] - created,
             "resources": events["STEP_START"] - events["RUN_START"],
             "steps": events["RUN_SUCCESS"] - events["STEP_START"], "exit": exited - events["RUN_SUCCESS"],

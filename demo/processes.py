@@ -136,11 +136,15 @@ def first_exited(children: dict[str, tuple[subprocess.Popen | None, Path]]) -> s
 
 
 def start_spark_connect(log_file: Path, port: int = 0, timeout_seconds: float = 180.0,
-                        conf: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+                        conf: dict[str, str] | None = None, warm_up_lines: int | None = None
+                        ) -> tuple[subprocess.Popen, str]:
     """A Spark Connect server (`resources.spark_connect`) for the runs to share, once it accepts connections; and
-    the `SPARK_REMOTE` URL of it. Port 0: any free port."""
+    the `SPARK_REMOTE` URL of it. Port 0: any free port. `warm_up_lines`: the server's `--warm-up-lines` (None:
+    its default; the warm-up goes on in the background after this returns)."""
     port = free_port(port)
     extra = [arg for key, value in (conf or {}).items() for arg in ("--conf", f"{key}={value}")]
+    if warm_up_lines is not None:
+        extra += ["--warm-up-lines", str(warm_up_lines)]
     env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
     process = start(["python", "-m", "resources.spark_connect", "--port", str(port), *extra], env, log_file=log_file)
     deadline = time.monotonic() + timeout_seconds

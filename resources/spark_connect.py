@@ -4,6 +4,10 @@ Under the Dagster daemon every run is a new process. With a local master each on
 its start and JIT warm-up again (bench/RESULTS.md, steady state: a run of ~1,000 events in a fresh process
 against the same run as a client of a warm server). `python -m resources.spark_connect [--port 15002]` starts the
 server; runs use it when `SPARK_REMOTE=sc://localhost:15002` is set. `make run` does both.
+
+Once listening, the server warms its JVM up (`resources.spark_warm_up`: the platform's parse and fold over a
+synthetic batch, in the background, ~14 s of both cores here) so that the first runs after a start, the backlog
+that piled up while it was down, do not pay the JIT's first pass; `--warm-up-lines 0` skips it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import threading
 from pyspark.sql import SparkSession
 
 from resources.spark import DEFAULT_CONF, spark_config
+from resources.spark_warm_up import LINES, warm_up
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +50,27 @@ def start(port: int = DEFAULT_PORT, overrides: dict[str, str] | None = None) -> 
     return spark
 
 
+def _warm_up(spark: SparkSession, lines: int) -> None:
+    """`warm_up` in the background: runs connecting meanwhile share the cores with it; if it fails, the server
+    serves on unwarmed (a warning says why)."""
+    try:
+        warm_up(spark, lines)
+    except Exception as exc:  # noqa: BLE001 - a warm-up is an optimisation, never a reason to stop serving
+        log.warning("Spark warm-up failed (the server serves on, unwarmed): %s", str(exc).splitlines()[0])
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m resources.spark_connect", description=__doc__)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
+    parser.add_argument("--warm-up-lines", type=int, default=LINES, metavar="N",
+                        help=f"synthetic lines the JVM is warmed up with once listening (default {LINES:,}; 0: none)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spark = start(args.port, dict(c.split("=", 1) for c in args.conf))
     log.info("Spark Connect server listening at %s (Spark %s)", url(args.port), spark.version)
+    if args.warm_up_lines > 0:
+        threading.Thread(target=_warm_up, args=(spark, args.warm_up_lines), name="warm-up", daemon=True).start()
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

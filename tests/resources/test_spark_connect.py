@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 from demo import processes
 from resources.spark import spark_config
@@ -37,6 +38,7 @@ def test_golden_sample_and_checks_through_a_spark_connect_server(tmp_path):
         client = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", *CLIENT_TESTS],
             env=os.environ | {"SPARK_REMOTE": url}, cwd=REPO, capture_output=True, text=True, timeout=900)
+        warmed = _wait_for(tmp_path / "spark_connect.log", "Spark warmed up in", seconds=180)
     finally:
         processes.stop(server)
     summary = client.stdout.strip().splitlines()[-1] if client.stdout.strip() else client.stderr[-2000:]
@@ -44,10 +46,22 @@ def test_golden_sample_and_checks_through_a_spark_connect_server(tmp_path):
     assert re.search(rf"\b{len(CLIENT_TESTS)} passed", summary) and "skipped" not in summary, summary
     log = (tmp_path / "spark_connect.log").read_text()
     assert "Spark Connect server listening at" in log
+    # The server warmed its JVM up in the background while the client's runs went on (resources/spark_warm_up.py):
+    # their results above are exact all the same.
+    assert warmed and "warm-up failed" not in log, _lines_with(log, "warm")
     # Normal runs ship no rows inside Spark's tasks (resources.spark.from_arrow). Not asserted: the server's
     # occasional `INVALID_CURSOR.DISCONNECTED` stack trace (a result stream detached while its operation still ran),
     # seen once in four concurrent client runs under load and never in this test; its cause is not found yet.
     assert "task of very large size" not in log, _lines_with(log, "very large size")
+
+
+def _wait_for(log_file, text: str, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while text not in log_file.read_text():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
 
 
 def _lines_with(log: str, text: str) -> str:

@@ -12,6 +12,11 @@ file. Every executor must then read what this process wrote, at the same path or
 - unset, as a client of a Spark Connect server on this machine: the temporary directory (a guess, verified below);
 - unset otherwise: no staging (the rows travel inside the plan and Spark's tasks, as `createDataFrame` sends them).
 
+A Spark inside the run's process (a local master) reads large tables the same way, from the temporary directory
+(`local_staging`; `CDC_SPARK_STAGING` is for executors elsewhere): its executors are threads of this machine's JVM,
+so there is nothing to prove, and Parquet read back in columnar batches costs less than a checkpoint of the rows held
+in the JVM's heap (bench/RESULTS.md: the 1M-event catch-up 55.7 -> 48.8 s, peak memory 3.9 -> 3.2 GB).
+
 A location that is not shared shows up only on an executor, as a `FileNotFoundException` that Spark retries on
 another executor (which may see it) or reports as a task failure deep in a stack trace. So before its first
 staged table a process proves the location once: it writes `PROBE_FILES` small files, one token each, and reads
@@ -83,6 +88,12 @@ def staging_location() -> Staging | None:
         if not host or not _is_this_machine(host):
             return None
         root = tempfile.gettempdir()
+    _process_staging = _make(root, configured)
+    return _process_staging
+
+
+def _make(root: str, configured: bool) -> Staging:
+    """A directory of this process's own under `root` (a path or URI), removed when the process exits."""
     filesystem, root_path, root_uri = _resolve(root)
     filesystem.create_dir(root_path, recursive=True)
     if isinstance(filesystem, pafs.LocalFileSystem):
@@ -91,11 +102,21 @@ def staging_location() -> Staging | None:
     staging = Staging(f"{root_uri.rstrip('/')}/{name}", filesystem, f"{root_path.rstrip('/')}/{name}", configured)
     filesystem.create_dir(staging.path)
     atexit.register(_remove, staging)
-    _process_staging = staging
     return staging
 
 
+def local_staging() -> Staging:
+    """This process's staging directory for a Spark inside it (a local master): under the temporary directory,
+    made on first use, readable by its executors by construction (no probe)."""
+    global _local_staging
+    if _local_staging is None:
+        _local_staging = _make(tempfile.gettempdir(), configured=False)
+        _proven.add(_local_staging.uri)
+    return _local_staging
+
+
 _process_staging: Staging | None = None
+_local_staging: Staging | None = None
 _proven: set[str] = set()  # staging URIs this process has proven readable by the executors
 
 

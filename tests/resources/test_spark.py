@@ -24,10 +24,25 @@ def _plan(df) -> str:
     return df._jdf.queryExecution().analyzed().toString()
 
 
-def test_large_tables_are_checkpointed_not_embedded_in_the_plan(spark):
+def test_tables_of_many_small_rows_are_checkpointed_not_embedded_in_the_plan(spark):
     table = _lines(LOCAL_RELATION_MAX_ROWS + 1)
     df = from_arrow(spark, table)
     assert "LocalRelation" not in _plan(df)
+    assert df.toArrow().sort_by("source_line").equals(table)
+
+
+def test_large_tables_reach_a_local_spark_as_a_staged_parquet_file_not_rows_in_its_heap(spark):
+    from resources.spark import STAGED_MIN_BYTES
+    from resources.spark_staging import local_staging
+
+    table = _lines(60_000)
+    assert table.nbytes > STAGED_MIN_BYTES
+    df = from_arrow(spark, table)
+    plan = _plan(df)
+    assert "LocalRelation" not in plan and "LogicalRDD" not in plan  # neither rows in the plan nor a checkpoint
+    files = df.inputFiles()
+    assert len(files) == 1 and files[0].endswith(".parquet") and local_staging().path in files[0]
+    assert Path(local_staging().path).parent == Path(tempfile.gettempdir())
     assert df.toArrow().sort_by("source_line").equals(table)
 
 

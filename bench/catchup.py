@@ -84,15 +84,19 @@ def naive_pass(root: Path, work: Path, seconds: float = 20.0) -> tuple[int, floa
     return NaiveTable(work / "naive").apply(sorted((root / "landing").rglob("*.jsonl")), seconds=seconds)
 
 
+def platform_over(root: Path, work: Path, conf: dict[str, str]) -> PlatformRunner:
+    """The platform over the generated workload `root` (its landing zone and describe files), warehouse in `work`."""
+    config = write_replication(work / "replication.yaml", {o: root / "describe" / f"{o}.json" for o in OBJECTS})
+    return PlatformRunner(config=config, landing=root / "landing", warehouse=work / "wh", spark_conf=conf)
+
+
 def run(*, accounts: int = 10_000, changes: int = 300_000) -> list[dict]:
     root = cdc_workload(f"catchup-{accounts}-{changes}", accounts=accounts, changes=changes)
     reset_peak_rss()
     conf, spark_start = start_spark()
     work = Path(tempfile.mkdtemp(prefix="bench-catchup-"))
     try:
-        config = write_replication(work / "replication.yaml", {o: root / "describe" / f"{o}.json" for o in OBJECTS})
-        platform = PlatformRunner(config=config, landing=root / "landing", warehouse=work / "wh", spark_conf=conf)
-        wall, phases, metadata = platform.run()
+        wall, phases, metadata = platform_over(root, work, conf).run()
         peak = peak_rss_mb()
         rows = {o: DeltaTable(str(work / "wh" / o)).count() for o in OBJECTS}
         floor = floor_pass(root, work)

@@ -31,16 +31,15 @@ WARMED = re.compile(r"Spark warmed up in ([0-9.]+) s")
 
 def client(accounts: int, changes: int) -> dict:
     """One catch-up in this process, as a client of `SPARK_REMOTE` (fresh warehouse)."""
-    from bench.common import PlatformRunner, start_spark, write_replication
-    from bench.workloads import OBJECTS, cdc_workload
+    from bench.catchup import platform_over
+    from bench.common import start_spark
+    from bench.workloads import cdc_workload
 
     root = cdc_workload(f"catchup-{accounts}-{changes}", accounts=accounts, changes=changes)
     conf, _ = start_spark()
     work = Path(tempfile.mkdtemp(prefix="bench-warm-up-"))
     try:
-        config = write_replication(work / "replication.yaml", {o: root / "describe" / f"{o}.json" for o in OBJECTS})
-        platform = PlatformRunner(config=config, landing=root / "landing", warehouse=work / "wh", spark_conf=conf)
-        wall, phases, metadata = platform.run()
+        wall, phases, metadata = platform_over(root, work, conf).run()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     events = int(metadata["change_events"]["events_parsed"])

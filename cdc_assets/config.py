@@ -178,7 +178,7 @@ class ReplicationOptions(ObjectOptions):
     max_ingest_batch_bytes: int = Field(128 * 1024 * 1024, gt=0, description=(
         "Bytes of landing files ingested per change_events commit (bounds a run's memory on a backlog)."))
     max_line_bytes: int = Field(8 * 1024 * 1024, gt=0, description=(
-        "A landing line longer than this is quarantined on its own."))
+        "A landing line longer than this many bytes (UTF-8) is quarantined on its own."))
     retry_backoff_seconds: float = Field(30.0, ge=0, description=(
         "First wait before a failed run's work is requested again; doubles with each failure (sensors/work.py)."))
     retry_backoff_max_seconds: float = Field(600.0, ge=0, description=(

@@ -1,6 +1,6 @@
 """LandingZone.read cuts lines in Arrow (no Python object per line): it must give exactly what reading the file
 line by line gives (design §2): lines end at LF, CRLF or CR only, blank lines (Unicode whitespace only) are counted,
-lines longer than `max_line_bytes` characters are quarantined with their number, a final terminator starts no line."""
+lines longer than `max_line_bytes` bytes of UTF-8 are quarantined with their number, a final terminator starts no line."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def reference(text: str, max_line: int) -> tuple[list[tuple[int, str]], list[tup
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             blank += 1
-        elif len(line) > max_line:
+        elif len(line.encode()) > max_line:
             long.append((number, line[:RAW_KEPT]))
         else:
             kept.append((number, line))

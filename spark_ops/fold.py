@@ -128,14 +128,15 @@ effective AS (
 ),
 folded AS (
   SELECT record_id,
-         -- column -> JSON text of the last effective change that set it (explicit nulls included): entries in
-         -- commit order, the last one of a key wins (spark.sql.mapKeyDedupPolicy=LAST_WIN). One narrow
-         -- aggregate whatever the object's width.
-         -- (a field set to null is in set_fields, not in fields: entries without a map lookup per name, which is
-         -- a scan of the map)
+         -- column -> JSON text of the last effective change that set it, an explicit null as '' (which reads as
+         -- null, as everywhere): entries in commit order, the last one of a key wins
+         -- (spark.sql.mapKeyDedupPolicy=LAST_WIN). One narrow aggregate whatever the object's width. No value is
+         -- null, so one lookup per column says both whether a change set it and to what (a lookup is a scan of
+         -- the map).
+         -- (a field set to null is in set_fields, not in fields: entries without a map lookup per name)
          map_from_entries(flatten(transform(array_sort(collect_list(CASE WHEN _effective THEN struct(
-             _pos, concat(map_entries(fields), transform(array_except(set_fields, map_keys(fields)),
-                                                         c -> struct(c AS key, CAST(NULL AS string) AS value)))
+             _pos, concat(transform(map_entries(fields), e -> struct(e.key AS key, coalesce(e.value, '') AS value)),
+                          transform(array_except(set_fields, map_keys(fields)), c -> struct(c AS key, '' AS value)))
              AS entries) END)),
            x -> x.entries))) AS _values,
          max(_reset_pos IS NOT NULL) AS _has_reset,
@@ -210,15 +211,17 @@ def _carries_person_name(schema: ObjectSchema) -> str:
 
 def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
     """The fold as one query over `{changes}` and `{current}` (see `fold_changes`)."""
+    data = [(c, t) for c, t in schema.columns if c != "Id"]
+    # Each column's value looked up once, in a step of its own (a lookup both tested and read would scan twice).
+    lookups = "".join(f", element_at(_values, {literal(c)}) AS _v{i}" for i, (c, _) in enumerate(data))
     values = ",\n  ".join(
-        f"CASE WHEN map_contains_key(f._values, {literal(c)}) "
-        f"THEN CAST(nullif(element_at(f._values, {literal(c)}), '') AS {spark_type(t).simpleString()}) "
+        f"CASE WHEN f._v{i} IS NOT NULL THEN CAST(nullif(f._v{i}, '') AS {spark_type(t).simpleString()}) "
         f"WHEN f._has_reset THEN NULL ELSE cur.{quote(c)} END AS {quote(c)}"
-        for c, t in schema.columns if c != "Id")
+        for i, (c, t) in enumerate(data))
     system = _SYSTEM.format(bucket_chars=schema.bucket_chars, changed=_CHANGED,
                             counters=", ".join(f"f.{n}" for n in SUMMED))
-    return (f"{_steps(schema, current_columns)}SELECT f.record_id AS Id,\n  {values},{system}\n"
-            f"FROM folded f LEFT JOIN cur ON f.record_id = cur.Id")
+    return (f"{_steps(schema, current_columns).rstrip()},\nlooked AS (SELECT *{lookups} FROM folded)\n"
+            f"SELECT f.record_id AS Id,\n  {values},{system}\nFROM looked f LEFT JOIN cur ON f.record_id = cur.Id")
 
 
 def applied_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:

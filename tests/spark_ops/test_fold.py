@@ -54,6 +54,14 @@ def test_explicit_null_nulls_the_field(spark, account):
     assert out[A1]["Industry"] is None and out[A1]["Name"] == "Acme"
 
 
+@pytest.mark.parametrize("nulled", [["Industry"], []], ids=["in nulledFields", "payload null only"])
+def test_explicit_null_nulls_a_stored_value(spark, account, nulled):
+    stored = row(account, Id=A1, Name="Acme", Industry="Retail", _sf_commit_ts=ts(T0), _sf_commit_number=1,
+                 _sf_sequence_number=1, _sf_bucket=A1[:13])
+    out = fold(spark, account, [event("Account", "UPDATE", [A1], T0 + 1000, nulled=nulled, Industry=None)], [stored])
+    assert out[A1]["Industry"] is None and out[A1]["Name"] == "Acme" and out[A1]["applied"] == 1
+
+
 def test_delete_keeps_values_and_undelete_resets_the_row(spark, account):
     deleted = fold(spark, account, [
         event("Account", "CREATE", [A1], T0, Name="Acme", Rating="Hot"),

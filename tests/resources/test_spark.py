@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from resources.spark import (LOCAL_RELATION_MAX_ROWS, SMALL_QUERY_CONF, SMALL_QUERY_MAX_ROWS, from_arrow, small_query,
+from resources.spark import (JVM_OPTIONS, LOCAL_RELATION_MAX_ROWS, SMALL_QUERY_CONF, SMALL_QUERY_MAX_ROWS, from_arrow, small_query,
                              to_arrow)
 
 
@@ -132,3 +132,9 @@ def test_the_jvm_the_platform_starts_collects_garbage_with_the_throughput_collec
     beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     names = {beans.get(i).getName() for i in range(beans.size())}
     assert names == {"PS Scavenge", "PS MarkSweep"}, names
+
+
+def test_the_jvm_the_platform_starts_runs_with_its_jit_options(spark):
+    """Every option of `JVM_OPTIONS` (the collector, the inlining budgets) is among the JVM's arguments."""
+    args = set(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert set(JVM_OPTIONS) <= args, sorted(set(JVM_OPTIONS) - args)

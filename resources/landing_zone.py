@@ -162,8 +162,7 @@ class LandingZone(dg.ConfigurableResource):
             numbers = pa.array(np.arange(1, len(lines) + 1, dtype=np.int64))
             blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0)
             blank_count += pc.sum(blank).as_py() or 0
-            # The line's length in UTF-8 bytes, as the option and the reason name it (a character count let a line
-            # of multi-byte text through at up to 4 times the limit).
+            # The line's length in UTF-8 bytes, as the option and the reason name it.
             long = pc.and_not(pc.greater(pc.binary_length(lines), self.max_line_bytes), blank)
             for number, line in zip(numbers.filter(long).to_pylist(), lines.filter(long).to_pylist()):
                 quarantine(f.path, number, line, f"line longer than {self.max_line_bytes} bytes")

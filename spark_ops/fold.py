@@ -131,9 +131,8 @@ folded AS (
          -- column -> JSON text of the last effective change that set it, an explicit null as '' (which reads as
          -- null, as everywhere): entries in commit order, the last one of a key wins
          -- (spark.sql.mapKeyDedupPolicy=LAST_WIN). One narrow aggregate whatever the object's width. No value is
-         -- null, so one lookup per column says both whether a change set it and to what (a lookup is a scan of
-         -- the map).
-         -- (a field set to null is in set_fields, not in fields: entries without a map lookup per name)
+         -- null, so one lookup per column (a scan of the map) says both whether a change set it and to what.
+         -- (a field nulled by nulledFields alone is in set_fields, not in fields: entries without a lookup per name)
          map_from_entries(flatten(transform(array_sort(collect_list(CASE WHEN _effective THEN struct(
              _pos, concat(transform(map_entries(fields), e -> struct(e.key AS key, coalesce(e.value, '') AS value)),
                           transform(array_except(set_fields, map_keys(fields)), c -> struct(c AS key, '' AS value)))

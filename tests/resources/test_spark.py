@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from resources.spark import (JVM_OPTIONS, LOCAL_RELATION_MAX_ROWS, SMALL_QUERY_CONF, SMALL_QUERY_MAX_ROWS, from_arrow, small_query,
-                             to_arrow)
+from resources.spark import (JVM_OPTIONS, LOCAL_RELATION_MAX_ROWS, SMALL_QUERY_CONF, SMALL_QUERY_MAX_ROWS, from_arrow,
+                             small_query, to_arrow)
 
 
 def _lines(n: int) -> pa.Table:

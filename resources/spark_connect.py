@@ -6,7 +6,7 @@ against the same run as a client of a warm server). `python -m resources.spark_c
 server; runs use it when `SPARK_REMOTE=sc://localhost:15002` is set. `make run` does both.
 
 Once listening, the server warms its JVM up (`resources.spark_warm_up`: the platform's parse and fold over a
-synthetic batch, in the background, ~10 s of both cores here) so that the first runs after a start, the backlog
+synthetic batch, in the background, ~11 s of both cores here) so that the first runs after a start, the backlog
 that piled up while it was down, do not pay the JIT's first pass; `--warm-up-lines 0` skips it.
 """
 

@@ -15,10 +15,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-import pyarrow.compute as pc
+import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
-from resources.spark import from_arrow
 from spark_ops.datastream import parse_landed
 from spark_ops.fold import FOLD_INPUT, fold_changes
 from spark_ops.parse import landed_rows
@@ -86,12 +85,11 @@ def warm_up(spark: SparkSession, lines: int = LINES) -> WarmUp:
     `lines` synthetic lines; returns what they made, so a caller can tell the paths a run takes were taken."""
     started = time.perf_counter()
     schema = ObjectSchema.from_describe(DESCRIBE)
-    rows = landed_rows(parse_landed(warm_up_lines(spark, lines), {OBJECT: schema})).toArrow()
-    quarantined = pc.sum(rows["quarantine"]).as_py() or 0
-    # The fold reads the parsed rows as a replica step does (from Arrow, staged), not by parsing the lines again.
-    changes = from_arrow(spark, rows.filter(pc.invert(pc.or_(rows["quarantine"], rows["is_duplicate"])))
-                         .select(list(FOLD_INPUT)))
-    current = from_arrow(spark, schema.arrow_schema().empty_table())
+    landed = landed_rows(parse_landed(warm_up_lines(spark, lines), {OBJECT: schema}))
+    rows = landed.toArrow()
+    quarantined = sum(rows["quarantine"].to_pylist())
+    changes = landed.where(~F.col("quarantine") & ~F.col("is_duplicate")).select(*FOLD_INPUT)
+    current = spark.createDataFrame([], schema.spark_schema())
     folded = fold_changes(changes, current, schema).toArrow()
     filled = tuple(c for c, _ in schema.columns if folded[c].null_count < folded.num_rows)
     result = WarmUp(lines=lines, changes=rows.num_rows - quarantined, quarantined=quarantined,

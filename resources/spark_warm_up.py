@@ -88,6 +88,8 @@ def warm_up(spark: SparkSession, lines: int = LINES) -> WarmUp:
     landed = landed_rows(parse_landed(warm_up_lines(spark, lines), {OBJECT: schema}))
     rows = landed.toArrow()
     quarantined = sum(rows["quarantine"].to_pylist())
+    # The fold's input is the parse again, inside Spark, not `rows` through `from_arrow`: on a server attached to a
+    # cluster with no staging location those rows would travel inside the tasks (make test-cluster).
     changes = landed.where(~F.col("quarantine") & ~F.col("is_duplicate")).select(*FOLD_INPUT)
     current = spark.createDataFrame([], schema.spark_schema())
     folded = fold_changes(changes, current, schema).toArrow()

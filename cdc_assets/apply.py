@@ -29,6 +29,7 @@ from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.history.stage import before_overflow, stage_versions
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
+from cdc_assets.records import stamped
 from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
@@ -151,12 +152,13 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             folded = to_arrow(fold_changes(changes_df, current, schema), rows=size)
             watch.lap("fold")
             if history:
-                versions = to_arrow(transaction_versions(changes_df, current, schema), rows=size)
+                versions = stamped(to_arrow(transaction_versions(changes_df, current, schema), rows=size), now)
                 watch.lap("history")
             fault_point("replica.after_fold")
             counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*SUMMED, NEWLY_DIRTY, INSERTED)}
             counts["gaps"] -= counts["schema_backfill"]  # not events read: gaps the run added (see prepare.py)
-            new_rows = folded.filter(folded[CHANGED]).select(schema.arrow_schema().names).cast(schema.arrow_schema())
+            new_rows = (stamped(folded.filter(folded[CHANGED]), now).select(schema.arrow_schema().names)
+                        .cast(schema.arrow_schema()))
 
     counts["rows_written"] = new_rows.num_rows
     if replica is not None and ce_seq <= applied and state.held == prev.held and not new_rows.num_rows:

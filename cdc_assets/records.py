@@ -16,6 +16,7 @@ from spark_ops.protect import hash_arrow, hash_salt
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 SNAPSHOT, RECONCILE = "snapshot", "reconcile"
+SYNCED_AT = "_sf_synced_at"
 
 
 def _as_text(values: list) -> pa.Array:
@@ -75,10 +76,21 @@ def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at
         "_sf_sequence_number": pa.nulls(n, pa.int64()),
         "_sf_dirty_since": pa.nulls(n, pa.timestamp("us", tz="UTC")),
         "_sf_source": pa.array([source] * n, pa.string()),
-        "_sf_synced_at": pa.array([synced_at] * n, pa.timestamp("us", tz="UTC")),
+        SYNCED_AT: pa.array([synced_at] * n, pa.timestamp("us", tz="UTC")),
         BUCKET_COLUMN: pc.utf8_slice_codeunits(cols["Id"], 0, schema.bucket_chars),
     }
     return pa.table(cols).cast(target)
+
+
+def stamped(rows: pa.Table, synced_at: datetime) -> pa.Table:
+    """`rows` with `_sf_synced_at` (when the run wrote them) set to `synced_at`, appended if they have none.
+
+    Rows folded in Spark get their time here rather than from `current_timestamp()` in the query: Spark compiles
+    that time into the query's generated code as a constant, so every run's fold would be new code to generate,
+    compile and JIT, even a plan the JVM has run before (bench/RESULTS.md)."""
+    values = pa.repeat(pa.scalar(synced_at, pa.timestamp("us", tz="UTC")), rows.num_rows)
+    i = rows.schema.get_field_index(SYNCED_AT)
+    return rows.set_column(i, SYNCED_AT, values) if i >= 0 else rows.append_column(SYNCED_AT, values)
 
 
 def records_to_text(records: list[dict], fields: list[str]) -> pa.Table:
@@ -103,7 +115,7 @@ def mark_deleted(rows: pa.Table, *, at: datetime, source: str, synced_at: dateti
         "_sf_sequence_number": pa.nulls(n, pa.int64()),
         "_sf_dirty_since": pa.nulls(n, ts),
         "_sf_source": pa.array([source] * n, pa.string()),
-        "_sf_synced_at": pa.array([synced_at] * n, ts),
+        SYNCED_AT: pa.array([synced_at] * n, ts),
     }
     for name, values in updates.items():
         rows = rows.set_column(rows.schema.get_field_index(name), name, values)

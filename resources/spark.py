@@ -46,6 +46,15 @@ JVM_OPTIONS = (
     # (a warm JVM's second 1M pass 33.5 / 33.6 s).
     "-XX:MaxInlineLevel=6", "-XX:InlineSmallCode=1000", "-XX:MaxInlineSize=20", "-XX:FreqInlineSize=100",
 )
+# Static settings of the SQL engine, read when the JVM starts: a Connect client cannot set them (`spark_config`).
+JVM_SQL_CONF = {
+    # Spark keeps the classes it generates for a plan in a cache and reuses them (with the machine code the JIT made
+    # of them) when the same plan comes again. The catch-up of five objects generates ~116 classes; with the default
+    # 100 entries each run evicted what the next one needed, and a warm JVM (the Spark Connect server) generated,
+    # compiled and optimized 71-75 classes again every run. With room for them it compiles none: the issue-size
+    # catch-up's second run in one JVM 9.5 -> 8.3 s (bench/RESULTS.md).
+    "spark.sql.codegen.cache.maxEntries": "1000",
+}
 DEFAULT_CONF = {
     "spark.master": "local[*]",
     "spark.app.name": "salesforce-cdc",
@@ -59,6 +68,7 @@ DEFAULT_CONF = {
     # their own settings. See `JVM_OPTIONS`.
     "spark.driver.extraJavaOptions": " ".join(JVM_OPTIONS),
     "spark.sql.ansi.enabled": "false",
+    **JVM_SQL_CONF,
     **REQUIRED_CONF,
 }
 
@@ -72,7 +82,8 @@ def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
     conf |= overrides or {}
     if "spark.remote" in conf or os.environ.get("SPARK_REMOTE"):
         # A Connect client sets session (SQL) settings only; master, memory and the rest are the server's.
-        return {k: v for k, v in conf.items() if k.startswith("spark.sql.") or k == "spark.remote"}
+        return {k: v for k, v in conf.items()
+                if (k.startswith("spark.sql.") and k not in JVM_SQL_CONF) or k == "spark.remote"}
     return conf
 
 

@@ -166,7 +166,6 @@ _SYSTEM = """
   least(cur._sf_dirty_since, f._dirty_from) AS _sf_dirty_since,
   CASE WHEN f._last.snapshot THEN 'snapshot' WHEN f._last IS NOT NULL THEN 'cdc'
        ELSE coalesce(cur._sf_source, 'cdc') END AS _sf_source,
-  current_timestamp() AS _sf_synced_at,
   substring(f.record_id, 1, {bucket_chars}) AS _sf_bucket,
   {counters},
   {changed} AS _changed,
@@ -182,9 +181,9 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
 
     `changes`: canonical change rows of `schema`'s object (no overflow rows, closed transactions only).
     `current`: replica rows (full columns) of at least the touched ids.
-    Returns one full replica row per touched record, one column per name in `SUMMED` (`COUNTERS`
-    and `names_to_fetch`), and `_changed`: whether
-    the row differs from `current` (only those need writing).
+    Returns one replica row per touched record, every column but `_sf_synced_at` (the caller stamps its run's
+    time: cdc_assets/records.py `stamped`), one column per name in `SUMMED` (`COUNTERS` and `names_to_fetch`), and
+    `_changed`: whether the row differs from `current` (only those need writing).
     """
     return run_sql(changes.sparkSession, fold_sql(schema, current.columns), changes=changes, current=current)
 

@@ -14,7 +14,8 @@ UPDATE of a record never seen: it knows only the given fields; a person account'
 Name is unknown): the state after it is not known, and a version must never invent one. The reconcile that fetches
 the record then makes the version (cdc_assets/history/). Superseded changes make none (the row already holds them).
 
-Output columns: the replica's columns (system columns as the fold sets them; `_sf_dirty_since` null), plus
+Output columns: the replica's columns (system columns as the fold sets them, `_sf_synced_at` left to the caller
+as there; `_sf_dirty_since` null), plus
 `_transaction_key` and `_change_type` (the transaction's last CREATE / UPDATE / DELETE / UNDELETE / SNAPSHOT of
 the record, UPDATE if none). Validity (`_valid_from`, `_valid_to`, `_is_current`, `_version`) is assigned when the
 versions are chained onto the history table (cdc_assets/history/chain.py).
@@ -67,7 +68,6 @@ _SYSTEM = """
   CAST(CASE WHEN v.change_type = {snapshot} THEN NULL ELSE v.sequence_number END AS bigint) AS _sf_sequence_number,
   CAST(NULL AS timestamp) AS _sf_dirty_since,
   CASE WHEN v.change_type = {snapshot} THEN 'snapshot' ELSE 'cdc' END AS _sf_source,
-  current_timestamp() AS _sf_synced_at,
   substring(v.record_id, 1, {bucket_chars}) AS _sf_bucket,
   v.transaction_key AS {transaction_key},
   coalesce(v._txn_life, 'UPDATE') AS {change_type}"""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -38,6 +39,7 @@ from cdc_assets.diffs import resolve_diffs
 from cdc_assets.history.catch_up import HistoryResult, commit_history, history_target
 from cdc_assets.history.chain import IS_CURRENT, chain, sync_versions
 from cdc_assets.history.stage import history_name
+from cdc_assets.records import stamped
 from cdc_assets.state import REPLICA_STATE, ReplicaState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow, read_table
 from resources.spark import from_arrow
@@ -128,8 +130,8 @@ def backfill(spark: Callable[[], SparkSession], warehouse: DeltaWarehouse, schem
             session = spark()  # only when there are events to fold: a polled object's run needs no Spark
             current = from_arrow(session, base)
             events, _ = resolve_diffs(events, current, schema)
-            versions.append(aligned_arrow(transaction_versions(from_arrow(session, events), current, schema).toArrow(),
-                                          target))
+            folded = transaction_versions(from_arrow(session, events), current, schema).toArrow()
+            versions.append(aligned_arrow(stamped(folded, datetime.now(timezone.utc)), target))
         rows = chain(target.empty_table(), pa.concat_tables(versions), target)
         latest = rows.filter(rows[IS_CURRENT])
         final = sync_versions(now_rows, latest, data_columns, target)  # what gaps, resyncs and reconciles made

@@ -7,12 +7,14 @@ from datetime import datetime, timezone
 
 from cdc_assets.apply import APPLY_APP, apply_changes
 from cdc_assets.closure import Cut
+from cdc_assets.history.stage import history_name
 from cdc_assets.ingest import ingest
 from cdc_assets.records import SNAPSHOT, records_to_text, replica_rows
 from cdc_assets.state import IngestState, ReplicaState
 from event_lines import event
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
+from resources.staged import read_staged
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 A1 = "001000000000001AAA"
@@ -48,3 +50,25 @@ def test_an_apply_whose_every_row_is_superseded_commits_its_checkpoint(tmp_path,
     second = apply_changes(spark, warehouse, schema, cut=cut, run_id="second")
     assert second.counts["events_read"] == 0 and not second.committed
     assert warehouse.table("Account").version() == first.version
+
+
+def test_rows_and_history_versions_an_apply_writes_carry_its_runs_time(tmp_path, spark, sample_dir):
+    """`_sf_synced_at` of what an apply writes is the run's time (the checks select a commit's rows by it), stamped
+    outside the fold's query (cdc_assets/records.py `stamped`): the replica rows and the history versions staged."""
+    schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    warehouse, zone = DeltaWarehouse(root=str(tmp_path / "warehouse")), LandingZone(path=str(landing))
+    (landing / "a.jsonl").write_text("\n".join([
+        event("Account", "CREATE", [A1], T0, Name="Acme"),
+        event("Account", "UPDATE", [A1], T0 + 1000, Name="Acme Corp")]) + "\n")
+    ingest(spark, warehouse, zone, {"Account": schema}, run_id="ingest")
+    cut = Cut(through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None, clock="")
+    now = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=timezone.utc)
+
+    result = apply_changes(spark, warehouse, schema, cut=cut, run_id="run", now=now, history=True)
+    rows = read_table(warehouse.table("Account"))
+    versions = read_staged(warehouse.root, history_name("Account"), result.state.history.file)
+    assert rows["Name"].to_pylist() == ["Acme Corp"] and versions.num_rows == 2
+    assert set(rows["_sf_synced_at"].to_pylist()) == set(versions["_sf_synced_at"].to_pylist()) == {now}
+    assert result.state.synced_at == now.isoformat()

@@ -85,10 +85,9 @@ def _jobs(spark) -> int:
     return len(spark.sparkContext.statusTracker().getJobIdsForGroup(None))
 
 
-def _fold_of_a_few_changes(spark, sample_dir):
-    """The fold (two joins, windows, an aggregate) of a few changes over one current row, and its input size."""
+def _a_few_changes(spark, sample_dir):
+    """Account's schema, a few change rows, one current row, and the fold's input size."""
     from event_lines import event
-    from spark_ops.fold import fold_changes
     from spark_ops.parse import parse_lines, to_change_rows
     from spark_ops.schema import ObjectSchema
 
@@ -104,7 +103,39 @@ def _fold_of_a_few_changes(spark, sample_dir):
     base = {f.name: None for f in account.spark_schema().fields}
     current = spark.createDataFrame([{**base, "Id": a2, "Name": "Old", "_sf_deleted": False, "_sf_source": "cdc",
                                       "_sf_bucket": a2[:account.bucket_chars]}], account.spark_schema())
-    return fold_changes(changes, current, account).drop("_sf_synced_at"), len(lines) + 1
+    return account, changes, current, len(lines) + 1
+
+
+def _fold_of_a_few_changes(spark, sample_dir):
+    """The fold (two joins, windows, an aggregate) of a few changes over one current row, and its input size."""
+    from spark_ops.fold import fold_changes
+
+    account, changes, current, rows = _a_few_changes(spark, sample_dir)
+    return fold_changes(changes, current, account), rows
+
+
+def _classes_compiled(spark) -> int:
+    """Classes Spark has generated and compiled in this JVM (Janino; a class found in its cache is not counted)."""
+    return spark._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME().getCount()
+
+
+def test_a_fold_and_its_versions_over_new_rows_reuse_the_code_compiled_for_the_last(spark, sample_dir):
+    """Nothing in the fold's or the history versions' query is a per-run constant (`_sf_synced_at` is stamped
+    outside it: cdc_assets/records.py `stamped`), so a later run's plan is code the JVM already generated, compiled
+    and optimized (with `current_timestamp()` in it, every run was new code: bench/RESULTS.md)."""
+    from spark_ops.fold import fold_changes
+    from spark_ops.history import transaction_versions
+
+    def run():
+        account, changes, current, _ = _a_few_changes(spark, sample_dir)
+        return fold_changes(changes, current, account).toArrow(), transaction_versions(changes, current, account).toArrow()
+
+    first = run()
+    compiled = _classes_compiled(spark)
+    second = run()  # the same changes under new replay ids and transaction keys
+    assert _classes_compiled(spark) == compiled
+    assert [(t.schema, t.num_rows) for t in second] == [(t.schema, t.num_rows) for t in first] and first[1].num_rows
+    assert "_sf_synced_at" not in first[0].column_names + first[1].column_names
 
 
 def test_a_small_query_runs_as_one_job_with_the_same_result_and_restores_the_settings(spark, sample_dir):

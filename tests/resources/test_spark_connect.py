@@ -14,7 +14,7 @@ import sys
 import time
 
 from demo import processes
-from resources.spark import spark_config
+from resources.spark import JVM_SQL_CONF, spark_config
 from settings import REPO, TEST_SPARK_CONF
 
 CLIENT_TESTS = [
@@ -29,6 +29,8 @@ def test_a_connect_client_sets_only_session_settings():
     assert conf["spark.remote"] == "sc://localhost:15002"
     assert conf["spark.sql.mapKeyDedupPolicy"] == "LAST_WIN" and conf["spark.sql.shuffle.partitions"] == "2"
     assert not [k for k in conf if k != "spark.remote" and not k.startswith("spark.sql.")]
+    # static SQL settings are the server JVM's (a client setting one fails), and a local session has them
+    assert not set(JVM_SQL_CONF) & set(conf) and JVM_SQL_CONF.items() <= spark_config(TEST_SPARK_CONF).items()
 
 
 def test_golden_sample_and_checks_through_a_spark_connect_server(tmp_path):

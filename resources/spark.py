@@ -30,9 +30,12 @@ REQUIRED_CONF = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    # Generated methods over 8 KB are never JIT-compiled by HotSpot; fall back to per-operator code instead of
-    # interpreting one huge method (measured: parse 2.6x, fold 1.8x faster on the catch-up workload).
-    "spark.sql.codegen.hugeMethodLimit": "8000",
+    # A stage whose generated code has a method over 4,000 bytes of bytecode runs as per-operator code instead (its
+    # expressions split into small methods). HotSpot never compiles a method over 8,000 bytes (measured: parse 2.6x,
+    # fold 1.8x faster with the fallback), and one of 4-8 KB costs its optimizing compiler seconds: the fold's last
+    # stage (a cast per column of a wide object, 5.7-10 KB) took 2.6-4.6 s of a core to compile, often after its loop
+    # had ended. At 4,000 only that stage falls back: 1M-event catch-up -6 % cold, -7 % warm (bench/RESULTS.md).
+    "spark.sql.codegen.hugeMethodLimit": "4000",
 }
 # Options of the JVM the platform starts, each measured on the catch-up (bench/RESULTS.md):
 JVM_OPTIONS = (

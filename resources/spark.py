@@ -55,7 +55,7 @@ JVM_SQL_CONF = {
     # of them) when the same plan comes again. The catch-up of five objects generates ~116 classes; with the default
     # 100 entries each run evicted what the next one needed, and a warm JVM (the Spark Connect server) generated,
     # compiled and optimized 71-75 classes again every run. With room for them it compiles none: the issue-size
-    # catch-up's second run in one JVM 9.5 -> 8.3 s (bench/RESULTS.md).
+    # catch-up's second run in one JVM 9.5 -> 8.4 s (bench/RESULTS.md).
     "spark.sql.codegen.cache.maxEntries": "1000",
 }
 DEFAULT_CONF = {

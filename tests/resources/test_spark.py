@@ -128,7 +128,8 @@ def test_a_fold_and_its_versions_over_new_rows_reuse_the_code_compiled_for_the_l
 
     def run():
         account, changes, current, _ = _a_few_changes(spark, sample_dir)
-        return fold_changes(changes, current, account).toArrow(), transaction_versions(changes, current, account).toArrow()
+        return (fold_changes(changes, current, account).toArrow(),
+                transaction_versions(changes, current, account).toArrow())
 
     first = run()
     compiled = _classes_compiled(spark)

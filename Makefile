@@ -4,6 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.installed-e2e
+DOCS_STAMP := $(VENV)/.installed-docs
 
 .PHONY: run run-org test test-cluster test-scale install bench clean browser e2e
 
@@ -50,8 +51,18 @@ $(E2E_STAMP): $(STAMP)
 e2e: $(E2E_STAMP) browser
 	$(BIN)/python -m pytest -q -s -m e2e tests/e2e
 
+## The documentation site into site/ (docs/, mkdocs.yml; generated parts from docs/generate.py): --strict, so a broken
+## link or anchor fails the build. CI runs it.
+.PHONY: docs
+$(DOCS_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,emulator,docs]'
+	touch $(DOCS_STAMP)
+
+docs: $(DOCS_STAMP)
+	$(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .demo
+	rm -rf $(VENV) .demo site

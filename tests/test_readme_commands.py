@@ -1,4 +1,4 @@
-"""The README's commands work as written, from the repository root, inside the venv (issue 19 item 5).
+"""The commands the README and the site's pages write work as written, from the repository root, inside the venv.
 
 "Inside the venv" is what `source .venv/bin/activate` does: the venv's bin first on PATH, so a bare `python` is
 the venv's. The tests run the commands that way, in a folder laid out as `make run` leaves the repository (a
@@ -10,6 +10,7 @@ stack (`subscribe`, `make run` itself) are not run; their modules must at least 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import re
 import subprocess
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cdc_subscriber.status import StatusReporter
+from docs_pages import all_text
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "/data/ChangeEvents"
@@ -46,8 +48,9 @@ def after_make_run(tmp_path: Path) -> Path:
 
 
 def readme_commands(module: str) -> list[str]:
-    """Every `python -m <module> ...` command line the README writes (in code, up to a comment or backtick)."""
-    found = re.findall(rf"(python -m {re.escape(module)}\b[^`#\n]*)", (REPO / "README.md").read_text())
+    """Every `python -m <module> ...` command line the README and the site's pages write (in code, up to a comment
+    or backtick)."""
+    found = re.findall(rf"(python -m {re.escape(module)}\b[^`#\n]*)", all_text())
     return sorted({c.strip() for c in found})
 
 
@@ -81,10 +84,17 @@ def test_dead_letters_as_the_readme_writes_it_reads_the_demos_state(after_make_r
 
 @pytest.mark.parametrize("module", ["demo", "demo.latency", "cdc_subscriber", "salesforce_emulator"])
 def test_readme_modules_answer_help_inside_the_venv(module: str):
-    assert readme_commands(module), f"the README names python -m {module}"
+    assert readme_commands(module), f"the README or a page of the site names python -m {module}"
     done = _run(f"python -m {module} --help", REPO)
     assert done.returncode == 0, done.stderr
     assert "usage:" in done.stdout
+
+
+def test_every_module_the_pages_run_exists():
+    """A module renamed or removed leaves no `python -m` of it behind in the README or the site."""
+    modules = set(re.findall(r"python -m ([A-Za-z_][\w.]*)", all_text()))
+    assert {"cdc_subscriber", "demo", "bench", "resources.spark_connect"} <= modules
+    assert [m for m in sorted(modules) if importlib.util.find_spec(m) is None] == []
 
 
 def test_the_options_reference_command_runs():

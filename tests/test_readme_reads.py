@@ -1,7 +1,7 @@
-"""Every read example of the README's "Query the replicas" runs, in a fresh process, and exits cleanly (issue 19).
+"""Every read example of the site's "Reading the replicas" runs, in a fresh process, and exits cleanly.
 
-The examples are taken from README.md itself (every ```python block of the section), so the page cannot drift from
-what is tested. They run against a replica written the way the platform writes one (delta-rs, partitioned by
+The examples are taken from the page itself (every ```python block of the section, docs/guides/reading-replicas.md
+today; tests/docs_pages.py finds it wherever it moves), so the page cannot drift from what is tested. They run against a replica written the way the platform writes one (delta-rs, partitioned by
 `_sf_bucket`, Change Data Feed on, a merge that updates one record and soft-deletes another) and its changefeed
 exported by the real exporter, in `.demo/` as `make run` leaves it. Each runs twice in its own interpreter: exit
 134 (`terminate called without an active exception`) came at interpreter exit about half the time through
@@ -26,19 +26,17 @@ from deltalake import DeltaTable, write_deltalake
 
 from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.changefeed.export import export_changefeed
+from docs_pages import code_blocks
 from resources.delta import DeltaWarehouse, table_configuration
 
 REPO = Path(__file__).resolve().parents[1]
-SECTION = "## Query the replicas"
+SECTION = "Reading the replicas"
 LIVE, RENAMED, DELETED = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
 RUNS_EACH = 2
 
 
 def readme_examples() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n## ", len(SECTION))]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    return code_blocks(SECTION, "python")
 
 
 def _write_replica(warehouse: Path) -> None:

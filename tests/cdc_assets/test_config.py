@@ -1,5 +1,5 @@
 """replication.yaml is validated as a whole: a typo or a wrong type anywhere is an error naming the file and the key's
-path; every shipped config loads; objects inherit object settings from `options`; the README's option reference is
+path; every shipped config loads; objects inherit object settings from `options`; the site's option reference is
 the models' own."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.config import ConfigError, PollOptions, load_config, reference
+from docs_pages import DOCS, code_blocks, generator
 from harness import write_config
 from settings import REPO
 
@@ -120,10 +121,9 @@ def test_the_configs_tests_write_load(tmp_path, sample_dir):
     assert config.objects[0].load_describe()["name"] == "Account"
 
 
-def test_the_readme_example_loads_and_its_reference_is_generated_from_the_models(tmp_path):
-    readme = (REPO / "README.md").read_text()
-    example = re.search(r"### replication.yaml\n.*?```yaml\n(.*?)```", readme, re.S).group(1)
+def test_the_sites_example_loads_and_its_reference_is_generated_from_the_models(tmp_path):
+    example = code_blocks("replication.yaml", "yaml")[0]
     assert load_config(write(tmp_path, example)).names == ["Account", "Contact", "Campaign"]
-    generated = re.search(r"<!-- options reference:[^\n]*-->\n(.*?)<!-- end of options reference -->", readme,
-                          re.S).group(1)
-    assert generated == reference(), "README is stale: paste `python -m cdc_assets.config` between the markers"
+    page = (DOCS / "reference" / "replication-yaml.md").read_text()
+    assert "<!-- generated: replication-options -->" in page
+    assert reference() in generator().expand(page)  # written from the models when the site is built

@@ -1,27 +1,24 @@
-"""The README's history queries ("History tables": a record as of a time, how a field changed) run, in a fresh
+"""The site's history queries ("History tables": a record as of a time, how a field changed) run, in a fresh
 process each, against a history the platform wrote from the golden sample, and print what that history holds."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from docs_pages import code_blocks
 from harness import Platform, load_lines
 from settings import REPO, TEST_SPARK_CONF
 
-SECTION = "## History tables"
+SECTION = "History tables"
 
 
 def history_examples() -> list[str]:
-    text = (REPO / "README.md").read_text()
-    section = text[text.index(SECTION):]
-    section = section[:section.index("\n## ", len(SECTION))]
-    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    return code_blocks(SECTION, "python")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ run: $(STAMP)
 	$(BIN)/python -m demo
 
 ## The same stack against a real org: Spark Connect + CDC subscriber + Dagster UI with sensors, from the SF_* variables
-## (README "Operating it: a real org"); refuses, naming them, when they are missing. State in .org/.
+## (docs/guides/real-org.md: the checklist); refuses, naming them, when they are missing. State in .org/.
 run-org: $(STAMP)
 	$(BIN)/python -m demo --org
 

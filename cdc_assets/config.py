@@ -59,8 +59,8 @@ class ObjectOptions(_Section):
     it. The poll keys apply to `mode: poll` objects (cdc_assets/poll/run.py)."""
 
     bucket_chars: int = Field(DEFAULT_BUCKET_CHARS, ge=1, le=18, description=(
-        "Leading Id characters that form the table's layout column `_sf_bucket` (docs/design/contract.md §8): "
-        "records created together share a partition."))
+        "Leading Id characters that form the table's layout column `_sf_bucket` (design §8): records created "
+        "together share a partition."))
     redact_quarantine: bool = Field(False, description=(
         "Quarantined lines (`_quarantine.raw`) of objects with `hash` or `fields` keep those fields as "
         "\"<redacted>\" (a line that is not JSON: wholly), so the quarantine holds no hashed or left-out value "

@@ -1,5 +1,6 @@
-"""Initial load: an object's first materialization, a Bulk API 2.0 `queryAll` of every record (design §7), from
-the emulator over HTTPS through the platform's resync path, in one `materialize()` of the replica asset.
+"""Initial load: an object's first materialization, a Bulk API 2.0 `queryAll` of every record
+(docs/design/contract.md §7), from the emulator over HTTPS through the platform's resync path, in one `materialize()` of
+the replica asset.
 
 Same run, same org: **floor** = the same Bulk API job fetched page by page with the same client and CSV parser
 (pyarrow), the pages written as Parquet, no typing or layout (run before and after the platform; the mean).

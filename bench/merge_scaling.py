@@ -1,5 +1,5 @@
-"""Merge scaling: 10,000 changes applied to a small and to a large Account replica (design §8: merge cost must
-follow the size of the change, not of the table).
+"""Merge scaling: 10,000 changes applied to a small and to a large Account replica (docs/design/contract.md §8: merge
+cost must follow the size of the change, not of the table).
 
 Each replica is built directly with delta-rs in the platform's layout: Salesforce-like 18-character ids whose 12
 base-62 digits count up in creation order (as `salesforce_emulator.ids` makes them), partitioned by `_sf_bucket`,

@@ -179,7 +179,7 @@ def against(ref: str, objects: int) -> dict:
     subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), ref], check=True,
                    capture_output=True)
     try:
-        env = dict(os.environ, PYTHONPATH=str(tree), CDC_SHARED=os.environ.get("CDC_SHARED", str(REPO.parent / "shared")))
+        env = dict(os.environ, PYTHONPATH=str(tree))
         out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--objects", str(objects), "--json"],
                              cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
         if out.returncode:

@@ -1,4 +1,4 @@
-"""change_events -> one replica table, one Delta merge per run (design §5-§8).
+"""change_events -> one replica table, one Delta merge per run (docs/design/contract.md §5-§8).
 
 A replica remembers in its own commits how far it has applied: the app transaction `cdc_apply` holds the
 change_events ingest sequence number applied through, and the commit state (`ReplicaState`, cdc_assets/state.py)

@@ -1,4 +1,4 @@
-"""Asset checks on every replica (design §9, §10): what a reader of the table needs to be true.
+"""Asset checks on every replica (docs/design/contract.md §9, §10): what a reader of the table needs to be true.
 
 One `multi_asset_check` per replica asset runs six checks (eight for a polled object) in one step right after the
 asset (a `dg.materialize` or a sensor run that selects the asset includes them), reading the table and its replica

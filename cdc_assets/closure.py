@@ -1,6 +1,7 @@
-"""The rules of §5, written once: when the newest transaction counts as closed, which replicas may hold it, how far a
-run applies, what a replica holds back, and what an overflow leaves pending. The replica asset (apply), the sync
-steps (resync, reconcile), the landing sensor and the reconciliation planner (sensors/work.py) all call these.
+"""The rules of docs/design/contract.md §5, written once: when the newest transaction counts as closed, which replicas
+may hold it, how far a run applies, what a replica holds back, and what an overflow leaves pending. The replica asset
+(apply), the sync steps (resync, reconcile), the landing sensor and the reconciliation planner (sensors/work.py) all
+call these.
 
 A transaction is applied only once it is closed: a later event (in commit order) of another transaction has been
 ingested, or no newer event has landed for `transaction_close_after` seconds. Only the newest transaction can be
@@ -54,7 +55,7 @@ def open_transaction(ce_state: IngestState, close_after: float, clock: datetime)
 
 
 def newest_event(rows: pa.Table) -> Newest | None:
-    """The newest event in commit order (design §4): its transaction key and position as
+    """The newest event in commit order (docs/design/contract.md §4): its transaction key and position as
     `[commit micros, commit number, sequence number, replay id]`."""
     if not rows.num_rows:
         return None

@@ -1,9 +1,9 @@
 """A replica's row and dirty counts, derived from the table itself: never a counter kept beside the rows.
 
-A replica soft-deletes (design §8), so its rows are the records of the snapshot's files; its dirty records
-(design §6) are the rows whose `_sf_dirty_since` is set. Both come from the per-file statistics in the Delta log
-(`num_records`, and `num_records - null_count._sf_dirty_since`): no data is read. Every writer (apply, reconcile,
-resync, poll) changes the rows, and the counts follow without any of them adjusting a number.
+A replica soft-deletes (docs/design/contract.md §8), so its rows are the records of the snapshot's files; its dirty
+records (docs/design/contract.md §6) are the rows whose `_sf_dirty_since` is set. Both come from the per-file statistics
+in the Delta log (`num_records`, and `num_records - null_count._sf_dirty_since`): no data is read. Every writer (apply,
+reconcile, resync, poll) changes the rows, and the counts follow without any of them adjusting a number.
 
 A file may lack the statistic: delta-rs writes column statistics for the first 32 columns by default, and the
 system columns come after the describe() fields, so a wide object's files have none for `_sf_dirty_since` unless

@@ -1,4 +1,4 @@
-"""Text diffs resolved just before the fold, in apply and in reconcile (design §3).
+"""Text diffs resolved just before the fold, in apply and in reconcile (docs/design/contract.md §3).
 
 A change row whose `diff_fields` names a replicated column still holds `{"diff": ...}` there. Before the fold,
 `resolve_diffs` replaces it with the new text: it asks the fold itself which changes it will apply

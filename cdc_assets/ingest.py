@@ -1,4 +1,4 @@
-"""Landing files -> change_events, exactly once (design §4, §5, §9).
+"""Landing files -> change_events, exactly once (docs/design/contract.md §4, §5, §9).
 
 One run ingests every landing file that no change_events commit has ingested yet, in batches of files of at most
 `max_batch_bytes` together (a backlog of any size is read a bounded slice at a time; a larger file is a batch of

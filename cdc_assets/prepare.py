@@ -1,4 +1,4 @@
-"""Stored change rows meet the replica's describe() at apply time (design §4, §8, §9).
+"""Stored change rows meet the replica's describe() at apply time (docs/design/contract.md §4, §8, §9).
 
 change_events parses every line once, with the describe() of the objects replicated *then*. Two things can make
 those rows disagree with the replica that applies them later, and both are settled here, before the fold:

@@ -1,4 +1,4 @@
-"""`_quarantine`: one row per bad line, with its reason (design §9), written by ingest and by apply.
+"""`_quarantine`: one row per bad line, with its reason (docs/design/contract.md §9), written by ingest and by apply.
 
 Rows are keyed by (file, line): recording the same line again (a re-run after a crash) inserts nothing.
 

@@ -1,8 +1,8 @@
 """Org records (Bulk API 2.0 CSV pages, REST JSON) -> typed replica rows, as Arrow.
 
 Both sources give text (CSV) or JSON scalars; the replica column types come from the object's describe()
-(design §8). An empty value is null: Salesforce does not store empty strings. Conversion is columnar (pyarrow
-compute), page by page, so a resync never holds more than one page of the object in memory.
+(docs/design/contract.md §8). An empty value is null: Salesforce does not store empty strings. Conversion is columnar
+(pyarrow compute), page by page, so a resync never holds more than one page of the object in memory.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ def cast_text(column: pa.Array, target: pa.DataType) -> pa.Array:
 def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at: datetime) -> pa.Table:
     """Text columns named like the org's fields (incl. IsDeleted, SystemModstamp) -> replica rows.
 
-    `_sf_commit_ts` is the record's SystemModstamp (design §6-7): events at or before it are already included. An
-    object without SystemModstamp is positioned by its `schema.position_field` (LastModifiedDate, CreatedDate).
+    `_sf_commit_ts` is the record's SystemModstamp (docs/design/contract.md §6-7): events at or before it are already
+    included. An object without SystemModstamp is positioned by its `schema.position_field` (LastModifiedDate,
+    CreatedDate).
     """
     target = schema.arrow_schema()
     n = text.num_rows
@@ -99,7 +100,8 @@ def records_to_text(records: list[dict], fields: list[str]) -> pa.Table:
 
 
 def mark_deleted(rows: pa.Table, *, at: datetime, source: str, synced_at: datetime) -> pa.Table:
-    """Existing replica rows of records the org no longer returns: soft-deleted, values kept (design §7).
+    """Existing replica rows of records the org no longer returns: soft-deleted, values kept
+    (docs/design/contract.md §7).
 
     Their position moves to `at` (when the org was asked): any event before it is already reflected.
     """

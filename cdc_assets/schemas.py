@@ -1,7 +1,7 @@
 """Where an object's describe() comes from: a file named in replication.yaml, the table, or the org.
 
-describe() defines a replica's columns (design §8). Once an object has a table, its describe() is kept with it
-(the Delta table description), so routine runs make no describe call; a resync asks the org again, which is how
+describe() defines a replica's columns (docs/design/contract.md §8). Once an object has a table, its describe() is kept
+with it (the Delta table description), so routine runs make no describe call; a resync asks the org again, which is how
 fields added in Salesforce reach the table (new columns are added, none dropped).
 """
 
@@ -83,7 +83,8 @@ def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce
 
 
 def _sf_type(arrow_type: pa.DataType) -> str:
-    """A Salesforce type that maps back to a stored column's type (design §8), for columns describe() lost."""
+    """A Salesforce type that maps back to a stored column's type, for columns describe() lost
+    (docs/design/contract.md §8)."""
     for check, sf_type in ((pa.types.is_boolean, "boolean"), (pa.types.is_integer, "int"),
                            (pa.types.is_floating, "double"), (pa.types.is_date, "date"),
                            (pa.types.is_timestamp, "datetime")):

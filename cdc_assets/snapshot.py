@@ -1,5 +1,5 @@
 """A resync's (or initial load's) Bulk snapshot, staged: written in bounded batches with a resumable position, then
-swapped into the replica in one commit (design §7).
+swapped into the replica in one commit (docs/design/contract.md §7).
 
 Why not one streaming overwrite: delta-rs keeps a Parquet writer open per partition until its write ends, and a
 replica has a partition per `_sf_bucket` (records created together), so that write held the whole table in memory

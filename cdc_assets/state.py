@@ -1,4 +1,5 @@
-"""The checkpoint state kept in Delta commits (design §5), typed: what each table's commits remember, one place.
+"""The checkpoint state kept in Delta commits (docs/design/contract.md §5), typed: what each table's commits remember,
+one place.
 
 A re-run reads what the previous commit of a table stored besides its data; nothing lives outside the table. Each
 kind of state is a dataclass with its fields named and documented here, stored as JSON in the commit metadata
@@ -85,7 +86,8 @@ class _CommitState(_State):
 
 @dataclass(frozen=True)
 class Held(_State):
-    """The open transaction a replica held back (§5): its rows from ingest `from_seq` on are read again."""
+    """The open transaction a replica held back (docs/design/contract.md §5): its rows from ingest `from_seq` on are
+    read again."""
     transactions: list[str]
     from_seq: int
 
@@ -226,7 +228,7 @@ class FormulaState(_CommitState):
 
 @dataclass(frozen=True)
 class Newest(_State):
-    """The newest event ingested (in commit order, design §4): its transaction and position
+    """The newest event ingested (in commit order, docs/design/contract.md §4): its transaction and position
     `[commit micros, commit number, sequence number, replay id]`; `entities` that transaction touched (None:
     unknown, written before they were recorded: every replica may hold it)."""
     transaction_key: str

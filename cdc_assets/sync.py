@@ -1,4 +1,4 @@
-"""Reconcile dirty records and resync whole objects from the org (design §6, §7), and initial loads.
+"""Reconcile dirty records and resync whole objects from the org (docs/design/contract.md §6, §7), and initial loads.
 
 **Resync** (also the initial load of an object with no table): a Bulk API 2.0 `queryAll` of the replicated fields (and
 the formula fields of a replica that keeps them, cdc_assets/formulas/) is staged page by page (CSV -> Arrow -> Parquet,

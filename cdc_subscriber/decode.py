@@ -1,4 +1,5 @@
-"""Pub/Sub API change events -> the Streaming API (CometD) JSON events the platform lands and parses (design §2).
+"""Pub/Sub API change events -> the Streaming API (CometD) JSON events the platform lands and parses
+(docs/design/contract.md §2).
 
 A Pub/Sub event is Avro: every field of the entity's schema is present, unchanged ones null, and the header's
 ``changedFields`` / ``nulledFields`` / ``diffFields`` are bitmaps (``bitmap.py``). The CometD event carries:

@@ -1,4 +1,4 @@
-"""Lands decoded events as files in the landing zone (design §2), and says when each file is durable.
+"""Lands decoded events as files in the landing zone (docs/design/contract.md §2), and says when each file is durable.
 
 Lines go to ``YYYY/MM/DD/HH/_<name>.jsonl`` (invisible) and the file is renamed to ``<name>.jsonl`` when it is
 rolled, after an ``fsync`` of the file (and then of its directory): once renamed, its events survive a crash.

@@ -1,12 +1,12 @@
 """Header-only change events the subscriber lands itself, so the platform repairs what the stream could not carry.
 
 - :func:`overflow_marker`: a ``GAP_OVERFLOW`` with Salesforce's dummy record id: the platform resyncs the whole
-  entity from the org (design §7). Landed when a saved replay id is no longer retained, and for a dead letter whose
-  records cannot be named.
+  entity from the org (docs/design/contract.md §7). Landed when a saved replay id is no longer retained, and for a dead
+  letter whose records cannot be named.
 - :func:`gap_marker`: the original header with ``changeType`` ``GAP_<type>``: the platform marks each record id
-  dirty and reconciles it by id (design §6). Landed for a dead letter whose header is readable. It keeps the
-  original ``transactionKey`` and ``sequenceNumber``, so a re-landed marker is a counted duplicate (event identity
-  is entity, transaction key, sequence number and change type), and the original commit time orders it.
+  dirty and reconciles it by id (docs/design/contract.md §6). Landed for a dead letter whose header is readable. It
+  keeps the original ``transactionKey`` and ``sequenceNumber``, so a re-landed marker is a counted duplicate (event
+  identity is entity, transaction key, sequence number and change type), and the original commit time orders it.
 
 Both carry the channel, the schema id and the CometD ``replayId`` (null when the replay id is not 8 bytes).
 """

@@ -1,10 +1,10 @@
 """The Delta warehouse: every table the platform writes, through delta-rs (no JVM jars needed).
 
 Tables live at `<root>/<name>`: replicas at `<root>/Account`, change events at `<root>/_change_events`, quarantine
-at `<root>/_quarantine` (design §8). `root` is a local path by default or an object-store URI, with
+at `<root>/_quarantine` (docs/design/contract.md §8). `root` is a local path by default or an object-store URI, with
 delta-rs's own storage options (README "Dagster conventions": why not dagster-deltalake).
 
-Checkpoints live in the data (design §5). Every commit carries:
+Checkpoints live in the data (docs/design/contract.md §5). Every commit carries:
 - **app transactions** (`txn` actions): `dt.transaction_version(app_id)` answers "did a commit already ingest this
   file / apply through this position?" from the table snapshot alone, even after log checkpoints;
 - **custom commit metadata** under one key per table kind (JSON), for state a re-run needs (held transactions,

@@ -1,4 +1,4 @@
-"""The landing zone: where a CDC subscriber drops event files (design §2).
+"""The landing zone: where a CDC subscriber drops event files (docs/design/contract.md §2).
 
 Files are `*.jsonl` or `*.jsonl.gz`, made visible atomically; names starting with `_` or `.` (at any level) are
 in-flight and never read. A visible file is immutable, so its relative path identifies it. Listing and reading go

@@ -1,9 +1,9 @@
 """Reading a replica as a consumer: its current rows, in Arrow or pandas, through the project's one clean read path.
 
-A replica keeps one row per record ever seen; a deleted record stays as a row with `_sf_deleted = true` (design
-§8), so "the table as the org has it now" is the rows whose `_sf_deleted` is not true: `current_rows`. It reads
-through `resources.delta.read_table` (file_uris() + pyarrow's own filesystems), never deltalake's
-`to_pyarrow_table` / `to_pyarrow_dataset`, which abort some processes at interpreter exit (exit 134; see
+A replica keeps one row per record ever seen; a deleted record stays as a row with `_sf_deleted = true`
+(docs/design/contract.md §8), so "the table as the org has it now" is the rows whose `_sf_deleted` is not true:
+`current_rows`. It reads through `resources.delta.read_table` (file_uris() + pyarrow's own filesystems), never
+deltalake's `to_pyarrow_table` / `to_pyarrow_dataset`, which abort some processes at interpreter exit (exit 134; see
 resources/delta.py).
 
 `to_pandas` keeps nullable integer and boolean columns (`_sf_replay_id`, `_sf_commit_number`, ...) as pandas'

@@ -1,4 +1,4 @@
-"""Turns committed transactions into Change Data Capture events in the CometD JSON shape (design §2-3).
+"""Turns committed transactions into Change Data Capture events in the CometD JSON shape (docs/design/contract.md §2-3).
 
 Per transaction: one event per :class:`Change`, ``sequenceNumber`` 1..n in commit order (numbered before
 filtering by enabled objects, so an event's identity never depends on configuration), all sharing the

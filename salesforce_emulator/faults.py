@@ -1,4 +1,4 @@
-"""Fault knobs that reproduce what Salesforce and the delivery path really do (replication design §6-7).
+"""Fault knobs that reproduce what Salesforce and the delivery path really do (docs/design/contract.md §6-7).
 
 - ``gap_fraction``: that fraction of change events is replaced by a header-only ``GAP_<type>`` event (Salesforce
   sends gap events when it cannot produce the change event, e.g. for changes made outside the app server).

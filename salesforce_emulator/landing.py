@@ -1,4 +1,4 @@
-"""Writes CDC event lines into the landing zone the way a careful subscriber does (design §2).
+"""Writes CDC event lines into the landing zone the way a careful subscriber does (docs/design/contract.md §2).
 
 Lines go to ``YYYY/MM/DD/HH/_<name>.jsonl`` (invisible: names starting with ``_`` are never read) and the file
 is renamed to ``<name>.jsonl`` when it is rolled: by size, by age (a background tick), or on ``flush()``.

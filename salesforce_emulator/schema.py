@@ -2,7 +2,7 @@
 
 One declarative table per object. Everything else (SQLite columns, SOQL validation, describe(), CDC payload
 nesting, formula evaluation) is derived from it, so adding a field is one line here. The shapes follow
-``shared/samples/basic/describe/*.json``: compound parents (``BillingAddress``, Contact ``Name``) are listed
+``samples/basic/describe/*.json``: compound parents (``BillingAddress``, Contact ``Name``) are listed
 as fields but never stored; their components carry ``compoundFieldName``.
 
 **Formula fields** are computed by the org whenever a record is read (REST, SOQL, Bulk API 2.0), never stored and

@@ -28,6 +28,6 @@ def body(event: dict[str, Any]) -> dict[str, Any]:
 
 
 def event_order(event: dict[str, Any]) -> tuple[int, int, int, int]:
-    """The replication order of design §4: (commitTimestamp, commitNumber, sequenceNumber, replayId)."""
+    """The replication order (docs/design/contract.md §4): commitTimestamp, commitNumber, sequenceNumber, replayId."""
     h = header(event)
     return h["commitTimestamp"], h["commitNumber"], h["sequenceNumber"], event["data"]["event"]["replayId"]

@@ -6,8 +6,8 @@ ingested is read from change_events itself (its commits name the files). The run
 
 A landing run includes the replicas the new files name, and also every replica that may have to apply something
 once they are ingested: one holding a transaction back (the new files may close it: a transaction spanning
-objects must be applied by all of them in the same run, design §5), one that may hold rows of the newest
-transaction, and one with ingested rows it has not applied (files a run ingested without the sensor having seen
+objects must be applied by all of them in the same run, docs/design/contract.md §5), one that may hold rows of the
+newest transaction, and one with ingested rows it has not applied (files a run ingested without the sensor having seen
 them). The run's replicas then apply through one cut decided once for the run (`cdc_assets/closure.py`).
 
 One landing run at a time: while one is queued or running, new files wait, and the first tick after it ends

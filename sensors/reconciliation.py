@@ -1,4 +1,5 @@
-"""reconciliation_sensor: replicas with work besides CDC -> one run doing exactly that work (design §6-7).
+"""reconciliation_sensor: replicas with work besides CDC -> one run doing exactly that work
+(docs/design/contract.md §6-7).
 
 The work and when to ask for it come from the planner (`sensors/work.py`): a pending resync (overflow), dirty
 records, or no table yet (initial load, asked for at once: it needs no events). One run for every replica whose

@@ -1,4 +1,5 @@
-"""Google Datastream's Salesforce events -> the same canonical change rows as CometD lines (design §2, §4).
+"""Google Datastream's Salesforce events -> the same canonical change rows as CometD lines
+(docs/design/contract.md §2, §4).
 
 A landing zone may also receive the JSON files Datastream writes for a Salesforce source. Each line is one event:
 

@@ -1,4 +1,4 @@
-"""Salesforce CDC text diffs (design §3): rebuild a large text field's new value from the stored one.
+"""Salesforce CDC text diffs (docs/design/contract.md §3): rebuild a large text field's new value from the stored one.
 
 An UPDATE may carry a large text field as `{"diff": "<unified diff>"}` (the header's `diffFields` names it).
 Salesforce's shape (Change Data Capture Developer Guide, "Data Differences in Event Fields"), lines joined by `\\n`:

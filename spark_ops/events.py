@@ -1,4 +1,4 @@
-"""Deduplication of canonical change rows by event identity (design §4)."""
+"""Deduplication of canonical change rows by event identity (docs/design/contract.md §4)."""
 
 from __future__ import annotations
 

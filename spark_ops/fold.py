@@ -1,11 +1,11 @@
-"""Fold ordered change rows of one object into one net row per record (design §3, §5, §6).
+"""Fold ordered change rows of one object into one net row per record (docs/design/contract.md §3, §5, §6).
 
 The fold is what a loop over events would do, expressed as one Spark SQL query (window and aggregate expressions
 over the changes of each record) so that Spark runs it in one pass per record:
 
-- **Guard.** A change at or before the row's position is never applied. The position is commit order (design §4):
-  `_sf_commit_ts`, then `_sf_commit_number` and `_sf_sequence_number`; replay ids are not compared, since they
-  differ between channels (the same change delivered twice has two). Over a
+- **Guard.** A change at or before the row's position is never applied. The position is commit order
+  (docs/design/contract.md §4): `_sf_commit_ts`, then `_sf_commit_number` and `_sf_sequence_number`; replay ids are not
+  compared, since they differ between channels (the same change delivered twice has two). Over a
   snapshot or reconcile row it is *superseded* (the fetched state already includes it); over a CDC row it is
   *late*: it arrived after its record moved past it, so the record becomes dirty.
 - **Dirty.** A gap event, a late event, or an UPDATE/DELETE for a record never seen makes the record dirty; the

@@ -1,4 +1,5 @@
-"""Landing-zone lines -> canonical change rows (design §4), with a quarantine reason for every bad line (§9).
+"""Landing-zone lines -> canonical change rows, with a quarantine reason for every bad line
+(docs/design/contract.md §4, §9).
 
 Input is one row per landed line: `source_file, source_line, raw`. Parsing happens once, here:
 
@@ -21,7 +22,8 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
 - an empty string means null (Salesforce stores no empty strings; the snapshot and reconcile paths read it so too).
 
 Rows of an entity that is not replicated when its line is parsed keep the raw body (`typed` false); when the entity
-becomes replicated, `normalize_changes` derives the same rows from them with its describe() (design §4).
+becomes replicated, `normalize_changes` derives the same rows from them with its describe()
+(docs/design/contract.md §4).
 
 A line is quarantined with no rows (`quarantine_reason`: it cannot be read as an event), quarantined with gap rows
 (`value_error`), or becomes one change row per record id. Everything is built from Spark built-in functions: no
@@ -245,7 +247,7 @@ def value_errors_sql(schemas: dict[str, ObjectSchema]) -> str:
 
 
 def _quarantine_reason() -> str:
-    """Why a line cannot be read as an event at all, or null when it can (design §9)."""
+    """Why a line cannot be read as an event at all, or null when it can (docs/design/contract.md §9)."""
     # `i IS NOT NULL` first: a null id makes RLIKE null, and forall() of a null is null, not false.
     ids_ok = (f"forall(record_ids, i -> i IS NOT NULL AND (i RLIKE {literal(ID_PATTERN)} "
               f"OR i RLIKE {literal(WILDCARD_PATTERN)}))")
@@ -288,12 +290,12 @@ def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame
 
 
 def event_key(prefix: str = "") -> Column:
-    """Event identity (design §4): entity, transaction key, sequence number and change type."""
+    """Event identity (docs/design/contract.md §4): entity, transaction key, sequence number and change type."""
     c = lambda n: F.col(prefix + n)  # noqa: E731
     return F.concat_ws("|", c("entity"), c("transaction_key"), c("sequence_number").cast("string"), c("change_type"))
 
 
-# A change with a value that does not fit is not applied: it becomes a gap of its record (design §6).
+# A change with a value that does not fit is not applied: it becomes a gap of its record (docs/design/contract.md §6).
 _AS_GAP = """CASE WHEN value_error IS NULL OR startswith(change_type, 'GAP_') THEN change_type
                ELSE concat('GAP_', change_type) END"""
 _NO_FIELDS = f"CAST(map() AS {_MAP})"

@@ -1,7 +1,7 @@
 """What a replica table looks like, derived from an object's describe() metadata.
 
-One `ObjectSchema` per replicated Salesforce object says which fields become columns (design §8: describe
-fields minus compound parents, formula fields, and the two fields CDC never carries, `IsDeleted` and
+One `ObjectSchema` per replicated Salesforce object says which fields become columns (docs/design/contract.md §8:
+describe fields minus compound parents, formula fields, and the two fields CDC never carries, `IsDeleted` and
 `SystemModstamp`, which the replica represents as `_sf_deleted` and `_sf_commit_ts`), the Spark and Arrow type
 of each, and how compound fields nested in an event (`BillingAddress: {"City": ...}`) map to component columns.
 This is the one answer to "which fields replicate": parsing (spark_ops/parse.py), the fields asked of the org
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyspark.sql import types as T
 
-# Salesforce field type -> replica column type (design §8).
+# Salesforce field type -> replica column type (docs/design/contract.md §8).
 _STRING_TYPES = {
     "id", "reference", "string", "picklist", "multipicklist", "textarea", "email", "phone", "url", "combobox",
     "time", "encryptedstring",
@@ -51,7 +51,7 @@ ORG_ONLY_FIELDS = ("IsDeleted", "SystemModstamp")  # read from the org with ever
 POSITION_FIELDS = ("SystemModstamp", "LastModifiedDate", "CreatedDate")
 NOT_IN_EVENTS = frozenset(ORG_ONLY_FIELDS)
 
-# System columns every replica carries (design §8), then the layout column.
+# System columns every replica carries (docs/design/contract.md §8), then the layout column.
 BUCKET_COLUMN = "_sf_bucket"
 SYSTEM_COLUMNS: list[tuple[str, T.DataType]] = [
     ("_sf_deleted", T.BooleanType()),

@@ -1,11 +1,13 @@
-"""A pandera schema for replica rows, built from the same `ObjectSchema` that builds the table (design §8).
+"""A pandera schema for replica rows, built from the same `ObjectSchema` that builds the table
+(docs/design/contract.md §8).
 
 What it enforces is what every replica row promises whatever wrote it (CDC fold, snapshot, reconcile):
 - each describe() column has its replica type, and the system columns theirs;
 - `Id` is never null, nor are the system columns every writer sets (`_sf_deleted`, `_sf_source`,
   `_sf_synced_at`, the layout column);
 - `_sf_source` says which path wrote the row: `cdc`, `snapshot`, `reconcile` or `poll`;
-- a `time` column holds times of day as Salesforce's APIs return them, `HH:MM:SS.sssZ` (design §8: time → string).
+- a `time` column holds times of day as Salesforce's APIs return them, `HH:MM:SS.sssZ`
+  (docs/design/contract.md §8: time → string).
 
 What it leaves out on purpose: describe()'s `nillable`. A CDC replica legitimately holds partial rows (an UPDATE
 for a record it has never seen, a dirty placeholder awaiting reconciliation), so a required Salesforce field may be

@@ -29,7 +29,7 @@ def spark():
 
 @pytest.fixture(scope="session")
 def sample_dir() -> Path:
-    assert SAMPLE.exists(), f"sample stream not found at {SAMPLE}; set CDC_SHARED to the shared/ folder"
+    assert SAMPLE.exists(), f"sample stream not found at {SAMPLE}: it is part of the repository (samples/basic/)"
     return SAMPLE
 
 

@@ -1,7 +1,8 @@
 """The replication semantics as a plain loop over events: the oracle the property tests compare replicas with.
 
 Deliberately naive and independent of spark_ops: no windows, no batches, no runs. It states what the replica must
-hold once every event has been applied in commit order (design §3-§6, as spark_ops/fold.py implements them):
+hold once every event has been applied in commit order (docs/design/contract.md §3-§6, as spark_ops/fold.py implements
+them):
 
 - one change per (event, record id); an event is identified by (entity, transaction key, sequence number,
   change type), so the same change seen twice counts once;

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("CDC_SHARED", REPO.parent / "shared"))
-SAMPLE = SHARED / "samples" / "basic"
+SAMPLE = REPO / "samples" / "basic"  # the golden stream and its expected state (samples/basic/README.md)
 
 TEST_SPARK_CONF = {
     "spark.master": "local[2]",

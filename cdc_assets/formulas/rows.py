@@ -1,8 +1,8 @@
 """Formula values read from the org (Bulk API 2.0 CSV text) -> typed formula rows, as Arrow (pure).
 
-A formula row is `Id`, the formula columns typed per describe()'s `type` (design §8: double, currency and percent
-are doubles, string text, date a date, ...), `_sf_formulas_at` (when the values were read) and the layout column
-`_sf_bucket`, so a merge names the partitions it touches. Values are cast as every other org read is
+A formula row is `Id`, the formula columns typed per describe()'s `type` (docs/design/contract.md §8: double, currency
+and percent are doubles, string text, date a date, ...), `_sf_formulas_at` (when the values were read) and the layout
+column `_sf_bucket`, so a merge names the partitions it touches. Values are cast as every other org read is
 (cdc_assets/records.py): an empty cell is null.
 """
 

@@ -1,5 +1,5 @@
-"""The rules of §5 (cdc_assets/closure.py): the close rule, the one-decision-a-run cut, hold and overflow, on Arrow
-rows (no Spark)."""
+"""The rules of docs/design/contract.md §5 (cdc_assets/closure.py): the close rule, the one-decision-a-run cut, hold and
+overflow, on Arrow rows (no Spark)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A run that dies at any point, then a re-run, gives the same tables as a run that never died (design §5).
+"""A run that dies at any point, then a re-run, gives the same tables as a run that never died
+(docs/design/contract.md §5).
 
 Every named fault point (`cdc_assets.faults.FAULT_POINTS`) is hit by a SIGKILL in a real subprocess run: ingest and
 apply points on the golden sample; reconcile and resync points (and apply's replay after them) against an emulator

@@ -1,4 +1,5 @@
-"""Change rows against describe() (design §3, §8, §9): strict values, objects replicated late, fields added later.
+"""Change rows against describe() (docs/design/contract.md §3, §8, §9): strict values, objects replicated late, fields
+added later.
 
 Each test goes through Dagster's real materialize() over real Delta tables.
 """

@@ -1,4 +1,4 @@
-"""cdc_assets.diffs: text diffs resolved against the stored value just before the fold (design §3)."""
+"""cdc_assets.diffs: text diffs resolved against the stored value just before the fold (docs/design/contract.md §3)."""
 
 from __future__ import annotations
 

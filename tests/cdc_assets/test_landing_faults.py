@@ -1,4 +1,5 @@
-"""Landing faults (design §2, §9): unreadable files and huge lines are quarantined whole, the rest still applies."""
+"""Landing faults (docs/design/contract.md §2, §9): unreadable files and huge lines are quarantined whole, the rest
+still applies."""
 
 from __future__ import annotations
 

@@ -167,7 +167,7 @@ def test_long_stream_in_three_files_and_two_runs_equals_reference_fold(spark, tm
 
 
 def test_reference_fold_reproduces_the_golden_sample(sample_dir):
-    """The oracle itself, against the hand-written expected state of shared/samples/basic (no Spark)."""
+    """The oracle itself, against the hand-written expected state of samples/basic (no Spark)."""
     events = []
     for line in (sample_dir / "events.jsonl").read_text().splitlines():
         try:

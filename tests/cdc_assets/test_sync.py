@@ -1,4 +1,5 @@
-"""Initial load, gap reconciliation and overflow resync against the real HTTPS emulator (design §6-7)."""
+"""Initial load, gap reconciliation and overflow resync against the real HTTPS emulator
+(docs/design/contract.md §6-7)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """LandingZone.read cuts lines in Arrow (no Python object per line): it must give exactly what reading the file
-line by line gives (design §2): lines end at LF, CRLF or CR only, blank lines (Unicode whitespace only) are counted,
-lines longer than `max_line_bytes` bytes of UTF-8 are quarantined with their number, a final terminator starts no line."""
+line by line gives (docs/design/contract.md §2): lines end at LF, CRLF or CR only, blank lines (Unicode whitespace only)
+are counted, lines longer than `max_line_bytes` bytes of UTF-8 are quarantined with their number, a final terminator
+starts no line."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Adversarial lines (hypothesis): whatever lands, parsing never crashes, every line is either quarantined with a
-reason or becomes change rows, and nothing else happens to it (design §9)."""
+reason or becomes change rows, and nothing else happens to it (docs/design/contract.md §9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""spark_ops.diffs: Salesforce CDC unified diffs applied to stored text, checked by SHA-256 (design §3)."""
+"""spark_ops.diffs: Salesforce CDC unified diffs applied to stored text, checked by SHA-256
+(docs/design/contract.md §3)."""
 
 from __future__ import annotations
 

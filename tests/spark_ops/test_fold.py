@@ -1,4 +1,4 @@
-"""spark_ops.fold: ordered changes + current rows -> net rows (design §3, §5, §6)."""
+"""spark_ops.fold: ordered changes + current rows -> net rows (docs/design/contract.md §3, §5, §6)."""
 
 from __future__ import annotations
 

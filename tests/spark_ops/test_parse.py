@@ -1,4 +1,4 @@
-"""spark_ops.parse: landed lines -> canonical change rows, or a quarantine reason (design §4, §9)."""
+"""spark_ops.parse: landed lines -> canonical change rows, or a quarantine reason (docs/design/contract.md §4, §9)."""
 
 from __future__ import annotations
 

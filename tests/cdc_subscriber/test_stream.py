@@ -269,7 +269,6 @@ def test_topics_that_differ_only_in_underscores_keep_apart_position_status_dead_
     import tempfile
 
     from cdc_subscriber.dead_letters import DeadLetter, salvage
-    from cdc_subscriber.landing import SPOOL_PREFIX, remove_dead_spools
     from cdc_subscriber.service import Subscriber, SubscriberConfig
     from resources.salesforce import SalesforceResource
 
@@ -287,6 +286,8 @@ def test_topics_that_differ_only_in_underscores_keep_apart_position_status_dead_
     assert second.positions.load() is None and second.dead_letters.read() == [] and second.dead_letters.count == 0
     assert len({s.positions.path for s in (first, second)}) == len({s.reporter.path for s in (first, second)}) == 2
     assert first.writer.root != second.writer.root
+    from cdc_subscriber.landing import SPOOL_PREFIX, remove_dead_spools
+
     for spool in (first.writer.root, second.writer.root):
         assert spool.parent == tmp_path / "tmp" and spool.name.startswith(f"{SPOOL_PREFIX}{os.getpid()}-")
         assert spool.stat().st_mode & 0o777 == 0o700

@@ -156,6 +156,12 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
         return 2
     topics = args.topic or ([f"/data/{name}ChangeEvent" for name in entities] if args.per_object else [ALL_CHANGES])
     for topic in topics:
+        try:
+            topic_slug(topic)
+        except ValueError as exc:
+            print(f"cannot subscribe: {exc}", file=sys.stderr)
+            return 2
+    for topic in topics:
         salesforce = salesforce_resource_from_env(resolved=True)
         config = SubscriberConfig(landing_dir=args.landing_dir, state_dir=state_dir, endpoint=args.endpoint,
                                   topic=topic, entities=entities, initial_replay=args.initial_replay,

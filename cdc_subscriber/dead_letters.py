@@ -221,7 +221,8 @@ class DeadLetterStore:
         return len(self._names) + self._dropped.get("dropped", 0)
 
     def read(self) -> list[DeadLetter]:
-        return _read_letters(self.folder, [])
+        """The kept letters, oldest first."""
+        return sorted(_read_letters(self.folder, []), key=lambda x: str(x.recorded_at))
 
     def record(self, letter: DeadLetter) -> bool:
         """Save ``letter`` durably; False when its replay id was recorded before (re-delivered after a crash; a
@@ -319,11 +320,10 @@ def scan(state_dir: str | Path) -> DeadLetters:
         folder = Folder(join(state_dir, name))
         letters += _read_letters(folder, unreadable)
         dropped[name] = _read_dropped(folder).get("dropped", 0)
-    acknowledged = _acknowledged(state)
-    done, done_dropped = set(acknowledged.get("acknowledged", [])), acknowledged.get("dropped", {})
-    letters.sort(key=lambda x: str(x.recorded_at))
+    done, done_dropped = _acknowledged(state)
+    letters.sort(key=lambda x: str(x.recorded_at))  # str: a hand-edited letter may hold any JSON there
     return DeadLetters(letters, [x for x in letters if x.key not in done], sum(dropped.values()),
-                       sum(max(0, n - int(done_dropped.get(name, 0))) for name, n in dropped.items()), unreadable)
+                       sum(max(0, n - done_dropped.get(name, 0)) for name, n in dropped.items()), unreadable)
 
 
 def _letter_folders(state: Folder) -> list[str]:
@@ -337,20 +337,22 @@ def read_dead_letters(state_dir: str | Path) -> list[DeadLetter]:
     return scan(state_dir).letters
 
 
-def _acknowledged(state: Folder) -> dict[str, Any]:
+def _acknowledged(state: Folder) -> tuple[set[str], dict[str, int]]:
+    """(the keys of the kept letters acknowledged, how many dropped ones per store) as the ack file says."""
     text = _read_text(state, ACKNOWLEDGED_FILE)
     if text is None:
-        return {}
+        return set(), {}
     try:
         done = json.loads(text)
-        if isinstance(done, dict) and isinstance(done.get("acknowledged", []), list) \
-                and isinstance(done.get("dropped", {}), dict):
-            return done
-    except json.JSONDecodeError:
+        keys, dropped = done.get("acknowledged", []), done.get("dropped", {})
+        if isinstance(keys, list) and isinstance(dropped, dict):
+            return ({k for k in keys if isinstance(k, str)},
+                    {k: n for k, n in dropped.items() if isinstance(n, int) and not isinstance(n, bool)})
+    except (json.JSONDecodeError, AttributeError):  # not JSON, or not an object
         pass
     log.warning("ignoring %s: not a list of acknowledged dead letters (every letter reads as waiting; acknowledge "
                 "them again)", state.path(ACKNOWLEDGED_FILE))
-    return {}
+    return set(), {}
 
 
 def unacknowledged(state_dir: str | Path) -> list[DeadLetter]:
@@ -360,7 +362,7 @@ def unacknowledged(state_dir: str | Path) -> list[DeadLetter]:
 def acknowledge(state_dir: str | Path) -> list[DeadLetter]:
     """Acknowledge every dead letter recorded so far (kept and dropped); returns the kept ones newly acknowledged."""
     state, found = Folder(state_dir), scan(state_dir)
-    done = sorted(set(_acknowledged(state).get("acknowledged", [])) | {x.key for x in found.letters})
+    done = sorted(_acknowledged(state)[0] | {x.key for x in found.letters})
     dropped = {name: _read_dropped(Folder(join(state_dir, name))).get("dropped", 0)
                for name in _letter_folders(state)}
     state.write_atomically(ACKNOWLEDGED_FILE, json.dumps({"acknowledged": done, "dropped": dropped}, indent=1))

@@ -2,7 +2,7 @@
 
 One small JSON file per topic, replaced atomically (``resources/storage.py``: on a local disk write, fsync, rename,
 fsync the folder; on an object store one upload), so the state folder may be a local path or an object-store URI
-(``s3://bucket/landing/_subscriber``), e.g. for a subscriber that a supervisor may restart on another machine.
+(``s3://bucket/landing-subscriber``), e.g. for a subscriber that a supervisor may restart on another machine.
 It is written only after the landing file holding that event has been renamed into the landing zone, so after a
 crash the stream resumes at or before the first event that did not land: events may land twice (dedup absorbs
 them), never zero times.

@@ -294,3 +294,5 @@ def test_topics_that_differ_only_in_underscores_keep_apart_position_status_dead_
     dead = tmp_path / "tmp" / f"{SPOOL_PREFIX}999999999-data.X-abc"  # above any pid: a subscriber that died
     dead.mkdir()
     assert remove_dead_spools() == 1 and not dead.exists() and first.writer.root.exists()
+    with pytest.raises(ValueError, match="not a Pub/Sub API topic name"):  # no file name is made of it
+        SubscriberConfig(landing_dir=tmp_path / "zone", state_dir=tmp_path / "state", topic="/data/../../etc")

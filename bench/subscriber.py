@@ -41,7 +41,7 @@ def _org(accounts: int, changes: int) -> Path:
 
 
 def _position(state: Path) -> tuple[int, float | None]:
-    path = state / "position-data_ChangeEvents.json"
+    path = state / "position-data.ChangeEvents.json"
     if not path.exists():
         return 0, None
     return json.loads(path.read_text())["replay_int"], path.stat().st_mtime
@@ -69,7 +69,7 @@ def _subscribe(emu: Emulator, work: Path) -> tuple[float, float, float]:
     rss = 0.0
     while True:
         replay, _ = _position(state)
-        if running is None and '"RUNNING"' in _read(state / "status-data_ChangeEvents.json"):
+        if running is None and '"RUNNING"' in _read(state / "status-data.ChangeEvents.json"):
             running = time.monotonic()
         rss = max(rss, _rss_mb(proc.pid))
         if replay >= emu.events.tip:

@@ -6,16 +6,20 @@ SIGTERM/SIGINT, one stream per topic: ``/data/ChangeEvents`` by default, or ``--
 ``/data/<Object>ChangeEvent`` channel per CDC object of ``replication.yaml``. Only objects in ``mode: cdc`` (the
 default) are subscribed to and named by resync markers: a ``mode: poll`` object has no change events to follow
 (CDC may not even be enabled for it in the org) and its replica is kept by polling, so a marker would resync it
-for nothing. State (positions, status, dead letters) lives in ``<landing zone>/_subscriber`` unless
+for nothing. State (positions, status, dead letters) lives in ``<landing zone>-subscriber`` unless
 ``--state-dir`` says otherwise. ``status`` prints every stream's status; ``dead-letters`` lists the events that
 could not be decoded (``--ack`` acknowledges them, which clears Dagster's ``subscriber_no_dead_letters`` check).
 
 Where state lives, so that the README's bare commands answer about the running service: ``--state-dir``, else
-``CDC_SUBSCRIBER_STATE`` (as the Dagster sensor reads it), else ``<landing zone>/_subscriber``
+``CDC_SUBSCRIBER_STATE`` (as the Dagster sensor reads it), else ``<landing zone>-subscriber``
 with the landing zone from ``--landing-dir``, else ``CDC_LANDING_ZONE``, else ``landing``; when none of these is set
 and ``./landing`` does not exist, the demo's (``.demo/landing`` of ``make run``, ``.org/landing`` of ``make
 run-org``; the one whose subscriber wrote last), said on stderr.
 ``subscribe`` never guesses: it lands where it is told, ``landing`` by default.
+
+The state folder is beside the landing zone, never inside it: whoever may write the zone (every subscriber of any
+tool, the contract allows it) must not be able to forge a stream's position, status or acknowledgements. On a local
+disk it is created 0700 and its files 0600; on an object store, give landing writers the zone's prefix only.
 """
 
 from __future__ import annotations
@@ -31,14 +35,14 @@ import threading
 from dataclasses import asdict
 from pathlib import Path
 
-from cdc_subscriber.dead_letters import acknowledge, read_dead_letters, unacknowledged
-from cdc_subscriber.position import _slug
+from cdc_subscriber.dead_letters import acknowledge, scan
+from cdc_subscriber.position import topic_slug
 from cdc_subscriber.service import ALL_CHANGES, Subscriber, SubscriberConfig
 from cdc_subscriber.status import read_statuses
-from resources.storage import is_uri, join
+from resources.storage import is_uri
 
 DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
-STATE_FOLDER = "_subscriber"  # inside the landing zone: a name starting with "_" is never read as events
+STATE_SUFFIX = "-subscriber"  # the state folder's name: the landing zone's, with this suffix, beside it
 DEFAULT_LANDING = Path("landing")
 # Where `make run` (python -m demo) and `make run-org` (python -m demo --org) land, from the repository root.
 DEMO_LANDINGS = (Path(".demo/landing"), Path(".org/landing"))
@@ -51,7 +55,21 @@ def location(text: str) -> Path | str:
 
 
 def state_dir_for(landing_dir: Path | str) -> Path | str:
-    return join(landing_dir, STATE_FOLDER) if is_uri(landing_dir) else Path(landing_dir) / STATE_FOLDER
+    """The default state folder of a landing zone: ``<zone>-subscriber`` beside it (``.demo/landing`` ->
+    ``.demo/landing-subscriber``, ``s3://bucket/cdc/landing`` -> ``s3://bucket/cdc/landing-subscriber``)."""
+    if is_uri(landing_dir):
+        zone = str(landing_dir).rstrip("/")
+        if "/" not in zone.split("://", 1)[1]:
+            raise ValueError(f"the landing zone {landing_dir} is a whole bucket: there is no folder beside it for the "
+                             "subscriber's state; set CDC_SUBSCRIBER_STATE (or --state-dir) to another prefix")
+        return zone + STATE_SUFFIX
+    zone_path = Path(landing_dir)
+    if zone_path.name in ("", ".", ".."):
+        zone_path = zone_path.resolve()
+    if not zone_path.name:
+        raise ValueError(f"the landing zone {landing_dir} is a file system root: set CDC_SUBSCRIBER_STATE (or "
+                         "--state-dir)")
+    return zone_path.with_name(zone_path.name + STATE_SUFFIX)
 
 
 def default_landing_dir(command: str) -> Path | str:
@@ -80,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="a folder or an object-store URI (s3://bucket/landing); default: CDC_LANDING_ZONE, else "
                              "landing (status, dead-letters: else .demo/landing)")
     parser.add_argument("--state-dir", type=location, default=None,
-                        help="default: CDC_SUBSCRIBER_STATE, else <landing-dir>/_subscriber")
+                        help="default: CDC_SUBSCRIBER_STATE, else <landing-dir>-subscriber (beside the zone)")
     parser.add_argument("-v", "--verbose", action="store_true")
     commands = parser.add_subparsers(dest="command", required=True)
     sub = commands.add_parser("subscribe", help="stream change events into the landing zone until stopped")
@@ -138,13 +156,19 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
         return 2
     topics = args.topic or ([f"/data/{name}ChangeEvent" for name in entities] if args.per_object else [ALL_CHANGES])
     for topic in topics:
+        try:
+            topic_slug(topic)
+        except ValueError as exc:
+            print(f"cannot subscribe: {exc}", file=sys.stderr)
+            return 2
+    for topic in topics:
         salesforce = salesforce_resource_from_env(resolved=True)
         config = SubscriberConfig(landing_dir=args.landing_dir, state_dir=state_dir, endpoint=args.endpoint,
                                   topic=topic, entities=entities, initial_replay=args.initial_replay,
                                   ca_file=salesforce.ca_bundle, tenant_id=args.tenant_id,
                                   roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
                                   keepalive_timeout=args.keepalive_timeout,
-                                  spool_dir=args.spool_dir and args.spool_dir / _slug(topic))
+                                  spool_dir=args.spool_dir and args.spool_dir / topic_slug(topic))
         subscribers.append(Subscriber(config, salesforce))
         if stopping.is_set():
             subscribers[-1].stop()
@@ -184,20 +208,30 @@ def show_status(args: argparse.Namespace, state_dir: Path) -> int:
 
 
 def show_dead_letters(args: argparse.Namespace, state_dir: Path) -> int:
-    letters, open_ = read_dead_letters(state_dir), {x.key for x in unacknowledged(state_dir)}
+    found = scan(state_dir)
+    open_ = {x.key for x in found.waiting}
     if args.json:
-        print(json.dumps([asdict(x) | {"acknowledged": x.key not in open_} for x in letters], indent=1))
-    for x in [] if args.json else letters:
+        print(json.dumps([asdict(x) | {"acknowledged": x.key not in open_} for x in found.letters], indent=1))
+    for x in [] if args.json else found.letters:
         mark = "" if x.key in open_ else " (acknowledged)"
         print(f"{x.recorded_at} {x.topic} replay id {x.replay_id} schema {x.schema_id} entity {x.entity}{mark}\n"
               f"  reason: {x.reason}\n  done: {x.action}\n  payload ({len(x.payload)} base64 chars) in "
-              f"{state_dir}/dead_letters-*.jsonl")
+              f"{state_dir}/dead_letters-<topic>/{x.replay_id}.json")
+    notes = sys.stderr if args.json else sys.stdout
+    if found.dropped:
+        print(f"{found.dropped} more dead letter(s) were not kept (a topic's store held its maximum), "
+              f"{found.dropped_waiting} not acknowledged: the last one's reason is in {state_dir}/dead_letters-*/"
+              "_dropped.json", file=notes)
+    for path in found.unreadable:
+        print(f"{path} is not a dead letter (skipped): look at it, then remove it", file=notes)
     if args.ack:
         done = acknowledge(state_dir)
-        print(f"acknowledged {len(done)} dead letter(s)", file=sys.stderr if args.json else sys.stdout)
+        print(f"acknowledged {len(done)} dead letter(s)" + (f" and {found.dropped_waiting} not kept"
+                                                           if found.dropped_waiting else ""), file=notes)
     elif not args.json:
-        print(f"{len(letters)} dead letter(s), {len(open_)} not acknowledged"
-              + ("; acknowledge with: python -m cdc_subscriber dead-letters --ack" if open_ else ""))
+        waiting = len(open_) + found.dropped_waiting
+        print(f"{len(found.letters) + found.dropped} dead letter(s), {waiting} not acknowledged"
+              + ("; acknowledge with: python -m cdc_subscriber dead-letters --ack" if waiting else ""))
     return 0
 
 

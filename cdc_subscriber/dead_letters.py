@@ -1,18 +1,20 @@
-"""Dead letters: change events the subscriber cannot decode never stop a topic.
+"""Dead letters: change events the subscriber cannot decode, or whose header cannot be landed, never stop a topic.
 
 An event ``EventDecoder.decode`` cannot handle (an unexpected Avro shape, a schema ``GetSchema`` cannot serve,
-corrupt bytes, a bug of ours) would otherwise fail the stream, which resumes from the same position and fails on
-the same event forever. Instead it becomes a *dead letter*, and the stream goes on:
+corrupt bytes, a bug of ours), or whose header decodes but cannot be landed (``header.py``: a ``commitTimestamp``
+in nanoseconds, an ``entityName`` that is not an API name), would otherwise fail the stream, which resumes from the
+same position and fails on the same event forever. Instead it becomes a *dead letter*, and the stream goes on:
 
 1. **What can be salvaged** (:func:`salvage`). ``ChangeEventHeader`` is the first field of every change event
    schema and Avro writes a record's fields in order, so the header alone can often be read with a schema cut to
    that one field, even when the body cannot. Then, in the order of what is known:
 
    - header readable, records named: one ``GAP_<type>`` line (``markers.gap_marker``) for the event's record ids,
-     with its transaction key, sequence number and commit time: each record becomes dirty and is reconciled by id;
-   - header readable but no usable record ids (a wildcard, none, an overflow), or the header unreadable while the
-     entity is known (from the schema's name, ``AccountChangeEvent``, or the channel, ``/data/AccountChangeEvent``):
-     a ``GAP_OVERFLOW`` for that entity, which is resynced;
+     with its transaction key, sequence number and commit time (the time the subscriber received it when the
+     header's is not plausible): each record becomes dirty and is reconciled by id;
+   - header readable but no usable record ids (a wildcard, none, an overflow), or the header unreadable (or its
+     ``entityName`` not an API name) while the entity is known from the schema's name (``AccountChangeEvent``) or
+     the channel (``/data/AccountChangeEvent``): a ``GAP_OVERFLOW`` for that entity, which is resynced;
    - the schema cannot be fetched on ``/data/ChangeEvents``: nothing is readable, not even the entity, so every
      replicated entity of the topic is resynced.
 
@@ -23,12 +25,17 @@ the same event forever. Instead it becomes a *dead letter*, and the stream goes 
    lines are counted duplicates (a gap keeps the original event identity; overflow markers use the transaction key
    ``dead-letter-<replay id hex>``).
 
-3. **Seen and acknowledged.** Each topic keeps ``dead_letters-<topic>.jsonl`` in the state folder: replay id (hex),
-   schema id, the raw payload (base64), the reason, what was landed instead, and when. The stream status counts
-   them (``status.py``); Dagster's check ``subscriber_no_dead_letters`` fails while any is not acknowledged.
-   ``python -m cdc_subscriber dead-letters --ack`` acknowledges every one listed (``dead_letters_acknowledged.json``)
-   once an operator has looked at them: the replicas were repaired by the gaps and resyncs either way, but a dead
-   letter usually means a bug to fix or a schema change to understand.
+3. **Seen and acknowledged.** Each topic keeps a folder ``dead_letters-<topic>/`` in the state folder with one file
+   per letter, ``<replay id hex>.json``: replay id, schema id, the raw payload (base64), the reason, what was landed
+   instead, and when. A letter is one new file (never a rewrite of the others), and a topic keeps at most
+   ``MAX_LETTERS`` letters and ``MAX_BYTES`` bytes: beyond either, a letter is counted in ``_dropped.json`` (how
+   many, and the last one's replay id and reason) instead of kept. Reading never fails on a file that is not a
+   letter (a partial copy, a hand edit): it is skipped, logged and listed, and the check below fails naming it.
+   The stream status counts letters (``status.py``); Dagster's check ``subscriber_no_dead_letters`` fails while
+   any (kept or dropped) is not acknowledged. ``python -m cdc_subscriber dead-letters --ack`` acknowledges every
+   one so far (``dead_letters_acknowledged.json``) once an operator has looked at them: the replicas were
+   repaired by the gaps and resyncs either way, but a dead letter usually means a bug to fix or a schema change to
+   understand.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime as dt
+import hashlib
 import io
 import json
 import logging
@@ -49,20 +57,23 @@ from typing import Any
 import fastavro
 import grpc
 
+from cdc_subscriber.header import FIELD_TYPES, header_problems, is_api_name
 from cdc_subscriber.markers import gap_marker, overflow_marker
-from cdc_subscriber.position import _slug, state_file
+from cdc_subscriber.position import state_file, topic_slug
 from cdc_subscriber.proto import replay_as_long
-from resources.storage import Folder
+from resources.storage import Folder, join
 
 log = logging.getLogger(__name__)
 
 ORIGIN = "cdc_subscriber/dead-letter"
 ACKNOWLEDGED_FILE = "dead_letters_acknowledged.json"
+FOLDER_PREFIX = "dead_letters-"
+DROPPED_FILE = "_dropped.json"
+MAX_LETTERS = 1000  # per topic: a stream that dead-letters this many events has one cause to find, not 1,000
+MAX_BYTES = 16 << 20  # per topic: what the status sensor reads every 30 s stays small (an event is up to 1 MB)
 HEADER_FIELD = "ChangeEventHeader"
 SCHEMA_UNAVAILABLE = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
-_RECORD_ID = re.compile(r"^[A-Za-z0-9]{15}(?:[A-Za-z0-9]{3})?$")
-_HEADER_TYPES = {"entityName": str, "recordIds": list, "changeType": str, "transactionKey": str,
-                 "sequenceNumber": int, "commitTimestamp": int, "commitNumber": int}
+_RECORD_ID = re.compile(r"[A-Za-z0-9]{15}(?:[A-Za-z0-9]{3})?")  # fullmatch: no trailing line terminator
 
 
 def schema_unavailable(exc: grpc.RpcError) -> bool:
@@ -77,12 +88,14 @@ def entity_of(name: str) -> str | None:
     match = re.fullmatch(r"([A-Za-z]\w*?)(__)?ChangeEvent", name.removeprefix("/data/"))
     if match is None:
         return None
-    return match.group(1) + ("__c" if match.group(2) else "")
+    entity = match.group(1) + ("__c" if match.group(2) else "")
+    return entity if is_api_name(entity) else None
 
 
 # -- reading what can be read ---------------------------------------------------------------------------------------
 def read_header(schema_text: str | None, payload: bytes) -> tuple[dict[str, Any] | None, str]:
-    """(the ChangeEventHeader, "") when the header decodes on its own, else (None, why not)."""
+    """(the ChangeEventHeader, "") when the header decodes on its own with the fields of its types, else (None,
+    why not). Its values may still be implausible: ``header.header_problems`` says."""
     if schema_text is None:
         return None, "no schema"
     try:
@@ -95,7 +108,7 @@ def read_header(schema_text: str | None, payload: bytes) -> tuple[dict[str, Any]
         header = fastavro.schemaless_reader(io.BytesIO(payload), fastavro.parse_schema(header_only), None)[HEADER_FIELD]
     except Exception as exc:  # whatever corrupt bytes or an odd schema raise: the reason is kept, the event resyncs
         return None, f"{type(exc).__name__}: {exc}"
-    wrong = [name for name, kind in _HEADER_TYPES.items() if not isinstance(header.get(name), kind)]
+    wrong = [name for name, kind in FIELD_TYPES.items() if not isinstance(header.get(name), kind)]
     if wrong:
         return None, f"header fields missing or of the wrong type: {', '.join(wrong)}"
     return dict(header), ""
@@ -104,7 +117,7 @@ def read_header(schema_text: str | None, payload: bytes) -> tuple[dict[str, Any]
 def _names_records(header: dict[str, Any]) -> bool:
     ids = header["recordIds"]
     return (bool(ids) and header["changeType"] != "GAP_OVERFLOW"
-            and all(isinstance(i, str) and _RECORD_ID.match(i) for i in ids))
+            and all(isinstance(i, str) and _RECORD_ID.fullmatch(i) for i in ids))
 
 
 def _schema_name(schema_text: str | None) -> str:
@@ -132,23 +145,27 @@ class Salvage:
 def salvage(*, replay_id: bytes, schema_id: str, payload: bytes, schema_text: str | None, channel: str,
             entities: tuple[str, ...], now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> Salvage:
     """Gap lines for the records a readable header names, else overflow markers (see the module docstring).
-    ``schema_text`` is None when the schema could not be fetched."""
+    ``schema_text`` is None when the schema could not be fetched. Whatever of the header is implausible is not
+    used: an entity that is not an API name is taken from the schema or the channel, a commit time that is not
+    epoch milliseconds is replaced by ``now_ms()``."""
     replay_long = replay_as_long(replay_id)
     header, _ = read_header(schema_text, payload)
-    if header is not None and _names_records(header):
-        line = gap_marker(header, channel, schema_id, replay_long, ORIGIN)
+    now = now_ms()
+    problems = header_problems(header, now) if header is not None else {}
+    commit_ts = header["commitTimestamp"] if header is not None and "commitTimestamp" not in problems else now
+    if header is not None and not problems.keys() - {"commitTimestamp"} and _names_records(header):
+        line = gap_marker(header | {"commitTimestamp": commit_ts}, channel, schema_id, replay_long, ORIGIN)
         records = header["recordIds"]
         named = ", ".join(records[:5]) + (", ..." if len(records) > 5 else "")
-        return Salvage([line], header["commitTimestamp"], header["transactionKey"], header["entityName"],
+        return Salvage([line], commit_ts, header["transactionKey"], header["entityName"],
                        f"landed {line['data']['payload'][HEADER_FIELD]['changeType']} for {len(records)} "
                        f"{header['entityName']} record(s) ({named}): they are reconciled by id")
-    if header is not None:
+    if header is not None and "entityName" not in problems:
         entity: str | None = header["entityName"]
     else:
         entity = entity_of(_schema_name(schema_text)) or entity_of(channel)
     targets = (entity,) if entity else entities
     key = f"dead-letter-{replay_id.hex()}"
-    commit_ts = header["commitTimestamp"] if header is not None else now_ms()
     lines = [overflow_marker(name, key, sequence, commit_ts, channel, replay_long, ORIGIN, schema_id)
              for sequence, name in enumerate(targets, start=1)]
     action = (f"landed GAP_OVERFLOW for {', '.join(targets)}: resynced from the org" if targets else
@@ -180,52 +197,173 @@ class DeadLetter:
                    found.entity)
 
 
-class DeadLetterStore:
-    """One topic's dead letters, one JSON line each, unique by replay id, replaced durably on every addition (they
-    are rare: rewriting the file is cheap, and a crash leaves the old or the new list, never half a line)."""
+def letters_folder(state_dir: str | Path, topic: str) -> str:
+    return join(state_dir, f"{FOLDER_PREFIX}{topic_slug(topic)}")
 
-    def __init__(self, state_dir: str | Path, topic: str):
-        self.folder, self.name = Folder(state_dir), f"dead_letters-{_slug(topic)}.jsonl"
-        self.path = state_file(state_dir, self.name)
+
+class DeadLetterStore:
+    """One topic's dead letters: a file per letter, unique by replay id, written durably (write, fsync, rename), so
+    recording one costs its own bytes whatever came before; bounded by ``max_letters`` and ``max_bytes`` (beyond
+    them a letter is counted as dropped). Only this topic's subscriber writes here."""
+
+    def __init__(self, state_dir: str | Path, topic: str, *, max_letters: int = MAX_LETTERS,
+                 max_bytes: int = MAX_BYTES):
+        self.topic, self.max_letters, self.max_bytes = topic, max_letters, max_bytes
+        self.folder = Folder(letters_folder(state_dir, topic))
+        self.path = state_file(state_dir, f"{FOLDER_PREFIX}{topic_slug(topic)}")
+        kept = {name: size for name, size in self.folder.walk() if _is_letter_file(name)}
+        self._dropped = _read_dropped(self.folder)
+        self._names, self._bytes = set(kept), sum(kept.values())
+
+    @property
+    def count(self) -> int:
+        """Letters recorded ever: kept and dropped."""
+        return len(self._names) + self._dropped.get("dropped", 0)
 
     def read(self) -> list[DeadLetter]:
-        return _read(self.folder, self.name)
+        """The kept letters, oldest first."""
+        return sorted(_read_letters(self.folder, []), key=lambda x: str(x.recorded_at))
 
     def record(self, letter: DeadLetter) -> bool:
-        """Save ``letter`` durably; False when its replay id was recorded before (re-delivered after a crash)."""
-        letters = self.read()
-        if any(saved.replay_id == letter.replay_id for saved in letters):
+        """Save ``letter`` durably; False when its replay id was recorded before (re-delivered after a crash; a
+        dropped letter re-delivered is counted again)."""
+        name = _file_name(letter.replay_id)
+        if name in self._names:
             return False
-        self.folder.write_atomically(self.name, "".join(json.dumps(dataclasses.asdict(x)) + "\n"
-                                                        for x in [*letters, letter]))
+        body = json.dumps(dataclasses.asdict(letter)).encode()
+        if len(self._names) >= self.max_letters or self._bytes + len(body) > self.max_bytes:
+            self._drop(letter)
+            return True
+        self.folder.write_atomically(name, body)
+        self._names.add(name)
+        self._bytes += len(body)
         return True
 
+    def _drop(self, letter: DeadLetter) -> None:
+        self._dropped = {"topic": self.topic, "dropped": self._dropped.get("dropped", 0) + 1,
+                         "last_replay_id": letter.replay_id, "last_reason": letter.reason,
+                         "last_recorded_at": letter.recorded_at}
+        self.folder.write_atomically(DROPPED_FILE, json.dumps(self._dropped))
+        log.warning("dead letter of %s replay id %s not kept: the store %s holds its maximum (%d letters, %d bytes); "
+                    "%d dropped so far. Look at the kept ones, find the cause, then acknowledge them", self.topic,
+                    letter.replay_id, self.folder, self.max_letters, self.max_bytes, self._dropped["dropped"])
 
-def _read(folder: Folder, name: str) -> list[DeadLetter]:
-    text = folder.read_text(name)
-    return [] if text is None else [DeadLetter(**json.loads(line)) for line in text.splitlines() if line]
+
+def _file_name(replay_id_hex: str) -> str:
+    """The replay id itself, or its hash when too long for a file name (replay ids are opaque bytes)."""
+    return f"{replay_id_hex if len(replay_id_hex) <= 128 else hashlib.sha256(replay_id_hex.encode()).hexdigest()}.json"
+
+
+def _is_letter_file(name: str) -> bool:
+    """Not the dropped count (``_``), not the temporary file of a write a crash interrupted (``.``)."""
+    return name.endswith(".json") and not name.startswith(("_", ".")) and "/" not in name
+
+
+def _read_dropped(folder: Folder) -> dict[str, Any]:
+    text = _read_text(folder, DROPPED_FILE)
+    try:
+        dropped = json.loads(text) if text is not None else {}
+        if isinstance(dropped, dict) and isinstance(dropped.get("dropped", 0), int):
+            return dropped
+    except json.JSONDecodeError:
+        pass
+    log.warning("ignoring %s: not a count of dropped dead letters", folder.path(DROPPED_FILE))
+    return {}
+
+
+def _read_text(folder: Folder, name: str) -> str | None:
+    try:
+        return folder.read_text(name)
+    except UnicodeDecodeError:
+        return ""
+
+
+def _read_letters(folder: Folder, unreadable: list[str]) -> list[DeadLetter]:
+    """The letters of one topic's folder; a file that is not one is logged, added to ``unreadable`` and skipped."""
+    letters = []
+    for name in filter(_is_letter_file, folder.names(suffix=".json")):
+        text = _read_text(folder, name)
+        if text is None:  # removed since the listing
+            continue
+        try:
+            letters.append(DeadLetter(**json.loads(text)))
+            continue
+        except (json.JSONDecodeError, TypeError) as exc:
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        log.warning("skipping %s: not a dead letter (%s); look at it, then remove it", folder.path(name), why)
+        unreadable.append(folder.path(name))
+    return letters
+
+
+@dataclass(frozen=True)
+class DeadLetters:
+    """Every topic's dead letters in a state folder, and what is acknowledged."""
+
+    letters: list[DeadLetter]  # kept, oldest first
+    waiting: list[DeadLetter]  # kept, not acknowledged
+    dropped: int  # not kept (a store held its maximum), ever
+    dropped_waiting: int  # of those, not acknowledged
+    unreadable: list[str]  # files in the stores that are not dead letters (skipped)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.waiting or self.dropped_waiting or self.unreadable)
+
+
+def scan(state_dir: str | Path) -> DeadLetters:
+    """Read every topic's dead letters in a state folder (a local path or an object-store URI); never raises on
+    what a file holds."""
+    state, unreadable = Folder(state_dir), []
+    letters: list[DeadLetter] = []
+    dropped: dict[str, int] = {}
+    for name in _letter_folders(state):
+        folder = Folder(join(state_dir, name))
+        letters += _read_letters(folder, unreadable)
+        dropped[name] = _read_dropped(folder).get("dropped", 0)
+    done, done_dropped = _acknowledged(state)
+    letters.sort(key=lambda x: str(x.recorded_at))  # str: a hand-edited letter may hold any JSON there
+    return DeadLetters(letters, [x for x in letters if x.key not in done], sum(dropped.values()),
+                       sum(max(0, n - done_dropped.get(name, 0)) for name, n in dropped.items()), unreadable)
+
+
+def _letter_folders(state: Folder) -> list[str]:
+    """The names of the topics' letter folders in a state folder."""
+    return sorted({path.split("/")[0] for path, _ in state.walk()
+                   if "/" in path and path.startswith(FOLDER_PREFIX)})
 
 
 def read_dead_letters(state_dir: str | Path) -> list[DeadLetter]:
-    """Every topic's dead letters in a state folder (a local path or an object-store URI), oldest first."""
-    folder = Folder(state_dir)
-    letters = [x for name in folder.names(prefix="dead_letters-", suffix=".jsonl") for x in _read(folder, name)]
-    return sorted(letters, key=lambda x: x.recorded_at)
+    """Every topic's kept dead letters in a state folder, oldest first."""
+    return scan(state_dir).letters
 
 
-def _acknowledged(state_dir: str | Path) -> set[str]:
-    text = Folder(state_dir).read_text(ACKNOWLEDGED_FILE)
-    return set(json.loads(text)["acknowledged"]) if text is not None else set()
+def _acknowledged(state: Folder) -> tuple[set[str], dict[str, int]]:
+    """(the keys of the kept letters acknowledged, how many dropped ones per store) as the ack file says."""
+    text = _read_text(state, ACKNOWLEDGED_FILE)
+    if text is None:
+        return set(), {}
+    try:
+        done = json.loads(text)
+        keys, dropped = done.get("acknowledged", []), done.get("dropped", {})
+        if isinstance(keys, list) and isinstance(dropped, dict):
+            return ({k for k in keys if isinstance(k, str)},
+                    {k: n for k, n in dropped.items() if isinstance(n, int) and not isinstance(n, bool)})
+    except (json.JSONDecodeError, AttributeError):  # not JSON, or not an object
+        pass
+    log.warning("ignoring %s: not a list of acknowledged dead letters (every letter reads as waiting; acknowledge "
+                "them again)", state.path(ACKNOWLEDGED_FILE))
+    return set(), {}
 
 
 def unacknowledged(state_dir: str | Path) -> list[DeadLetter]:
-    done = _acknowledged(state_dir)
-    return [x for x in read_dead_letters(state_dir) if x.key not in done]
+    return scan(state_dir).waiting
 
 
 def acknowledge(state_dir: str | Path) -> list[DeadLetter]:
-    """Acknowledge every dead letter recorded so far; returns the ones newly acknowledged."""
-    fresh = unacknowledged(state_dir)
-    done = sorted(_acknowledged(state_dir) | {x.key for x in fresh})
-    Folder(state_dir).write_atomically(ACKNOWLEDGED_FILE, json.dumps({"acknowledged": done}, indent=1))
-    return fresh
+    """Acknowledge every dead letter recorded so far (kept and dropped); returns the kept ones newly acknowledged."""
+    state, found = Folder(state_dir), scan(state_dir)
+    done = sorted(_acknowledged(state)[0] | {x.key for x in found.letters})
+    dropped = {name: _read_dropped(Folder(join(state_dir, name))).get("dropped", 0)
+               for name in _letter_folders(state)}
+    state.write_atomically(ACKNOWLEDGED_FILE, json.dumps({"acknowledged": done, "dropped": dropped}, indent=1))
+    return found.waiting

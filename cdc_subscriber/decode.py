@@ -32,6 +32,7 @@ from typing import Any
 import fastavro
 
 from cdc_subscriber import bitmap
+from cdc_subscriber.header import check_header
 from cdc_subscriber.proto import replay_as_long
 
 WITH_ALL_FIELDS = ("CREATE", "UNDELETE")
@@ -93,10 +94,12 @@ class EventDecoder:
         return self._types[(entity, schema_id)]
 
     def decode(self, event: Any, channel: str) -> dict[str, Any]:
-        """A ``ConsumerEvent`` -> the CometD event ``{"channel", "data": {"schema", "payload", "event"}}``."""
+        """A ``ConsumerEvent`` -> the CometD event ``{"channel", "data": {"schema", "payload", "event"}}``; raises
+        ``InvalidHeader`` for a header that decodes but cannot be landed (``header.py``)."""
         schema, parsed, named = self.schema(event.event.schema_id)
         record = fastavro.schemaless_reader(io.BytesIO(event.event.payload), parsed, None)
         header = dict(record["ChangeEventHeader"])
+        check_header(header)  # before describe() is asked about its entity or a file is named by its time
         names = {key: bitmap.decode(header.get(key), schema, named) for key in ("changedFields", "nulledFields",
                                                                                   "diffFields")}
         header.update(names)

@@ -18,12 +18,21 @@ file is written in a local spool folder (``spool_dir``, the same ``YYYY/MM/DD/HH
 by one upload to ``<zone>/YYYY/MM/DD/HH/<name>.jsonl``, which the store shows only once complete, whole. The
 position moves only after the upload returned, exactly as after a rename. A crash loses at most the spooled file,
 whose events were never acknowledged (they come again); ``discard_orphans`` clears the spool.
+
+**Private.** Files are created 0600 and folders 0700 whatever the umask (``resources/storage.py``): they hold org
+data. The default spool is a folder of the process's own (:func:`private_spool`: ``tempfile.mkdtemp``, so 0700 and
+an unpredictable name in the shared temporary folder), removed when the subscriber stops; the spools of
+subscribers that died are removed by the next one to start.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
+import shutil
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,7 +41,11 @@ from pathlib import Path
 from typing import IO
 
 from cdc_assets.faults import fault_point
-from resources.storage import Folder, fsync_dir, is_uri, join
+from resources.storage import Folder, fsync_dir, is_uri, join, open_private, private_dirs
+
+log = logging.getLogger(__name__)
+
+SPOOL_PREFIX = "cdc-subscriber-spool-"  # + process id, topic slug and a random part: one folder per process
 
 
 @dataclass
@@ -57,7 +70,7 @@ class LandingFileWriter:
         if self.zone is not None and spool_dir is None:
             raise ValueError(f"landing zone {root} is on an object store: give a local spool_dir for open files")
         self.root = Path(root) if self.zone is None else Path(spool_dir)  # where open files are written
-        self.root.mkdir(parents=True, exist_ok=True)
+        private_dirs(self.root)
         self.on_landed = on_landed
         self.max_bytes, self.max_age_seconds, self.quiet_seconds = max_bytes, max_age_seconds, quiet_seconds
         self.lock = threading.RLock()
@@ -101,10 +114,10 @@ class LandingFileWriter:
         stamp = dt.datetime.fromtimestamp(commit_ts / 1000, tz=dt.UTC)
         relative = stamp.strftime("%Y/%m/%d/%H")
         folder = self.root / relative
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dirs(folder)
         stem = f"{commit_ts:013d}-{int.from_bytes(replay_id or b'', 'big'):016d}"
         temp = folder / f"_{stem}-{os.getpid()}.jsonl"
-        return _OpenFile(temp, folder, relative, stem, temp.open("wb"), time.monotonic())
+        return _OpenFile(temp, folder, relative, stem, open_private(temp), time.monotonic())
 
     def roll(self) -> Path | str | None:
         """Make the open file visible (durably) and report it; None when nothing was open."""
@@ -145,6 +158,32 @@ class LandingFileWriter:
                 path.unlink(missing_ok=True)
                 removed += 1
         return removed
+
+
+def private_spool(slug: str) -> Path:
+    """A new spool folder of this process's own in the temporary folder (0700, an unpredictable name), after
+    removing those of subscribers that died."""
+    remove_dead_spools()
+    return Path(tempfile.mkdtemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-{slug}-"))
+
+
+def remove_dead_spools() -> int:
+    """Remove the spool folders :func:`private_spool` made for processes no longer alive: only real folders (not
+    links) of this user, named by it; their files were never acknowledged (their events come again)."""
+    removed = 0
+    for path in Path(tempfile.gettempdir()).glob(f"{SPOOL_PREFIX}*"):
+        pid = path.name.removeprefix(SPOOL_PREFIX).split("-")[0]
+        try:
+            info = path.lstat()
+            if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and pid.isdigit()
+                    and not _alive(int(pid))):
+                shutil.rmtree(path)
+                removed += 1
+        except FileNotFoundError:  # removed meanwhile by another subscriber starting
+            continue
+        except OSError as exc:  # not ours to remove after all: the next start tries again
+            log.warning("spool folder %s of a stopped subscriber not removed: %s", path, exc)
+    return removed
 
 
 def _alive(pid: int) -> bool:

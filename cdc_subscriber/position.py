@@ -2,7 +2,7 @@
 
 One small JSON file per topic, replaced atomically (``resources/storage.py``: on a local disk write, fsync, rename,
 fsync the folder; on an object store one upload), so the state folder may be a local path or an object-store URI
-(``s3://bucket/landing/_subscriber``), e.g. for a subscriber that a supervisor may restart on another machine.
+(``s3://bucket/landing-subscriber``), e.g. for a subscriber that a supervisor may restart on another machine.
 It is written only after the landing file holding that event has been renamed into the landing zone, so after a
 crash the stream resumes at or before the first event that did not land: events may land twice (dedup absorbs
 them), never zero times.
@@ -23,8 +23,18 @@ from cdc_subscriber.proto import replay_as_long
 from resources.storage import Folder, is_uri, join
 
 
-def _slug(topic: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "_", topic).strip("_") or "topic"
+TOPIC = re.compile(r"(?:/[A-Za-z0-9_]+)+")  # /data/ChangeEvents, /data/ns__Invoice__ChangeEvent, /event/X__e
+
+
+def topic_slug(topic: str) -> str:
+    """A topic in file names (positions, status, dead letters, spool), one slug per topic and readable:
+    ``/data/ns__Obj__ChangeEvent`` -> ``data.ns__Obj__ChangeEvent``. Names keep their underscores (a slug that
+    folded ``__`` into ``_`` gave ``/data/ns_Obj__ChangeEvent`` the same files) and ``/`` becomes ``.``, which no
+    topic holds (``TOPIC``), so two topics never share a slug."""
+    if not TOPIC.fullmatch(topic):
+        raise ValueError(f"{topic!r} is not a Pub/Sub API topic name (/data/ChangeEvents, /data/<Object>ChangeEvent, "
+                         "/data/<Channel>__chn, /event/<Event>__e)")
+    return topic[1:].replace("/", ".")
 
 
 def state_file(state_dir: str | Path, name: str) -> Path | str:
@@ -34,7 +44,7 @@ def state_file(state_dir: str | Path, name: str) -> Path | str:
 
 class PositionStore:
     def __init__(self, state_dir: str | Path, topic: str):
-        self.folder, self.name = Folder(state_dir), f"position-{_slug(topic)}.json"
+        self.folder, self.name = Folder(state_dir), f"position-{topic_slug(topic)}.json"
         self.path = state_file(state_dir, self.name)
         self.topic = topic
 

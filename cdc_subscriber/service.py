@@ -18,10 +18,12 @@ then ``Subscribe`` from the saved position (``CUSTOM``), or ``initial_replay`` t
   position is left alone until that new stream delivers something, so a crash in between lands the marker again
   rather than skipping events;
 - an event that cannot be decoded (corrupt bytes, a schema ``GetSchema`` cannot serve, an Avro shape or a bug the
-  decoder cannot handle) never stops the topic: it becomes a dead letter (``dead_letters.py``): recorded durably,
-  gap lines for the records its header names (or a resync of its entity, or of every replicated one) landed in its
-  place, and the stream goes on. Failures that are not the event's (the schema or describe() call could not be
-  made: network, session) still fail the stream, which retries the same event.
+  decoder cannot handle), or whose header cannot be landed (``header.py``: a commit time that is not epoch
+  milliseconds, an entity name that is not an API name), never stops the topic: it becomes a dead letter
+  (``dead_letters.py``): recorded durably, gap lines for the records its header names (or a resync of its entity,
+  or of every replicated one) landed in its place, and the stream goes on. Failures that are not the event's (the
+  schema or describe() call could not be made: network, session) still fail the stream, which retries the same
+  event.
 
 Replay ids are opaque bytes: the position is saved and resumed exactly as the org gave it, and compared only for
 equality (a keepalive's ``latest_replay_id`` moves the position when it differs and nothing waits to land; the
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import logging
 import queue
-import tempfile
+import shutil
 import threading
 import time
 import uuid
@@ -50,12 +52,14 @@ from cdc_assets.faults import fault_point
 from cdc_subscriber import dead_letters
 from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, Salvage
 from cdc_subscriber.decode import EventDecoder, dumps
-from cdc_subscriber.landing import LandingFileWriter
+from cdc_subscriber.header import InvalidHeader
+from cdc_subscriber.landing import LandingFileWriter, private_spool
 from cdc_subscriber.markers import overflow_marker
-from cdc_subscriber.position import PositionStore, _slug
+from cdc_subscriber.position import PositionStore, topic_slug
 from cdc_subscriber.proto import pb, replay_as_long, services
 from cdc_subscriber.status import StatusReporter
 from resources.salesforce import SalesforceApiError, SalesforceResource
+from resources.storage import is_uri
 
 log = logging.getLogger(__name__)
 
@@ -92,9 +96,10 @@ class SubscriberConfig:
     keepalive_timeout: float = 300.0
     backoff_initial: float = 0.5
     backoff_max: float = 60.0
-    spool_dir: Path | None = None  # open files of an object-store zone; default <temp dir>/cdc-subscriber-spool/<topic>
+    spool_dir: Path | None = None  # open files of an object-store zone; default a private temporary folder
 
     def __post_init__(self) -> None:
+        topic_slug(self.topic)  # a topic name, or ValueError
         if not 1 <= self.batch <= MAX_BATCH:
             raise ValueError(f"batch must be between 1 and {MAX_BATCH} (Pub/Sub API flow control), got {self.batch}")
         if self.initial_replay not in ("LATEST", "EARLIEST"):
@@ -120,10 +125,13 @@ class Subscriber:
         self.config = config
         self.salesforce = salesforce
         self.positions = PositionStore(config.state_dir, config.topic)
-        self.reporter = StatusReporter(config.state_dir, config.topic, _slug(config.topic))
-        spool = config.spool_dir or Path(tempfile.gettempdir()) / "cdc-subscriber-spool" / _slug(config.topic)
+        self.reporter = StatusReporter(config.state_dir, config.topic, topic_slug(config.topic))
+        # this process's own, removed when it stops (run()), when the zone is on an object store and none is given
+        self._own_spool = (private_spool(topic_slug(config.topic))
+                           if config.spool_dir is None and is_uri(config.landing_dir) else None)
         self.writer = LandingFileWriter(config.landing_dir, self._landed, max_bytes=config.roll_bytes,
-                                        max_age_seconds=config.roll_seconds, spool_dir=spool)
+                                        max_age_seconds=config.roll_seconds,
+                                        spool_dir=config.spool_dir or self._own_spool)
         self.decoder = EventDecoder(self._fetch_schema, self._field_types)
         self.dead_letters = DeadLetterStore(config.state_dir, config.topic)
         self.stopping = threading.Event()
@@ -134,7 +142,7 @@ class Subscriber:
         self._from_tip = False
         self._silent = False  # the watchdog cancelled a stream that went quiet
         self._saved: bytes | None = self.positions.load()
-        self.reporter.restored(self._saved, len(self.dead_letters.read()))
+        self.reporter.restored(self._saved, self.dead_letters.count)
 
     # -- callbacks ------------------------------------------------------------------------------------------
     def _landed(self, path: Path | str, lines: int, replay_id: bytes | None) -> None:
@@ -219,6 +227,9 @@ class Subscriber:
             self.writer.roll()
             self.stopping.set()
             ticker.join(timeout=2)
+            if self._own_spool is not None:
+                # empty once rolled; should removing fail, the next subscriber to start removes it (remove_dead_spools)
+                shutil.rmtree(self._own_spool, ignore_errors=True)
             self.reporter.set_state(final)
         return final
 
@@ -331,6 +342,9 @@ class Subscriber:
             return
         except (requests.RequestException, OSError):
             raise  # the org could not be reached for describe(): the stream retries this event
+        except InvalidHeader as exc:
+            self._dead_letter(event, f"its header cannot be landed: {exc}")
+            return
         except Exception as exc:  # anything else the event makes decode raise becomes its dead letter, with the reason
             self._dead_letter(event, f"{type(exc).__name__}: {exc}")
             return
@@ -356,7 +370,7 @@ class Subscriber:
                                               channel=self.config.topic, entities=self.config.entities)
         letter = DeadLetter.of(self.config.topic, replay_id, consumer.schema_id, consumer.payload, reason, found)
         new = self.dead_letters.record(letter)
-        log.warning("stream %s: event with replay id %s (schema %s, entity %s) cannot be decoded: %s; %s; "
+        log.warning("stream %s: event with replay id %s (schema %s, entity %s) cannot be landed: %s; %s; "
                     "recorded as a dead letter in %s%s", self.config.topic, replay_id.hex(), consumer.schema_id,
                     found.entity or "unknown", reason, found.action, self.dead_letters.path,
                     "" if new else " (already recorded: re-delivered after a restart)")

@@ -5,12 +5,13 @@ landing what it holds), ``PAUSED`` (stopped on request), ``FAILED`` (an error; r
 ``FAILED_PERMANENTLY`` (an error retrying cannot fix: bad topic, no permission, bad configuration).
 
 Each stream (topic) writes ``status-<topic>.json`` in the subscriber's state folder (by default
-``<landing zone>/_subscriber``, which the platform never reads as events): state, last landed replay id (hex of the
-opaque bytes, and its long form when it is 8 bytes), events landed, dead letters (unique events that could not be
-decoded, ``dead_letters.py``) and the last one's reason, events per second (over the last ``RATE_WINDOW``
-seconds), lag, last error and its time, and ``updated_at``. Lag is now minus the newest ``commitTimestamp``
-received, or 0 when the server's keepalive says nothing newer exists (an idle org is not a lagging stream). A status whose ``updated_at`` is older than
-``STALE_AFTER_SECONDS`` comes from a subscriber that is no longer running, and reads as FAILED.
+``<landing zone>-subscriber``, beside the zone and never inside it: ``cli.state_dir_for``): state, last landed
+replay id (hex of the opaque bytes, and its long form when it is 8 bytes), events landed, dead letters (unique
+events that could not be landed, ``dead_letters.py``) and the last one's reason, events per second (over the last
+``RATE_WINDOW`` seconds), lag, last error and its time, and ``updated_at``. Lag is now minus the newest
+``commitTimestamp`` received, or 0 when the server's keepalive says nothing newer exists (an idle org is not a
+lagging stream). A status whose ``updated_at`` is older than ``STALE_AFTER_SECONDS`` comes from a subscriber that
+is no longer running, and reads as FAILED.
 """
 
 from __future__ import annotations

@@ -25,12 +25,13 @@ not come back means an executor did not see its file, and the run stops with `St
 setting and what to do. (An executor that gets no probe task is not proven; with more executors than probe files a
 partly shared mount may pass.)
 
-Each process stages under a directory of its own (`cdc-spark-staging-<host>-<pid>-<random>`), removed when it
-exits: a DataFrame read from a staged file is lazy, and a server-side relation built on it keeps no link the
-client could follow to know when it is gone; a run is a process, so that is the run. On a local or mounted path,
-directories of processes of this host that died without cleaning up go when the next one is made (the host in the
-name keeps machines sharing a mount from removing each other's); on an object store, give the prefix a lifecycle
-rule (expire after a day).
+Each process stages under a directory of its own (`cdc-spark-staging-<host>-<pid>-<random>`; on a local disk made
+by `tempfile.mkdtemp`: 0700, its files 0600, so only this user, and a Spark running as this user, reads the rows),
+removed when it exits: a DataFrame read from a staged file is lazy, and a server-side relation built on it keeps no
+link the client could follow to know when it is gone; a run is a process, so that is the run. On a local or
+mounted path, directories of this user's processes of this host that died without cleaning up go when the next one
+is made (the host in the name keeps machines sharing a mount from removing each other's); on an object store, give
+the prefix a lifecycle rule (expire after a day).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import socket
 import tempfile
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -50,6 +52,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
+
+from resources.storage import open_private
 
 log = logging.getLogger(__name__)
 
@@ -96,11 +100,14 @@ def _make(root: str, configured: bool) -> Staging:
     """A directory of this process's own under `root` (a path or URI), removed when the process exits."""
     filesystem, root_path, root_uri = _resolve(root)
     filesystem.create_dir(root_path, recursive=True)
+    prefix = f"{STAGING_PREFIX}{_host()}-{os.getpid()}-"
     if isinstance(filesystem, pafs.LocalFileSystem):
         _remove_dead_processes_dirs(filesystem, root_path)
-    name = f"{STAGING_PREFIX}{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        name = Path(tempfile.mkdtemp(prefix=prefix, dir=root_path)).name  # 0700, a name nobody could take first
+    else:
+        name = f"{prefix}{uuid.uuid4().hex[:8]}"
+        filesystem.create_dir(f"{root_path.rstrip('/')}/{name}")
     staging = Staging(f"{root_uri.rstrip('/')}/{name}", filesystem, f"{root_path.rstrip('/')}/{name}", configured)
-    filesystem.create_dir(staging.path)
     atexit.register(_remove, staging)
     return staging
 
@@ -125,6 +132,7 @@ def staged(spark: SparkSession, table: pa.Table, staging: Staging) -> DataFrame:
     prove_shared(spark, staging)
     uri, path = staging.child(f"{uuid.uuid4().hex}.parquet")
     rows_per_group = max(1, table.num_rows * STAGED_ROW_GROUP_BYTES // max(table.nbytes, 1))
+    _create_private(staging, path)
     pq.write_table(table, path, filesystem=staging.filesystem, row_group_size=rows_per_group)
     return spark.read.schema(from_arrow_schema(table.schema)).parquet(uri)
 
@@ -138,6 +146,7 @@ def prove_shared(spark: SparkSession, staging: Staging) -> None:
     tokens = {uuid.uuid4().hex for _ in range(PROBE_FILES)}
     staging.filesystem.create_dir(path)
     for i, token in enumerate(sorted(tokens)):
+        _create_private(staging, f"{path}/{i}.txt")
         with staging.filesystem.open_output_stream(f"{path}/{i}.txt") as out:
             out.write(token.encode())
     error: Exception | None = None
@@ -155,13 +164,21 @@ def prove_shared(spark: SparkSession, staging: Staging) -> None:
     log.info("Spark staging at %s: readable by the executors (%d probe files)", staging.uri, len(tokens))
 
 
+def _create_private(staging: Staging, path: str) -> None:
+    """On a local disk, create `path` empty and readable by this user only before pyarrow writes it: pyarrow
+    creates a file with the umask's mode, and keeps the mode of one that exists."""
+    if isinstance(staging.filesystem, pafs.LocalFileSystem):
+        open_private(Path(path)).close()
+
+
 def _not_shared_message(staging: Staging, reason: str) -> str:
     where = (f"{STAGING_ENV}={os.environ.get(STAGING_ENV)}" if staging.configured else
              f"the temporary directory {staging.uri} (the default, {STAGING_ENV} being unset, for a Spark Connect "
              f"server on this machine)")
     return (f"Spark staging is not shared: this process wrote {PROBE_FILES} probe files under {where} and {reason}. "
             f"Large Arrow tables reach Spark as Parquet files there, so every Spark executor (and the Spark Connect "
-            f"server) must see that location at the same path: set {STAGING_ENV} to a directory all machines mount "
+            f"server) must see that location at the same path, as the user this process runs as (on a local disk the "
+            f"staging directory is private to it: 0700): set {STAGING_ENV} to a directory all machines mount "
             f"at the same path, or to an object store URI Spark can read (s3a://bucket/prefix, gs://..., "
             f"abfss://...).")
 
@@ -193,8 +210,16 @@ def _remove_dead_processes_dirs(filesystem: pafs.FileSystem, root: str) -> None:
     mine = f"{STAGING_PREFIX}{_host()}-"
     for info in filesystem.get_file_info(pafs.FileSelector(root)):
         if info.type == pafs.FileType.Directory and info.base_name.startswith(mine) \
-                and not _alive(info.base_name.removeprefix(mine).split("-")[0]):
+                and not _alive(info.base_name.removeprefix(mine).split("-")[0]) and _mine(info.path):
             filesystem.delete_dir(info.path)
+
+
+def _mine(path: str) -> bool:
+    """A directory of this user (in a shared temporary folder, another user's cannot be removed, nor is ours to)."""
+    try:
+        return os.lstat(path).st_uid == os.getuid()
+    except FileNotFoundError:
+        return False
 
 
 def _host() -> str:

@@ -8,6 +8,10 @@ files that become visible **whole or not at all** and are never seen half-writte
 - on an object store: one upload. An object appears only when its upload completes (a single PUT, or the last
   call of a multipart upload), and replacing an object is atomic for readers, so there is nothing to rename.
 
+On a local disk every file is created private to the user the process runs as (0600, its folders 0700), whatever
+the umask: they hold org data (events, positions, raw payloads). `private_dirs` and `open_private` are the one
+way the platform's writers create them.
+
 A local path and a URI are told apart by `://`. Credentials and endpoints of an object store come from the
 environment, as for delta-rs (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, ... for S3;
 `GOOGLE_APPLICATION_CREDENTIALS` for GCS; `AZURE_STORAGE_ACCOUNT_NAME` / `..._KEY` for Azure: docs/scaling.md).
@@ -18,8 +22,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pyarrow.fs as pafs
+
+PRIVATE_FILE = 0o600
+PRIVATE_DIR = 0o700
 
 
 def is_uri(location: str | Path) -> bool:
@@ -101,9 +109,9 @@ class Folder:
 def write_local_durably(path: Path, data: bytes, *, durable: bool = True) -> None:
     """Replace `path` with `data` on a local disk: write a hidden temporary file, fsync, rename, fsync the folder
     (without the fsyncs when not `durable`: still atomic for readers, but a power loss may keep the old content)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dirs(path.parent)
     temp = path.with_name("." + path.name)
-    with temp.open("wb") as handle:
+    with open_private(temp) as handle:
         handle.write(data)
         if durable:
             handle.flush()
@@ -119,3 +127,27 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def private_dirs(folder: Path) -> None:
+    """Create `folder` and every missing parent 0700 (`Path.mkdir(parents=True)` would give the parents the
+    umask's mode); folders that exist are left as they are."""
+    missing = []
+    for path in [folder, *folder.parents]:
+        if path.is_dir():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        path.mkdir(mode=PRIVATE_DIR, exist_ok=True)  # exists: made by another writer meanwhile
+
+
+def open_private(path: Path) -> IO[bytes]:
+    """`path` opened for writing from its start (created or truncated), readable and writable by this user only,
+    whatever the umask or the mode of a stale file of the same name."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), PRIVATE_FILE)
+    try:
+        os.fchmod(fd, PRIVATE_FILE)
+        return os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise

@@ -18,8 +18,9 @@
 - ``poison_events``: Pub/Sub API only, off by default (a real org does not corrupt events, but a subscriber must
   survive one): replay id -> how the server spoils that event when it sends it. ``"body"``: the Avro payload is
   cut right after the ``ChangeEventHeader`` (the header still reads, the body does not); ``"payload"``: every
-  byte garbled (nothing reads); ``"schema"``: the event names a schema id ``GetSchema`` answers ``NOT_FOUND``.
-  See ``pubsub_faults.py``.
+  byte garbled (nothing reads); ``"schema"``: the event names a schema id ``GetSchema`` answers ``NOT_FOUND``;
+  ``"timestamp"`` / ``"entity"``: everything decodes, but the header's ``commitTimestamp`` is in nanoseconds or
+  its ``entityName`` is not an API name. See ``pubsub_faults.py``.
 - ``opaque_replay_ids``: not a fault, off by default: the Pub/Sub API issues replay ids as variable-length
   opaque bytes instead of 8-byte big-endian longs (the protocol promises only bytes). See ``pubsub_faults.py``.
 """
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-POISON_KINDS = ("body", "payload", "schema")
+POISON_KINDS = ("body", "payload", "schema", "timestamp", "entity")
 
 SALESFORCE_DIFF_OVER_CHARS = 1000
 

@@ -6,6 +6,7 @@ A transaction's lines always land in one file. ``<name>`` is the first commit ti
 counter, so names sort by time and never collide across restarts (the commit clock is persisted).
 Landing faults (duplicate and late files) are applied at publish time. A writer built with ``enabled=False``
 writes nothing (the emulator then only serves its events over the Pub/Sub API, for a subscriber to land).
+Files are created 0600 and folders 0700, as the platform's own writers do (``resources/storage.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from resources.storage import open_private, private_dirs
 from salesforce_emulator.faults import FaultConfig
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class LandingWriter:
         self.root = Path(root)
         self.enabled = enabled
         if enabled:
-            self.root.mkdir(parents=True, exist_ok=True)
+            private_dirs(self.root)
         self.faults = faults
         self.rng = rng
         self.max_bytes = max_bytes
@@ -75,10 +77,10 @@ class LandingWriter:
         self._counter += 1
         stamp = dt.datetime.fromtimestamp(commit_ts / 1000, tz=dt.UTC)
         folder = self.root / stamp.strftime("%Y/%m/%d/%H")
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dirs(folder)
         name = f"{commit_ts:013d}-{self._counter:06d}.jsonl"
         temp = folder / f"_{name}"
-        return _OpenFile(temp, folder / name, temp.open("wb"), time.monotonic())
+        return _OpenFile(temp, folder / name, open_private(temp), time.monotonic())
 
     def maybe_roll(self) -> None:
         """Roll the open file if it is older than ``max_age_seconds`` (called from a background tick)."""
@@ -120,7 +122,8 @@ class LandingWriter:
         if self.faults.duplicate_file_fraction and self.rng.random() < self.faults.duplicate_file_fraction:
             duplicate = final.with_name(final.stem + "-dup.jsonl")
             staging = final.with_name("_" + duplicate.name)
-            shutil.copyfile(final, staging)
+            with final.open("rb") as source, open_private(staging) as copy:
+                shutil.copyfileobj(source, copy)
             os.replace(staging, duplicate)
             self.published.append(duplicate)
             log.info("landing fault: published %s twice", final.name)

@@ -13,7 +13,10 @@ event log keeps it intact, so the org and the reference landing files are unaffe
 - ``"body"``: the Avro payload is cut right after the ``ChangeEventHeader`` (the first field of every change event
   schema): the header decodes, the body does not;
 - ``"payload"``: every byte is ``0xFF`` (an Avro varint that never ends): nothing decodes, not even the header;
-- ``"schema"``: the event names a schema id ``GetSchema`` answers ``NOT_FOUND``: nothing can be read at all.
+- ``"schema"``: the event names a schema id ``GetSchema`` answers ``NOT_FOUND``: nothing can be read at all;
+- ``"timestamp"``: the header's ``commitTimestamp`` in nanoseconds instead of milliseconds (a writer's unit error):
+  everything decodes, but the time is absurd;
+- ``"entity"``: the header's ``entityName`` is 300 characters of a path (``../../``...): not an API name.
 """
 
 from __future__ import annotations
@@ -67,7 +70,19 @@ def spoil(kind: str | None, schema_id: str, payload: bytes) -> tuple[str, bytes]
         return schema_id, b"\xff" * len(payload)
     if kind == "schema":
         return UNKNOWN_SCHEMA_PREFIX + schema_id, payload
+    if kind in HEADER_SPOILS:
+        stream = io.BytesIO(payload)
+        header = fastavro.schemaless_reader(stream, _HEADER_ONLY, None)["ChangeEventHeader"]
+        spoiled = io.BytesIO()  # the header's fields come first: a new header, then the body's bytes as they were
+        fastavro.schemaless_writer(spoiled, _HEADER_ONLY, {"ChangeEventHeader": header | HEADER_SPOILS[kind](header)})
+        return schema_id, spoiled.getvalue() + payload[stream.tell():]
     raise ValueError(f"unknown poison kind {kind!r}")
+
+
+HEADER_SPOILS = {
+    "timestamp": lambda header: {"commitTimestamp": header["commitTimestamp"] * 1_000_000},
+    "entity": lambda header: {"entityName": ("../" * 100)[:300 - len(header["entityName"])] + header["entityName"]},
+}
 
 
 def poisoned(faults: Any, replay: int) -> str | None:

@@ -1,6 +1,6 @@
 """The CDC subscriber's stream status in Dagster: observations of ``landing_zone`` and a health check.
 
-The subscriber (``python -m cdc_subscriber subscribe``) writes each stream's status to ``<landing zone>/_subscriber``
+The subscriber (``python -m cdc_subscriber subscribe``) writes each stream's status to ``<landing zone>-subscriber``
 (``CDC_SUBSCRIBER_STATE`` elsewhere). ``subscriber_status_sensor`` reads it every 30 s and reports:
 
 - an ``AssetObservation`` of ``landing_zone`` whose numeric metadata (``lag_seconds``, ``events_per_second``,
@@ -33,7 +33,7 @@ import dagster as dg
 from cdc_assets.assets import LANDING_ZONE
 from cdc_assets.config import ReplicationConfig
 from cdc_subscriber.cli import location, state_dir_for
-from cdc_subscriber.dead_letters import DeadLetter, read_dead_letters, unacknowledged
+from cdc_subscriber.dead_letters import DeadLetter, scan
 from cdc_subscriber.status import STATES, StreamStatus, read_statuses
 from resources.landing_zone import LandingZone
 
@@ -45,7 +45,7 @@ UNHEALTHY = ("FAILED", "FAILED_PERMANENTLY")
 
 
 def state_dir(landing: LandingZone) -> Path | str:
-    """CDC_SUBSCRIBER_STATE, else `<landing zone>/_subscriber` (either may be an object-store URI)."""
+    """CDC_SUBSCRIBER_STATE, else `<landing zone>-subscriber` (either may be an object-store URI)."""
     configured = os.environ.get("CDC_SUBSCRIBER_STATE")
     return location(configured) if configured else state_dir_for(landing.path)
 
@@ -84,20 +84,33 @@ def summarize(statuses: list[StreamStatus], max_lag_seconds: float,
 
 
 def dead_letter_report(state: Path) -> tuple[bool, str, dict[str, Any]]:
-    """(no unacknowledged dead letters, description, metadata) of a subscriber state folder."""
-    letters, waiting = read_dead_letters(state), unacknowledged(state)
-    metadata: dict[str, Any] = {"dead_letters": dg.MetadataValue.int(len(letters)),
-                                "dead_letters_unacknowledged": dg.MetadataValue.int(len(waiting))}
+    """(no unacknowledged dead letters, description, metadata) of a subscriber state folder; a file in the
+    dead-letter store that is not a letter is skipped and named (it fails the check), never raised."""
+    found = scan(state)
+    letters, waiting, unacknowledged = found.letters, found.waiting, len(found.waiting) + found.dropped_waiting
+    metadata: dict[str, Any] = {"dead_letters": dg.MetadataValue.int(len(letters) + found.dropped),
+                                "dead_letters_unacknowledged": dg.MetadataValue.int(unacknowledged),
+                                "dead_letters_dropped": dg.MetadataValue.int(found.dropped),
+                                "dead_letter_files_unreadable": dg.MetadataValue.int(len(found.unreadable))}
     if letters:
         last = letters[-1]
         metadata["last_dead_letter"] = dg.MetadataValue.text(
             f"{last.topic} replay id {last.replay_id}: {last.reason}")
-    if not waiting:
+    if found.clean:
         return True, f"no dead letters waiting ({len(letters)} acknowledged)" if letters else "no dead letters", metadata
-    shown = "; ".join(_describe(x) for x in waiting[-5:])
-    return False, (f"{len(waiting)} event(s) could not be decoded and were landed as dead letters ({shown}). Their "
-                   f"records were marked dirty or their objects resynced, so the replicas catch up; find the cause "
-                   f"(raw payloads in {state}/dead_letters-*.jsonl), then acknowledge with `{ACK_COMMAND}`"), metadata
+    problems = []
+    if unacknowledged:
+        shown = "; ".join(_describe(x) for x in waiting[-5:])
+        dropped = (f"; {found.dropped_waiting} more not kept (the store held its maximum; the last one's reason in "
+                   f"{state}/dead_letters-*/_dropped.json)" if found.dropped_waiting else "")
+        problems.append(
+            f"{unacknowledged} event(s) could not be landed and were recorded as dead letters "
+            f"({shown}{dropped}). Their records were marked dirty or their objects resynced, so the replicas catch "
+            f"up; find the cause (raw payloads in {state}/dead_letters-*/), then acknowledge with `{ACK_COMMAND}`")
+    if found.unreadable:
+        problems.append(f"{len(found.unreadable)} file(s) in the dead-letter store are not dead letters and were "
+                        f"skipped ({', '.join(found.unreadable[:5])}): look at them, then remove them")
+    return False, ". ".join(problems), metadata
 
 
 def _describe(letter: DeadLetter) -> str:

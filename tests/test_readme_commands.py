@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.status import StatusReporter
 from docs_pages import all_text
 
@@ -42,7 +43,7 @@ def _run(command: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def after_make_run(tmp_path: Path) -> Path:
-    reporter = StatusReporter(tmp_path / ".demo" / "landing" / "_subscriber", TOPIC, "ChangeEvents")
+    reporter = StatusReporter(state_dir_for(tmp_path / ".demo" / "landing"), TOPIC, "ChangeEvents")
     reporter.set_state("RUNNING")
     return tmp_path
 
@@ -63,7 +64,7 @@ def test_subscriber_status_as_the_readme_writes_it_finds_the_demos_subscriber(af
 
 
 def test_subscriber_status_finds_the_subscriber_of_make_run_org(tmp_path: Path):
-    StatusReporter(tmp_path / ".org" / "landing" / "_subscriber", TOPIC, "ChangeEvents").set_state("PAUSED")
+    StatusReporter(state_dir_for(tmp_path / ".org" / "landing"), TOPIC, "ChangeEvents").set_state("PAUSED")
     done = _run("python -m cdc_subscriber status", tmp_path)
     assert f"{TOPIC}: PAUSED" in done.stdout and ".org/landing" in done.stderr
 
@@ -71,7 +72,7 @@ def test_subscriber_status_finds_the_subscriber_of_make_run_org(tmp_path: Path):
 def test_subscriber_status_follows_the_variables_when_set(after_make_run: Path, tmp_path: Path):
     done = _run(f"CDC_LANDING_ZONE={tmp_path / 'elsewhere'} python -m cdc_subscriber status", after_make_run)
     assert done.returncode == 0 and done.stdout.startswith("NOT_STARTED")  # never guesses over a variable
-    state = after_make_run / ".demo" / "landing" / "_subscriber"
+    state = state_dir_for(after_make_run / ".demo" / "landing")
     done = _run(f"CDC_SUBSCRIBER_STATE={state} python -m cdc_subscriber --landing-dir nowhere status", after_make_run)
     assert f"{TOPIC}: RUNNING" in done.stdout
 

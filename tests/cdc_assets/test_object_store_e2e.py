@@ -26,6 +26,7 @@ import pytest
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.changefeed.reader import ChangefeedReader, replay
+from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.position import PositionStore
 from cdc_subscriber.status import read_statuses
 from crash_runner import run_mode
@@ -82,7 +83,7 @@ def spawn_subscriber(org: Emulator, platform: Platform, spool: Path, **env: str)
 
 
 def state_uri(platform: Platform) -> str:
-    return f"{platform.landing_uri}/_subscriber"
+    return str(state_dir_for(platform.landing_uri))
 
 
 def position(platform: Platform) -> int:

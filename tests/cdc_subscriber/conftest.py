@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,15 @@ import pytest
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from subscriber_harness import RunningSubscriber, Subscriber, landed, resource, subscriber_config
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The usual umask, under which a file created without an explicit mode is readable by every user (0644);
+    ask for it before ``org`` so the emulator's writer runs under it too."""
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
 
 
 @pytest.fixture

@@ -5,9 +5,14 @@ record operators and Dagster count (unique by replay id, acknowledged on request
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import logging
+from pathlib import Path
 
 import pytest
+
+import resources.storage
 
 from cdc_subscriber.dead_letters import (DeadLetter, DeadLetterStore, acknowledge, entity_of, read_header, salvage,
                                          unacknowledged)
@@ -125,7 +130,7 @@ def test_a_dead_letter_is_kept_once_per_replay_id_with_its_raw_payload(tmp_path)
     assert [x.replay_id for x in saved] == ["0102", "0103"]
     assert base64.b64decode(saved[0].payload) == b"\xff\x00raw" and saved[0].reason == "EOFError: truncated"
     assert saved[0].schema_id == "schema-1" and saved[0].entity == "Account" and "GAP_OVERFLOW" in saved[0].action
-    assert not list(tmp_path.glob(".*")), "written through a temporary file renamed into place"
+    assert not list(Path(store.folder.location).glob(".*")), "written through a temporary file renamed into place"
 
 
 def test_acknowledging_clears_the_dead_letters_seen_so_far_only(tmp_path):
@@ -162,3 +167,91 @@ def test_the_cli_shows_dead_letters_and_opaque_replay_ids_then_acknowledges(tmp_
     assert "replay id 0102" in out and "1 not acknowledged" in out and "dead-letters --ack" in out
     assert main(["--state-dir", str(tmp_path), "dead-letters", "--ack"]) == 0
     assert "acknowledged 1" in capsys.readouterr().out and unacknowledged(tmp_path) == []
+
+
+def test_recording_a_letter_writes_that_letter_only_never_the_store_again(tmp_path, monkeypatch):
+    written: list[int] = []
+    write = resources.storage.write_local_durably
+    monkeypatch.setattr(resources.storage, "write_local_durably",
+                        lambda path, data, **kw: (written.append(len(data)), write(path, data, **kw))[1])
+    store = DeadLetterStore(tmp_path, "/data/ChangeEvents")
+    letters = [letter(i.to_bytes(2, "big")) for i in range(60)]
+    for x in letters:
+        store.record(x)
+    one = len(json.dumps(dataclasses.asdict(letters[0])))
+    assert len(written) == 60 and sum(written) < 60 * one * 1.1, "linear: each letter written once, alone"
+    assert len(store.read()) == 60 and store.count == 60
+
+
+def test_the_store_keeps_at_most_its_bounds_and_counts_what_it_drops(tmp_path, caplog):
+    from cdc_subscriber.dead_letters import scan
+
+    store = DeadLetterStore(tmp_path, "/data/ChangeEvents", max_letters=3)
+    assert [store.record(letter(bytes([i]))) for i in range(5)] == [True] * 5
+    assert store.record(letter(b"\x01")) is False  # a kept one re-delivered
+    assert len(store.read()) == 3 and store.count == 5
+    assert "not kept" in caplog.text and "2 dropped so far" in caplog.text
+    found = scan(tmp_path)
+    assert (len(found.letters), found.dropped, found.dropped_waiting, found.clean) == (3, 2, 2, False)
+    assert DeadLetterStore(tmp_path, "/data/ChangeEvents", max_letters=3).count == 5, "the count survives a restart"
+    first = letter(b"\x01", "/data/AccountChangeEvent")
+    by_bytes = DeadLetterStore(tmp_path, "/data/AccountChangeEvent",
+                               max_bytes=len(json.dumps(dataclasses.asdict(first))) + 10)
+    by_bytes.record(first)
+    by_bytes.record(letter(b"\x02", "/data/AccountChangeEvent"))  # would pass the byte bound: counted, not kept
+    assert len(by_bytes.read()) == 1 and by_bytes.count == 2
+    acknowledge(tmp_path)
+    found = scan(tmp_path)
+    assert found.clean and found.dropped == 3 and found.dropped_waiting == 0
+    store.record(letter(b"\x09"))
+    assert scan(tmp_path).dropped_waiting == 1, "a letter dropped after the acknowledgement waits again"
+
+
+def test_a_file_in_the_store_that_is_not_a_letter_is_skipped_counted_and_logged_never_raised(tmp_path, caplog):
+    from cdc_subscriber.dead_letters import scan
+
+    store = DeadLetterStore(tmp_path, "/data/ChangeEvents")
+    store.record(letter(b"\x01"))
+    folder = Path(store.folder.location)
+    (folder / "0bad.json").write_text('{"topic": "/data/ChangeEvents", "replay_id": "0b')  # cut short
+    (folder / "0list.json").write_text("[1, 2]")
+    (folder / "0bytes.json").write_bytes(b"\xff\xfe")
+    (tmp_path / "dead_letters_acknowledged.json").write_text("{not json")
+    caplog.set_level(logging.WARNING)
+    found = scan(tmp_path)
+    assert [x.replay_id for x in found.letters] == ["01"] and len(found.unreadable) == 3 and not found.clean
+    assert all(str(folder) in path for path in found.unreadable) and caplog.text.count("not a dead letter") == 3
+    again = DeadLetterStore(tmp_path, "/data/ChangeEvents")  # a subscriber starting over them
+    assert again.record(letter(b"\x02")) is True and again.record(letter(b"\x01")) is False
+    assert len(acknowledge(tmp_path)) == 2 and scan(tmp_path).waiting == []
+
+
+def test_a_header_whose_time_is_not_epoch_milliseconds_still_lands_a_gap_for_its_records_at_the_receiving_time():
+    for wrong in (1_700_000_000_123 * 1_000_000, 1_700_000_000_123 * 1_000, -1):
+        event = account_update()
+        event["data"]["payload"]["ChangeEventHeader"]["commitTimestamp"] = wrong
+        schema_id, payload = spoil("body", *encode_event(event))
+        found = salvage(replay_id=b"\x07", schema_id=schema_id, payload=payload, schema_text=schema_json("Account"),
+                        channel="/data/ChangeEvents", entities=ENTITIES, now_ms=lambda: 1_800_000_000_000)
+        [header] = headers(found)
+        assert header["changeType"] == "GAP_UPDATE" and header["recordIds"] == RECORDS
+        assert header["commitTimestamp"] == found.commit_ts == 1_800_000_000_000
+
+
+def test_a_header_whose_entity_is_not_an_api_name_resyncs_the_entity_its_schema_names():
+    schema_id, payload = spoil("body", *poison("entity"))  # entityName "../../../...Account", 300 characters
+    found = salvage(replay_id=b"\x07", schema_id=schema_id, payload=payload, schema_text=schema_json("Account"),
+                    channel="/data/ChangeEvents", entities=ENTITIES)
+    [header] = headers(found)
+    assert (header["entityName"], header["changeType"], found.entity) == ("Account", "GAP_OVERFLOW", "Account")
+
+
+def test_a_header_with_a_null_or_missing_time_is_a_problem_not_a_crash():
+    from cdc_subscriber.header import header_problems
+
+    header = account_update()["data"]["payload"]["ChangeEventHeader"]
+    assert header_problems(header) == {}
+    assert set(header_problems(header | {"commitTimestamp": None})) == {"commitTimestamp"}
+    assert set(header_problems({k: v for k, v in header.items() if k != "commitTimestamp"})) == {"commitTimestamp"}
+    assert set(header_problems(header | {"commitTimestamp": True, "recordIds": [1]})) == {"commitTimestamp",
+                                                                                          "recordIds"}

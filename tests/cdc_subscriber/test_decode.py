@@ -7,6 +7,7 @@ import io
 import json
 
 import fastavro
+import pytest
 
 from cdc_subscriber.bitmap import encode
 from cdc_subscriber.decode import EventDecoder
@@ -21,9 +22,9 @@ TYPES = {"Birthdate": "date", "LastModifiedDate": "datetime", "Description": "te
 
 def consumer_event(changed: list[str], nulled: list[str], diff: list[str], **values) -> pb.ConsumerEvent:
     header = {"entityName": "Contact", "recordIds": ["003000000000001AAA"], "changeType": "UPDATE",
-              "changeOrigin": "", "transactionKey": "t", "sequenceNumber": 1, "commitTimestamp": 1,
-              "commitNumber": 1, "commitUser": "005000000000001AAA", "changedFields": changed,
-              "nulledFields": nulled, "diffFields": diff}
+              "changeOrigin": "", "transactionKey": "t", "sequenceNumber": 1,
+              "commitTimestamp": 1_700_000_000_000, "commitNumber": 1, "commitUser": "005000000000001AAA",
+              "changedFields": changed, "nulledFields": nulled, "diffFields": diff}
     record = {f["name"]: None for f in SCHEMA["fields"]} | {"ChangeEventHeader": header} | values
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(SCHEMA), record)
@@ -60,8 +61,9 @@ ACCOUNT_TYPES = {"Name": "string", "Description": "textarea", "PersonBirthdate":
 
 def account_event(change_type: str, changed: list[str], diff: list[str] = (), **values) -> pb.ConsumerEvent:
     header = {"entityName": "Account", "recordIds": ["001000000000001AAA"], "changeType": change_type,
-              "changeOrigin": "", "transactionKey": "t", "sequenceNumber": 1, "commitTimestamp": 1,
-              "commitNumber": 1, "commitUser": "005000000000001AAA", "changedFields": encode(changed, ACCOUNT),
+              "changeOrigin": "", "transactionKey": "t", "sequenceNumber": 1,
+              "commitTimestamp": 1_700_000_000_000, "commitNumber": 1, "commitUser": "005000000000001AAA",
+              "changedFields": encode(changed, ACCOUNT),
               "nulledFields": [], "diffFields": encode(list(diff), ACCOUNT)}
     record = {f["name"]: None for f in ACCOUNT["fields"]} | {"ChangeEventHeader": header} | values
     out = io.BytesIO()
@@ -112,3 +114,24 @@ def test_a_date_is_read_from_epoch_days_or_epoch_milliseconds_of_its_midnight():
 
     assert iso_date(20_414) == iso_date(20_414 * 86_400_000) == "2025-11-22"
     assert iso_date(-1) == iso_date(-86_400_000) == "1969-12-31"
+
+
+def test_a_header_that_decodes_but_cannot_be_landed_is_refused_before_describe_is_asked():
+    from cdc_subscriber.header import InvalidHeader
+
+    asked: list[str] = []
+    decoder = EventDecoder(lambda _: json.dumps(ACCOUNT), lambda entity: asked.append(entity) or ACCOUNT_TYPES)
+    for spoiled, named in [({"commitTimestamp": 1_700_000_000_000 * 1_000_000}, "commitTimestamp"),
+                           ({"commitTimestamp": 1_700_000_000}, "commitTimestamp"),  # seconds
+                           ({"entityName": "../../etc/" + "x" * 300}, "entityName"),
+                           ({"entityName": "Account\n"}, "entityName")]:
+        event = account_event("UPDATE", ["Name"], Name="Acme")
+        record = fastavro.schemaless_reader(io.BytesIO(event.event.payload), fastavro.parse_schema(ACCOUNT), None)
+        record["ChangeEventHeader"] |= spoiled
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(ACCOUNT), record)
+        event.event.payload = out.getvalue()
+        with pytest.raises(InvalidHeader, match=named) as refused:
+            decoder.decode(event, "/data/AccountChangeEvent")
+        assert len(str(refused.value)) < 300 and "\n" not in str(refused.value)  # the value is cut and escaped
+    assert asked == []

@@ -18,8 +18,11 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.dead_letters import read_dead_letters
-from cdc_subscriber.service import FAULT_POINTS
+from cdc_subscriber.position import PositionStore, topic_slug
+from cdc_subscriber.service import ALL_CHANGES, FAULT_POINTS
+from cdc_subscriber.status import StatusReporter
 from subscriber_harness import landed, resource
 from harness import Platform
 from org_compare import differences
@@ -51,14 +54,14 @@ def spawn(org: Emulator, platform: Platform, extra_env: dict[str, str] | None = 
 
 def position(platform: Platform) -> int:
     """The emulator's event number of the saved position (its replay ids may be opaque bytes)."""
-    path = platform.landing / "_subscriber" / "position-data_ChangeEvents.json"
+    path = PositionStore(state_dir_for(platform.landing), ALL_CHANGES).path
     return decode_replay(bytes.fromhex(json.loads(path.read_text())["replay_id"])) or 0 if path.exists() else 0
 
 
 def drain(org: Emulator, platform: Platform, proc: subprocess.Popen, timeout: float = 60.0) -> None:
     """Wait until this subscriber runs and everything the org published is landed, then stop it gracefully."""
     deadline = time.monotonic() + timeout
-    status = platform.landing / "_subscriber" / "status-data_ChangeEvents.json"
+    status = StatusReporter(state_dir_for(platform.landing), ALL_CHANGES, topic_slug(ALL_CHANGES)).path
     while (position(platform) < org.events.tip or f'"pid": {proc.pid}' not in _read(status)
            or '"RUNNING"' not in _read(status)):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -192,7 +195,7 @@ def test_poison_events_in_a_busy_stream_still_end_with_every_replica_equal_to_th
     assert "resync" in modes
     assert any(e["data"]["event"]["replayId"] is None for e in landed(platform.landing))
     assert_equal_to_org(platform, org)
-    assert len(read_dead_letters(platform.landing / "_subscriber")) == 4
+    assert len(read_dead_letters(state_dir_for(platform.landing))) == 4
 
 
 def poisoned_stream(org: Emulator, platform: Platform, workload: Workload, poison_at: dict[int, str]) -> set[str]:
@@ -206,7 +209,7 @@ def poisoned_stream(org: Emulator, platform: Platform, workload: Workload, poiso
         workload.run(changes=5)
         time.sleep(0.02)
     drain(org, platform, proc)
-    letters = read_dead_letters(platform.landing / "_subscriber")
+    letters = read_dead_letters(state_dir_for(platform.landing))
     assert set(poison) <= {decode_replay(bytes.fromhex(x.replay_id)) for x in letters}
     platform.run(close_after=0)
     modes: set[str] = set()

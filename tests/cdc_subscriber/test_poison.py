@@ -13,12 +13,14 @@ from pathlib import Path
 
 import yaml
 
+from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.dead_letters import read_dead_letters
+from cdc_subscriber.header import is_api_name, plausible_commit_ts
 from cdc_subscriber.markers import DUMMY_RECORD_ID
 from cdc_subscriber.position import PositionStore
 from cdc_subscriber.proto import int_to_replay
 from cdc_subscriber.status import read_statuses
-from salesforce_emulator.pubsub_faults import encode_replay
+from salesforce_emulator.pubsub_faults import decode_replay, encode_replay
 from salesforce_emulator.workload import Workload
 from settings import REPO
 
@@ -83,12 +85,54 @@ def test_poison_events_in_a_busy_stream_become_dead_letters_and_the_stream_goes_
 
     # A restart from further back (a crash before the position moved) is handed the same events again: the same
     # lines land again (duplicates the platform counts) and the dead letters are not counted twice.
-    (tmp_path / "sub" / "state" / "position-data_ChangeEvents.json").unlink()
+    PositionStore(tmp_path / "sub" / "state", "/data/ChangeEvents").path.unlink()
     again = start_subscriber(org)
     again.wait_for(org.events.tip)
     again.stop()
     assert len(read_dead_letters(tmp_path / "sub" / "state")) == 3
     assert read_statuses(tmp_path / "sub" / "state")[0].dead_letters == 3
+
+
+def test_events_whose_header_cannot_be_landed_become_dead_letters_and_the_stream_goes_on(org, start_subscriber,
+                                                                                         landed, tmp_path):
+    workload = Workload(org, seed=33)
+    workload.build_org(accounts=5)
+    workload.run(changes=60)
+    published = org.events.read(0, org.events.tip, None, 1_000_000)
+    # Both decode: a commitTimestamp in nanoseconds (a year the landing folders cannot name), and an entityName of
+    # 300 characters of "../" (not an API name: never asked of describe(), never landed).
+    poison = {pick(published, 0.3): "timestamp", pick(published, 0.6, "Contact"): "entity"}
+    org.set_faults(poison_events=poison)
+    started = time.time() * 1000
+    sub = start_subscriber(org)
+    sub.wait_for(org.events.tip)  # the position passes both
+    assert sub.stop() == "PAUSED"
+    org.flush_cdc()
+
+    reference, ours = landed(tmp_path / "reference"), landed(tmp_path / "sub" / "landing")
+    clean = lambda events: [e for e in events if e["data"]["event"]["replayId"] not in poison]  # noqa: E731
+    assert clean(ours) == clean(reference) and len(clean(ours)) > 60
+    assert all(plausible_commit_ts(header(e)["commitTimestamp"]) and is_api_name(header(e)["entityName"])
+               for e in ours)
+    by_kind = {kind: [header(e) for e in ours if e["data"]["event"]["replayId"] == replay]
+               for replay, kind in poison.items()}
+    originals = {kind: header(e) for e in reference for replay, kind in poison.items()
+                 if e["data"]["event"]["replayId"] == replay}
+    [gap] = by_kind["timestamp"]  # its records are reconciled by id, the event ordered at the time it came
+    assert gap["changeType"] == "GAP_" + originals["timestamp"]["changeType"]
+    assert (gap["recordIds"], gap["transactionKey"]) == (originals["timestamp"]["recordIds"],
+                                                         originals["timestamp"]["transactionKey"])
+    assert started <= gap["commitTimestamp"] <= time.time() * 1000
+    [overflow] = by_kind["entity"]  # the entity its schema names is resynced
+    assert (overflow["entityName"], overflow["changeType"]) == ("Contact", "GAP_OVERFLOW")
+
+    letters = {decode_replay(bytes.fromhex(x.replay_id)): x for x in read_dead_letters(tmp_path / "sub" / "state")}
+    assert set(letters) == set(poison)
+    by_reason = {kind: letters[replay] for replay, kind in poison.items()}
+    assert "commitTimestamp" in by_reason["timestamp"].reason and "entityName" in by_reason["entity"].reason
+    assert by_reason["entity"].entity == "Contact" and len(by_reason["entity"].reason) < 400
+    [status] = read_statuses(tmp_path / "sub" / "state")
+    assert status.dead_letters == 2 and status.last_error is None, "the stream never failed"
 
 
 def test_opaque_replay_ids_are_saved_and_resumed_as_the_bytes_the_org_gave(org, start_subscriber, landed, tmp_path):
@@ -115,11 +159,11 @@ def test_opaque_replay_ids_are_saved_and_resumed_as_the_bytes_the_org_gave(org, 
     assert status.last_replay_id is None and status.last_replay_id_hex == saved.load().hex()
 
 
-def test_per_object_subscribes_and_resyncs_only_the_cdc_objects(org, tmp_path):
+def test_per_object_subscribes_and_resyncs_only_the_cdc_objects(umask_022, org, tmp_path):
     config = tmp_path / "replication.yaml"
     config.write_text(yaml.safe_dump({"objects": ["Account", "Contact", {"name": "Lead", "mode": "poll"}]}))
     landing = tmp_path / "landing"
-    state = landing / "_subscriber"
+    state = state_dir_for(landing)
     # A position the org never issued: the Account stream lands a resync marker for every object it may name.
     PositionStore(state, "/data/AccountChangeEvent").save(int_to_replay(org.events.tip + 1000))
     with org.store.transaction() as txn:
@@ -146,6 +190,20 @@ def test_per_object_subscribes_and_resyncs_only_the_cdc_objects(org, tmp_path):
     markers = sorted(header(e)["entityName"] for e in events if header(e)["changeType"] == "GAP_OVERFLOW")
     assert markers == ["Account", "Contact"]  # Lead is polled: no marker
     assert {header(e)["entityName"] for e in events} == {"Account", "Contact"}
+    # Its state is beside the landing zone, not in it (no landing writer can forge it), and under a umask of 022
+    # nothing it wrote, nor what the emulator's own writer landed, is readable by others.
+    assert state == tmp_path / "landing-subscriber" and not landing.joinpath("_subscriber").exists()
+    assert {p.name for p in landing.rglob("*") if p.is_file() and not p.name.endswith(".jsonl")} == set()
+    org.flush_cdc()
+    assert shared_with_others(landing) == shared_with_others(state) == shared_with_others(tmp_path / "reference") == []
+    assert (tmp_path / "reference").exists() and {p.name for p in state.iterdir()} >= {
+        "position-data.AccountChangeEvent.json", "status-data.AccountChangeEvent.json",
+        "status-data.ContactChangeEvent.json"}
+
+
+def shared_with_others(root: Path) -> list[str]:
+    """Files and folders under ``root`` (itself included) that users other than the owner may read or enter."""
+    return [f"{p} {oct(p.stat().st_mode & 0o777)}" for p in [root, *root.rglob("*")] if p.stat().st_mode & 0o077]
 
 
 def _settled(state: Path) -> bool:

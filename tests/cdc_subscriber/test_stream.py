@@ -259,3 +259,40 @@ def test_the_org_going_away_fails_the_stream_then_it_reconnects_and_catches_up(t
     org.flush_cdc()
     org.stop()
     assert landed(tmp_path / "sub" / "landing") == landed(tmp_path / "reference")
+
+
+def test_topics_that_differ_only_in_underscores_keep_apart_position_status_dead_letters_and_spool(tmp_path,
+                                                                                                  monkeypatch):
+    """``/data/ns__Obj__ChangeEvent`` and ``/data/ns_Obj__ChangeEvent`` once shared one slug, so every file. With
+    an object-store zone each gets a spool of its own process too: private, in no folder anyone could predict."""
+    import os
+    import tempfile
+
+    from cdc_subscriber.dead_letters import DeadLetter, salvage
+    from cdc_subscriber.service import Subscriber, SubscriberConfig
+    from resources.salesforce import SalesforceResource
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    topics = ["/data/ns__Obj__ChangeEvent", "/data/ns_Obj__ChangeEvent"]
+    first, second = (Subscriber(SubscriberConfig(landing_dir=(tmp_path / "zone").as_uri(), state_dir=tmp_path / "state",
+                                                 topic=topic),
+                                SalesforceResource(instance_url="https://127.0.0.1:9", access_token="unused"))
+                     for topic in topics)
+    first.positions.save(b"\x00\x01")
+    first.reporter.set_state("RUNNING")
+    found = salvage(replay_id=b"\x07", schema_id="s", payload=b"", schema_text=None, channel=topics[0], entities=())
+    first.dead_letters.record(DeadLetter.of(topics[0], b"\x07", "s", b"", "test", found))
+    assert second.positions.load() is None and second.dead_letters.read() == [] and second.dead_letters.count == 0
+    assert len({s.positions.path for s in (first, second)}) == len({s.reporter.path for s in (first, second)}) == 2
+    assert first.writer.root != second.writer.root
+    from cdc_subscriber.landing import SPOOL_PREFIX, remove_dead_spools
+
+    for spool in (first.writer.root, second.writer.root):
+        assert spool.parent == tmp_path / "tmp" and spool.name.startswith(f"{SPOOL_PREFIX}{os.getpid()}-")
+        assert spool.stat().st_mode & 0o777 == 0o700
+    dead = tmp_path / "tmp" / f"{SPOOL_PREFIX}999999999-data.X-abc"  # above any pid: a subscriber that died
+    dead.mkdir()
+    assert remove_dead_spools() == 1 and not dead.exists() and first.writer.root.exists()
+    with pytest.raises(ValueError, match="not a Pub/Sub API topic name"):  # no file name is made of it
+        SubscriberConfig(landing_dir=tmp_path / "zone", state_dir=tmp_path / "state", topic="/data/../../etc")

@@ -46,6 +46,23 @@ def test_large_tables_reach_a_local_spark_as_a_staged_parquet_file_not_rows_in_i
     assert df.toArrow().sort_by("source_line").equals(table)
 
 
+def test_staged_tables_are_private_to_the_user_whatever_the_umask(spark, monkeypatch, tmp_path):
+    import resources.spark_staging as staging
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(staging, "_local_staging", None)
+    (tmp_path / "tmp").mkdir()
+    previous = os.umask(0o022)  # the usual one: a file created without an explicit mode is readable by all
+    try:
+        local = staging.local_staging()
+        assert staging.staged(spark, _lines(1000), local).count() == 1000
+    finally:
+        os.umask(previous)
+    assert Path(local.path).parent == tmp_path / "tmp" and Path(local.path).stat().st_mode & 0o777 == 0o700
+    [staged] = Path(local.path).glob("*.parquet")
+    assert staged.stat().st_mode & 0o777 == 0o600
+
+
 def test_small_tables_stay_local_relations(spark):
     table = _lines(10)
     df = from_arrow(spark, table)

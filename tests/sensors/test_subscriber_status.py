@@ -13,14 +13,17 @@ import pytest
 from cdc_assets.assets import LANDING_ZONE
 from definitions import build_defs
 from cdc_subscriber.cli import main as cli_main
-from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, salvage
+from cdc_subscriber.cli import state_dir_for
+from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, letters_folder, salvage
+from cdc_subscriber.position import topic_slug
 from cdc_subscriber.status import StatusReporter
 from harness import write_config
 from sensors.subscriber_status import CHECK_NAME, DEAD_LETTERS_CHECK, SENSOR_NAME
 
 
 @pytest.fixture
-def defs(tmp_path, sample_dir):
+def defs(tmp_path, sample_dir, spark):  # Spark started first: on a busy machine the sensor's resources starting it
+    # took longer than STALE_AFTER_SECONDS, and the status written before read as a stopped subscriber's
     config = write_config(tmp_path / "replication.yaml", sample_dir / "describe", ["Account"],
                           subscriber_max_lag_seconds=60)
     return build_defs(config_path=config, landing_path=str(tmp_path / "landing"), warehouse_root=str(tmp_path / "w"))
@@ -28,7 +31,7 @@ def defs(tmp_path, sample_dir):
 
 def report(tmp_path, topic: str = "/data/ChangeEvents", **fields) -> Path:
     """A status file as the subscriber writes it (StatusReporter's file name and fields)."""
-    reporter = StatusReporter(tmp_path / "landing" / "_subscriber", topic, topic.strip("/").replace("/", "_"))
+    reporter = StatusReporter(state_dir_for(tmp_path / "landing"), topic, topic_slug(topic))
     reporter.path.parent.mkdir(parents=True, exist_ok=True)
     reporter.path.write_text(json.dumps(dataclasses.asdict(dataclasses.replace(reporter.status, **fields))))
     return reporter.path
@@ -94,7 +97,7 @@ def test_no_subscriber_of_ours_is_skipped_and_the_check_passes(defs):
 def dead_letter(tmp_path, replay_id: bytes = b"\x5f\x0e\x2a\xcf") -> None:
     found = salvage(replay_id=replay_id, schema_id="poison-1", payload=b"\xff" * 8, schema_text=None,
                     channel="/data/ChangeEvents", entities=("Account",))
-    DeadLetterStore(tmp_path / "landing" / "_subscriber", "/data/ChangeEvents").record(
+    DeadLetterStore(state_dir_for(tmp_path / "landing"), "/data/ChangeEvents").record(
         DeadLetter.of("/data/ChangeEvents", replay_id, "poison-1", b"\xff" * 8, "schema poison-1 cannot be fetched: "
                       "NOT_FOUND", found))
 
@@ -129,3 +132,20 @@ def test_the_dead_letters_check_runs_on_demand(defs, tmp_path):
                             selection=dg.AssetSelection.checks(check))
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert not evaluations[DEAD_LETTERS_CHECK].passed and evaluations[CHECK_NAME].passed
+
+
+def test_a_file_in_the_dead_letter_store_that_is_not_a_letter_fails_the_check_not_the_sensor(defs, tmp_path):
+    report(tmp_path, state="RUNNING", lag_seconds=0.5)
+    dead_letter(tmp_path)
+    assert cli_main(["--landing-dir", str(tmp_path / "landing"), "dead-letters", "--ack"]) == 0
+    bad = Path(letters_folder(state_dir_for(tmp_path / "landing"), "/data/ChangeEvents")) / "0102.json"
+    bad.write_text('{"topic": "/data/ChangeEvents", "replay_id": "01')  # a copy cut short
+    result = evaluate(defs)  # evaluates: nothing raised
+    observation, stream = events(result)
+    letters = dead_letters_check(result)
+    assert stream.passed and not letters.passed
+    assert str(bad) in letters.description and "remove" in letters.description
+    meta = {k: v.value for k, v in observation.metadata.items()}
+    assert meta["dead_letter_files_unreadable"] == 1 and meta["dead_letters_unacknowledged"] == 0
+    bad.unlink()
+    assert dead_letters_check(evaluate(defs)).passed

@@ -1,0 +1,71 @@
+"""The ``ChangeEventHeader`` of an event, checked before the subscriber acts on it or lands it.
+
+Decoding proves the bytes match the schema, not that the header makes sense: a ``commitTimestamp`` in microseconds
+or nanoseconds names a year the landing file's hour folder cannot be made for (so the same event failed the stream
+at every retry), and an ``entityName`` that is not an API name would be asked of describe() and reach the
+platform's partition paths. An event whose header fails these checks becomes a dead letter (``dead_letters.py``):
+its record ids are reconciled, or its entity resynced, and the stream goes on.
+
+The checks: every field the platform relies on is present with its type; ``entityName`` is a Salesforce API name
+(:data:`API_NAME`); ``commitTimestamp`` lies between :data:`EARLIEST_COMMIT_MS` and a day after this machine's
+clock (an org's clock may run a little ahead; not by a day); ``recordIds`` are strings.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+# Salesforce's API-name rule: a letter, then letters, digits and underscores, at most 80 characters (a namespaced
+# custom object, ns__Invoice__c, included).
+API_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,79}")
+EARLIEST_COMMIT_MS = 946_684_800_000  # 2000-01-01T00:00:00Z: before any org sent a change event
+CLOCK_AHEAD_MS = 86_400_000
+FIELD_TYPES: dict[str, type] = {"entityName": str, "recordIds": list, "changeType": str, "transactionKey": str,
+                                "sequenceNumber": int, "commitTimestamp": int, "commitNumber": int}
+SHOWN_CHARS = 40
+
+
+class InvalidHeader(ValueError):
+    """The header decoded but cannot be landed as it is (the message names each field and why)."""
+
+
+def is_api_name(name: object) -> bool:
+    return isinstance(name, str) and API_NAME.fullmatch(name) is not None
+
+
+def plausible_commit_ts(value: object, now_ms: int | None = None) -> bool:
+    """True for epoch milliseconds between 2000 and a day from now (not micro- or nanoseconds, not null)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    return (isinstance(value, int) and not isinstance(value, bool)
+            and EARLIEST_COMMIT_MS <= value <= now_ms + CLOCK_AHEAD_MS)
+
+
+def header_problems(header: Mapping[str, Any], now_ms: int | None = None) -> dict[str, str]:
+    """{field: what is wrong with it} of a decoded header; empty when it can be landed."""
+    problems = {name: f"missing or not of type {kind.__name__} ({_shown(header.get(name))})"
+                for name, kind in FIELD_TYPES.items()
+                if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool)}
+    if "entityName" not in problems and not is_api_name(header["entityName"]):
+        problems["entityName"] = (f"not a Salesforce API name (a letter, then letters, digits or _, at most 80 "
+                                  f"characters): {_shown(header['entityName'])}")
+    if "commitTimestamp" not in problems and not plausible_commit_ts(header["commitTimestamp"], now_ms):
+        problems["commitTimestamp"] = (f"{header['commitTimestamp']} is not epoch milliseconds between 2000 and "
+                                       "now (microseconds or nanoseconds?)")
+    if "recordIds" not in problems and not all(isinstance(i, str) for i in header["recordIds"]):
+        problems["recordIds"] = "not a list of strings"
+    return problems
+
+
+def check_header(header: Mapping[str, Any]) -> None:
+    """Raise :class:`InvalidHeader` naming every problem of ``header``."""
+    if problems := header_problems(header):
+        raise InvalidHeader("; ".join(f"{name} {why}" for name, why in problems.items()))
+
+
+def _shown(value: object) -> str:
+    """A value as text for a reason or a log line: quoted (control characters escaped) and cut short."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}... ({len(text)} characters)"

@@ -30,18 +30,24 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
+                      model_validator)
 
 from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.formulas.config import FormulasConfig
+from spark_ops.names import check_api_name
 from spark_ops.protect import SALT_ENV
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
 
 LOADED_CONFIG_ENV = "CDC_CONFIG_LOADED"  # the text a code location loaded, for the runs it starts (JSON)
+
+# An object or field name: it becomes a table folder, an asset key, a topic and a SOQL identifier, so only what
+# Salesforce could call one passes (`../../etc` would name a folder outside the warehouse).
+ApiName = Annotated[str, AfterValidator(check_api_name)]
 
 
 class ConfigError(ValueError):
@@ -200,10 +206,10 @@ class ReplicationOptions(ObjectOptions):
 class FieldSelection(_Section):
     """`fields`: which of an object's fields replicate (fewer columns, smaller Bulk and REST payloads)."""
 
-    include: tuple[str, ...] | None = Field(None, description=(
+    include: tuple[ApiName, ...] | None = Field(None, description=(
         "Only these fields (plus Id and the record's position field), e.g. [Name, Industry]; a compound name "
         "(BillingAddress) stands for its parts."))
-    exclude: tuple[str, ...] = Field((), description="Every field but these (never Id or the position field).")
+    exclude: tuple[ApiName, ...] = Field((), description="Every field but these (never Id or the position field).")
 
     @model_validator(mode="after")
     def _one_of(self) -> FieldSelection:
@@ -227,14 +233,14 @@ class PollOptions:
 class SObjectConfig(ObjectOptions):
     """An entry of `objects`: a name alone, or a mapping with the name and any object settings."""
 
-    name: str = Field(description="The sObject API name, e.g. Account.")
+    name: ApiName = Field(description="The sObject API name, e.g. Account.")
     describe_path: Path | None = Field(None, alias="describe", description=(
         "A describe() JSON file to use instead of asking the org (relative to the YAML file)."))
     mode: Literal["cdc", "poll"] = Field("cdc", description=(
         "cdc: follow Change Data Capture events; poll: read records changed since a cursor (objects without CDC)."))
     field_selection: FieldSelection | None = Field(None, alias="fields", description=(
         "Which fields replicate: {include: [...]} or {exclude: [...]}; default all (README \"Fields and hashing\")."))
-    hashed: tuple[str, ...] = Field((), alias="hash", description=(
+    hashed: tuple[ApiName, ...] = Field((), alias="hash", description=(
         "Text fields stored as hex SHA-256 of CDC_HASH_SALT + value on every path (e.g. [Email, Phone]); "
         "CDC_HASH_SALT must be set."))
 

@@ -30,24 +30,19 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator,
-                      model_validator)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from cdc_assets.api_name import ApiName
 from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.formulas.config import FormulasConfig
-from spark_ops.names import check_api_name
 from spark_ops.protect import SALT_ENV
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
 
 LOADED_CONFIG_ENV = "CDC_CONFIG_LOADED"  # the text a code location loaded, for the runs it starts (JSON)
-
-# An object or field name: it becomes a table folder, an asset key, a topic and a SOQL identifier, so only what
-# Salesforce could call one passes (`../../etc` would name a folder outside the warehouse).
-ApiName = Annotated[str, AfterValidator(check_api_name)]
 
 
 class ConfigError(ValueError):

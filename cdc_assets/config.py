@@ -149,6 +149,14 @@ class UpkeepConfig(_Section):
     landing_ledger_hours: float = Field(168.0, ge=24, description=(
         "How long change_events remembers a retired landing file: landed again within this, it is skipped "
         "unread; later, it is read again and its events count as duplicates."))
+    landing_archive_days: float | None = Field(30.0, gt=0, description=(
+        "Days a retired landing file stays in `<landing>_ingested` (counted from when it was written); older ones "
+        "are deleted by upkeep_change_events. The archive holds every value the org sent, in clear: keep it no "
+        "longer than the org's data may be kept. null: for ever."))
+    quarantine_days: float | None = Field(90.0, gt=0, description=(
+        "Days an acknowledged `_quarantine` row is kept (from when it was quarantined); older acknowledged rows "
+        "are deleted by upkeep_change_events and their files vacuumed after `vacuum_retention_hours`. Rows not "
+        "acknowledged are never deleted (quarantine_empty fails while they wait). null: for ever."))
 
     @field_validator("change_events_retention_hours")
     @classmethod
@@ -195,7 +203,8 @@ class ReplicationOptions(ObjectOptions):
         "is older than this (a quiet org trips it too)."))
     # Platform-wide sections go here as a nested model and one field.
     upkeep: UpkeepConfig = Field(default_factory=lambda: UpkeepConfig(), description=(
-        "Table upkeep (cdc_assets/upkeep/): compaction, vacuum and change_events retention, on a schedule."))
+        "Table upkeep (cdc_assets/upkeep/): compaction, vacuum, change_events retention, and how long the landing "
+        "archive and acknowledged quarantine rows are kept, on a schedule."))
 
 
 class FieldSelection(_Section):

@@ -38,6 +38,7 @@ from cdc_assets.config import LoadedConfig, load_location_config, parse_config, 
 from cdc_assets.history.assets import history_specs
 from cdc_assets.history.checks import build_history_checks
 from cdc_assets.upkeep.jobs import build_upkeep
+from cdc_assets.operate.erase import build_erase_jobs
 from cdc_assets.operate.jobs import build_operator_jobs, build_status_sensor
 from resources.commit_safety import refuse_unsafe_settings
 from resources.delta import DeltaWarehouse
@@ -75,7 +76,8 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
     upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (cdc_assets/upkeep/), each job in its table's pool
         replication=replication, default_status=dg.DefaultScheduleStatus(status.value))
     return dg.Definitions(
-        jobs=[*upkeep_jobs, *build_operator_jobs(replication=replication)],  # + what a person runs from the UI
+        jobs=[*upkeep_jobs, *build_operator_jobs(replication=replication),  # + what a person runs from the UI
+              *build_erase_jobs(replication=replication)],
         schedules=upkeep_schedules,
         assets=assets,
         # One process per run: every step shares one Spark session instead of starting a JVM per step.

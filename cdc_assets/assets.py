@@ -39,6 +39,7 @@ from cdc_assets.sync import SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
+from resources.printable import printable, printable_list
 from resources.salesforce import SalesforceResource
 from resources.spark import session
 from spark_ops.schema import FORMULAS_AT, ObjectSchema, spark_type
@@ -60,6 +61,7 @@ META_HELD = "held_transactions"
 META_LAG = "lag_seconds"
 META_API_CALLS = "api_calls"
 META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a fresh describe(): not replicated
+FILES_SHOWN = 20  # landing file names in a change_events materialization (the count is `files`)
 META_POLL_CURSOR = "poll_cursor"
 META_POLL_CURSOR_FIELD = "poll_cursor_field"  # SystemModstamp, LastModifiedDate or CreatedDate (from describe())
 TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's mode in replication.yaml); on runs: the run's modes
@@ -132,7 +134,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
                 META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
                 META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
                 "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
-                "files_ingested": dg.MetadataValue.json(result.files[:200]),
+                "files_ingested": dg.MetadataValue.json(printable_list(result.files, FILES_SHOWN)),
                 **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
             })
         for o in replication.objects:
@@ -260,10 +262,10 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         META_APPLIED_THROUGH: dg.MetadataValue.int(s.applied_through),
         META_COMMITTED: dg.MetadataValue.bool(result.committed),
         META_DIRTY: dg.MetadataValue.int(dirty_count(table)),
-        META_RESYNC: dg.MetadataValue.text(s.resync_pending.reason if s.resync_pending else ""),
-        META_HELD: dg.MetadataValue.json(s.held.transactions if s.held else []),
+        META_RESYNC: dg.MetadataValue.text(printable(s.resync_pending.reason) if s.resync_pending else ""),
+        META_HELD: dg.MetadataValue.json(printable_list(s.held.transactions) if s.held else []),
         META_API_CALLS: dg.MetadataValue.int(sync.api_calls if sync else 0),
-        META_UNKNOWN_FIELDS: dg.MetadataValue.json(result.unknown_fields),
+        META_UNKNOWN_FIELDS: dg.MetadataValue.json(printable_list(result.unknown_fields)),
         **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
     }
     if sync:  # a count both steps report (diffs_applied, diffs_unresolved) is their sum

@@ -48,9 +48,11 @@ from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION, FORMULAS_FRESH, \
     check_formulas_fresh
+from cdc_assets.quarantine import quarantine_example
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
 from resources.delta import QUARANTINE, DeltaWarehouse
+from resources.printable import printable, printable_list, with_more
 from resources.spark import from_arrow, session, small_query
 from spark_ops.schema import ObjectSchema
 from spark_ops.validation import replica_schema, schema_errors
@@ -135,7 +137,7 @@ def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse
     with small_query(spark, rows.num_rows):  # pandera runs a job per column check: few rows, few-row settings
         errors = schema_errors(from_arrow(spark, rows), replica_schema(schema))
     meta["failures"] = dg.MetadataValue.json(
-        [{k: (str(v)[:300] if v is not None else None) for k, v in e.items()} for e in errors[:EXAMPLES]])
+        [{k: (printable(v, 300) if v is not None else None) for k, v in e.items()} for e in errors[:EXAMPLES]])
     if not errors:
         return _result(SCHEMA, True, meta, f"{rows.num_rows} rows written at {synced_at} match the schema.")
     columns = sorted({str(e["column"]) for e in errors})
@@ -154,7 +156,7 @@ def check_unique_id(warehouse: DeltaWarehouse, table: DeltaTable | None, name: s
     duplicates = counts.filter(pc.greater(counts["Id_count"], 1))
     nulls = ids["Id"].null_count
     meta = {"rows": ids.num_rows, "null_ids": nulls, "duplicate_ids": duplicates.num_rows,
-            "examples": dg.MetadataValue.json(duplicates["Id"].to_pylist()[:EXAMPLES]),
+            "examples": dg.MetadataValue.json(printable_list(duplicates["Id"].to_pylist(), EXAMPLES)),
             DELTA_VERSION: table.version(), TABLE_ID: table.metadata().id}
     if not nulls and not duplicates.num_rows:
         return _result(UNIQUE_ID, True, meta, f"{ids.num_rows} rows, one per Id.")
@@ -169,9 +171,10 @@ def check_no_pending_resync(state: ReplicaState, name: str) -> dg.AssetCheckResu
     pending = state.resync_pending
     if not pending:
         return _result(NO_PENDING_RESYNC, True, {"resync_pending": ""}, "No resync pending.")
-    meta = {"resync_pending": pending.reason, "since": pending.since, "from_seq": pending.from_seq}
+    reason = printable(pending.reason)
+    meta = {"resync_pending": reason, "since": pending.since, "from_seq": pending.from_seq}
     return _result(NO_PENDING_RESYNC, False, meta,
-                   f"{pending.reason}: Salesforce dropped changes of {name}, so the replica is incomplete "
+                   f"{reason}: Salesforce dropped changes of {name}, so the replica is incomplete "
                    f"until a full resync (Bulk API queryAll). reconciliation_sensor requests it; if no resync run "
                    f"follows, check that the sensor is on and materialize {name} in resync mode.")
 
@@ -186,7 +189,7 @@ def check_no_stale_dirty(warehouse: DeltaWarehouse, table: DeltaTable | None, na
     meta = {"stale_records": stale.num_rows, "dirty_records": dirty.num_rows, "oldest_dirty_since": _iso(oldest),
             "oldest_dirty_seconds": (now - oldest).total_seconds() if oldest else 0.0,
             "threshold_seconds": float(threshold),
-            "examples": dg.MetadataValue.json(stale["Id"].to_pylist()[:EXAMPLES])}
+            "examples": dg.MetadataValue.json(printable_list(stale["Id"].to_pylist(), EXAMPLES))}
     if not stale.num_rows:
         return _result(NO_STALE_DIRTY, True, meta, f"{dirty.num_rows} dirty records, none older than {threshold:g} s.")
     return _result(NO_STALE_DIRTY, False, meta,
@@ -243,8 +246,8 @@ def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
     newest = pc.max(rows["quarantined_at"]).as_py() if rows.num_rows else None
     meta = {"unacknowledged_rows": rows.num_rows, "acknowledged_until": _iso(acked),
             "newest_quarantined_at": _iso(newest), "quarantine_uri": dg.MetadataValue.path(warehouse.uri(QUARANTINE)),
-            "examples": dg.MetadataValue.json([f"{r['source_file']}:{r['source_line']}: {r['reason']}"
-                                               for r in rows.slice(0, EXAMPLES).to_pylist()])}
+            "examples": dg.MetadataValue.json(with_more(
+                [quarantine_example(r) for r in rows.slice(0, EXAMPLES).to_pylist()], rows.num_rows))}
     if not rows.num_rows:
         return _result(QUARANTINE_EMPTY, True, meta, "No quarantined lines since the last acknowledgement.")
     return _result(QUARANTINE_EMPTY, False, meta,

@@ -35,6 +35,7 @@ from typing import Any, Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from cdc_assets.api_name import ApiName
 from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.formulas.config import FormulasConfig
 from spark_ops.protect import SALT_ENV
@@ -59,7 +60,7 @@ class ObjectOptions(_Section):
     it. The poll keys apply to `mode: poll` objects (cdc_assets/poll/run.py)."""
 
     bucket_chars: int = Field(DEFAULT_BUCKET_CHARS, ge=1, le=18, description=(
-        "Leading Id characters that form the table's layout column `_sf_bucket` (design §8): records created "
+        "Leading Id characters that form the table's layout column `_sf_bucket` (docs/design/contract.md §8): records created "
         "together share a partition."))
     redact_quarantine: bool = Field(False, description=(
         "Quarantined lines (`_quarantine.raw`) of objects with `hash` or `fields` keep those fields as "
@@ -148,6 +149,14 @@ class UpkeepConfig(_Section):
     landing_ledger_hours: float = Field(168.0, ge=24, description=(
         "How long change_events remembers a retired landing file: landed again within this, it is skipped "
         "unread; later, it is read again and its events count as duplicates."))
+    landing_archive_days: float | None = Field(30.0, gt=0, description=(
+        "Days a retired landing file stays in `<landing>_ingested` (counted from when it was written); older ones "
+        "are deleted by upkeep_change_events. The archive holds every value the org sent, in clear: keep it no "
+        "longer than the org's data may be kept. null: for ever."))
+    quarantine_days: float | None = Field(90.0, gt=0, description=(
+        "Days an acknowledged `_quarantine` row is kept (from when it was quarantined); older acknowledged rows "
+        "are deleted by upkeep_change_events and their files vacuumed after `vacuum_retention_hours`. Rows not "
+        "acknowledged are never deleted (quarantine_empty fails while they wait). null: for ever."))
 
     @field_validator("change_events_retention_hours")
     @classmethod
@@ -194,16 +203,17 @@ class ReplicationOptions(ObjectOptions):
         "is older than this (a quiet org trips it too)."))
     # Platform-wide sections go here as a nested model and one field.
     upkeep: UpkeepConfig = Field(default_factory=lambda: UpkeepConfig(), description=(
-        "Table upkeep (cdc_assets/upkeep/): compaction, vacuum and change_events retention, on a schedule."))
+        "Table upkeep (cdc_assets/upkeep/): compaction, vacuum, change_events retention, and how long the landing "
+        "archive and acknowledged quarantine rows are kept, on a schedule."))
 
 
 class FieldSelection(_Section):
     """`fields`: which of an object's fields replicate (fewer columns, smaller Bulk and REST payloads)."""
 
-    include: tuple[str, ...] | None = Field(None, description=(
+    include: tuple[ApiName, ...] | None = Field(None, description=(
         "Only these fields (plus Id and the record's position field), e.g. [Name, Industry]; a compound name "
         "(BillingAddress) stands for its parts."))
-    exclude: tuple[str, ...] = Field((), description="Every field but these (never Id or the position field).")
+    exclude: tuple[ApiName, ...] = Field((), description="Every field but these (never Id or the position field).")
 
     @model_validator(mode="after")
     def _one_of(self) -> FieldSelection:
@@ -227,14 +237,14 @@ class PollOptions:
 class SObjectConfig(ObjectOptions):
     """An entry of `objects`: a name alone, or a mapping with the name and any object settings."""
 
-    name: str = Field(description="The sObject API name, e.g. Account.")
+    name: ApiName = Field(description="The sObject API name, e.g. Account.")
     describe_path: Path | None = Field(None, alias="describe", description=(
         "A describe() JSON file to use instead of asking the org (relative to the YAML file)."))
     mode: Literal["cdc", "poll"] = Field("cdc", description=(
         "cdc: follow Change Data Capture events; poll: read records changed since a cursor (objects without CDC)."))
     field_selection: FieldSelection | None = Field(None, alias="fields", description=(
         "Which fields replicate: {include: [...]} or {exclude: [...]}; default all (README \"Fields and hashing\")."))
-    hashed: tuple[str, ...] = Field((), alias="hash", description=(
+    hashed: tuple[ApiName, ...] = Field((), alias="hash", description=(
         "Text fields stored as hex SHA-256 of CDC_HASH_SALT + value on every path (e.g. [Email, Phone]); "
         "CDC_HASH_SALT must be set."))
 

@@ -23,6 +23,7 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from resources.printable import printable
 from resources.spark import from_arrow, to_arrow
 from spark_ops.diffs import resolve_record
 from spark_ops.fold import applied_changes
@@ -80,7 +81,7 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
         if failed:
             counts["diffs_unresolved"] += 1
             log.warning("%s %s: the diff of %s cannot be applied (%s); the record is marked dirty for "
-                        "reconciliation", schema.name, record_id, failed[0], failed[1])
+                        "reconciliation", schema.name, printable(record_id), failed[0], printable(failed[1]))
     for row in rows:
         row["fields"] = list(row["fields"].items())
     resolved = pa.Table.from_pylist(rows, schema=subset.schema).drop_columns(["commit_micros"])

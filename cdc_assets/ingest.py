@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 
 from cdc_assets.closure import ingest_progress
 from cdc_assets.faults import fault_point
-from cdc_assets.quarantine import record_quarantine
+from cdc_assets.quarantine import quarantine_example, record_quarantine
 from cdc_assets.schemas import redacts
 from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
@@ -193,8 +193,8 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     watch.lap("write")
     fault_point("ingest.after_commit")
     return IngestResult(files=state.files, counts=counts, state=state, version=table.version(),
-                        quarantine_examples=[f"{r['source_file']}:{r['source_line']}: {r['reason']}"
-                                             for r in bad.slice(0, 5).to_pylist()], seconds=watch.seconds)
+                        quarantine_examples=[quarantine_example(r) for r in bad.slice(0, 5).to_pylist()],
+                        seconds=watch.seconds)
 
 
 def _zero_counts() -> dict[str, int]:

@@ -32,6 +32,7 @@ from cdc_assets.quarantine import record_quarantine
 from cdc_assets.state import Q_APPLY_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA
+from resources.printable import printable_list
 from resources.spark import from_arrow, to_arrow
 from spark_ops.parse import normalize_changes
 from spark_ops.schema import ObjectSchema
@@ -144,7 +145,7 @@ def meet_describe(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     if unknown and refresh is not None:
         before = set(schema.column_names)
         log.info("%s: events set fields describe() does not know (%s); asking describe() again", schema.name,
-                 ", ".join(unknown))
+                 ", ".join(printable_list(unknown)))
         schema = refresh()
         new = {c for c in schema.column_names if c not in before}
         if new:
@@ -156,7 +157,7 @@ def meet_describe(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     if unknown:
         log.warning("%s: events set fields that describe() does not have, even asked again: %s. Their values are "
                     "not replicated; add them to the describe file or grant the integration user access to them",
-                    schema.name, ", ".join(unknown))
+                    schema.name, ", ".join(printable_list(unknown)))
     drift.added = missing_columns(replica, schema)
     backfill = backfill_gaps(warehouse, schema, drift.added, applied=applied, now=now, template=changes.schema)
     if backfill.num_rows:

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from cdc_assets.state import QuarantineState
 from resources.delta import QUARANTINE, DeltaWarehouse
+from resources.printable import loggable_reason, printable
 from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,12 @@ def _redact_line(raw: str, schemas: dict[str, ObjectSchema]) -> str:
     return json.dumps(event)
 
 
+def quarantine_example(row: dict) -> str:
+    """A quarantined line as a log line or a metadata example shows it: `file:line: reason`, with the file name
+    escaped and the value a reason quotes left out (resources/printable.py); the table keeps both as landed."""
+    return f"{printable(row['source_file'])}:{row['source_line']}: {loggable_reason(row['reason'])}"
+
+
 def redacted(entries: pa.Table, schemas: dict[str, ObjectSchema], redact: bool | None = None) -> pa.Table:
     """`entries` with hashed and left-out values removed from `raw` for objects with `redact_quarantine`;
     `redact`: whether any replicated object redacts (lines that name no object are then redacted whole), when
@@ -88,4 +95,4 @@ def record_quarantine(warehouse: DeltaWarehouse, entries: pa.Table, *, run_id: s
     warehouse.insert_missing(QUARANTINE, stamped, keys=["source_file", "source_line"], key=key,
                              state=QuarantineState(run_id=run_id).to_dict())
     for r in entries.slice(0, LOGGED).to_pylist():
-        log.warning("Landing file %s line %s: %s; %s", r["source_file"], r["source_line"], r["reason"], consequence)
+        log.warning("Landing file %s; %s", quarantine_example(r), consequence)

@@ -36,6 +36,7 @@ from cdc_subscriber.cli import location, state_dir_for
 from cdc_subscriber.dead_letters import DeadLetter, scan
 from cdc_subscriber.status import STATES, StreamStatus, read_statuses
 from resources.landing_zone import LandingZone
+from resources.printable import printable, printable_list
 
 SENSOR_NAME = "subscriber_status_sensor"
 CHECK_NAME = "subscriber_stream_healthy"
@@ -57,8 +58,8 @@ def summarize(statuses: list[StreamStatus], max_lag_seconds: float,
     states = {s.topic: s.effective_state(now) for s in statuses}
     worst = max(states.values(), key=lambda state: (state in UNHEALTHY, STATES.index(state)))
     lag = max((s.lag_seconds or 0.0 for s in statuses), default=0.0)
-    errors = [f"{s.topic}: {s.last_error} (at {s.last_error_at})" for s in statuses if s.last_error]
-    problems = [f"{topic} is {state}" for topic, state in states.items() if state in UNHEALTHY]
+    errors = [printable(f"{s.topic}: {s.last_error} (at {s.last_error_at})", 500) for s in statuses if s.last_error]
+    problems = [f"{printable(topic)} is {state}" for topic, state in states.items() if state in UNHEALTHY]
     if lag > max_lag_seconds:
         problems.append(f"lag {lag:.0f}s is over {max_lag_seconds:.0f}s")
     description = ("; ".join(problems) + (f". Last error: {errors[-1]}" if errors else "")) if problems else (
@@ -95,7 +96,7 @@ def dead_letter_report(state: Path) -> tuple[bool, str, dict[str, Any]]:
     if letters:
         last = letters[-1]
         metadata["last_dead_letter"] = dg.MetadataValue.text(
-            f"{last.topic} replay id {last.replay_id}: {last.reason}")
+            printable(f"{last.topic} replay id {last.replay_id}: {last.reason}", 500))
     if found.clean:
         return True, f"no dead letters waiting ({len(letters)} acknowledged)" if letters else "no dead letters", metadata
     problems = []
@@ -109,13 +110,13 @@ def dead_letter_report(state: Path) -> tuple[bool, str, dict[str, Any]]:
             f"up; find the cause (raw payloads in {state}/dead_letters-*/), then acknowledge with `{ACK_COMMAND}`")
     if found.unreadable:
         problems.append(f"{len(found.unreadable)} file(s) in the dead-letter store are not dead letters and were "
-                        f"skipped ({', '.join(found.unreadable[:5])}): look at them, then remove them")
+                        f"skipped ({', '.join(printable_list(found.unreadable))}): look at them, then remove them")
     return False, ". ".join(problems), metadata
 
 
 def _describe(letter: DeadLetter) -> str:
-    return (f"{letter.topic} replay id {letter.replay_id}, schema {letter.schema_id}, entity "
-            f"{letter.entity or 'unknown'}: {letter.reason}; {letter.action}")
+    return printable(f"{letter.topic} replay id {letter.replay_id}, schema {letter.schema_id}, entity "
+                     f"{letter.entity or 'unknown'}: {letter.reason}; {letter.action}", 500)
 
 
 def _max_lag(replication: ReplicationConfig) -> float:

@@ -72,7 +72,7 @@ def parse_diff(diff: str) -> tuple[str, list[Hunk]]:
     while index < len(rows):
         match = _HUNK.match(rows[index])
         if not match:
-            raise DiffError(f"diff line {index + 1} is not a hunk header: {rows[index][:40]!r}")
+            raise DiffError(f"diff line {index + 1} is not a hunk header")  # its text is the org's data
         old_start = int(match[1])
         old_count = 1 if match[2] is None else int(match[2])
         new_count = 1 if match[4] is None else int(match[4])

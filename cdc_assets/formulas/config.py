@@ -17,6 +17,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from cdc_assets.api_name import ApiName
+
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -42,7 +44,7 @@ class FormulasConfig(BaseModel):
         "an event on the record)."))
     overlap: float = Field(300.0, ge=0, description=(
         "Seconds an incremental refresh re-reads behind the previous one (clock skew, late commits)."))
-    fields: tuple[str, ...] | None = Field(None, description=(
+    fields: tuple[ApiName, ...] | None = Field(None, description=(
         "Only these formula fields; default every formula field describe() lists."))
     merge_rows: int = Field(1_000_000, gt=0, description=(
         "Formula rows read before they are merged into the replica, one commit each (bounds memory; a killed run "

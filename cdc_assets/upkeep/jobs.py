@@ -2,8 +2,9 @@
 
 `upkeep_<Object>` compacts and vacuums replica `<Object>`, and its history table (`history: true`: written by the
 replica's step, so in the same pool), in pool `replica_<Object>`; `upkeep_change_events` retires the landing files
-it has ingested (landing.py), trims payloads past the retention (retention.py), then compacts and vacuums
-change_events, in pool `change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a
+it has ingested (landing.py), trims payloads past the retention, deletes archived landing files and acknowledged
+quarantine rows past theirs (retention.py) and vacuums `_quarantine`, then compacts and vacuums change_events, in
+pool `change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a
 step writing the same table: it waits for the slot like any writer. Each reports what it did as an
 `AssetObservation` of the table's asset (`salesforce/<Object>`, `salesforce_history/<Object>`, `change_events`):
 numeric metadata (files and bytes before/after, files vacuumed, rows trimmed, seconds), which the UI plots on the
@@ -26,9 +27,9 @@ from cdc_assets.history.assets import history_key
 from cdc_assets.history.stage import history_name
 from cdc_assets.upkeep.compact import Footprint, compact
 from cdc_assets.upkeep.landing import retire_landing
-from cdc_assets.upkeep.retention import trim_payloads
+from cdc_assets.upkeep.retention import prune_archive, prune_quarantine, trim_payloads
 from cdc_assets.upkeep.vacuum import vacuum
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
 
@@ -44,21 +45,27 @@ def upkeep_job_name(name: str) -> str:
 def upkeep_table(warehouse: DeltaWarehouse, name: str, settings: UpkeepConfig, *,
                  replicated: list[str] | None = None, now: datetime | None = None,
                  landing: LandingZone | None = None) -> dict[str, float]:
-    """Everything upkeep does to table `name` (change_events only: retire ingested landing files, trim payloads;
-    then compact, then vacuum), as the observation's metadata. Nothing when the table does not exist yet."""
+    """Everything upkeep does to table `name` (change_events only: retire ingested landing files, trim payloads,
+    prune the landing archive and `_quarantine`; then compact, then vacuum), as the observation's metadata. Nothing
+    when the table does not exist yet."""
     table = warehouse.table(name)
     if table is None:
         return {}
     started = time.perf_counter()
+    now = now or datetime.now(timezone.utc)
     before = Footprint.of(table)
     out: dict[str, float] = {"files_before": before.files, "bytes_before": before.bytes}
     if name == CHANGE_EVENTS and landing is not None:
         retired = retire_landing(warehouse, landing, settings)
-        out |= {"landing_files_retired": retired.files_retired, "landing_files_pending": retired.files_pending}
+        out |= {"landing_files_retired": retired.files_retired, "landing_files_pending": retired.files_pending,
+                "archive_files_deleted": prune_archive(landing, days=settings.landing_archive_days, now=now)}
     if name == CHANGE_EVENTS:
         trimmed = trim_payloads(warehouse, replicated or [], retention_hours=settings.change_events_retention_hours,
-                                now=now or datetime.now(timezone.utc))
+                                now=now)
         out["rows_trimmed"] = trimmed.rows_trimmed if trimmed else 0
+        out["quarantine_rows_deleted"] = prune_quarantine(warehouse, days=settings.quarantine_days, now=now)
+        quarantine = vacuum(warehouse, QUARANTINE, retention_hours=settings.vacuum_retention_hours)
+        out["quarantine_files_vacuumed"] = quarantine.files_deleted if quarantine else 0
     if settings.compact or settings.z_order:
         z_order = (CE_Z_ORDER if name == CHANGE_EVENTS else REPLICA_Z_ORDER) if settings.z_order else None
         done = compact(warehouse, name, z_order_by=z_order)

@@ -27,23 +27,37 @@ What stays exact:
 The trim is one Delta `UPDATE` per entity (it rewrites the files holding those rows; compaction afterwards merges
 them), run in the change_events pool so no ingest commits meanwhile. Rows stay, so `rows_trimmed` counts payloads
 dropped, not rows deleted: the identity set costs some 100 bytes a row, compressed far less.
+
+**What else holds the org's values, and for how long** (`options.upkeep`, kept by `upkeep_change_events`):
+- the landing archive `<landing>_ingested` (every line as landed): a file older than `landing_archive_days`
+  (its modification time: when it was written, kept by the move into the archive) is deleted (`prune_archive`);
+- `_quarantine` (raw lines up to `max_line_bytes` each): a row older than `quarantine_days` *and* acknowledged
+  (`acknowledge_quarantine`) is deleted (`prune_quarantine`); a row nobody acknowledged stays, since
+  `quarantine_empty` fails while it waits and it is the only trace of what went wrong. The delete rewrites the
+  files holding those rows; vacuum (`vacuum_retention_hours`) then deletes the old files, and with them the values.
+Dead letters live in the subscriber's state folder and are bounded by the subscriber itself. A record erased in
+Salesforce is purged everywhere by the `erase_<Object>` job (cdc_assets/operate/erase.py), not by retention.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from cdc_assets.apply import APPLY_APP
+from cdc_assets.checks import acknowledged_until
 from cdc_assets.state import IngestState, ReplicaState
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse, _sql_literal
 from cdc_assets.upkeep.compact import checkpoint_if_moved
-
-
+from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, _sql_literal
+from resources.landing_zone import LandingZone
+from resources.storage import filesystem, is_uri
 
 TRIMMED = "fields"  # the payload column, emptied
 
@@ -79,11 +93,15 @@ def stored_entities(table: DeltaTable) -> list[str]:
     return sorted(pc.unique(actions["partition.entity"]).to_pylist()) if actions.num_rows else []
 
 
+def timestamp_sql(at: datetime) -> str:
+    """A UTC instant as a delta-rs (DataFusion) predicate literal of a `timestamp[us, UTC]` column's type."""
+    text = _sql_literal(at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    return f"arrow_cast({text}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
+
+
 def trim_predicate(entity: str, floor: int, horizon: datetime) -> str:
-    at = _sql_literal(horizon.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
-    ts = "'Timestamp(Microsecond, Some(\"UTC\"))'"
     return (f"entity = {_sql_literal(entity)} AND _ingest_seq <= {int(floor)} AND cardinality({TRIMMED}) > 0 "
-            f"AND commit_ts < arrow_cast({at}, {ts})")
+            f"AND commit_ts < {timestamp_sql(horizon)}")
 
 
 def trim_payloads(warehouse: DeltaWarehouse, replicated: list[str], *, retention_hours: float,
@@ -104,3 +122,43 @@ def trim_payloads(warehouse: DeltaWarehouse, replicated: list[str], *, retention
         trimmed += int(metrics.get("num_updated_rows", 0))
     checkpoint_if_moved(warehouse.table(CHANGE_EVENTS), trimmed)
     return Trimmed(trimmed, horizon.isoformat(), per_entity)
+
+
+def prune_archive(landing: LandingZone, *, days: float | None, now: datetime) -> int:
+    """Delete the files of the landing archive written more than `days` ago (None: keep all); how many."""
+    if days is None:
+        return 0
+    fs, root = filesystem(landing.archive_path)
+    horizon = now - timedelta(days=days)
+    infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
+    old = [i.path for i in infos if i.type == pafs.FileType.File and i.mtime is not None and i.mtime < horizon]
+    if not is_uri(landing.archive_path):  # never delete through a link (its target is outside the archive)
+        old = [p for p in old if not os.path.islink(p)]
+    for path in old:
+        try:
+            fs.delete_file(path)
+        except FileNotFoundError:
+            continue
+    return len(old)
+
+
+def prune_quarantine(warehouse: DeltaWarehouse, *, days: float | None, now: datetime, attempts: int = 3) -> int:
+    """Delete the `_quarantine` rows quarantined more than `days` ago that an acknowledgement covers (None: keep
+    all); how many. A replica run that quarantines a line meanwhile makes delta-rs refuse this delete: it is tried
+    again on the new version."""
+    for attempt in range(attempts):
+        table = warehouse.table(QUARANTINE)
+        acked = acknowledged_until(warehouse, table) if table is not None and days is not None else None
+        if acked is None:
+            return 0
+        until = min(acked, now - timedelta(days=days))
+        try:
+            metrics = table.delete(f"quarantined_at <= {timestamp_sql(until)}")
+        except CommitFailedError:
+            if attempt + 1 == attempts:
+                raise
+            continue
+        deleted = int(metrics.get("num_deleted_rows", 0))
+        checkpoint_if_moved(warehouse.table(QUARANTINE), deleted)
+        return deleted
+    return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -205,3 +206,35 @@ def test_the_schema_fingerprint_is_the_same_in_every_process(sample_dir):
                              env=os.environ | {"PYTHONHASHSEED": seed}, capture_output=True, text=True,
                              check=True).stdout for seed in ("1", "2", "3")}
     assert len(prints) == 1 and prints.pop().strip()
+
+
+FORGED = "\n2026-01-01 INFO forged"
+
+
+def test_landing_text_reaches_logs_and_check_metadata_escaped_and_values_unquoted(tmp_path, sample_dir, caplog):
+    """A file name that starts a forged log line, and a value that does not fit its field: the logs and the check
+    metadata name the file (escaped) and the field and its type, never the value; the quarantine keeps both."""
+    from event_lines import event
+
+    platform = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF)
+    name = f"bad{FORGED}\u202e.jsonl"
+    platform.land([event("Account", "CREATE", ["001000000000001AAA"], 1763800000000, Name="Acme"),
+                   event("Account", "UPDATE", ["001000000000001AAA"], 1763800001000,
+                         NumberOfEmployees="john@example.com"),
+                   "not json" + FORGED], name=name)
+    with caplog.at_level(logging.INFO):
+        result = platform.run(checks=True, close_after=0, raise_on_error=False)
+    assert {q["reason"] for q in platform.quarantine()} == {
+        "not a JSON object", "field NumberOfEmployees value 'john@example.com' is not a valid int"}
+    assert {q["source_file"] for q in platform.quarantine()} == {name}  # the table keeps what landed
+
+    logged = [r.getMessage() for r in caplog.records] + \
+        [e.user_message for e in platform.instance.all_logs(result.run_id)]
+    quarantine = meta(platform.check_results(result, "Account")[QUARANTINE_EMPTY])
+    files = platform.materialization(result, "change_events")["files_ingested"]
+    shown = [*logged, *quarantine["examples"], *files]
+    assert any("bad\\n2026-01-01 INFO forged\\u202e.jsonl" in text for text in shown)  # it is there, escaped
+    assert not [text for text in shown if FORGED in text or "\u202e" in text]
+    assert not [text for text in shown if "john@example.com" in text]
+    assert any("field NumberOfEmployees: its value is not a valid int" in e for e in quarantine["examples"])
+    assert any("field NumberOfEmployees: its value is not a valid int" in text for text in logged)

@@ -127,3 +127,49 @@ def test_the_sites_example_loads_and_its_reference_is_generated_from_the_models(
     page = (DOCS / "reference" / "replication-yaml.md").read_text()
     assert "<!-- generated: replication-options -->" in page
     assert reference() in generator().expand(page)  # written from the models when the site is built
+
+
+@pytest.mark.parametrize(("yaml_text", "where", "got"), [
+    ("objects: [../../etc]\n", "objects[0].name", "'../../etc'"),
+    ("objects:\n  - {name: \"Account\\n\"}\n", "objects[0].name", "'Account\\n'"),
+    (f"objects: [{'A' * 81}]\n", "objects[0].name", f"'{'A' * 81}'"),
+    ("objects: [Invoice___c]\n", "objects[0].name", "'Invoice___c'"),
+    ("objects: [Invoice_]\n", "objects[0].name", "'Invoice_'"),
+    ("objects: [1Account]\n", "objects[0].name", "'1Account'"),
+    ("objects:\n  - {name: Account, fields: {include: [Name, 'x/y']}}\n", "objects[0].fields.include[1]", "'x/y'"),
+    ("objects:\n  - {name: Account, fields: {exclude: ['a b']}}\n", "objects[0].fields.exclude[0]", "'a b'"),
+    ("objects:\n  - {name: Contact, hash: [Email, \"Phone'--\"]}\n", "objects[0].hash[1]", "\"Phone'--\""),
+    ("objects:\n  - {name: Contact, formulas: {fields: [../x]}}\n", "objects[0].formulas.fields[0]", "'../x'"),
+])
+def test_a_name_salesforce_could_not_give_an_object_or_field_is_an_error(tmp_path, monkeypatch, yaml_text, where,
+                                                                           got):
+    monkeypatch.setenv("CDC_HASH_SALT", "s" * 32)
+    path = write(tmp_path, yaml_text)
+    message = error_of(path)
+    assert re.search(rf"^{re.escape(f'{path}: {where}: ')}.*not an object or field name: .*\(got {re.escape(got)}\)$",
+                     message, re.M), message
+
+
+@pytest.mark.parametrize("name", ["Account", "Invoice__c", "ns__Invoice__c", "SBQQ__Quote__c", "Order_Item_2__c",
+                                  "Alert__e", "Location__Latitude__s", "Invoice__ChangeEvent", "A" * 80])
+def test_salesforce_api_names_are_accepted(tmp_path, name):
+    assert load_config(write(tmp_path, f"objects:\n  - {{name: {name}, fields: {{include: [{name}]}}}}\n")).names == [
+        name]
+
+
+def test_the_subscriber_reads_its_objects_through_the_validated_model(tmp_path):
+    from cdc_subscriber.cli import cdc_entities
+
+    with pytest.raises(ConfigError, match=r"objects\[1\]\.name: .*not an object or field name"):
+        cdc_entities(write(tmp_path, "objects: [Account, ../../etc]\n"))
+
+
+def test_spark_applies_the_same_api_name_rule(spark):
+    from spark_ops.names import API_NAME_SQL, is_api_name
+    from spark_ops.sql import literal
+
+    names = ["Account", "ns__Invoice__c", "Account\n", "../../etc", "A" * 80, "A" * 81, "Invoice___c", "Invoice_"]
+    rows = spark.createDataFrame([(n,) for n in names], "name string").selectExpr(
+        "name", f"name RLIKE {literal(API_NAME_SQL)} AS ok").collect()
+    assert {r.name: r.ok for r in rows} == {n: is_api_name(n) for n in names}
+    assert [n for n in names if is_api_name(n)] == ["Account", "ns__Invoice__c", "A" * 80]

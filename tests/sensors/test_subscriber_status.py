@@ -149,3 +149,19 @@ def test_a_file_in_the_dead_letter_store_that_is_not_a_letter_fails_the_check_no
     assert meta["dead_letter_files_unreadable"] == 1 and meta["dead_letters_unacknowledged"] == 0
     bad.unlink()
     assert dead_letters_check(evaluate(defs)).passed
+
+
+def test_text_from_the_stream_reaches_descriptions_and_metadata_escaped(defs, tmp_path):
+    """An entity name, a reason and a last error written by a stream (or by anyone who can write its state) cannot
+    start a line of their own in the check's description or the observation's text metadata."""
+    forged = "\n2026-01-01 INFO forged"
+    report(tmp_path, state="FAILED", last_error=f"boom{forged}", last_error_at="now")
+    DeadLetterStore(state_dir_for(tmp_path / "landing"), "/data/ChangeEvents").record(DeadLetter(
+        "/data/ChangeEvents", "0a", "schema-1", "", f"cannot decode{forged}", f"resync{forged}", f"Account{forged}"))
+    result = evaluate(defs)
+    observation, stream = events(result)
+    letters = dead_letters_check(result)
+    texts = [stream.description, letters.description, observation.description,
+             observation.metadata["last_error"].value, observation.metadata["last_dead_letter"].value]
+    assert all("\\n2026-01-01 INFO forged" in t for t in texts[:2] + texts[3:])
+    assert not [t for t in texts if t and "\n" in t]

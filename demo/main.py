@@ -21,6 +21,7 @@ from demo import processes
 from demo.instance import fail_orphaned_runs, write_dagster_home
 from demo.org import WorkloadThread, open_org
 from demo.processes import REPO
+from resources import spark_connect
 
 log = logging.getLogger("demo")
 
@@ -88,10 +89,19 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the Dagster instance's storage migrations
-    if args.org:
-        from demo.real_org import run_against_org
+    # What this process writes (the emulator's org and landing files, demo.json with its token) is private too.
+    umask = os.umask(processes.PRIVATE_UMASK)
+    try:
+        if args.org:
+            from demo.real_org import run_against_org
 
-        return run_against_org(args)
+            return run_against_org(args)
+        return _run(args)
+    finally:
+        os.umask(umask)
+
+
+def _run(args: argparse.Namespace) -> int:
     root = (args.root or REPO / ".demo").resolve()
     stop = processes.StopOnSignal()
 
@@ -123,8 +133,9 @@ def main(argv: list[str] | None = None) -> int:
         extra = {}
         if not args.no_spark_connect:
             log.info("starting the Spark Connect server the runs share (log: %s)", root / "spark_connect.log")
-            spark_server, spark = processes.start_spark_connect(root / "spark_connect.log", args.spark_port)
-            extra["SPARK_REMOTE"] = spark
+            spark_server, extra["SPARK_REMOTE"] = processes.start_spark_connect(root / "spark_connect.log",
+                                                                                args.spark_port)
+            spark = spark_connect.redacted(extra["SPARK_REMOTE"])
         env = processes.platform_env(home=home, config=args.config, landing=root / "landing",
                                      warehouse=root / "warehouse", emu=emu, extra=extra)
         if not args.emulator_lands:

@@ -3,12 +3,19 @@
 Each child starts in its own session, so stopping it reaches everything it started (webserver, daemon, code
 server, run workers): first SIGINT to the child (Dagster's orderly shutdown), then, after a grace period, SIGKILL
 to its process group. The environment tells the code location (definitions.py) where everything is.
+
+Each child gets the secrets it uses and no others: Dagster (the code location and its runs) the org's ``SF_*``
+credentials, the hash salt and the Spark Connect token (in ``SPARK_REMOTE``); the CDC subscriber the org's
+credentials and the salt (its config needs it), not the token; the Spark Connect server none of them, only its own
+token. Every child runs with umask 077 (`PRIVATE_UMASK`), so what it creates (landing files, Delta tables, staging
+files) is its user's alone, as are the logs the children write into.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -18,10 +25,20 @@ import time
 import urllib.request
 from pathlib import Path
 
+from resources import spark_connect
 from salesforce_emulator import Emulator
+from spark_ops.protect import SALT_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# Files 0600, folders 0700: the children write the org's data (landing files, tables, staging, logs).
+PRIVATE_UMASK = 0o077
+# The platform's own variables (org credentials, the hash salt, paths, Dagster's home), which the Spark Connect
+# server does not use: a client with its token runs code in it, so it holds nothing worth more than that.
+PLATFORM_PREFIXES = ("SF_", "CDC_", "DAGSTER_")
+# What Dagster uses and the subscriber does not. (It keeps the hash salt: it loads replication.yaml for the objects
+# to subscribe to, and the config refuses to load without the salt when an object hashes.)
+NOT_FOR_SUBSCRIBER = ("SPARK_REMOTE", spark_connect.TOKEN_ENV)
 
 
 def emulator_org_env(emu: Emulator) -> dict[str, str]:
@@ -34,11 +51,13 @@ def platform_env(*, home: Path, config: Path, landing: Path, warehouse: Path, em
                  org: dict[str, str] | None = None, changefeed: Path | None = None, sensors_running: bool = True,
                  extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the code location: where config, landing zone, warehouse and org are. The org is `emu`
-    (the demo's emulator) or `org`, its ``SF_*`` variables (a real org); no other SF_/CDC_/DAGSTER_ variable of
-    this process leaks through."""
+    (the demo's emulator) or `org`, its ``SF_*`` variables (a real org); the hash salt (``CDC_HASH_SALT``) when this
+    process has one; no other SF_/CDC_/DAGSTER_ variable of this process leaks through."""
     if (emu is None) == (org is None):
         raise ValueError("platform_env needs the org: either emu (an emulator) or org (SF_* variables)")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SF_", "CDC_", "DAGSTER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES)}
+    if salt := os.environ.get(SALT_ENV):
+        env[SALT_ENV] = salt
     env |= {
         "DAGSTER_HOME": str(Path(home).resolve()),
         "CDC_CONFIG": str(Path(config).resolve()),
@@ -87,16 +106,25 @@ def free_port(port: int = 0, host: str = "127.0.0.1") -> int:
         return probe.getsockname()[1]
 
 
+def private_log(log_file: Path) -> int:
+    """`log_file` opened for appending, readable by its owner only (a child's output may quote the org's data)."""
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.fchmod(fd, 0o600)  # also a log an earlier session left readable by others
+    return fd
+
+
 def start(command: list[str], env: dict[str, str], log_file: Path | None = None,
           cwd: Path = REPO) -> subprocess.Popen:
-    """Start `command` (a Dagster CLI in this virtualenv) in its own session; output to `log_file` if given."""
-    out = open(log_file, "ab") if log_file else None  # noqa: SIM115 (the child owns it)
+    """Start `command` (a Dagster CLI in this virtualenv) in its own session, with `PRIVATE_UMASK`; output to
+    `log_file` if given."""
+    out = private_log(log_file) if log_file else None
     try:
         return subprocess.Popen([str(BIN / command[0]), *command[1:]], env=env, cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT if out else None, start_new_session=True)
+                                stderr=subprocess.STDOUT if out else None, start_new_session=True,
+                                umask=PRIVATE_UMASK)
     finally:
         if out:
-            out.close()
+            os.close(out)
 
 
 def stop(process: subprocess.Popen, grace_seconds: float = 30.0) -> int | None:
@@ -121,10 +149,16 @@ def start_subscriber(env: dict[str, str], landing: Path, endpoint: str, config: 
                      log_file: Path, initial_replay: str = "EARLIEST") -> subprocess.Popen:
     """The CDC subscriber (``python -m cdc_subscriber subscribe``) landing the org's Pub/Sub events into `landing`,
     from `initial_replay` the first time (the demo: EARLIEST, so its generated org lands too; a real org: LATEST,
-    the initial load covers what came before), then from its position."""
+    the initial load covers what came before), then from its position. `env`: the code location's
+    (`platform_env`); the subscriber gets `subscriber_env` of it."""
     return start(["python", "-m", "cdc_subscriber", "--landing-dir", str(Path(landing).resolve()), "subscribe",
                   "--endpoint", endpoint, "--config", str(Path(config).resolve()), "--initial-replay", initial_replay],
-                 env, log_file=log_file)
+                 subscriber_env(env), log_file=log_file)
+
+
+def subscriber_env(env: dict[str, str]) -> dict[str, str]:
+    """The code location's environment `env` less what only Dagster uses (`NOT_FOR_SUBSCRIBER`)."""
+    return {k: v for k, v in env.items() if k not in NOT_FOR_SUBSCRIBER}
 
 
 def first_exited(children: dict[str, tuple[subprocess.Popen | None, Path]]) -> str | None:
@@ -135,25 +169,35 @@ def first_exited(children: dict[str, tuple[subprocess.Popen | None, Path]]) -> s
     return None
 
 
+def spark_connect_env(token: str) -> dict[str, str]:
+    """The Spark Connect server's environment: this process's without the platform's variables
+    (`PLATFORM_PREFIXES`) or a client's, with the token it requires."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PLATFORM_PREFIXES) and k != "SPARK_REMOTE"}
+    return env | {spark_connect.TOKEN_ENV: token}
+
+
 def start_spark_connect(log_file: Path, port: int = 0, timeout_seconds: float = 180.0,
                         conf: dict[str, str] | None = None, warm_up_lines: int | None = None
                         ) -> tuple[subprocess.Popen, str]:
-    """A Spark Connect server (`resources.spark_connect`) for the runs to share, once it accepts connections; and
-    the `SPARK_REMOTE` URL of it. Port 0: any free port. `warm_up_lines`: the server's `--warm-up-lines` (None:
-    its default; the warm-up goes on in the background after this returns)."""
+    """A Spark Connect server (`resources.spark_connect`) for the runs to share, once it accepts connections, on
+    loopback and requiring a new random token; and the `SPARK_REMOTE` URL of it, token included (give it only to
+    Dagster's processes, print it only through `spark_connect.redacted`). Port 0: any free port.
+    `warm_up_lines`: the server's `--warm-up-lines` (None: its default; the warm-up goes on in the background after
+    this returns)."""
     port = free_port(port)
     extra = [arg for key, value in (conf or {}).items() for arg in ("--conf", f"{key}={value}")]
     if warm_up_lines is not None:
         extra += ["--warm-up-lines", str(warm_up_lines)]
-    env = {k: v for k, v in os.environ.items() if k != "SPARK_REMOTE"}
-    process = start(["python", "-m", "resources.spark_connect", "--port", str(port), *extra], env, log_file=log_file)
+    token = secrets.token_urlsafe(32)
+    process = start(["python", "-m", "resources.spark_connect", "--port", str(port), *extra],
+                    spark_connect_env(token), log_file=log_file)
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the Spark Connect server exited with code {process.returncode}; see {log_file}")
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
-            return process, f"sc://127.0.0.1:{port}"
+            socket.create_connection((spark_connect.DEFAULT_HOST, port), timeout=2).close()
+            return process, spark_connect.url(port, token)
         except OSError:
             time.sleep(1)
     stop(process)

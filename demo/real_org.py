@@ -3,8 +3,8 @@
 No emulator and no workload: the org is whatever the variables name (README "Operating it", the real-org
 checklist). The same pieces as `make run`, from `demo/processes.py`, started in this order, for these reasons:
 
-1. **The variables** must make a complete login (``resources.salesforce.login_flow``): otherwise the command
-   refuses at once, naming the variables to set, before anything starts.
+1. **The variables** must make a complete login (``resources.salesforce.login_flow``) over https
+   (``check_urls``): otherwise the command refuses at once, naming the variables to set, before anything starts.
 2. **Spark Connect** (unless ``--no-spark-connect``): the runs share one warm JVM.
 3. **The CDC subscriber**, and the command waits until its stream is ``RUNNING`` (subscribed) before Dagster starts.
    The subscriber must be subscribed before the first initial load: an initial load's Bulk snapshot then overlaps
@@ -36,7 +36,7 @@ from cdc_subscriber.status import read_statuses
 from demo import processes
 from demo.instance import fail_orphaned_runs, write_dagster_home
 from demo.main import WORKSPACE
-from resources.salesforce import ENV_VARS, MISSING_CREDENTIALS, login_flow
+from resources.salesforce import ENV_VARS, MISSING_CREDENTIALS, InsecureUrlError, check_urls, login_flow
 
 log = logging.getLogger("demo.org")
 
@@ -48,7 +48,12 @@ def org_variables(environ: dict[str, str]) -> dict[str, str]:
     """The ``SF_*`` variables of `environ` (the org, its credentials, its Pub/Sub endpoint), or SystemExit naming
     what to set when they make no complete login."""
     org = {k: v for k, v in environ.items() if k.startswith("SF_") and v}
-    flow = login_flow({name: org.get(var) for name, var in ENV_VARS.items()})
+    values = {name: org.get(var) for name, var in ENV_VARS.items()}
+    try:
+        check_urls(values)
+    except InsecureUrlError as exc:
+        raise SystemExit(f"python -m demo --org: {exc}") from None
+    flow = login_flow(values)
     if flow is None:
         raise SystemExit(f"python -m demo --org needs the org's variables: {MISSING_CREDENTIALS}. Set: "
                          f"{', '.join(sorted(org)) or 'none'}. See README, Operating it: a real org.")

@@ -98,8 +98,14 @@ def start_spark_cluster(root: Path, workers: int = 2, private: Path | None = Non
 
 
 def _start(command: list[str], env: dict[str, str], log_file: Path) -> subprocess.Popen:
-    with open(log_file, "ab") as out:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    """`command` in its own session with `processes.PRIVATE_UMASK` (executors write shuffle files of the org's
+    rows), output to `log_file`."""
+    out = processes.private_log(log_file)
+    try:
+        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                umask=processes.PRIVATE_UMASK)
+    finally:
+        os.close(out)
 
 
 def _wait(cluster: SparkCluster, ready, what: str, timeout_seconds: float) -> None:

@@ -60,6 +60,8 @@ from simple_salesforce.exceptions import SalesforceError
 from urllib3.exceptions import MaxRetryError, ProtocolError
 from urllib3.util.retry import Retry
 
+from resources.network import is_loopback
+
 log = logging.getLogger(__name__)
 
 LOCAL_INSTANCE_URL = "https://127.0.0.1:8443"
@@ -211,6 +213,7 @@ class SalesforceResource(dg.ConfigurableResource):
         return flow
 
     def _connect(self) -> Salesforce:
+        check_urls({name: getattr(self, name) for name in URL_FIELDS})
         session = self._session()
         flow = self.login_flow
         if flow == "token":
@@ -489,6 +492,33 @@ MISSING_CREDENTIALS = (
     "set SF_ACCESS_TOKEN + SF_INSTANCE_URL (a session), or SF_CLIENT_ID + SF_USERNAME + SF_PRIVATE_KEY_FILE (OAuth "
     "JWT bearer), or SF_CLIENT_ID + SF_CLIENT_SECRET + SF_INSTANCE_URL (OAuth client credentials; with SF_USERNAME + "
     "SF_PASSWORD the username-password flow), or SF_USERNAME + SF_PASSWORD + SF_SECURITY_TOKEN (SOAP login)")
+
+
+# Fields holding a URL the credentials are sent to: the OAuth form (client secret, password, signed assertion) and
+# then the session token on every call.
+URL_FIELDS = ("instance_url", "login_url")
+
+
+class InsecureUrlError(ValueError):
+    """A Salesforce URL that would send the credentials in clear."""
+
+
+def check_urls(values: dict[str, Any]) -> None:
+    """Refuse a URL field (`URL_FIELDS`, resource field name -> value) that is not `https://`, unless its host is
+    this machine's loopback (a local emulator or proxy): raises `InsecureUrlError` naming the variable to fix."""
+    for name in URL_FIELDS:
+        url = values.get(name)
+        if not url:
+            continue
+        parts = urlsplit(str(url))
+        if parts.scheme == "https" and parts.hostname:
+            continue
+        if parts.scheme == "http" and is_loopback(parts.hostname):
+            continue
+        shown = f"{parts.scheme}://{parts.hostname}" if parts.scheme and parts.hostname else "no URL with a host"
+        raise InsecureUrlError(f"{ENV_VARS[name]} ({shown}) is not an https URL: the Salesforce credentials and "
+                               "session token would cross the network in clear. Set it to https://<host> (http:// "
+                               "is accepted only for a loopback host such as 127.0.0.1)")
 
 
 def login_flow(values: dict[str, Any]) -> str | None:

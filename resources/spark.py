@@ -6,7 +6,7 @@ the long-lived one of `resources.spark_connect` (one warm JVM for all runs), its
 (`--conf spark.master=spark://...`). Off this process, large Arrow tables reach the executors through the staging
 location of `resources.spark_staging` (`CDC_SPARK_STAGING`). The settings below are the ones
 correctness depends on (UTC timestamps, map key de-duplication) plus small-job defaults (few shuffle partitions,
-Arrow hand-off, no UI).
+Arrow hand-off, no UI) and, with a local master, a driver that listens on loopback only (`LOOPBACK_DRIVER_CONF`).
 """
 
 from __future__ import annotations
@@ -74,6 +74,12 @@ DEFAULT_CONF = {
     **JVM_SQL_CONF,
     **REQUIRED_CONF,
 }
+# With a local master the driver is all of Spark (its executors are threads of the same JVM), so nothing off this
+# machine needs its RPC and block-manager ports: they listen on loopback. Spark's default is the address the host's
+# name resolves to, or, when that is loopback, the first other interface's: reachable from the network, with no
+# authentication (`spark.authenticate` is off). A cluster master's executors must reach the driver: there the
+# operator chooses (docs/scaling.md).
+LOOPBACK_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
 
 
 def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
@@ -83,6 +89,8 @@ def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
     if master := os.environ.get("SPARK_MASTER"):
         conf["spark.master"] = master
     conf |= overrides or {}
+    if conf["spark.master"].startswith("local"):
+        conf = LOOPBACK_DRIVER_CONF | conf
     if "spark.remote" in conf or os.environ.get("SPARK_REMOTE"):
         # A Connect client sets session (SQL) settings only; master, memory and the rest are the server's.
         return {k: v for k, v in conf.items()

@@ -65,6 +65,7 @@ from pyspark.sql import DataFrame
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
 from spark_ops.parse import (ID_PATTERN, PARSED_COLUMNS, flattened_sql, parse_lines, protected_sql,
                              value_errors_sql)
+from spark_ops.protect import salt_frames
 from spark_ops.schema import ObjectSchema
 from spark_ops.sql import in_list, literal, run_sql
 
@@ -164,7 +165,8 @@ SELECT *, CASE WHEN quarantine_reason IS NULL THEN {value_errors_sql(schemas)} E
 def parse_datastream(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:
     """Datastream lines (`source_file, source_line, raw`) -> one parsed row per line (`PARSED_COLUMNS`): a
     `SNAPSHOT` change of the record in the payload, or a `quarantine_reason`."""
-    return run_sql(lines.sparkSession, _datastream_sql(schemas), lines=lines).select(*PARSED_COLUMNS)
+    return run_sql(lines.sparkSession, _datastream_sql(schemas), lines=lines,
+                   **salt_frames(lines.sparkSession, schemas)).select(*PARSED_COLUMNS)
 
 
 def datastream_files(lines: DataFrame) -> list[str]:

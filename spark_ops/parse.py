@@ -37,7 +37,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
 from spark_ops.events import mark_duplicates
-from spark_ops.protect import protected_map_sql, selected_names_sql
+from spark_ops.protect import protected_map_sql, salt_frames, selected_names_sql
 from spark_ops.schema import ObjectSchema, spark_type
 from spark_ops.sql import in_list, literal, run_sql
 
@@ -286,7 +286,7 @@ def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame
     """Landed lines (`source_file, source_line, raw`) -> one row per line (`PARSED_COLUMNS`) with its canonical
     fields, `quarantine_reason` and `value_error`. One SQL query: parsed and analysed once, whatever the number
     and width of the objects."""
-    return run_sql(lines.sparkSession, parse_sql(schemas), lines=lines)
+    return run_sql(lines.sparkSession, parse_sql(schemas), lines=lines, **salt_frames(lines.sparkSession, schemas))
 
 
 def event_key(prefix: str = "") -> Column:
@@ -373,5 +373,6 @@ WITH flat AS (SELECT * EXCEPT (fields, set_fields), {flattened_sql(schemas, 'fie
 protected AS (SELECT * EXCEPT (_flat), CASE WHEN coalesce(typed, false) THEN _flat
                                             ELSE {protected_sql(schemas, '_flat')} END AS fields FROM flat),
 fielded AS (SELECT * EXCEPT (_names), {_set_fields(schemas, 'fields', '_names')} AS set_fields FROM protected)
-SELECT * EXCEPT (typed), true AS typed, {value_errors_sql(schemas)} AS value_error FROM fielded""", changes=changes)
+SELECT * EXCEPT (typed), true AS typed, {value_errors_sql(schemas)} AS value_error FROM fielded""", changes=changes,
+                      **salt_frames(changes.sparkSession, schemas))
     return checked.transform(_gapped).select(*changes.columns, "value_error")

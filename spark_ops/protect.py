@@ -9,7 +9,11 @@ null (Salesforce stores no empty strings).
 The same function in its three forms, which tests/spark_ops/test_protect.py checks agree value for value:
 - `hash_text` (Python, hashlib): the definition;
 - `hashed_sql` (Spark SQL `sha2(concat(salt, v), 256)`): the CDC and Datastream paths, where change rows are built
-  (spark_ops/parse.py, spark_ops/datastream.py), before anything is stored in change_events;
+  (spark_ops/parse.py, spark_ops/datastream.py), before anything is stored in change_events. The salt is data
+  there, never SQL text: a one-row DataFrame (`salt_frames`) the query reads in a scalar subquery. Spark shows a
+  query's text and its plans, literals included, in logs, `explain`, the UI and error messages; it does not print
+  the rows of a local relation. (A bound parameter or `F.lit` becomes a literal of the analyzed plan.) Spark runs
+  no subquery inside a lambda, so hashed values are computed field by field, outside `transform_values`;
 - `hash_arrow` (Arrow arrays): resync, reconcile and poll rows (cdc_assets/records.py `replica_rows`).
 The changefeed exports the replica's columns, so it carries the digests and never an excluded field.
 
@@ -25,11 +29,15 @@ import hashlib
 import os
 
 import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
 
 from spark_ops.schema import ObjectSchema
 from spark_ops.sql import literal
 
 SALT_ENV = "CDC_HASH_SALT"
+# The frame a query that hashes reads the salt from: `run_sql` binds `{hash_salt}` to `salt_frames`' DataFrame.
+SALT_FRAME = "hash_salt"
+_NO_ENTRIES = "CAST(map() AS map<string,string>)"
 
 
 class MissingSaltError(RuntimeError):
@@ -52,9 +60,23 @@ def hash_text(value: str | None, salt: str) -> str | None:
     return hashlib.sha256((salt + value).encode("utf-8")).hexdigest() if value else None
 
 
-def hashed_sql(value: str, salt: str) -> str:
-    """`hash_text` as a Spark SQL expression over the string expression `value`."""
-    return f"CASE WHEN {value} IS NULL OR {value} = '' THEN NULL ELSE sha2(concat({literal(salt)}, {value}), 256) END"
+def salt_frame(spark: SparkSession, salt: str | None = None) -> DataFrame:
+    """`salt` (default `hash_salt()`) as a one-row DataFrame of one column, `salt`: what `hashed_sql` reads."""
+    return spark.createDataFrame(pa.table({"salt": pa.array([salt or hash_salt()], pa.string())}))
+
+
+def salt_frames(spark: SparkSession, schemas: dict[str, ObjectSchema]) -> dict[str, DataFrame]:
+    """The frames `run_sql` binds for a query built with `protected_map_sql` over `schemas`: the salt's
+    (`SALT_FRAME`) when an object hashes, else none (and no salt needed)."""
+    return {SALT_FRAME: salt_frame(spark)} if any(s.hashed for s in schemas.values()) else {}
+
+
+def hashed_sql(value: str) -> str:
+    """`hash_text` as a Spark SQL expression over the string expression `value`, salted from the query's
+    `{hash_salt}` frame (`salt_frames`). Not inside a lambda (`transform_values`, `filter`): Spark refuses a
+    subquery there."""
+    return (f"CASE WHEN {value} IS NULL OR {value} = '' THEN NULL "
+            f"ELSE sha2(concat((SELECT salt FROM {{{SALT_FRAME}}}), {value}), 256) END")
 
 
 def hash_arrow(values: pa.Array, salt: str) -> pa.Array:
@@ -64,16 +86,18 @@ def hash_arrow(values: pa.Array, salt: str) -> pa.Array:
 
 def protected_map_sql(schema: ObjectSchema, body: str) -> str | None:
     """The fields map `body` (flattened: keys are field names) of `schema`'s object without the fields `fields`
-    leaves out and with `hash` fields hashed; None when the object has neither."""
+    leaves out and with `hash` fields hashed; None when the object has neither. A query using it binds
+    `salt_frames`."""
     sql = body
     if schema.include is not None:
         sql = f"map_filter({sql}, (k, v) -> k IN ({', '.join(literal(n) for n in sorted(schema.include))}))"
     if schema.exclude:
         sql = f"map_filter({sql}, (k, v) -> NOT k IN ({', '.join(literal(n) for n in sorted(schema.exclude))}))"
     if schema.hashed:
-        names = ", ".join(literal(n) for n in sorted(schema.hashed))
-        sql = f"transform_values({sql}, (k, v) -> CASE WHEN k IN ({names}) THEN {hashed_sql('v', hash_salt())} " \
-              f"ELSE v END)"
+        names = [literal(n) for n in sorted(schema.hashed)]
+        hashed = [f"CASE WHEN map_contains_key({sql}, {n}) THEN map({n}, {hashed_sql(f'element_at({sql}, {n})')}) "
+                  f"ELSE {_NO_ENTRIES} END" for n in names]
+        sql = f"map_concat(map_filter({sql}, (k, v) -> NOT k IN ({', '.join(names)})), {', '.join(hashed)})"
     return None if sql == body else sql
 
 

@@ -38,6 +38,16 @@ def test_refuses_without_the_org_variables_and_names_them(monkeypatch, tmp_path)
         main(["--org", "--root", str(tmp_path)])
 
 
+def test_refuses_an_org_url_without_https_before_anything_starts(monkeypatch, tmp_path):
+    _without_org(monkeypatch)
+    for name, value in {"SF_INSTANCE_URL": "http://acme.my.salesforce.com", "SF_CLIENT_ID": "an-app",
+                        "SF_CLIENT_SECRET": "s3cr3t"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(SystemExit, match="SF_INSTANCE_URL .* is not an https URL") as refused:
+        main(["--org", "--root", str(tmp_path)])
+    assert "s3cr3t" not in str(refused.value) and not list(tmp_path.iterdir())
+
+
 def _serve_emulator(root: Path) -> tuple[subprocess.Popen, dict]:
     """The emulator in its own process (HTTPS + Pub/Sub API), as a remote org would be; its serve.json."""
     process = subprocess.Popen([sys.executable, "-m", "salesforce_emulator", "--data-dir", str(root / "org"),

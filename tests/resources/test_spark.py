@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from resources.spark import (JVM_OPTIONS, LOCAL_RELATION_MAX_ROWS, SMALL_QUERY_CONF, SMALL_QUERY_MAX_ROWS, from_arrow,
-                             small_query, to_arrow)
+from resources.spark import (JVM_OPTIONS, LOCAL_RELATION_MAX_ROWS, LOOPBACK_DRIVER_CONF, SMALL_QUERY_CONF,
+                             SMALL_QUERY_MAX_ROWS, from_arrow, small_query, spark_config, to_arrow)
 
 
 def _lines(n: int) -> pa.Table:
@@ -187,3 +187,14 @@ def test_the_jvm_the_platform_starts_runs_with_its_jit_options(spark):
     """Every option of `JVM_OPTIONS` (the collector, the inlining budgets) is among the JVM's arguments."""
     args = set(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
     assert set(JVM_OPTIONS) <= args, sorted(set(JVM_OPTIONS) - args)
+
+
+def test_a_local_driver_listens_on_loopback_and_a_cluster_driver_where_the_operator_says(spark, monkeypatch):
+    monkeypatch.delenv("SPARK_MASTER", raising=False)
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    assert LOOPBACK_DRIVER_CONF.items() <= spark_config().items()
+    assert {spark.conf.get(key) for key in LOOPBACK_DRIVER_CONF} == {"127.0.0.1"}  # the test session's own driver
+    cluster = spark_config({"spark.master": "spark://master:7077"})
+    assert not set(LOOPBACK_DRIVER_CONF) & set(cluster)  # its executors connect back: docs/scaling.md
+    chosen = spark_config({"spark.driver.host": "10.0.0.5"})
+    assert chosen["spark.driver.host"] == "10.0.0.5"

@@ -13,26 +13,63 @@ import json
 import pyarrow as pa
 import pytest
 
+from event_lines import event
 from settings import SAMPLE
-from spark_ops.protect import hash_arrow, hash_text, hashed_sql
+from spark_ops.datastream import parse_datastream
+from spark_ops.parse import parse_lines
+from spark_ops.protect import SALT_ENV, hash_arrow, hash_text, hashed_sql, salt_frame
 from spark_ops.schema import ObjectSchema
+from spark_ops.sql import run_sql
 
 SALT = "s3cr3t-salt"
 VALUES = ["ada@example.com", "+1 (555) 010-0199", "Ünïcødé ✓ 𝄞", "x", "", None]
+# sha256("s3cr3t-salt" + "Secret Corp"), computed once outside the platform: digests stored before must not change.
+SECRET_CORP = "719e36b927406abc822cfa405129fa6ceceb71765cdaea0c6e602ce862c1308f"
+ID = "001000000000001AAA"
 
 
 def test_hash_text_is_salted_sha256_and_keeps_null_and_empty_null():
     assert hash_text("ada@example.com", SALT) == hashlib.sha256(b"s3cr3t-saltada@example.com").hexdigest()
+    assert hash_text("Secret Corp", SALT) == SECRET_CORP
     assert hash_text("ada@example.com", "other") != hash_text("ada@example.com", SALT)
     assert hash_text("", SALT) is None and hash_text(None, SALT) is None
 
 
 def test_the_spark_and_arrow_forms_agree_with_the_definition(spark):
     frame = spark.createDataFrame([(v,) for v in VALUES], "v string")
-    spark_digests = [r[0] for r in frame.selectExpr(hashed_sql("v", SALT)).collect()]
+    hashed = run_sql(spark, f"SELECT {hashed_sql('v')} FROM {{frame}}", frame=frame, hash_salt=salt_frame(spark, SALT))
+    spark_digests = [r[0] for r in hashed.collect()]
     arrow_digests = hash_arrow(pa.array(VALUES, pa.string()), SALT).to_pylist()
     expected = [hash_text(v, SALT) for v in VALUES]
     assert spark_digests == expected and arrow_digests == expected
+
+
+def _plans(df) -> str:
+    """Everything Spark prints of a query once run: its logical plans and the physical plan it executed."""
+    execution = df._jdf.queryExecution()
+    return execution.toString() + execution.executedPlan().toString()
+
+
+@pytest.mark.parametrize("kind", ["cometd", "datastream"])
+def test_the_salt_is_in_no_query_text_or_plan_and_digests_are_unchanged(spark, monkeypatch, capsys, kind):
+    monkeypatch.setenv(SALT_ENV, SALT)
+    schemas = {"Account": ObjectSchema.from_describe(_account(), hashed=["Name"])}
+    if kind == "cometd":
+        line, parse = event("Account", "UPDATE", [ID], 1_700_000_000_000, Name="Secret Corp", Industry="Energy"), \
+            parse_lines
+    else:
+        line, parse = json.dumps({"uuid": "u1", "read_method": "salesforce-cdc", "object": "Account",
+                                  "source_timestamp": 1_700_000_000_000, "source_metadata": {"object_name": "Account"},
+                                  "payload": {"Id": ID, "Name": "Secret Corp", "Industry": "Energy"}}), \
+            parse_datastream
+    lines = spark.createDataFrame([("f.jsonl", 1, line)], "source_file string, source_line long, raw string")
+    parsed = parse(lines, schemas)
+    [row] = parsed.select("quarantine_reason", "fields").collect()
+    assert row.quarantine_reason is None
+    assert row.fields["Name"] == SECRET_CORP and row.fields["Industry"] == "Energy"
+    parsed.explain("extended")
+    printed = _plans(parsed) + capsys.readouterr().out
+    assert "sha2" in printed and SALT not in printed
 
 
 def _account() -> dict:

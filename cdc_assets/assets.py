@@ -32,6 +32,7 @@ from cdc_assets.formulas.refresh import MODE as FORMULAS, FormulaResult, refresh
 from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
+from cdc_assets.quarantine import printable
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import (DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes,
                                 resolve_schema)
@@ -62,6 +63,9 @@ META_API_CALLS = "api_calls"
 META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a fresh describe(): not replicated
 META_POLL_CURSOR = "poll_cursor"
 META_POLL_CURSOR_FIELD = "poll_cursor_field"  # SystemModstamp, LastModifiedDate or CreatedDate (from describe())
+META_FAILED_FILES = "failed_files"  # on change_events: files of the run that failed on their own (quarantined whole)
+META_LISTED = 20  # file names a log or metadata entry lists at most (the table has them all)
+NO_FAILED_FILES = "no_failed_landing_files"  # the check on change_events (cdc_assets/checks.py)
 TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's mode in replication.yaml); on runs: the run's modes
 
 
@@ -122,9 +126,13 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
         c = result.counts
         context.log.info(
             f"Ingested {c['ingested']} events from {c['files']} files ({c['duplicates']} duplicates, "
-            f"{c['lines_quarantined']} lines quarantined, {c['files_quarantined']} files unreadable)")
+            f"{c['lines_quarantined']} lines quarantined, {c['files_quarantined']} files unreadable, "
+            f"{c['files_failed']} files failed)")
         for example in result.quarantine_examples:
             context.log.warning(f"Quarantined {example}")
+        for path in result.failed[:META_LISTED]:
+            context.log.error(f"Landing file {printable(path)} failed to ingest on its own: quarantined whole, its "
+                              f"events are not in change_events (check {NO_FAILED_FILES} says what to do)")
         selected = context.selected_asset_keys
         if CHANGE_EVENTS_KEY in selected:
             yield dg.MaterializeResult(asset_key=CHANGE_EVENTS_KEY, metadata={
@@ -133,6 +141,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
                 META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
                 "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
                 "files_ingested": dg.MetadataValue.json(result.files[:200]),
+                META_FAILED_FILES: dg.MetadataValue.json([printable(f) for f in result.failed[:META_LISTED]]),
                 **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
             })
         for o in replication.objects:

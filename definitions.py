@@ -33,7 +33,7 @@ import yaml
 
 from cdc_assets.assets import build_change_events_asset, build_replica_asset, landing_zone
 from cdc_assets.changefeed.export import build_changefeed_assets
-from cdc_assets.checks import build_replica_checks
+from cdc_assets.checks import build_change_events_checks, build_replica_checks
 from cdc_assets.config import LoadedConfig, load_location_config, parse_config, read_config
 from cdc_assets.history.assets import history_specs
 from cdc_assets.history.checks import build_history_checks
@@ -83,6 +83,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         # One process per run: every step shares one Spark session instead of starting a JVM per step.
         executor=dg.in_process_executor,
         asset_checks=[*[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
+                      build_change_events_checks(),
                       build_subscriber_check(replication=replication),
                       *build_history_checks(objects=list(replication.objects))],
         sensors=[build_landing_zone_sensor(replication=replication, default_status=status),

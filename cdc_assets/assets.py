@@ -64,6 +64,9 @@ META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a 
 FILES_SHOWN = 20  # landing file names in a change_events materialization (the count is `files`)
 META_POLL_CURSOR = "poll_cursor"
 META_POLL_CURSOR_FIELD = "poll_cursor_field"  # SystemModstamp, LastModifiedDate or CreatedDate (from describe())
+META_FAILED_FILES = "failed_files"  # on change_events: files of the run that failed on their own (quarantined whole)
+META_LISTED = 20  # file names a log or metadata entry lists at most (the table has them all)
+NO_FAILED_FILES = "no_failed_landing_files"  # the check on change_events (cdc_assets/checks.py)
 TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's mode in replication.yaml); on runs: the run's modes
 
 
@@ -124,9 +127,13 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
         c = result.counts
         context.log.info(
             f"Ingested {c['ingested']} events from {c['files']} files ({c['duplicates']} duplicates, "
-            f"{c['lines_quarantined']} lines quarantined, {c['files_quarantined']} files unreadable)")
+            f"{c['lines_quarantined']} lines quarantined, {c['files_quarantined']} files unreadable, "
+            f"{c['files_failed']} files failed)")
         for example in result.quarantine_examples:
             context.log.warning(f"Quarantined {example}")
+        for path in result.failed[:META_LISTED]:
+            context.log.error(f"Landing file {printable(path)} failed to ingest on its own: quarantined whole, its "
+                              f"events are not in change_events (check {NO_FAILED_FILES} says what to do)")
         selected = context.selected_asset_keys
         if CHANGE_EVENTS_KEY in selected:
             yield dg.MaterializeResult(asset_key=CHANGE_EVENTS_KEY, metadata={
@@ -135,6 +142,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
                 META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
                 "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
                 "files_ingested": dg.MetadataValue.json(printable_list(result.files, FILES_SHOWN)),
+                META_FAILED_FILES: dg.MetadataValue.json([printable(f) for f in result.failed[:META_LISTED]]),
                 **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
             })
         for o in replication.objects:

@@ -24,6 +24,10 @@ table is at the version their last passing evaluation read, and the expected sch
 is reported again (`reused_from_run` in its metadata) instead of reading the table again. A landing run with
 nothing to apply costs no Spark job and no scan of the Ids (bench/idle_run.py).
 
+change_events has one check of its own (`build_change_events_checks`), run with each ingest step:
+`no_failed_landing_files`: no landing file failed to ingest on its own (quarantined whole, cdc_assets/ingest.py)
+since the last acknowledgement; it names them.
+
 Blocking checks are the ones under which a downstream reader would read wrong data; the others call for a person
 or a sensor. Thresholds come from replication.yaml `options`. A check whose table does not exist yet passes and
 says so, except `no_pending_resync`, which judges the replica state alone.
@@ -44,11 +48,12 @@ from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_assets.assets import replica_key
+from cdc_assets.assets import CHANGE_EVENTS_KEY, NO_FAILED_FILES, replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION, FORMULAS_FRESH, \
     check_formulas_fresh
 from cdc_assets.quarantine import quarantine_example
+from cdc_assets.ingest import FAILED_FILE
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
 from resources.delta import QUARANTINE, DeltaWarehouse
@@ -255,6 +260,47 @@ def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
                    f"text in {warehouse.uri(QUARANTINE)}). Fix the subscriber or re-land corrected events, then "
                    f"acknowledge: launch the job acknowledge_quarantine from the UI (config until: "
                    f"'{_iso(newest)}', or empty for everything so far).")
+
+
+NO_FAILED_FILES_DESCRIPTION = ("No landing file failed to ingest since the last acknowledgement: a file that breaks "
+                               "ingest on its own is quarantined whole so that the others go on, and its events are "
+                               "missing until it is landed again.")
+
+
+def check_no_failed_files(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
+    """Files that failed to ingest on their own (quarantined whole, cdc_assets/ingest.py) since the last
+    acknowledgement of `_quarantine`, named."""
+    table = warehouse.table(QUARANTINE)
+    if table is None:
+        return _no_table(NO_FAILED_FILES, QUARANTINE)
+    acked = acknowledged_until(warehouse, table)
+    whole = pc.field("source_line") == 0
+    rows = warehouse.read(table, columns=["source_file", "reason", "quarantined_at"],
+                          filter=whole & (pc.field("quarantined_at") > pa.scalar(acked, TS)) if acked else whole)
+    rows = rows.filter(pc.starts_with(rows["reason"], FAILED_FILE))
+    files = sorted({printable(f) for f in rows["source_file"].to_pylist()})
+    meta = {"failed_files": len(files), "acknowledged_until": _iso(acked),
+            "examples": dg.MetadataValue.json([f"{printable(r['source_file'])}: {r['reason']}"
+                                               for r in rows.slice(0, EXAMPLES).to_pylist()])}
+    if not files:
+        return _result(NO_FAILED_FILES, True, meta, "No landing file failed to ingest since the last acknowledgement.")
+    return _result(NO_FAILED_FILES, False, meta,
+                   f"{len(files)} landing files failed to ingest on their own and were quarantined whole: "
+                   f"{', '.join(files[:EXAMPLES])}{', ...' if len(files) > EXAMPLES else ''}. None of their events "
+                   f"are in change_events. The reason of each is in {warehouse.uri(QUARANTINE)} (source_line 0) "
+                   f"and the run's log. Fix the cause (or report it, with the file: it is kept in the landing zone "
+                   f"or its archive), land the file again under a new name, then acknowledge: launch the job "
+                   f"acknowledge_quarantine from the UI.")
+
+
+def build_change_events_checks() -> dg.AssetChecksDefinition:
+    """The checks of change_events, run with every ingest step that materializes it."""
+
+    @dg.asset_check(asset=CHANGE_EVENTS_KEY, name=NO_FAILED_FILES, description=NO_FAILED_FILES_DESCRIPTION)
+    def no_failed_landing_files(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
+        return check_no_failed_files(warehouse)
+
+    return no_failed_landing_files
 
 
 def check_freshness(table: DeltaTable | None, state: ReplicaState, name: str, *, threshold: float,

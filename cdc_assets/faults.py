@@ -2,12 +2,20 @@
 
 `CDC_FAULT_POINT=<name>` makes the named point fail: `CDC_FAULT_ACTION=raise` (default) raises, `kill` sends
 SIGKILL to this process (a real crash: no cleanup, no finally blocks). Unset, a point costs one dict lookup.
+
+A fault at a point is the environment failing (a crash, a lost connection): ingest never blames a file for it. A
+fault carried by the data (`data_fault_point`) is a file whose content breaks ingest: `CDC_FAULT_MARKER=<text>` makes
+such a point fail (`InjectedDataFault`) for any batch holding a line with that text, and for no other, whatever else
+the batch holds (cdc_assets/ingest.py isolates that file); a crash point may be set beside it.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 
 # Every point, in run order (a crash test asserts it covers them all, and that no `fault_point` call names another).
@@ -28,8 +36,16 @@ FAULT_POINTS = (INGEST_POINTS + APPLY_POINTS + RECONCILE_POINTS + RESYNC_POINTS 
                 + HISTORY_POINTS + FORMULA_POINTS)
 
 
+# Faults carried by the data (`data_fault_point`): raised, never killed, so not above.
+DATA_POINTS = ("ingest.poisoned_line",)
+
+
 class InjectedFault(RuntimeError):
     pass
+
+
+class InjectedDataFault(ValueError):
+    """What a line that breaks ingest raises (`data_fault_point`): a fault of the file, not of the environment."""
 
 
 def fault_point(name: str) -> None:
@@ -38,3 +54,12 @@ def fault_point(name: str) -> None:
     if os.environ.get("CDC_FAULT_ACTION", "raise") == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"fault injected at {name} (CDC_FAULT_POINT)")
+
+
+def data_fault_point(name: str, lines: pa.ChunkedArray | pa.Array) -> None:
+    """Fail if one of `lines` (Arrow strings) holds the text `CDC_FAULT_MARKER` (module docstring)."""
+    marker = os.environ.get("CDC_FAULT_MARKER")
+    if not marker:
+        return
+    if pc.any(pc.match_substring(lines, marker)).as_py():
+        raise InjectedDataFault(f"fault injected at {name}: a line holds the text {marker!r} (CDC_FAULT_MARKER)")

@@ -4,9 +4,12 @@ One run ingests every landing file that no change_events commit has ingested yet
 `max_batch_bytes` together (a backlog of any size is read a bounded slice at a time; a larger file is a batch of
 its own). For each batch:
 
-1. list files; a file is ingested iff a change_events commit carries the app transaction `landing:<path>`;
-2. read and parse the lines on Spark, each file in its format (CometD, or Datastream's: spark_ops/datastream.py);
-   bad lines (and unreadable files) go to `_quarantine`, keyed by (file, line) so a re-run inserts nothing twice;
+1. list files; a file is ingested iff a change_events commit carries its app transaction (`file_app_id`:
+   `landing:<path>@<size>@<modified>`), so a file landed again under the name of a retired one is read as the new
+   file it is, while an ingested file still in the zone is skipped unread;
+2. read and parse the lines on Spark, each file in its format (CometD, or Datastream's: spark_ops/datastream.py),
+   each object's lines with its schema, chosen by the entity the parse reads (`parsed`); bad lines (and unreadable
+   files) go to `_quarantine`, keyed by (file, line) so a re-run inserts nothing twice;
 3. drop events already stored (same identity and record, looked up only in the touched entities and commit-time
    range, so also those of the batches before) or repeated within the batch;
 4. append the rest in **one commit** that also records the batch's files, the new ingest sequence number and the
@@ -14,31 +17,46 @@ its own). For each batch:
 
 A crash before a batch's step 4 leaves none of its files ingested; a crash after it leaves all of them ingested.
 Either way the next run produces the same table.
+
+**A file that breaks ingest holds back no other.** A batch that fails for a reason that may lie in its files (any
+error but those of the environment, `ENVIRONMENT_ERRORS`: a commit conflict, a lost connection, a setting) is
+ingested again in halves, down to the file that fails on its own (`isolating`). That file is tried once more; if it
+fails again while the environment answers (`environment_failure`: the zone lists, the tables load, Spark computes),
+it is quarantined whole (`source_line` 0, the error's type and first line) and recorded as ingested in a batch of its
+own, counted in `files_failed`, and the check `no_failed_landing_files` fails naming it until acknowledged. Its
+quarantine row is written before its ledger commit (steps 2 and 4): after a crash between them the file is still
+pending, fails again, and the row is not written twice. Any other failure fails the run, and the sensor asks again.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
 from cdc_assets.closure import ingest_progress
-from cdc_assets.faults import fault_point
+from cdc_assets.config import ConfigError
+from cdc_assets.faults import InjectedFault, data_fault_point, fault_point
 from cdc_assets.quarantine import quarantine_example, record_quarantine
+from resources.printable import printable
 from cdc_assets.schemas import redacts
 from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-from resources.landing_zone import LandingFile, LandingZone, entities_named
+from resources.delta import CHANGE_EVENTS, QUARANTINE, ConcurrentWriteError, DeltaWarehouse
+from resources.landing_zone import QUARANTINE_SCHEMA, LandingFile, LandingZone, entities_named
+from resources.salesforce import SalesforceApiError
 from resources.spark import from_arrow, small_query
 from spark_ops.events import DEDUP_KEY
 from spark_ops.datastream import parse_landed
 from spark_ops.parse import CHANGE_COLUMNS, landed_rows
+from spark_ops.protect import MissingSaltError
 from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
@@ -47,7 +65,18 @@ SEQ_APP = "change_events"
 
 
 def file_app_id(f: LandingFile) -> str:
-    return f"landing:{f.path}"
+    """The app transaction recording that change_events ingested `f`. The path alone would take a file landed
+    again under a retired file's name (a subscriber re-landing after a crash) for the one ingested, and never read
+    it; with the size and modification time the listing gives, that file is new."""
+    return f"landing:{f.path}@{f.size}@{f.modified}"
+
+
+# Failures of the environment, never of one file: another writer committed first, a simulated crash, a lost
+# connection, a file gone since the listing, a setting or the org's describe() missing. The run fails (the sensor
+# asks again, with backoff) and no file is blamed.
+ENVIRONMENT_ERRORS = (ConcurrentWriteError, InjectedFault, ConnectionError, TimeoutError, FileNotFoundError,
+                      Py4JNetworkError, ConfigError, MissingSaltError, SalesforceApiError)
+FAILED_FILE = "file failed to ingest"  # how the quarantine reason of a file that failed on its own starts
 
 
 @dataclass
@@ -58,6 +87,17 @@ class IngestResult:
     version: int | None = None
     quarantine_examples: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    failed: list[str] = field(default_factory=list)  # files that failed on their own: quarantined whole
+
+    def add(self, batch: IngestResult) -> None:
+        """Count `batch`, ingested after the batches already counted."""
+        self.files += batch.files
+        self.counts = {k: self.counts.get(k, 0) + v for k, v in batch.counts.items()}
+        self.state, self.version = batch.state, batch.version
+        self.quarantine_examples = (self.quarantine_examples + batch.quarantine_examples)[:5]
+        self.seconds = {k: self.seconds.get(k, 0.0) + batch.seconds.get(k, 0.0)
+                        for k in {*self.seconds, *batch.seconds}}
+        self.failed += batch.failed
 
 
 def landing_files(warehouse: DeltaWarehouse, landing: LandingZone) -> tuple[list[LandingFile], list[LandingFile]]:
@@ -125,20 +165,82 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
     `schemas`: the replicated objects' schemas by name; only those a batch's lines name are looked up (a lazy
     mapping, `cdc_assets.schemas.SchemaCatalog`, resolves no others)."""
     now = now or datetime.now(timezone.utc)
+    attempt = functools.partial(_ingest_batch, spark, warehouse, landing, schemas=schemas, run_id=run_id, now=now)
+    environment = functools.partial(environment_failure, spark, warehouse, landing)
     total = IngestResult(counts=_zero_counts())
     for batch in batches(pending_files(warehouse, landing), max_batch_bytes):
-        result = _ingest_batch(spark, warehouse, landing, batch, schemas, run_id, now)
-        total.files += result.files
-        total.counts = {k: total.counts[k] + v for k, v in result.counts.items()}
-        total.state, total.version = result.state, result.version
-        total.quarantine_examples = (total.quarantine_examples + result.quarantine_examples)[:5]
-        total.seconds = {k: total.seconds.get(k, 0.0) + result.seconds.get(k, 0.0)
-                         for k in {*total.seconds, *result.seconds}}
+        for result in isolating(attempt, batch, environment):
+            total.add(result)
     return total
 
 
-def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, files: list[LandingFile],
-                  schemas: Mapping[str, ObjectSchema], run_id: str, now: datetime) -> IngestResult:
+def isolating(attempt: Callable[..., IngestResult], files: list[LandingFile],
+              environment: Callable[[], Exception | None]) -> list[IngestResult]:
+    """`attempt(files)` (`_ingest_batch`); if it fails with an error that may lie in a file, the same for each
+    half, down to the file that fails on its own (`_failed_alone`), so that one file never holds back the others."""
+    try:
+        return [attempt(files)]
+    except ENVIRONMENT_ERRORS:
+        raise
+    except Exception as exc:  # not swallowed: the file that causes it is found and quarantined, or the run fails
+        error = exc
+    if len(files) == 1:
+        return [_failed_alone(attempt, files[0], error, environment)]
+    log.warning("A batch of %d landing files failed (%s); ingesting it in halves to find the file that fails",
+                len(files), error_text(error))
+    half = len(files) // 2
+    return [*isolating(attempt, files[:half], environment), *isolating(attempt, files[half:], environment)]
+
+
+def _failed_alone(attempt: Callable[..., IngestResult], f: LandingFile, error: Exception,
+                  environment: Callable[[], Exception | None]) -> IngestResult:
+    """`f` failed on its own with `error`: tried once more, and if it fails again while the environment answers,
+    quarantined whole and recorded as ingested (`attempt` with `failed`), so it is not retried forever."""
+    log.warning("Landing file %s failed on its own (%s); trying it once more", printable(f.path), error_text(error))
+    try:
+        return attempt([f])
+    except ENVIRONMENT_ERRORS:
+        raise
+    except Exception as exc:  # quarantined below, or the run fails
+        error = exc
+    if (down := environment()) is not None:
+        log.error("Landing file %s failed again (%s), and the environment fails too (%s): the file is not "
+                  "quarantined; the run fails and is asked again", printable(f.path), error_text(error),
+                  error_text(down))
+        raise error from down
+    reason = (f"{FAILED_FILE} on its own, twice ({error_text(error)}); quarantined whole and recorded as ingested, "
+              f"so the other files went on: none of its events are in change_events. Fix the cause, then land the "
+              f"file again under a new name to ingest it")
+    log.error("Landing file %s: %s", printable(f.path), reason)
+    return attempt([f], failed={f: reason})
+
+
+def error_text(error: BaseException) -> str:
+    """An error as a quarantine reason or a log line quotes it: its type and the first line of its message, with
+    what is not printable escaped (it may quote landed text)."""
+    lines = str(error).strip().splitlines()
+    return printable(f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__)
+
+
+def environment_failure(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone) -> Exception | None:
+    """Why nothing could be ingested now (the landing zone does not list, a table does not load, Spark does not
+    compute), or None: what tells a file that breaks ingest from an environment that does."""
+    try:
+        landing.list_files()
+        for name in (CHANGE_EVENTS, QUARANTINE):
+            warehouse.table(name)
+        spark.range(1).collect()
+    except Exception as exc:  # returned: the caller fails the run with it
+        return exc
+    return None
+
+
+def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, files: list[LandingFile], *,
+                  schemas: Mapping[str, ObjectSchema], run_id: str, now: datetime,
+                  failed: Mapping[LandingFile, str] | None = None) -> IngestResult:
+    """Steps 2 to 4 (module docstring) for `files`. `failed`: those of them that failed on their own, with the
+    reason: not read, but quarantined whole and recorded as ingested with the others."""
+    failed = failed or {}
     watch = Stopwatch()
     # The snapshot this batch reads its checkpoint from and commits against (DeltaWarehouse.append): if another
     # writer commits in between, this commit fails instead of ingesting the same files twice.
@@ -147,28 +249,25 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     if done:
         log.warning("%d landing files were ingested by another run meanwhile; skipped", len(done))
         files = [f for f in files if f not in done]
+        failed = {f: reason for f, reason in failed.items() if f in files}
         if not files:
             return IngestResult(counts=_zero_counts(), state=IngestState.read(warehouse, events),
                                 version=events.version())
-    read = landing.read(files)
-    # Only the objects these lines name: the parse has a branch per object, and describing objects the batch does
-    # not touch (hundreds, in a large org) would make every run's cost follow the number of objects replicated.
-    redact = redacts(schemas)
-    schemas = {e: schemas[e] for e in sorted(entities_named(read.lines["raw"])) if e in schemas}
+    read = landing.read([f for f in files if f not in failed])
     watch.lap("read")
     fault_point("ingest.after_read")
-    # CometD and Datastream files (spark_ops/datastream.py); one Spark job parses every line once, explodes the
-    # change rows and marks those repeated within the batch.
-    with small_query(spark, read.lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
-        landed = landed_rows(parse_landed(from_arrow(spark, read.lines), schemas)).toArrow()
+    data_fault_point("ingest.poisoned_line", read.lines["raw"])
+    landed, parsed_with = parsed(spark, read.lines, schemas)
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)
-    bad = pa.concat_tables([bad_lines.select(read.quarantine.schema.names).cast(read.quarantine.schema),
-                            read.quarantine])
+    bad = pa.concat_tables([bad_lines.select(QUARANTINE_SCHEMA.names).cast(QUARANTINE_SCHEMA), read.quarantine,
+                            _whole_files(failed)])
     watch.lap("parse")
     fault_point("ingest.after_parse")
-    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE, schemas=schemas, redact=redact)
+    # Every replicated object's schema may be asked for: a line the parse could not read names its object only in
+    # its text, and the redaction reads that (cdc_assets/quarantine.py).
+    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE, schemas=schemas, redact=redacts(schemas))
     fault_point("ingest.after_quarantine")
 
     rows = landed.filter(pc.invert(quarantine)).drop_columns(["quarantine", "raw", "reason", "gapped"])
@@ -182,7 +281,7 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     fresh_arrow = fresh_arrow.append_column("_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)) \
         .append_column("_ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), fresh_arrow.num_rows))
 
-    counts = _count(files, read, bad, marked, schemas) | {"lines_gapped": gapped}
+    counts = _count(files, read, bad, marked, parsed_with, failed=len(failed)) | {"lines_gapped": gapped}
     # The newest event and the close timer (cdc_assets/closure.py), then what this batch was.
     state = replace(ingest_progress(previous, fresh_arrow, seq, now), files=[f.path for f in files], counts=counts,
                     run_id=run_id)
@@ -194,17 +293,56 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     fault_point("ingest.after_commit")
     return IngestResult(files=state.files, counts=counts, state=state, version=table.version(),
                         quarantine_examples=[quarantine_example(r) for r in bad.slice(0, 5).to_pylist()],
-                        seconds=watch.seconds)
+                        seconds=watch.seconds, failed=[f.path for f in failed])
+
+
+def parsed(spark: SparkSession, lines: pa.Table, catalog: Mapping[str, ObjectSchema]
+           ) -> tuple[pa.Table, dict[str, ObjectSchema]]:
+    """`lines` parsed to change rows and quarantine entries (`landed_rows`), and the schemas they were parsed with:
+    those of the replicated objects the lines name, which decide what `hash:` and `fields:` protect.
+
+    One Spark job parses every line once (CometD and Datastream files, spark_ops/datastream.py), explodes the
+    change rows and marks those repeated within the batch. Which objects to parse with is first read from the text
+    (`entities_named`): the parse has a branch per object, and describing objects the batch does not touch
+    (hundreds, in a large org) would make every run's cost follow the number of objects replicated. The text scan
+    misses a name spelled with JSON escapes (`"Cont\\u0061ct"` is Contact): if the parse read a replicated
+    object the scan missed, the lines are parsed again with its schema too, so that no value it protects is
+    stored in clear; the entity a line names does not depend on the schemas, so once is enough."""
+    def parse(schemas: dict[str, ObjectSchema]) -> pa.Table:
+        with small_query(spark, lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
+            return landed_rows(parse_landed(from_arrow(spark, lines), schemas)).toArrow()
+
+    schemas = _schemas_of(catalog, entities_named(lines["raw"]))
+    landed = parse(schemas)
+    if missed := _schemas_of(catalog, pc.unique(landed["entity"]).to_pylist()).keys() - schemas.keys():
+        log.warning("Landing lines name %s in a form the text scan does not read (JSON escapes); parsed again with "
+                    "their schemas", printable(", ".join(sorted(missed))))
+        schemas = _schemas_of(catalog, [*schemas, *missed])
+        landed = parse(schemas)
+    return landed, schemas
+
+
+def _schemas_of(catalog: Mapping[str, ObjectSchema], names: Iterable[str | None]) -> dict[str, ObjectSchema]:
+    """The schemas of the replicated objects among `names`, in name order."""
+    return {n: catalog[n] for n in sorted({n for n in names if n is not None}) if n in catalog}
+
+
+def _whole_files(failed: Mapping[LandingFile, str]) -> pa.Table:
+    """Quarantine entries of files that failed on their own: one per file, line 0, no text (the file stays where it
+    is, in the zone or its archive)."""
+    return pa.table({"source_file": [f.path for f in failed], "source_line": [0] * len(failed),
+                     "raw": [None] * len(failed), "reason": list(failed.values())}, schema=QUARANTINE_SCHEMA)
 
 
 def _zero_counts() -> dict[str, int]:
-    return {k: 0 for k in ("files", "files_quarantined", "lines_read", "lines_quarantined", "lines_blank",
-                           "lines_gapped", "events_parsed", "duplicates", "ingested", "ignored")}
+    return {k: 0 for k in ("files", "files_quarantined", "files_failed", "lines_read", "lines_quarantined",
+                           "lines_blank", "lines_gapped", "events_parsed", "duplicates", "ingested", "ignored")}
 
 
 def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
-           schemas: Mapping[str, ObjectSchema]) -> dict[str, int]:
-    """Line and event accounting for change_events (they add up; see README 'Counts')."""
+           schemas: Mapping[str, ObjectSchema], *, failed: int) -> dict[str, int]:
+    """Line and event accounting for change_events (they add up; see README 'Counts'); `failed`: files that failed
+    on their own, whose lines are not read."""
     whole_files = int(pc.sum(pc.equal(read.quarantine["source_line"], 0)).as_py() or 0)
     oversized = read.quarantine.num_rows - whole_files
     dups = int(pc.sum(marked["is_duplicate"]).as_py() or 0)
@@ -213,8 +351,9 @@ def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
     return {
         "files": len(files),
         "files_quarantined": whole_files,
+        "files_failed": failed,
         "lines_read": read.lines.num_rows + oversized + read.blank_lines,
-        "lines_quarantined": bad.num_rows - whole_files,
+        "lines_quarantined": bad.num_rows - whole_files - failed,
         "lines_blank": read.blank_lines,
         "events_parsed": marked.num_rows,
         "duplicates": dups,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from datetime import datetime
 
 import pyarrow as pa
@@ -40,10 +41,10 @@ def _payloads(event: dict) -> tuple[str | None, list[dict]]:
     return name, [payload] if isinstance(payload, dict) else []
 
 
-def _redact_line(raw: str, schemas: dict[str, ObjectSchema]) -> str:
+def _redact_line(raw: str, schemas: Mapping[str, ObjectSchema]) -> str:
     try:
         event = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # not JSON, or JSON Python does not read (an integer of 4,300+ digits)
         return REDACTED_LINE
     name, payloads = _payloads(event) if isinstance(event, dict) else (None, [])
     if not isinstance(name, str):
@@ -60,7 +61,10 @@ def _redact_line(raw: str, schemas: dict[str, ObjectSchema]) -> str:
                 payload[key] = {k: REDACTED if hidden(parts.get(k, f"{key}.{k}")) else v for k, v in value.items()}
             elif key != "ChangeEventHeader" and hidden(key):
                 payload[key] = REDACTED
-    return json.dumps(event)
+    try:
+        return json.dumps(event)
+    except RecursionError:  # nested about as deep as Python reads: written back, it is one level too deep
+        return REDACTED_LINE
 
 
 def quarantine_example(row: dict) -> str:
@@ -69,7 +73,7 @@ def quarantine_example(row: dict) -> str:
     return f"{printable(row['source_file'])}:{row['source_line']}: {loggable_reason(row['reason'])}"
 
 
-def redacted(entries: pa.Table, schemas: dict[str, ObjectSchema], redact: bool | None = None) -> pa.Table:
+def redacted(entries: pa.Table, schemas: Mapping[str, ObjectSchema], redact: bool | None = None) -> pa.Table:
     """`entries` with hashed and left-out values removed from `raw` for objects with `redact_quarantine`;
     `redact`: whether any replicated object redacts (lines that name no object are then redacted whole), when
     `schemas` holds only some of them."""
@@ -81,7 +85,7 @@ def redacted(entries: pa.Table, schemas: dict[str, ObjectSchema], redact: bool |
 
 
 def record_quarantine(warehouse: DeltaWarehouse, entries: pa.Table, *, run_id: str, now: datetime, key: str,
-                      schemas: dict[str, ObjectSchema], consequence: str = "line quarantined",
+                      schemas: Mapping[str, ObjectSchema], consequence: str = "line quarantined",
                       redact: bool | None = None) -> None:
     """Insert `entries` (`source_file, source_line, raw, reason`) stamped with the run and time, and log them;
     `key`: who quarantines (`Q_STATE`, `Q_APPLY_STATE` in cdc_assets/state.py); `schemas`: the replicated

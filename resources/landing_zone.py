@@ -1,8 +1,9 @@
 """The landing zone: where a CDC subscriber drops event files (docs/design/contract.md §2).
 
 Files are `*.jsonl` or `*.jsonl.gz`, made visible atomically; names starting with `_` or `.` (at any level) are
-in-flight and never read. A visible file is immutable, so its relative path identifies it. Listing and reading go
-through `pyarrow.fs`, so a local path and an object-store URI (s3://, gs://, abfs://) work the same way.
+in-flight and never read. A visible file is immutable: its relative path, size and modification time identify it (a
+name may come back for a new file once the first is retired). Listing and reading go through `pyarrow.fs`, so a
+local path and an object-store URI (s3://, gs://, abfs://) work the same way.
 
 Reading never loses a line silently: a file that cannot be decoded at all (truncated gzip, not UTF-8) comes back as
 one whole-file quarantine entry, a line longer than `max_line_bytes` is quarantined on its own, and blank lines
@@ -57,13 +58,16 @@ def entities_named(raw: pa.ChunkedArray | pa.Array) -> set[str]:
 class LandingFile:
     path: str  # relative to the landing zone root, '/'-separated
     size: int
+    # When it was written, as listed (ns since the epoch; None where the store gives none): with the size, it tells
+    # a file landed again under a retired file's name from the file ingested (the ledger, cdc_assets/ingest.py).
+    modified: int | None = None
 
 
 def file_set_key(files: list[LandingFile]) -> str:
     """A deterministic key for a set of files (used as a run key)."""
     digest = hashlib.sha256()
     for f in sorted(files):
-        digest.update(f"{f.path}\0{f.size}\n".encode())
+        digest.update(f"{f.path}\0{f.size}\0{f.modified}\n".encode())
     return digest.hexdigest()[:20]
 
 
@@ -132,7 +136,7 @@ class LandingZone(dg.ConfigurableResource):
                 continue
             rel = info.path[len(root):].lstrip("/")
             if _visible(rel):
-                files.append(LandingFile(rel, info.size))
+                files.append(LandingFile(rel, info.size, info.mtime_ns))
         return sorted(files)
 
     def read(self, files: list[LandingFile]) -> ReadResult:

@@ -17,14 +17,15 @@ import pytest
 from deltalake import DeltaTable
 
 from settings import REPO, TEST_SPARK_CONF
+from event_lines import event
 from harness import Platform, comparable, load_lines
 import crash_runner
 from crash_runner import run_mode
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.state import ReplicaState
-from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, FAULT_POINTS, FORMULA_POINTS, HISTORY_POINTS,
-                               INGEST_POINTS,
+from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, DATA_POINTS, FAULT_POINTS, FORMULA_POINTS,
+                               HISTORY_POINTS, INGEST_POINTS,
                                POLL_POINTS, RECONCILE_POINTS, RESYNC_POINTS)
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
@@ -58,6 +59,9 @@ def test_every_fault_point_is_named_once_and_killed_by_a_test():
     called = [m for path in (REPO / "cdc_assets").rglob("*.py")
               for m in re.findall(r'fault_point\("([^"]+)"\)', path.read_text())]
     assert sorted(called) == sorted(FAULT_POINTS)
+    data = [m for path in (REPO / "cdc_assets").rglob("*.py")
+            for m in re.findall(r'data_fault_point\("([^"]+)",', path.read_text())]
+    assert sorted(data) == sorted(DATA_POINTS)  # raised by tests/cdc_assets/test_landing_faults.py and below
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 20
     # POLL_POINTS: killed by tests/cdc_assets/test_poll.py (a polled org of its own); CHANGEFEED_POINTS by
     # tests/cdc_assets/changefeed/test_changefeed.py; HISTORY_POINTS by tests/cdc_assets/history/test_history_crash.py;
@@ -96,6 +100,40 @@ def test_sigkill_in_subprocess_then_rerun_equals_clean_run(point, tmp_path, spar
     kill_run(spark, tmp_path, point, str(sample_dir / "describe"))
     assert platform.run().success
     assert snapshot(platform) == clean_state
+
+
+# -- a file that breaks ingest: its quarantine row, then its ledger commit -------------------------------------------
+
+POISON = "poison-pill"  # CDC_FAULT_MARKER: the line holding it breaks ingest (cdc_assets/faults.py)
+
+
+def poisoned_platform(root: Path, describe: Path) -> Platform:
+    """A file whose line breaks ingest while CDC_FAULT_MARKER is set, and a good one after it (so the first commit
+    a run reaches is the failed file's own)."""
+    platform = Platform(root, describe, ["Account"], TEST_SPARK_CONF)
+    platform.land([event("Account", "CREATE", ["001000000000001AAA"], 1_763_800_000_000, tx="a", replay=1,
+                         Name=POISON)], name="a.jsonl")
+    platform.land([event("Account", "CREATE", ["001000000000002AAA"], 1_763_800_001_000, tx="b", replay=2,
+                         Name="Good")], name="b.jsonl")
+    return platform
+
+
+@pytest.mark.parametrize("point", ["ingest.after_quarantine", "ingest.before_commit", "ingest.after_commit"])
+def test_sigkill_while_recording_a_failed_file_then_rerun_equals_clean_run(point, tmp_path, spark, sample_dir,
+                                                                          monkeypatch):
+    """The failed file's own batch writes its quarantine row, then its ledger commit: killed between them (or just
+    before or after the commit), the re-run fails the file again and ends with the tables of a run never killed."""
+    monkeypatch.setenv("CDC_FAULT_MARKER", POISON)
+    clean = poisoned_platform(tmp_path / "clean", sample_dir / "describe")
+    assert clean.run(close_after=0).success
+    expected = snapshot(clean)
+    assert expected["quarantine"][0][:2] == ("a.jsonl", 0) and len(expected["events"]) == 1
+
+    platform = poisoned_platform(tmp_path / "killed", sample_dir / "describe")
+    crash_runner.kill_run(spark, platform.root, point, str(sample_dir / "describe"), ["Account"],
+                          env={"CDC_FAULT_MARKER": POISON})
+    assert platform.run(close_after=0).success
+    assert snapshot(platform) == expected
 
 
 # -- an emulator org: reconcile and resync ----------------------------------------------------------------------------

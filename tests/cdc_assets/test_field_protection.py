@@ -146,3 +146,30 @@ def test_hashing_a_field_of_an_existing_replica_stops_its_runs_until_a_resync(tm
     emails = _org_values(org, {"Contact": ["Email"]})["Contact"]
     rows = platform.rows("Contact")
     assert emails and all(rows[i]["Email"] == hash_text(v.get("Email"), SALT) for i, v in emails.items())
+
+
+def test_an_object_named_with_json_escapes_is_still_protected(tmp_path, spark, sample_dir, monkeypatch):
+    """`"Cont\\u0061ct"` is valid JSON for Contact: its lines are parsed with Contact's schema (decided from the
+    parsed entity, not a text scan), so its hashed Email is stored hashed, and a quarantined line of it redacted."""
+    monkeypatch.setenv(SALT_ENV, SALT)
+    platform = Platform(tmp_path, sample_dir / "describe", ["Account", "Contact"], TEST_SPARK_CONF,
+                        redact_quarantine=True)
+    config = yaml.safe_load(platform.config.read_text())
+    config["objects"][1]["hash"] = ["Email"]
+    platform.config.write_text(yaml.safe_dump(config))
+    platform.set_options()  # the definitions again, from the file
+    escaped = lambda line: line.replace('"entityName": "Contact"', '"entityName": "Cont\\u0061ct"')  # noqa: E731
+    kept, bad = "escaped.kept@example.org", "escaped.quarantined@example.org"
+    platform.land([escaped(event("Contact", "CREATE", ["003000000000001AAA"], 4102444800000, LastName="Kept",
+                                 Email=kept)),
+                   escaped(event("Contact", "CREATE", ["003000000000002AAA"], 4102444801000, LastName="Bad",
+                                 Email=bad, HasOptedOutOfEmail="maybe")),  # a value that does not fit: quarantined
+                   event("Account", "CREATE", ["001000000000001AAA"], 4102444802000, Name="Plain")])
+    assert "Cont\\u0061ct" in next(platform.landing.glob("*.jsonl")).read_text()
+    assert platform.run(close_after=0).success
+
+    stored = _stored_text([platform.warehouse])
+    assert kept not in stored and bad not in stored
+    assert platform.rows("Contact")["003000000000001AAA"]["Email"] == hash_text(kept, SALT)
+    [quarantined] = platform.quarantine()
+    assert quarantined["source_line"] == 2 and '"Email": "<redacted>"' in quarantined["raw"]

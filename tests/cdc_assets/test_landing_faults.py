@@ -1,13 +1,19 @@
 """Landing faults (docs/design/contract.md §2, §9): unreadable files and huge lines are quarantined whole, the rest
-still applies."""
+still applies; a file that breaks ingest on its own is quarantined whole and holds back no other, and an environment
+that fails blames no file."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import shutil
 
+import dagster as dg
 import pytest
 
+from cdc_assets.ingest import pending_files
+from resources.delta import DeltaWarehouse
+from resources.landing_zone import LandingZone
 from settings import TEST_SPARK_CONF
 from event_lines import event
 from harness import Platform
@@ -65,3 +71,72 @@ def test_blank_lines_are_read_and_counted_and_unicode_separators_stay_inside_the
     assert platform.quarantine() == []
     assert platform.rows("Account")[A1]["Description"] == text
     assert [e["source_line"] for e in sorted(platform.change_events(), key=lambda e: e["source_line"])] == [1, 4]
+
+
+POISON = "poison-pill"  # the text that makes a line break ingest (cdc_assets/faults.py data_fault_point)
+IDS = [f"001{n:012d}AAA" for n in range(1, 5)]
+
+
+def land_four_with_one_poisoned(platform: Platform) -> None:
+    """f0..f3.jsonl, one Account each; f1's line breaks ingest while CDC_FAULT_MARKER is set."""
+    for n, record_id in enumerate(IDS):
+        platform.land([event("Account", "CREATE", [record_id], T0 + n * 1000, Name=POISON if n == 1 else f"A{n}")],
+                      name=f"f{n}.jsonl")
+
+
+def test_a_file_that_breaks_ingest_is_quarantined_whole_and_holds_back_no_other(platform, monkeypatch):
+    land_four_with_one_poisoned(platform)
+    monkeypatch.setenv("CDC_FAULT_MARKER", POISON)
+    result = platform.run(close_after=0, checks=True)
+
+    assert result.success
+    ce = platform.materialization(result, "change_events")
+    assert (ce["files"], ce["files_failed"], ce["ingested"], ce["lines_quarantined"]) == (4, 1, 3, 0)
+    assert ce["failed_files"] == ["f1.jsonl"]
+    [row] = platform.quarantine()
+    assert (row["source_file"], row["source_line"], row["raw"]) == ("f1.jsonl", 0, None)
+    assert row["reason"].startswith("file failed to ingest on its own, twice (InjectedDataFault: fault injected at "
+                                    "ingest.poisoned_line: a line holds the text 'poison-pill'")
+    assert set(platform.rows("Account")) == {IDS[0], IDS[2], IDS[3]}
+    check = {e.check_name: e for e in result.get_asset_check_evaluations()
+             if e.asset_key == dg.AssetKey("change_events")}["no_failed_landing_files"]
+    assert not check.passed and "f1.jsonl" in check.description and "land the file again" in check.description
+
+    again = platform.run(close_after=0, checks=True)  # recorded as ingested: not retried forever
+    assert platform.materialization(again, "change_events")["files"] == 0
+    monkeypatch.delenv("CDC_FAULT_MARKER")  # the cause fixed, the file landed again under a new name
+    shutil.copy(platform.landing / "f1.jsonl", platform.landing / "f1-again.jsonl")
+    fixed = platform.run(close_after=0)
+    assert platform.materialization(fixed, "change_events")["ingested"] == 1
+    assert set(platform.rows("Account")) == set(IDS)
+
+
+def test_a_file_is_not_blamed_when_the_environment_fails_with_it(platform, monkeypatch):
+    """The poisoned file fails alone, but `_quarantine` cannot be loaded either (a store that fails): the run
+    fails as before, nothing is quarantined, and the file stays pending until the store is back; then it is."""
+    land_four_with_one_poisoned(platform)
+    log = platform.warehouse / "_quarantine" / "_delta_log"
+    log.mkdir(parents=True)
+    (log / "00000000000000000000.json").write_text("{not a delta log\n")
+    monkeypatch.setenv("CDC_FAULT_MARKER", POISON)
+    failed = platform.run(close_after=0, raise_on_error=False)
+
+    assert not failed.success
+    warehouse, landing = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
+    # The first half went on (f0), then the run stopped at f1: the files after it wait for the next run.
+    assert [f.path for f in pending_files(warehouse, landing)] == ["f1.jsonl", "f2.jsonl", "f3.jsonl"]
+    assert [e["record_id"] for e in platform.change_events()] == [IDS[0]]
+    shutil.rmtree(log.parent)  # the store is back
+    assert platform.run(close_after=0).success
+    assert [(q["source_file"], q["source_line"]) for q in platform.quarantine()] == [("f1.jsonl", 0)]
+    assert pending_files(warehouse, landing) == []
+
+
+def test_an_environment_failure_fails_the_run_and_blames_no_file(platform, monkeypatch):
+    land_four_with_one_poisoned(platform)
+    monkeypatch.setenv("CDC_FAULT_POINT", "ingest.after_parse")  # as a lost connection would: every batch fails
+    assert not platform.run(close_after=0, raise_on_error=False).success
+    assert platform.quarantine() == [] and platform.change_events() == []
+    monkeypatch.delenv("CDC_FAULT_POINT")
+    assert platform.run(close_after=0).success
+    assert set(platform.rows("Account")) == set(IDS)

@@ -57,3 +57,11 @@ def test_a_line_that_is_not_json_is_replaced_whole_and_foreign_objects_stay():
 def test_without_the_option_lines_stay_as_landed():
     line = event("Account", "UPDATE", [ID], 1, Name="Secret Corp")
     assert redacted(_entries(line, "{bad"), _schemas(False))["raw"].to_pylist() == [line, "{bad"]
+
+
+def test_json_python_cannot_read_is_replaced_whole():
+    """A 5,000-digit number is valid JSON that Python refuses to read (a ValueError, not a JSONDecodeError): the
+    line is replaced whole, instead of failing the batch that quarantines it (every run, for ever)."""
+    line = event("Account", "UPDATE", [ID], 1, Name="Secret Corp")
+    huge = line.replace('"Name": "Secret Corp"', f'"Name": "Secret Corp", "Big": {"9" * 5000}')
+    assert redacted(_entries(huge), _schemas(True))["raw"].to_pylist() == [REDACTED_LINE]

@@ -18,11 +18,18 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from cdc_assets.config import UpkeepConfig
+from cdc_assets.faults import InjectedFault
+from cdc_assets.upkeep.landing import retire_landing
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.dead_letters import read_dead_letters
+from cdc_subscriber.landing import LandingFileWriter
 from cdc_subscriber.position import PositionStore, topic_slug
 from cdc_subscriber.service import ALL_CHANGES, FAULT_POINTS
 from cdc_subscriber.status import StatusReporter
+from event_lines import event
+from resources.delta import DeltaWarehouse
+from resources.landing_zone import LandingZone
 from subscriber_harness import landed, resource
 from harness import Platform
 from org_compare import differences
@@ -219,3 +226,36 @@ def poisoned_stream(org: Emulator, platform: Platform, workload: Workload, poiso
         if not requests:
             return modes
     raise AssertionError(f"the reconciliation sensor still asks for runs after 4 rounds ({modes})")
+
+
+def test_a_file_landed_again_under_a_retired_files_name_is_ingested(tmp_path, spark, sample_dir, monkeypatch):
+    """Killed after its first file's rename (`subscriber.after_rename`), before saving its position, the subscriber
+    lands those events again from the same first event, so under the same name: free once upkeep retired the first
+    file. The new file holds more events; the ledger takes it for the new file it is, and every event is ingested."""
+    platform = Platform(tmp_path / "p", sample_dir / "describe", ["Account"], TEST_SPARK_CONF, close_after=0)
+    t0 = 1_763_800_000_000
+    events = [(event("Account", "CREATE", [f"001{n:012d}AAA"], t0 + n, tx=f"t{n}", replay=n + 1, Name=f"A{n}"),
+               t0 + n, f"t{n}", (n + 1).to_bytes(8, "big")) for n in range(4)]
+    acknowledged: list = []
+
+    def subscriber_lands(count: int) -> Path | str | None:
+        writer = LandingFileWriter(platform.landing, lambda path, lines, replay: acknowledged.append(path))
+        for line, ts, key, replay in events[:count]:
+            writer.write(line, ts, key, replay)
+        return writer.roll()
+
+    monkeypatch.setenv("CDC_FAULT_POINT", "subscriber.after_rename")
+    with pytest.raises(InjectedFault):
+        subscriber_lands(2)
+    monkeypatch.delenv("CDC_FAULT_POINT")
+    [first] = [p for p in platform.landing.rglob("*.jsonl")]
+    assert acknowledged == []  # its position was never saved: the events come again
+    platform.run()
+    assert platform.materialization(platform.run(), "change_events")["files"] == 0  # still in the zone: not re-read
+    warehouse, landing = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
+    assert retire_landing(warehouse, landing, UpkeepConfig()).files_retired == 1
+
+    assert subscriber_lands(4) == first  # restarted: the same events and more, under the first file's name
+    platform.run()
+    assert sorted(platform.rows("Account")) == [f"001{n:012d}AAA" for n in range(4)]
+    assert len(platform.change_events()) == 4

@@ -44,6 +44,7 @@ def visible(landing: LandingZone) -> list[str]:
 def test_upkeep_retires_ingested_files_only_and_sets_the_ledger_horizon(platform):
     warehouse, landing = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
     ingested = visible(landing)
+    ledger = [file_app_id(f) for f in landing.list_files()]
     platform.land([event("Account", "UPDATE", [IDS[0]], T0 + 9000, tx="u", Name="later")], name="waiting.jsonl")
 
     values = upkeep_table(warehouse, CHANGE_EVENTS, UpkeepConfig(), replicated=["Account"], landing=landing)
@@ -55,7 +56,7 @@ def test_upkeep_retires_ingested_files_only_and_sets_the_ledger_horizon(platform
     assert archived == sorted(ingested)
     table = warehouse.table(CHANGE_EVENTS)
     assert table.metadata().configuration[TXN_RETENTION] == f"interval {168 * 3600} seconds"
-    assert all(table.transaction_version(f"landing:{p}") == 1 for p in ingested)  # still remembered
+    assert all(table.transaction_version(key) == 1 for key in ledger)  # still remembered
     platform.run()
     assert platform.rows("Account")[IDS[0]]["Name"] == "later"
 
@@ -63,10 +64,11 @@ def test_upkeep_retires_ingested_files_only_and_sets_the_ledger_horizon(platform
 def test_a_retired_file_landed_again_is_skipped_then_all_duplicates_once_forgotten(platform):
     warehouse, landing = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
     first = visible(landing)[0]
+    first_key = file_app_id(landing.list_files()[0])
     upkeep_table(warehouse, CHANGE_EVENTS, UpkeepConfig(), replicated=["Account"], landing=landing)
     before = platform.rows("Account")
 
-    shutil.copy2(Path(landing.archive_path) / first, platform.landing / first)  # the same file again
+    shutil.copy2(Path(landing.archive_path) / first, platform.landing / first)  # the same file again (same mtime)
     assert pending_files(warehouse, landing) == []  # remembered: skipped unread
     # A 2 s ledger: the file's app transaction, stamped when it was ingested, is older than that.
     time.sleep(2.1)
@@ -75,8 +77,8 @@ def test_a_retired_file_landed_again_is_skipped_then_all_duplicates_once_forgott
     assert values["landing_files_retired"] == 0 and values["landing_files_pending"] == 1
     table = warehouse.table(CHANGE_EVENTS)
     known = warehouse.app_transactions(table)
-    assert file_app_id(landing.list_files()[0]) not in known
-    assert DeltaTable(table.table_uri).transaction_version(f"landing:{first}") is None  # delta-rs agrees
+    assert file_app_id(landing.list_files()[0]) == first_key not in known
+    assert DeltaTable(table.table_uri).transaction_version(first_key) is None  # delta-rs agrees
     assert "change_events" in known  # the ingest position never expires
 
     result = platform.run()

@@ -29,7 +29,8 @@ SOURCES = ("cdc", "snapshot", "reconcile", "poll")
 NOT_NULL = frozenset({"Id", "_sf_deleted", "_sf_source", "_sf_synced_at", BUCKET_COLUMN})
 
 
-TIME_OF_DAY = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z$"
+# Java's regex (Spark's RLIKE), anchored absolutely: its `$` also matches before a final line break.
+TIME_OF_DAY = r"\A([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z\z"
 
 
 def _value_checks(sf_type: str) -> list[Check]:

@@ -242,6 +242,7 @@ class IngestState(_CommitState):
     newest: Newest | None = None
     last_ingested_at: str | None = None  # when `newest` last moved forward (the close timer, closure.py)
     entity_seq: dict[str, int] = field(default_factory=dict)  # entity -> last ingest that stored rows of it
+    entities_untracked: int = 0  # unreplicated entities this ingest stored rows of but left out of entity_seq (bound)
     files: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     run_id: str | None = None

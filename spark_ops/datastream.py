@@ -77,6 +77,7 @@ _MAP = "map<string,string>"
 _ISO_ZONED = r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})\z"
 _ISO_LOCAL = r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?\z"
 _EPOCH_MS = r"\A-?[0-9]{1,18}\z"  # a long (the range check keeps timestamp_millis from overflowing)
+_CDC_METHOD, _BACKFILL_METHOD = r"(\A|-)cdc\z", r"(\A|-)backfill\z"  # `salesforce-cdc`, `cdc`, ...
 
 
 def _instant(text: str) -> str:
@@ -121,7 +122,8 @@ parts AS (
 decoded AS (
   SELECT *, coalesce(nullif(element_at(_meta, 'object_name'), ''), element_at(_top, 'object')) AS entity,
          upper(element_at(_meta, 'change_type')) AS _change,
-         CASE WHEN _read_method RLIKE '(\\A|-)cdc\\z' THEN 'cdc' WHEN _read_method RLIKE '(\\A|-)backfill\\z'
+         CASE WHEN _read_method RLIKE {literal(_CDC_METHOD)} THEN 'cdc'
+              WHEN _read_method RLIKE {literal(_BACKFILL_METHOD)}
               THEN 'backfill' END AS _method,
          element_at(_payload, 'Id') AS _id,
          coalesce({_instant("element_at(_top, 'source_timestamp')")},

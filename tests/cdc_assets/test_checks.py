@@ -221,7 +221,8 @@ def test_org_knows_ids_fails_for_a_refused_id_or_too_many_unknown_ones():
     assert not result.passed and meta(result)["ids_unknown_to_org"] == MAX_UNKNOWN_IDS + 1
     assert f"{MAX_UNKNOWN_IDS + 1} dirty ids are unknown to the org, more than {MAX_UNKNOWN_IDS} (e.g. " \
            "001000000000009AAA)" in result.description
-    refused = replace(quiet, unknown=0, refused=1, refused_examples=["'001000000000001ZZZ': MALFORMED_ID: malformed id"])
+    refused = replace(quiet, unknown=0, refused=1,
+                      refused_examples=["'001000000000001ZZZ': MALFORMED_ID: malformed id"])
     result = check_org_knows_ids(ReplicaState(reconciled=refused), "Account")
     assert not result.passed and meta(result)["refused_examples"] == refused.refused_examples
     assert "refused 1 record ids as malformed ('001000000000001ZZZ'" in result.description

@@ -308,7 +308,7 @@ def _oversized_sql() -> str:
     """SQL: why an event that reads as one names too many records to explode into change rows (`MAX_RECORD_IDS`,
     `MAX_EVENT_BYTES`), else null. The field map's size is summed only for a line whose ids times its length could
     pass the bound (Spark's `AND` evaluates its right side only when the left holds)."""
-    n = "size(record_ids)"
+    n = "CAST(size(record_ids) AS BIGINT)"  # ids times bytes passes an int's range
     field_bytes = ("aggregate(map_entries(fields), 0L, "
                    "(t, e) -> t + octet_length(e.key) + coalesce(octet_length(e.value), 0))")
     return f"""CASE WHEN {n} > {MAX_RECORD_IDS}

@@ -195,7 +195,6 @@ def test_ids_the_org_refuses_or_does_not_know_leave_reconciliation_counted_and_f
     call of its object (MALFORMED_ID for the whole batch, as Salesforce answers), so the object's reconcile failed
     for good; 101 invented ids became rows. Now the refused id is isolated, the real record reconciles, the
     invented ids end deleted as design §6 says, and the org_knows_ids check names both."""
-    from cdc_assets.checks import ORG_KNOWS_IDS
     from event_lines import event
     from salesforce_emulator.ids import make_id
 
@@ -221,6 +220,8 @@ def test_ids_the_org_refuses_or_does_not_know_leave_reconciliation_counted_and_f
     meta = platform.materialization_of("Account")
     assert (meta["ids_refused"], meta["reconciled_gone"], meta["reconciled_found"]) == (1, 101, 1)
     assert org.request_counts()["composite_retrieve"] == 3  # the failed call, the refused id alone, the others
+    from cdc_assets.checks import ORG_KNOWS_IDS
+
     check = platform.check_results(result, "Account")[ORG_KNOWS_IDS]
     assert not check.passed
     assert f"refused 1 record ids as malformed ('{refused}': MALFORMED_ID: malformed id {refused})" in check.description

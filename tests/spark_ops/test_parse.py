@@ -164,7 +164,8 @@ def test_account_name_is_text_for_a_business_account_and_components_for_a_person
 
 
 @pytest.mark.parametrize("value, fits", [("08:30:00.000Z", True), ("23:59:59.999Z", True), ("08:30", False),
-                                         ("8:30:00.000Z", False), ("24:00:00.000Z", False), ("08:30:00Z", False)])
+                                         ("8:30:00.000Z", False), ("24:00:00.000Z", False), ("08:30:00Z", False),
+                                         ("08:30:00.000Z\n", False)])
 def test_a_time_value_must_be_hh_mm_ss_sss_z(spark, person_org_schemas, value, fits):
     rows, bad = parse(spark, person_org_schemas, [event("Contact", "UPDATE", [C1], 1, Best_Time_To_Call__c=value)])
     assert (bad == {}) is fits

@@ -117,11 +117,13 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
     # Carried: an active poll cursor (a reconcile or resync run of a polled object applies too; dropping the cursor
-    # would restart polling behind the replica's newest row, past changes never read). Not carried: an inactive
-    # one (after a poll -> cdc hand-off the object is CDC's), the last reconcile, counts.
+    # would restart polling behind the replica's newest row, past changes never read); the last reconcile (the
+    # org_knows_ids check judges what it found). Not carried: an inactive cursor (after a poll -> cdc hand-off the
+    # object is CDC's), counts.
     state = ReplicaState(applied_through=max(applied, ce_seq), resync_pending=prev.resync_pending,
-                         resynced=prev.resynced, last_commit_ts=prev.last_commit_ts, run_id=run_id,
-                         synced_at=now.isoformat(), poll=prev.poll if prev.poll and prev.poll.active else None)
+                         resynced=prev.resynced, reconciled=prev.reconciled, last_commit_ts=prev.last_commit_ts,
+                         run_id=run_id, synced_at=now.isoformat(),
+                         poll=prev.poll if prev.poll and prev.poll.active else None)
     new_rows = schema.arrow_schema().empty_table()
     versions = None
     buckets: list[str] = []

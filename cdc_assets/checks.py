@@ -1,6 +1,6 @@
 """Asset checks on every replica (docs/design/contract.md §9, §10): what a reader of the table needs to be true.
 
-One `multi_asset_check` per replica asset runs six checks (eight for a polled object) in one step right after the
+One `multi_asset_check` per replica asset runs seven checks (nine for a polled object) in one step right after the
 asset (a `dg.materialize` or a sensor run that selects the asset includes them), reading the table and its replica
 state (`ReplicaState`, cdc_assets/state.py) once:
 
@@ -13,6 +13,8 @@ state (`ReplicaState`, cdc_assets/state.py) once:
 - `quarantine_empty`: `_quarantine` has no rows newer than the last acknowledgement (`acknowledge_quarantine`);
 - `freshness`: the newest applied change is less than the object's `freshness` (default `freshness_seconds`) old (a quiet org trips it too, so it only
   warns);
+- `org_knows_ids`: the last reconcile met no id the org refuses (malformed) and at most `MAX_UNKNOWN_IDS` ids the org
+  does not know (cdc_assets/sync.py): more means a landing writer invents record ids;
 - objects with `formulas` only (cdc_assets/formulas/freshness.py): `formulas_fresh`: no live row's formula values
   are older than twice the full-pass interval;
 - polled objects only (cdc_assets/poll/compare.py): `poll_hard_deletes` (ERROR): the last Id comparison did not
@@ -68,7 +70,8 @@ NO_STALE_DIRTY = "no_stale_dirty"
 NO_PENDING_RESYNC = "no_pending_resync"
 QUARANTINE_EMPTY = "quarantine_empty"
 FRESHNESS = "freshness"
-CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS)
+ORG_KNOWS_IDS = "org_knows_ids"
+CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS, ORG_KNOWS_IDS)
 POLL_HARD_DELETES = "poll_hard_deletes"
 POLL_OVERLAP = "poll_overlap"
 POLL_CHECKS = (POLL_HARD_DELETES, POLL_OVERLAP)  # polled objects only (cdc_assets/poll/compare.py)
@@ -79,6 +82,9 @@ SCHEMA_FINGERPRINT, REUSED_FROM = "schema_fingerprint", "reused_from_run"
 BY_VERSION = (SCHEMA, UNIQUE_ID)  # answers for the table version (and the expected schema) alone
 
 DIRTY_THRESHOLD_OPTION, FRESHNESS_OPTION = "dirty_threshold_seconds", "freshness_seconds"  # ReplicationOptions
+# Dirty ids one reconcile may find unknown to the org (records created and hard-deleted before it): beyond it, a
+# writer is inventing ids (each costs API calls and leaves a deleted row).
+MAX_UNKNOWN_IDS = 100
 EXAMPLES = 10
 TS = pa.timestamp("us", tz="UTC")
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -100,6 +106,8 @@ DESCRIPTIONS = {
     POLL_OVERLAP: "The last Id comparison found no record committed later than poll_overlap (one it found means "
                   "the overlap is too short for this org).",
     FORMULAS_FRESH: FORMULAS_FRESH_DESCRIPTION,
+    ORG_KNOWS_IDS: f"The last reconcile met no record id the org refuses as malformed and at most {MAX_UNKNOWN_IDS} "
+                   "ids the org does not know (neither retrieved nor found by queryAll).",
 }
 
 
@@ -349,6 +357,34 @@ def check_poll_overlap(state: ReplicaState, name: str, overlap: float) -> dg.Ass
                     f"{name} in replication.yaml.")
 
 
+def check_org_knows_ids(state: ReplicaState, name: str) -> dg.AssetCheckResult:
+    """What the last reconcile took out of the dirty set without a record (cdc_assets/sync.py): any id the org
+    refused, or more than `MAX_UNKNOWN_IDS` ids it does not know, fails."""
+    last = state.reconciled
+    if last is None:
+        return _result(ORG_KNOWS_IDS, True, {"ids_unknown_to_org": 0, "ids_refused": 0}, "No reconcile yet.")
+    meta = {"reconciled_at": last.at, "dirty_fetched": last.records, "ids_unknown_to_org": last.unknown,
+            "ids_refused": last.refused, "max_unknown_ids": MAX_UNKNOWN_IDS,
+            "unknown_examples": dg.MetadataValue.json(last.unknown_examples),
+            "refused_examples": dg.MetadataValue.json(last.refused_examples)}
+    problems = []
+    if last.refused:
+        problems.append(
+            f"the org refused {last.refused} record ids as malformed ({'; '.join(last.refused_examples[:3])})")
+    if last.unknown > MAX_UNKNOWN_IDS:
+        problems.append(f"{last.unknown} dirty ids are unknown to the org, more than {MAX_UNKNOWN_IDS} (e.g. "
+                        f"{', '.join(last.unknown_examples[:5])})")
+    if not problems:
+        return _result(ORG_KNOWS_IDS, True, meta,
+                       f"The reconcile of {last.at} fetched {last.records} dirty records; {last.unknown} ids unknown "
+                       f"to the org (at most {MAX_UNKNOWN_IDS}), none refused.")
+    return _result(ORG_KNOWS_IDS, False, meta,
+                   f"The reconcile of {name} at {last.at}: {' and '.join(problems)}. No Salesforce event names such "
+                   f"ids: a landing writer made them up. Their rows were marked deleted and left reconciliation; "
+                   f"find the landing files that named them (change_events, column record_id) and fix or stop that "
+                   f"writer. The check passes again after a reconcile that meets none.")
+
+
 def schema_fingerprint(schema: ObjectSchema) -> str:
     """What the `schema` check's expectation is built from, as a short hash: the same in every process (sets are
     sorted: their order follows the process's string hashing)."""
@@ -380,7 +416,7 @@ def reused_result(instance: dg.DagsterInstance, key: dg.AssetCheckKey, table: De
 
 
 def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
-    """The six checks of one replica asset (and the two poll checks of a polled one), as one multi-asset check (one step, one read of the replica state).
+    """The seven checks of one replica asset (and the two poll checks of a polled one), as one multi-asset check (one step, one read of the replica state).
 
     The expected schema comes from describe() as the asset gets it (the describe file, else the copy kept with the
     table); checks never call the org.
@@ -425,6 +461,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
                                                          now=now),
             QUARANTINE_EMPTY: lambda: check_quarantine_empty(warehouse),
             FRESHNESS: lambda: check_freshness(table, state, sobject.name, threshold=freshness, now=now),
+            ORG_KNOWS_IDS: lambda: check_org_knows_ids(state, sobject.name),
             POLL_HARD_DELETES: lambda: check_poll_hard_deletes(state, sobject.name),
             POLL_OVERLAP: lambda: check_poll_overlap(state, sobject.name, sobject.poll.overlap),
             FORMULAS_FRESH: lambda: check_formulas_fresh(table, sobject.name, sobject.formulas, now),

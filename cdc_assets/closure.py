@@ -18,6 +18,13 @@ What the rule reads is kept by ingest in change_events' commit state (`IngestSta
 - `entity_seq`: per entity, the last ingest sequence number that stored rows of it (a replica whose
   `applied_through` is below it has rows to apply).
 
+**Bounded, whatever lands.** Every change_events commit carries this state, so it must not grow with what a writer
+invents: rows of an entity that is not replicated are stored (and counted `ignored`), but a new such entity enters
+`entity_seq` only while it names fewer than `MAX_TRACKED_ENTITIES` entities (no replica reads the entry of an entity
+that is not replicated; one added to replication.yaml later starts from a full load). The others are counted
+(`IngestState.entities_untracked`, and a warning). A newest transaction touching more entities than that records
+them as unknown (`entities` None: every replica may hold it), the safe reading.
+
 **One decision a run** (`Cut`): each replica step would otherwise read change_events and the clock for itself, and
 two replicas of one run could disagree (one holds transaction TX, the other applies it, both recording the same
 `applied_through`) at the timeout boundary or when another run ingests in between. So `decide` is made once, by
@@ -34,6 +41,7 @@ taken after it; a resync replays every event from the first overflow (or held ro
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
@@ -42,7 +50,10 @@ import pyarrow.compute as pc
 
 from cdc_assets.state import Held, IngestState, Newest, ReplicaState, ResyncPending
 
+log = logging.getLogger(__name__)
+
 UTC_US = pa.timestamp("us", tz="UTC")
+MAX_TRACKED_ENTITIES = 1_000  # entities change_events' state names before new unreplicated ones stop being added
 
 
 def open_transaction(ce_state: IngestState, close_after: float, clock: datetime) -> str | None:
@@ -72,21 +83,41 @@ def _entities_of(rows: pa.Table, transaction_key: str) -> set[str]:
 
 def ingest_progress(previous: IngestState, fresh: pa.Table, seq: int, now: datetime) -> IngestState:
     """change_events' state after storing `fresh` rows as ingest `seq` at `now` (the closure part: `newest`,
-    `last_ingested_at`, `entity_seq`; the rest as `previous`)."""
+    `last_ingested_at`, `entity_seq`, `entities_untracked`; the rest as `previous`). `fresh` rows of a replicated
+    entity have `typed` true (rows without the column count as replicated)."""
     before, candidate = previous.newest, newest_event(fresh)
     moved = candidate is not None and (not before or candidate.position > before.position)
     newest = candidate if moved else before
     if newest is not None and fresh.num_rows:
         same = before is not None and before.transaction_key == newest.transaction_key
         known = set(before.entities or []) if same else set()
-        # Unknown (state written before entities were recorded) stays unknown: every replica may hold it.
+        # Unknown (written before entities were recorded, or too many) stays unknown: every replica may hold it.
         if not same or before.entities is not None:
-            newest = replace(newest, entities=sorted(known | _entities_of(fresh, newest.transaction_key)))
-    entity_seq = dict(previous.entity_seq)
-    if fresh.num_rows:
-        entity_seq |= {e: seq for e in pc.unique(fresh["entity"]).to_pylist()}
-    return replace(previous, ingest_seq=seq, newest=newest, entity_seq=entity_seq,
+            entities = known | _entities_of(fresh, newest.transaction_key)
+            newest = replace(newest, entities=sorted(entities) if len(entities) <= MAX_TRACKED_ENTITIES else None)
+    entity_seq, untracked = _entity_seq(previous.entity_seq, fresh, seq)
+    if untracked:
+        log.warning("Ingest %d stored rows of %d more entities that are not replicated: change_events' state names "
+                    "%d entities at most, so they are not tracked there (their rows are kept). Many invented object "
+                    "names usually mean a misbehaving landing writer: check what lands.", seq, untracked,
+                    MAX_TRACKED_ENTITIES)
+    return replace(previous, ingest_seq=seq, newest=newest, entity_seq=entity_seq, entities_untracked=untracked,
                    last_ingested_at=now.isoformat() if moved else previous.last_ingested_at)
+
+
+def _entity_seq(previous: dict[str, int], fresh: pa.Table, seq: int) -> tuple[dict[str, int], int]:
+    """`entity_seq` with the entities of `fresh` at `seq`: replicated ones and those already named always, a new
+    unreplicated one while fewer than `MAX_TRACKED_ENTITIES` are named; and how many new ones were left out."""
+    entity_seq = dict(previous)
+    if not fresh.num_rows:
+        return entity_seq, 0
+    typed = pc.fill_null(fresh["typed"], False) if "typed" in fresh.column_names else pa.repeat(True, fresh.num_rows)
+    replicated = set(pc.unique(fresh.filter(typed)["entity"]).to_pylist())
+    entity_seq |= {e: seq for e in replicated | (set(pc.unique(fresh["entity"]).to_pylist()) & set(previous))}
+    others = sorted(set(pc.unique(fresh.filter(pc.invert(typed))["entity"]).to_pylist()) - set(entity_seq))
+    room = max(MAX_TRACKED_ENTITIES - len(entity_seq), 0)
+    entity_seq |= {e: seq for e in others[:room]}
+    return entity_seq, len(others[room:])
 
 
 def holders(ce_state: IngestState, replicated: set[str]) -> set[str]:

@@ -107,10 +107,20 @@ class Resynced(_State):
     reason: str
 
 
+UNKNOWN_ID_EXAMPLES = 10  # ids a reconcile keeps as examples of those the org refused or does not know
+
+
 @dataclass(frozen=True)
 class Reconciled(_State):
+    """The last reconcile (cdc_assets/sync.py): when, how many dirty records it fetched, and the ids it took out of
+    the dirty set without a record: `unknown` the org does not know, `refused` it rejects as malformed (a few of
+    each as examples, a refused one with the org's error)."""
     at: str
     records: int
+    unknown: int = 0
+    unknown_examples: list[str] = field(default_factory=list)
+    refused: int = 0
+    refused_examples: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, order=True)
@@ -244,6 +254,7 @@ class IngestState(_CommitState):
     newest: Newest | None = None
     last_ingested_at: str | None = None  # when `newest` last moved forward (the close timer, closure.py)
     entity_seq: dict[str, int] = field(default_factory=dict)  # entity -> last ingest that stored rows of it
+    entities_untracked: int = 0  # unreplicated entities this ingest stored rows of but left out of entity_seq (bound)
     files: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     run_id: str | None = None

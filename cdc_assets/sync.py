@@ -8,14 +8,26 @@ just before the overflow, so the apply step that follows re-folds every event si
 per-record guard skips events at or before each record's SystemModstamp and applies the newer ones.
 
 **Reconcile**: dirty records are fetched by id with sObject Collections (2,000 ids a call); ids that come back null
-are looked up with `queryAll` (deleted or gone: both end deleted). The fetched rows are the org's current state and
-win outright: they are written in one merge commit that also clears the dirty flags, whatever the replica row held.
-No change event is folded over them: every event ingested up to the apply checkpoint was delivered, so committed,
-before the fetch, and is already in the fetched state, whatever its timestamp says. (Comparing stamps instead would
-let a fetched row whose SystemModstamp is older than the replica row's `_sf_commit_ts` lose to an event it already
-contains; a real org stamps a transaction before it commits, so stamps are not commit order.) Events ingested later,
-and held transactions, are folded over the reconciled rows by the apply step that follows, by the per-record guard:
-those at or before the fetched SystemModstamp are superseded, newer ones applied.
+are looked up with `queryAll` (deleted or gone: both end deleted). Two kinds of id leave the dirty set with a count
+instead of a record, so that no landed line can stop the object's reconciliation or pass unnoticed:
+
+- ids the org *refuses* (MALFORMED_ID: an id without an id's form, or with a wrong case-safe suffix): a call
+  holding one fails whole, so they are isolated (`SalesforceResource.retrieve`), never asked with queryAll, and
+  their rows marked deleted (`ids_refused`);
+- ids the org *does not know* (null from the retrieve, absent from queryAll: a record hard-deleted before the
+  reconcile, or an id a writer invented): marked deleted as design §6 says (`reconciled_gone`).
+
+Both are recorded with examples in the replica state (`Reconciled`), and the `org_knows_ids` check
+(cdc_assets/checks.py) fails for any refused id or more unknown ones than it allows.
+
+The fetched rows are the org's current state and win outright: they are written in one merge commit that also clears
+the dirty flags, whatever the replica row held. No change event is folded over them: every event ingested up to the
+apply checkpoint was delivered, so committed, before the fetch, and is already in the fetched state, whatever its
+timestamp says. (Comparing stamps instead would let a fetched row whose SystemModstamp is older than the replica row's
+`_sf_commit_ts` lose to an event it already contains; a real org stamps a transaction before it commits, so stamps are
+not commit order.) Events ingested later, and held transactions, are folded over the reconciled rows by the apply step
+that follows, by the per-record guard: those at or before the fetched SystemModstamp are superseded, newer ones
+applied.
 
 Both leave the table as a re-run would make it: the overwrite and the merge are single commits.
 """
@@ -39,7 +51,7 @@ from cdc_assets.formulas.rows import with_formulas
 from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
 from cdc_assets.snapshot import (STAGE_BATCH_RECORDS, StageState, discard_stage, stage_app, stage_missing, stage_name,
                                  stage_snapshot, staged_files, swapped_at)
-from cdc_assets.state import Reconciled, ReplicaState, Resynced
+from cdc_assets.state import Reconciled, ReplicaState, Resynced, UNKNOWN_ID_EXAMPLES
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
 from resources.delta import DeltaWarehouse, aligned_arrow, next_version
 from resources.salesforce import BulkPosition, SalesforceResource, select_soql
@@ -137,9 +149,10 @@ def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema:
     ids = dirty["Id"].to_pylist()
     fault_point("reconcile.after_dirty_read")
     fields = [f for f in schema.org_fields if f != "IsDeleted"]  # a retrieved record is not deleted
-    fetched = list(salesforce.retrieve(schema.name, ids, fields))
+    refused: dict[str, str] = {}  # id -> the org's error (module docstring)
+    fetched = list(salesforce.retrieve(schema.name, ids, fields, refused=refused))
     found = [r for r in fetched if r is not None]
-    missing = [i for i, r in zip(ids, fetched) if r is None]
+    missing = [i for i, r in zip(ids, fetched) if r is None and i not in refused]
     fault_point("reconcile.after_retrieve")
     parts = [replica_rows(records_to_text(found, fields), schema, source=RECONCILE, synced_at=now)] if found else []
 
@@ -149,26 +162,29 @@ def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema:
         parts.append(replica_rows(records_to_text(deleted_in_org, fields + ["IsDeleted"]), schema,
                                   source=RECONCILE, synced_at=now))
     gone = sorted(set(missing) - {r["Id"] for r in deleted_in_org})
-    if gone:
-        parts.append(mark_deleted(dirty.filter(pc.is_in(dirty["Id"], value_set=pa.array(gone, pa.string()))),
-                                  at=now, source=RECONCILE, synced_at=now))
+    if gone or refused:  # neither is a record the org has: both leave the dirty set, deleted
+        unknown = pa.array(gone + sorted(refused), pa.string())
+        parts.append(mark_deleted(dirty.filter(pc.is_in(dirty["Id"], value_set=unknown)), at=now, source=RECONCILE,
+                                  synced_at=now))
 
     rows = pa.concat_tables(parts).cast(target)  # the org's current state: it wins (module docstring)
     fault_point("reconcile.after_fold")  # the rows are final (the name predates the rule: nothing is folded)
     prev = ReplicaState.read(warehouse, replica)
     applied = replica.transaction_version(APPLY_APP) or 0
 
-    state = replace(prev, run_id=run_id, synced_at=now.isoformat(),
-                    reconciled=Reconciled(at=now.isoformat(), records=len(ids)))
+    refused_examples = [f"{i!r}: {e}" for i, e in sorted(refused.items())[:UNKNOWN_ID_EXAMPLES]]
+    state = replace(prev, run_id=run_id, synced_at=now.isoformat(), reconciled=Reconciled(
+        at=now.isoformat(), records=len(ids), unknown=len(gone), unknown_examples=gone[:UNKNOWN_ID_EXAMPLES],
+        refused=len(refused), refused_examples=refused_examples))
     fault_point("reconcile.before_commit")
     warehouse.upsert(schema.name, rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
                      partition_values=rows[BUCKET_COLUMN].to_pylist(), key=state.KEY, state=state.to_dict(),
                      txns={APPLY_APP: applied})
     fault_point("reconcile.after_commit")
     counts = {"dirty_fetched": len(ids), "reconciled_found": len(found), "reconciled_deleted": len(deleted_in_org),
-              "reconciled_gone": len(gone)}
-    log.info("%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone)", schema.name, len(ids),
-             len(found), len(deleted_in_org), len(gone))
+              "reconciled_gone": len(gone), "ids_refused": len(refused)}
+    log.info("%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone, %d ids refused by the org)",
+             schema.name, len(ids), len(found), len(deleted_in_org), len(gone), len(refused))
     return SyncResult("reconcile", counts, _api_used(salesforce) - used_before)
 
 

@@ -36,6 +36,7 @@ killed run from them), nor deletes the job, nor takes a timeout, and returns pag
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -61,6 +62,7 @@ from urllib3.exceptions import MaxRetryError, ProtocolError
 from urllib3.util.retry import Retry
 
 from resources.network import is_loopback
+from spark_ops.names import is_record_id
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,8 @@ LOCAL_INSTANCE_URL = "https://127.0.0.1:8443"
 LOCAL_ACCESS_TOKEN = "dev-token"
 LOCAL_CA_BUNDLE = ".demo/salesforce/tls/ca.pem"
 RETRIEVE_BATCH = 2000
+REFUSED_ID_ERRORS = frozenset({"MALFORMED_ID", "INVALID_ID_FIELD"})  # the org's "this is no id": see `retrieve`
+NOT_AN_ID = "not a Salesforce id (15 or 18 letters and digits): not sent to the org"
 ENV_VARS = {
     "instance_url": "SF_INSTANCE_URL", "access_token": "SF_ACCESS_TOKEN", "username": "SF_USERNAME",
     "password": "SF_PASSWORD", "security_token": "SF_SECURITY_TOKEN", "client_id": "SF_CLIENT_ID",
@@ -286,17 +290,60 @@ class SalesforceResource(dg.ConfigurableResource):
                 and not f.get("calculated") and f.get("type") not in ("address", "location")]
 
     # -- reads --------------------------------------------------------------------------------------
-    def retrieve(self, object_name: str, ids: Iterable[str], fields: list[str]) -> Iterator[dict[str, Any] | None]:
+    def retrieve(self, object_name: str, ids: Iterable[str], fields: list[str],
+                 refused: dict[str, str] | None = None) -> Iterator[dict[str, Any] | None]:
         """Records by id, in the order given, ``None`` for ids that are unknown or deleted; one sObject
-        Collections call per 2,000 ids. ``attributes`` is dropped from each record."""
-        batch: list[str] = []
+        Collections call per 2,000 ids. ``attributes`` is dropped from each record.
+
+        An id the org refuses (``REFUSED_ID_ERRORS``: a malformed id, such as an 18-character id whose case-safe
+        suffix is wrong) fails the whole call that holds it, with the error naming it. Such ids are isolated
+        (``_retrieve_isolating``) so the others are still read; they come back ``None`` and are added to
+        ``refused`` with the org's error. An id without an id's form (``spark_ops.names.is_record_id``) is refused
+        without asking."""
+        refused = {} if refused is None else refused
+        window: list[str] = []
         for record_id in ids:
-            batch.append(record_id)
-            if len(batch) == RETRIEVE_BATCH:
-                yield from self._retrieve_batch(object_name, batch, fields)
-                batch = []
-        if batch:
-            yield from self._retrieve_batch(object_name, batch, fields)
+            window.append(record_id)
+            if len(window) == RETRIEVE_BATCH:
+                yield from self._retrieve_window(object_name, window, fields, refused)
+                window = []
+        if window:
+            yield from self._retrieve_window(object_name, window, fields, refused)
+
+    def _retrieve_window(self, object_name: str, ids: list[str], fields: list[str],
+                         refused: dict[str, str]) -> list[dict[str, Any] | None]:
+        asked = [i for i in ids if is_record_id(i)]
+        refused |= {i: NOT_AN_ID for i in ids if not is_record_id(i)}
+        records = dict(zip(asked, self._retrieve_isolating(object_name, asked, fields, refused) if asked else []))
+        return [records.get(i) for i in ids]
+
+    def _retrieve_isolating(self, object_name: str, ids: list[str], fields: list[str],
+                            refused: dict[str, str]) -> list[dict[str, Any] | None]:
+        """``_retrieve_batch``, isolating the ids the org refuses: the ids its error names are asked for alone and
+        the rest together; an error naming none of them halves the batch. A refused id alone is recorded in
+        ``refused``. Costs a call per refused id (a few more when the org does not name them), never a failure
+        of the other ids."""
+        try:
+            return self._retrieve_batch(object_name, ids, fields)
+        except SalesforceApiError as exc:
+            error = refused_id_error(exc)
+            if error is None:
+                raise
+        if len(ids) == 1:
+            refused[ids[0]] = error
+            log.warning("Salesforce refused id %r of %s (%s): it is no record id", ids[0], object_name, error)
+            return [None]
+        named = [p for p, i in enumerate(ids) if re.search(rf"(?<![A-Za-z0-9]){re.escape(i)}(?![A-Za-z0-9])", error)]
+        if 0 < len(named) < len(ids):
+            groups = [[p] for p in named] + [[p for p in range(len(ids)) if p not in set(named)]]
+        else:
+            groups = [list(range(len(ids) // 2)), list(range(len(ids) // 2, len(ids)))]
+        out: list[dict[str, Any] | None] = [None] * len(ids)
+        for group in groups:
+            for p, record in zip(group, self._retrieve_isolating(object_name, [ids[p] for p in group], fields,
+                                                                 refused)):
+                out[p] = record
+        return out
 
     def _retrieve_batch(self, object_name: str, ids: list[str], fields: list[str]) -> list[dict[str, Any] | None]:
         response = self._request("POST", f"composite/sobjects/{object_name}", json={"ids": ids, "fields": fields})
@@ -482,6 +529,21 @@ def parse_bulk_page(content: bytes, fields: list[str]) -> Iterator[pa.RecordBatc
     for batch in reader:
         if batch.num_rows:
             yield batch
+
+
+def refused_id_error(exc: SalesforceApiError) -> str | None:
+    """``"<errorCode>: <message>"`` when the org refused a call for an id that is no id (``REFUSED_ID_ERRORS``,
+    HTTP 400), else None."""
+    if exc.status != 400:
+        return None
+    try:
+        errors = json.loads(exc.body)
+    except ValueError:
+        return None
+    for error in errors if isinstance(errors, list) else []:
+        if isinstance(error, dict) and error.get("errorCode") in REFUSED_ID_ERRORS:
+            return f"{error['errorCode']}: {error.get('message', '')}"
+    return None
 
 
 def _strip(record: dict[str, Any]) -> dict[str, Any]:

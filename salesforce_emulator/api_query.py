@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator import ids, soql
-from salesforce_emulator.changes import normalize_id, resolve_object
+from salesforce_emulator.changes import resolve_object
 from salesforce_emulator.errors import ApiError
 from salesforce_emulator.schema import Field, SObject
 from salesforce_emulator.server import Request, Response, route
@@ -86,9 +86,19 @@ def query_more(api: Api, req: Request) -> Response:
     return _page(api, req, cursor_id, cursor, int(start))
 
 
+def _retrieve_id(record_id: object) -> str:
+    """A Collections retrieve's id in its 18-character form. One that is not 15 or 18 letters and digits, or whose
+    case-safe suffix does not match its first 15 characters, fails the whole call with ``MALFORMED_ID`` naming it,
+    as Salesforce answers (an id that is well formed but names no record is ``null`` instead)."""
+    valid = isinstance(record_id, str) and len(record_id) in (15, 18) and record_id.isascii() and record_id.isalnum()
+    if not valid or len(record_id) == 18 and record_id[15:].upper() != ids.case_safe_suffix(record_id[:15]):
+        raise ApiError(400, "MALFORMED_ID", f"malformed id {record_id}")
+    return ids.to_18(record_id[:15])  # the suffix is case-insensitive: the first 15 characters say it all
+
+
 def composite_retrieve(api: Api, req: Request) -> Response:
     """``POST composite/sobjects/<Object>`` with ``{"ids": [...], "fields": [...]}``: one entry per id, in order,
-    ``null`` where the id is unknown or deleted."""
+    ``null`` where the id is unknown or deleted; a malformed id fails the call (``_retrieve_id``)."""
     obj = resolve_object(req.params["object"])
     if req.method == "GET":
         record_ids = (req.arg("ids") or "").split(",")
@@ -102,7 +112,7 @@ def composite_retrieve(api: Api, req: Request) -> Response:
         raise ApiError(400, "EXCEEDED_ID_LIMIT", f"The number of ids ({len(record_ids)}) exceeds the limit of "
                                                  f"{MAX_RETRIEVE_IDS}")
     fields = resolve_fields(obj, names)
-    wanted = [normalize_id(r) for r in record_ids]
+    wanted = [_retrieve_id(r) for r in record_ids]
     found: dict[str, dict[str, Any]] = {}
     for start in range(0, len(wanted), 500):
         chunk = wanted[start:start + 500]

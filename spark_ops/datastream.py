@@ -63,8 +63,9 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
-from spark_ops.parse import (ID_PATTERN, PARSED_COLUMNS, flattened_sql, parse_lines, protected_sql,
-                             value_errors_sql)
+from spark_ops.names import API_NAME_SQL, RECORD_ID_SQL
+from spark_ops.parse import (EARLIEST_MS, LATEST_MS, PARSED_COLUMNS, TIME_RANGE, flattened_sql, millis_sql,
+                             not_a_name_sql, parse_lines, protected_sql, value_errors_sql)
 from spark_ops.protect import salt_frames
 from spark_ops.schema import ObjectSchema
 from spark_ops.sql import in_list, literal, run_sql
@@ -73,18 +74,23 @@ LAST_IN_INSTANT = 9_223_372_036_854_775_807  # commit_number of an image: after 
 KEY_PREFIX = "datastream:"
 READ_METHODS = ("cdc", "backfill")
 CHANGE_TYPES = ("INSERT", "UPDATE", "DELETE")
-OBJECT_PATTERN = r"^[A-Za-z][A-Za-z0-9_]{0,79}$"
 
 _MAP = "map<string,string>"
-_ISO_ZONED = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})$"
-_ISO_LOCAL = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?$"
+_ISO_ZONED = r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})\z"
+_ISO_LOCAL = r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?\z"
+_EPOCH_MS = r"\A-?[0-9]{1,18}\z"  # a long (the range check keeps timestamp_millis from overflowing)
+_CDC_METHOD, _BACKFILL_METHOD = r"(\A|-)cdc\z", r"(\A|-)backfill\z"  # `salesforce-cdc`, `cdc`, ...
 
 
 def _instant(text: str) -> str:
-    """SQL: a Datastream timestamp (epoch ms, or ISO-8601, UTC when it has no zone) as a timestamp, else null."""
-    return f"""CASE WHEN {text} RLIKE '^[0-9]{{1,15}}$' THEN timestamp_millis(CAST({text} AS bigint))
-         WHEN {text} RLIKE {literal(_ISO_ZONED)} THEN try_cast({text} AS timestamp)
-         WHEN {text} RLIKE {literal(_ISO_LOCAL)} THEN try_cast(concat({text}, 'Z') AS timestamp) END"""
+    """SQL: a Datastream timestamp (epoch ms, or ISO-8601, UTC when it has no zone) as a timestamp, else null; null
+    too outside Salesforce's dateTime range (spark_ops/parse.py `EARLIEST_MS`): a time no org writes, and one a
+    Python datetime may not hold."""
+    iso = f"""CASE WHEN {text} RLIKE {literal(_ISO_ZONED)} THEN try_cast({text} AS timestamp)
+                   WHEN {text} RLIKE {literal(_ISO_LOCAL)} THEN try_cast(concat({text}, 'Z') AS timestamp) END"""
+    in_range = f"t -> unix_millis(t) BETWEEN {EARLIEST_MS} AND {LATEST_MS}"
+    return f"""CASE WHEN {text} RLIKE {literal(_EPOCH_MS)} THEN {millis_sql(f"CAST({text} AS bigint)")}
+         ELSE try_element_at(filter(array({iso}), {in_range}), 1) END"""
 
 
 def utc_datetimes_sql(schemas: dict[str, ObjectSchema], body: str) -> str:
@@ -118,7 +124,8 @@ parts AS (
 decoded AS (
   SELECT *, coalesce(nullif(element_at(_meta, 'object_name'), ''), element_at(_top, 'object')) AS entity,
          upper(element_at(_meta, 'change_type')) AS _change,
-         CASE WHEN _read_method RLIKE '(^|-)cdc$' THEN 'cdc' WHEN _read_method RLIKE '(^|-)backfill$'
+         CASE WHEN _read_method RLIKE {literal(_CDC_METHOD)} THEN 'cdc'
+              WHEN _read_method RLIKE {literal(_BACKFILL_METHOD)}
               THEN 'backfill' END AS _method,
          element_at(_payload, 'Id') AS _id,
          coalesce({_instant("element_at(_top, 'source_timestamp')")},
@@ -145,16 +152,17 @@ canonical AS (
            WHEN _top IS NULL THEN 'not a JSON object'
            WHEN _uuid IS NULL OR _uuid = '' THEN 'Datastream event has no uuid'
            WHEN entity IS NULL OR entity = '' THEN 'Datastream event names no object'
-           WHEN NOT entity RLIKE {literal(OBJECT_PATTERN)}
-             THEN concat('Datastream object ''', substring(entity, 1, 80), ''' is not a Salesforce object name')
+           WHEN NOT entity RLIKE {literal(API_NAME_SQL)} THEN {not_a_name_sql("Datastream object", "entity")}
            WHEN _method IS NULL
              THEN concat('unknown Datastream read_method ''', substring(coalesce(_read_method, ''), 1, 40), '''')
            WHEN _change IS NOT NULL AND NOT _change IN {in_list(CHANGE_TYPES)}
              THEN concat('unknown Datastream change_type ''', substring(_change, 1, 40), '''')
            WHEN _payload IS NULL THEN 'Datastream payload is not an object of fields'
            WHEN _id IS NULL THEN 'Datastream payload has no Id'
-           WHEN NOT _id RLIKE {literal(ID_PATTERN)} THEN 'Datastream payload Id is not a Salesforce id'
-           WHEN commit_ts IS NULL THEN 'Datastream event has no source_timestamp (or sort key) that is a time'
+           WHEN NOT _id RLIKE {literal(RECORD_ID_SQL)} THEN 'Datastream payload Id is not a Salesforce id'
+           WHEN commit_ts IS NULL THEN {literal(
+             "Datastream event has no source_timestamp (or first sort key, or payload SystemModstamp) that is a time "
+             f"in Salesforce's dateTime range {TIME_RANGE} (epoch milliseconds or ISO-8601)")}
          END AS quarantine_reason
   FROM fielded
 ),

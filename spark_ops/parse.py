@@ -37,17 +37,32 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
 from spark_ops.events import mark_duplicates
+from spark_ops.names import API_NAME_RULE, API_NAME_SQL, OVERFLOW_ID, RECORD_ID_SQL, WILDCARD_ID_SQL
 from spark_ops.protect import protected_map_sql, salt_frames, selected_names_sql
 from spark_ops.schema import ObjectSchema, spark_type
 from spark_ops.sql import in_list, literal, run_sql
+from spark_ops.validation import TIME_OF_DAY
 
 CHANGE_TYPES = (
     "CREATE", "UPDATE", "DELETE", "UNDELETE",
     "GAP_CREATE", "GAP_UPDATE", "GAP_DELETE", "GAP_UNDELETE", "GAP_OVERFLOW",
 )
 HEADER = "ChangeEventHeader"
-ID_PATTERN = r"^[A-Za-z0-9]{15}([A-Za-z0-9]{3})?$"
-WILDCARD_PATTERN = r"^[A-Za-z0-9]{3,17}\*$"
+
+# Salesforce's dateTime range (1700-01-01T00:00:00Z to 4000-12-31T00:00:00Z, in epoch milliseconds): no commit time,
+# SystemModstamp or read time an org or Datastream writes lies outside it. A writer that wrote microseconds or
+# nanoseconds as milliseconds lands far beyond it, where Spark's conversion overflows (9.3e15 ms) or the instant
+# exceeds what Python's datetime holds (1.7e15 ms, year 55,000): such a line is quarantined before converting.
+EARLIEST_MS, LATEST_MS = -8_520_336_000_000, 64_060_502_400_000
+TIME_RANGE = "1700-01-01T00:00:00Z..4000-12-31T00:00:00Z"
+
+# At most this many record ids in one event: Salesforce merges one change to several records of one transaction into
+# one event, and a transaction changes at most 10,000 records (Apex's DML rows limit). An event naming more, or whose
+# change rows (one per id, each with the whole field map) would exceed `MAX_EVENT_BYTES`, is taken as an overflow of
+# its entity (one GAP_OVERFLOW row, a full resync, design §7) and quarantined with that reason: the change is not lost,
+# and a writer cannot multiply one line into millions of rows.
+MAX_RECORD_IDS = 10_000
+MAX_EVENT_BYTES = 256 * 1024 * 1024
 
 _ENVELOPE = ("data STRUCT<payload: STRING, event: STRUCT<replayId: BIGINT>>, payload STRING, "
              "event STRUCT<replayId: BIGINT>, _corrupt STRING")
@@ -72,6 +87,13 @@ CHANGE_COLUMNS = [
     "replay_id", "event_key", "fields", "set_fields", "diff_fields", "change_origin", "commit_user", "source_file",
     "source_line", "typed",
 ]
+
+
+def millis_sql(millis: str) -> str:
+    """SQL: the epoch milliseconds `millis` as a timestamp when they lie in Salesforce's dateTime range, else null
+    (checked before converting: `timestamp_millis` overflows on values far beyond it)."""
+    return f"CASE WHEN {millis} BETWEEN {EARLIEST_MS} AND {LATEST_MS} THEN timestamp_millis({millis}) END"
+
 
 # Decode the JSON envelope and header of each line; bad JSON leaves nulls for the quarantine reason. The line is
 # parsed once into the envelope with the payload already a map of raw JSON values (Spark's JSON reader keeps each
@@ -108,7 +130,8 @@ decoded AS (
   SELECT source_file, source_line, raw, _is_object, _has_payload, _body, replay_id,
          _header.entityName AS entity, _header.recordIds AS record_ids, _header.changeType AS change_type,
          _header.changeOrigin AS change_origin, _header.transactionKey AS transaction_key,
-         _header.sequenceNumber AS sequence_number, timestamp_millis(_header.commitTimestamp) AS commit_ts,
+         _header.sequenceNumber AS sequence_number, _header.commitTimestamp AS _commit_ms,
+         {millis_sql('_header.commitTimestamp')} AS commit_ts,
          coalesce(_header.commitNumber, 0) AS commit_number, _header.commitUser AS commit_user,
          coalesce(_header.nulledFields, {_NO_STRINGS}) AS _nulled,
          coalesce(_header.diffFields, {_NO_STRINGS}) AS _diffs,
@@ -192,18 +215,18 @@ def _selected_names(schemas: dict[str, ObjectSchema], names: str) -> str:
 # What a value of each non-text column type must look like (as the JSON text of the value). Spark's own casts are
 # lenient ('yes' and '1' are true, '2025-1-2' is a date, a datetime casts to its date), so the form is checked first.
 _VALUE_FORMS: dict[type, str] = {
-    T.BooleanType: r"^(true|false)$",
-    T.LongType: r"^-?[0-9]{1,19}$",
-    T.DoubleType: r"^-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$",
-    T.DateType: r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$",
-    T.TimestampType: (r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
-                      r"(Z|[+-][0-9]{2}:?[0-9]{2})$"),
+    T.BooleanType: r"\A(true|false)\z",
+    T.LongType: r"\A-?[0-9]{1,19}\z",
+    T.DoubleType: r"\A-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?\z",
+    T.DateType: r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}\z",
+    T.TimestampType: (r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+                      r"(Z|[+-][0-9]{2}:?[0-9]{2})\z"),
 }
 
 
 # Text columns whose Salesforce type has one form: a time of day is `HH:MM:SS.sssZ`, as REST, Bulk and CometD
 # events give it (the Pub/Sub subscriber turns the Avro milliseconds into the same text).
-_TEXT_FORMS: dict[str, str] = {"time": r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z$"}
+_TEXT_FORMS: dict[str, str] = {"time": TIME_OF_DAY}
 
 
 def value_fits(value: str, target: T.DataType, sf_type: str | None = None) -> str:
@@ -246,26 +269,56 @@ def value_errors_sql(schemas: dict[str, ObjectSchema]) -> str:
     return _per_entity(schemas, branch, "CAST(NULL AS string)")
 
 
+def not_a_name_sql(what: str, name: str) -> str:
+    """SQL: the reason a line whose object name `name` (a column) is not an API name is quarantined. It quotes the
+    name's first characters with anything but letters, digits and underscores shown as '?' (no control character
+    of the landing zone reaches a log line through it)."""
+    shown = f"regexp_replace(substring({name}, 1, 40), '[^A-Za-z0-9_]', '?')"
+    opening, length = literal(what + " '"), literal("' (")
+    rule = literal(" characters) is not a Salesforce object name: " + API_NAME_RULE)
+    return f"concat({opening}, {shown}, {length}, char_length({name}), {rule})"
+
+
 def _quarantine_reason() -> str:
     """Why a line cannot be read as an event at all, or null when it can (docs/design/contract.md §9)."""
     # `i IS NOT NULL` first: a null id makes RLIKE null, and forall() of a null is null, not false.
-    ids_ok = (f"forall(record_ids, i -> i IS NOT NULL AND (i RLIKE {literal(ID_PATTERN)} "
-              f"OR i RLIKE {literal(WILDCARD_PATTERN)}))")
+    ids_ok = (f"forall(record_ids, i -> i IS NOT NULL AND (i RLIKE {literal(RECORD_ID_SQL)} "
+              f"OR i RLIKE {literal(WILDCARD_ID_SQL)}))")
     return f"""CASE
     WHEN NOT _is_object THEN 'not a JSON object'
     WHEN NOT _has_payload THEN 'no data.payload object'
     WHEN _body IS NULL THEN 'payload is not an object of fields'
     WHEN NOT map_contains_key(_body, {literal(HEADER)}) THEN {literal(f"payload has no {HEADER}")}
     WHEN entity IS NULL OR entity = '' THEN 'header has no entityName'
+    WHEN NOT entity RLIKE {literal(API_NAME_SQL)} THEN {not_a_name_sql("header entityName", "entity")}
     WHEN change_type IS NULL THEN 'header has no changeType'
     WHEN NOT change_type IN {in_list(CHANGE_TYPES)}
       THEN concat({literal("unknown changeType '")}, substring(change_type, 1, 40), {literal("'")})
     WHEN transaction_key IS NULL THEN 'header has no transactionKey'
     WHEN sequence_number IS NULL THEN 'header sequenceNumber missing or not an integer'
+    WHEN commit_ts IS NULL AND _commit_ms IS NOT NULL
+      THEN concat('header commitTimestamp ', _commit_ms, {literal(
+          f" is not epoch milliseconds in Salesforce's dateTime range {TIME_RANGE} (microseconds or nanoseconds "
+          f"written as milliseconds?)")})
     WHEN commit_ts IS NULL THEN 'header commitTimestamp missing or not an integer'
     WHEN record_ids IS NULL OR size(record_ids) = 0 THEN 'header has no recordIds'
     WHEN NOT {ids_ok} THEN 'header recordIds holds a value that is not a Salesforce id'
     END"""
+
+
+def _oversized_sql() -> str:
+    """SQL: why an event that reads as one names too many records to explode into change rows (`MAX_RECORD_IDS`,
+    `MAX_EVENT_BYTES`), else null. The field map's size is summed only for a line whose ids times its length could
+    pass the bound (Spark's `AND` evaluates its right side only when the left holds)."""
+    n = "CAST(size(record_ids) AS BIGINT)"  # ids times bytes passes an int's range
+    field_bytes = ("aggregate(map_entries(fields), 0L, "
+                   "(t, e) -> t + octet_length(e.key) + coalesce(octet_length(e.value), 0))")
+    return f"""CASE WHEN {n} > {MAX_RECORD_IDS}
+                   OR ({n} * octet_length(raw) > {MAX_EVENT_BYTES} AND {n} * {field_bytes} > {MAX_EVENT_BYTES})
+      THEN concat('header recordIds names ', {n}, ' records with ', {field_bytes}, {literal(
+          f" bytes of fields each (at most {MAX_RECORD_IDS} records, a Salesforce transaction's limit, and "
+          f"{MAX_EVENT_BYTES} bytes of change rows per event): taken as an overflow, ")}, entity,
+          ' is resynced in full') END"""
 
 
 def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
@@ -277,8 +330,13 @@ protected AS (SELECT * EXCEPT (_flat), {protected_sql(schemas, '_flat')} AS fiel
 fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed,
                    {_selected_names(schemas, _mapped_names(schemas, "_diffs"))} AS diff_fields FROM protected),
 reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded),
-checked AS (SELECT *, CASE WHEN quarantine_reason IS NULL THEN {value_errors_sql(schemas)} END AS value_error
-            FROM reasoned)
+sized AS (SELECT *, CASE WHEN quarantine_reason IS NULL THEN {_oversized_sql()} END AS _oversized FROM reasoned),
+checked AS (SELECT * EXCEPT (record_ids, change_type),
+                   CASE WHEN _oversized IS NULL THEN record_ids ELSE array({literal(OVERFLOW_ID)}) END AS record_ids,
+                   CASE WHEN _oversized IS NULL THEN change_type ELSE 'GAP_OVERFLOW' END AS change_type,
+                   CASE WHEN quarantine_reason IS NULL THEN coalesce(_oversized, {value_errors_sql(schemas)}) END
+                     AS value_error
+            FROM sized)
 SELECT {', '.join(PARSED_COLUMNS)} FROM checked"""
 
 

@@ -31,7 +31,9 @@ SOURCES = ("cdc", "snapshot", "reconcile", "poll")
 NOT_NULL = frozenset({"Id", "_sf_deleted", "_sf_source", "_sf_synced_at", BUCKET_COLUMN})
 
 
-TIME_OF_DAY = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z$"
+# Read by Python's regex (pandera compiles it) and by Java's (Spark runs it, here and in the parse): `(?![\s\S])` is
+# the absolute end in both, where `$` also matches before a final line break.
+TIME_OF_DAY = r"^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]\.[0-9]{3}Z(?![\s\S])"
 
 
 def _value_checks(sf_type: str) -> list[Check]:

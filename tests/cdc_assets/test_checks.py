@@ -6,6 +6,7 @@ import logging
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import dagster as dg
@@ -15,12 +16,13 @@ from deltalake import write_deltalake
 
 from cdc_assets.assets import replica_key
 from cdc_assets.checks import (
-    BLOCKING, CHECKS, DELTA_VERSION, FRESHNESS, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, REUSED_FROM,
-    SCHEMA, UNIQUE_ID,
-    acknowledge_quarantine, build_replica_checks, check_freshness, check_no_stale_dirty, check_quarantine_empty,
+    BLOCKING, CHECKS, DELTA_VERSION, FRESHNESS, MAX_UNKNOWN_IDS, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY,
+    REUSED_FROM, SCHEMA, UNIQUE_ID,
+    acknowledge_quarantine, build_replica_checks, check_freshness, check_no_stale_dirty, check_org_knows_ids,
+    check_quarantine_empty,
 )
 from cdc_assets.config import load_config
-from cdc_assets.state import ReplicaState
+from cdc_assets.state import Reconciled, ReplicaState
 from settings import TEST_SPARK_CONF
 from harness import Platform, load_lines, write_config
 from resources.delta import DeltaWarehouse
@@ -238,3 +240,22 @@ def test_landing_text_reaches_logs_and_check_metadata_escaped_and_values_unquote
     assert not [text for text in shown if "john@example.com" in text]
     assert any("field NumberOfEmployees: its value is not a valid int" in e for e in quarantine["examples"])
     assert any("field NumberOfEmployees: its value is not a valid int" in text for text in logged)
+
+
+def test_org_knows_ids_fails_for_a_refused_id_or_too_many_unknown_ones():
+    """What the last reconcile took out of the dirty set without a record (cdc_assets/sync.py), judged."""
+    assert check_org_knows_ids(ReplicaState(), "Account").passed
+    quiet = Reconciled(at="2026-01-01T00:00:00+00:00", records=40, unknown=MAX_UNKNOWN_IDS,
+                       unknown_examples=["001000000000009AAA"])
+    assert check_org_knows_ids(ReplicaState(reconciled=quiet), "Account").passed  # records hard-deleted meanwhile
+
+    invented = replace(quiet, unknown=MAX_UNKNOWN_IDS + 1)
+    result = check_org_knows_ids(ReplicaState(reconciled=invented), "Account")
+    assert not result.passed and meta(result)["ids_unknown_to_org"] == MAX_UNKNOWN_IDS + 1
+    assert f"{MAX_UNKNOWN_IDS + 1} dirty ids are unknown to the org, more than {MAX_UNKNOWN_IDS} (e.g. " \
+           "001000000000009AAA)" in result.description
+    refused = replace(quiet, unknown=0, refused=1,
+                      refused_examples=["'001000000000001ZZZ': MALFORMED_ID: malformed id"])
+    result = check_org_knows_ids(ReplicaState(reconciled=refused), "Account")
+    assert not result.passed and meta(result)["refused_examples"] == refused.refused_examples
+    assert "refused 1 record ids as malformed ('001000000000001ZZZ'" in result.description

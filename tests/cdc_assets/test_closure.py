@@ -109,3 +109,25 @@ def test_the_replicas_that_may_hold_the_newest_transaction():
     assert holders(state, REPLICATED) == {"Account"}
     assert holders(replace(state, newest=replace(state.newest, entities=None)), REPLICATED) == REPLICATED
     assert holders(IngestState(), REPLICATED) == set()
+
+
+def test_unreplicated_entities_enter_the_state_only_up_to_a_bound_and_the_rest_are_counted(monkeypatch, caplog):
+    """Every change_events commit carries `entity_seq`: a writer inventing thousands of object names must not make
+    it (and every later commit) grow. Replicated entities, and entities already named, are always recorded."""
+    import cdc_assets.closure as closure
+
+    monkeypatch.setattr(closure, "MAX_TRACKED_ENTITIES", 3)
+    first = ingest_progress(IngestState(), typed(rows(("Account", "T1", 1), ("Junk1", "T1", 1), ("Junk2", "T1", 1))),
+                            1, T0)
+    assert first.entity_seq == {"Account": 1, "Junk1": 1, "Junk2": 1} and first.entities_untracked == 0
+    invented = [(f"Junk{i}", "T2", 2) for i in range(1, 8)]
+    second = ingest_progress(first, typed(rows(("Contact", "T2", 2), *invented)), 2, T0)
+    assert second.entity_seq == {"Account": 1, "Contact": 2, "Junk1": 2, "Junk2": 2}  # Junk3..7 left out
+    assert second.entities_untracked == 5 and "5 more entities that are not replicated" in caplog.text
+    assert second.newest.transaction_key == "T2" and second.newest.entities is None  # too many: every replica
+    assert holders(second, REPLICATED) == REPLICATED
+
+
+def typed(table: pa.Table) -> pa.Table:
+    """Change rows with `typed`: true for the replicated entities (as the parse marks them)."""
+    return table.append_column("typed", pc.is_in(table["entity"], value_set=pa.array(sorted(REPLICATED))))

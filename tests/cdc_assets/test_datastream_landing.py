@@ -18,6 +18,7 @@ from salesforce_emulator.datastream import MixedLanding, backfill_lines
 from salesforce_emulator.workload import Workload
 from salesforce_emulator.workload_backends import Op
 from sensors.reconciliation import SENSOR_NAME
+from spark_ops.names import API_NAME_RULE
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 TRICKY = ['Line 1\nLine 2 "quoted" and \'single\'\r\nback\\slash\ttab',
@@ -105,7 +106,8 @@ def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_p
     assert ce["duplicates"] >= len(mixed.datastream) and ce["lines_quarantined"] == 3
     assert ce["ignored"] == len(leads) > 0
     assert sorted(q["reason"] for q in platform.quarantine()) == [
-        "Datastream event has no uuid", "Datastream object 'Not An Object' is not a Salesforce object name",
+        "Datastream event has no uuid",
+        f"Datastream object 'Not?An?Object' (13 characters) is not a Salesforce object name: {API_NAME_RULE}",
         "Datastream payload has no Id"]
     assert replica_counts(platform, first, "late") == 0 and replica_counts(platform, first, "gaps") == 0
     sources = {r["_sf_source"] for o in OBJECTS for r in platform.rows(o).values()}

@@ -140,3 +140,42 @@ def test_an_environment_failure_fails_the_run_and_blames_no_file(platform, monke
     monkeypatch.delenv("CDC_FAULT_POINT")
     assert platform.run(close_after=0).success
     assert set(platform.rows("Account")) == set(IDS)
+
+
+def test_hostile_headers_are_quarantined_and_the_rest_of_the_batch_still_applies(tmp_path, spark, sample_dir):
+    """Each of these lines failed the whole batch (retried forever, every later file behind it), or made a row that
+    is no record: commit times in microseconds or nanoseconds, a Datastream source_timestamp of 15 digits (an
+    instant Python cannot hold, read back by dedup and the replica step), an entity name too long for a partition
+    folder, an id ending in a line break. An event naming more records than a transaction can change becomes an
+    overflow of its object (a resync), not 10,001 rows."""
+    platform = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF)  # lines up to 8 MiB
+    platform.land([event("Account", "CREATE", [A1], T0, Name="Acme")], name="first.jsonl")
+    platform.run(close_after=0)  # change_events exists now: dedup reads the stored keys of a batch's time range
+    phantom = "001000000000003\n"
+    many = [f"001{i:012d}AAA" for i in range(10, 10_011)]
+    platform.land([event("Account", "UPDATE", [A1], 1_700_000_000_000_000, Rating="Micro"),
+                   event("Account", "UPDATE", [A1], 9_300_000_000_000_000, Rating="Nano"),
+                   event("Account", "UPDATE", [A1], 1_700_000_000_000_000_000, Rating="Nano"),
+                   event("X" * 300, "CREATE", [A2], T0 + 1000, Name="Long"),
+                   event("Account", "GAP_UPDATE", [phantom], T0 + 2000),
+                   event("Account", "UPDATE", many, T0 + 3000, Rating="Warm"),
+                   event("Account", "UPDATE", [A1], T0 + 4000, Rating="Hot")], name="hostile.jsonl")
+    platform.land([json.dumps({
+        "stream_name": "s", "read_method": "salesforce-cdc", "object": "Account", "uuid": "u-1",
+        "read_timestamp": "999999999999999", "source_timestamp": "999999999999999", "sort_keys": [999999999999999],
+        "source_metadata": {"object_name": "Account", "change_type": "UPDATE", "is_deleted": False},
+        "payload": {"Id": A2, "Name": "Far future"}})], name="datastream.jsonl")
+    result = platform.run(close_after=0)
+
+    reasons = {(q["source_file"], q["source_line"]): q["reason"] for q in platform.quarantine()}
+    assert sorted(reasons) == [("datastream.jsonl", 1), *(("hostile.jsonl", n) for n in (1, 2, 3, 4, 5, 6))]
+    assert all(reasons[("hostile.jsonl", n)].startswith("header commitTimestamp ") for n in (1, 2, 3))
+    assert "is not a Salesforce object name" in reasons[("hostile.jsonl", 4)]
+    assert reasons[("hostile.jsonl", 5)] == "header recordIds holds a value that is not a Salesforce id"
+    assert reasons[("hostile.jsonl", 6)].startswith("header recordIds names 10001 records")
+    assert reasons[("datastream.jsonl", 1)].startswith("Datastream event has no source_timestamp")
+    rows = platform.rows("Account")
+    assert rows[A1]["Rating"] == "Hot" and phantom not in rows and A2 not in rows
+    assert platform.materialization(result, "Account")["resync_pending"].startswith("GAP_OVERFLOW at commit")
+    stored = platform.change_events()
+    assert {e["entity"] for e in stored} == {"Account"} and len(stored) == 3  # CREATE, the overflow, UPDATE

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import dagster as dg
 import pytest
@@ -188,3 +189,42 @@ def test_a_field_added_in_the_org_is_found_by_refreshing_describe_and_backfilled
     assert "Rating" in {f["name"] for f in kept["fields"]}  # kept with the table for the next runs
     run_sensor_requests(later)  # reconcile of the record that carried the fields before their columns existed
     assert_equal_to_org(later, org, ["Account"])
+
+
+def test_ids_the_org_refuses_or_does_not_know_leave_reconciliation_counted_and_fail_a_check(tmp_path, org):
+    """Gap events are the landing zone's word: an id with a wrong case-safe suffix failed every sObject Collections
+    call of its object (MALFORMED_ID for the whole batch, as Salesforce answers), so the object's reconcile failed
+    for good; 101 invented ids became rows. Now the refused id is isolated, the real record reconciles, the
+    invented ids end deleted as design §6 says, and the org_knows_ids check names both."""
+    from event_lines import event
+    from salesforce_emulator.ids import make_id
+
+    Workload(org, seed=17).build_org(accounts=5)
+    platform = make_platform(tmp_path, org, objects=["Account"])
+    platform.run()
+    real = org.store.ids("Account")[0]
+    with org.store.transaction() as txn:
+        txn.update("Account", real, {"Rating": "Hot"})
+    refused = real[:15] + "ZZZ"
+    invented = [make_id("001", 10**9 + n) for n in range(101)]
+    platform.land([event("Account", "GAP_UPDATE", [real, refused, *invented], int(time.time() * 1000))])
+    platform.run(close_after=0)
+
+    org.reset_request_counts()
+    [request] = sensor_requests(platform)
+    result = platform.execute(request, checks=True)
+    assert result.success
+    rows = platform.rows("Account")
+    assert rows[real]["Rating"] == "Hot" and rows[real]["_sf_dirty_since"] is None
+    for record_id in (refused, *invented):
+        assert rows[record_id]["_sf_deleted"] and rows[record_id]["_sf_dirty_since"] is None, record_id
+    meta = platform.materialization_of("Account")
+    assert (meta["ids_refused"], meta["reconciled_gone"], meta["reconciled_found"]) == (1, 101, 1)
+    assert org.request_counts()["composite_retrieve"] == 3  # the failed call, the refused id alone, the others
+    from cdc_assets.checks import ORG_KNOWS_IDS
+
+    check = platform.check_results(result, "Account")[ORG_KNOWS_IDS]
+    assert not check.passed
+    assert f"refused 1 record ids as malformed ('{refused}': MALFORMED_ID: malformed id {refused})" in check.description
+    assert "101 dirty ids are unknown to the org, more than 100" in check.description
+    assert sensor_requests(platform) == []  # nothing dirty is left: no reconcile retried forever

@@ -136,6 +136,21 @@ def test_composite_retrieve_returns_null_for_unknown_and_deleted_ids(sf: Salesfo
     assert emulator.request_counts()["composite_retrieve"] == 3
 
 
+@pytest.mark.parametrize("malformed", ["001000000000001\n", "00100000000001", "001000000000001ZZZ"])
+def test_composite_retrieve_fails_whole_for_a_malformed_id_and_names_it(sf: Salesforce, emulator: Emulator,
+                                                                        malformed: str):
+    """As Salesforce answers: not 15 or 18 letters and digits, or an 18-character id whose case-safe suffix does not
+    match its first 15 characters, and the whole call fails with MALFORMED_ID naming the id (a well-formed id that
+    names no record is null). A lower-case suffix is the same id."""
+    kept = sf.Account.create({"Name": "kept"})["id"]
+    with pytest.raises(SalesforceMalformedRequest) as err:
+        sf.restful("composite/sobjects/Account", method="POST", json={"ids": [kept, malformed], "fields": ["Id"]})
+    assert err.value.content == [{"errorCode": "MALFORMED_ID", "message": f"malformed id {malformed}"}]
+    [record] = sf.restful("composite/sobjects/Account", method="POST",
+                          json={"ids": [kept[:15] + kept[15:].lower()], "fields": ["Id"]})
+    assert record["Id"] == kept
+
+
 def test_wrong_token_is_rejected_with_invalid_session_id(emulator: Emulator):
     intruder = simple_salesforce_client(emulator, token="not-the-token")
     with pytest.raises(SalesforceExpiredSession) as err:

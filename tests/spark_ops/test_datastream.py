@@ -11,11 +11,14 @@ from event_lines import event
 from spark_ops.datastream import LAST_IN_INSTANT, parse_landed
 from spark_ops.events import mark_duplicates
 from spark_ops.fold import fold_changes
+from spark_ops.names import API_NAME_RULE
 from spark_ops.parse import quarantined, to_change_rows
 from spark_ops.schema import ObjectSchema
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 T0 = 1_763_800_000_000
+NO_TIME = ("Datastream event has no source_timestamp (or first sort key, or payload SystemModstamp) that is a time in "
+           "Salesforce's dateTime range 1700-01-01T00:00:00Z..4000-12-31T00:00:00Z (epoch milliseconds or ISO-8601)")
 
 
 @pytest.fixture(scope="module")
@@ -124,15 +127,26 @@ def test_bad_datastream_lines_are_quarantined_with_a_reason(spark, account):
     reasons = [bad.get(("ds.jsonl", n)) for n in range(1, len(lines) + 1)]
     assert reasons == [
         "not a JSON object", "Datastream event has no uuid",
-        "Datastream object 'Bad Object!' is not a Salesforce object name",
+        "Datastream object 'Bad?Object?' (11 characters) is not a Salesforce object name: " + API_NAME_RULE,
         "unknown Datastream read_method 'salesforce-telepathy'", "unknown Datastream change_type 'MERGE'",
         "Datastream payload is not an object of fields", "Datastream payload has no Id",
         "Datastream payload Id is not a Salesforce id",
-        "Datastream event has no source_timestamp (or sort key) that is a time",
+        NO_TIME,
         "Datastream event has no uuid",
         "field NumberOfEmployees value 'many' is not a valid int",
     ]
     assert [(r["record_id"], r["change_type"], r["fields"]) for r in rows] == [(A2, "GAP_SNAPSHOT", {})]
+
+
+@pytest.mark.parametrize("stamp", ["999999999999999", "1700000000000000000", "99999-01-01T00:00:00Z",
+                                   "1699-12-31T23:59:59Z", "2025-11-22T08:26:40Z\n"])
+def test_a_source_timestamp_outside_salesforces_date_range_is_quarantined(spark, account, stamp):
+    """15 digits of epoch ms is year 33,658: an instant Python's datetime cannot hold, which failed the run that
+    read it back. Every time of the event (source_timestamp, sort key, SystemModstamp) is range-checked."""
+    good = json.loads(ds(A1, T0))
+    bad = good | {"source_timestamp": stamp, "sort_keys": [stamp, A2], "payload": {"Id": A2, "SystemModstamp": stamp}}
+    rows, reasons = parse(spark, account, {"ds.jsonl": [json.dumps(good), json.dumps(bad)]})
+    assert [r["record_id"] for r in rows] == [A1] and reasons == {("ds.jsonl", 2): NO_TIME}
 
 
 def test_an_image_resets_the_row_absent_fields_become_null(spark, account):

@@ -164,8 +164,83 @@ def test_account_name_is_text_for_a_business_account_and_components_for_a_person
 
 
 @pytest.mark.parametrize("value, fits", [("08:30:00.000Z", True), ("23:59:59.999Z", True), ("08:30", False),
-                                         ("8:30:00.000Z", False), ("24:00:00.000Z", False), ("08:30:00Z", False)])
+                                         ("8:30:00.000Z", False), ("24:00:00.000Z", False), ("08:30:00Z", False),
+                                         ("08:30:00.000Z\n", False)])
 def test_a_time_value_must_be_hh_mm_ss_sss_z(spark, person_org_schemas, value, fits):
     rows, bad = parse(spark, person_org_schemas, [event("Contact", "UPDATE", [C1], 1, Best_Time_To_Call__c=value)])
     assert (bad == {}) is fits
     assert rows[0]["change_type"] == ("UPDATE" if fits else "GAP_UPDATE")
+
+
+@pytest.mark.parametrize("millis", [1_700_000_000_000_000, 9_300_000_000_000_000, 1_700_000_000_000_000_000,
+                                    -9_000_000_000_000])
+def test_a_commit_timestamp_outside_salesforces_date_range_is_quarantined_before_converting(spark, schemas, millis):
+    """Microseconds or nanoseconds written as milliseconds: Spark's conversion overflowed (9.3e15 ms and up) or made
+    an instant no Python datetime holds (1.7e15 ms, year 55,000), failing the whole batch."""
+    rows, bad = parse(spark, schemas, [event("Account", "UPDATE", [A1], 1_763_800_000_000, Rating="Hot"),
+                                       event("Account", "UPDATE", [A2], millis, Rating="Hot")])
+    assert [r["record_id"] for r in rows] == [A1]
+    assert bad == {2: f"header commitTimestamp {millis} is not epoch milliseconds in Salesforce's dateTime range "
+                      "1700-01-01T00:00:00Z..4000-12-31T00:00:00Z (microseconds or nanoseconds written as "
+                      "milliseconds?)"}
+
+
+@pytest.mark.parametrize("name, shown", [
+    ("X" * 300, "X" * 40 + "' (300 characters)"),
+    ("Account\n", "Account?' (8 characters)"),
+    ("../../etc", "??????etc' (9 characters)"),
+    ("Obj__", "Obj__' (5 characters)"),
+    ("a__b__c__d", "a__b__c__d' (10 characters)"),
+])
+def test_an_entity_name_that_is_not_a_salesforce_api_name_is_quarantined(spark, schemas, name, shown):
+    """A 300-character entityName made a change_events partition folder too long to create: the commit failed."""
+    rows, bad = parse(spark, schemas, [event(name, "UPDATE", [A1], 1, Rating="Hot")])
+    assert rows == [] and bad[1].startswith(f"header entityName '{shown} is not a Salesforce object name: ")
+
+
+def test_api_names_with_namespaces_and_suffixes_are_accepted(spark, schemas):
+    names = ["ns__Invoice__c", "Alert__e", "My_Object_2__c", "X" * 80]
+    rows, bad = parse(spark, schemas, [event(n, "UPDATE", ["a01000000000001AAA"], 1) for n in names])
+    assert bad == {} and [r["entity"] for r in rows] == names
+
+
+@pytest.mark.parametrize("record_id", ["001000000000001\n", "001000000000001AAA\n", "001000000000001\r\n",
+                                       "001*\n"])
+def test_a_record_id_with_a_trailing_line_break_is_not_an_id(spark, schemas, record_id):
+    """Java's `$` matches before a final line terminator: such an id became a phantom row that no reconcile of its
+    object could fetch (the org answers MALFORMED_ID for the whole batch)."""
+    rows, bad = parse(spark, schemas, [event("Account", "GAP_UPDATE", [record_id], 1)])
+    assert rows == [] and bad == {1: "header recordIds holds a value that is not a Salesforce id"}
+
+
+def test_a_value_with_a_trailing_line_break_does_not_fit_its_type(spark, schemas):
+    rows, bad = parse(spark, schemas, [event("Account", "UPDATE", [A1], 1, NumberOfEmployees="12\n")])
+    assert bad == {1: "field NumberOfEmployees value '12\n' is not a valid int"}
+    assert rows[0]["change_type"] == "GAP_UPDATE"
+
+
+def test_an_event_naming_more_records_than_one_transaction_can_change_is_an_overflow(spark, schemas):
+    """One change row per record id, each with the whole field map: 200,000 ids made 200,000 rows of one line. Past
+    Salesforce's 10,000 records a transaction, the event is taken as an overflow: one row, a full resync."""
+    many = [f"001{i:012d}AAA" for i in range(1, 10_002)]
+    rows, bad = parse(spark, schemas, [event("Account", "UPDATE", many, 1, tx="t1", Rating="Hot"),
+                                       event("Account", "UPDATE", many[:10_000], 2, Rating="Warm")])
+    overflow = [r for r in rows if r["source_line"] == 1]
+    assert [(r["record_id"], r["change_type"], r["fields"], r["event_key"]) for r in overflow] == [
+        ("000000000000000AAA", "GAP_OVERFLOW", {}, "Account|t1|1|GAP_OVERFLOW")]
+    assert bad[1].startswith("header recordIds names 10001 records with 9 bytes of fields each (at most 10000 "
+                             "records") and bad[1].endswith("taken as an overflow, Account is resynced in full")
+    assert len(rows) - 1 == 10_000 and set(bad) == {1}  # at the limit: one row per id, as before
+
+
+def test_an_event_whose_change_rows_would_be_too_large_is_an_overflow(spark, schemas, monkeypatch):
+    """Fewer ids, but each row carries a large field map: bounded by the bytes the rows would take."""
+    import spark_ops.parse as parse_module
+
+    monkeypatch.setattr(parse_module, "MAX_EVENT_BYTES", 50_000)
+    ids = [f"001{i:012d}AAA" for i in range(1, 101)]
+    rows, bad = parse(spark, schemas, [event("Account", "UPDATE", ids, 1, Description="d" * 1_000),
+                                       event("Account", "UPDATE", ids[:10], 2, Description="d" * 1_000)])
+    assert [(r["source_line"], r["change_type"]) for r in rows if r["source_line"] == 1] == [(1, "GAP_OVERFLOW")]
+    assert set(bad) == {1} and "100 records with 1011 bytes of fields each" in bad[1]
+    assert len(rows) == 11

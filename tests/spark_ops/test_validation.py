@@ -86,5 +86,7 @@ def test_a_time_column_holds_times_of_day_as_salesforce_returns_them(spark):
                                        "_sf_synced_at": SYNCED, "_sf_bucket": "003000000000001"}
     good = spark.createDataFrame([base | {"Best_Time_To_Call__c": "08:30:00.000Z"}], loose_schema)
     bad = spark.createDataFrame([base | {"Best_Time_To_Call__c": "8:30 AM"}], loose_schema)
+    broken = spark.createDataFrame([base | {"Best_Time_To_Call__c": "08:30:00.000Z\n"}], loose_schema)
     assert schema_errors(good, replica_schema(contact)) == []
     assert {e["column"] for e in schema_errors(bad, replica_schema(contact))} == {"Best_Time_To_Call__c"}
+    assert {e["column"] for e in schema_errors(broken, replica_schema(contact))} == {"Best_Time_To_Call__c"}

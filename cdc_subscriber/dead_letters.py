@@ -57,7 +57,8 @@ from typing import Any
 import fastavro
 import grpc
 
-from cdc_subscriber.header import FIELD_TYPES, header_problems, is_api_name
+from cdc_subscriber.header import FIELD_TYPES, header_problems
+from spark_ops.names import is_api_name, is_record_id
 from cdc_subscriber.markers import gap_marker, overflow_marker
 from cdc_subscriber.position import state_file, topic_slug
 from cdc_subscriber.proto import replay_as_long
@@ -73,7 +74,6 @@ MAX_LETTERS = 1000  # per topic: a stream that dead-letters this many events has
 MAX_BYTES = 16 << 20  # per topic: what the status sensor reads every 30 s stays small (an event is up to 1 MB)
 HEADER_FIELD = "ChangeEventHeader"
 SCHEMA_UNAVAILABLE = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT}
-_RECORD_ID = re.compile(r"[A-Za-z0-9]{15}(?:[A-Za-z0-9]{3})?")  # fullmatch: no trailing line terminator
 
 
 def schema_unavailable(exc: grpc.RpcError) -> bool:
@@ -117,7 +117,7 @@ def read_header(schema_text: str | None, payload: bytes) -> tuple[dict[str, Any]
 def _names_records(header: dict[str, Any]) -> bool:
     ids = header["recordIds"]
     return (bool(ids) and header["changeType"] != "GAP_OVERFLOW"
-            and all(isinstance(i, str) and _RECORD_ID.fullmatch(i) for i in ids))
+            and all(is_record_id(i) for i in ids))
 
 
 def _schema_name(schema_text: str | None) -> str:

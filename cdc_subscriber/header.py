@@ -7,20 +7,17 @@ platform's partition paths. An event whose header fails these checks becomes a d
 its record ids are reconciled, or its entity resynced, and the stream goes on.
 
 The checks: every field the platform relies on is present with its type; ``entityName`` is a Salesforce API name
-(:data:`API_NAME`); ``commitTimestamp`` lies between :data:`EARLIEST_COMMIT_MS` and a day after this machine's
+(``spark_ops/names.py``, the rule the parse and the config apply too); ``commitTimestamp`` lies between :data:`EARLIEST_COMMIT_MS` and a day after this machine's
 clock (an org's clock may run a little ahead; not by a day); ``recordIds`` are strings.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Mapping
 from typing import Any
 
-# Salesforce's API-name rule: a letter, then letters, digits and underscores, at most 80 characters (a namespaced
-# custom object, ns__Invoice__c, included).
-API_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,79}")
+from spark_ops.names import API_NAME_RULE, is_api_name
 EARLIEST_COMMIT_MS = 946_684_800_000  # 2000-01-01T00:00:00Z: before any org sent a change event
 CLOCK_AHEAD_MS = 86_400_000
 FIELD_TYPES: dict[str, type] = {"entityName": str, "recordIds": list, "changeType": str, "transactionKey": str,
@@ -30,10 +27,6 @@ SHOWN_CHARS = 40
 
 class InvalidHeader(ValueError):
     """The header decoded but cannot be landed as it is (the message names each field and why)."""
-
-
-def is_api_name(name: object) -> bool:
-    return isinstance(name, str) and API_NAME.fullmatch(name) is not None
 
 
 def plausible_commit_ts(value: object, now_ms: int | None = None) -> bool:
@@ -49,8 +42,7 @@ def header_problems(header: Mapping[str, Any], now_ms: int | None = None) -> dic
                 for name, kind in FIELD_TYPES.items()
                 if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool)}
     if "entityName" not in problems and not is_api_name(header["entityName"]):
-        problems["entityName"] = (f"not a Salesforce API name (a letter, then letters, digits or _, at most 80 "
-                                  f"characters): {_shown(header['entityName'])}")
+        problems["entityName"] = f"not an object name ({API_NAME_RULE}): {_shown(header['entityName'])}"
     if "commitTimestamp" not in problems and not plausible_commit_ts(header["commitTimestamp"], now_ms):
         problems["commitTimestamp"] = (f"{header['commitTimestamp']} is not epoch milliseconds between 2000 and "
                                        "now (microseconds or nanoseconds?)")

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from cdc_assets.closure import ingest_progress
+from cdc_assets.damaged import resync_lines
 from cdc_assets.faults import fault_point
 from cdc_assets.quarantine import record_quarantine
 from cdc_assets.schemas import redacts
@@ -151,16 +152,18 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
             return IngestResult(counts=_zero_counts(), state=IngestState.read(warehouse, events),
                                 version=events.version())
     read = landing.read(files)
+    # A file that lost content asks a resync of the objects it names, as an overflow does (cdc_assets/damaged.py).
+    lines = pa.concat_tables([read.lines, resync_lines(read.damaged, files, replicated=schemas, at=now)])
     # Only the objects these lines name: the parse has a branch per object, and describing objects the batch does
     # not touch (hundreds, in a large org) would make every run's cost follow the number of objects replicated.
     redact = redacts(schemas)
-    schemas = {e: schemas[e] for e in sorted(entities_named(read.lines["raw"])) if e in schemas}
+    schemas = {e: schemas[e] for e in sorted(entities_named(lines["raw"])) if e in schemas}
     watch.lap("read")
     fault_point("ingest.after_read")
     # CometD and Datastream files (spark_ops/datastream.py); one Spark job parses every line once, explodes the
     # change rows and marks those repeated within the batch.
-    with small_query(spark, read.lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
-        landed = landed_rows(parse_landed(from_arrow(spark, read.lines), schemas)).toArrow()
+    with small_query(spark, lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
+        landed = landed_rows(parse_landed(from_arrow(spark, lines), schemas)).toArrow()
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import gzip
 import json
+from pathlib import Path
 
 import pytest
+from dagster._record import copy
 
+from cdc_assets.config import UpkeepConfig
+from cdc_assets.upkeep.jobs import upkeep_table
 from settings import TEST_SPARK_CONF
 from event_lines import event
 from harness import Platform
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.landing_zone import LandingZone
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 T0 = 1_763_800_000_000
@@ -17,32 +23,57 @@ T0 = 1_763_800_000_000
 
 @pytest.fixture
 def platform(tmp_path, spark, sample_dir):
-    return Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF, max_line_bytes=4096)
+    platform = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF, max_line_bytes=4096)
+    landing = LandingZone(path=str(platform.landing), max_line_bytes=4096, max_file_bytes=100_000)
+    platform.defs = copy(platform.defs, resources={**platform.defs.resources, "landing": landing})
+    return platform
 
 
-def test_bad_files_and_lines_are_quarantined_and_good_ones_applied(platform):
+def test_damage_costs_only_the_damaged_lines_asks_a_resync_and_sets_the_file_aside(platform):
+    """A bad byte quarantines its line, a truncated gzip is read up to the cut, a file too large is quarantined
+    whole; every file that lost content asks a resync of its objects (a GAP_OVERFLOW, as Salesforce's own), and
+    upkeep moves it aside instead of deleting it."""
     good = [event("Account", "CREATE", [A1], T0, Name="Acme"),
             event("Account", "CREATE", [A2], T0 + 1000, Name="Globex"),
             event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot")]
     platform.land(good[:1] + ["x" * 10_000] + good[1:], name="good.jsonl")
-    (platform.landing / "truncated.jsonl.gz").write_bytes(gzip.compress(good[0].encode())[:-12])
-    (platform.landing / "latin1.jsonl").write_bytes("{\"Name\": \"Caf\xe9\"}\n".encode("latin-1"))
+    gz = gzip.compress(("\n".join(good[:2]) + "\n" + good[2]).encode())
+    (platform.landing / "truncated.jsonl.gz").write_bytes(gz[:-12])
+    (platform.landing / "latin1.jsonl").write_bytes(good[0].encode() + b"\n" + '{"Name": "Caf\xe9"}\n'.encode("latin-1"))
+    (platform.landing / "huge.jsonl").write_bytes(b"{}\n" * 100_000)  # over max_file_bytes below
     (platform.landing / "_inflight.jsonl").write_text(good[0] + "\n")  # not visible yet: never read
+    platform.land([event("Account", "UPDATE", [A2], T0 + 3000, Rating="Warm")], name="clean.jsonl")
     result = platform.run(close_after=0)
 
     reasons = {(q["source_file"], q["source_line"]): q["reason"] for q in platform.quarantine()}
     assert reasons[("good.jsonl", 2)] == "line longer than 4096 bytes"
-    assert reasons[("truncated.jsonl.gz", 0)].startswith("file unreadable (EOFError")
-    assert reasons[("latin1.jsonl", 0)].startswith("file unreadable (UnicodeDecodeError")
-    assert len(reasons) == 3
+    assert reasons[("truncated.jsonl.gz", 3)].startswith("gzip file ends at byte")
+    assert reasons[("latin1.jsonl", 2)].startswith("line is not UTF-8 ('utf-8' codec can't decode byte 0xe9")
+    assert reasons[("huge.jsonl", 0)].startswith("file is larger than max_file_bytes (100,000 bytes)")
+    assert len(reasons) == 4
     ce = platform.materialization(result, "change_events")
-    assert (ce["files"], ce["files_quarantined"], ce["lines_quarantined"]) == (3, 2, 1)
+    # Lines: 3 + 1 long (good), 2 + the cut one (truncated), 1 + 1 bad (latin1), 1 (clean); the huge file is a file.
+    assert (ce["files"], ce["files_quarantined"], ce["lines_read"], ce["lines_quarantined"]) == (5, 1, 10, 3)
     rows = platform.rows("Account")
-    assert rows[A1]["Rating"] == "Hot" and rows[A2]["Name"] == "Globex"
+    assert rows[A1]["Rating"] == "Hot" and rows[A2]["Rating"] == "Warm"
+    markers = [e for e in platform.change_events() if e["change_type"] == "GAP_OVERFLOW"]
+    assert {(m["source_file"], m["source_line"], m["entity"]) for m in markers} == {
+        (f, 0, "Account") for f in ("good.jsonl", "truncated.jsonl.gz", "latin1.jsonl", "huge.jsonl")}
+    assert platform.materialization(result, "Account")["resync_pending"].startswith("GAP_OVERFLOW at commit")
 
     again = platform.run(close_after=0)  # quarantined files are ingested (recorded), not retried forever
     assert platform.materialization(again, "change_events")["files"] == 0
-    assert len(platform.quarantine()) == 3
+    assert len(platform.quarantine()) == 4
+
+    warehouse, landing = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
+    upkeep = UpkeepConfig.model_construct(**{**UpkeepConfig().model_dump(), "landing_after_ingest": "delete"})
+    values = upkeep_table(warehouse, CHANGE_EVENTS, upkeep, replicated=["Account"], landing=landing)
+    assert values["landing_files_retired"] == 5 and landing.list_files() == []
+    kept = Path(landing.quarantined_path)
+    assert sorted(p.name for p in kept.iterdir()) == ["good.jsonl", "huge.jsonl", "latin1.jsonl",
+                                                       "truncated.jsonl.gz"]
+    assert (kept / "truncated.jsonl.gz").read_bytes() == gz[:-12]  # the evidence, as landed
+    assert not Path(landing.archive_path).exists()  # clean.jsonl deleted, as asked
 
 
 def test_blank_lines_are_read_and_counted_and_unicode_separators_stay_inside_their_line(platform):

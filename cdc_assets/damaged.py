@@ -7,7 +7,10 @@ record by record" is `GAP_OVERFLOW`, which the platform already turns into a ful
 `cdc_assets/closure.py` records it as pending, the reconciliation sensor requests the resync). So each damaged file
 (`ReadResult.damaged`) adds one `GAP_OVERFLOW` line per object its lost content names, or per replicated object when
 that is unknown, in the subscriber's marker shape (`cdc_subscriber/markers.py`). They are parsed, deduplicated and
-committed with the batch's lines, as line 0 of the file: a crash before the commit leaves nothing of them.
+committed with the batch's lines, so a crash before the commit leaves nothing of them. Their source is line 0 of
+`_damaged/<path>`, not of the file itself: the parse tells a file's format by its lines (spark_ops/datastream.py),
+and a CometD marker among a Datastream file's lines would be quarantined as a bad Datastream line; a name starting
+with `_` is never a landing file's.
 
 - Commit time: the ingest's clock. Everything the file lost was committed before it was read, so a resync whose
   snapshot is taken after that covers the loss, and an earlier one does not.
@@ -29,12 +32,13 @@ from resources.landing_zone import LINES_SCHEMA, LandingFile
 
 ORIGIN = "cdc_assets/damaged-landing-file"
 CHANNEL = "/data/ChangeEvents"
+SOURCE_PREFIX = "_damaged/"  # + the damaged file's path: the markers' source_file
 
 
 def resync_lines(damaged: Mapping[str, frozenset[str] | None], files: Iterable[LandingFile], *,
                  replicated: Iterable[str], at: datetime) -> pa.Table:
-    """`GAP_OVERFLOW` lines (`LINES_SCHEMA`, line 0 of the damaged file) for the replicated objects each damaged file
-    names, or for all of them when it is unknown (None)."""
+    """`GAP_OVERFLOW` lines (`LINES_SCHEMA`, line 0 of `_damaged/<path>`) for the replicated objects each damaged
+    file names, or for all of them when it is unknown (None)."""
     replicated = sorted(replicated)
     sizes = {f.path: f.size for f in files}
     commit_ms = int(at.timestamp() * 1000)
@@ -44,6 +48,6 @@ def resync_lines(damaged: Mapping[str, frozenset[str] | None], files: Iterable[L
         key = "damaged-file-" + hashlib.sha256(f"{path}\0{sizes.get(path)}\0{commit_ms}".encode()).hexdigest()[:20]
         for sequence, entity in enumerate(targets, start=1):
             marker = overflow_marker(entity, key, sequence, commit_ms, CHANNEL, None, ORIGIN)
-            for column, value in zip(LINES_SCHEMA.names, (path, 0, json.dumps(marker))):
+            for column, value in zip(LINES_SCHEMA.names, (SOURCE_PREFIX + path, 0, json.dumps(marker))):
                 rows[column].append(value)
     return pa.table(rows, schema=LINES_SCHEMA)

@@ -169,8 +169,8 @@ def decode_lines(data: bytes | bytearray) -> Lines:
             values.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             values.append(None)
-            undecodable[number] = (bytes(raw), f"line is not UTF-8 ({exc}); line quarantined, the file's other lines were "
-                                        f"read. Fix the writer's encoding")
+            undecodable[number] = (bytes(raw), f"line is not UTF-8 ({exc}); line quarantined, the file's other lines "
+                                               f"were read. Fix the writer's encoding")
     return Lines(pa.array(values, pa.large_string()), undecodable)
 
 

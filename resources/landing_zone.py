@@ -208,6 +208,7 @@ class LandingZone(dg.ConfigurableResource):
             else:
                 survey.files.append(LandingFile(path, size))
         survey.files.sort()
+        survey.ignored.sort(key=lambda i: i.path)
         return survey
 
     def _entries(self) -> Iterator[tuple[str, str, int, float]]:

@@ -125,9 +125,9 @@ class LocalTree:
         there (`FileExistsError`). A hard link then an unlink, so two movers cannot overwrite each other."""
         *parts, name = path.split("/")
         *target_parts, target_name = target_path.split("/")
-        os.makedirs(target.root, mode=0o700, exist_ok=True)
         with self._folder(parts) as folder:
             self._regular(folder, name, path)
+            os.makedirs(target.root, mode=0o700, exist_ok=True)
             with target._made(target_parts) as into:
                 try:
                     os.link(name, target_name, src_dir_fd=folder, dst_dir_fd=into, follow_symlinks=False)

@@ -5,10 +5,12 @@ lines longer than `max_line_bytes` bytes of UTF-8 are quarantined with their num
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import struct
 import tracemalloc
 import zlib
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -188,3 +190,36 @@ def test_a_file_over_max_file_bytes_is_quarantined_whole(tmp_path):
     assert set(result.lines["source_file"].to_pylist()) == {"small.jsonl"}
     assert result.damaged == {"big.jsonl": None, "big.jsonl.gz": None}
     assert LandingZone(path=str(tmp_path), max_file_bytes=len(text)).read(zone.list_files()).quarantine.num_rows == 0
+
+
+def test_a_link_or_fifo_swapped_in_after_the_listing_is_neither_read_nor_retired_through(tmp_path):
+    """Listing never follows a link (resources/local_tree.py); a file or folder replaced by one between the listing
+    and the read, or the retirement, is refused rather than followed, and a FIFO is not opened for a blocking read."""
+    outside, zone = tmp_path / "outside", tmp_path / "zone"
+    (outside / "d").mkdir(parents=True)
+    (zone / "d").mkdir(parents=True)
+    secret = "SECRET-KEY-MATERIAL"
+    for target in (outside / "secret.jsonl", outside / "d" / "x.jsonl"):
+        target.write_text(event("Account", "CREATE", [A1], T0, Name=secret) + "\n")
+    for name in ("a.jsonl", "d/x.jsonl", "p.jsonl"):
+        (zone / name).write_text(event("Account", "CREATE", [A1], T0, Name="Acme") + "\n")
+    landing = LandingZone(path=str(zone))
+    listed = landing.list_files()
+    assert [f.path for f in listed] == ["a.jsonl", "d/x.jsonl", "p.jsonl"]
+
+    (zone / "a.jsonl").unlink()
+    (zone / "a.jsonl").symlink_to(outside / "secret.jsonl")
+    (zone / "d").rename(zone / "d-moved")
+    (zone / "d").symlink_to(outside / "d", target_is_directory=True)
+    (zone / "p.jsonl").unlink()
+    os.mkfifo(zone / "p.jsonl")
+    result = landing.read(listed)
+    assert result.lines.num_rows == 0 and secret not in str(result.quarantine.to_pylist())
+    assert {q["source_file"]: q["source_line"] for q in result.quarantine.to_pylist()} == {
+        "a.jsonl": 0, "d/x.jsonl": 0, "p.jsonl": 0}
+    assert all(q["reason"].startswith("file unreadable (Refused: ") for q in result.quarantine.to_pylist())
+    assert landing.entities_in(listed[:1]) is None and landing.entities_in(listed[1:2]) is None
+
+    assert landing.retire(listed) == 0 and landing.retire(listed, delete=True) == 0
+    assert (outside / "secret.jsonl").exists() and (outside / "d" / "x.jsonl").exists()
+    assert (zone / "a.jsonl").is_symlink() and not Path(landing.archive_path).exists()

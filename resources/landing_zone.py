@@ -127,6 +127,15 @@ def _hidden(name: str) -> bool:
     return name.startswith(("_", "."))
 
 
+def _utf8(path: str) -> bool:
+    """Whether a listed name is UTF-8 (a local listing decodes other bytes to lone surrogates)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @dataclass
 class ReadResult:
     lines: pa.Table  # LINES_SCHEMA
@@ -191,14 +200,11 @@ class LandingZone(dg.ConfigurableResource):
         survey = Survey()
         for path, kind, size, mtime in self._entries():
             *_, name = path.split("/")
-            try:
-                path.encode("utf-8")
-            except UnicodeEncodeError:
-                survey.ignored.append(Ignored(path, NAME_NOT_UTF8))
-                continue
             if _hidden(name):
                 if kind == "file" and name.endswith(SUFFIXES) and now - mtime > self.inflight_stale_seconds:
                     survey.ignored.append(Ignored(path, STALE_INFLIGHT))
+            elif not _utf8(path):
+                survey.ignored.append(Ignored(path, NAME_NOT_UTF8))
             elif kind == "link":
                 survey.ignored.append(Ignored(path, LINK))
             elif kind != "file":
@@ -253,7 +259,9 @@ class LandingZone(dg.ConfigurableResource):
                 bad.lost(f.path, None)
                 continue
             except OSError as exc:  # a link or FIFO swapped in since the listing, the file gone, an I/O error
-                bad.add(f.path, 0, "", f"file unreadable ({type(exc).__name__}: {exc}); whole file quarantined")
+                bad.add(f.path, 0, "", f"file unreadable ({type(exc).__name__}: {exc}); whole file quarantined. A "
+                                       f"landed file must be a regular file (links are never followed) that stays "
+                                       f"until it is ingested: land it again if its events are wanted")
                 bad.lost(f.path, None)
                 continue
             decoded = decode_lines(text.data)

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from event_lines import event
-from resources.landing_zone import PEEK_BYTES, RAW_KEPT, LandingFile, LandingZone
+from resources.landing_zone import NAME_NOT_UTF8, PEEK_BYTES, RAW_KEPT, LandingFile, LandingZone, printable
 
 A1 = "001000000000001AAA"
 T0 = 1_763_800_000_000
@@ -223,3 +223,15 @@ def test_a_link_or_fifo_swapped_in_after_the_listing_is_neither_read_nor_retired
     assert landing.retire(listed) == 0 and landing.retire(listed, delete=True) == 0
     assert (outside / "secret.jsonl").exists() and (outside / "d" / "x.jsonl").exists()
     assert (zone / "a.jsonl").is_symlink() and not Path(landing.archive_path).exists()
+
+
+def test_a_name_that_is_not_utf8_is_reported_not_listed(tmp_path):
+    for name in (b"bad\xff.jsonl", b"_inflight\xff.jsonl", b"ok.jsonl"):
+        with open(os.path.join(os.fsencode(tmp_path), name), "wb") as handle:
+            handle.write(b"{}\n")
+    zone = LandingZone(path=str(tmp_path))
+    assert [f.path for f in zone.list_files()] == ["ok.jsonl"]  # a listing that stops at it stops every run
+    survey = zone.survey()
+    [ignored] = survey.ignored  # the in-flight one is a writer's business until it is stale
+    assert ignored.why == NAME_NOT_UTF8 and printable(ignored.path) == "bad\\udcff.jsonl"
+    assert zone.read(survey.files).lines.num_rows == 1

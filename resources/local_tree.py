@@ -131,8 +131,12 @@ class LocalTree:
             with target._made(target_parts) as into:
                 try:
                     os.link(name, target_name, src_dir_fd=folder, dst_dir_fd=into, follow_symlinks=False)
+                except FileExistsError:
+                    if not _same_file(name, folder, target_name, into):
+                        raise
+                    # Linked by a move that died before its unlink: finish it.
                 except OSError as exc:
-                    if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.EXDEV):
+                    if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
                         raise
                     # A filesystem without hard links: a rename after a look (one upkeep runs at a time).
                     if _exists(target_name, into):
@@ -152,6 +156,12 @@ class LocalTree:
                     pass
         with self._folder(parts) as fd:
             yield fd
+
+
+def _same_file(name: str, folder: int, other: str, other_folder: int) -> bool:
+    a = os.stat(name, dir_fd=folder, follow_symlinks=False)
+    b = os.stat(other, dir_fd=other_folder, follow_symlinks=False)
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
 def _exists(name: str, folder: int) -> bool:

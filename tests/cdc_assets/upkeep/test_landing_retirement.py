@@ -4,6 +4,7 @@ retired file landed again is skipped while remembered and is all duplicates once
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -118,3 +119,12 @@ def test_the_archive_never_replaces_a_file_it_holds(tmp_path, request, where):
     assert {name: aside.read_text(name) for name, _ in aside.walk()} == {"c.jsonl": "set aside\n",
                                                                          "c-1.jsonl": "again\n"}
     assert landing.list_files() == []
+
+
+def test_a_move_that_died_between_its_link_and_its_unlink_is_finished_not_copied_again(tmp_path):
+    landing = LandingZone(path=str(tmp_path / "landing"))
+    Folder(landing.path).write_atomically("a.jsonl", "once\n")
+    Path(landing.archive_path).mkdir()
+    os.link(tmp_path / "landing" / "a.jsonl", Path(landing.archive_path) / "a.jsonl")  # the archive's first step
+    assert landing.retire(landing.list_files()) == 1
+    assert sorted(p.name for p in Path(landing.archive_path).iterdir()) == ["a.jsonl"] and not landing.list_files()

@@ -116,8 +116,9 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
             request, why = None, f"closing waits for landing run {busy.run_id[:8]} ({busy.status.value})"
         else:
             request, why = close_request(context.instance, replication, ce_state, backoff, cursor)
-        return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why,
-                               asset_events=survey_events(landing, cursor), cursor=json.dumps(cursor, sort_keys=True))
+        events = survey_events(landing, cursor)  # before the cursor is written: it records what was reported
+        return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why, asset_events=events,
+                               cursor=json.dumps(cursor, sort_keys=True))
 
     return landing_zone_sensor
 

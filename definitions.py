@@ -48,7 +48,7 @@ from resources.spark import spark_resource
 from sensors.changefeed import build_automation_sensor
 from sensors.config import build_config_sensor
 from sensors.formulas import build_formula_sensors
-from sensors.landing_zone import build_landing_zone_sensor
+from sensors.landing_zone import build_landing_check, build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
 from sensors.run_liveness import build_run_liveness_sensor
@@ -84,7 +84,7 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
         executor=dg.in_process_executor,
         asset_checks=[*[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
                       build_change_events_checks(),
-                      build_subscriber_check(replication=replication),
+                      build_subscriber_check(replication=replication), build_landing_check(),
                       *build_history_checks(objects=list(replication.objects))],
         sensors=[build_landing_zone_sensor(replication=replication, default_status=status),
                  build_reconciliation_sensor(replication=replication, default_status=status),

@@ -43,6 +43,7 @@ from pyspark.sql import SparkSession
 
 from cdc_assets.closure import ingest_progress
 from cdc_assets.config import ConfigError
+from cdc_assets.damaged import resync_lines
 from cdc_assets.faults import InjectedFault, data_fault_point, fault_point
 from cdc_assets.quarantine import quarantine_example, record_quarantine
 from resources.printable import printable
@@ -254,10 +255,12 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
             return IngestResult(counts=_zero_counts(), state=IngestState.read(warehouse, events),
                                 version=events.version())
     read = landing.read([f for f in files if f not in failed])
+    # A file that lost content asks a resync of the objects it names, as an overflow does (cdc_assets/damaged.py).
+    lines = pa.concat_tables([read.lines, resync_lines(read.damaged, files, replicated=schemas, at=now)])
     watch.lap("read")
     fault_point("ingest.after_read")
     data_fault_point("ingest.poisoned_line", read.lines["raw"])
-    landed, parsed_with = parsed(spark, read.lines, schemas)
+    landed, parsed_with = parsed(spark, lines, schemas)
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)

@@ -15,7 +15,7 @@ instead of a record, so that no landed line can stop the object's reconciliation
   holding one fails whole, so they are isolated (`SalesforceResource.retrieve`), never asked with queryAll, and
   their rows marked deleted (`ids_refused`);
 - ids the org *does not know* (null from the retrieve, absent from queryAll: a record hard-deleted before the
-  reconcile, or an id a writer invented): marked deleted as design §6 says (`reconciled_gone`).
+  reconcile, or an id a writer invented): marked deleted as docs/design/contract.md §6 says (`reconciled_gone`).
 
 Both are recorded with examples in the replica state (`Reconciled`), and the `org_knows_ids` check
 (cdc_assets/checks.py) fails for any refused id or more unknown ones than it allows.

@@ -2,25 +2,34 @@
 
 Files are `*.jsonl` or `*.jsonl.gz`, made visible atomically; names starting with `_` or `.` (at any level) are
 in-flight and never read. A visible file is immutable: its relative path, size and modification time identify it (a
-name may come back for a new file once the first is retired). Listing and reading go through `pyarrow.fs`, so a
-local path and an object-store URI (s3://, gs://, abfs://) work the same way.
+name may come back for a new file once the first is retired). An object-store zone (s3://, gs://, abfs://) is listed
+and read through `pyarrow.fs`; a local one through `LocalTree`, which never follows a symbolic link
+(resources/local_tree.py): anyone who may write the zone may plant one.
 
-Reading never loses a line silently: a file that cannot be decoded at all (truncated gzip, not UTF-8) comes back as
-one whole-file quarantine entry, a line longer than `max_line_bytes` is quarantined on its own, and blank lines
-(empty or only whitespace: read, but no event) are counted.
+**What is not read is counted** (`survey`): a visible entry that is not an event file (`x.JSONL`, `x.ndjson`), a
+symbolic link, a FIFO or device, a name that is not UTF-8, and an in-flight file older than
+`inflight_stale_seconds` (a writer that died before renaming it). The landing sensor reports them as an observation
+of `landing_zone` and fails a check while any is there.
 
-Lines end at LF, CRLF or CR only. JSON cannot hold those raw inside a string, but it can hold U+2028, U+0085, form
-feeds and other characters that Python's `str.splitlines()` also treats as line ends: free text pasted from a word
-processor carries U+2028, and splitting there would cut one event in two bad lines.
+**Reading never loses a line silently** (resources/landing_text.py for the bounds and the decoding): a file that
+cannot be read at all (larger than `max_file_bytes`, a decompression bomb, a corrupt gzip, a link swapped in since
+the listing) comes back as one whole-file quarantine entry (line 0); a line that is not UTF-8, or longer than
+`max_line_bytes`, is quarantined on its own; the incomplete end of a truncated gzip is one entry at the line where
+it starts, the lines before it being read; blank lines (empty or only whitespace: read, but no event) are counted.
+Each file that lost content this way is in `ReadResult.damaged`, with the objects its lost content names, or None
+when that is unknown (the lost part could name any): ingest asks a resync of them (cdc_assets/damaged.py).
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
+import logging
 import re
-import zlib
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import BinaryIO
 
 import dagster as dg
 import numpy as np
@@ -29,19 +38,33 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from pydantic import Field
 
-from resources.storage import filesystem
+from resources.landing_text import Unreadable, as_string, decode_lines, peek, read_text
+from resources.local_tree import LocalTree, Refused
+from resources.printable import printable
+from resources.storage import filesystem, is_uri
+
+log = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl", ".jsonl.gz")
 LINES_SCHEMA = pa.schema([("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string())])
 QUARANTINE_SCHEMA = pa.schema([
     ("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string()), ("reason", pa.string()),
 ])
-_LINE_END = re.compile(r"\r\n|\r|\n")
 RAW_KEPT = 4096  # characters of a bad line kept in quarantine
 # CometD names the entity in `entityName`; Datastream in `object` and `source_metadata.object_name`.
 _ENTITY = re.compile(rb'"(?:entityName|object|object_name)"\s*:\s*"([A-Za-z0-9_]+)"')
 _ENTITY_FIELD = r'"(?:entityName|object|object_name)"\s*:\s*"(?P<entity>[A-Za-z0-9_]+)"'
-PEEK_BYTES = 64 * 1024 * 1024
+PEEK_BYTES = 64 * 1024 * 1024  # of a file's text, for the sensor's scan
+MAX_FILE_BYTES = 1 << 30
+MAX_GZIP_RATIO = 200.0
+INFLIGHT_STALE_SECONDS = 3600.0
+
+# Why a file is not read (`Ignored.why`), as the observation counts them.
+NOT_EVENTS = "not *.jsonl or *.jsonl.gz"
+LINK = "a symbolic link (never followed)"
+SPECIAL = "not a regular file"
+NAME_NOT_UTF8 = "a name that is not UTF-8"
+STALE_INFLIGHT = "in-flight (name starts with _ or .) for too long: its writer died before renaming it?"
 
 
 def entities_named(raw: pa.ChunkedArray | pa.Array) -> set[str]:
@@ -54,6 +77,17 @@ def entities_named(raw: pa.ChunkedArray | pa.Array) -> set[str]:
     return {e for e in pc.unique(found).to_pylist() if e is not None}
 
 
+def _lost_names(lost: list[bytes], read: pa.ChunkedArray) -> frozenset[str] | None:
+    """The objects that lines lost one by one name: each one's own (its bytes may still say it), else those the
+    file's readable lines name; None (any object) when neither names one."""
+    named = [_ENTITY.search(raw) for raw in lost]
+    names = frozenset(m.group(1).decode() for m in named if m)
+    if all(named):
+        return names
+    around = entities_named(read)
+    return names | around if around else None
+
+
 @dataclass(frozen=True, order=True)
 class LandingFile:
     path: str  # relative to the landing zone root, '/'-separated
@@ -61,6 +95,22 @@ class LandingFile:
     # When it was written, as listed (ns since the epoch; None where the store gives none): with the size, it tells
     # a file landed again under a retired file's name from the file ingested (the ledger, cdc_assets/ingest.py).
     modified: int | None = None
+
+
+@dataclass(frozen=True)
+class Ignored:
+    path: str  # relative to the landing zone root, as listed (`printable` before showing it)
+    why: str  # NOT_EVENTS, LINK, SPECIAL, NAME_NOT_UTF8 or STALE_INFLIGHT
+
+
+@dataclass
+class Survey:
+    """One listing of the zone: the event files, and what it holds that is not read."""
+    files: list[LandingFile] = field(default_factory=list)
+    ignored: list[Ignored] = field(default_factory=list)
+
+    def count(self, why: str) -> int:
+        return sum(1 for i in self.ignored if i.why == why)
 
 
 def file_set_key(files: list[LandingFile]) -> str:
@@ -71,47 +121,50 @@ def file_set_key(files: list[LandingFile]) -> str:
     return digest.hexdigest()[:20]
 
 
-def utf8_text(data: bytes) -> pa.Array:
-    """`data` as one `large_string` value, validated as UTF-8 by Arrow; invalid bytes raise Python's own
-    `UnicodeDecodeError`, whose message names the offending byte and its position."""
+def _hidden(name: str) -> bool:
+    return name.startswith(("_", "."))
+
+
+def _utf8(path: str) -> bool:
+    """Whether a listed name is UTF-8 (a local listing decodes other bytes to lone surrogates)."""
     try:
-        return pa.array([data], pa.large_binary()).cast(pa.large_string())
-    except pa.ArrowInvalid:
-        data.decode("utf-8")
-        raise
-
-
-def split_lines(text: pa.Array) -> pa.Array:
-    """The lines of a JSONL text (`utf8_text`), split at LF, CRLF or CR only; a final line terminator ends the last
-    line (it does not start an empty one). Vectorized: no Python object per line."""
-    if pc.any(pc.match_substring(text, "\r")).as_py():
-        parts = pc.split_pattern_regex(text, _LINE_END.pattern)
-    else:
-        parts = pc.split_pattern(text, "\n")
-    lines = parts.flatten()
-    if len(lines) and not lines[-1].as_py():
-        lines = lines.slice(0, len(lines) - 1)
-    return lines
-
-
-def _as_string(lines: pa.Array) -> pa.ChunkedArray:
-    """`lines` (large_string) as `string` chunks, each under the 2 GiB a `string` array can address."""
-    if lines.nbytes < 2**31 - 2**20 or len(lines) < 2:
-        return pa.chunked_array([lines.cast(pa.string())], pa.string())
-    half = len(lines) // 2
-    return pa.chunked_array([*_as_string(lines.slice(0, half)).chunks, *_as_string(lines.slice(half)).chunks],
-                            pa.string())
-
-
-def _visible(rel: str) -> bool:
-    return rel.endswith(SUFFIXES) and not any(p.startswith(("_", ".")) for p in rel.split("/"))
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass
 class ReadResult:
     lines: pa.Table  # LINES_SCHEMA
-    quarantine: pa.Table  # QUARANTINE_SCHEMA (whole files: source_line 0; oversized lines)
+    quarantine: pa.Table  # QUARANTINE_SCHEMA (whole files: source_line 0; single lines: their number)
     blank_lines: int = 0  # empty or whitespace-only lines: read, counted, not events
+    # Files that lost content -> the objects the lost content names, None when unknown (module docstring).
+    damaged: dict[str, frozenset[str] | None] = field(default_factory=dict)
+
+
+class _Quarantine:
+    """Quarantine entries of one read, and the damage they mean per file (`ReadResult.damaged`)."""
+
+    def __init__(self):
+        self.columns: dict[str, list] = {n: [] for n in QUARANTINE_SCHEMA.names}
+        self.damaged: dict[str, frozenset[str] | None] = {}
+
+    def add(self, path: str, line: int, raw: str, reason: str) -> None:
+        for k, v in zip(QUARANTINE_SCHEMA.names, (path, line, raw[:RAW_KEPT], reason)):
+            self.columns[k].append(v)
+
+    def lost(self, path: str, names: frozenset[str] | None) -> None:
+        """`path` lost content naming `names` (None: any object)."""
+        known = self.damaged.get(path, frozenset())
+        self.damaged[path] = None if names is None or known is None else known | names
+
+    def table(self) -> pa.Table:
+        return pa.table(self.columns, schema=QUARANTINE_SCHEMA)
+
+
+def _preview(data: bytes) -> str:
+    return data[:RAW_KEPT].decode("utf-8", errors="replace")
 
 
 class LandingZone(dg.ConfigurableResource):
@@ -119,63 +172,125 @@ class LandingZone(dg.ConfigurableResource):
 
     path: str = Field(description="Local directory or object-store URI of the landing zone.")
     max_line_bytes: int = Field(default=8 * 1024 * 1024, description="Longer lines are quarantined.")
+    max_file_bytes: int = Field(default=MAX_FILE_BYTES, description=(
+        "A file holding more text than this (after decompression) is not read but quarantined whole: a run holds "
+        "one file's text in memory."))
+    max_gzip_ratio: float = Field(default=MAX_GZIP_RATIO, description=(
+        "A .gz file whose text grows past 16 MiB at more than this many times its compressed size is a "
+        "decompression bomb: quarantined whole, never inflated further."))
+    inflight_stale_seconds: float = Field(default=INFLIGHT_STALE_SECONDS, description=(
+        "An in-flight file (_x.jsonl) older than this is reported: its writer probably died before renaming it."))
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
         return filesystem(self.path)
 
+    def _local(self) -> LocalTree | None:
+        return None if is_uri(self.path) else LocalTree(self._fs()[1])
+
     def list_files(self) -> list[LandingFile]:
         """Every visible event file, sorted by path (sorting is for humans; correctness never depends on it)."""
+        return self.survey().files
+
+    def survey(self, now: float | None = None) -> Survey:
+        """The event files, and every entry the zone holds that is not read (module docstring); folders whose name
+        starts with `_` or `.` are not looked into."""
+        now = time.time() if now is None else now
+        survey = Survey()
+        for path, kind, size, mtime, mtime_ns in self._entries():
+            *_, name = path.split("/")
+            if _hidden(name):
+                if kind == "file" and name.endswith(SUFFIXES) and now - mtime > self.inflight_stale_seconds:
+                    survey.ignored.append(Ignored(path, STALE_INFLIGHT))
+            elif not _utf8(path):
+                survey.ignored.append(Ignored(path, NAME_NOT_UTF8))
+            elif kind == "link":
+                survey.ignored.append(Ignored(path, LINK))
+            elif kind != "file":
+                survey.ignored.append(Ignored(path, SPECIAL))
+            elif not name.endswith(SUFFIXES):
+                survey.ignored.append(Ignored(path, NOT_EVENTS))
+            else:
+                survey.files.append(LandingFile(path, size, mtime_ns))
+        survey.files.sort()
+        survey.ignored.sort(key=lambda i: i.path)
+        return survey
+
+    def _entries(self) -> Iterator[tuple[str, str, int, float, int | None]]:
+        """(path, kind, size, mtime in s, mtime in ns) of every entry below the root but folders, not entering hidden
+        folders."""
+        if (tree := self._local()) is not None:
+            for e in tree.walk(descend=lambda path: not _hidden(path.rsplit("/", 1)[-1])):
+                yield e.path, e.kind, e.size, e.mtime, e.mtime_ns
+            return
         fs, root = self._fs()
         try:
             infos = fs.get_file_info(pafs.FileSelector(root, recursive=True, allow_not_found=True))
         except FileNotFoundError:
-            return []
-        files = []
+            return
         for info in infos:
-            if info.type != pafs.FileType.File:
-                continue
-            rel = info.path[len(root):].lstrip("/")
-            if _visible(rel):
-                files.append(LandingFile(rel, info.size, info.mtime_ns))
-        return sorted(files)
+            path = info.path[len(root):].lstrip("/")
+            if info.type == pafs.FileType.File and not any(_hidden(p) for p in path.split("/")[:-1]):
+                yield path, "file", info.size, info.mtime.timestamp() if info.mtime else time.time(), info.mtime_ns
+
+    @contextmanager
+    def _open(self, path: str) -> Iterator[BinaryIO]:
+        if (tree := self._local()) is not None:
+            with tree.open(path) as stream:
+                yield stream
+            return
+        fs, root = self._fs()
+        with fs.open_input_stream(f"{root}/{path}", compression=None) as stream:
+            yield stream
 
     def read(self, files: list[LandingFile]) -> ReadResult:
-        """All lines of `files` with their 1-based line numbers; undecodable files and huge lines quarantined,
-        blank lines counted."""
-        fs, root = self._fs()
+        """All lines of `files` with their 1-based line numbers; what cannot be read quarantined (module
+        docstring), blank lines counted."""
         parts: list[pa.Table] = []
-        bad: dict[str, list] = {n: [] for n in QUARANTINE_SCHEMA.names}
+        bad = _Quarantine()
         blank_count = 0
-
-        def quarantine(path: str, line: int, raw: str, reason: str) -> None:
-            for k, v in zip(QUARANTINE_SCHEMA.names, (path, line, raw[:RAW_KEPT], reason)):
-                bad[k].append(v)
-
         for f in files:
-            with fs.open_input_stream(f"{root}/{f.path}", compression=None) as stream:
-                data = stream.read()
             try:
-                if f.path.endswith(".gz"):
-                    data = gzip.decompress(data)
-                text = utf8_text(data)
-            except (OSError, EOFError, zlib.error, UnicodeDecodeError, pa.ArrowInvalid) as exc:
-                preview = data[:RAW_KEPT].decode("utf-8", errors="replace")
-                quarantine(f.path, 0, preview, f"file unreadable ({type(exc).__name__}: {exc}); whole file quarantined")
+                with self._open(f.path) as stream:
+                    text = read_text(stream, gz=f.path.endswith(".gz"), size=f.size, max_bytes=self.max_file_bytes,
+                                     max_ratio=self.max_gzip_ratio)
+            except Unreadable as exc:
+                bad.add(f.path, 0, _preview(exc.preview), f"{exc.reason}; whole file quarantined")
+                bad.lost(f.path, None)
                 continue
-            lines = split_lines(text)
+            except OSError as exc:  # a link or FIFO swapped in since the listing, the file gone, an I/O error
+                bad.add(f.path, 0, "", f"file unreadable ({type(exc).__name__}: {exc}); whole file quarantined. A "
+                                       f"landed file must be a regular file (links are never followed) that stays "
+                                       f"until it is ingested: land it again if its events are wanted")
+                bad.lost(f.path, None)
+                continue
+            decoded = decode_lines(text.data)
+            lines = decoded.lines
             numbers = pa.array(np.arange(1, len(lines) + 1, dtype=np.int64))
-            blank = pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0)
+            lost_lines = []  # the raw text of each line lost on its own
+            for number, (raw, reason) in decoded.undecodable.items():
+                bad.add(f.path, number, raw.decode("utf-8", errors="backslashreplace"), reason)
+                lost_lines.append(raw)
+            undecodable = pc.is_null(lines)
+            blank = pc.fill_null(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(lines)), 0), False)
             blank_count += pc.sum(blank).as_py() or 0
             # The line's length in UTF-8 bytes, as the option and the reason name it.
-            long = pc.and_not(pc.greater(pc.binary_length(lines), self.max_line_bytes), blank)
+            long = pc.fill_null(pc.and_not(pc.greater(pc.binary_length(lines), self.max_line_bytes), blank), False)
             for number, line in zip(numbers.filter(long).to_pylist(), lines.filter(long).to_pylist()):
-                quarantine(f.path, number, line, f"line longer than {self.max_line_bytes} bytes")
-            kept = pc.invert(pc.or_(blank, long))
-            chosen = _as_string(lines.filter(kept))
+                bad.add(f.path, number, line, f"line longer than {self.max_line_bytes} bytes")
+                lost_lines.append(line.encode())
+            kept = pc.invert(pc.or_(pc.or_(blank, long), undecodable))
+            chosen = as_string(lines.filter(kept))
+            if text.lost is not None:
+                bad.add(f.path, len(lines) + 1, text.tail.decode("utf-8", errors="backslashreplace"),
+                        f"{text.lost}: this line is incomplete and the lines after it are lost; the {len(lines)} "
+                        f"lines before it were read. Land a complete copy again if the writer has one")
+                bad.lost(f.path, None)  # the lost lines could name any object
+            elif lost_lines:
+                bad.lost(f.path, _lost_names(lost_lines, chosen))
             parts.append(pa.table({"source_file": pa.repeat(pa.scalar(f.path, pa.string()), len(chosen)),
                                    "source_line": numbers.filter(kept), "raw": chosen}, schema=LINES_SCHEMA))
         lines_table = pa.concat_tables(parts) if parts else LINES_SCHEMA.empty_table()
-        return ReadResult(lines_table, pa.table(bad, schema=QUARANTINE_SCHEMA), blank_count)
+        return ReadResult(lines_table, bad.table(), blank_count, bad.damaged)
 
     @property
     def archive_path(self) -> str:
@@ -183,37 +298,71 @@ class LandingZone(dg.ConfigurableResource):
         never walks them (a folder inside it would still be listed, only to be skipped)."""
         return self.path.rstrip("/") + "_ingested"
 
-    def retire(self, files: list[LandingFile], *, delete: bool = False) -> int:
-        """Move `files` (ingested ones) out of the landing zone into `archive_path` under the same relative path,
-        or delete them; a file already gone (another retirement) is skipped. Returns how many were retired."""
-        fs, root = self._fs()
-        archive = filesystem(self.archive_path)[1]
+    @property
+    def quarantined_path(self) -> str:
+        """Where ingested files that had quarantined content go instead (`<path>_quarantined`): kept, never deleted,
+        for a person to look at."""
+        return self.path.rstrip("/") + "_quarantined"
+
+    def retire(self, files: list[LandingFile], *, delete: bool = False, to: str | None = None) -> int:
+        """Move `files` (ingested ones) out of the landing zone into `to` (default `archive_path`) under the same
+        relative path, or delete them; a file already gone (another retirement) is skipped. Never replaces a file
+        there: a name taken gets `-<n>` before its suffix (`x.jsonl` -> `x-1.jsonl`). Returns how many were
+        retired."""
+        destination = to or self.archive_path
+        if (tree := self._local()) is not None:
+            target = LocalTree(filesystem(destination)[1])
+
+            def act(path: str, into: str) -> None:
+                if delete:
+                    tree.delete(path)
+                else:
+                    tree.move_to(path, target, into)
+        else:
+            fs, root = self._fs()
+            archive = filesystem(destination)[1].rstrip("/")
+
+            def act(path: str, into: str) -> None:
+                if delete:
+                    fs.delete_file(f"{root}/{path}")
+                    return
+                if fs.get_file_info(f"{archive}/{into}").type != pafs.FileType.NotFound:
+                    raise FileExistsError(into)
+                fs.create_dir(f"{archive}/{into}".rsplit("/", 1)[0], recursive=True)
+                fs.move(f"{root}/{path}", f"{archive}/{into}")
         done = 0
         for f in files:
-            source = f"{root}/{f.path}"
             try:
-                if delete:
-                    fs.delete_file(source)
-                else:
-                    target = f"{archive.rstrip('/')}/{f.path}"
-                    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-                    fs.move(source, target)
+                _without_overwriting(lambda into: act(f.path, into), f.path)
             except FileNotFoundError:
+                continue
+            except Refused as exc:  # a link swapped in since the listing: neither it nor its target is touched
+                log.warning("Landing file %s not retired: %s", printable(f.path), exc.strerror)
                 continue
             done += 1
         return done
 
     def entities_in(self, files: list[LandingFile]) -> set[str] | None:
-        """Entity names the files mention (a cheap scan, not a parse); None if a file could not be scanned."""
-        fs, root = self._fs()
+        """Entity names the files mention in their first `PEEK_BYTES` of text (a cheap scan, not a parse; never
+        more is read or inflated); None if a file could not be scanned."""
         found: set[str] = set()
         for f in files:
             try:
-                with fs.open_input_stream(f"{root}/{f.path}", compression=None) as stream:
-                    data = stream.read(PEEK_BYTES)
-                if f.path.endswith(".gz"):
-                    data = gzip.decompress(data)
-            except (OSError, EOFError, zlib.error):
+                with self._open(f.path) as stream:
+                    data = peek(stream, gz=f.path.endswith(".gz"), limit=PEEK_BYTES)
+            except (OSError, Unreadable, Refused):
                 return None
             found.update(m.decode() for m in _ENTITY.findall(data))
         return found
+
+
+def _without_overwriting(move, path: str) -> None:
+    """`move(name)` with `path`, else the first free `<stem>-<n><suffix>` (`move` raises FileExistsError when taken)."""
+    suffix = next((s for s in sorted(SUFFIXES, key=len, reverse=True) if path.endswith(s)), "")
+    stem = path[:len(path) - len(suffix)]
+    for n in range(1_000_000):
+        try:
+            return move(path if n == 0 else f"{stem}-{n}{suffix}")
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{path}: a million archived copies already")

@@ -25,6 +25,13 @@ the attempt in the run key; until then the skip reason says when.
 Paused objects (cdc_assets/operate/pause.py) are left out of every run this sensor requests; their events are
 still ingested. After a resume, one catch-up run of the object applies what was ingested meanwhile.
 
+Every `SURVEY_SECONDS` the sensor also surveys the zone for what it does not read (resources/landing_zone.py
+`survey`: files that are not `*.jsonl`/`*.jsonl.gz`, symbolic links, FIFOs and devices, names that are not UTF-8,
+in-flight files a dead writer left) and, when that changed, reports it: an `AssetObservation` of `landing_zone`
+(counts that plot over time) and an evaluation of the `landing_zone_files_read` check, failing while any such entry
+is there and naming a few (control characters escaped: a file name may hold a newline). The check also runs on
+demand (`build_landing_check`).
+
 When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, the rule in
 `cdc_assets/closure.py`); the sensor then requests one run of the replicas that may hold it (its entities) or have
 anything else to apply (`replicas_to_include`), so that transaction is applied by all that hold it, without waiting
@@ -33,18 +40,22 @@ one would otherwise start a run of them all.
 """
 
 import json
+import time
 from datetime import datetime, timezone
+from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets import ingest_keys, replica_key
+from cdc_assets.assets import LANDING_ZONE, ingest_keys, replica_key
 from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import pending_files
 from cdc_assets.state import IngestState
 from cdc_assets.operate.pause import paused_objects, resumed_at
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-from resources.landing_zone import LandingFile, LandingZone, file_set_key
+from resources.landing_zone import (LINK, NAME_NOT_UTF8, NOT_EVENTS, SPECIAL, STALE_INFLIGHT, LandingFile,
+                                    LandingZone, Survey, file_set_key)
+from resources.printable import printable
 from sensors.work import (IN_FLIGHT, TAG_REASON, Backoff, hidden_tag, replicas_to_include, retry_state,
                           run_tags)
 from cdc_assets.run_tags import TAG_FILES
@@ -61,6 +72,12 @@ TAG_CLOSE_SEQ = hidden_tag("close_seq")
 # and the wait it bounds (files landed while a landing run was in flight, until the next run is requested) is part
 # of every change's latency (README "Latency", issue 23).
 INTERVAL_SECONDS = 4
+SURVEY_SECONDS = 60  # a survey lists the whole zone once more (on an object store: requests that cost)
+FILES_READ_CHECK = "landing_zone_files_read"
+SHOWN = 5  # entries a failing check names
+# Observation metadata key -> the reason `survey` gives.
+IGNORED_COUNTS = {"files_not_events": NOT_EVENTS, "symlinks": LINK, "not_regular_files": SPECIAL,
+                  "names_not_utf8": NAME_NOT_UTF8, "inflight_stale": STALE_INFLIGHT}
 
 
 def build_landing_zone_sensor(*, replication: ReplicationConfig,
@@ -100,10 +117,58 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
             request, why = None, f"closing waits for landing run {busy.run_id[:8]} ({busy.status.value})"
         else:
             request, why = close_request(context.instance, replication, ce_state, backoff, cursor)
-        return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why,
+        events = survey_events(landing, cursor)  # before the cursor is written: it records what was reported
+        return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why, asset_events=events,
                                cursor=json.dumps(cursor, sort_keys=True))
 
     return landing_zone_sensor
+
+
+def survey_report(survey: Survey, landing: LandingZone) -> tuple[bool, str, dict[str, Any]]:
+    """(nothing ignored, description, metadata) of one survey of the zone."""
+    metadata: dict[str, Any] = {"event_files": dg.MetadataValue.int(len(survey.files)),
+                                "entries_not_read": dg.MetadataValue.int(len(survey.ignored))}
+    metadata |= {key: dg.MetadataValue.int(survey.count(why)) for key, why in IGNORED_COUNTS.items()}
+    if not survey.ignored:
+        return True, f"every entry of the landing zone is read ({len(survey.files)} event files)", metadata
+    shown = "; ".join(f"{printable(i.path, 200)} ({i.why})" for i in survey.ignored[:SHOWN])
+    more = f" and {len(survey.ignored) - SHOWN} more" if len(survey.ignored) > SHOWN else ""
+    return False, (
+        f"{len(survey.ignored)} entries of the landing zone {landing.path} are not read: {shown}{more}. Rename event "
+        f"files to *.jsonl or *.jsonl.gz (lower case); replace a symbolic link by the file itself (links are never "
+        f"followed); remove an in-flight file older than {landing.inflight_stale_seconds:.0f}s once its writer is "
+        f"gone (our subscriber lands unacknowledged events again); move anything else out of the zone"), metadata
+
+
+def survey_events(landing: LandingZone, cursor: dict) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
+    """The observation and check evaluation of a survey of the zone, when one is due (`SURVEY_SECONDS`) and found
+    something other than the last one (`cursor["survey"]`); else none."""
+    now = time.time()
+    if now - cursor.get("surveyed_at", 0) < SURVEY_SECONDS:
+        return []
+    cursor["surveyed_at"] = now
+    passed, description, metadata = survey_report(landing.survey(now), landing)
+    seen = json.dumps([description, {k: v.value for k, v in metadata.items()}])
+    if seen == cursor.get("survey"):
+        return []
+    cursor["survey"] = seen
+    return [dg.AssetObservation(asset_key=LANDING_ZONE, metadata=metadata, description=description),
+            dg.AssetCheckEvaluation(asset_key=LANDING_ZONE, check_name=FILES_READ_CHECK, passed=passed,
+                                    metadata=metadata, description=description)]
+
+
+def build_landing_check() -> dg.AssetChecksDefinition:
+    """`landing_zone_files_read` on demand (the landing sensor evaluates it too, when its survey changes)."""
+
+    @dg.asset_check(asset=LANDING_ZONE, name=FILES_READ_CHECK,
+                    description="Every entry of the landing zone is read: no file with another suffix, no symbolic "
+                                "link, FIFO or device, no name that is not UTF-8, no in-flight file a dead writer "
+                                "left.")
+    def landing_zone_files_read(landing: LandingZone) -> dg.AssetCheckResult:
+        passed, description, metadata = survey_report(landing.survey(), landing)
+        return dg.AssetCheckResult(passed=passed, description=description, metadata=metadata)
+
+    return landing_zone_files_read
 
 
 def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replication: ReplicationConfig,

@@ -17,7 +17,7 @@ change_events) is never a Salesforce object.
 **Record ids** (`RECORD_ID`): 15 or 18 ASCII letters and digits. Whether an 18-character id's case-safe suffix is
 right, and whether the id names a record, only the org knows: it refuses a malformed id (MALFORMED_ID), and the
 reconcile isolates such ids (`resources/salesforce.py`). `WILDCARD_ID`: a key prefix and `*`, Salesforce's "some
-records of this entity" (design §3). `OVERFLOW_ID`: the dummy record id of a GAP_OVERFLOW event.
+records of this entity" (docs/design/contract.md §3). `OVERFLOW_ID`: the dummy record id of a GAP_OVERFLOW event.
 """
 
 from __future__ import annotations

@@ -59,8 +59,8 @@ TIME_RANGE = "1700-01-01T00:00:00Z..4000-12-31T00:00:00Z"
 # At most this many record ids in one event: Salesforce merges one change to several records of one transaction into
 # one event, and a transaction changes at most 10,000 records (Apex's DML rows limit). An event naming more, or whose
 # change rows (one per id, each with the whole field map) would exceed `MAX_EVENT_BYTES`, is taken as an overflow of
-# its entity (one GAP_OVERFLOW row, a full resync, design §7) and quarantined with that reason: the change is not lost,
-# and a writer cannot multiply one line into millions of rows.
+# its entity (one GAP_OVERFLOW row, a full resync, docs/design/contract.md §7) and quarantined with that reason:
+# the change is not lost, and a writer cannot multiply one line into millions of rows.
 MAX_RECORD_IDS = 10_000
 MAX_EVENT_BYTES = 256 * 1024 * 1024
 

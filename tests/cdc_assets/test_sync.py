@@ -195,7 +195,7 @@ def test_ids_the_org_refuses_or_does_not_know_leave_reconciliation_counted_and_f
     """Gap events are the landing zone's word: an id with a wrong case-safe suffix failed every sObject Collections
     call of its object (MALFORMED_ID for the whole batch, as Salesforce answers), so the object's reconcile failed
     for good; 101 invented ids became rows. Now the refused id is isolated, the real record reconciles, the
-    invented ids end deleted as design §6 says, and the org_knows_ids check names both."""
+    invented ids end deleted as docs/design/contract.md §6 says, and the org_knows_ids check names both."""
     from event_lines import event
     from salesforce_emulator.ids import make_id
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import time
 import uuid
 
 import dagster as dg
@@ -264,3 +266,41 @@ def test_every_replica_of_a_run_applies_through_the_pinned_cut_even_after_anothe
         meta = platform.materialization(result, name)
         assert (meta["applied_through"], meta["held_transactions"]) == (1, ["TX"]), name
     assert platform.rows("Account") == {}
+
+
+def test_landing_sensor_reports_what_the_zone_holds_but_never_reads_and_fails_a_check_while_it_is_there(platform):
+    """Files the zone ignores are counted in an observation of landing_zone and fail landing_zone_files_read,
+    named (control characters escaped); the report repeats only when the survey changes."""
+    zone = platform.landing
+    platform.land([event("Contact", "CREATE", ["003000000000001AAA"], 1, LastName="Lovelace")], name="a.jsonl")
+    for name in ("x.JSONL", "x.ndjson", "x.json", "bad\nname.jsonl.txt"):
+        (zone / name).write_text("{}\n")
+    (zone / "_fresh.jsonl").write_text("{}\n")  # in flight: a writer is busy with it
+    (zone / "_stale.jsonl").write_text("{}\n")
+    os.utime(zone / "_stale.jsonl", (time.time() - 7200, time.time() - 7200))
+    (zone / "_subscriber").mkdir()  # a hidden folder (the subscriber's state) is not looked into
+    (zone / "_subscriber" / "dead_letters-x.jsonl").write_text("{}\n")
+    os.utime(zone / "_subscriber" / "dead_letters-x.jsonl", (0, 0))
+    (zone / "link.jsonl").symlink_to(zone / "a.jsonl")
+    os.mkfifo(zone / "pipe.jsonl")
+
+    first = evaluate(platform, LANDING)
+    observation, check = first.asset_events
+    assert observation.asset_key == check.asset_key == dg.AssetKey("landing_zone")
+    assert check.check_name == "landing_zone_files_read" and not check.passed
+    counts = {k: v.value for k, v in observation.metadata.items()}
+    assert counts == {"event_files": 1, "entries_not_read": 7, "files_not_events": 4, "symlinks": 1,
+                      "not_regular_files": 1, "names_not_utf8": 0, "inflight_stale": 1}
+    assert "bad\\x0aname.jsonl.txt (not *.jsonl or *.jsonl.gz)" in check.description
+    assert "\n" not in check.description and "and 2 more" in check.description
+    [request] = first.run_requests  # the event file still flows
+    assert set(request.asset_selection) == landing("Contact")
+
+    unchanged = json.loads(first.cursor) | {"surveyed_at": 0}  # a survey due again, finding the same
+    assert evaluate(platform, LANDING, cursor=json.dumps(unchanged)).asset_events == []
+
+    for name in ("x.JSONL", "x.ndjson", "x.json", "bad\nname.jsonl.txt", "_stale.jsonl", "link.jsonl", "pipe.jsonl"):
+        (zone / name).unlink()
+    cleared = evaluate(platform, LANDING, cursor=json.dumps(unchanged))
+    _, check = cleared.asset_events
+    assert check.passed and check.description == "every entry of the landing zone is read (1 event files)"

@@ -4,6 +4,7 @@ retired file landed again is skipped while remembered and is all duplicates once
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from event_lines import event
 from harness import Platform
 from resources.delta import CHANGE_EVENTS, TXN_RETENTION, DeltaWarehouse
 from resources.landing_zone import LandingZone
+from resources.storage import Folder
 from settings import TEST_SPARK_CONF
 
 T0 = 1_763_800_000_000
@@ -94,3 +96,37 @@ def test_keep_leaves_the_landing_zone_as_it_is(platform):
                           landing=landing)
     assert values["landing_files_retired"] == 0 and visible(landing) == files
     assert TXN_RETENTION not in warehouse.table(CHANGE_EVENTS).metadata().configuration
+
+
+def land_and_retire(landing: LandingZone, name: str, texts: list[str], **retire) -> None:
+    """Land `name` with each text in turn (a writer reusing a retired name) and retire it each time."""
+    for text in texts:
+        Folder(landing.path).write_atomically(name, text)
+        assert landing.retire([f for f in landing.list_files() if f.path == name], **retire) == 1
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_the_archive_never_replaces_a_file_it_holds(tmp_path, request, where):
+    """A name landed again after its file was retired: both copies are kept, the later under `<stem>-<n>`."""
+    root = str(tmp_path / "landing") if where == "local" else f"s3://{request.getfixturevalue('s3').new_bucket()}/zone"
+    landing = LandingZone(path=root)
+    land_and_retire(landing, "2026/01/a.jsonl", ["first\n", "second\n", "third\n"])
+    land_and_retire(landing, "b.jsonl.gz", ["gz one", "gz two"])
+    archive = Folder(landing.archive_path)
+    assert {name: archive.read_text(name) for name, _ in archive.walk()} == {
+        "2026/01/a.jsonl": "first\n", "2026/01/a-1.jsonl": "second\n", "2026/01/a-2.jsonl": "third\n",
+        "b.jsonl.gz": "gz one", "b-1.jsonl.gz": "gz two"}
+    land_and_retire(landing, "c.jsonl", ["set aside\n", "again\n"], to=landing.quarantined_path)
+    aside = Folder(landing.quarantined_path)
+    assert {name: aside.read_text(name) for name, _ in aside.walk()} == {"c.jsonl": "set aside\n",
+                                                                         "c-1.jsonl": "again\n"}
+    assert landing.list_files() == []
+
+
+def test_a_move_that_died_between_its_link_and_its_unlink_is_finished_not_copied_again(tmp_path):
+    landing = LandingZone(path=str(tmp_path / "landing"))
+    Folder(landing.path).write_atomically("a.jsonl", "once\n")
+    Path(landing.archive_path).mkdir()
+    os.link(tmp_path / "landing" / "a.jsonl", Path(landing.archive_path) / "a.jsonl")  # the archive's first step
+    assert landing.retire(landing.list_files()) == 1
+    assert sorted(p.name for p in Path(landing.archive_path).iterdir()) == ["a.jsonl"] and not landing.list_files()

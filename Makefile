@@ -53,10 +53,12 @@ e2e: $(E2E_STAMP) browser
 
 ## The documentation site into site/ (docs/, mkdocs.yml; generated parts from docs/generate.py): --strict, so a broken
 ## link or anchor fails the build. CI runs it.
-.PHONY: docs
+.PHONY: docs install-docs
 $(DOCS_STAMP): $(STAMP)
 	$(BIN)/pip install --quiet -e '.[test,emulator,docs]'
 	touch $(DOCS_STAMP)
+
+install-docs: $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs build --strict

@@ -92,8 +92,10 @@ def erase_events(warehouse: DeltaWarehouse, landing: LandingZone, name: str, key
     out = {"change_events_rows_deleted": _delete(
                warehouse, CHANGE_EVENTS, f"entity = {_sql_literal(name)} AND {_in_keys('record_id', keys)}"),
            "quarantine_rows_deleted": _delete(warehouse, QUARANTINE, mentions)}
-    archive = rewrite_landing_files(landing.archive_path, keys)
-    out |= {"archive_files_rewritten": archive.files, "archive_lines_removed": archive.lines}
+    # Retired files: the archive, and the files set aside because they had quarantined content.
+    retired = [rewrite_landing_files(folder, keys) for folder in (landing.archive_path, landing.quarantined_path)]
+    out |= {"archive_files_rewritten": sum(r.files for r in retired),
+            "archive_lines_removed": sum(r.lines for r in retired)}
     # _quarantine is also written by replica runs: a lite vacuum deletes only files the log removed, never the new
     # file of a commit under way.
     out["files_vacuumed"] = (_vacuum_now(warehouse, CHANGE_EVENTS, full=False)

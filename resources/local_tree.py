@@ -105,7 +105,7 @@ class LocalTree:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise Refused(errno.EINVAL, f"{path} is not a regular file")
             os.set_blocking(fd, True)
-        except BaseException:
+        except OSError:  # Refused included: the descriptor is closed, the error raised
             os.close(fd)
             raise
         with os.fdopen(fd, "rb", buffering=0) as handle:

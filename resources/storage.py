@@ -148,6 +148,6 @@ def open_private(path: Path) -> IO[bytes]:
     try:
         os.fchmod(fd, PRIVATE_FILE)
         return os.fdopen(fd, "wb")
-    except BaseException:
+    except OSError:  # the descriptor is closed, the error raised as it is
         os.close(fd)
         raise

@@ -291,7 +291,7 @@ def test_landing_sensor_reports_what_the_zone_holds_but_never_reads_and_fails_a_
     counts = {k: v.value for k, v in observation.metadata.items()}
     assert counts == {"event_files": 1, "entries_not_read": 7, "files_not_events": 4, "symlinks": 1,
                       "not_regular_files": 1, "names_not_utf8": 0, "inflight_stale": 1}
-    assert "bad\\x0aname.jsonl.txt (not *.jsonl or *.jsonl.gz)" in check.description
+    assert "bad\\nname.jsonl.txt (not *.jsonl or *.jsonl.gz)" in check.description
     assert "\n" not in check.description and "and 2 more" in check.description
     [request] = first.run_requests  # the event file still flows
     assert set(request.asset_selection) == landing("Contact")

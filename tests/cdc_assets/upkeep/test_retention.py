@@ -45,8 +45,9 @@ def texts_in_files(table_dir: Path) -> str:
 @pytest.fixture
 def platform(tmp_path, spark, sample_dir) -> Platform:
     p = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF, close_after=0)
-    p.land([event("Account", "CREATE", ["001000000000001AAA"], T0, tx="a", Name="A"), "not json SECRET-OLD"],
-           name="old.jsonl")
+    p.land([event("Account", "CREATE", ["001000000000001AAA"], T0, tx="a", Name="A")], name="old.jsonl")
+    # Quarantined content: upkeep sets this file aside (<zone>_quarantined), never in the archive.
+    p.land(["not json SECRET-OLD"], name="bad.jsonl")
     p.land([event("Account", "CREATE", ["001000000000002AAA"], T0 + 1000, tx="b", Name="B")], name="new.jsonl")
     p.run()
     return p

@@ -14,6 +14,7 @@ import pytest
 from dagster._record import copy
 from deltalake import DeltaTable
 
+from cdc_assets.checks import acknowledge_quarantine, check_no_failed_files, newest_quarantined_at
 from cdc_assets.ingest import pending_files
 from cdc_assets.config import UpkeepConfig
 from cdc_assets.upkeep.jobs import upkeep_table
@@ -144,6 +145,9 @@ def test_a_file_that_breaks_ingest_is_quarantined_whole_and_holds_back_no_other(
 
     again = platform.run(close_after=0, checks=True)  # recorded as ingested: not retried forever
     assert platform.materialization(again, "change_events")["files"] == 0
+    warehouse = DeltaWarehouse(root=str(platform.warehouse))
+    acknowledge_quarantine(warehouse, newest_quarantined_at(warehouse))  # reviewed: the check passes again
+    assert check_no_failed_files(warehouse).passed
     monkeypatch.delenv("CDC_FAULT_MARKER")  # the cause fixed, the file landed again under a new name
     shutil.copy(platform.landing / "f1.jsonl", platform.landing / "f1-again.jsonl")
     fixed = platform.run(close_after=0)

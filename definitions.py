@@ -37,9 +37,9 @@ from cdc_assets.checks import build_change_events_checks, build_replica_checks
 from cdc_assets.config import LoadedConfig, load_location_config, parse_config, read_config
 from cdc_assets.history.assets import history_specs
 from cdc_assets.history.checks import build_history_checks
-from cdc_assets.upkeep.jobs import build_upkeep
 from cdc_assets.operate.erase import build_erase_jobs
 from cdc_assets.operate.jobs import build_operator_jobs, build_status_sensor
+from cdc_assets.upkeep.jobs import build_upkeep
 from resources.commit_safety import refuse_unsafe_settings
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -55,10 +55,16 @@ from sensors.run_liveness import build_run_liveness_sensor
 from sensors.subscriber_status import build_subscriber_check, build_subscriber_status_sensor
 
 
-def build_defs(*, config_path: str | Path | None = None, landing_path: str | None = None,
-               warehouse_root: str | None = None, spark_conf: dict[str, str] | None = None,
-               sensors_running: bool = False, salesforce: SalesforceResource | None = None,
-               loaded: LoadedConfig | None = None) -> dg.Definitions:
+def build_defs(
+    *,
+    config_path: str | Path | None = None,
+    landing_path: str | None = None,
+    warehouse_root: str | None = None,
+    spark_conf: dict[str, str] | None = None,
+    sensors_running: bool = False,
+    salesforce: SalesforceResource | None = None,
+    loaded: LoadedConfig | None = None,
+) -> dg.Definitions:
     """Every asset, check, sensor and resource for the objects in `config_path` (default: CDC_CONFIG), or in
     `loaded`, the configuration a code location loaded (`defs` below: its runs use that text, not the file)."""
     loaded = loaded or read_config(config_path)
@@ -74,32 +80,43 @@ def build_defs(*, config_path: str | Path | None = None, landing_path: str | Non
     warehouse = DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse"))
     refuse_unsafe_settings(warehouse.root, dict(warehouse.storage_options))  # no location that could lose data
     upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (cdc_assets/upkeep/), each job in its table's pool
-        replication=replication, default_status=dg.DefaultScheduleStatus(status.value))
+        replication=replication, default_status=dg.DefaultScheduleStatus(status.value)
+    )
     return dg.Definitions(
-        jobs=[*upkeep_jobs, *build_operator_jobs(replication=replication),  # + what a person runs from the UI
-              *build_erase_jobs(replication=replication)],
+        jobs=[
+            *upkeep_jobs,
+            *build_operator_jobs(replication=replication),  # + what a person runs from the UI
+            *build_erase_jobs(replication=replication),
+        ],
         schedules=upkeep_schedules,
         assets=assets,
         # One process per run: every step shares one Spark session instead of starting a JVM per step.
         executor=dg.in_process_executor,
-        asset_checks=[*[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
-                      build_change_events_checks(),
-                      build_subscriber_check(replication=replication), build_landing_check(),
-                      *build_history_checks(objects=list(replication.objects))],
-        sensors=[build_landing_zone_sensor(replication=replication, default_status=status),
-                 build_reconciliation_sensor(replication=replication, default_status=status),
-                 build_subscriber_status_sensor(replication=replication, default_status=status),
-                 *build_poll_sensors(replication=replication, default_status=status),
-                 *build_formula_sensors(replication=replication, default_status=status),
-                 *build_automation_sensor(replication=replication, default_status=status),
-                 build_run_liveness_sensor(default_status=status),
-                 build_config_sensor(loaded=loaded, default_status=status),
-                 build_status_sensor(replication=replication, default_status=status)],
+        asset_checks=[
+            *[build_replica_checks(sobject=o, replication=replication) for o in replication.objects],
+            build_change_events_checks(),
+            build_subscriber_check(replication=replication),
+            build_landing_check(),
+            *build_history_checks(objects=list(replication.objects)),
+        ],
+        sensors=[
+            build_landing_zone_sensor(replication=replication, default_status=status),
+            build_reconciliation_sensor(replication=replication, default_status=status),
+            build_subscriber_status_sensor(replication=replication, default_status=status),
+            *build_poll_sensors(replication=replication, default_status=status),
+            *build_formula_sensors(replication=replication, default_status=status),
+            *build_automation_sensor(replication=replication, default_status=status),
+            build_run_liveness_sensor(default_status=status),
+            build_config_sensor(loaded=loaded, default_status=status),
+            build_status_sensor(replication=replication, default_status=status),
+        ],
         resources={
             "pyspark": spark_resource(spark_conf),
             "warehouse": warehouse,
-            "landing": LandingZone(path=landing_path or os.environ.get("CDC_LANDING_ZONE", "landing"),
-                                   max_line_bytes=replication.options.max_line_bytes),
+            "landing": LandingZone(
+                path=landing_path or os.environ.get("CDC_LANDING_ZONE", "landing"),
+                max_line_bytes=replication.options.max_line_bytes,
+            ),
             "salesforce": salesforce or salesforce_resource_from_env(),
         },
     )
@@ -109,8 +126,8 @@ class ReplicationComponent(dg.Component, dg.Model, dg.Resolvable):
     """Salesforce objects replicated from Change Data Capture into Delta Lake: the whole platform (replica assets,
     checks, changefeeds, sensors, upkeep and operator jobs) for the objects named here."""
 
-    objects: list[str | dict[str, Any]] = []  # entries of replication.yaml's `objects`
-    options: dict[str, Any] = {}  # replication.yaml's `options`
+    objects: list[str | dict[str, Any]] = []  # noqa: RUF012 (a pydantic model copies defaults) entries of replication.yaml's `objects`
+    options: dict[str, Any] = {}  # noqa: RUF012 (a pydantic model copies defaults) replication.yaml's `options`
     config_path: str | None = None  # a replication.yaml instead (relative to this folder)
     landing_zone: str | None = None  # default: CDC_LANDING_ZONE
     warehouse: str | None = None  # default: CDC_WAREHOUSE
@@ -120,15 +137,20 @@ class ReplicationComponent(dg.Component, dg.Model, dg.Resolvable):
         if self.config_path:
             if self.objects or self.options:
                 raise dg.DagsterInvalidDefinitionError(
-                    f"{folder}/defs.yaml: give `config_path` or `objects`/`options`, not both")
+                    f"{folder}/defs.yaml: give `config_path` or `objects`/`options`, not both"
+                )
             return read_config(folder / self.config_path)
         path = folder / "defs.yaml"
         text = yaml.safe_dump({"options": self.options, "objects": self.objects}, sort_keys=False)
         return LoadedConfig(path, text, parse_config(text, path))
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
-        return build_defs(loaded=self.loaded(Path(context.path)), landing_path=self.landing_zone,
-                          warehouse_root=self.warehouse, sensors_running=self.sensors_running)
+        return build_defs(
+            loaded=self.loaded(Path(context.path)),
+            landing_path=self.landing_zone,
+            warehouse_root=self.warehouse,
+            sensors_running=self.sensors_running,
+        )
 
 
 @dg.definitions

@@ -22,7 +22,15 @@ from pathlib import Path
 
 import dagster as dg
 
-from bench.common import PlatformRunner, bulk_floor, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
+from bench.common import (
+    PlatformRunner,
+    bulk_floor,
+    figures,
+    peak_rss_mb,
+    reset_peak_rss,
+    start_spark,
+    write_replication,
+)
 from cdc_assets.assets import replica_key
 from resources.salesforce import SalesforceResource
 from sensors.work import mode_run_config
@@ -38,8 +46,10 @@ def serve(records: int, root: Path) -> None:
 
     with Emulator(root / "org") as emu:
         name = emu.add_bulk_object(records, COLUMNS)
-        print(json.dumps({"instance_url": emu.instance_url, "token": emu.token, "ca_file": emu.ca_file,
-                          "object": name}), flush=True)
+        print(
+            json.dumps({"instance_url": emu.instance_url, "token": emu.token, "ca_file": emu.ca_file, "object": name}),
+            flush=True,
+        )
         sys.stdin.read()
 
 
@@ -50,40 +60,67 @@ def floor_pass(salesforce: SalesforceResource, name: str, out: Path) -> float:
 
 def measure(records: int, conf: dict[str, str], *, resync: bool) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="bench-big-"))
-    server = subprocess.Popen([sys.executable, "-m", "bench.big_table", "serve", str(records), str(work)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.big_table", "serve", str(records), str(work)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         org = json.loads(server.stdout.readline())
-        salesforce = SalesforceResource(instance_url=org["instance_url"], access_token=org["token"],
-                                        ca_bundle=org["ca_file"])
+        salesforce = SalesforceResource(
+            instance_url=org["instance_url"], access_token=org["token"], ca_bundle=org["ca_file"]
+        )
         name = org["object"]
         config = write_replication(work / "replication.yaml", {name: None}, initial_load=True)
         (work / "landing").mkdir()
-        platform = PlatformRunner(config=config, landing=work / "landing", warehouse=work / "wh",
-                                  spark_conf=conf, salesforce=salesforce)
+        platform = PlatformRunner(
+            config=config, landing=work / "landing", warehouse=work / "wh", spark_conf=conf, salesforce=salesforce
+        )
         floor = floor_pass(salesforce, name, work / "floor.parquet")
         (work / "floor.parquet").unlink()
         rows = []
         reset_peak_rss()
         wall, phases, metadata = platform.run(selection=[replica_key(name)])
         meta = metadata[replica_key(name).to_user_string()]
-        rows.append(figures(workload=f"initial load: {records:,} records x {COLUMNS} columns, Bulk API 2.0",
-                            unit="records", count=records, wall_s=wall, floor_s=floor,
-                            snapshot_rows=meta.get("snapshot_rows"), row_count=meta.get("dagster/row_count"),
-                            phases=phases) | {"peak_rss_mb": peak_rss_mb(exclude={server.pid})})
+        rows.append(
+            figures(
+                workload=f"initial load: {records:,} records x {COLUMNS} columns, Bulk API 2.0",
+                unit="records",
+                count=records,
+                wall_s=wall,
+                floor_s=floor,
+                snapshot_rows=meta.get("snapshot_rows"),
+                row_count=meta.get("dagster/row_count"),
+                phases=phases,
+            )
+            | {"peak_rss_mb": peak_rss_mb(exclude={server.pid})}
+        )
         if resync:
             reset_peak_rss()
             assets = [a for a in platform.assets if replica_key(name) in a.keys]
             started = time.perf_counter()
-            result = dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
-                                    run_config=mode_run_config({name: "resync"}))
+            result = dg.materialize(
+                assets,
+                resources=platform.defs.resources,
+                instance=platform.instance,
+                run_config=mode_run_config({name: "resync"}),
+            )
             wall = time.perf_counter() - started
             event = result.asset_materializations_for_node(replica_key(name).to_python_identifier())[-1]
             meta = {k: v.value for k, v in event.metadata.items()}
-            rows.append(figures(workload=f"resync: {records:,} records x {COLUMNS} columns over its replica",
-                                unit="records", count=records, wall_s=wall, floor_s=floor,
-                                snapshot_rows=meta.get("snapshot_rows"), row_count=meta.get("dagster/row_count"))
-                        | {"peak_rss_mb": peak_rss_mb(exclude={server.pid})})
+            rows.append(
+                figures(
+                    workload=f"resync: {records:,} records x {COLUMNS} columns over its replica",
+                    unit="records",
+                    count=records,
+                    wall_s=wall,
+                    floor_s=floor,
+                    snapshot_rows=meta.get("snapshot_rows"),
+                    row_count=meta.get("dagster/row_count"),
+                )
+                | {"peak_rss_mb": peak_rss_mb(exclude={server.pid})}
+            )
         return rows
     finally:
         server.stdin.close()

@@ -33,12 +33,29 @@ from bench.common import PlatformRunner, peak_rss_mb, reset_peak_rss, start_spar
 from bench.naive import NaiveTable
 from bench.workloads import OBJECTS, cdc_workload, events_in
 
-
-_HEADER = pa.struct([("entityName", pa.string()), ("recordIds", pa.list_(pa.string())),
-                     ("changeType", pa.string()), ("transactionKey", pa.string()),
-                     ("sequenceNumber", pa.int64()), ("commitTimestamp", pa.int64())])
-_LINE = pa.schema([("data", pa.struct([("payload", pa.struct([("ChangeEventHeader", _HEADER)])),
-                                       ("event", pa.struct([("replayId", pa.int64())]))]))])
+_HEADER = pa.struct(
+    [
+        ("entityName", pa.string()),
+        ("recordIds", pa.list_(pa.string())),
+        ("changeType", pa.string()),
+        ("transactionKey", pa.string()),
+        ("sequenceNumber", pa.int64()),
+        ("commitTimestamp", pa.int64()),
+    ]
+)
+_LINE = pa.schema(
+    [
+        (
+            "data",
+            pa.struct(
+                [
+                    ("payload", pa.struct([("ChangeEventHeader", _HEADER)])),
+                    ("event", pa.struct([("replayId", pa.int64())])),
+                ]
+            ),
+        )
+    ]
+)
 
 
 def floor_pass(root: Path, work: Path) -> float:
@@ -67,8 +84,7 @@ def full_floor_pass(root: Path, work: Path) -> float:
         lines = pc.list_flatten(pc.split_pattern(pa.array([f.read_text()]), "\n"))
         lines = lines.filter(pc.greater(pc.binary_length(lines), 0))
         entity = pc.struct_field(pc.extract_regex(lines, _ENTITY), [0])
-        shape = pc.binary_join_element_wise(entity, pc.cast(pc.match_substring(lines, _OBJECT_NAME), pa.string()),
-                                            "/")
+        shape = pc.binary_join_element_wise(entity, pc.cast(pc.match_substring(lines, _OBJECT_NAME), pa.string()), "/")
         for group in pc.unique(shape).to_pylist():
             chosen = lines.filter(pc.equal(shape, group))
             joined = pc.binary_join(pa.ListArray.from_arrays([0, len(chosen)], chosen), "\n")[0].as_buffer()
@@ -107,12 +123,24 @@ def run(*, accounts: int = 10_000, changes: int = 300_000) -> list[dict]:
     events = int(metadata["change_events"]["events_parsed"])
     naive_rate = naive_events / naive_seconds
     ours_rate = events / wall
-    return [{
-        "workload": f"catch-up {events:,} events ({events_in(root):,} lines), 5 objects, {sum(rows.values()):,} records",
-        "events": events, "spark_start_s": spark_start, "wall_s": wall, "events_per_s": ours_rate, "floor_s": floor,
-        "x_floor": wall / floor, "full_floor_s": full_floor, "x_full_floor": wall / full_floor, "naive_events_per_s": naive_rate, "x_naive": ours_rate / naive_rate,
-        "peak_rss_mb": peak, "phases": phases, "rows": rows,
-    }]
+    return [
+        {
+            "workload": f"catch-up {events:,} events ({events_in(root):,} lines), 5 objects, {sum(rows.values()):,} records",
+            "events": events,
+            "spark_start_s": spark_start,
+            "wall_s": wall,
+            "events_per_s": ours_rate,
+            "floor_s": floor,
+            "x_floor": wall / floor,
+            "full_floor_s": full_floor,
+            "x_full_floor": wall / full_floor,
+            "naive_events_per_s": naive_rate,
+            "x_naive": ours_rate / naive_rate,
+            "peak_rss_mb": peak,
+            "phases": phases,
+            "rows": rows,
+        }
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,18 +23,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow as pa
 
-from cdc_assets.changefeed.export import export_changefeed
 from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.changefeed.export import export_changefeed
 from resources.delta import DeltaWarehouse, read_table
 
 COLUMNS = 30
 TS = pa.timestamp("us", tz="UTC")
-T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def _rows(ids: list[int], rng: random.Random, *, salt: int, deleted=False) -> pa.Table:
@@ -42,10 +42,14 @@ def _rows(ids: list[int], rng: random.Random, *, salt: int, deleted=False) -> pa
     cols = {"Id": [f"001{i:015d}" for i in ids]}
     for c in range(COLUMNS):
         cols[f"Field{c}__c"] = [f"value {i} {c} {salt if rng.random() < 0.2 else 0}" for i in ids]
-    cols |= {"_sf_deleted": [deleted] * n, "_sf_commit_ts": pa.array([T0 + timedelta(seconds=salt)] * n, TS),
-             "_sf_replay_id": pa.array([salt] * n, pa.int64()), "_sf_source": ["cdc"] * n,
-             "_sf_synced_at": pa.array([datetime.now(timezone.utc)] * n, TS),
-             "_sf_bucket": [f"001{i:015d}"[:8] for i in ids]}
+    cols |= {
+        "_sf_deleted": [deleted] * n,
+        "_sf_commit_ts": pa.array([T0 + timedelta(seconds=salt)] * n, TS),
+        "_sf_replay_id": pa.array([salt] * n, pa.int64()),
+        "_sf_source": ["cdc"] * n,
+        "_sf_synced_at": pa.array([datetime.now(UTC)] * n, TS),
+        "_sf_bucket": [f"001{i:015d}"[:8] for i in ids],
+    }
     return pa.table(cols)
 
 
@@ -55,8 +59,10 @@ def _export(warehouse: DeltaWarehouse, feed: ChangefeedConfig, label: str) -> No
     wall = time.perf_counter() - started
     records = sum(result.records.values())
     size = sum(p.stat().st_size for p in Path(feed.object_uri("Account")).glob("*.jsonl"))
-    print(f"{label:<34} {records:>9,} records {wall:>8.2f} s {records / wall:>10,.0f} rec/s "
-          f"{size / 1e6:>8.1f} MB  {result.records}")
+    print(
+        f"{label:<34} {records:>9,} records {wall:>8.2f} s {records / wall:>10,.0f} rec/s "
+        f"{size / 1e6:>8.1f} MB  {result.records}"
+    )
 
 
 def _own_peak_mb() -> float:
@@ -79,23 +85,30 @@ def _child_export(warehouse: str, feed: str, batch_rows: int) -> None:
         records = sum(result.records.values())
     else:
         records = 0  # the idle child: imports only
-    print(json.dumps({"records": records, "seconds": time.perf_counter() - started,
-                      "peak_mb": _own_peak_mb()}))
+    print(json.dumps({"records": records, "seconds": time.perf_counter() - started, "peak_mb": _own_peak_mb()}))
 
 
 def _peak(warehouse: Path, feed: Path | None, batch_rows: int) -> dict:
-    code = ("import sys; from bench.changefeed import _child_export; "
-            "_child_export(sys.argv[1], sys.argv[2], int(sys.argv[3]))")
-    done = subprocess.run([sys.executable, "-c", code, str(warehouse), str(feed or ""), str(batch_rows)],
-                          capture_output=True, text=True, check=True)
+    code = (
+        "import sys; from bench.changefeed import _child_export; "
+        "_child_export(sys.argv[1], sys.argv[2], int(sys.argv[3]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(warehouse), str(feed or ""), str(batch_rows)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def memory(sizes: list[int], batch_rows: int, *, one_pass: bool = True) -> None:
     idle = _peak(Path("."), None, 0)["peak_mb"]
     print(f"idle child (imports only): {idle:.0f} MB peak RSS")
-    print(f"{'rows':>9} {'batch_rows':>10} {'scan records':>12} {'scan MB':>8} {'scan s':>7} {'resync records':>14} "
-          f"{'resync MB':>9} {'resync s':>8}")
+    print(
+        f"{'rows':>9} {'batch_rows':>10} {'scan records':>12} {'scan MB':>8} {'scan s':>7} {'resync records':>14} "
+        f"{'resync MB':>9} {'resync s':>8}"
+    )
     for rows in sizes:
         for batch in (batch_rows, rows * 3) if one_pass else (batch_rows,):
             root = Path(tempfile.mkdtemp(prefix="bench-changefeed-memory-"))
@@ -104,30 +117,49 @@ def memory(sizes: list[int], batch_rows: int, *, one_pass: bool = True) -> None:
                 rng = random.Random(1)
                 ids = list(range(rows))
                 for start in range(0, rows, 50_000):  # created in slices: the parent's memory is not measured
-                    chunk = _rows(ids[start:start + 50_000], rng, salt=0)
+                    chunk = _rows(ids[start : start + 50_000], rng, salt=0)
                     if start == 0:
-                        warehouse.append("Account", chunk, read=None, partition_by=["_sf_bucket"], key="k",
-                                         state={}, txns={})
+                        warehouse.append(
+                            "Account", chunk, read=None, partition_by=["_sf_bucket"], key="k", state={}, txns={}
+                        )
                     else:
-                        warehouse.append("Account", chunk, read=warehouse.table("Account"),
-                                         partition_by=["_sf_bucket"], key="k", state={}, txns={})
+                        warehouse.append(
+                            "Account",
+                            chunk,
+                            read=warehouse.table("Account"),
+                            partition_by=["_sf_bucket"],
+                            key="k",
+                            state={},
+                            txns={},
+                        )
                 scan = _peak(root / "warehouse", root / "feed", batch)
                 differ = set(rng.sample(ids, max(1, rows // 100)))
-                snapshot = pa.concat_tables(_rows(ids[s:s + 50_000], random.Random(1), salt=0)
-                                            for s in range(0, rows, 50_000))
-                names = [("resynced " if k in differ else "") + n
-                         for k, n in enumerate(snapshot["Field0__c"].to_pylist())]
-                snapshot = snapshot.set_column(snapshot.schema.get_field_index("Field0__c"), "Field0__c",
-                                               pa.array(names, pa.string()))
-                warehouse.overwrite("Account", pa.RecordBatchReader.from_batches(snapshot.schema,
-                                                                                  snapshot.to_batches()),
-                                    read=warehouse.table("Account"), partition_by=["_sf_bucket"], key="k",
-                                    state={}, txns={})
+                snapshot = pa.concat_tables(
+                    _rows(ids[s : s + 50_000], random.Random(1), salt=0) for s in range(0, rows, 50_000)
+                )
+                names = [
+                    ("resynced " if k in differ else "") + n for k, n in enumerate(snapshot["Field0__c"].to_pylist())
+                ]
+                snapshot = snapshot.set_column(
+                    snapshot.schema.get_field_index("Field0__c"), "Field0__c", pa.array(names, pa.string())
+                )
+                warehouse.overwrite(
+                    "Account",
+                    pa.RecordBatchReader.from_batches(snapshot.schema, snapshot.to_batches()),
+                    read=warehouse.table("Account"),
+                    partition_by=["_sf_bucket"],
+                    key="k",
+                    state={},
+                    txns={},
+                )
                 del snapshot, names
                 resync = _peak(root / "warehouse", root / "feed", batch)
                 label = f"{batch:,}" if batch == batch_rows else "one pass"
-                print(f"{rows:>9,} {label:>10} {scan['records']:>12,} {scan['peak_mb']:>8.0f} {scan['seconds']:>7.1f} "
-                      f"{resync['records']:>14,} {resync['peak_mb']:>9.0f} {resync['seconds']:>8.1f}", flush=True)
+                print(
+                    f"{rows:>9,} {label:>10} {scan['records']:>12,} {scan['peak_mb']:>8.0f} {scan['seconds']:>7.1f} "
+                    f"{resync['records']:>14,} {resync['peak_mb']:>9.0f} {resync['seconds']:>8.1f}",
+                    flush=True,
+                )
             finally:
                 shutil.rmtree(root, ignore_errors=True)
 
@@ -139,8 +171,11 @@ def main() -> None:
     parser.add_argument("--versions", type=int, default=20)
     parser.add_argument("--memory", help="comma-separated table sizes: peak memory of exports (module docstring)")
     parser.add_argument("--batch-rows", type=int, default=10_000)
-    parser.add_argument("--no-one-pass", action="store_true", help="--memory: skip the one-pass exports (they hold "
-                        "the whole resync: about 10 GB at 1,000,000 rows)")
+    parser.add_argument(
+        "--no-one-pass",
+        action="store_true",
+        help="--memory: skip the one-pass exports (they hold the whole resync: about 10 GB at 1,000,000 rows)",
+    )
     args = parser.parse_args()
     if args.memory:
         memory([int(n) for n in args.memory.split(",")], args.batch_rows, one_pass=not args.no_one_pass)
@@ -151,16 +186,26 @@ def main() -> None:
         warehouse = DeltaWarehouse(root=str(root / "warehouse"))
 
         def merge(data: pa.Table) -> None:
-            warehouse.upsert("Account", data, read=warehouse.table("Account"), key_column="Id",
-                             partition_column="_sf_bucket", partition_values=data["_sf_bucket"].to_pylist(),
-                             key="k", state={}, txns={})
+            warehouse.upsert(
+                "Account",
+                data,
+                read=warehouse.table("Account"),
+                key_column="Id",
+                partition_column="_sf_bucket",
+                partition_values=data["_sf_bucket"].to_pylist(),
+                key="k",
+                state={},
+                txns={},
+            )
 
         ids = list(range(args.rows))
-        warehouse.append("Account", _rows(ids, rng, salt=0), read=None, partition_by=["_sf_bucket"], key="k",
-                         state={}, txns={})
+        warehouse.append(
+            "Account", _rows(ids, rng, salt=0), read=None, partition_by=["_sf_bucket"], key="k", state={}, txns={}
+        )
         for fmt in ("json", "debezium_json"):
-            feed = ChangefeedConfig(uri=str(root / f"feed-{fmt}"), format=fmt, initial_scan=True,
-                                    max_versions_per_file=args.versions)
+            feed = ChangefeedConfig(
+                uri=str(root / f"feed-{fmt}"), format=fmt, initial_scan=True, max_versions_per_file=args.versions
+            )
             _export(warehouse, feed, f"initial scan {args.rows:,} rows ({fmt})")
         per = max(1, args.changes // args.versions)
         for v in range(args.versions):
@@ -174,13 +219,21 @@ def main() -> None:
         snapshot = read_table(warehouse.table("Account"))
         differ = set(rng.sample(ids, args.rows // 100))
         names = snapshot["Field0__c"].to_pylist()
-        changed_names = [f"resynced {n}" if int(i[3:]) in differ else n
-                         for i, n in zip(snapshot["Id"].to_pylist(), names)]
-        snapshot = snapshot.set_column(snapshot.schema.get_field_index("Field0__c"), "Field0__c",
-                                       pa.array(changed_names, pa.string()))
-        warehouse.overwrite("Account", pa.RecordBatchReader.from_batches(snapshot.schema, snapshot.to_batches()),
-                            read=warehouse.table("Account"), partition_by=["_sf_bucket"], key="k", state={},
-                            txns={})
+        changed_names = [
+            f"resynced {n}" if int(i[3:]) in differ else n for i, n in zip(snapshot["Id"].to_pylist(), names)
+        ]
+        snapshot = snapshot.set_column(
+            snapshot.schema.get_field_index("Field0__c"), "Field0__c", pa.array(changed_names, pa.string())
+        )
+        warehouse.overwrite(
+            "Account",
+            pa.RecordBatchReader.from_batches(snapshot.schema, snapshot.to_batches()),
+            read=warehouse.table("Account"),
+            partition_by=["_sf_bucket"],
+            key="k",
+            state={},
+            txns={},
+        )
         for fmt in ("json", "debezium_json"):
             feed = ChangefeedConfig(uri=str(root / f"feed-{fmt}"), format=fmt)
             _export(warehouse, feed, f"resync of {args.rows:,}, 1% differ ({fmt})")

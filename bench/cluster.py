@@ -39,8 +39,12 @@ REPO = Path(__file__).resolve().parent.parent
 
 def lines(rows: int) -> pa.Table:
     body = "x" * 280
-    return pa.table({"source_line": pa.array(range(rows), pa.int64()),
-                     "raw": pa.array([f'{{"line": {i}, "body": "{body}"}}' for i in range(rows)], pa.string())})
+    return pa.table(
+        {
+            "source_line": pa.array(range(rows), pa.int64()),
+            "raw": pa.array([f'{{"line": {i}, "body": "{body}"}}' for i in range(rows)], pa.string()),
+        }
+    )
 
 
 def floor_s(table: pa.Table, repeat: int) -> float:
@@ -75,15 +79,34 @@ def child(rows: int, repeat: int, conf: dict[str, str]) -> dict:
         total = from_arrow(spark, table).selectExpr("sum(length(raw)) AS n").collect()[0]["n"]
         times.append(time.perf_counter() - start)
     assert total == pc.sum(pc.utf8_length(table["raw"])).as_py()
-    return {"session_s": session_s, "probe_s": probe_s, "first_s": times[0],
-            "median_s": statistics.median(times[1:] or times)}
+    return {
+        "session_s": session_s,
+        "probe_s": probe_s,
+        "first_s": times[0],
+        "median_s": statistics.median(times[1:] or times),
+    }
 
 
 def _run_child(rows: int, repeat: int, conf: dict[str, str], env: dict[str, str]) -> dict:
     base = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_MASTER", "CDC_SPARK_STAGING")}
-    done = subprocess.run([sys.executable, "-m", "bench.cluster", "--child", json.dumps(conf), "--rows", str(rows),
-                           "--repeat", str(repeat)], env=base | env, cwd=REPO, capture_output=True, text=True,
-                          timeout=1800)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.cluster",
+            "--child",
+            json.dumps(conf),
+            "--rows",
+            str(rows),
+            "--repeat",
+            str(repeat),
+        ],
+        env=base | env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -91,8 +114,10 @@ def _run_child(rows: int, repeat: int, conf: dict[str, str], env: dict[str, str]
 
 def run(rows: int, repeat: int) -> list[dict]:
     table = lines(rows)
-    print(f"table: {rows:,} rows, {table.nbytes / 2**20:.1f} MiB of Arrow; floor (pyarrow aggregate) "
-          f"{floor_s(table, repeat) * 1000:.1f} ms")
+    print(
+        f"table: {rows:,} rows, {table.nbytes / 2**20:.1f} MiB of Arrow; floor (pyarrow aggregate) "
+        f"{floor_s(table, repeat) * 1000:.1f} ms"
+    )
     root = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     small = {"spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2", "spark.driver.memory": "1g"}
     results = [{"way": "local[2]", **_run_child(rows, repeat, small | {"spark.master": "local[2]"}, {})}]
@@ -100,12 +125,20 @@ def run(rows: int, repeat: int) -> list[dict]:
     try:
         on_cluster = small | cluster.client_conf()
         results.append({"way": "cluster, rows in tasks", **_run_child(rows, repeat, on_cluster, {})})
-        results.append({"way": "cluster, staged Parquet", **_run_child(
-            rows, repeat, on_cluster, {"CDC_SPARK_STAGING": str(root / "staging")})})
+        results.append(
+            {
+                "way": "cluster, staged Parquet",
+                **_run_child(rows, repeat, on_cluster, {"CDC_SPARK_STAGING": str(root / "staging")}),
+            }
+        )
         server, url = processes.start_spark_connect(root / "spark_connect.log", conf=on_cluster)
         try:
-            results.append({"way": "Connect server on the cluster, staged Parquet", **_run_child(
-                rows, repeat, {}, {"SPARK_REMOTE": url, "CDC_SPARK_STAGING": str(root / "staging")})})
+            results.append(
+                {
+                    "way": "Connect server on the cluster, staged Parquet",
+                    **_run_child(rows, repeat, {}, {"SPARK_REMOTE": url, "CDC_SPARK_STAGING": str(root / "staging")}),
+                }
+            )
         finally:
             processes.stop(server)
     finally:
@@ -130,8 +163,10 @@ def main() -> None:
     print("way | session s | probe s | first hand-off s | median hand-off s | x local[2]")
     for r in rows:
         probe = "-" if r["probe_s"] is None else f"{r['probe_s']:.2f}"
-        print(f"{r['way']} | {r['session_s']:.1f} | {probe} | {r['first_s']:.2f} | {r['median_s']:.2f} | "
-              f"{r['x_local']:.2f}")
+        print(
+            f"{r['way']} | {r['session_s']:.1f} | {probe} | {r['first_s']:.2f} | {r['median_s']:.2f} | "
+            f"{r['x_local']:.2f}"
+        )
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
 
 

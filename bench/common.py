@@ -7,6 +7,7 @@ and the figure is the peak of this process plus its children (the Spark driver J
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -30,8 +31,9 @@ def _process_tree() -> dict[str, dict[str, str]]:
     status: dict[str, dict[str, str]] = {}
     for path in Path("/proc").glob("[0-9]*/status"):
         try:
-            status[path.parent.name] = dict(line.split(":\t", 1) for line in path.read_text().splitlines()
-                                            if ":\t" in line)
+            status[path.parent.name] = dict(
+                line.split(":\t", 1) for line in path.read_text().splitlines() if ":\t" in line
+            )
         except OSError:
             continue
     tree, grew = {str(os.getpid())}, True
@@ -57,10 +59,8 @@ def peak_rss_mb(exclude: set[int] | None = None) -> float:
 def reset_peak_rss() -> None:
     """Start a new peak-RSS measurement for this process and those under it (Linux `clear_refs` 5)."""
     for pid in _process_tree():
-        try:
+        with contextlib.suppress(OSError):
             Path(f"/proc/{pid}/clear_refs").write_text("5")
-        except OSError:
-            pass
 
 
 def start_spark() -> tuple[dict[str, str], float]:
@@ -79,14 +79,17 @@ def start_spark() -> tuple[dict[str, str], float]:
     return conf, time.perf_counter() - started
 
 
-def write_replication(path: Path, objects: dict[str, Path | None], *, initial_load: bool = False,
-                      **options) -> Path:
+def write_replication(path: Path, objects: dict[str, Path | None], *, initial_load: bool = False, **options) -> Path:
     """A replication.yaml naming `objects` (with describe files where given), transactions closed at once;
     `options`: more of its `options` (e.g. history=True)."""
-    path.write_text(yaml.safe_dump({
-        "options": {"transaction_close_after": 0, "initial_load": initial_load, **options},
-        "objects": [{"name": o, **({"describe": str(d)} if d else {})} for o, d in objects.items()],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "options": {"transaction_close_after": 0, "initial_load": initial_load, **options},
+                "objects": [{"name": o, **({"describe": str(d)} if d else {})} for o, d in objects.items()],
+            }
+        )
+    )
     return path
 
 
@@ -94,11 +97,15 @@ class PlatformRunner:
     """The platform's Definitions over one landing zone and warehouse; `run()` is one `materialize()` of
     change_events + the replicas, in this process, reusing the Spark session (as the in-process executor does)."""
 
-    def __init__(self, *, config: Path, landing: Path, warehouse: Path, spark_conf: dict[str, str],
-                 salesforce=None):
+    def __init__(self, *, config: Path, landing: Path, warehouse: Path, spark_conf: dict[str, str], salesforce=None):
         self.warehouse = warehouse
-        self.defs = build_defs(config_path=config, landing_path=str(landing), warehouse_root=str(warehouse),
-                               spark_conf=spark_conf, salesforce=salesforce)
+        self.defs = build_defs(
+            config_path=config,
+            landing_path=str(landing),
+            warehouse_root=str(warehouse),
+            spark_conf=spark_conf,
+            salesforce=salesforce,
+        )
         self.assets = [a for a in self.defs.assets if isinstance(a, dg.AssetsDefinition)]
         self.instance = dg.DagsterInstance.ephemeral()
 
@@ -117,7 +124,7 @@ class PlatformRunner:
             metadata[m.asset_key.to_user_string()] = values
             for key, value in values.items():
                 if key.startswith("seconds_"):
-                    phases[f"{where}.{key[len('seconds_'):]}"] += float(value)
+                    phases[f"{where}.{key[len('seconds_') :]}"] += float(value)
         return wall, dict(phases), metadata
 
 
@@ -125,16 +132,30 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def figures(*, workload: str, unit: str, count: int, wall_s: float, floor_s: float | None = None,
-            baseline_s: float | None = None, **extra) -> dict:
+def figures(
+    *,
+    workload: str,
+    unit: str,
+    count: int,
+    wall_s: float,
+    floor_s: float | None = None,
+    baseline_s: float | None = None,
+    **extra,
+) -> dict:
     """One result row: throughput in `unit`/s; `x_floor` = our wall / the floor's (how far above the floor),
     `x_baseline` = the baseline's wall / ours (how much faster than the baseline), as in the catch-up figures."""
     return {
-        "workload": workload, "unit": unit, "count": count, "wall_s": wall_s,
+        "workload": workload,
+        "unit": unit,
+        "count": count,
+        "wall_s": wall_s,
         "per_s": count / wall_s if wall_s else float("nan"),
-        "floor_s": floor_s, "x_floor": wall_s / floor_s if floor_s else None,
-        "baseline_s": baseline_s, "x_baseline": baseline_s / wall_s if baseline_s and wall_s else None,
-        "peak_rss_mb": peak_rss_mb(), **extra,
+        "floor_s": floor_s,
+        "x_floor": wall_s / floor_s if floor_s else None,
+        "baseline_s": baseline_s,
+        "x_baseline": baseline_s / wall_s if baseline_s and wall_s else None,
+        "peak_rss_mb": peak_rss_mb(),
+        **extra,
     }
 
 
@@ -155,14 +176,21 @@ def bulk_floor(salesforce, name: str, fields: list[str], out: Path, **query) -> 
 def one_object_defs(work: Path, conf: dict, salesforce, sobject: dict) -> dg.Definitions:
     """The platform over `work` replicating the one object `sobject` (its replication.yaml entry), loaded at once."""
     config = work / "replication.yaml"
-    config.write_text(yaml.safe_dump({"options": {"transaction_close_after": 0, "initial_load": True},
-                                      "objects": [sobject]}))
-    return build_defs(config_path=config, landing_path=str(work / "landing"), warehouse_root=str(work / "wh"),
-                      spark_conf=conf, salesforce=salesforce)
+    config.write_text(
+        yaml.safe_dump({"options": {"transaction_close_after": 0, "initial_load": True}, "objects": [sobject]})
+    )
+    return build_defs(
+        config_path=config,
+        landing_path=str(work / "landing"),
+        warehouse_root=str(work / "wh"),
+        spark_conf=conf,
+        salesforce=salesforce,
+    )
 
 
-def materialize_replica(defs: dg.Definitions, instance: dg.DagsterInstance, emu, name: str,
-                        **config) -> tuple[float, int, dict]:
+def materialize_replica(
+    defs: dg.Definitions, instance: dg.DagsterInstance, emu, name: str, **config
+) -> tuple[float, int, dict]:
     """One `materialize()` of the replica of `name` with the op `config`: wall seconds, HTTP requests the org
     served, and the materialization's metadata."""
     assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition) and replica_key(name) in a.keys]

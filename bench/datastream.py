@@ -29,8 +29,9 @@ OBJECTS = ["Account", "Contact", "Opportunity"]
 def _lines(accounts: int, changes: int) -> tuple[list[str], list[str], dict]:
     with tempfile.TemporaryDirectory() as tmp, Emulator(Path(tmp) / "org") as emu:
         workload = Workload(emu, seed=3)
-        workload.build_org(accounts=accounts, contacts_per_account=2, opportunities_per_account=1,
-                           cases_per_account=0, leads=0)
+        workload.build_org(
+            accounts=accounts, contacts_per_account=2, opportunities_per_account=1, cases_per_account=0, leads=0
+        )
         landing = MixedLanding(emu.store, OBJECTS, datastream_share=0.0, both_share=1.0, seed=3)
         emu.store.add_listener(landing)
         workload.run(changes=changes)
@@ -42,8 +43,9 @@ def _lines(accounts: int, changes: int) -> tuple[list[str], list[str], dict]:
 def _timed(spark, parse, lines: list[str], schemas) -> float:
     from spark_ops.parse import quarantined, to_change_rows
 
-    frame = spark.createDataFrame([("f.jsonl", i + 1, line) for i, line in enumerate(lines)],
-                                  "source_file string, source_line long, raw string").cache()
+    frame = spark.createDataFrame(
+        [("f.jsonl", i + 1, line) for i, line in enumerate(lines)], "source_file string, source_line long, raw string"
+    ).cache()
     frame.count()
     walls = []
     for _ in range(3):

@@ -18,8 +18,15 @@ from pathlib import Path
 
 import dagster as dg
 
-from bench.common import (bulk_floor, figures, materialize_replica, one_object_defs, peak_rss_mb, reset_peak_rss,
-                          start_spark)
+from bench.common import (
+    bulk_floor,
+    figures,
+    materialize_replica,
+    one_object_defs,
+    peak_rss_mb,
+    reset_peak_rss,
+    start_spark,
+)
 from bench.initial_load import OBJECT, copied_org
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
@@ -51,25 +58,43 @@ def run(*, records: int = 1_000_000, changes: int = 1_000) -> list[dict]:
     rows = []
     with copied_org(records, "bench-formulas-") as (work, emu, salesforce):
         instance = dg.DagsterInstance.ephemeral()
-        defs = one_object_defs(work, conf, salesforce, {"name": OBJECT, "formulas": {
-            "refresh_every": 3600, "overlap": 1, "full_every": 86400}})
+        defs = one_object_defs(
+            work,
+            conf,
+            salesforce,
+            {"name": OBJECT, "formulas": {"refresh_every": 3600, "overlap": 1, "full_every": 86400}},
+        )
         load_s, _, _, _ = _run(defs, instance, emu)  # the initial load (reads the formula values too)
         floors = [floor_pass(salesforce, work / "floor-before.parquet")]
         label = f"{records:,} Accounts"
-        for name, config, changed in (("full pass (first refresh)", {"mode": "formulas"}, 0),
-                                      ("full pass again", {"mode": "formulas", "formulas_full": True}, 0),
-                                      (f"incremental pass, {changes:,} changed", {"mode": "formulas"}, changes)):
+        for name, config, changed in (
+            ("full pass (first refresh)", {"mode": "formulas"}, 0),
+            ("full pass again", {"mode": "formulas", "formulas_full": True}, 0),
+            (f"incremental pass, {changes:,} changed", {"mode": "formulas"}, changes),
+        ):
             if changed:
                 time.sleep(1.2)  # past the overlap: the pass reads the changes, not the previous refresh's
                 _change(emu, changed)
             wall, peak, calls, meta = _run(defs, instance, emu, **config)
-            rows.append(figures(workload=f"formula refresh, {name}: {label}", unit="records",
-                                count=meta["formulas_rows_read"], wall_s=wall, api_calls=calls,
-                                rows_refreshed=meta["formulas_rows_refreshed"],
-                                full_pass=meta["formulas_full_pass"], merges=meta["formulas_merges"],
-                                initial_load_s=load_s,
-                                phases={k: v for k, v in meta.items() if k.startswith("formulas_") and
-                                        isinstance(v, float) and "age" not in k}) | {"peak_rss_mb": peak})
+            rows.append(
+                figures(
+                    workload=f"formula refresh, {name}: {label}",
+                    unit="records",
+                    count=meta["formulas_rows_read"],
+                    wall_s=wall,
+                    api_calls=calls,
+                    rows_refreshed=meta["formulas_rows_refreshed"],
+                    full_pass=meta["formulas_full_pass"],
+                    merges=meta["formulas_merges"],
+                    initial_load_s=load_s,
+                    phases={
+                        k: v
+                        for k, v in meta.items()
+                        if k.startswith("formulas_") and isinstance(v, float) and "age" not in k
+                    },
+                )
+                | {"peak_rss_mb": peak}
+            )
         floors.append(floor_pass(salesforce, work / "floor-after.parquet"))
     floor = sum(floors) / len(floors)
     full = rows[1]["wall_s"]

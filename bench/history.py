@@ -24,17 +24,20 @@ from bench.workloads import OBJECTS, cdc_workload
 
 
 def _catchup(root: Path, work: Path, conf: dict, history: bool) -> tuple[float, dict, int]:
-    config = write_replication(work / "replication.yaml", {o: root / "describe" / f"{o}.json" for o in OBJECTS},
-                               history=history)
-    wall, phases, metadata = PlatformRunner(config=config, landing=root / "landing", warehouse=work / "wh",
-                                            spark_conf=conf).run()
+    config = write_replication(
+        work / "replication.yaml", {o: root / "describe" / f"{o}.json" for o in OBJECTS}, history=history
+    )
+    wall, phases, _metadata = PlatformRunner(
+        config=config, landing=root / "landing", warehouse=work / "wh", spark_conf=conf
+    ).run()
     versions = sum(DeltaTable(str(work / "wh" / f"{o}__history")).count() for o in OBJECTS) if history else 0
     return wall, phases, versions
 
 
 def _steady(root: Path, work: Path, conf: dict, history: bool, runs: int) -> tuple[float, list[float], int]:
-    config = write_replication(work / "replication.yaml", {o: root / "describe" / f"{o}.json" for o in OBJECTS},
-                               history=history)
+    config = write_replication(
+        work / "replication.yaml", {o: root / "describe" / f"{o}.json" for o in OBJECTS}, history=history
+    )
     landing = work / "landing"
     landing.mkdir(parents=True)
     runner = PlatformRunner(config=config, landing=landing, warehouse=work / "wh", spark_conf=conf)
@@ -60,10 +63,18 @@ def run(*, accounts: int = 2_000, changes: int = 60_000, runs: int = 20) -> list
         finally:
             shutil.rmtree(work, ignore_errors=True)
     (plain, _, _), (with_history, phases, versions) = result[False], result[True]
-    rows.append(figures(workload=f"catch-up with history ({accounts:,} accounts + {changes:,} changes)",
-                        unit="versions", count=versions, wall_s=with_history, baseline_s=plain,
-                        wall_without_s=plain, x_history=with_history / plain,
-                        apply_history_s=phases.get("apply.history", 0.0)))
+    rows.append(
+        figures(
+            workload=f"catch-up with history ({accounts:,} accounts + {changes:,} changes)",
+            unit="versions",
+            count=versions,
+            wall_s=with_history,
+            baseline_s=plain,
+            wall_without_s=plain,
+            x_history=with_history / plain,
+            apply_history_s=phases.get("apply.history", 0.0),
+        )
+    )
     steady_root = batches(runs)
     result = {}
     for history in (False, True):
@@ -73,9 +84,19 @@ def run(*, accounts: int = 2_000, changes: int = 60_000, runs: int = 20) -> list
         finally:
             shutil.rmtree(work, ignore_errors=True)
     (boot0, plain_runs, _), (boot1, history_runs, versions) = result[False], result[True]
-    rows.append(figures(workload=f"steady with history ({runs} runs of ~1,000 events, in-process)", unit="versions",
-                        count=versions, wall_s=sum(history_runs), baseline_s=sum(plain_runs),
-                        median_run_s=median(history_runs), median_run_without_s=median(plain_runs),
-                        x_history=median(history_runs) / median(plain_runs),
-                        bootstrap_s=boot1, bootstrap_without_s=boot0, x_history_bootstrap=boot1 / boot0))
+    rows.append(
+        figures(
+            workload=f"steady with history ({runs} runs of ~1,000 events, in-process)",
+            unit="versions",
+            count=versions,
+            wall_s=sum(history_runs),
+            baseline_s=sum(plain_runs),
+            median_run_s=median(history_runs),
+            median_run_without_s=median(plain_runs),
+            x_history=median(history_runs) / median(plain_runs),
+            bootstrap_s=boot1,
+            bootstrap_without_s=boot0,
+            x_history_bootstrap=boot1 / boot0,
+        )
+    )
     return rows

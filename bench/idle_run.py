@@ -60,8 +60,13 @@ def _selection() -> str:
 def _materialize(env: dict[str, str], cwd: Path) -> tuple[float, float]:
     """Spawn and exit (epoch seconds) of one `dagster asset materialize` of the landing run's selection."""
     spawned = time.time()
-    done = subprocess.run([sys.executable, "-m", "dagster", "asset", "materialize", "-m", "definitions",
-                           "--select", _selection()], cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "dagster", "asset", "materialize", "-m", "definitions", "--select", _selection()],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     exited = time.time()
     if done.returncode:
         raise RuntimeError(f"run failed:\n{done.stderr[-3000:]}")
@@ -86,10 +91,15 @@ def _phases(instance: dg.DagsterInstance, spawned: float, exited: float) -> dict
         if e.step_key and kind in (DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS):
             steps[e.step_key] = e.timestamp - steps.get(e.step_key, 0.0)
     created = record.create_timestamp.timestamp()
-    return {"start-up": created - spawned, "run creation": events["RUN_START"] - created,
-            "resources": events["STEP_START"] - events["RUN_START"],
-            "steps": events["RUN_SUCCESS"] - events["STEP_START"], "exit": exited - events["RUN_SUCCESS"],
-            "total": exited - spawned, "slowest steps": dict(sorted(steps.items(), key=lambda kv: -kv[1])[:4])}
+    return {
+        "start-up": created - spawned,
+        "run creation": events["RUN_START"] - created,
+        "resources": events["STEP_START"] - events["RUN_START"],
+        "steps": events["RUN_SUCCESS"] - events["STEP_START"],
+        "exit": exited - events["RUN_SUCCESS"],
+        "total": exited - spawned,
+        "slowest steps": dict(sorted(steps.items(), key=lambda kv: -kv[1])[:4]),
+    }
 
 
 def _setup(work: Path, workload: Path, tree: Path, remote: str) -> dict[str, str]:
@@ -98,10 +108,16 @@ def _setup(work: Path, workload: Path, tree: Path, remote: str) -> dict[str, str
     config = write_replication(work / "replication.yaml", {o: workload / "describe" / f"{o}.json" for o in OBJECTS})
     home = write_dagster_home(work / "dagster_home")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SF_", "DAGSTER_"))}
-    return env | {"PYTHONPATH": str(tree), "DAGSTER_HOME": str(home), "SPARK_REMOTE": remote,
-                  "CDC_CONFIG": str(config), "CDC_LANDING_ZONE": str(work / "landing"),
-                  "CDC_WAREHOUSE": str(work / "warehouse"), "SF_INSTANCE_URL": "https://127.0.0.1:9",
-                  "SF_ACCESS_TOKEN": "unused"}
+    return env | {
+        "PYTHONPATH": str(tree),
+        "DAGSTER_HOME": str(home),
+        "SPARK_REMOTE": remote,
+        "CDC_CONFIG": str(config),
+        "CDC_LANDING_ZONE": str(work / "landing"),
+        "CDC_WAREHOUSE": str(work / "warehouse"),
+        "SF_INSTANCE_URL": "https://127.0.0.1:9",
+        "SF_ACCESS_TOKEN": "unused",
+    }
 
 
 def run(times: int = 5, baseline: Path | None = None) -> dict:
@@ -130,8 +146,11 @@ def run(times: int = 5, baseline: Path | None = None) -> dict:
     out = {"runs": times, "import_dagster_s": statistics.median(floor)}
     for name, measured in rows.items():
         medians = {k: statistics.median(r[k] for r in measured) for k in measured[0] if k != "slowest steps"}
-        out[name] = {"median_s": medians, "x_import_dagster": medians["total"] / out["import_dagster_s"],
-                     "slowest steps (last run)": measured[-1]["slowest steps"]}
+        out[name] = {
+            "median_s": medians,
+            "x_import_dagster": medians["total"] / out["import_dagster_s"],
+            "slowest steps (last run)": measured[-1]["slowest steps"],
+        }
     if baseline:
         out["x_baseline"] = out["this"]["median_s"]["total"] / out["baseline"]["median_s"]["total"]
     return out

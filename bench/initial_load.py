@@ -19,7 +19,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench.common import PlatformRunner, bulk_floor, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
+from bench.common import (
+    PlatformRunner,
+    bulk_floor,
+    figures,
+    peak_rss_mb,
+    reset_peak_rss,
+    start_spark,
+    write_replication,
+)
 from bench.workloads import OUT
 from cdc_assets.assets import replica_key
 from resources.salesforce import SalesforceResource
@@ -62,8 +70,11 @@ def copied_org(records: int, prefix: str) -> Iterator[tuple[Path, Emulator, Sale
     try:
         shutil.copytree(source / "org", work / "org", ignore=shutil.ignore_patterns("bulk"))
         with Emulator(work / "org") as emu:
-            yield work, emu, SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                                ca_bundle=str(emu.ca_file))
+            yield (
+                work,
+                emu,
+                SalesforceResource(instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file)),
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -78,12 +89,14 @@ def run(*, records: int = 1_000_000) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="bench-initial-"))
     try:
         with Emulator(root / "org") as emu:
-            salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                            ca_bundle=str(emu.ca_file))
+            salesforce = SalesforceResource(
+                instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file)
+            )
             config = write_replication(work / "replication.yaml", {OBJECT: None}, initial_load=True)
             (work / "landing").mkdir()
-            platform = PlatformRunner(config=config, landing=work / "landing", warehouse=work / "wh",
-                                      spark_conf=conf, salesforce=salesforce)
+            platform = PlatformRunner(
+                config=config, landing=work / "landing", warehouse=work / "wh", spark_conf=conf, salesforce=salesforce
+            )
             floors = [floor_pass(salesforce, work / "floor-before.parquet")]
             reset_peak_rss()
             wall, phases, metadata = platform.run(selection=[replica_key(OBJECT)])
@@ -93,7 +106,19 @@ def run(*, records: int = 1_000_000) -> list[dict]:
         meta = metadata[replica_key(OBJECT).to_user_string()]
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return [figures(workload=f"initial load: {records:,} Accounts, Bulk API 2.0", unit="records", count=records,
-                    wall_s=wall, floor_s=floor, floor_runs_s=floors, spark_start_s=spark_start, org_build_s=build_s,
-                    snapshot_rows=meta.get("snapshot_rows"), row_count=meta.get("dagster/row_count"),
-                    phases=phases) | {"peak_rss_mb": peak}]
+    return [
+        figures(
+            workload=f"initial load: {records:,} Accounts, Bulk API 2.0",
+            unit="records",
+            count=records,
+            wall_s=wall,
+            floor_s=floor,
+            floor_runs_s=floors,
+            spark_start_s=spark_start,
+            org_build_s=build_s,
+            snapshot_rows=meta.get("snapshot_rows"),
+            row_count=meta.get("dagster/row_count"),
+            phases=phases,
+        )
+        | {"peak_rss_mb": peak}
+    ]

@@ -48,8 +48,11 @@ DAEMON_SECONDS = 90.0
 
 
 def write_config(path: Path, names: list[str]) -> Path:
-    path.write_text(yaml.safe_dump({"options": {"transaction_close_after": 0, "initial_load": True},
-                                    "objects": [{"name": n} for n in names]}))
+    path.write_text(
+        yaml.safe_dump(
+            {"options": {"transaction_close_after": 0, "initial_load": True}, "objects": [{"name": n} for n in names]}
+        )
+    )
     return path
 
 
@@ -64,21 +67,25 @@ class Org:
         self.workload.build_org(accounts=10)
         self.emu.flush_cdc()
         self.emu.start()
-        self.salesforce = SalesforceResource(instance_url=self.emu.instance_url, access_token=self.emu.token,
-                                             ca_bundle=str(self.emu.ca_file))
+        self.salesforce = SalesforceResource(
+            instance_url=self.emu.instance_url, access_token=self.emu.token, ca_bundle=str(self.emu.ca_file)
+        )
         self.config = write_config(root / "replication.yaml", self.names)
         started = time.perf_counter()
-        self.defs = build_defs(config_path=self.config, landing_path=str(root / "landing"),
-                               warehouse_root=str(root / "warehouse"), spark_conf=spark_conf,
-                               salesforce=self.salesforce)
+        self.defs = build_defs(
+            config_path=self.config,
+            landing_path=str(root / "landing"),
+            warehouse_root=str(root / "warehouse"),
+            spark_conf=spark_conf,
+            salesforce=self.salesforce,
+        )
         self.build_s = time.perf_counter() - started
         self.instance = dg.DagsterInstance.ephemeral()
         self.assets = [a for a in self.defs.assets if isinstance(a, dg.AssetsDefinition)]
         self.landed: set[Path] = set(self.emu.flush_cdc())  # the org's build lands before replication starts
 
     def tick(self, name: str) -> tuple[float, list[dg.RunRequest]]:
-        context = dg.build_sensor_context(instance=self.instance, resources=self.defs.resources,
-                                          definitions=self.defs)
+        context = dg.build_sensor_context(instance=self.instance, resources=self.defs.resources, definitions=self.defs)
         started = time.perf_counter()
         result = self.defs.get_sensor_def(name)(context)
         return time.perf_counter() - started, list(getattr(result, "run_requests", None) or [])
@@ -89,9 +96,15 @@ class Org:
     def execute(self, request: dg.RunRequest) -> float:
         assets = [a for a in self.assets if set(a.keys) & set(request.asset_selection)]
         started = time.perf_counter()
-        result = dg.materialize(assets, resources=self.defs.resources, instance=self.instance,
-                                run_config=request.run_config, tags=request.tags,
-                                selection=request.asset_selection, raise_on_error=False)
+        result = dg.materialize(
+            assets,
+            resources=self.defs.resources,
+            instance=self.instance,
+            run_config=request.run_config,
+            tags=request.tags,
+            selection=request.asset_selection,
+            raise_on_error=False,
+        )
         if not result.success:
             raise RuntimeError(f"the run {request.tags} failed")
         return time.perf_counter() - started
@@ -121,8 +134,15 @@ class Org:
 def import_seconds(config: Path, env: dict[str, str]) -> float:
     """Wall of a fresh process importing `definitions` (what a code server does at start), imports included."""
     code = "import time; t = time.perf_counter(); import definitions; print(time.perf_counter() - t)"
-    out = subprocess.run([sys.executable, "-c", code], env=env | {"CDC_CONFIG": str(config)}, cwd=processes.REPO,
-                         capture_output=True, text=True, timeout=600, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env | {"CDC_CONFIG": str(config)},
+        cwd=processes.REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -145,8 +165,15 @@ def process_rss_mb(pid: int) -> dict[str, float]:
     for p in tree:
         if p in status:
             _, rss, cmd = status[p]
-            label = "code_server" if " api grpc" in cmd else "daemon" if "dagster-daemon" in cmd else \
-                "run_worker" if " api execute_run" in cmd else "other"
+            label = (
+                "code_server"
+                if " api grpc" in cmd
+                else "daemon"
+                if "dagster-daemon" in cmd
+                else "run_worker"
+                if " api execute_run" in cmd
+                else "other"
+            )
             out[label] = out.get(label, 0.0) + int(rss.split()[0]) / 1024
     return out
 
@@ -158,10 +185,12 @@ def daemon_memory(org: Org, seconds: float = DAEMON_SECONDS) -> dict[str, float]
     home = write_dagster_home(org.root / "dagster_home", max_concurrent_runs=0)
     with open_instance(home):
         pass
-    env = processes.platform_env(home=home, config=org.config, landing=org.root / "landing",
-                                 warehouse=org.root / "warehouse", emu=org.emu)
-    process = processes.start(["dagster-daemon", "run", "-w", str(processes.REPO / "workspace.yaml")], env,
-                              log_file=org.root / "daemon.log")
+    env = processes.platform_env(
+        home=home, config=org.config, landing=org.root / "landing", warehouse=org.root / "warehouse", emu=org.emu
+    )
+    process = processes.start(
+        ["dagster-daemon", "run", "-w", str(processes.REPO / "workspace.yaml")], env, log_file=org.root / "daemon.log"
+    )
     peak: dict[str, float] = {}
     try:
         deadline = time.monotonic() + seconds
@@ -208,12 +237,19 @@ def measure(objects: int, spark_conf: dict[str, str], *, daemon: bool, with_runs
 
 
 def _processes(org: Org, root: Path, *, daemon: bool) -> dict:
-    env = processes.platform_env(home=root / "dagster_home", config=org.config, landing=root / "landing",
-                                 warehouse=root / "warehouse", emu=org.emu)
-    out = {"import_definitions_s": round(import_seconds(org.config, env), 2),
-   
-           "import_definitions_one_object_s": round(import_seconds(write_config(root / "one.yaml", org.names[:1]),
-                                                                   env), 2)}
+    env = processes.platform_env(
+        home=root / "dagster_home",
+        config=org.config,
+        landing=root / "landing",
+        warehouse=root / "warehouse",
+        emu=org.emu,
+    )
+    out = {
+        "import_definitions_s": round(import_seconds(org.config, env), 2),
+        "import_definitions_one_object_s": round(
+            import_seconds(write_config(root / "one.yaml", org.names[:1]), env), 2
+        ),
+    }
     if daemon:
         out["daemon_rss_mb"] = daemon_memory(org)
     return out

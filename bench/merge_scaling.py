@@ -24,7 +24,7 @@ import random
 import shutil
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +52,7 @@ WARM_UP = 1_000
 BUILD_CHUNK = 1_000_000
 SCHEMA = ObjectSchema.from_describe(ACCOUNT.describe())
 USER = ids.make_id("005", 1)
-CREATED = datetime(2025, 1, 1, tzinfo=timezone.utc)
+CREATED = datetime(2025, 1, 1, tzinfo=UTC)
 
 _ALPHABET = np.frombuffer(ids.BASE62.encode(), np.uint8)
 _SUFFIX = np.frombuffer(ids._SUFFIX_ALPHABET.encode(), np.uint8)
@@ -69,7 +69,7 @@ def make_ids(prefix: str, start: int, count: int) -> pa.Array:
     upper = (chars[:, :15] >= ord("A")) & (chars[:, :15] <= ord("Z"))
     weights = 1 << np.arange(5)
     for chunk in range(3):
-        chars[:, 15 + chunk] = _SUFFIX[(upper[:, chunk * 5:chunk * 5 + 5] * weights).sum(axis=1)]
+        chars[:, 15 + chunk] = _SUFFIX[(upper[:, chunk * 5 : chunk * 5 + 5] * weights).sum(axis=1)]
     return pa.array(chars.view("S18").ravel().astype("U18"))
 
 
@@ -98,16 +98,21 @@ def account_rows(start: int, count: int, rng: np.random.Generator) -> pa.Table:
         "BillingLatitude": pa.array(rng.random(count) * 90),
         "BillingLongitude": pa.array(rng.random(count) * 180),
         "ShippingCity": _pool(rng, cities, count),
-        "OwnerId": pa.repeat(USER, count), "CreatedById": pa.repeat(USER, count),
+        "OwnerId": pa.repeat(USER, count),
+        "CreatedById": pa.repeat(USER, count),
         "LastModifiedById": pa.repeat(USER, count),
-        "CreatedDate": created, "LastModifiedDate": created, "_sf_commit_ts": created,
-        "_sf_deleted": pa.repeat(False, count), "_sf_source": pa.repeat("snapshot", count),
+        "CreatedDate": created,
+        "LastModifiedDate": created,
+        "_sf_commit_ts": created,
+        "_sf_deleted": pa.repeat(False, count),
+        "_sf_source": pa.repeat("snapshot", count),
         "_sf_synced_at": pa.repeat(pa.scalar(CREATED, pa.timestamp("us", tz="UTC")), count),
         BUCKET_COLUMN: pc.utf8_slice_codeunits(record_ids, 0, SCHEMA.bucket_chars),
     }
     target = SCHEMA.arrow_schema()
-    return pa.Table.from_arrays([values[f.name].cast(f.type) if f.name in values else pa.nulls(count, f.type)
-                                 for f in target], schema=target)
+    return pa.Table.from_arrays(
+        [values[f.name].cast(f.type) if f.name in values else pa.nulls(count, f.type) for f in target], schema=target
+    )
 
 
 def build_replica(rows: int) -> Path:
@@ -120,9 +125,13 @@ def build_replica(rows: int) -> Path:
     warehouse = DeltaWarehouse(root=str(root.parent))
     for version, start in enumerate(range(1, rows + 1, BUILD_CHUNK)):
         state = ReplicaState()
-        write_deltalake(str(root), account_rows(start, min(BUILD_CHUNK, rows + 1 - start), rng), mode="append",
-                        partition_by=[BUCKET_COLUMN], commit_properties=warehouse.properties(
-                            state.KEY, state.to_dict(), {APPLY_APP: 0}, version=version))
+        write_deltalake(
+            str(root),
+            account_rows(start, min(BUILD_CHUNK, rows + 1 - start), rng),
+            mode="append",
+            partition_by=[BUCKET_COLUMN],
+            commit_properties=warehouse.properties(state.KEY, state.to_dict(), {APPLY_APP: 0}, version=version),
+        )
     DeltaTable(str(root)).optimize.compact()  # one file per partition, as a resync writes it
     (root.parent / f"{root.name}.done").touch()
     return root
@@ -133,14 +142,22 @@ def change_lines(record_ids: list[str], *, first_commit: int, commit_ts_ms: int)
     lines, replay = [], 1
     for tx in range(0, len(record_ids), TX_SIZE):
         changes = []
-        for rid in record_ids[tx:tx + TX_SIZE]:
-            values = {"Phone": f"+1 555 {random.randrange(10_000):04d}", "Rating": "Hot",
-                      "LastModifiedDate": ms_to_iso(commit_ts_ms)}
+        for rid in record_ids[tx : tx + TX_SIZE]:
+            values = {
+                "Phone": f"+1 555 {random.randrange(10_000):04d}",
+                "Rating": "Hot",
+                "LastModifiedDate": ms_to_iso(commit_ts_ms),
+            }
             changes.append(Change("Account", "UPDATE", [rid], values, replay_id=replay))
             replay += 1
-        txn = CommittedTransaction(key=f"bench-{first_commit}-{tx}", commit_ts=commit_ts_ms,
-                                   commit_number=first_commit + tx, user_id=USER,
-                                   origin="bench", changes=changes)
+        txn = CommittedTransaction(
+            key=f"bench-{first_commit}-{tx}",
+            commit_ts=commit_ts_ms,
+            commit_number=first_commit + tx,
+            user_id=USER,
+            origin="bench",
+            changes=changes,
+        )
         lines += [_dumps(change_event(txn, c, n)) for n, c in enumerate(changes, start=1)]
         commit_ts_ms += 1
     return lines
@@ -148,6 +165,7 @@ def change_lines(record_ids: list[str], *, first_commit: int, commit_ts_ms: int)
 
 def rewritten(table: DeltaTable, version: int) -> dict:
     """Files and bytes the commit at `version` removed and added, and the whole table's, from the Delta log."""
+
     def files(v: int) -> dict[str, int]:
         actions = DeltaTable(table.table_uri, version=v).get_add_actions(flatten=True)
         actions = pa.table(actions)
@@ -157,10 +175,15 @@ def rewritten(table: DeltaTable, version: int) -> dict:
     removed = {p: s for p, s in before.items() if p not in after}
     added = {p: s for p, s in after.items() if p not in before}
     metrics = table.history(1)[0].get("operationMetrics", {})
-    return {"files_rewritten": len(removed), "bytes_rewritten": sum(removed.values()),
-            "files_added": len(added), "bytes_added": sum(added.values()),
-            "rows_copied": int(metrics.get("num_target_rows_copied", -1)),
-            "table_files": len(after), "table_bytes": sum(after.values())}
+    return {
+        "files_rewritten": len(removed),
+        "bytes_rewritten": sum(removed.values()),
+        "files_added": len(added),
+        "bytes_added": sum(added.values()),
+        "rows_copied": int(metrics.get("num_target_rows_copied", -1)),
+        "table_files": len(after),
+        "table_bytes": sum(after.values()),
+    }
 
 
 def one_size(rows: int, work: Path, conf: dict, rng: random.Random) -> list[dict]:
@@ -180,7 +203,8 @@ def one_size(rows: int, work: Path, conf: dict, rng: random.Random) -> list[dict
         record_ids = [ids.make_id(ACCOUNT.key_prefix, n) for n in chosen]
         now_ms = int(time.time() * 1000)
         (landing / f"{now_ms:013d}-{pattern}.jsonl").write_text(
-            "\n".join(change_lines(record_ids, first_commit=commit, commit_ts_ms=now_ms)) + "\n")
+            "\n".join(change_lines(record_ids, first_commit=commit, commit_ts_ms=now_ms)) + "\n"
+        )
         commit += CHANGES
         reset_peak_rss()
         wall, phases, metadata = platform.run()
@@ -192,23 +216,36 @@ def one_size(rows: int, work: Path, conf: dict, rng: random.Random) -> list[dict
         peak = peak_rss_mb()
 
         table = DeltaTable(str(table_dir))
-        buckets = sorted({i[:SCHEMA.bucket_chars] for i in record_ids})
-        changed = read_table(table, prune=[(BUCKET_COLUMN, "in", buckets)],
-                             filter=pc.field("Id").isin(record_ids))
+        buckets = sorted({i[: SCHEMA.bucket_chars] for i in record_ids})
+        changed = read_table(table, prune=[(BUCKET_COLUMN, "in", buckets)], filter=pc.field("Id").isin(record_ids))
         started = time.perf_counter()
         pq.write_table(changed, work / f"floor-{pattern}.parquet")
         floor = time.perf_counter() - started
         started = time.perf_counter()
-        table.merge(changed, "t.Id = s.Id", source_alias="s", target_alias="t") \
-            .when_matched_update_all().when_not_matched_insert_all().execute()
+        table.merge(
+            changed, "t.Id = s.Id", source_alias="s", target_alias="t"
+        ).when_matched_update_all().when_not_matched_insert_all().execute()
         baseline = time.perf_counter() - started
         theirs = rewritten(DeltaTable(str(table_dir)), DeltaTable(str(table_dir)).version())
-        out.append(figures(
-            workload=f"merge: 10k changes ({pattern}) into {rows:,} rows", unit="changes", count=CHANGES,
-            wall_s=wall, floor_s=floor, baseline_s=baseline, rows=rows, pattern=pattern, applied=applied,
-            replica_s=replica_s,
-            partitions_touched=len(buckets), phases=phases, merge=ours, baseline_merge=theirs,
-        ) | {"peak_rss_mb": peak})
+        out.append(
+            figures(
+                workload=f"merge: 10k changes ({pattern}) into {rows:,} rows",
+                unit="changes",
+                count=CHANGES,
+                wall_s=wall,
+                floor_s=floor,
+                baseline_s=baseline,
+                rows=rows,
+                pattern=pattern,
+                applied=applied,
+                replica_s=replica_s,
+                partitions_touched=len(buckets),
+                phases=phases,
+                merge=ours,
+                baseline_merge=theirs,
+            )
+            | {"peak_rss_mb": peak}
+        )
     return out
 
 
@@ -229,7 +266,7 @@ def run(*, small_rows: int = 100_000, large_rows: int = 10_000_000) -> list[dict
     by_pattern = {}
     for r in rows:
         by_pattern.setdefault(r["pattern"], []).append(r)
-    for pattern, (small, large) in by_pattern.items():
+    for _pattern, (small, large) in by_pattern.items():
         large["x_small_table"] = large["wall_s"] / small["wall_s"]
         large["x_small_table_replica"] = large["replica_s"] / small["replica_s"]
         large["x_small_table_merge"] = large["phases"]["apply.merge"] / small["phases"]["apply.merge"]

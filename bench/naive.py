@@ -17,8 +17,16 @@ class NaiveTable:
 
     def __init__(self, uri: Path):
         self.uri = str(uri)
-        write_deltalake(self.uri, pa.table({"Id": pa.array([], pa.string()), "entity": pa.array([], pa.string()),
-                                            "body": pa.array([], pa.string())}))
+        write_deltalake(
+            self.uri,
+            pa.table(
+                {
+                    "Id": pa.array([], pa.string()),
+                    "entity": pa.array([], pa.string()),
+                    "body": pa.array([], pa.string()),
+                }
+            ),
+        )
 
     def apply(self, files: list[Path], *, seconds: float | None = None) -> tuple[int, float]:
         """Merge the transactions of `files`, one merge each (stopping after `seconds` if given);
@@ -36,9 +44,13 @@ class NaiveTable:
                 header = payload["ChangeEventHeader"]
                 body = json.dumps({k: v for k, v in payload.items() if k != "ChangeEventHeader"})
                 rows += [{"Id": rid, "entity": header["entityName"], "body": body} for rid in header["recordIds"]]
-            (DeltaTable(self.uri).merge(pa.Table.from_pylist(rows), "t.Id = s.Id", source_alias="s",
-                                        target_alias="t")
-             .when_matched_update_all().when_not_matched_insert_all().execute())
+            (
+                DeltaTable(self.uri)
+                .merge(pa.Table.from_pylist(rows), "t.Id = s.Id", source_alias="s", target_alias="t")
+                .when_matched_update_all()
+                .when_not_matched_insert_all()
+                .execute()
+            )
             applied += len(events)
             if seconds is not None and time.perf_counter() - started > seconds:
                 break

@@ -55,23 +55,37 @@ def run(*, records: int = 1_000_000, changes: int = 1_000) -> list[dict]:
     rows = []
     with copied_org(records, "bench-poll-") as (work, emu, salesforce):
         instance = dg.DagsterInstance.ephemeral()
-        rest = _defs(work, conf, salesforce, hard_delete_check_every=10 ** 9)
+        rest = _defs(work, conf, salesforce, hard_delete_check_every=10**9)
         load_s, load_calls, _ = _run(rest, instance, emu)  # the initial load
         label = f"{changes:,} changes in {records:,} Accounts"
         for name, defs, config, seed in (
-                ("poll, one REST query", rest, {}, 1),
-                ("poll, Bulk API 2.0 job", _defs(work, conf, salesforce, poll_rest_max_records=100,
-                                                 hard_delete_check_every=10 ** 9), {}, 2),
-                ("poll + Id comparison", rest, {"compare_ids": True}, 3),
-                ("full re-query (resync)", rest, {"mode": "resync"}, 4)):
+            ("poll, one REST query", rest, {}, 1),
+            (
+                "poll, Bulk API 2.0 job",
+                _defs(work, conf, salesforce, poll_rest_max_records=100, hard_delete_check_every=10**9),
+                {},
+                2,
+            ),
+            ("poll + Id comparison", rest, {"compare_ids": True}, 3),
+            ("full re-query (resync)", rest, {"mode": "resync"}, 4),
+        ):
             _settle(rest, instance, emu)
             _change(emu, changes, seed)
             wall, calls, meta = _run(defs, instance, emu, **config)
-            rows.append(figures(workload=f"{name}: {label}", unit="records", count=changes, wall_s=wall,
-                                api_calls=calls, rows_read=meta.get("poll_rows_read", meta.get("snapshot_rows")),
-                                rows_written=meta.get("poll_rows_written", meta.get("snapshot_rows")),
-                                initial_load_s=load_s, initial_load_calls=load_calls,
-                                phases={k: v for k, v in meta.items() if k.startswith("seconds_")}))
+            rows.append(
+                figures(
+                    workload=f"{name}: {label}",
+                    unit="records",
+                    count=changes,
+                    wall_s=wall,
+                    api_calls=calls,
+                    rows_read=meta.get("poll_rows_read", meta.get("snapshot_rows")),
+                    rows_written=meta.get("poll_rows_written", meta.get("snapshot_rows")),
+                    initial_load_s=load_s,
+                    initial_load_calls=load_calls,
+                    phases={k: v for k, v in meta.items() if k.startswith("seconds_")},
+                )
+            )
     full = rows[-1]["wall_s"]
     for row in rows:
         row["x_baseline"] = full / row["wall_s"]

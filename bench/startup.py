@@ -37,8 +37,9 @@ def measure(tree: Path) -> dict:
     """One fresh interpreter importing `tree`'s code (its directory first on the path, as a run worker has it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SF_"))}
     env |= {"PYTHONPATH": str(tree), "SF_INSTANCE_URL": "https://127.0.0.1:9", "SF_ACCESS_TOKEN": "unused"}
-    done = subprocess.run([sys.executable, "-c", PROBE], cwd=tree, env=env, capture_output=True, text=True,
-                          timeout=300, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=tree, env=env, capture_output=True, text=True, timeout=300, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -47,10 +48,15 @@ def run(trees: dict[str, Path], times: int = 5) -> dict[str, dict]:
     for _ in range(times):
         for name, tree in trees.items():
             samples[name].append(measure(tree))
-    return {name: {**{p: statistics.median(s[p] for s in rows) for p in PHASES},
-                   "total": statistics.median(sum(s[p] for p in PHASES) for s in rows),
-                   "imports pandera": rows[-1]["pandera"], "imports pyspark.pandas": rows[-1]["pyspark.pandas"]}
-            for name, rows in samples.items()}
+    return {
+        name: {
+            **{p: statistics.median(s[p] for s in rows) for p in PHASES},
+            "total": statistics.median(sum(s[p] for p in PHASES) for s in rows),
+            "imports pandera": rows[-1]["pandera"],
+            "imports pyspark.pandas": rows[-1]["pyspark.pandas"],
+        }
+        for name, rows in samples.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,13 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     print("| tree | import dagster | import definitions | build_defs | total | pandera | pyspark.pandas |")
     print("|---|---|---|---|---|---|---|")
     for name, f in figures.items():
-        print(f"| {name} ({trees[name]}) | {f['dagster']:.2f} | {f['definitions']:.2f} | {f['build_defs']:.2f} | "
-              f"{f['total']:.2f} | {'yes' if f['imports pandera'] else 'no'} | "
-              f"{'yes' if f['imports pyspark.pandas'] else 'no'} |")
+        print(
+            f"| {name} ({trees[name]}) | {f['dagster']:.2f} | {f['definitions']:.2f} | {f['build_defs']:.2f} | "
+            f"{f['total']:.2f} | {'yes' if f['imports pandera'] else 'no'} | "
+            f"{'yes' if f['imports pyspark.pandas'] else 'no'} |"
+        )
     if "baseline" in figures:
-        print(f"ratio this / baseline: import definitions "
-              f"{figures['this']['definitions'] / figures['baseline']['definitions']:.2f}, total "
-              f"{figures['this']['total'] / figures['baseline']['total']:.2f}")
+        print(
+            f"ratio this / baseline: import definitions "
+            f"{figures['this']['definitions'] / figures['baseline']['definitions']:.2f}, total "
+            f"{figures['this']['total'] / figures['baseline']['total']:.2f}"
+        )
     return 0
 
 

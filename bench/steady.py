@@ -34,8 +34,16 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from bench.catchup import _LINE
-from bench.common import (BENCH_SPARK, PlatformRunner, figures, median, peak_rss_mb, reset_peak_rss, start_spark,
-                          write_replication)
+from bench.common import (
+    BENCH_SPARK,
+    PlatformRunner,
+    figures,
+    median,
+    peak_rss_mb,
+    reset_peak_rss,
+    start_spark,
+    write_replication,
+)
 from bench.naive import NaiveTable
 from bench.workloads import OBJECTS, OUT
 from demo import processes
@@ -103,14 +111,14 @@ def one_run(config: Path, landing: Path, warehouse: Path) -> dict:
     """One `materialize()` in this process (the child side of `run`): its wall, phases and peak RSS (with its JVM)."""
     conf, spark_start = start_spark()
     wall, phases, _ = PlatformRunner(config=config, landing=landing, warehouse=warehouse, spark_conf=conf).run()
-    return {"wall_s": wall, "spark_start_s": spark_start, "phases": phases,
-            "peak_rss_mb": peak_rss_mb()}
+    return {"wall_s": wall, "spark_start_s": spark_start, "phases": phases, "peak_rss_mb": peak_rss_mb()}
 
 
 def _run_in_new_process(work: Path, env: dict[str, str]) -> tuple[float, dict]:
     started = time.perf_counter()
-    child = subprocess.run([sys.executable, "-m", "bench.steady", str(work)], env=env, capture_output=True,
-                           text=True, check=False)
+    child = subprocess.run(
+        [sys.executable, "-m", "bench.steady", str(work)], env=env, capture_output=True, text=True, check=False
+    )
     wall = time.perf_counter() - started
     if child.returncode:
         raise RuntimeError(f"run failed ({child.returncode}):\n{child.stderr[-3000:]}")
@@ -149,8 +157,12 @@ def run(*, runs: int = 100, spark: str = "connect") -> list[dict]:
                 continue
             walls.append(wall), floors.append(floor), naives.append(naive_s), phases.append(child["phases"])
             children.append(child)
-            print(f"  run {batch}: {events[batch]} events, {wall:.1f} s (in the run {child['wall_s']:.1f} s: "
-                  + ", ".join(f"{k} {v:.1f}" for k, v in sorted(child["phases"].items())) + ")", flush=True)
+            print(
+                f"  run {batch}: {events[batch]} events, {wall:.1f} s (in the run {child['wall_s']:.1f} s: "
+                + ", ".join(f"{k} {v:.1f}" for k, v in sorted(child["phases"].items()))
+                + ")",
+                flush=True,
+            )
         idle = [_run_in_new_process(work, env)[0] for _ in range(IDLE_RUNS)]
         server_peak = peak_rss_mb()
     finally:
@@ -159,15 +171,30 @@ def run(*, runs: int = 100, spark: str = "connect") -> list[dict]:
         shutil.rmtree(work, ignore_errors=True)
     per_run = median(events[1:])
     phase_medians = {k: median([p.get(k, 0.0) for p in phases]) for k in sorted({k for p in phases for k in p})}
-    return [figures(
-        workload=f"steady state ({spark}): {runs} runs of ~{EVENTS_PER_RUN:,} events, a process each (median run)",
-        unit="events", count=int(per_run), wall_s=median(walls), floor_s=median(floors), baseline_s=median(naives),
-        runs=runs, intercept_s=median(idle), idle_walls=idle,
-        p90_s=sorted(walls)[int(0.9 * (len(walls) - 1))], max_s=max(walls), first_s=walls[0], last_s=walls[-1],
-        in_run_s=median([c["wall_s"] for c in children]), spark_start_s=median([c["spark_start_s"] for c in children]),
-        server_start_s=server_start if server is not None else None,
-        total_events=sum(events[1:]), bootstrap=bootstrap, phases=phase_medians,
-    ) | {"peak_rss_mb": server_peak + max(c["peak_rss_mb"] for c in children)}]
+    return [
+        figures(
+            workload=f"steady state ({spark}): {runs} runs of ~{EVENTS_PER_RUN:,} events, a process each (median run)",
+            unit="events",
+            count=int(per_run),
+            wall_s=median(walls),
+            floor_s=median(floors),
+            baseline_s=median(naives),
+            runs=runs,
+            intercept_s=median(idle),
+            idle_walls=idle,
+            p90_s=sorted(walls)[int(0.9 * (len(walls) - 1))],
+            max_s=max(walls),
+            first_s=walls[0],
+            last_s=walls[-1],
+            in_run_s=median([c["wall_s"] for c in children]),
+            spark_start_s=median([c["spark_start_s"] for c in children]),
+            server_start_s=server_start if server is not None else None,
+            total_events=sum(events[1:]),
+            bootstrap=bootstrap,
+            phases=phase_medians,
+        )
+        | {"peak_rss_mb": server_peak + max(c["peak_rss_mb"] for c in children)}
+    ]
 
 
 if __name__ == "__main__":

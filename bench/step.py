@@ -33,8 +33,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_SPARK_CONF = {  # tests/settings.py: local[2], as the tests run
-    "spark.master": "local[2]", "spark.sql.shuffle.partitions": "2", "spark.default.parallelism": "2",
-    "spark.driver.memory": "2g", "spark.sql.adaptive.enabled": "false", "spark.ui.showConsoleProgress": "false",
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.default.parallelism": "2",
+    "spark.driver.memory": "2g",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
 }
 RECORDS_PER_OBJECT = 3
 WARM_OBJECTS = 5  # loaded first, unmeasured: a JVM's first queries compile and JIT
@@ -68,14 +72,25 @@ class Bench:
         self.workload = Workload(self.emu, seed=9, custom_objects=objects, custom_records=RECORDS_PER_OBJECT)
         self.workload.build_org(accounts=3)
         self.emu.start()
-        salesforce = SalesforceResource(instance_url=self.emu.instance_url, access_token=self.emu.token,
-                                        ca_bundle=str(self.emu.ca_file))
+        salesforce = SalesforceResource(
+            instance_url=self.emu.instance_url, access_token=self.emu.token, ca_bundle=str(self.emu.ca_file)
+        )
         config = root / "replication.yaml"
-        config.write_text(json.dumps({"options": {"transaction_close_after": 0, "initial_load": True},
-                                      "objects": [{"name": n} for n in self.names]}))
-        self.defs = build_defs(config_path=config, landing_path=str(root / "landing"),
-                               warehouse_root=str(root / "warehouse"), spark_conf=TEST_SPARK_CONF,
-                               salesforce=salesforce)
+        config.write_text(
+            json.dumps(
+                {
+                    "options": {"transaction_close_after": 0, "initial_load": True},
+                    "objects": [{"name": n} for n in self.names],
+                }
+            )
+        )
+        self.defs = build_defs(
+            config_path=config,
+            landing_path=str(root / "landing"),
+            warehouse_root=str(root / "warehouse"),
+            spark_conf=TEST_SPARK_CONF,
+            salesforce=salesforce,
+        )
         self.instance = dg.DagsterInstance.ephemeral()
         self.assets = [a for a in self.defs.assets if isinstance(a, dg.AssetsDefinition)]
 
@@ -102,22 +117,29 @@ class Bench:
         spark = SparkSession.getActiveSession()
         submitted = _spark_jobs(spark) if spark is not None else []
         out = {}
-        for kind, test in (("replica", lambda k: k.startswith("salesforce__") and not k.endswith("_checks")),
-                           ("checks", lambda k: k.endswith("_checks")), ("change_events", lambda k: k == "change_events")):
+        for kind, test in (
+            ("replica", lambda k: k.startswith("salesforce__") and not k.endswith("_checks")),
+            ("checks", lambda k: k.endswith("_checks")),
+            ("change_events", lambda k: k == "change_events"),
+        ):
             steps = {k: v for k, v in spans.items() if test(k) and len(v) == 2}
             if not steps:
                 continue
             walls = [end - start for start, end in steps.values()]
             jobs = sum(1 for t in submitted for start, end in steps.values() if start <= t <= end)
-            out[kind] = {"steps": len(steps), "mean_s": round(statistics.mean(walls), 3),
-                         "median_s": round(statistics.median(walls), 3), "max_s": round(max(walls), 3),
-                         "spark_jobs_per_step": round(jobs / len(steps), 2)}
+            out[kind] = {
+                "steps": len(steps),
+                "mean_s": round(statistics.mean(walls), 3),
+                "median_s": round(statistics.median(walls), 3),
+                "max_s": round(max(walls), 3),
+                "spark_jobs_per_step": round(jobs / len(steps), 2),
+            }
         laps: dict[str, list[float]] = {}  # the apply step's own stopwatch (materialization metadata seconds_*)
         for event in result.get_asset_materialization_events():
             if event.materialization.asset_key.path[0] == "salesforce":
                 for key, value in event.materialization.metadata.items():
                     if key.startswith("seconds_"):
-                        laps.setdefault(key[len("seconds_"):], []).append(float(value.value))
+                        laps.setdefault(key[len("seconds_") :], []).append(float(value.value))
         if laps and "replica" in out:
             out["replica"]["apply_laps_mean_s"] = {k: round(statistics.mean(v), 3) for k, v in laps.items()}
         return {"run_wall_s": round(wall, 2), **out}
@@ -176,18 +198,26 @@ def measure(objects: int) -> dict:
 def against(ref: str, objects: int) -> dict:
     """The same measurement on `ref`'s code: a temporary worktree of it, this file run there in a child process."""
     tree = Path(tempfile.mkdtemp(prefix="bench-step-ref-"))
-    subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), ref], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), ref], check=True, capture_output=True
+    )
     try:
         env = dict(os.environ, PYTHONPATH=str(tree))
-        out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--objects", str(objects), "--json"],
-                             cwd=tree, env=env, capture_output=True, text=True, timeout=3600)
+        out = subprocess.run(
+            [sys.executable, str(Path(__file__).resolve()), "--objects", str(objects), "--json"],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=3600,
+        )
         if out.returncode:
             raise RuntimeError(out.stderr[-3000:])
         return json.loads(out.stdout.strip().splitlines()[-1])
     finally:
-        subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)], check=False, capture_output=True
+        )
 
 
 def _table(rows: dict[str, dict]) -> str:
@@ -199,15 +229,19 @@ def _table(rows: dict[str, dict]) -> str:
             for label, row in rows.items():
                 figures = row.get(case, {}).get(kind)
                 if figures:
-                    cells.append(f"{label}: {figures['mean_s']:.3f} s mean / {figures['median_s']:.3f} median, "
-                                 f"{figures['spark_jobs_per_step']:g} jobs")
+                    cells.append(
+                        f"{label}: {figures['mean_s']:.3f} s mean / {figures['median_s']:.3f} median, "
+                        f"{figures['spark_jobs_per_step']:g} jobs"
+                    )
             if cells:
                 lines.append(f"{case:24s} {kind:14s} " + " | ".join(cells))
         walls = " | ".join(f"{label}: {row[case]['run_wall_s']:.1f} s" for label, row in rows.items() if case in row)
         lines.append(f"{case:24s} {'run wall':14s} {walls}")
     for label, row in rows.items():
-        lines.append(f"{label}: one trivial Spark job {row['trivial_spark_job_s']:.4f} s "
-                     f"(after: {row['trivial_spark_job_s_after']:.4f} s), {row['objects']} objects measured")
+        lines.append(
+            f"{label}: one trivial Spark job {row['trivial_spark_job_s']:.4f} s "
+            f"(after: {row['trivial_spark_job_s_after']:.4f} s), {row['objects']} objects measured"
+        )
     return "\n".join(lines)
 
 
@@ -225,5 +259,7 @@ if __name__ == "__main__":
     results["this"] = measure(count)
     print(json.dumps(results))
     print(_table(results))
-    print(f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
-          + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(
+        f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; after: "
+        + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    )

@@ -58,13 +58,30 @@ def _subscribe(emu: Emulator, work: Path) -> tuple[float, float, float]:
     """(wall seconds, seconds from the subscription (state RUNNING) to done, subscriber peak RSS MB)."""
     shutil.rmtree(work, ignore_errors=True)
     landing, state = work / "landing", work / "state"
-    env = os.environ | {"SF_INSTANCE_URL": emu.instance_url, "SF_ACCESS_TOKEN": emu.token,
-                        "SF_CA_BUNDLE": emu.ca_file}
+    env = os.environ | {"SF_INSTANCE_URL": emu.instance_url, "SF_ACCESS_TOKEN": emu.token, "SF_CA_BUNDLE": emu.ca_file}
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "cdc_subscriber", "--landing-dir", str(landing), "--state-dir",
-                             str(state), "subscribe", "--endpoint", emu.pubsub_address, "--initial-replay", "EARLIEST",
-                             "--config", "/nonexistent"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cdc_subscriber",
+            "--landing-dir",
+            str(landing),
+            "--state-dir",
+            str(state),
+            "subscribe",
+            "--endpoint",
+            emu.pubsub_address,
+            "--initial-replay",
+            "EARLIEST",
+            "--config",
+            "/nonexistent",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     running = None
     rss = 0.0
     while True:
@@ -99,8 +116,11 @@ def receive_only(endpoint: str, ca_file: str, token: str, tip: int) -> None:
     with grpc.secure_channel(endpoint, grpc.ssl_channel_credentials(Path(ca_file).read_bytes())) as channel:
         stub = services.PubSubStub(channel)
         requests: queue.Queue = queue.Queue()
-        requests.put(pb.FetchRequest(topic_name="/data/ChangeEvents", num_requested=100,
-                                     replay_preset=pb.ReplayPreset.Value("EARLIEST")))
+        requests.put(
+            pb.FetchRequest(
+                topic_name="/data/ChangeEvents", num_requested=100, replay_preset=pb.ReplayPreset.Value("EARLIEST")
+            )
+        )
         outstanding = 100
         call = stub.Subscribe(iter(requests.get, None), metadata=(("accesstoken", token),))
         for response in call:
@@ -119,12 +139,24 @@ def run(accounts: int, changes: int) -> list[dict]:
     with Emulator(root / "org", pubsub=True) as emu:
         events = len(emu.events.read(emu.events.earliest(), emu.events.tip, None, 10_000_000))
         started = time.monotonic()
-        subprocess.run([sys.executable, "-m", "bench.subscriber", emu.pubsub_address, emu.ca_file, emu.token,
-                        str(emu.events.tip)], cwd=REPO, check=True)
+        subprocess.run(
+            [sys.executable, "-m", "bench.subscriber", emu.pubsub_address, emu.ca_file, emu.token, str(emu.events.tip)],
+            cwd=REPO,
+            check=True,
+        )
         floor = time.monotonic() - started
         wall, steady, rss = _subscribe(emu, root / "run")
-    return [figures(workload="subscriber", unit="events", count=events, wall_s=wall, floor_s=floor,
-                    steady_per_s=events / steady if steady else None, subscriber_peak_rss_mb=round(rss, 1))]
+    return [
+        figures(
+            workload="subscriber",
+            unit="events",
+            count=events,
+            wall_s=wall,
+            floor_s=floor,
+            steady_per_s=events / steady if steady else None,
+            subscriber_peak_rss_mb=round(rss, 1),
+        )
+    ]
 
 
 if __name__ == "__main__":

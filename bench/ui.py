@@ -65,7 +65,7 @@ def ui_queries() -> dict[str, str]:
                     depth += {"{": 1, "}": -1}.get(text[end], 0)
                     if depth == 0:
                         break
-                blocks.setdefault((match.group(1), match.group(2)), text[match.start():end + 1])
+                blocks.setdefault((match.group(1), match.group(2)), text[match.start() : end + 1])
     fragments = {name: text for (kind, name), text in blocks.items() if kind == "fragment"}
 
     def document(text: str) -> str:
@@ -98,7 +98,7 @@ def post(url: str, query: str, variables: dict) -> tuple[float, int]:
 
 def batched(url: str, query: str, keys: list[dict], size: int, parallel: int) -> tuple[float, int]:
     """The UI's batched fetch of `query` over `keys`: wall seconds, total bytes."""
-    batches = [keys[i:i + size] for i in range(0, len(keys), size)]
+    batches = [keys[i : i + size] for i in range(0, len(keys), size)]
     started = time.perf_counter()
     with ThreadPoolExecutor(parallel) as pool:
         sizes = list(pool.map(lambda b: post(url, query, {"assetKeys": b})[1], batches))
@@ -108,36 +108,55 @@ def batched(url: str, query: str, keys: list[dict], size: int, parallel: int) ->
 def pages(url: str, queries: dict[str, str], location: str, replica: dict) -> tuple[dict[str, list], int]:
     """page -> [(query name, callable returning (seconds, bytes))], in the order the UI sends them; and how many
     assets the workspace has."""
+
     def one(name: str, variables: dict):
         return name, lambda: post(url, queries[name], variables)
 
     def keys() -> list[dict]:
         """Every asset key the workspace query names (as the UI learns them), once."""
         body = json.dumps({"query": queries["LocationWorkspaceAssetsQuery"], "variables": {"name": location}})
-        request = urllib.request.Request(f"{url}/graphql", data=body.encode(),
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"{url}/graphql", data=body.encode(), headers={"Content-Type": "application/json"}
+        )
         text = urllib.request.urlopen(request, timeout=600).read().decode()
         paths = {tuple(json.loads(m)) for m in re.findall(r'"assetKey":\s*\{"path":\s*(\[[^\]]*\])', text)}
         return [{"path": list(p)} for p in sorted(paths)]
 
     all_keys = keys()
-    graph = [one("LocationWorkspaceAssetsQuery", {"name": location}),
-             ("AssetGraphLiveQuery", lambda: batched(url, queries["AssetGraphLiveQuery"], all_keys, LIVE_BATCH,
-                                                     LIVE_PARALLEL)),
-             ("AssetsFreshnessInfoQuery", lambda: batched(url, queries["AssetsFreshnessInfoQuery"], all_keys,
-                                                          LIVE_BATCH, LIVE_PARALLEL)),
-             ("AssetHealthQuery", lambda: batched(url, queries["AssetHealthQuery"], all_keys, HEALTH_BATCH, 4))]
-    asset = [one("AssetViewDefinitionQuery", {"assetKey": replica}),
-             one("AssetOverviewMetadataEventsQuery", {"assetKey": replica}),
-             one("AssetChecksQuery", {"assetKey": replica}),
-             one("RecentAssetEventsQuery", {"assetKey": replica, "limit": 100,
-                                            "eventTypeSelectors": ["MATERIALIZATION", "OBSERVATION",
-                                                                   "FAILED_TO_MATERIALIZE"]}),
-             one("AssetGraphLiveQuery", {"assetKeys": [replica]}),
-             one("AssetHealthQuery", {"assetKeys": [replica]})]
-    runs = [one("RunsFeedRootQuery", {"limit": RUNS_PAGE, "filter": {}, "view": "ROOTS"}),
-            one("RunFeedTabsCountQuery", {"queuedFilter": {"statuses": ["QUEUED"]},
-                                          "inProgressFilter": {"statuses": ["STARTED"]}, "view": "ROOTS"})]
+    graph = [
+        one("LocationWorkspaceAssetsQuery", {"name": location}),
+        (
+            "AssetGraphLiveQuery",
+            lambda: batched(url, queries["AssetGraphLiveQuery"], all_keys, LIVE_BATCH, LIVE_PARALLEL),
+        ),
+        (
+            "AssetsFreshnessInfoQuery",
+            lambda: batched(url, queries["AssetsFreshnessInfoQuery"], all_keys, LIVE_BATCH, LIVE_PARALLEL),
+        ),
+        ("AssetHealthQuery", lambda: batched(url, queries["AssetHealthQuery"], all_keys, HEALTH_BATCH, 4)),
+    ]
+    asset = [
+        one("AssetViewDefinitionQuery", {"assetKey": replica}),
+        one("AssetOverviewMetadataEventsQuery", {"assetKey": replica}),
+        one("AssetChecksQuery", {"assetKey": replica}),
+        one(
+            "RecentAssetEventsQuery",
+            {
+                "assetKey": replica,
+                "limit": 100,
+                "eventTypeSelectors": ["MATERIALIZATION", "OBSERVATION", "FAILED_TO_MATERIALIZE"],
+            },
+        ),
+        one("AssetGraphLiveQuery", {"assetKeys": [replica]}),
+        one("AssetHealthQuery", {"assetKeys": [replica]}),
+    ]
+    runs = [
+        one("RunsFeedRootQuery", {"limit": RUNS_PAGE, "filter": {}, "view": "ROOTS"}),
+        one(
+            "RunFeedTabsCountQuery",
+            {"queuedFilter": {"statuses": ["QUEUED"]}, "inProgressFilter": {"statuses": ["STARTED"]}, "view": "ROOTS"},
+        ),
+    ]
     return {"asset graph": graph, "replica page": asset, "runs list": runs}, len(all_keys)
 
 
@@ -149,16 +168,39 @@ def seed(home: Path, names: list[str], history: int) -> None:
     with open_instance(home) as instance:
         for i in range(history):
             for name in names:
-                instance.report_runless_asset_event(dg.AssetMaterialization(
-                    asset_key=replica_key(name),
-                    metadata={**{k: i for k in ("applied", "held", "gaps", "late", "rows_written", "dirty_records",
-                                                "delta_version", "applied_through")},
-                              "seconds_apply": 1.5, "lag_seconds": 2.0}))
+                instance.report_runless_asset_event(
+                    dg.AssetMaterialization(
+                        asset_key=replica_key(name),
+                        metadata={
+                            **dict.fromkeys(
+                                (
+                                    "applied",
+                                    "held",
+                                    "gaps",
+                                    "late",
+                                    "rows_written",
+                                    "dirty_records",
+                                    "delta_version",
+                                    "applied_through",
+                                ),
+                                i,
+                            ),
+                            "seconds_apply": 1.5,
+                            "lag_seconds": 2.0,
+                        },
+                    )
+                )
                 for check in CHECKS:
-                    instance.report_runless_asset_event(dg.AssetCheckEvaluation(
-                        asset_key=replica_key(name), check_name=check, passed=True, metadata={"rows": i}))
-            create_run_for_test(instance, status=dg.DagsterRunStatus.SUCCESS,
-                                tags=run_tags(mode="apply", reason="new landing files", objects=names))
+                    instance.report_runless_asset_event(
+                        dg.AssetCheckEvaluation(
+                            asset_key=replica_key(name), check_name=check, passed=True, metadata={"rows": i}
+                        )
+                    )
+            create_run_for_test(
+                instance,
+                status=dg.DagsterRunStatus.SUCCESS,
+                tags=run_tags(mode="apply", reason="new landing files", objects=names),
+            )
 
 
 def measure(config: Path, home: Path | None, history: int, repeat: int) -> list[dict]:
@@ -167,21 +209,35 @@ def measure(config: Path, home: Path | None, history: int, repeat: int) -> list[
     if home is None:
         home = write_dagster_home(work / "dagster_home")
         seed(home, names, history)
-    env = processes.platform_env(home=home, config=config, landing=work / "landing", warehouse=work / "warehouse",
-                                 org={}, sensors_running=False)
+    env = processes.platform_env(
+        home=home, config=config, landing=work / "landing", warehouse=work / "warehouse", org={}, sensors_running=False
+    )
     port = processes.free_port()
     url = f"http://127.0.0.1:{port}"
     started = time.perf_counter()
-    server = processes.start(["dagster-webserver", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)], env,
-                             log_file=work / "webserver.log")
+    server = processes.start(
+        ["dagster-webserver", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)],
+        env,
+        log_file=work / "webserver.log",
+    )
     try:
         location = processes.wait_for_code_location(url, server, timeout_seconds=900)
         loaded = time.perf_counter() - started
         queries = ui_queries()
         by_page, assets = pages(url, queries, location, {"path": list(replica_key(names[0]).path)})
         floor = statistics.median(post(url, FLOOR, {})[0] for _ in range(max(repeat, 5)))
-        rows = [{"page": "code location load", "query": "(webserver start to LOADED)", "objects": len(names),
-                 "assets": assets, "median_ms": loaded * 1000, "max_ms": loaded * 1000, "kb": 0, "x_floor": None}]
+        rows = [
+            {
+                "page": "code location load",
+                "query": "(webserver start to LOADED)",
+                "objects": len(names),
+                "assets": assets,
+                "median_ms": loaded * 1000,
+                "max_ms": loaded * 1000,
+                "kb": 0,
+                "x_floor": None,
+            }
+        ]
         for page, steps in by_page.items():
             totals = []
             for _ in range(repeat):
@@ -204,25 +260,50 @@ def summarize(rows: list[dict], floor: float, objects: int, assets: int) -> list
     for (page, query), group in grouped.items():
         seconds = group[0]["seconds_all"] if "seconds_all" in group[0] else [g["seconds"] for g in group]
         median = statistics.median(seconds)
-        out.append({"page": page, "query": query, "objects": objects, "assets": assets,
-                    "median_ms": median * 1000, "max_ms": max(seconds) * 1000,
-                    "kb": statistics.median(g.get("kb", 0) for g in group), "x_floor": median / floor})
-    out.append({"page": "floor", "query": "{ version }", "objects": objects, "assets": assets,
-                "median_ms": floor * 1000, "max_ms": floor * 1000, "kb": 0, "x_floor": 1.0})
+        out.append(
+            {
+                "page": page,
+                "query": query,
+                "objects": objects,
+                "assets": assets,
+                "median_ms": median * 1000,
+                "max_ms": max(seconds) * 1000,
+                "kb": statistics.median(g.get("kb", 0) for g in group),
+                "x_floor": median / floor,
+            }
+        )
+    out.append(
+        {
+            "page": "floor",
+            "query": "{ version }",
+            "objects": objects,
+            "assets": assets,
+            "median_ms": floor * 1000,
+            "max_ms": floor * 1000,
+            "kb": 0,
+            "x_floor": 1.0,
+        }
+    )
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", type=Path, default=processes.REPO / "replication.yaml",
-                        help="the replication.yaml whose objects the code location loads")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=processes.REPO / "replication.yaml",
+        help="the replication.yaml whose objects the code location loads",
+    )
     parser.add_argument("--home", type=Path, help="an existing DAGSTER_HOME (default: a new one, seeded)")
     parser.add_argument("--history", type=int, default=20, help="seeded materializations per replica, and runs")
     parser.add_argument("--repeat", type=int, default=5, help="loads of each page")
     args = parser.parse_args()
     rows = measure(args.config.resolve(), args.home, args.history, args.repeat)
-    print(f"load average {os.getloadavg()[0]:.2f}; {rows[0]['objects']} objects, {rows[0]['assets']} assets; "
-          f"config {args.config}")
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; {rows[0]['objects']} objects, {rows[0]['assets']} assets; "
+        f"config {args.config}"
+    )
     print(f"{'page':<20} {'query':<34} {'median_ms':>10} {'max_ms':>10} {'kb':>9} {'x_floor':>8}")
     for r in rows:
         x = f"{r['x_floor']:.1f}" if r["x_floor"] is not None else ""

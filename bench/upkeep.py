@@ -50,8 +50,14 @@ def load_seconds(uri: str) -> float:
 
 def upkeep_all(warehouse: DeltaWarehouse, landing: LandingZone) -> dict:
     """Every table's upkeep as its job does it, with horizons of 0 h (see the module docstring)."""
-    settings = UpkeepConfig.model_construct(**{**UpkeepConfig().model_dump(), "vacuum_retention_hours": 0,
-                                               "change_events_retention_hours": 0, "landing_ledger_hours": 0.05})
+    settings = UpkeepConfig.model_construct(
+        **{
+            **UpkeepConfig().model_dump(),
+            "vacuum_retention_hours": 0,
+            "change_events_retention_hours": 0,
+            "landing_ledger_hours": 0.05,
+        }
+    )
     out = {}
     for name in [*OBJECTS, CHANGE_EVENTS]:
         out[name] = upkeep_table(warehouse, name, settings, replicated=OBJECTS, landing=landing)
@@ -62,8 +68,9 @@ def window(records: list[dict], key: str) -> float:
     return round(statistics.median(r[key] for r in records), 4)
 
 
-def run(*, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: float = 3600.0,
-        upkeep: bool = True) -> dict:
+def run(
+    *, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: float = 3600.0, upkeep: bool = True
+) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-upkeep-"))
     landing, staging = work / "landing", work / "staging"
     landing.mkdir()
@@ -82,8 +89,9 @@ def run(*, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: fl
             (work / "describe" / f"{obj}.json").write_text(json.dumps(emu.store.describe(obj)))
         write_replication(work / "replication.yaml", {o: work / "describe" / f"{o}.json" for o in OBJECTS})
         conf, _ = start_spark()
-        runner = PlatformRunner(config=work / "replication.yaml", landing=landing, warehouse=work / "wh",
-                                spark_conf=conf)
+        runner = PlatformRunner(
+            config=work / "replication.yaml", landing=landing, warehouse=work / "wh", spark_conf=conf
+        )
         warehouse = DeltaWarehouse(root=str(work / "wh"))
         copied: set[Path] = set()  # flush_cdc returns every file published so far: land each once
         for n in range(runs + 1):
@@ -110,8 +118,14 @@ def run(*, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: fl
             if upkeep and n % every == 0:
                 t = time.perf_counter()
                 done = upkeep_all(warehouse, LandingZone(path=str(landing)))
-                upkeeps.append({"after_run": n, "seconds": round(time.perf_counter() - t, 2),
-                                "change_events": done[CHANGE_EVENTS], "Account": done["Account"]})
+                upkeeps.append(
+                    {
+                        "after_run": n,
+                        "seconds": round(time.perf_counter() - t, 2),
+                        "change_events": done[CHANGE_EVENTS],
+                        "Account": done["Account"],
+                    }
+                )
                 record["upkeep_s"] = upkeeps[-1]["seconds"]
             records.append(record)
             with progress.open("a") as f:
@@ -122,15 +136,22 @@ def run(*, runs: int = 1000, events: int = 200, every: int = 25, max_seconds: fl
         emu.stop()
         shutil.rmtree(work, ignore_errors=True)
     third = max(len(records) // 3, 1)
-    windows = {"first": records[:third], "middle": records[third:2 * third], "last": records[-third:]}
+    windows = {"first": records[:third], "middle": records[third : 2 * third], "last": records[-third:]}
     return {
-        "runs_measured": len(records), "runs_asked": runs,
+        "runs_measured": len(records),
+        "runs_asked": runs,
         "events_per_run": statistics.median(r["events"] for r in records),
         "upkeep_every": every if upkeep else None,
-        "windows": {w: {"runs": f"{rs[0]['run']}-{rs[-1]['run']}", "wall_s": window(rs, "wall_s"),
-                        **{f"load_{t}_s": window(rs, f"load_{t}_s") for t in TABLES},
-                        **{f"files_{t}_max": max(r[f"files_{t}"] for r in rs) for t in TABLES}}
-                    for w, rs in windows.items() if rs},
+        "windows": {
+            w: {
+                "runs": f"{rs[0]['run']}-{rs[-1]['run']}",
+                "wall_s": window(rs, "wall_s"),
+                **{f"load_{t}_s": window(rs, f"load_{t}_s") for t in TABLES},
+                **{f"files_{t}_max": max(r[f"files_{t}"] for r in rs) for t in TABLES},
+            }
+            for w, rs in windows.items()
+            if rs
+        },
         "upkeeps": upkeeps[:2] + upkeeps[-2:],
         "upkeep_seconds_median": statistics.median(u["seconds"] for u in upkeeps) if upkeeps else None,
     }
@@ -144,8 +165,18 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=3600.0)
     parser.add_argument("--no-upkeep", action="store_true")
     args = parser.parse_args()
-    print(json.dumps(run(runs=args.runs, events=args.events, every=args.every, max_seconds=args.max_seconds,
-                         upkeep=not args.no_upkeep), indent=1))
+    print(
+        json.dumps(
+            run(
+                runs=args.runs,
+                events=args.events,
+                every=args.every,
+                max_seconds=args.max_seconds,
+                upkeep=not args.no_upkeep,
+            ),
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

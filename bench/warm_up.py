@@ -43,14 +43,24 @@ def client(accounts: int, changes: int) -> dict:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     events = int(metadata["change_events"]["events_parsed"])
-    return {"wall_s": wall, "events": events, "events_per_s": events / wall,
-            "parse_s": phases.get("ingest.parse", 0.0), "fold_s": phases.get("apply.fold", 0.0)}
+    return {
+        "wall_s": wall,
+        "events": events,
+        "events_per_s": events / wall,
+        "parse_s": phases.get("ingest.parse", 0.0),
+        "fold_s": phases.get("apply.fold", 0.0),
+    }
 
 
 def _client_run(url: str, accounts: int, changes: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "bench.warm_up", "--client", "--accounts", str(accounts),
-                          "--changes", str(changes)], env=os.environ | {"SPARK_REMOTE": url}, cwd=REPO,
-                         capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.warm_up", "--client", "--accounts", str(accounts), "--changes", str(changes)],
+        env=os.environ | {"SPARK_REMOTE": url},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"client failed: {out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -65,8 +75,11 @@ def round_(warm_up: bool, accounts: int, changes: int, work: Path) -> dict:
         warm_up_s = None
         if warm_up:
             deadline = time.monotonic() + 600
-            while not (found := WARMED.search(log_file.read_text())) and time.monotonic() < deadline \
-                    and server.poll() is None:
+            while (
+                not (found := WARMED.search(log_file.read_text()))
+                and time.monotonic() < deadline
+                and server.poll() is None
+            ):
                 time.sleep(0.5)
             if not found:
                 raise RuntimeError(f"the server did not warm up; see {log_file}")
@@ -96,10 +109,13 @@ def main(argv: list[str] | None = None) -> None:
         for warm_up in (False, True):
             r = round_(warm_up, args.accounts, args.changes, work)
             first, second = r["first"], r["second"]
-            print(f"| {'warmed up' if warm_up else 'no warm-up'} | {r['listening_s']:.1f} | "
-                  f"{r['warm_up_s'] if r['warm_up_s'] is not None else '-'} | "
-                  f"{first['wall_s']:.2f} ({first['events_per_s']:,.0f}) | {first['parse_s']:.1f} / "
-                  f"{first['fold_s']:.1f} | {second['wall_s']:.2f} ({second['events_per_s']:,.0f}) |", flush=True)
+            print(
+                f"| {'warmed up' if warm_up else 'no warm-up'} | {r['listening_s']:.1f} | "
+                f"{r['warm_up_s'] if r['warm_up_s'] is not None else '-'} | "
+                f"{first['wall_s']:.2f} ({first['events_per_s']:,.0f}) | {first['parse_s']:.1f} / "
+                f"{first['fold_s']:.1f} | {second['wall_s']:.2f} ({second['events_per_s']:,.0f}) |",
+                flush=True,
+            )
     print(f"load average {os.getloadavg()[0]:.1f}; server logs in {work}", flush=True)
 
 

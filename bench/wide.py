@@ -33,28 +33,47 @@ from salesforce_emulator.schema import Field, SObject
 
 OBJECT = "Wide__c"
 CUSTOM_FIELDS = 293  # + Id, Name, OwnerId and 4 audit fields = 300 replica columns
-TYPES = ["string", "double", "int", "boolean", "date", "datetime", "picklist", "textarea", "currency", "percent",
-         "email", "phone", "url"]
+TYPES = [
+    "string",
+    "double",
+    "int",
+    "boolean",
+    "date",
+    "datetime",
+    "picklist",
+    "textarea",
+    "currency",
+    "percent",
+    "email",
+    "phone",
+    "url",
+]
 
 
 def wide_object() -> SObject:
     """`Wide__c`, registered with the emulator's object tables (idempotent)."""
     if (obj := schema.get_object(OBJECT)) is not None:
         return obj
-    custom = tuple(Field(f"F{n:03d}_{t.capitalize()}__c", t, length=255 if t in ("string", "textarea") else None)
-                   for n, t in ((n, TYPES[n % len(TYPES)]) for n in range(CUSTOM_FIELDS)))
-    obj = SObject(OBJECT, "a01", (
-        Field("Id", "id", nillable=False, length=18, updateable=False),
-        Field("IsDeleted", "boolean", nillable=False, updateable=False, default=0),
-        Field("Name", "string", nillable=False, length=80),
-    ) + custom + (
-        Field("OwnerId", "reference", nillable=False, length=18),
-        Field("CreatedDate", "datetime", nillable=False, updateable=False),
-        Field("CreatedById", "reference", nillable=False, length=18, updateable=False),
-        Field("LastModifiedDate", "datetime", nillable=False, updateable=False),
-        Field("LastModifiedById", "reference", nillable=False, length=18, updateable=False),
-        Field("SystemModstamp", "datetime", nillable=False, updateable=False),
-    ))
+    custom = tuple(
+        Field(f"F{n:03d}_{t.capitalize()}__c", t, length=255 if t in ("string", "textarea") else None)
+        for n, t in ((n, TYPES[n % len(TYPES)]) for n in range(CUSTOM_FIELDS))
+    )
+    obj = SObject(
+        OBJECT,
+        "a01",
+        (
+            Field("Id", "id", nillable=False, length=18, updateable=False),
+            Field("IsDeleted", "boolean", nillable=False, updateable=False, default=0),
+            Field("Name", "string", nillable=False, length=80),
+            *custom,
+            Field("OwnerId", "reference", nillable=False, length=18),
+            Field("CreatedDate", "datetime", nillable=False, updateable=False),
+            Field("CreatedById", "reference", nillable=False, length=18, updateable=False),
+            Field("LastModifiedDate", "datetime", nillable=False, updateable=False),
+            Field("LastModifiedById", "reference", nillable=False, length=18, updateable=False),
+            Field("SystemModstamp", "datetime", nillable=False, updateable=False),
+        ),
+    )
     schema.OBJECTS[OBJECT] = obj
     schema._LOWER[OBJECT.lower()] = obj
     schema.BY_PREFIX[obj.key_prefix] = obj
@@ -64,9 +83,12 @@ def wide_object() -> SObject:
 def _value(rng: random.Random, kind: str):
     day = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     return {
-        "double": lambda: round(rng.random() * 1000, 3), "currency": lambda: round(rng.random() * 1e6, 2),
-        "percent": lambda: round(rng.random() * 100, 1), "int": lambda: rng.randint(0, 100_000),
-        "boolean": lambda: rng.random() < 0.5, "date": lambda: day,
+        "double": lambda: round(rng.random() * 1000, 3),
+        "currency": lambda: round(rng.random() * 1e6, 2),
+        "percent": lambda: round(rng.random() * 100, 1),
+        "int": lambda: rng.randint(0, 100_000),
+        "boolean": lambda: rng.random() < 0.5,
+        "date": lambda: day,
         "datetime": lambda: f"{day}T{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:00.000Z",
         "picklist": lambda: rng.choice(["Red", "Green", "Blue", "Amber"]),
         "email": lambda: f"user{rng.randint(0, 9999)}@example.com",
@@ -96,8 +118,9 @@ def workload(records: int, updates: int, seed: int = 3) -> Path:
             with emu.store.transaction() as txn:
                 for rid in rng.sample(created, rng.randint(1, 5)):
                     fields = rng.sample(custom, rng.randint(1, 5))
-                    txn.update(OBJECT, rid, {f.name: None if rng.random() < 0.1 else _value(rng, f.type)
-                                             for f in fields})
+                    txn.update(
+                        OBJECT, rid, {f.name: None if rng.random() < 0.1 else _value(rng, f.type) for f in fields}
+                    )
         emu.flush_cdc()
         (root / "describe.json").write_text(json.dumps(emu.store.describe(OBJECT)))
         (root / "final.json").write_text(json.dumps(emu.store.snapshot(OBJECT)))
@@ -130,13 +153,26 @@ def run(*, records: int = 5_000, updates: int = 20_000) -> list[dict]:
         wall, phases, metadata = platform.run()
         peak = peak_rss_mb()
         floor = floor_pass(root, work)
-        naive_events, naive_s = NaiveTable(work / "naive").apply(sorted((root / "landing").rglob("*.jsonl")),
-                                                                 seconds=20.0)
+        naive_events, naive_s = NaiveTable(work / "naive").apply(
+            sorted((root / "landing").rglob("*.jsonl")), seconds=20.0
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     columns = len(json.loads((root / "describe.json").read_text())["fields"]) - 2  # minus IsDeleted, SystemModstamp
     rows = metadata[f"salesforce/{OBJECT}"].get("dagster/row_count")
-    return [figures(workload=f"wide object: {columns} columns, {records:,} records + {updates:,} update txns",
-                    unit="events", count=events, wall_s=wall, floor_s=floor,
-                    baseline_s=events / (naive_events / naive_s), naive_events_per_s=naive_events / naive_s,
-                    spark_start_s=spark_start, columns=columns, rows=rows, phases=phases) | {"peak_rss_mb": peak}]
+    return [
+        figures(
+            workload=f"wide object: {columns} columns, {records:,} records + {updates:,} update txns",
+            unit="events",
+            count=events,
+            wall_s=wall,
+            floor_s=floor,
+            baseline_s=events / (naive_events / naive_s),
+            naive_events_per_s=naive_events / naive_s,
+            spark_start_s=spark_start,
+            columns=columns,
+            rows=rows,
+            phases=phases,
+        )
+        | {"peak_rss_mb": peak}
+    ]

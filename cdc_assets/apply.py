@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import EllipsisType
 
 import pyarrow as pa
@@ -65,20 +65,26 @@ def _seq_filter(applied: int, ce_seq: int, held: Held | None) -> pc.Expression:
     return new
 
 
-def read_changes(warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: int,
-                 held: Held | None) -> pa.Table | None:
+def read_changes(
+    warehouse: DeltaWarehouse, entity: str, applied: int, ce_seq: int, held: Held | None
+) -> pa.Table | None:
     """Change rows of `entity` ingested after `applied` (through `ce_seq`), plus those of held transactions."""
     table = warehouse.table(CHANGE_EVENTS)
     holding = bool(held and held.transactions)
-    if table is None or ce_seq <= applied and not holding:
+    if table is None or (ce_seq <= applied and not holding):
         return None
     lowest = min(applied + 1, held.from_seq) if holding else applied + 1
-    return warehouse.read(table, partitions=[("entity", "=", entity)], filter=_seq_filter(applied, ce_seq, held),
-                          prune=[("_ingest_seq", ">=", lowest), ("_ingest_seq", "<=", ce_seq)])
+    return warehouse.read(
+        table,
+        partitions=[("entity", "=", entity)],
+        filter=_seq_filter(applied, ce_seq, held),
+        prune=[("_ingest_seq", ">=", lowest), ("_ingest_seq", "<=", ce_seq)],
+    )
 
 
-def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, ids: list[str],
-                 table: DeltaTable | None) -> tuple[DataFrame, list[str]]:
+def read_current(
+    spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, ids: list[str], table: DeltaTable | None
+) -> tuple[DataFrame, list[str]]:
     """Current rows of `ids` in the replica snapshot `table`, read from their partitions only; and those partition
     values."""
     buckets = sorted({i[: schema.bucket_chars] for i in ids})
@@ -89,30 +95,41 @@ def read_current(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectS
     return from_arrow(spark, rows), buckets
 
 
-def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, *, cut: Cut, run_id: str,
-                  now: datetime | None = None, description: str | None = None,
-                  refresh_schema: Callable[[], ObjectSchema] | None = None,
-                  replica: DeltaTable | None | EllipsisType = ..., history: bool = False) -> ApplyResult:
+def apply_changes(
+    spark: SparkSession,
+    warehouse: DeltaWarehouse,
+    schema: ObjectSchema,
+    *,
+    cut: Cut,
+    run_id: str,
+    now: datetime | None = None,
+    description: str | None = None,
+    refresh_schema: Callable[[], ObjectSchema] | None = None,
+    replica: DeltaTable | EllipsisType | None = ...,
+    history: bool = False,
+) -> ApplyResult:
     """Apply the closed transactions ingested since the checkpoint, through the run's `cut` (and holding its open
     transaction, cdc_assets/closure.py); `description` is kept on a new table; `refresh_schema` asks describe()
     again when events set fields `schema` does not know. `replica`: the replica's snapshot if the caller has it
     (None: no table yet), else it is loaded; the checkpoint is read from it and the commit made against it.
     `history`: also derive the state of each record after each transaction applied, from the same changes and
     current rows, and stage them for the history table, named in the commit (cdc_assets/history/)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     watch = Stopwatch()
     ce_seq, open_key = cut.through, cut.open_key
     replica = warehouse.table(schema.name) if replica is ... else replica
     prev = ReplicaState.read(warehouse, replica)
     applied = (replica.transaction_version(APPLY_APP) or 0) if replica is not None else 0
     held = prev.held
-    counts = {k: 0 for k in (*EVENT_COUNTS, NAMES_TO_FETCH, "newly_dirty", "inserted", "rows_written", *DIFF_COUNTS,
-                              *DRIFT_COUNTS)}
+    counts = dict.fromkeys(
+        (*EVENT_COUNTS, NAMES_TO_FETCH, "newly_dirty", "inserted", "rows_written", *DIFF_COUNTS, *DRIFT_COUNTS), 0
+    )
     unknown: list[str] = []
     if replica is not None and ce_seq < applied:
         # A later run applied past this run's cut; applying this run's cut now could apply what that run held.
-        return ApplyResult(counts=counts, state=replace(prev, applied_through=applied), version=replica.version(),
-                           table=replica)
+        return ApplyResult(
+            counts=counts, state=replace(prev, applied_through=applied), version=replica.version(), table=replica
+        )
 
     rows = read_changes(warehouse, schema.name, applied, ce_seq, held)
     fault_point("replica.after_read_changes")
@@ -120,10 +137,16 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     # would restart polling behind the replica's newest row, past changes never read); the last reconcile (the
     # org_knows_ids check judges what it found). Not carried: an inactive cursor (after a poll -> cdc hand-off the
     # object is CDC's), counts.
-    state = ReplicaState(applied_through=max(applied, ce_seq), resync_pending=prev.resync_pending,
-                         resynced=prev.resynced, reconciled=prev.reconciled, last_commit_ts=prev.last_commit_ts,
-                         run_id=run_id, synced_at=now.isoformat(),
-                         poll=prev.poll if prev.poll and prev.poll.active else None)
+    state = ReplicaState(
+        applied_through=max(applied, ce_seq),
+        resync_pending=prev.resync_pending,
+        resynced=prev.resynced,
+        reconciled=prev.reconciled,
+        last_commit_ts=prev.last_commit_ts,
+        run_id=run_id,
+        synced_at=now.isoformat(),
+        poll=prev.poll if prev.poll and prev.poll.active else None,
+    )
     new_rows = schema.arrow_schema().empty_table()
     versions = None
     buckets: list[str] = []
@@ -138,8 +161,17 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
         state = replace(state, held=now_held, resync_pending=pending_resync(rows, overflow_mask, state))
         changes = rows.filter(pc.invert(pc.or_(held_mask, overflow_mask)))
         if changes.num_rows:
-            schema, changes, drift = meet_describe(spark, warehouse, schema, changes, replica=replica,
-                                                   applied=applied, run_id=run_id, now=now, refresh=refresh_schema)
+            schema, changes, drift = meet_describe(
+                spark,
+                warehouse,
+                schema,
+                changes,
+                replica=replica,
+                applied=applied,
+                run_id=run_id,
+                now=now,
+                refresh=refresh_schema,
+            )
             counts |= drift.counts
             unknown = drift.unknown
             ids = pc.unique(changes["record_id"]).to_pylist()
@@ -159,13 +191,23 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
             fault_point("replica.after_fold")
             counts |= {n: int(pc.sum(folded[n]).as_py() or 0) for n in (*SUMMED, NEWLY_DIRTY, INSERTED)}
             counts["gaps"] -= counts["schema_backfill"]  # not events read: gaps the run added (see prepare.py)
-            new_rows = (stamped(folded.filter(folded[CHANGED]), now).select(schema.arrow_schema().names)
-                        .cast(schema.arrow_schema()))
+            new_rows = (
+                stamped(folded.filter(folded[CHANGED]), now)
+                .select(schema.arrow_schema().names)
+                .cast(schema.arrow_schema())
+            )
 
     counts["rows_written"] = new_rows.num_rows
     if replica is not None and ce_seq <= applied and state.held == prev.held and not new_rows.num_rows:
-        return ApplyResult(counts=counts, state=replace(prev, applied_through=applied), version=replica.version(),
-                           seconds=watch.seconds, schema=schema, unknown_fields=unknown, table=replica)
+        return ApplyResult(
+            counts=counts,
+            state=replace(prev, applied_through=applied),
+            version=replica.version(),
+            seconds=watch.seconds,
+            schema=schema,
+            unknown_fields=unknown,
+            table=replica,
+        )
 
     if new_rows.num_rows and (latest := pc.max(new_rows["_sf_commit_ts"]).as_py()) is not None:
         state = state.with_commit_ts(latest.isoformat())
@@ -178,21 +220,52 @@ def apply_changes(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     txns = {APPLY_APP: state.applied_through}
     fault_point("replica.before_commit")
     if replica is None:
-        table = warehouse.append(schema.name, new_rows, read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
-                                 state=state.to_dict(), txns=txns, description=description,
-                                 configuration=schema.table_properties())
+        table = warehouse.append(
+            schema.name,
+            new_rows,
+            read=None,
+            partition_by=[BUCKET_COLUMN],
+            key=state.KEY,
+            state=state.to_dict(),
+            txns=txns,
+            description=description,
+            configuration=schema.table_properties(),
+        )
     elif not new_rows.num_rows:
         # Nothing to write, but the checkpoint moved (every row superseded, held or overflowed): an empty commit
         # stores it, as a poll does. A merge of no rows commits nothing, and the same rows would be read forever.
-        table = warehouse.append(schema.name, new_rows, read=replica, partition_by=[BUCKET_COLUMN], key=state.KEY,
-                                 state=state.to_dict(), txns=txns)
+        table = warehouse.append(
+            schema.name,
+            new_rows,
+            read=replica,
+            partition_by=[BUCKET_COLUMN],
+            key=state.KEY,
+            state=state.to_dict(),
+            txns=txns,
+        )
     else:
         # Committed against `replica`, the snapshot `applied` came from: a concurrent writer fails this commit.
-        table = warehouse.upsert(schema.name, new_rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
-                                 partition_values=buckets, key=state.KEY, state=state.to_dict(), txns=txns)
+        table = warehouse.upsert(
+            schema.name,
+            new_rows,
+            read=replica,
+            key_column="Id",
+            partition_column=BUCKET_COLUMN,
+            partition_values=buckets,
+            key=state.KEY,
+            state=state.to_dict(),
+            txns=txns,
+        )
     version = table.version()
     watch.lap("merge")
     fault_point("replica.after_commit")
-    return ApplyResult(counts=counts, state=state, version=version, committed=True, seconds=watch.seconds,
-                       schema=schema, unknown_fields=unknown, table=table)
-
+    return ApplyResult(
+        counts=counts,
+        state=state,
+        version=version,
+        committed=True,
+        seconds=watch.seconds,
+        schema=schema,
+        unknown_fields=unknown,
+        table=table,
+    )

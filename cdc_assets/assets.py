@@ -16,9 +16,8 @@ has several groups, so the global lineage opens as the graph itself; the key pre
 `events/`, `salesforce/`, `changefeed/`) name its layers and are the asset catalog's folders.
 """
 
-
 from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 import dagster as dg
@@ -28,13 +27,13 @@ from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.formulas.freshness import formula_metadata
-from cdc_assets.formulas.refresh import MODE as FORMULAS, FormulaResult, refresh_formulas
+from cdc_assets.formulas.refresh import MODE as FORMULAS
+from cdc_assets.formulas.refresh import FormulaResult, refresh_formulas
 from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
-from cdc_assets.schemas import (DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes,
-                                resolve_schema)
+from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
 from cdc_assets.sync import SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -94,62 +93,94 @@ def ingest_keys(names: Iterable[str]) -> list[dg.AssetKey]:
 
 
 landing_zone = dg.AssetSpec(
-    LANDING_ZONE, group_name=GROUP, kinds={"files"},
+    LANDING_ZONE,
+    group_name=GROUP,
+    kinds={"files"},
     description="CDC event files dropped by a subscriber (JSON lines in the Streaming API shape). "
-                "Watched by landing_zone_sensor.",
+    "Watched by landing_zone_sensor.",
 )
 
 
 def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDefinition:
     table = dg.AssetSpec(
-        CHANGE_EVENTS_KEY, deps=[LANDING_ZONE], group_name=GROUP, kinds={"spark", "delta"},
+        CHANGE_EVENTS_KEY,
+        deps=[LANDING_ZONE],
+        group_name=GROUP,
+        kinds={"spark", "delta"},
         description="Every CDC event line ever landed, parsed to canonical change rows and de-duplicated, with "
-                    "its source file and line. Bad lines go to _quarantine with a reason.")
+        "its source file and line. Bad lines go to _quarantine with a reason.",
+    )
     # A slice depends on the landing zone, as the table does, not on the table: both are written by the same
     # ingest step from the same files, and a landing run carries only the slices of the objects its files name.
     # Below change_events, every slice left out of a run would show as unsynced in the UI although none of its
     # rows changed (the table's data version moves with every ingest).
-    slices = [dg.AssetSpec(
-        events_key(o.name), deps=[LANDING_ZONE], group_name=GROUP, kinds={"delta"},
-        description=f"{o.name}'s rows of change_events (a view, no table of its own), written by the ingest step "
-                    f"with change_events: what salesforce/{o.name} applies. Its data version is the last ingest "
-                    f"that stored {o.name} rows, so it and the replica show as unsynced only when events of "
-                    f"{o.name} were ingested after the replica last applied.")
-        for o in replication.objects]
+    slices = [
+        dg.AssetSpec(
+            events_key(o.name),
+            deps=[LANDING_ZONE],
+            group_name=GROUP,
+            kinds={"delta"},
+            description=f"{o.name}'s rows of change_events (a view, no table of its own), written by the ingest step "
+            f"with change_events: what salesforce/{o.name} applies. Its data version is the last ingest "
+            f"that stored {o.name} rows, so it and the replica show as unsynced only when events of "
+            f"{o.name} were ingested after the replica last applied.",
+        )
+        for o in replication.objects
+    ]
 
     @dg.multi_asset(name="change_events", specs=[table, *slices], can_subset=True, pool=CHANGE_EVENTS_POOL)
     @exclusive(CHANGE_EVENTS_POOL)
-    def change_events(context: dg.AssetExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse,
-                      landing: LandingZone, salesforce: SalesforceResource) -> Iterator[dg.MaterializeResult]:
+    def change_events(
+        context: dg.AssetExecutionContext,
+        pyspark: PySparkResource,
+        warehouse: DeltaWarehouse,
+        landing: LandingZone,
+        salesforce: SalesforceResource,
+    ) -> Iterator[dg.MaterializeResult]:
         schemas = SchemaCatalog(replication.objects, warehouse, salesforce)  # resolved for the objects that landed
-        result = ingest(session(pyspark), warehouse, landing, schemas, run_id=context.run.run_id,
-                        max_batch_bytes=replication.options.max_ingest_batch_bytes)
+        result = ingest(
+            session(pyspark),
+            warehouse,
+            landing,
+            schemas,
+            run_id=context.run.run_id,
+            max_batch_bytes=replication.options.max_ingest_batch_bytes,
+        )
         c = result.counts
         context.log.info(
             f"Ingested {c['ingested']} events from {c['files']} files ({c['duplicates']} duplicates, "
             f"{c['lines_quarantined']} lines quarantined, {c['files_quarantined']} files unreadable, "
-            f"{c['files_failed']} files failed)")
+            f"{c['files_failed']} files failed)"
+        )
         for example in result.quarantine_examples:
             context.log.warning(f"Quarantined {example}")
         for path in result.failed[:META_LISTED]:
-            context.log.error(f"Landing file {printable(path)} failed to ingest on its own: quarantined whole, its "
-                              f"events are not in change_events (check {NO_FAILED_FILES} says what to do)")
+            context.log.error(
+                f"Landing file {printable(path)} failed to ingest on its own: quarantined whole, its "
+                f"events are not in change_events (check {NO_FAILED_FILES} says what to do)"
+            )
         selected = context.selected_asset_keys
         if CHANGE_EVENTS_KEY in selected:
-            yield dg.MaterializeResult(asset_key=CHANGE_EVENTS_KEY, metadata={
-                **{k: dg.MetadataValue.int(v) for k, v in c.items()},
-                META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
-                META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
-                "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
-                "files_ingested": dg.MetadataValue.json(printable_list(result.files, FILES_SHOWN)),
-                META_FAILED_FILES: dg.MetadataValue.json([printable(f) for f in result.failed[:META_LISTED]]),
-                **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
-            })
+            yield dg.MaterializeResult(
+                asset_key=CHANGE_EVENTS_KEY,
+                metadata={
+                    **{k: dg.MetadataValue.int(v) for k, v in c.items()},
+                    META_TABLE_URI: dg.MetadataValue.path(warehouse.uri("_change_events")),
+                    META_DELTA_VERSION: dg.MetadataValue.int(result.version if result.version is not None else -1),
+                    "ingest_seq": dg.MetadataValue.int(result.state.ingest_seq),
+                    "files_ingested": dg.MetadataValue.json(printable_list(result.files, FILES_SHOWN)),
+                    META_FAILED_FILES: dg.MetadataValue.json([printable(f) for f in result.failed[:META_LISTED]]),
+                    **{f"seconds_{k}": dg.MetadataValue.float(round(v, 3)) for k, v in result.seconds.items()},
+                },
+            )
         for o in replication.objects:
             if events_key(o.name) in selected:
                 seq = int(result.state.entity_seq.get(o.name, 0))
-                yield dg.MaterializeResult(asset_key=events_key(o.name), data_version=dg.DataVersion(str(seq)),
-                                           metadata={META_ENTITY_SEQ: dg.MetadataValue.int(seq)})
+                yield dg.MaterializeResult(
+                    asset_key=events_key(o.name),
+                    data_version=dg.DataVersion(str(seq)),
+                    metadata={META_ENTITY_SEQ: dg.MetadataValue.int(seq)},
+                )
 
     return change_events
 
@@ -167,11 +198,15 @@ class ReplicaRunConfig(dg.Config):
 
 
 def column_schema(schema: ObjectSchema) -> dg.TableSchema:
-    formulas = [(c, spark_type(t).simpleString()) for c, t in schema.formulas] + \
-        ([(FORMULAS_AT, "timestamp")] if schema.formulas else [])
-    return dg.TableSchema(columns=[
-        *(dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields),
-        *(dg.TableColumn(name, kind, description="formula field (refresh runs)") for name, kind in formulas)])
+    formulas = [(c, spark_type(t).simpleString()) for c, t in schema.formulas] + (
+        [(FORMULAS_AT, "timestamp")] if schema.formulas else []
+    )
+    return dg.TableSchema(
+        columns=[
+            *(dg.TableColumn(f.name, f.dataType.simpleString()) for f in schema.spark_schema().fields),
+            *(dg.TableColumn(name, kind, description="formula field (refresh runs)") for name, kind in formulas),
+        ]
+    )
 
 
 def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetsDefinition:
@@ -179,84 +214,144 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
     static_metadata = {"dagster/column_schema": column_schema(file_schema)} if file_schema else {}
 
     @dg.asset(
-        key=replica_key(sobject.name), deps=[events_key(sobject.name)], group_name=GROUP, kinds=KINDS,
-        pool=replica_pool(sobject.name), metadata=static_metadata, tags={TAG_MODE: sobject.mode},
+        key=replica_key(sobject.name),
+        deps=[events_key(sobject.name)],
+        group_name=GROUP,
+        kinds=KINDS,
+        pool=replica_pool(sobject.name),
+        metadata=static_metadata,
+        tags={TAG_MODE: sobject.mode},
         # How old its latest materialization may get (replication.yaml `freshness`): the UI marks it stale past it.
         freshness_policy=dg.FreshnessPolicy.time_window(
-            fail_window=timedelta(seconds=replication.freshness_of(sobject))),
+            fail_window=timedelta(seconds=replication.freshness_of(sobject))
+        ),
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
-                    f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
-                    f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0), "
-                    f"poll (records changed since a SystemModstamp cursor, for objects without CDC), formulas "
-                    f"(refresh the formula columns, when replication.yaml keeps them). This "
-                    f"object: {sobject.mode}.",
+        f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
+        f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0), "
+        f"poll (records changed since a SystemModstamp cursor, for objects without CDC), formulas "
+        f"(refresh the formula columns, when replication.yaml keeps them). This "
+        f"object: {sobject.mode}.",
     )
     @exclusive(replica_pool(sobject.name))
-    def replica(context: dg.AssetExecutionContext, config: ReplicaRunConfig, pyspark: PySparkResource,
-                warehouse: DeltaWarehouse, salesforce: SalesforceResource) -> dg.MaterializeResult:
-        now, run_id = datetime.now(timezone.utc), context.run.run_id
+    def replica(
+        context: dg.AssetExecutionContext,
+        config: ReplicaRunConfig,
+        pyspark: PySparkResource,
+        warehouse: DeltaWarehouse,
+        salesforce: SalesforceResource,
+    ) -> dg.MaterializeResult:
+        now, run_id = datetime.now(UTC), context.run.run_id
         sync: SyncResult | None = None
-        polled = config.mode == "poll" or sobject.mode == "poll" and config.mode in ("apply", FORMULAS)
+        polled = config.mode == "poll" or (sobject.mode == "poll" and config.mode in ("apply", FORMULAS))
         # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
         # A history reads the replica's Change Data Feed: on from here if the replica was made without one.
         table = warehouse.enable_change_feed(sobject.name) if sobject.history else warehouse.table(sobject.name)
         # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
         initial = table is None and (replication.initial_load or polled)
-        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial,
-                                          table=table)
+        schema, describe = resolve_schema(
+            sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial, table=table
+        )
         if not (config.mode == "resync" or initial):
             refuse_clear_hashes(table, schema)  # `hash:` added to an existing replica: a resync comes first
         # Before anything commits: a history turned on for an existing replica is backfilled through its version.
-        history = history_step(sobject, warehouse, schema, replica=table, run_id=run_id,
-                               spark=lambda: session(pyspark))
+        history = history_step(sobject, warehouse, schema, replica=table, run_id=run_id, spark=lambda: session(pyspark))
         if config.mode == "resync" or initial:
-            sync = resync(warehouse, salesforce, schema, run_id=run_id, now=now, describe=describe,
-                          page_size=replication.options.bulk_page_size,
-                          parallel_pages=replication.options.bulk_parallel_pages,
-                          batch_records=replication.options.resync_batch_records)
+            sync = resync(
+                warehouse,
+                salesforce,
+                schema,
+                run_id=run_id,
+                now=now,
+                describe=describe,
+                page_size=replication.options.bulk_page_size,
+                parallel_pages=replication.options.bulk_parallel_pages,
+                batch_records=replication.options.resync_batch_records,
+            )
         elif config.mode == FORMULAS:
             if not sobject.formulas:
-                raise dg.Failure(f"{sobject.name} keeps no formula fields: add a `formulas` section for it in "
-                                 "replication.yaml (README 'Formula fields') and reload the code location")
-            sync = refresh_formulas(warehouse, salesforce, schema, options=sobject.formulas, run_id=run_id, now=now,
-                                    full=config.formulas_full, page_size=replication.options.bulk_page_size)
-        elif polled or sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active:
+                raise dg.Failure(
+                    f"{sobject.name} keeps no formula fields: add a `formulas` section for it in "
+                    "replication.yaml (README 'Formula fields') and reload the code location"
+                )
+            sync = refresh_formulas(
+                warehouse,
+                salesforce,
+                schema,
+                options=sobject.formulas,
+                run_id=run_id,
+                now=now,
+                full=config.formulas_full,
+                page_size=replication.options.bulk_page_size,
+            )
+        elif polled or (sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active):
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
-            sync = poll(warehouse, salesforce, schema, options=sobject.poll, run_id=run_id, now=now,
-                        compare_ids=config.compare_ids, confirm_deletes=config.confirm_deletes,
-                        handoff=not polled)
+            sync = poll(
+                warehouse,
+                salesforce,
+                schema,
+                options=sobject.poll,
+                run_id=run_id,
+                now=now,
+                compare_ids=config.compare_ids,
+                confirm_deletes=config.confirm_deletes,
+                handoff=not polled,
+            )
         elif config.mode == "reconcile":
             sync = reconcile(warehouse, salesforce, schema, run_id=run_id, now=now)
         if polled:  # no change events to apply: no Spark either
-            return dg.MaterializeResult(metadata=record_history(context, history, sobject, warehouse, schema, run_id)
-                                        | replica_metadata(context, sobject, schema, warehouse,
-                                                           polled_result(warehouse, schema.name, sync), sync))
+            return dg.MaterializeResult(
+                metadata=record_history(context, history, sobject, warehouse, schema, run_id)
+                | replica_metadata(
+                    context, sobject, schema, warehouse, polled_result(warehouse, schema.name, sync), sync
+                )
+            )
         spark = session(pyspark)
         close_after = config.transaction_close_after
-        cut = pinned_cut(context, warehouse, replicated=set(replication.names),
-                         close_after=replication.transaction_close_after if close_after is None else close_after)
+        cut = pinned_cut(
+            context,
+            warehouse,
+            replicated=set(replication.names),
+            close_after=replication.transaction_close_after if close_after is None else close_after,
+        )
         refresh = DescribeRefresh(sobject, warehouse, salesforce)
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
-        result = apply_changes(spark, warehouse, schema, cut=cut, run_id=run_id, now=now,
-                               description=describe_note(describe), refresh_schema=refresh,
-                               replica=warehouse.table(sobject.name) if sync else table,
-                               history=sobject.history)
+        result = apply_changes(
+            spark,
+            warehouse,
+            schema,
+            cut=cut,
+            run_id=run_id,
+            now=now,
+            description=describe_note(describe),
+            refresh_schema=refresh,
+            replica=warehouse.table(sobject.name) if sync else table,
+            history=sobject.history,
+        )
         if refresh.keep():
             result.table = warehouse.table(sobject.name)
         schema = result.schema or schema
-        return dg.MaterializeResult(metadata=record_history(context, history, sobject, warehouse, schema, run_id)
-                                    | replica_metadata(context, sobject, schema, warehouse, result, sync))
+        return dg.MaterializeResult(
+            metadata=record_history(context, history, sobject, warehouse, schema, run_id)
+            | replica_metadata(context, sobject, schema, warehouse, result, sync)
+        )
 
     return replica
 
 
-def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, schema: ObjectSchema,
-                     warehouse: DeltaWarehouse, result: ApplyResult, sync: SyncResult | None) -> dict:
+def replica_metadata(
+    context: dg.AssetExecutionContext,
+    sobject: SObjectConfig,
+    schema: ObjectSchema,
+    warehouse: DeltaWarehouse,
+    result: ApplyResult,
+    sync: SyncResult | None,
+) -> dict:
     c, s = result.counts, result.state
     context.log.info(
         f"{sobject.name}: {c['applied']} changes applied, {c['held']} held (open transaction), "
         f"{c['gaps']} gaps, {c['late']} late, {c['dirty_skipped']} skipped while dirty, {c['overflow']} "
-        f"overflow; {c['rows_written']} rows written")
+        f"overflow; {c['rows_written']} rows written"
+    )
     if s.resync_pending:
         context.log.warning(f"{sobject.name}: full resync pending: {s.resync_pending.reason}")
     table = result.table
@@ -282,10 +377,10 @@ def replica_metadata(context: dg.AssetExecutionContext, sobject: SObjectConfig, 
         metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor.to_dict() if sync.cursor else {})
         metadata[META_POLL_CURSOR_FIELD] = dg.MetadataValue.text(sync.cursor_field or "")
     if sobject.formulas:  # how old the formula values are, whatever the run did (the age grows between refreshes)
-        metadata |= formula_metadata(table, datetime.now(timezone.utc))
+        metadata |= formula_metadata(table, datetime.now(UTC))
     if isinstance(sync, FormulaResult):
         metadata |= {k: dg.MetadataValue.float(round(v, 3)) for k, v in sync.seconds.items()}
     if s.last_commit_ts:
-        seconds = (datetime.now(timezone.utc) - datetime.fromisoformat(s.last_commit_ts)).total_seconds()
+        seconds = (datetime.now(UTC) - datetime.fromisoformat(s.last_commit_ts)).total_seconds()
         metadata[META_LAG] = dg.MetadataValue.float(seconds)
     return metadata

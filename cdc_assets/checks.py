@@ -40,22 +40,22 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
-from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 import pyarrow as pa
 import pyarrow.compute as pc
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, NO_FAILED_FILES, replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
-from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION, FORMULAS_FRESH, \
-    check_formulas_fresh
-from cdc_assets.quarantine import quarantine_example
+from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
+from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
 from cdc_assets.ingest import FAILED_FILE
+from cdc_assets.quarantine import quarantine_example
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
 from resources.delta import QUARANTINE, DeltaWarehouse
@@ -87,27 +87,27 @@ DIRTY_THRESHOLD_OPTION, FRESHNESS_OPTION = "dirty_threshold_seconds", "freshness
 MAX_UNKNOWN_IDS = 100
 EXAMPLES = 10
 TS = pa.timestamp("us", tz="UTC")
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 DESCRIPTIONS = {
     SCHEMA: "Rows written by the latest replica commit match the schema built from describe() (column types, "
-            "non-null Id and system columns, _sf_source in cdc/snapshot/reconcile/poll).",
+    "non-null Id and system columns, _sf_source in cdc/snapshot/reconcile/poll).",
     UNIQUE_ID: "Id is unique and non-null over the whole table: one row per record.",
     NO_PENDING_RESYNC: "No GAP_OVERFLOW is waiting for a full resync (until then the replica misses changes).",
     NO_STALE_DIRTY: "No record has been dirty (awaiting reconciliation) longer than the threshold "
-                    f"(replication.yaml options.{DIRTY_THRESHOLD_OPTION}).",
+    f"(replication.yaml options.{DIRTY_THRESHOLD_OPTION}).",
     QUARANTINE_EMPTY: "No line quarantined since the last acknowledgement. After reviewing _quarantine, acknowledge "
-                      "from the UI: launch the job acknowledge_quarantine (README 'Operating from the UI').",
+    "from the UI: launch the job acknowledge_quarantine (README 'Operating from the UI').",
     FRESHNESS: "The newest applied change is recent enough "
-               f"(replication.yaml `freshness` of the object, default options.{FRESHNESS_OPTION}; a quiet org also "
-               "trips it).",
+    f"(replication.yaml `freshness` of the object, default options.{FRESHNESS_OPTION}; a quiet org also "
+    "trips it).",
     POLL_HARD_DELETES: "The last Id comparison with the org applied its deletes: it did not refuse to soft-delete "
-                       "more than poll_max_delete_share of the live records.",
+    "more than poll_max_delete_share of the live records.",
     POLL_OVERLAP: "The last Id comparison found no record committed later than poll_overlap (one it found means "
-                  "the overlap is too short for this org).",
+    "the overlap is too short for this org).",
     FORMULAS_FRESH: FORMULAS_FRESH_DESCRIPTION,
     ORG_KNOWS_IDS: f"The last reconcile met no record id the org refuses as malformed and at most {MAX_UNKNOWN_IDS} "
-                   "ids the org does not know (neither retrieved nor found by queryAll).",
+    "ids the org does not know (neither retrieved nor found by queryAll).",
 }
 
 
@@ -120,12 +120,19 @@ def _result(name: str, passed: bool, metadata: dict, description: str) -> dg.Ass
 
 
 def _no_table(name: str, table_name: str) -> dg.AssetCheckResult:
-    return _result(name, True, {"table": f"{table_name} does not exist yet"},
-                   f"No {table_name} table yet: nothing to check.")
+    return _result(
+        name, True, {"table": f"{table_name} does not exist yet"}, f"No {table_name} table yet: nothing to check."
+    )
 
 
-def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse, table: DeltaTable | None,
-                 state: ReplicaState, name: str, schema_of: Callable[[], ObjectSchema]) -> dg.AssetCheckResult:
+def check_schema(
+    spark_of: Callable[[], SparkSession],
+    warehouse: DeltaWarehouse,
+    table: DeltaTable | None,
+    state: ReplicaState,
+    name: str,
+    schema_of: Callable[[], ObjectSchema],
+) -> dg.AssetCheckResult:
     """pandera on the Spark DataFrame of the rows the latest replica commit wrote (`_sf_synced_at` >= its sync).
 
     The session and the expected schema are asked for only when there are rows to validate.
@@ -137,8 +144,12 @@ def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse
         return _result(SCHEMA, True, {"rows_checked": 0}, "No replica commit recorded yet: nothing to check.")
     since = pa.scalar(datetime.fromisoformat(synced_at), TS)
     rows = warehouse.read(table, filter=pc.field("_sf_synced_at") >= since)
-    meta = {"rows_checked": rows.num_rows, "synced_at": synced_at, DELTA_VERSION: table.version(),
-            TABLE_ID: table.metadata().id}
+    meta = {
+        "rows_checked": rows.num_rows,
+        "synced_at": synced_at,
+        DELTA_VERSION: table.version(),
+        TABLE_ID: table.metadata().id,
+    }
     if not rows.num_rows:
         return _result(SCHEMA, True, meta, "The latest replica commit wrote no rows.")
     try:
@@ -150,15 +161,20 @@ def check_schema(spark_of: Callable[[], SparkSession], warehouse: DeltaWarehouse
     with small_query(spark, rows.num_rows):  # pandera runs a job per column check: few rows, few-row settings
         errors = schema_errors(from_arrow(spark, rows), replica_schema(schema))
     meta["failures"] = dg.MetadataValue.json(
-        [{k: (printable(v, 300) if v is not None else None) for k, v in e.items()} for e in errors[:EXAMPLES]])
+        [{k: (printable(v, 300) if v is not None else None) for k, v in e.items()} for e in errors[:EXAMPLES]]
+    )
     if not errors:
         return _result(SCHEMA, True, meta, f"{rows.num_rows} rows written at {synced_at} match the schema.")
     columns = sorted({str(e["column"]) for e in errors})
-    return _result(SCHEMA, False, meta,
-                   f"{len(errors)} schema violations in columns {', '.join(columns)} (see failures). A wrong type "
-                   f"usually means a field's type changed in Salesforce: resync {name} so describe() is "
-                   f"read again. A null Id or an unknown _sf_source is a writer bug: do not read this commit; "
-                   f"restore the previous Delta version and report it.")
+    return _result(
+        SCHEMA,
+        False,
+        meta,
+        f"{len(errors)} schema violations in columns {', '.join(columns)} (see failures). A wrong type "
+        f"usually means a field's type changed in Salesforce: resync {name} so describe() is "
+        f"read again. A null Id or an unknown _sf_source is a writer bug: do not read this commit; "
+        f"restore the previous Delta version and report it.",
+    )
 
 
 def check_unique_id(warehouse: DeltaWarehouse, table: DeltaTable | None, name: str) -> dg.AssetCheckResult:
@@ -168,16 +184,25 @@ def check_unique_id(warehouse: DeltaWarehouse, table: DeltaTable | None, name: s
     counts = ids.group_by("Id").aggregate([("Id", "count")])
     duplicates = counts.filter(pc.greater(counts["Id_count"], 1))
     nulls = ids["Id"].null_count
-    meta = {"rows": ids.num_rows, "null_ids": nulls, "duplicate_ids": duplicates.num_rows,
-            "examples": dg.MetadataValue.json(printable_list(duplicates["Id"].to_pylist(), EXAMPLES)),
-            DELTA_VERSION: table.version(), TABLE_ID: table.metadata().id}
+    meta = {
+        "rows": ids.num_rows,
+        "null_ids": nulls,
+        "duplicate_ids": duplicates.num_rows,
+        "examples": dg.MetadataValue.json(printable_list(duplicates["Id"].to_pylist(), EXAMPLES)),
+        DELTA_VERSION: table.version(),
+        TABLE_ID: table.metadata().id,
+    }
     if not nulls and not duplicates.num_rows:
         return _result(UNIQUE_ID, True, meta, f"{ids.num_rows} rows, one per Id.")
-    return _result(UNIQUE_ID, False, meta,
-                   f"{duplicates.num_rows} Ids occur more than once and {nulls} rows have no Id (examples in "
-                   f"metadata). A writer bypassed the per-bucket merge (e.g. a plain append by hand): keep the row "
-                   f"with the newest _sf_commit_ts per Id, or restore the Delta version before the bad commit, or "
-                   f"resync {name}.")
+    return _result(
+        UNIQUE_ID,
+        False,
+        meta,
+        f"{duplicates.num_rows} Ids occur more than once and {nulls} rows have no Id (examples in "
+        f"metadata). A writer bypassed the per-bucket merge (e.g. a plain append by hand): keep the row "
+        f"with the newest _sf_commit_ts per Id, or restore the Delta version before the bad commit, or "
+        f"resync {name}.",
+    )
 
 
 def check_no_pending_resync(state: ReplicaState, name: str) -> dg.AssetCheckResult:
@@ -186,29 +211,42 @@ def check_no_pending_resync(state: ReplicaState, name: str) -> dg.AssetCheckResu
         return _result(NO_PENDING_RESYNC, True, {"resync_pending": ""}, "No resync pending.")
     reason = printable(pending.reason)
     meta = {"resync_pending": reason, "since": pending.since, "from_seq": pending.from_seq}
-    return _result(NO_PENDING_RESYNC, False, meta,
-                   f"{reason}: Salesforce dropped changes of {name}, so the replica is incomplete "
-                   f"until a full resync (Bulk API queryAll). reconciliation_sensor requests it; if no resync run "
-                   f"follows, check that the sensor is on and materialize {name} in resync mode.")
+    return _result(
+        NO_PENDING_RESYNC,
+        False,
+        meta,
+        f"{reason}: Salesforce dropped changes of {name}, so the replica is incomplete "
+        f"until a full resync (Bulk API queryAll). reconciliation_sensor requests it; if no resync run "
+        f"follows, check that the sensor is on and materialize {name} in resync mode.",
+    )
 
 
-def check_no_stale_dirty(warehouse: DeltaWarehouse, table: DeltaTable | None, name: str, *, threshold: float,
-                         now: datetime) -> dg.AssetCheckResult:
+def check_no_stale_dirty(
+    warehouse: DeltaWarehouse, table: DeltaTable | None, name: str, *, threshold: float, now: datetime
+) -> dg.AssetCheckResult:
     if table is None:
         return _no_table(NO_STALE_DIRTY, name)
     dirty = warehouse.read(table, columns=["Id", "_sf_dirty_since"], filter=pc.field("_sf_dirty_since").is_valid())
     stale = dirty.filter(pc.less(dirty["_sf_dirty_since"], pa.scalar(now - timedelta(seconds=threshold), TS)))
     oldest = pc.min(dirty["_sf_dirty_since"]).as_py() if dirty.num_rows else None
-    meta = {"stale_records": stale.num_rows, "dirty_records": dirty.num_rows, "oldest_dirty_since": _iso(oldest),
-            "oldest_dirty_seconds": (now - oldest).total_seconds() if oldest else 0.0,
-            "threshold_seconds": float(threshold),
-            "examples": dg.MetadataValue.json(printable_list(stale["Id"].to_pylist(), EXAMPLES))}
+    meta = {
+        "stale_records": stale.num_rows,
+        "dirty_records": dirty.num_rows,
+        "oldest_dirty_since": _iso(oldest),
+        "oldest_dirty_seconds": (now - oldest).total_seconds() if oldest else 0.0,
+        "threshold_seconds": float(threshold),
+        "examples": dg.MetadataValue.json(printable_list(stale["Id"].to_pylist(), EXAMPLES)),
+    }
     if not stale.num_rows:
         return _result(NO_STALE_DIRTY, True, meta, f"{dirty.num_rows} dirty records, none older than {threshold:g} s.")
-    return _result(NO_STALE_DIRTY, False, meta,
-                   f"{stale.num_rows} records dirty for more than {threshold:g} s (oldest since {_iso(oldest)}): "
-                   f"reconciliation is not keeping up. Check that reconciliation_sensor is on and its reconcile "
-                   f"runs of {name} succeed (API limits, credentials), or materialize {name} in reconcile mode.")
+    return _result(
+        NO_STALE_DIRTY,
+        False,
+        meta,
+        f"{stale.num_rows} records dirty for more than {threshold:g} s (oldest since {_iso(oldest)}): "
+        f"reconciliation is not keeping up. Check that reconciliation_sensor is on and its reconcile "
+        f"runs of {name} succeed (API limits, credentials), or materialize {name} in reconcile mode.",
+    )
 
 
 def acknowledged_until(warehouse: DeltaWarehouse, table: DeltaTable) -> datetime | None:
@@ -232,12 +270,19 @@ def acknowledge_quarantine(warehouse: DeltaWarehouse, until: datetime) -> int | 
     table = warehouse.table(QUARANTINE)
     if table is None:
         return None
-    until = until.astimezone(timezone.utc)
+    until = until.astimezone(UTC)
     empty = pa.schema(table.schema().to_arrow()).empty_table()
     micros = (until - EPOCH) // timedelta(microseconds=1)
     ack = QuarantineAck(until=until.isoformat())
-    return warehouse.append(QUARANTINE, empty, read=table, partition_by=None, key=ack.KEY, state=ack.to_dict(),
-                            txns={QUARANTINE_ACK: micros}).version()
+    return warehouse.append(
+        QUARANTINE,
+        empty,
+        read=table,
+        partition_by=None,
+        key=ack.KEY,
+        state=ack.to_dict(),
+        txns={QUARANTINE_ACK: micros},
+    ).version()
 
 
 def newest_quarantined_at(warehouse: DeltaWarehouse) -> datetime | None:
@@ -254,25 +299,39 @@ def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
     if table is None:
         return _no_table(QUARANTINE_EMPTY, QUARANTINE)
     acked = acknowledged_until(warehouse, table)
-    rows = warehouse.read(table, columns=["source_file", "source_line", "reason", "quarantined_at"],
-                          filter=pc.field("quarantined_at") > pa.scalar(acked, TS) if acked else None)
+    rows = warehouse.read(
+        table,
+        columns=["source_file", "source_line", "reason", "quarantined_at"],
+        filter=pc.field("quarantined_at") > pa.scalar(acked, TS) if acked else None,
+    )
     newest = pc.max(rows["quarantined_at"]).as_py() if rows.num_rows else None
-    meta = {"unacknowledged_rows": rows.num_rows, "acknowledged_until": _iso(acked),
-            "newest_quarantined_at": _iso(newest), "quarantine_uri": dg.MetadataValue.path(warehouse.uri(QUARANTINE)),
-            "examples": dg.MetadataValue.json(with_more(
-                [quarantine_example(r) for r in rows.slice(0, EXAMPLES).to_pylist()], rows.num_rows))}
+    meta = {
+        "unacknowledged_rows": rows.num_rows,
+        "acknowledged_until": _iso(acked),
+        "newest_quarantined_at": _iso(newest),
+        "quarantine_uri": dg.MetadataValue.path(warehouse.uri(QUARANTINE)),
+        "examples": dg.MetadataValue.json(
+            with_more([quarantine_example(r) for r in rows.slice(0, EXAMPLES).to_pylist()], rows.num_rows)
+        ),
+    }
     if not rows.num_rows:
         return _result(QUARANTINE_EMPTY, True, meta, "No quarantined lines since the last acknowledgement.")
-    return _result(QUARANTINE_EMPTY, False, meta,
-                   f"{rows.num_rows} lines quarantined since the last acknowledgement (examples in metadata; raw "
-                   f"text in {warehouse.uri(QUARANTINE)}). Fix the subscriber or re-land corrected events, then "
-                   f"acknowledge: launch the job acknowledge_quarantine from the UI (config until: "
-                   f"'{_iso(newest)}', or empty for everything so far).")
+    return _result(
+        QUARANTINE_EMPTY,
+        False,
+        meta,
+        f"{rows.num_rows} lines quarantined since the last acknowledgement (examples in metadata; raw "
+        f"text in {warehouse.uri(QUARANTINE)}). Fix the subscriber or re-land corrected events, then "
+        f"acknowledge: launch the job acknowledge_quarantine from the UI (config until: "
+        f"'{_iso(newest)}', or empty for everything so far).",
+    )
 
 
-NO_FAILED_FILES_DESCRIPTION = ("No landing file failed to ingest since the last acknowledgement: a file that breaks "
-                               "ingest on its own is quarantined whole so that the others go on, and its events are "
-                               "missing until it is landed again.")
+NO_FAILED_FILES_DESCRIPTION = (
+    "No landing file failed to ingest since the last acknowledgement: a file that breaks "
+    "ingest on its own is quarantined whole so that the others go on, and its events are "
+    "missing until it is landed again."
+)
 
 
 def check_no_failed_files(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
@@ -283,22 +342,33 @@ def check_no_failed_files(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
         return _no_table(NO_FAILED_FILES, QUARANTINE)
     acked = acknowledged_until(warehouse, table)
     whole = pc.field("source_line") == 0
-    rows = warehouse.read(table, columns=["source_file", "reason", "quarantined_at"],
-                          filter=whole & (pc.field("quarantined_at") > pa.scalar(acked, TS)) if acked else whole)
+    rows = warehouse.read(
+        table,
+        columns=["source_file", "reason", "quarantined_at"],
+        filter=whole & (pc.field("quarantined_at") > pa.scalar(acked, TS)) if acked else whole,
+    )
     rows = rows.filter(pc.starts_with(rows["reason"], FAILED_FILE))
     files = sorted({printable(f) for f in rows["source_file"].to_pylist()})
-    meta = {"failed_files": len(files), "acknowledged_until": _iso(acked),
-            "examples": dg.MetadataValue.json([f"{printable(r['source_file'])}: {r['reason']}"
-                                               for r in rows.slice(0, EXAMPLES).to_pylist()])}
+    meta = {
+        "failed_files": len(files),
+        "acknowledged_until": _iso(acked),
+        "examples": dg.MetadataValue.json(
+            [f"{printable(r['source_file'])}: {r['reason']}" for r in rows.slice(0, EXAMPLES).to_pylist()]
+        ),
+    }
     if not files:
         return _result(NO_FAILED_FILES, True, meta, "No landing file failed to ingest since the last acknowledgement.")
-    return _result(NO_FAILED_FILES, False, meta,
-                   f"{len(files)} landing files failed to ingest on their own and were quarantined whole: "
-                   f"{', '.join(files[:EXAMPLES])}{', ...' if len(files) > EXAMPLES else ''}. None of their events "
-                   f"are in change_events. The reason of each is in {warehouse.uri(QUARANTINE)} (source_line 0) "
-                   f"and the run's log. Fix the cause (or report it, with the file: it is kept in the landing zone "
-                   f"or its archive), land the file again under a new name, then acknowledge: launch the job "
-                   f"acknowledge_quarantine from the UI.")
+    return _result(
+        NO_FAILED_FILES,
+        False,
+        meta,
+        f"{len(files)} landing files failed to ingest on their own and were quarantined whole: "
+        f"{', '.join(files[:EXAMPLES])}{', ...' if len(files) > EXAMPLES else ''}. None of their events "
+        f"are in change_events. The reason of each is in {warehouse.uri(QUARANTINE)} (source_line 0) "
+        f"and the run's log. Fix the cause (or report it, with the file: it is kept in the landing zone "
+        f"or its archive), land the file again under a new name, then acknowledge: launch the job "
+        f"acknowledge_quarantine from the UI.",
+    )
 
 
 def build_change_events_checks() -> dg.AssetChecksDefinition:
@@ -311,22 +381,31 @@ def build_change_events_checks() -> dg.AssetChecksDefinition:
     return no_failed_landing_files
 
 
-def check_freshness(table: DeltaTable | None, state: ReplicaState, name: str, *, threshold: float,
-                    now: datetime) -> dg.AssetCheckResult:
+def check_freshness(
+    table: DeltaTable | None, state: ReplicaState, name: str, *, threshold: float, now: datetime
+) -> dg.AssetCheckResult:
     if table is None:
         return _no_table(FRESHNESS, name)
     last = state.last_commit_ts
     if not last:
-        return _result(FRESHNESS, True, {"last_commit_ts": "", "threshold_seconds": float(threshold)},
-                       "No change applied yet: nothing to measure.")
+        return _result(
+            FRESHNESS,
+            True,
+            {"last_commit_ts": "", "threshold_seconds": float(threshold)},
+            "No change applied yet: nothing to measure.",
+        )
     lag = (now - datetime.fromisoformat(last)).total_seconds()
     meta = {"lag_seconds": lag, "last_commit_ts": last, "threshold_seconds": float(threshold)}
     if lag <= threshold:
         return _result(FRESHNESS, True, meta, f"Newest applied change is {lag:.0f} s old.")
-    return _result(FRESHNESS, False, meta,
-                   f"Newest applied change ({last}) is {lag:.0f} s old, limit {threshold:g} s. If Salesforce had "
-                   f"changes since, check the CDC subscriber, landing_zone_sensor and the latest {name} runs; a "
-                   f"quiet org also trips this.")
+    return _result(
+        FRESHNESS,
+        False,
+        meta,
+        f"Newest applied change ({last}) is {lag:.0f} s old, limit {threshold:g} s. If Salesforce had "
+        f"changes since, check the CDC subscriber, landing_zone_sensor and the latest {name} runs; a "
+        f"quiet org also trips this.",
+    )
 
 
 def check_poll_hard_deletes(state: ReplicaState, name: str) -> dg.AssetCheckResult:
@@ -335,14 +414,22 @@ def check_poll_hard_deletes(state: ReplicaState, name: str) -> dg.AssetCheckResu
         return _result(POLL_HARD_DELETES, True, {"refused_records": 0}, "The last Id comparison applied its deletes.")
     share = refused.records / refused.live if refused.live else 1.0
     return dg.AssetCheckResult(
-        check_name=POLL_HARD_DELETES, passed=False, severity=dg.AssetCheckSeverity.ERROR,
-        metadata={"refused_records": refused.records, "live_records": refused.live, "compared_at": refused.at,
-                  "share": share, "max_share": refused.max_share},
+        check_name=POLL_HARD_DELETES,
+        passed=False,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "refused_records": refused.records,
+            "live_records": refused.live,
+            "compared_at": refused.at,
+            "share": share,
+            "max_share": refused.max_share,
+        },
         description=f"The Id comparison of {refused.at} found {refused.records} of {refused.live} live {name} "
-                    f"records missing from the org ({100 * share:.1f} %, more than {100 * refused.max_share:g} %) and "
-                    f"deleted none. If the org really lost them, run {name} with config confirm_deletes: true; if "
-                    f"not (a sharing change, a partial result), fix the integration user's access: the next "
-                    f"comparison (or config compare_ids: true) retries.")
+        f"records missing from the org ({100 * share:.1f} %, more than {100 * refused.max_share:g} %) and "
+        f"deleted none. If the org really lost them, run {name} with config confirm_deletes: true; if "
+        f"not (a sharing change, a partial result), fix the integration user's access: the next "
+        f"comparison (or config compare_ids: true) retries.",
+    )
 
 
 def check_poll_overlap(state: ReplicaState, name: str, overlap: float) -> dg.AssetCheckResult:
@@ -351,10 +438,14 @@ def check_poll_overlap(state: ReplicaState, name: str, overlap: float) -> dg.Ass
     if not late:
         return _result(POLL_OVERLAP, True, meta, "The last Id comparison found no record committed late.")
     return dg.AssetCheckResult(
-        check_name=POLL_OVERLAP, passed=False, severity=dg.AssetCheckSeverity.WARN, metadata=meta,
+        check_name=POLL_OVERLAP,
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata=meta,
         description=f"The last Id comparison found {late} {name} records committed later than the poll overlap "
-                    f"({overlap:g} s) and replicated them; until then they were missing. Raise poll_overlap for "
-                    f"{name} in replication.yaml.")
+        f"({overlap:g} s) and replicated them; until then they were missing. Raise poll_overlap for "
+        f"{name} in replication.yaml.",
+    )
 
 
 def check_org_knows_ids(state: ReplicaState, name: str) -> dg.AssetCheckResult:
@@ -363,56 +454,84 @@ def check_org_knows_ids(state: ReplicaState, name: str) -> dg.AssetCheckResult:
     last = state.reconciled
     if last is None:
         return _result(ORG_KNOWS_IDS, True, {"ids_unknown_to_org": 0, "ids_refused": 0}, "No reconcile yet.")
-    meta = {"reconciled_at": last.at, "dirty_fetched": last.records, "ids_unknown_to_org": last.unknown,
-            "ids_refused": last.refused, "max_unknown_ids": MAX_UNKNOWN_IDS,
-            "unknown_examples": dg.MetadataValue.json(last.unknown_examples),
-            "refused_examples": dg.MetadataValue.json(last.refused_examples)}
+    meta = {
+        "reconciled_at": last.at,
+        "dirty_fetched": last.records,
+        "ids_unknown_to_org": last.unknown,
+        "ids_refused": last.refused,
+        "max_unknown_ids": MAX_UNKNOWN_IDS,
+        "unknown_examples": dg.MetadataValue.json(last.unknown_examples),
+        "refused_examples": dg.MetadataValue.json(last.refused_examples),
+    }
     problems = []
     if last.refused:
         problems.append(
-            f"the org refused {last.refused} record ids as malformed ({'; '.join(last.refused_examples[:3])})")
+            f"the org refused {last.refused} record ids as malformed ({'; '.join(last.refused_examples[:3])})"
+        )
     if last.unknown > MAX_UNKNOWN_IDS:
-        problems.append(f"{last.unknown} dirty ids are unknown to the org, more than {MAX_UNKNOWN_IDS} (e.g. "
-                        f"{', '.join(last.unknown_examples[:5])})")
+        problems.append(
+            f"{last.unknown} dirty ids are unknown to the org, more than {MAX_UNKNOWN_IDS} (e.g. "
+            f"{', '.join(last.unknown_examples[:5])})"
+        )
     if not problems:
-        return _result(ORG_KNOWS_IDS, True, meta,
-                       f"The reconcile of {last.at} fetched {last.records} dirty records; {last.unknown} ids unknown "
-                       f"to the org (at most {MAX_UNKNOWN_IDS}), none refused.")
-    return _result(ORG_KNOWS_IDS, False, meta,
-                   f"The reconcile of {name} at {last.at}: {' and '.join(problems)}. No Salesforce event names such "
-                   f"ids: a landing writer made them up. Their rows were marked deleted and left reconciliation; "
-                   f"find the landing files that named them (change_events, column record_id) and fix or stop that "
-                   f"writer. The check passes again after a reconcile that meets none.")
+        return _result(
+            ORG_KNOWS_IDS,
+            True,
+            meta,
+            f"The reconcile of {last.at} fetched {last.records} dirty records; {last.unknown} ids unknown "
+            f"to the org (at most {MAX_UNKNOWN_IDS}), none refused.",
+        )
+    return _result(
+        ORG_KNOWS_IDS,
+        False,
+        meta,
+        f"The reconcile of {name} at {last.at}: {' and '.join(problems)}. No Salesforce event names such "
+        f"ids: a landing writer made them up. Their rows were marked deleted and left reconciliation; "
+        f"find the landing files that named them (change_events, column record_id) and fix or stop that "
+        f"writer. The check passes again after a reconcile that meets none.",
+    )
 
 
 def schema_fingerprint(schema: ObjectSchema) -> str:
     """What the `schema` check's expectation is built from, as a short hash: the same in every process (sets are
     sorted: their order follows the process's string hashing)."""
-    text = json.dumps(dataclasses.asdict(schema), sort_keys=True,
-                      default=lambda v: sorted(v) if isinstance(v, (set, frozenset)) else str(v))
+    text = json.dumps(
+        dataclasses.asdict(schema),
+        sort_keys=True,
+        default=lambda v: sorted(v) if isinstance(v, (set, frozenset)) else str(v),
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def reused_result(instance: dg.DagsterInstance, key: dg.AssetCheckKey, table: DeltaTable | None,
-                  fingerprint: str | None = None) -> dg.AssetCheckResult | None:
+def reused_result(
+    instance: dg.DagsterInstance, key: dg.AssetCheckKey, table: DeltaTable | None, fingerprint: str | None = None
+) -> dg.AssetCheckResult | None:
     """The check's latest completed evaluation again, if it passed over this very table version (and, given a
     `fingerprint`, the same expected schema); else None: the check must run."""
     if table is None:
         return None
     [record, *_] = instance.event_log_storage.get_asset_check_execution_history(
-        key, limit=1, status={AssetCheckExecutionRecordStatus.SUCCEEDED}) or [None]
+        key, limit=1, status={AssetCheckExecutionRecordStatus.SUCCEEDED}
+    ) or [None]
     evaluation = record.evaluation if record else None
     if evaluation is None or not evaluation.passed:
         return None
     meta = dict(evaluation.metadata)
     value = lambda name: meta[name].value if name in meta else None  # noqa: E731
-    if (value(TABLE_ID), value(DELTA_VERSION), value(SCHEMA_FINGERPRINT)) != \
-            (table.metadata().id, table.version(), fingerprint):
+    if (value(TABLE_ID), value(DELTA_VERSION), value(SCHEMA_FINGERPRINT)) != (
+        table.metadata().id,
+        table.version(),
+        fingerprint,
+    ):
         return None
     first = value(REUSED_FROM) or record.run_id
     description = (evaluation.description or "").split(" (table version ")[0]
-    return _result(key.name, True, meta | {REUSED_FROM: first},
-                   f"{description} (table version {table.version()} unchanged since run {first[:8]}: not read again)")
+    return _result(
+        key.name,
+        True,
+        meta | {REUSED_FROM: first},
+        f"{description} (table version {table.version()} unchanged since run {first[:8]}: not read again)",
+    )
 
 
 def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
@@ -424,14 +543,14 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
     key = replica_key(sobject.name)
     dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.freshness_of(sobject)
     names = CHECKS + (POLL_CHECKS if sobject.mode == "poll" else ()) + ((FORMULAS_FRESH,) if sobject.formulas else ())
-    specs = [dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name])
-             for name in names]
+    specs = [
+        dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name]) for name in names
+    ]
 
     @dg.multi_asset_check(specs=specs, name=f"{key.to_python_identifier()}_checks", can_subset=True)
-    def replica_checks(context: dg.AssetCheckExecutionContext, pyspark: PySparkResource,
-                       warehouse: DeltaWarehouse):
+    def replica_checks(context: dg.AssetCheckExecutionContext, pyspark: PySparkResource, warehouse: DeltaWarehouse):
         selected = {k.name for k in context.selected_asset_check_keys}
-        now = datetime.now(timezone.utc)
+        now = datetime.now(UTC)
         table = warehouse.table(sobject.name)
         state = ReplicaState.read(warehouse, table)
         expected_schema = functools.cache(lambda: resolve_schema(sobject, warehouse, None)[0])  # read once, if at all
@@ -449,16 +568,21 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
             result = check()
             if fingerprint is None:
                 return result
-            return result._replace(metadata={**result.metadata, SCHEMA_FINGERPRINT: fingerprint}) \
-                if result.passed else result
+            return (
+                result._replace(metadata={**result.metadata, SCHEMA_FINGERPRINT: fingerprint})
+                if result.passed
+                else result
+            )
 
         run = {
-            SCHEMA: lambda: check_schema(lambda: session(pyspark), warehouse, table, state, sobject.name,
-                                         expected_schema),
+            SCHEMA: lambda: check_schema(
+                lambda: session(pyspark), warehouse, table, state, sobject.name, expected_schema
+            ),
             UNIQUE_ID: lambda: check_unique_id(warehouse, table, sobject.name),
             NO_PENDING_RESYNC: lambda: check_no_pending_resync(state, sobject.name),
-            NO_STALE_DIRTY: lambda: check_no_stale_dirty(warehouse, table, sobject.name, threshold=dirty_threshold,
-                                                         now=now),
+            NO_STALE_DIRTY: lambda: check_no_stale_dirty(
+                warehouse, table, sobject.name, threshold=dirty_threshold, now=now
+            ),
             QUARANTINE_EMPTY: lambda: check_quarantine_empty(warehouse),
             FRESHNESS: lambda: check_freshness(table, state, sobject.name, threshold=freshness, now=now),
             ORG_KNOWS_IDS: lambda: check_org_knows_ids(state, sobject.name),

@@ -70,8 +70,12 @@ def newest_event(rows: pa.Table) -> Newest | None:
     `[commit micros, commit number, sequence number, replay id]`."""
     if not rows.num_rows:
         return None
-    keys = [pc.cast(rows["commit_ts"], pa.int64()), rows["commit_number"], rows["sequence_number"],
-            pc.fill_null(rows["replay_id"], 0)]
+    keys = [
+        pc.cast(rows["commit_ts"], pa.int64()),
+        rows["commit_number"],
+        rows["sequence_number"],
+        pc.fill_null(rows["replay_id"], 0),
+    ]
     table = pa.table({"a": keys[0], "b": keys[1], "c": keys[2], "d": keys[3], "t": rows["transaction_key"]})
     top = table.take(pc.sort_indices(table, [(k, "descending") for k in "abcd"])[:1]).to_pylist()[0]
     return Newest(transaction_key=top["t"], position=[top["a"], top["b"], top["c"], top["d"]])
@@ -97,12 +101,22 @@ def ingest_progress(previous: IngestState, fresh: pa.Table, seq: int, now: datet
             newest = replace(newest, entities=sorted(entities) if len(entities) <= MAX_TRACKED_ENTITIES else None)
     entity_seq, untracked = _entity_seq(previous.entity_seq, fresh, seq)
     if untracked:
-        log.warning("Ingest %d stored rows of %d more entities that are not replicated: change_events' state names "
-                    "%d entities at most, so they are not tracked there (their rows are kept). Many invented object "
-                    "names usually mean a misbehaving landing writer: check what lands.", seq, untracked,
-                    MAX_TRACKED_ENTITIES)
-    return replace(previous, ingest_seq=seq, newest=newest, entity_seq=entity_seq, entities_untracked=untracked,
-                   last_ingested_at=now.isoformat() if moved else previous.last_ingested_at)
+        log.warning(
+            "Ingest %d stored rows of %d more entities that are not replicated: change_events' state names "
+            "%d entities at most, so they are not tracked there (their rows are kept). Many invented object "
+            "names usually mean a misbehaving landing writer: check what lands.",
+            seq,
+            untracked,
+            MAX_TRACKED_ENTITIES,
+        )
+    return replace(
+        previous,
+        ingest_seq=seq,
+        newest=newest,
+        entity_seq=entity_seq,
+        entities_untracked=untracked,
+        last_ingested_at=now.isoformat() if moved else previous.last_ingested_at,
+    )
 
 
 def _entity_seq(previous: dict[str, int], fresh: pa.Table, seq: int) -> tuple[dict[str, int], int]:
@@ -113,10 +127,10 @@ def _entity_seq(previous: dict[str, int], fresh: pa.Table, seq: int) -> tuple[di
         return entity_seq, 0
     typed = pc.fill_null(fresh["typed"], False) if "typed" in fresh.column_names else pa.repeat(True, fresh.num_rows)
     replicated = set(pc.unique(fresh.filter(typed)["entity"]).to_pylist())
-    entity_seq |= {e: seq for e in replicated | (set(pc.unique(fresh["entity"]).to_pylist()) & set(previous))}
+    entity_seq |= dict.fromkeys(replicated | set(pc.unique(fresh["entity"]).to_pylist()) & set(previous), seq)
     others = sorted(set(pc.unique(fresh.filter(pc.invert(typed))["entity"]).to_pylist()) - set(entity_seq))
     room = max(MAX_TRACKED_ENTITIES - len(entity_seq), 0)
-    entity_seq |= {e: seq for e in others[:room]}
+    entity_seq |= dict.fromkeys(others[:room], seq)
     return entity_seq, len(others[room:])
 
 
@@ -133,6 +147,7 @@ def holders(ce_state: IngestState, replicated: set[str]) -> set[str]:
 class Cut:
     """What every replica step of one run applies: change rows ingested through `through`, except those of
     `open_key` (held back); decided at `clock`."""
+
     through: int
     open_key: str | None
     clock: str
@@ -142,16 +157,16 @@ class Cut:
         return asdict(self)
 
 
-def decide(ce_state: IngestState, close_after: float, clock: datetime, *, in_run: set[str],
-           replicated: set[str]) -> Cut:
+def decide(
+    ce_state: IngestState, close_after: float, clock: datetime, *, in_run: set[str], replicated: set[str]
+) -> Cut:
     """The run's cut. The newest transaction stays open by the timeout rule, and also when some replica that may
     hold rows of it (its entities, or every replica if unknown) is not in the run."""
     through, newest = ce_state.ingest_seq, ce_state.newest
     key = open_transaction(ce_state, close_after, clock)
     reason = f"no newer event for less than {close_after:g} s" if key else ""
-    if key is None and newest:
-        if missing := sorted(holders(ce_state, replicated) - in_run):
-            key, reason = newest.transaction_key, f"replicas {', '.join(missing)} that hold it are not in this run"
+    if key is None and newest and (missing := sorted(holders(ce_state, replicated) - in_run)):
+        key, reason = newest.transaction_key, f"replicas {', '.join(missing)} that hold it are not in this run"
     return Cut(through=through, open_key=key, clock=clock.isoformat(), reason=reason)
 
 
@@ -181,8 +196,11 @@ def pending_resync(rows: pa.Table, overflow: pa.Array, state: ReplicaState) -> R
     if not pc.any(overflow).as_py():
         return None
     first = pc.min(rows.filter(overflow)["commit_ts"]).as_py()
-    return ResyncPending(since=first.isoformat(), from_seq=int(pc.min(rows.filter(overflow)["_ingest_seq"]).as_py()),
-                         reason=f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z")
+    return ResyncPending(
+        since=first.isoformat(),
+        from_seq=int(pc.min(rows.filter(overflow)["_ingest_seq"]).as_py()),
+        reason=f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z",
+    )
 
 
 def replay_from(state: ReplicaState, applied: int | None) -> int:

@@ -41,7 +41,6 @@ from cdc_assets.formulas.config import FormulasConfig
 from spark_ops.protect import SALT_ENV
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
-
 LOADED_CONFIG_ENV = "CDC_CONFIG_LOADED"  # the text a code location loaded, for the runs it starts (JSON)
 
 
@@ -59,43 +58,85 @@ class ObjectOptions(_Section):
     """Settings of one object. Under `options` each is the default for every object; an object's entry overrides
     it. The poll keys apply to `mode: poll` objects (cdc_assets/poll/run.py)."""
 
-    bucket_chars: int = Field(DEFAULT_BUCKET_CHARS, ge=1, le=18, description=(
-        "Leading Id characters that form the table's layout column `_sf_bucket` (docs/design/contract.md §8): records created "
-        "together share a partition."))
-    redact_quarantine: bool = Field(False, description=(
-        "Quarantined lines (`_quarantine.raw`) of objects with `hash` or `fields` keep those fields as "
-        "\"<redacted>\" (a line that is not JSON: wholly), so the quarantine holds no hashed or left-out value "
-        "in clear; false: raw lines as landed, readable only by those allowed to see the org's data."))
-    poll_interval: float = Field(300.0, gt=0, description=(
-        "Seconds between polls (the sensor `poll_<Object>`)."))
-    poll_overlap: float = Field(300.0, ge=0, description=(
-        "Seconds re-read behind the cursor each poll, for rows committed late."))
-    hard_delete_check_every: float = Field(86400.0, ge=0, description=(
-        "Seconds between Id comparisons with the org, which find records purged from the recycle bin."))
-    poll_max_delete_share: float = Field(0.05, ge=0, le=1, description=(
-        "Largest share of an object's live records one Id comparison may soft-delete; a comparison that would "
-        "delete more is refused (check `poll_hard_deletes`) until a run confirms it (`confirm_deletes`)."))
-    poll_rest_max_records: int = Field(2000, ge=0, description=(
-        "A delta smaller than this is read with one REST queryAll; a larger one through a Bulk API 2.0 job."))
-    poll_page_size: int = Field(50_000, gt=0, description=(
-        "Records per Bulk API 2.0 result page when polling (one Delta commit each)."))
-    history: bool = Field(False, description=(
-        "Keep `<Object>__history` beside the replica: one row per version of each record (SCD type 2), written "
-        "by the replica's own runs (cdc_assets/history/; README \"History tables\"). Turned on for an existing "
-        "replica, it is backfilled from change_events."))
-    freshness: float | None = Field(None, gt=0, description=(
-        "How old a replica's latest materialization may get before Dagster marks it stale (its FreshnessPolicy; "
-        "the UI's Freshness), and the threshold of its `freshness` check: seconds, or a duration such as `5m`, "
-        "`90s`, `1h`, `1d`. Unset: `freshness_seconds`."))
+    bucket_chars: int = Field(
+        DEFAULT_BUCKET_CHARS,
+        ge=1,
+        le=18,
+        description=(
+            "Leading Id characters that form the table's layout column `_sf_bucket` (docs/design/contract.md §8): records created "
+            "together share a partition."
+        ),
+    )
+    redact_quarantine: bool = Field(
+        False,
+        description=(
+            "Quarantined lines (`_quarantine.raw`) of objects with `hash` or `fields` keep those fields as "
+            '"<redacted>" (a line that is not JSON: wholly), so the quarantine holds no hashed or left-out value '
+            "in clear; false: raw lines as landed, readable only by those allowed to see the org's data."
+        ),
+    )
+    poll_interval: float = Field(300.0, gt=0, description=("Seconds between polls (the sensor `poll_<Object>`)."))
+    poll_overlap: float = Field(
+        300.0, ge=0, description=("Seconds re-read behind the cursor each poll, for rows committed late.")
+    )
+    hard_delete_check_every: float = Field(
+        86400.0,
+        ge=0,
+        description=("Seconds between Id comparisons with the org, which find records purged from the recycle bin."),
+    )
+    poll_max_delete_share: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description=(
+            "Largest share of an object's live records one Id comparison may soft-delete; a comparison that would "
+            "delete more is refused (check `poll_hard_deletes`) until a run confirms it (`confirm_deletes`)."
+        ),
+    )
+    poll_rest_max_records: int = Field(
+        2000,
+        ge=0,
+        description=(
+            "A delta smaller than this is read with one REST queryAll; a larger one through a Bulk API 2.0 job."
+        ),
+    )
+    poll_page_size: int = Field(
+        50_000, gt=0, description=("Records per Bulk API 2.0 result page when polling (one Delta commit each).")
+    )
+    history: bool = Field(
+        False,
+        description=(
+            "Keep `<Object>__history` beside the replica: one row per version of each record (SCD type 2), written "
+            'by the replica\'s own runs (cdc_assets/history/; README "History tables"). Turned on for an existing '
+            "replica, it is backfilled from change_events."
+        ),
+    )
+    freshness: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "How old a replica's latest materialization may get before Dagster marks it stale (its FreshnessPolicy; "
+            "the UI's Freshness), and the threshold of its `freshness` check: seconds, or a duration such as `5m`, "
+            "`90s`, `1h`, `1d`. Unset: `freshness_seconds`."
+        ),
+    )
     # Per-object sections: a nested model and one field (an object's own section is laid over the default's).
-    changefeed: ChangefeedConfig | None = Field(None, description=(
-        "The replica's changefeed (cdc_assets/changefeed/config.py): a section, or false for none. Under "
-        "`options` the default of every object; an object's section overrides it key by key."))
+    changefeed: ChangefeedConfig | None = Field(
+        None,
+        description=(
+            "The replica's changefeed (cdc_assets/changefeed/config.py): a section, or false for none. Under "
+            "`options` the default of every object; an object's section overrides it key by key."
+        ),
+    )
 
-    formulas: FormulasConfig | None = Field(None, description=(
-        "Formula fields as replica columns, refreshed by their own runs (cdc_assets/formulas/config.py): a "
-        "section, or false for none (the default). Under `options` the default of every object; an object's "
-        "section overrides it key by key."))
+    formulas: FormulasConfig | None = Field(
+        None,
+        description=(
+            "Formula fields as replica columns, refreshed by their own runs (cdc_assets/formulas/config.py): a "
+            "section, or false for none (the default). Under `options` the default of every object; an object's "
+            "section overrides it key by key."
+        ),
+    )
 
     @field_validator("freshness", mode="before")
     @classmethod
@@ -129,90 +170,181 @@ class UpkeepConfig(_Section):
     """`options.upkeep`: how the jobs `upkeep_<Object>` and `upkeep_change_events` keep tables small (README "Table
     upkeep")."""
 
-    schedule: str = Field("17 * * * *", description=(
-        "Cron schedule of every upkeep job (each runs in its table's pool, never beside a writer of it)."))
+    schedule: str = Field(
+        "17 * * * *",
+        description=("Cron schedule of every upkeep job (each runs in its table's pool, never beside a writer of it)."),
+    )
     compact: bool = Field(True, description="Compact each table's small files (delta-rs optimize.compact).")
-    z_order: bool = Field(False, description=(
-        "Cluster instead of compacting: replicas by Id, change_events by _ingest_seq (optimize.z_order rewrites "
-        "every file each time)."))
-    vacuum_retention_hours: float = Field(168.0, ge=1, description=(
-        "Vacuum deletes files unreferenced for longer than this; it bounds time travel and must exceed the "
-        "changefeed's interval (a replica version's Change Data Feed must outlive its export)."))
-    change_events_retention_hours: float = Field(96.0, description=(
-        "change_events rows older than this and applied by their replica lose their payload (fields); identities "
-        "stay, so dedup and the changefeed stay exact. At least the org's 72 h event retention plus 12 h."))
+    z_order: bool = Field(
+        False,
+        description=(
+            "Cluster instead of compacting: replicas by Id, change_events by _ingest_seq (optimize.z_order rewrites "
+            "every file each time)."
+        ),
+    )
+    vacuum_retention_hours: float = Field(
+        168.0,
+        ge=1,
+        description=(
+            "Vacuum deletes files unreferenced for longer than this; it bounds time travel and must exceed the "
+            "changefeed's interval (a replica version's Change Data Feed must outlive its export)."
+        ),
+    )
+    change_events_retention_hours: float = Field(
+        96.0,
+        description=(
+            "change_events rows older than this and applied by their replica lose their payload (fields); identities "
+            "stay, so dedup and the changefeed stay exact. At least the org's 72 h event retention plus 12 h."
+        ),
+    )
 
-    landing_after_ingest: Literal["archive", "delete", "keep"] = Field("archive", description=(
-        "What upkeep does with landing files change_events has ingested: move them to the sibling folder "
-        "`<landing>_ingested`, delete them, or keep them listed (every run then lists and checks every file ever "
-        "landed)."))
-    landing_ledger_hours: float = Field(168.0, ge=24, description=(
-        "How long change_events remembers a retired landing file: landed again within this, it is skipped "
-        "unread; later, it is read again and its events count as duplicates."))
-    landing_archive_days: float | None = Field(30.0, gt=0, description=(
-        "Days a retired landing file stays in `<landing>_ingested` (counted from when it was written); older ones "
-        "are deleted by upkeep_change_events. The archive holds every value the org sent, in clear: keep it no "
-        "longer than the org's data may be kept. null: for ever."))
-    quarantine_days: float | None = Field(90.0, gt=0, description=(
-        "Days an acknowledged `_quarantine` row is kept (from when it was quarantined); older acknowledged rows "
-        "are deleted by upkeep_change_events and their files vacuumed after `vacuum_retention_hours`. Rows not "
-        "acknowledged are never deleted (quarantine_empty fails while they wait). null: for ever."))
+    landing_after_ingest: Literal["archive", "delete", "keep"] = Field(
+        "archive",
+        description=(
+            "What upkeep does with landing files change_events has ingested: move them to the sibling folder "
+            "`<landing>_ingested`, delete them, or keep them listed (every run then lists and checks every file ever "
+            "landed)."
+        ),
+    )
+    landing_ledger_hours: float = Field(
+        168.0,
+        ge=24,
+        description=(
+            "How long change_events remembers a retired landing file: landed again within this, it is skipped "
+            "unread; later, it is read again and its events count as duplicates."
+        ),
+    )
+    landing_archive_days: float | None = Field(
+        30.0,
+        gt=0,
+        description=(
+            "Days a retired landing file stays in `<landing>_ingested` (counted from when it was written); older ones "
+            "are deleted by upkeep_change_events. The archive holds every value the org sent, in clear: keep it no "
+            "longer than the org's data may be kept. null: for ever."
+        ),
+    )
+    quarantine_days: float | None = Field(
+        90.0,
+        gt=0,
+        description=(
+            "Days an acknowledged `_quarantine` row is kept (from when it was quarantined); older acknowledged rows "
+            "are deleted by upkeep_change_events and their files vacuumed after `vacuum_retention_hours`. Rows not "
+            "acknowledged are never deleted (quarantine_empty fails while they wait). null: for ever."
+        ),
+    )
 
     @field_validator("change_events_retention_hours")
     @classmethod
     def _past_redelivery(cls, hours: float) -> float:
         least = ORG_EVENT_RETENTION_HOURS + MIN_RETENTION_MARGIN_HOURS
         if hours < least:
-            raise ValueError(f"must be at least {least:g} (Salesforce re-delivers events for "
-                             f"{ORG_EVENT_RETENTION_HOURS:g} h; a payload trimmed before that could be needed again)")
+            raise ValueError(
+                f"must be at least {least:g} (Salesforce re-delivers events for "
+                f"{ORG_EVENT_RETENTION_HOURS:g} h; a payload trimmed before that could be needed again)"
+            )
         return hours
 
 
 class ReplicationOptions(ObjectOptions):
     """`options`: platform-wide settings, and the default of every object setting (ObjectOptions)."""
 
-    transaction_close_after: float = Field(60.0, ge=0, description=(
-        "Seconds without a newer event before the newest transaction counts as closed and is applied."))
-    initial_load: bool = Field(True, description=(
-        "An object's first run loads it fully through Bulk API 2.0 (needs the org); false: replicas start empty "
-        "and follow the events."))
-    bulk_page_size: int = Field(50_000, gt=0, description=(
-        "Records per Bulk API 2.0 result page in a resync or initial load (maxRecords)."))
-    resync_batch_records: int = Field(250_000, gt=0, description=(
-        "Records a resync or initial load stages per commit (cdc_assets/snapshot.py): bounds its memory, and a "
-        "killed run continues its Bulk job from the last batch staged."))
-    bulk_parallel_pages: int = Field(2, ge=1, description=(
-        "Result pages of a resync or initial load downloaded at once, where the org offers parallel result pages "
-        "(API 58.0+; their size is the org's, not bulk_page_size); 1: one page at a time, with locators."))
-    max_ingest_batch_bytes: int = Field(128 * 1024 * 1024, gt=0, description=(
-        "Bytes of landing files ingested per change_events commit (bounds a run's memory on a backlog)."))
-    max_line_bytes: int = Field(8 * 1024 * 1024, gt=0, description=(
-        "A landing line longer than this many bytes (UTF-8) is quarantined on its own."))
-    retry_backoff_seconds: float = Field(30.0, ge=0, description=(
-        "First wait before a failed run's work is requested again; doubles with each failure (sensors/work.py)."))
-    retry_backoff_max_seconds: float = Field(600.0, ge=0, description=(
-        "The longest wait between two requests of a failed run's work."))
-    api_budget_reserve: float = Field(0.1, ge=0, le=1, description=(
-        "Share of the org's daily API requests kept free: reconcile, resync and poll runs hold back below it."))
-    subscriber_max_lag_seconds: float = Field(300.0, gt=0, description=(
-        "The check subscriber_stream_healthy fails when the CDC subscriber lags more than this."))
-    dirty_threshold_seconds: float = Field(15 * 60.0, ge=0, description=(
-        "The check no_stale_dirty fails when a record has awaited reconciliation longer than this."))
-    freshness_seconds: float = Field(3600.0, gt=0, description=(
-        "The default of `freshness` (seconds): the check freshness fails when a replica's newest applied change "
-        "is older than this (a quiet org trips it too)."))
+    transaction_close_after: float = Field(
+        60.0,
+        ge=0,
+        description=("Seconds without a newer event before the newest transaction counts as closed and is applied."),
+    )
+    initial_load: bool = Field(
+        True,
+        description=(
+            "An object's first run loads it fully through Bulk API 2.0 (needs the org); false: replicas start empty "
+            "and follow the events."
+        ),
+    )
+    bulk_page_size: int = Field(
+        50_000, gt=0, description=("Records per Bulk API 2.0 result page in a resync or initial load (maxRecords).")
+    )
+    resync_batch_records: int = Field(
+        250_000,
+        gt=0,
+        description=(
+            "Records a resync or initial load stages per commit (cdc_assets/snapshot.py): bounds its memory, and a "
+            "killed run continues its Bulk job from the last batch staged."
+        ),
+    )
+    bulk_parallel_pages: int = Field(
+        2,
+        ge=1,
+        description=(
+            "Result pages of a resync or initial load downloaded at once, where the org offers parallel result pages "
+            "(API 58.0+; their size is the org's, not bulk_page_size); 1: one page at a time, with locators."
+        ),
+    )
+    max_ingest_batch_bytes: int = Field(
+        128 * 1024 * 1024,
+        gt=0,
+        description=("Bytes of landing files ingested per change_events commit (bounds a run's memory on a backlog)."),
+    )
+    max_line_bytes: int = Field(
+        8 * 1024 * 1024,
+        gt=0,
+        description=("A landing line longer than this many bytes (UTF-8) is quarantined on its own."),
+    )
+    retry_backoff_seconds: float = Field(
+        30.0,
+        ge=0,
+        description=(
+            "First wait before a failed run's work is requested again; doubles with each failure (sensors/work.py)."
+        ),
+    )
+    retry_backoff_max_seconds: float = Field(
+        600.0, ge=0, description=("The longest wait between two requests of a failed run's work.")
+    )
+    api_budget_reserve: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description=(
+            "Share of the org's daily API requests kept free: reconcile, resync and poll runs hold back below it."
+        ),
+    )
+    subscriber_max_lag_seconds: float = Field(
+        300.0,
+        gt=0,
+        description=("The check subscriber_stream_healthy fails when the CDC subscriber lags more than this."),
+    )
+    dirty_threshold_seconds: float = Field(
+        15 * 60.0,
+        ge=0,
+        description=("The check no_stale_dirty fails when a record has awaited reconciliation longer than this."),
+    )
+    freshness_seconds: float = Field(
+        3600.0,
+        gt=0,
+        description=(
+            "The default of `freshness` (seconds): the check freshness fails when a replica's newest applied change "
+            "is older than this (a quiet org trips it too)."
+        ),
+    )
     # Platform-wide sections go here as a nested model and one field.
-    upkeep: UpkeepConfig = Field(default_factory=lambda: UpkeepConfig(), description=(
-        "Table upkeep (cdc_assets/upkeep/): compaction, vacuum, change_events retention, and how long the landing "
-        "archive and acknowledged quarantine rows are kept, on a schedule."))
+    upkeep: UpkeepConfig = Field(
+        default_factory=lambda: UpkeepConfig(),
+        description=(
+            "Table upkeep (cdc_assets/upkeep/): compaction, vacuum, change_events retention, and how long the landing "
+            "archive and acknowledged quarantine rows are kept, on a schedule."
+        ),
+    )
 
 
 class FieldSelection(_Section):
     """`fields`: which of an object's fields replicate (fewer columns, smaller Bulk and REST payloads)."""
 
-    include: tuple[ApiName, ...] | None = Field(None, description=(
-        "Only these fields (plus Id and the record's position field), e.g. [Name, Industry]; a compound name "
-        "(BillingAddress) stands for its parts."))
+    include: tuple[ApiName, ...] | None = Field(
+        None,
+        description=(
+            "Only these fields (plus Id and the record's position field), e.g. [Name, Industry]; a compound name "
+            "(BillingAddress) stands for its parts."
+        ),
+    )
     exclude: tuple[ApiName, ...] = Field((), description="Every field but these (never Id or the position field).")
 
     @model_validator(mode="after")
@@ -230,7 +362,7 @@ class PollOptions:
     overlap: float
     hard_delete_check_every: float
     rest_max_records: int  # a delta below this many rows is read with one REST query, else Bulk API 2.0
-    page_size: int         # Bulk API 2.0 result page (one Delta commit each)
+    page_size: int  # Bulk API 2.0 result page (one Delta commit each)
     max_delete_share: float = 0.05  # an Id comparison deleting a larger share of the live records is refused
 
 
@@ -238,15 +370,32 @@ class SObjectConfig(ObjectOptions):
     """An entry of `objects`: a name alone, or a mapping with the name and any object settings."""
 
     name: ApiName = Field(description="The sObject API name, e.g. Account.")
-    describe_path: Path | None = Field(None, alias="describe", description=(
-        "A describe() JSON file to use instead of asking the org (relative to the YAML file)."))
-    mode: Literal["cdc", "poll"] = Field("cdc", description=(
-        "cdc: follow Change Data Capture events; poll: read records changed since a cursor (objects without CDC)."))
-    field_selection: FieldSelection | None = Field(None, alias="fields", description=(
-        "Which fields replicate: {include: [...]} or {exclude: [...]}; default all (README \"Fields and hashing\")."))
-    hashed: tuple[ApiName, ...] = Field((), alias="hash", description=(
-        "Text fields stored as hex SHA-256 of CDC_HASH_SALT + value on every path (e.g. [Email, Phone]); "
-        "CDC_HASH_SALT must be set."))
+    describe_path: Path | None = Field(
+        None,
+        alias="describe",
+        description=("A describe() JSON file to use instead of asking the org (relative to the YAML file)."),
+    )
+    mode: Literal["cdc", "poll"] = Field(
+        "cdc",
+        description=(
+            "cdc: follow Change Data Capture events; poll: read records changed since a cursor (objects without CDC)."
+        ),
+    )
+    field_selection: FieldSelection | None = Field(
+        None,
+        alias="fields",
+        description=(
+            'Which fields replicate: {include: [...]} or {exclude: [...]}; default all (README "Fields and hashing").'
+        ),
+    )
+    hashed: tuple[ApiName, ...] = Field(
+        (),
+        alias="hash",
+        description=(
+            "Text fields stored as hex SHA-256 of CDC_HASH_SALT + value on every path (e.g. [Email, Phone]); "
+            "CDC_HASH_SALT must be set."
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -255,10 +404,14 @@ class SObjectConfig(ObjectOptions):
 
     @property
     def poll(self) -> PollOptions:
-        return PollOptions(interval=self.poll_interval, overlap=self.poll_overlap,
-                           hard_delete_check_every=self.hard_delete_check_every,
-                           rest_max_records=self.poll_rest_max_records, page_size=self.poll_page_size,
-                           max_delete_share=self.poll_max_delete_share)
+        return PollOptions(
+            interval=self.poll_interval,
+            overlap=self.poll_overlap,
+            hard_delete_check_every=self.hard_delete_check_every,
+            rest_max_records=self.poll_rest_max_records,
+            page_size=self.poll_page_size,
+            max_delete_share=self.poll_max_delete_share,
+        )
 
     def load_describe(self) -> dict | None:
         return json.loads(self.describe_path.read_text()) if self.describe_path else None
@@ -272,9 +425,14 @@ class SObjectConfig(ObjectOptions):
         formula columns (`formulas`)."""
         selection = self.field_selection or FieldSelection()
         try:
-            schema = ObjectSchema.from_describe(describe, bucket_chars=self.bucket_chars, include=selection.include,
-                                                exclude=selection.exclude, hashed=self.hashed,
-                                                redact_quarantine=self.redact_quarantine)
+            schema = ObjectSchema.from_describe(
+                describe,
+                bucket_chars=self.bucket_chars,
+                include=selection.include,
+                exclude=selection.exclude,
+                hashed=self.hashed,
+                redact_quarantine=self.redact_quarantine,
+            )
             return schema.with_formulas(self.formulas.fields) if self.formulas else schema
         except ValueError as e:
             raise ConfigError(f"replication.yaml: {e}") from None
@@ -283,8 +441,9 @@ class SObjectConfig(ObjectOptions):
 class ReplicationConfig(_Section):
     """The whole file."""
 
-    options: ReplicationOptions = Field(default_factory=ReplicationOptions, description=(
-        "Platform-wide settings and object defaults."))
+    options: ReplicationOptions = Field(
+        default_factory=ReplicationOptions, description=("Platform-wide settings and object defaults.")
+    )
     objects: tuple[SObjectConfig, ...] = Field((), description="The objects that replicate, each once.")
 
     @field_validator("options", mode="before")
@@ -299,8 +458,7 @@ class ReplicationConfig(_Section):
 
     @field_validator("objects")
     @classmethod
-    def _inherit_and_check(cls, objects: tuple[SObjectConfig, ...], info: ValidationInfo
-                           ) -> tuple[SObjectConfig, ...]:
+    def _inherit_and_check(cls, objects: tuple[SObjectConfig, ...], info: ValidationInfo) -> tuple[SObjectConfig, ...]:
         names = [o.name for o in objects]
         if twice := sorted({n for n in names if names.count(n) > 1}):
             raise ValueError(f"listed more than once: {', '.join(twice)}")
@@ -313,8 +471,10 @@ class ReplicationConfig(_Section):
     def _salt_for_hashes(self) -> ReplicationConfig:
         hashing = [o.name for o in self.objects if o.hashed]
         if hashing and not os.environ.get(SALT_ENV):
-            raise ValueError(f"{', '.join(hashing)} hash fields (`hash:`) but {SALT_ENV} is not set: set it to a "
-                             "long random secret, the same for every process of the platform, before loading")
+            raise ValueError(
+                f"{', '.join(hashing)} hash fields (`hash:`) but {SALT_ENV} is not set: set it to a "
+                "long random secret, the same for every process of the platform, before loading"
+            )
         return self
 
     @property
@@ -447,21 +607,28 @@ def _did_you_mean(loc: list) -> str:
 
 def reference() -> str:
     """Every option as Markdown tables (key, default, meaning) from the models' fields: the README's reference."""
-    tables = [("`options`: platform-wide", _own_fields(ReplicationOptions, ObjectOptions)),
-              ("`options` (the default for every object) or an entry of `objects` (that object)",
-               ObjectOptions.model_fields),
-              ("an entry of `objects` (or just its name)", _own_fields(SObjectConfig, ObjectOptions))]
+    tables = [
+        ("`options`: platform-wide", _own_fields(ReplicationOptions, ObjectOptions)),
+        ("`options` (the default for every object) or an entry of `objects` (that object)", ObjectOptions.model_fields),
+        ("an entry of `objects` (or just its name)", _own_fields(SObjectConfig, ObjectOptions)),
+    ]
     out = []
     while tables:
         title, fields = tables.pop(0)
         out += [f"Under {title}:", "", "| Key | Default | Meaning |", "|---|---|---|"]
         for name, f in fields.items():
             value = None if f.is_required() else f.get_default(call_default_factory=True)
-            default = "required" if f.is_required() else \
-                "a section" if isinstance(value, BaseModel) else f"`{json.dumps(value)}`"
+            default = (
+                "required"
+                if f.is_required()
+                else "a section"
+                if isinstance(value, BaseModel)
+                else f"`{json.dumps(value)}`"
+            )
             out.append(f"| `{f.alias or name}` | {default} | {f.description} |")
-            tables += [(f"`{f.alias or name}` (a section)", section.model_fields)
-                       for section in _sections(f.annotation)]
+            tables += [
+                (f"`{f.alias or name}` (a section)", section.model_fields) for section in _sections(f.annotation)
+            ]
         out.append("")
     return "\n".join(out)
 

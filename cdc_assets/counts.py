@@ -29,8 +29,11 @@ def _counted(table: DeltaTable, unknown: list[str], filter: pc.Expression | None
     """Rows (matching `filter`) of the snapshot's files named in `unknown` (add-action paths), read from Parquet."""
     names = {posixpath.basename(p) for p in unknown}
     dataset = arrow_dataset(table)
-    return sum(fragment.count_rows(filter=filter) for fragment in dataset.get_fragments()
-               if posixpath.basename(fragment.path) in names)
+    return sum(
+        fragment.count_rows(filter=filter)
+        for fragment in dataset.get_fragments()
+        if posixpath.basename(fragment.path) in names
+    )
 
 
 def _per_file(table: DeltaTable | None, stat: str | None, filter: pc.Expression | None) -> int:

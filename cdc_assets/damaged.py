@@ -35,8 +35,13 @@ CHANNEL = "/data/ChangeEvents"
 SOURCE_PREFIX = "_damaged/"  # + the damaged file's path: the markers' source_file
 
 
-def resync_lines(damaged: Mapping[str, frozenset[str] | None], files: Iterable[LandingFile], *,
-                 replicated: Iterable[str], at: datetime) -> pa.Table:
+def resync_lines(
+    damaged: Mapping[str, frozenset[str] | None],
+    files: Iterable[LandingFile],
+    *,
+    replicated: Iterable[str],
+    at: datetime,
+) -> pa.Table:
     """`GAP_OVERFLOW` lines (`LINES_SCHEMA`, line 0 of `_damaged/<path>`) for the replicated objects each damaged
     file names, or for all of them when it is unknown (None)."""
     replicated = sorted(replicated)

@@ -49,21 +49,23 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
     if not pc.any(has_diff).as_py():
         return changes, counts
     text_columns = {c for c, t in schema.columns if isinstance(spark_type(t), T.StringType)}
-    wanted = sorted({f for fs in changes.filter(has_diff)["diff_fields"].to_pylist() for f in fs
-                     if f in text_columns})
+    wanted = sorted({f for fs in changes.filter(has_diff)["diff_fields"].to_pylist() for f in fs if f in text_columns})
     if not wanted:  # diffs of fields not replicated: never written, nothing to resolve
         return changes, counts
     ids = pc.unique(changes.filter(has_diff)["record_id"])
     concerned = pc.is_in(changes["record_id"], value_set=ids)
     subset = changes.filter(concerned)
-    subset = subset.append_column("commit_micros", pc.cast(
-        pc.cast(subset["commit_ts"], pa.timestamp("us", tz="UTC")), pa.int64()))
+    subset = subset.append_column(
+        "commit_micros", pc.cast(pc.cast(subset["commit_ts"], pa.timestamp("us", tz="UTC")), pa.int64())
+    )
 
     # The concerned rows only, read once: the fold's classification and the stored values both come from them.
     spark = current.sparkSession
     mine = to_arrow(current.where(F.col("Id").isin(ids.to_pylist())), rows=len(ids))
-    applied = to_arrow(applied_changes(from_arrow(spark, subset), from_arrow(spark, mine), schema).where("applied"),
-                       rows=subset.num_rows + mine.num_rows)
+    applied = to_arrow(
+        applied_changes(from_arrow(spark, subset), from_arrow(spark, mine), schema).where("applied"),
+        rows=subset.num_rows + mine.num_rows,
+    )
     applied_keys = {_key(r) for r in applied.to_pylist()}
     stored = {r["Id"]: r for r in mine.select(["Id", *wanted]).to_pylist()}
 
@@ -74,14 +76,20 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
         if _key(row) in applied_keys:
             by_record[row["record_id"]].append(row)
     for record_id, record_rows in by_record.items():
-        record_rows.sort(key=lambda r: (r["commit_micros"], r["commit_number"], r["sequence_number"],
-                                        r["replay_id"] or 0))
+        record_rows.sort(
+            key=lambda r: (r["commit_micros"], r["commit_number"], r["sequence_number"], r["replay_id"] or 0)
+        )
         done, failed = resolve_record(record_rows, stored.get(record_id), text_columns)
         counts["diffs_applied"] += done
         if failed:
             counts["diffs_unresolved"] += 1
-            log.warning("%s %s: the diff of %s cannot be applied (%s); the record is marked dirty for "
-                        "reconciliation", schema.name, printable(record_id), failed[0], printable(failed[1]))
+            log.warning(
+                "%s %s: the diff of %s cannot be applied (%s); the record is marked dirty for reconciliation",
+                schema.name,
+                printable(record_id),
+                failed[0],
+                printable(failed[1]),
+            )
     for row in rows:
         row["fields"] = list(row["fields"].items())
     resolved = pa.Table.from_pylist(rows, schema=subset.schema).drop_columns(["commit_micros"])

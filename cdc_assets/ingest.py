@@ -34,7 +34,7 @@ import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,16 +46,16 @@ from cdc_assets.config import ConfigError
 from cdc_assets.damaged import resync_lines
 from cdc_assets.faults import InjectedFault, data_fault_point, fault_point
 from cdc_assets.quarantine import quarantine_example, record_quarantine
-from resources.printable import printable
 from cdc_assets.schemas import redacts
 from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, QUARANTINE, ConcurrentWriteError, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA, LandingFile, LandingZone, entities_named
+from resources.printable import printable
 from resources.salesforce import SalesforceApiError
 from resources.spark import from_arrow, small_query
-from spark_ops.events import DEDUP_KEY
 from spark_ops.datastream import parse_landed
+from spark_ops.events import DEDUP_KEY
 from spark_ops.parse import CHANGE_COLUMNS, landed_rows
 from spark_ops.protect import MissingSaltError
 from spark_ops.schema import ObjectSchema
@@ -75,8 +75,17 @@ def file_app_id(f: LandingFile) -> str:
 # Failures of the environment, never of one file: another writer committed first, a simulated crash, a lost
 # connection, a file gone since the listing, a setting or the org's describe() missing. The run fails (the sensor
 # asks again, with backoff) and no file is blamed.
-ENVIRONMENT_ERRORS = (ConcurrentWriteError, InjectedFault, ConnectionError, TimeoutError, FileNotFoundError,
-                      Py4JNetworkError, ConfigError, MissingSaltError, SalesforceApiError)
+ENVIRONMENT_ERRORS = (
+    ConcurrentWriteError,
+    InjectedFault,
+    ConnectionError,
+    TimeoutError,
+    FileNotFoundError,
+    Py4JNetworkError,
+    ConfigError,
+    MissingSaltError,
+    SalesforceApiError,
+)
 FAILED_FILE = "file failed to ingest"  # how the quarantine reason of a file that failed on its own starts
 
 
@@ -96,8 +105,9 @@ class IngestResult:
         self.counts = {k: self.counts.get(k, 0) + v for k, v in batch.counts.items()}
         self.state, self.version = batch.state, batch.version
         self.quarantine_examples = (self.quarantine_examples + batch.quarantine_examples)[:5]
-        self.seconds = {k: self.seconds.get(k, 0.0) + batch.seconds.get(k, 0.0)
-                        for k in {*self.seconds, *batch.seconds}}
+        self.seconds = {
+            k: self.seconds.get(k, 0.0) + batch.seconds.get(k, 0.0) for k in {*self.seconds, *batch.seconds}
+        }
         self.failed += batch.failed
 
 
@@ -131,8 +141,15 @@ def _stored(warehouse: DeltaWarehouse, rows: pa.Table) -> pa.Array:
     for b in bounds:
         lo, hi = (pa.scalar(b[k], pa.timestamp("us", tz="UTC")) for k in ("commit_ts_min", "commit_ts_max"))
         flt = (pc.field("commit_ts") >= lo) & (pc.field("commit_ts") <= hi)
-        parts.append(warehouse.read(table, partitions=[("entity", "=", b["entity"])], filter=flt, columns=DEDUP_KEY,
-                                    prune=[("commit_ts", ">=", lo.as_py()), ("commit_ts", "<=", hi.as_py())]))
+        parts.append(
+            warehouse.read(
+                table,
+                partitions=[("entity", "=", b["entity"])],
+                filter=flt,
+                columns=DEDUP_KEY,
+                prune=[("commit_ts", ">=", lo.as_py()), ("commit_ts", "<=", hi.as_py())],
+            )
+        )
     known = pa.concat_tables(parts) if parts else None
     if known is None or not known.num_rows:
         return pa.repeat(pa.scalar(False), rows.num_rows)
@@ -159,13 +176,19 @@ def batches(files: list[LandingFile], max_bytes: int) -> list[list[LandingFile]]
     return out
 
 
-def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
-           schemas: Mapping[str, ObjectSchema], run_id: str, now: datetime | None = None,
-           max_batch_bytes: int = MAX_BATCH_BYTES) -> IngestResult:
+def ingest(
+    spark: SparkSession,
+    warehouse: DeltaWarehouse,
+    landing: LandingZone,
+    schemas: Mapping[str, ObjectSchema],
+    run_id: str,
+    now: datetime | None = None,
+    max_batch_bytes: int = MAX_BATCH_BYTES,
+) -> IngestResult:
     """Ingest every pending landing file, one commit per batch; the counts and timings of all batches summed.
     `schemas`: the replicated objects' schemas by name; only those a batch's lines name are looked up (a lazy
     mapping, `cdc_assets.schemas.SchemaCatalog`, resolves no others)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     attempt = functools.partial(_ingest_batch, spark, warehouse, landing, schemas=schemas, run_id=run_id, now=now)
     environment = functools.partial(environment_failure, spark, warehouse, landing)
     total = IngestResult(counts=_zero_counts())
@@ -175,26 +198,31 @@ def ingest(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone,
     return total
 
 
-def isolating(attempt: Callable[..., IngestResult], files: list[LandingFile],
-              environment: Callable[[], Exception | None]) -> list[IngestResult]:
+def isolating(
+    attempt: Callable[..., IngestResult], files: list[LandingFile], environment: Callable[[], Exception | None]
+) -> list[IngestResult]:
     """`attempt(files)` (`_ingest_batch`); if it fails with an error that may lie in a file, the same for each
     half, down to the file that fails on its own (`_failed_alone`), so that one file never holds back the others."""
     try:
         return [attempt(files)]
     except ENVIRONMENT_ERRORS:
         raise
-    except Exception as exc:  # not swallowed: the file that causes it is found and quarantined, or the run fails
+    except Exception as exc:  # noqa: BLE001 not swallowed: the file that causes it is found and quarantined, or the run fails
         error = exc
     if len(files) == 1:
         return [_failed_alone(attempt, files[0], error, environment)]
-    log.warning("A batch of %d landing files failed (%s); ingesting it in halves to find the file that fails",
-                len(files), error_text(error))
+    log.warning(
+        "A batch of %d landing files failed (%s); ingesting it in halves to find the file that fails",
+        len(files),
+        error_text(error),
+    )
     half = len(files) // 2
     return [*isolating(attempt, files[:half], environment), *isolating(attempt, files[half:], environment)]
 
 
-def _failed_alone(attempt: Callable[..., IngestResult], f: LandingFile, error: Exception,
-                  environment: Callable[[], Exception | None]) -> IngestResult:
+def _failed_alone(
+    attempt: Callable[..., IngestResult], f: LandingFile, error: Exception, environment: Callable[[], Exception | None]
+) -> IngestResult:
     """`f` failed on its own with `error`: tried once more, and if it fails again while the environment answers,
     quarantined whole and recorded as ingested (`attempt` with `failed`), so it is not retried forever."""
     log.warning("Landing file %s failed on its own (%s); trying it once more", printable(f.path), error_text(error))
@@ -202,16 +230,22 @@ def _failed_alone(attempt: Callable[..., IngestResult], f: LandingFile, error: E
         return attempt([f])
     except ENVIRONMENT_ERRORS:
         raise
-    except Exception as exc:  # quarantined below, or the run fails
+    except Exception as exc:  # noqa: BLE001 quarantined below, or the run fails
         error = exc
     if (down := environment()) is not None:
-        log.error("Landing file %s failed again (%s), and the environment fails too (%s): the file is not "
-                  "quarantined; the run fails and is asked again", printable(f.path), error_text(error),
-                  error_text(down))
+        log.error(
+            "Landing file %s failed again (%s), and the environment fails too (%s): the file is not "
+            "quarantined; the run fails and is asked again",
+            printable(f.path),
+            error_text(error),
+            error_text(down),
+        )
         raise error from down
-    reason = (f"{FAILED_FILE} on its own, twice ({error_text(error)}); quarantined whole and recorded as ingested, "
-              f"so the other files went on: none of its events are in change_events. Fix the cause, then land the "
-              f"file again under a new name to ingest it")
+    reason = (
+        f"{FAILED_FILE} on its own, twice ({error_text(error)}); quarantined whole and recorded as ingested, "
+        f"so the other files went on: none of its events are in change_events. Fix the cause, then land the "
+        f"file again under a new name to ingest it"
+    )
     log.error("Landing file %s: %s", printable(f.path), reason)
     return attempt([f], failed={f: reason})
 
@@ -231,14 +265,22 @@ def environment_failure(spark: SparkSession, warehouse: DeltaWarehouse, landing:
         for name in (CHANGE_EVENTS, QUARANTINE):
             warehouse.table(name)
         spark.range(1).collect()
-    except Exception as exc:  # returned: the caller fails the run with it
+    except Exception as exc:  # noqa: BLE001 returned: the caller fails the run with it
         return exc
     return None
 
 
-def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: LandingZone, files: list[LandingFile], *,
-                  schemas: Mapping[str, ObjectSchema], run_id: str, now: datetime,
-                  failed: Mapping[LandingFile, str] | None = None) -> IngestResult:
+def _ingest_batch(
+    spark: SparkSession,
+    warehouse: DeltaWarehouse,
+    landing: LandingZone,
+    files: list[LandingFile],
+    *,
+    schemas: Mapping[str, ObjectSchema],
+    run_id: str,
+    now: datetime,
+    failed: Mapping[LandingFile, str] | None = None,
+) -> IngestResult:
     """Steps 2 to 4 (module docstring) for `files`. `failed`: those of them that failed on their own, with the
     reason: not read, but quarantined whole and recorded as ingested with the others."""
     failed = failed or {}
@@ -252,8 +294,9 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
         files = [f for f in files if f not in done]
         failed = {f: reason for f, reason in failed.items() if f in files}
         if not files:
-            return IngestResult(counts=_zero_counts(), state=IngestState.read(warehouse, events),
-                                version=events.version())
+            return IngestResult(
+                counts=_zero_counts(), state=IngestState.read(warehouse, events), version=events.version()
+            )
     read = landing.read([f for f in files if f not in failed])
     # A file that lost content asks a resync of the objects it names, as an overflow does (cdc_assets/damaged.py).
     lines = pa.concat_tables([read.lines, resync_lines(read.damaged, files, replicated=schemas, at=now)])
@@ -264,8 +307,9 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)
-    bad = pa.concat_tables([bad_lines.select(QUARANTINE_SCHEMA.names).cast(QUARANTINE_SCHEMA), read.quarantine,
-                            _whole_files(failed)])
+    bad = pa.concat_tables(
+        [bad_lines.select(QUARANTINE_SCHEMA.names).cast(QUARANTINE_SCHEMA), read.quarantine, _whole_files(failed)]
+    )
     watch.lap("parse")
     fault_point("ingest.after_parse")
     # Every replicated object's schema may be asked for: a line the parse could not read names its object only in
@@ -274,33 +318,53 @@ def _ingest_batch(spark: SparkSession, warehouse: DeltaWarehouse, landing: Landi
     fault_point("ingest.after_quarantine")
 
     rows = landed.filter(pc.invert(quarantine)).drop_columns(["quarantine", "raw", "reason", "gapped"])
-    marked = rows.set_column(rows.schema.get_field_index("is_duplicate"), "is_duplicate",
-                             pc.or_(rows["is_duplicate"], _stored(warehouse, rows)))
+    marked = rows.set_column(
+        rows.schema.get_field_index("is_duplicate"),
+        "is_duplicate",
+        pc.or_(rows["is_duplicate"], _stored(warehouse, rows)),
+    )
     watch.lap("dedup")
     fault_point("ingest.after_dedup")
     previous = IngestState.read(warehouse, events)
     seq = previous.ingest_seq + 1
     fresh_arrow = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
-    fresh_arrow = fresh_arrow.append_column("_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)) \
-        .append_column("_ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), fresh_arrow.num_rows))
+    fresh_arrow = fresh_arrow.append_column(
+        "_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)
+    ).append_column("_ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), fresh_arrow.num_rows))
 
     counts = _count(files, read, bad, marked, parsed_with, failed=len(failed)) | {"lines_gapped": gapped}
     # The newest event and the close timer (cdc_assets/closure.py), then what this batch was.
-    state = replace(ingest_progress(previous, fresh_arrow, seq, now), files=[f.path for f in files], counts=counts,
-                    run_id=run_id)
+    state = replace(
+        ingest_progress(previous, fresh_arrow, seq, now), files=[f.path for f in files], counts=counts, run_id=run_id
+    )
     # A landing file's app transaction may expire once upkeep has retired the file (cdc_assets/upkeep/landing.py).
     fault_point("ingest.before_commit")
-    table = warehouse.append(CHANGE_EVENTS, fresh_arrow, read=events, partition_by=["entity"], key=state.KEY,
-                             state=state.to_dict(), txns={SEQ_APP: seq}, expiring={file_app_id(f): 1 for f in files})
+    table = warehouse.append(
+        CHANGE_EVENTS,
+        fresh_arrow,
+        read=events,
+        partition_by=["entity"],
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={SEQ_APP: seq},
+        expiring={file_app_id(f): 1 for f in files},
+    )
     watch.lap("write")
     fault_point("ingest.after_commit")
-    return IngestResult(files=state.files, counts=counts, state=state, version=table.version(),
-                        quarantine_examples=[quarantine_example(r) for r in bad.slice(0, 5).to_pylist()],
-                        seconds=watch.seconds, failed=[f.path for f in failed])
+    return IngestResult(
+        files=state.files,
+        counts=counts,
+        state=state,
+        version=table.version(),
+        quarantine_examples=[quarantine_example(r) for r in bad.slice(0, 5).to_pylist()],
+        seconds=watch.seconds,
+        failed=[f.path for f in failed],
+    )
 
 
-def parsed(spark: SparkSession, lines: pa.Table, catalog: Mapping[str, ObjectSchema]
-           ) -> tuple[pa.Table, dict[str, ObjectSchema]]:
+def parsed(
+    spark: SparkSession, lines: pa.Table, catalog: Mapping[str, ObjectSchema]
+) -> tuple[pa.Table, dict[str, ObjectSchema]]:
     """`lines` parsed to change rows and quarantine entries (`landed_rows`), and the schemas they were parsed with:
     those of the replicated objects the lines name, which decide what `hash:` and `fields:` protect.
 
@@ -311,6 +375,7 @@ def parsed(spark: SparkSession, lines: pa.Table, catalog: Mapping[str, ObjectSch
     misses a name spelled with JSON escapes (`"Cont\\u0061ct"` is Contact): if the parse read a replicated
     object the scan missed, the lines are parsed again with its schema too, so that no value it protects is
     stored in clear; the entity a line names does not depend on the schemas, so once is enough."""
+
     def parse(schemas: dict[str, ObjectSchema]) -> pa.Table:
         with small_query(spark, lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
             return landed_rows(parse_landed(from_arrow(spark, lines), schemas)).toArrow()
@@ -318,8 +383,11 @@ def parsed(spark: SparkSession, lines: pa.Table, catalog: Mapping[str, ObjectSch
     schemas = _schemas_of(catalog, entities_named(lines["raw"]))
     landed = parse(schemas)
     if missed := _schemas_of(catalog, pc.unique(landed["entity"]).to_pylist()).keys() - schemas.keys():
-        log.warning("Landing lines name %s in a form the text scan does not read (JSON escapes); parsed again with "
-                    "their schemas", printable(", ".join(sorted(missed))))
+        log.warning(
+            "Landing lines name %s in a form the text scan does not read (JSON escapes); parsed again with "
+            "their schemas",
+            printable(", ".join(sorted(missed))),
+        )
         schemas = _schemas_of(catalog, [*schemas, *missed])
         landed = parse(schemas)
     return landed, schemas
@@ -333,17 +401,39 @@ def _schemas_of(catalog: Mapping[str, ObjectSchema], names: Iterable[str | None]
 def _whole_files(failed: Mapping[LandingFile, str]) -> pa.Table:
     """Quarantine entries of files that failed on their own: one per file, line 0, no text (the file stays where it
     is, in the zone or its archive)."""
-    return pa.table({"source_file": [f.path for f in failed], "source_line": [0] * len(failed),
-                     "raw": [None] * len(failed), "reason": list(failed.values())}, schema=QUARANTINE_SCHEMA)
+    return pa.table(
+        {
+            "source_file": [f.path for f in failed],
+            "source_line": [0] * len(failed),
+            "raw": [None] * len(failed),
+            "reason": list(failed.values()),
+        },
+        schema=QUARANTINE_SCHEMA,
+    )
 
 
 def _zero_counts() -> dict[str, int]:
-    return {k: 0 for k in ("files", "files_quarantined", "files_failed", "lines_read", "lines_quarantined",
-                           "lines_blank", "lines_gapped", "events_parsed", "duplicates", "ingested", "ignored")}
+    return dict.fromkeys(
+        (
+            "files",
+            "files_quarantined",
+            "files_failed",
+            "lines_read",
+            "lines_quarantined",
+            "lines_blank",
+            "lines_gapped",
+            "events_parsed",
+            "duplicates",
+            "ingested",
+            "ignored",
+        ),
+        0,
+    )
 
 
-def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
-           schemas: Mapping[str, ObjectSchema], *, failed: int) -> dict[str, int]:
+def _count(
+    files: list[LandingFile], read, bad: pa.Table, marked: pa.Table, schemas: Mapping[str, ObjectSchema], *, failed: int
+) -> dict[str, int]:
     """Line and event accounting for change_events (they add up; see README 'Counts'); `failed`: files that failed
     on their own, whose lines are not read."""
     whole_files = int(pc.sum(pc.equal(read.quarantine["source_line"], 0)).as_py() or 0)
@@ -363,4 +453,3 @@ def _count(files: list[LandingFile], read, bad: pa.Table, marked: pa.Table,
         "ingested": marked.num_rows - dups,
         "ignored": int(pc.sum(pc.and_(kept, pc.invert(replicated))).as_py() or 0),
     }
-

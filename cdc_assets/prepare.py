@@ -40,13 +40,13 @@ from spark_ops.schema import ObjectSchema
 log = logging.getLogger(__name__)
 
 
-
 def _untyped(rows: pa.Table) -> pa.Array:
     return pc.invert(pc.fill_null(rows["typed"], False))
 
 
-def normalized(spark: SparkSession, rows: pa.Table, schema: ObjectSchema, *,
-               also: set[str] = frozenset()) -> tuple[pa.Table, pa.Table, int]:
+def normalized(
+    spark: SparkSession, rows: pa.Table, schema: ObjectSchema, *, also: set[str] = frozenset()
+) -> tuple[pa.Table, pa.Table, int]:
     """`rows` (stored change rows of `schema`'s object) with every untyped row, and every row setting a field in
     `also` (columns whose values nobody has checked yet), derived again with `schema`; and the quarantine entries
     (`source_file, source_line, raw, reason`) of the lines whose values do not fit, one per line; and how many rows
@@ -67,14 +67,23 @@ def normalized(spark: SparkSession, rows: pa.Table, schema: ObjectSchema, *,
     derived = derived.drop_columns(["value_error"]).cast(rows.schema)
     out = pa.concat_tables([rows.filter(pc.invert(needs)), derived])
     entries = {}
-    for r in bad.select(["source_file", "source_line", "entity", "transaction_key", "sequence_number",
-                         "value_error"]).to_pylist():
+    for r in bad.select(
+        ["source_file", "source_line", "entity", "transaction_key", "sequence_number", "value_error"]
+    ).to_pylist():
         raw = json.dumps({k: r[k] for k in ("entity", "transaction_key", "sequence_number")})
-        entries.setdefault((r["source_file"], r["source_line"]),
-                           (raw, f"{r['value_error']} (checked at apply time with {schema.name}'s describe())"))
-    quarantine = pa.table({
-        "source_file": [k[0] for k in entries], "source_line": [k[1] for k in entries],
-        "raw": [v[0] for v in entries.values()], "reason": [v[1] for v in entries.values()]}, schema=QUARANTINE_SCHEMA)
+        entries.setdefault(
+            (r["source_file"], r["source_line"]),
+            (raw, f"{r['value_error']} (checked at apply time with {schema.name}'s describe())"),
+        )
+    quarantine = pa.table(
+        {
+            "source_file": [k[0] for k in entries],
+            "source_line": [k[1] for k in entries],
+            "raw": [v[0] for v in entries.values()],
+            "reason": [v[1] for v in entries.values()],
+        },
+        schema=QUARANTINE_SCHEMA,
+    )
     return out, quarantine, bad.num_rows
 
 
@@ -94,16 +103,28 @@ def missing_columns(table, schema: ObjectSchema) -> list[str]:
     return [c for c in schema.column_names if c not in have]
 
 
-def backfill_gaps(warehouse: DeltaWarehouse, schema: ObjectSchema, columns: list[str], *, applied: int,
-                  now: datetime, template: pa.Schema) -> pa.Table:
+def backfill_gaps(
+    warehouse: DeltaWarehouse,
+    schema: ObjectSchema,
+    columns: list[str],
+    *,
+    applied: int,
+    now: datetime,
+    template: pa.Schema,
+) -> pa.Table:
     """One gap row per record whose events applied so far (ingest sequence <= `applied`) set one of `columns`:
     those values were dropped while the columns did not exist, so the records are reconciled. The gap sits at
     `now`, after every change of the run."""
     table = warehouse.table(CHANGE_EVENTS)
     if table is None or not columns or applied <= 0:
         return template.empty_table()
-    seen = warehouse.read(table, partitions=[("entity", "=", schema.name)], columns=["record_id", "set_fields"],
-                          filter=pc.field("_ingest_seq") <= applied, prune=[("_ingest_seq", "<=", applied)])
+    seen = warehouse.read(
+        table,
+        partitions=[("entity", "=", schema.name)],
+        columns=["record_id", "set_fields"],
+        filter=pc.field("_ingest_seq") <= applied,
+        prune=[("_ingest_seq", "<=", applied)],
+    )
     hits = pc.is_in(pc.list_flatten(seen["set_fields"]), value_set=pa.array(columns, pa.string()))
     rows = pc.unique(pc.filter(pc.list_parent_indices(seen["set_fields"]), hits))
     ids = sorted(set(pc.take(seen["record_id"], rows).to_pylist()))
@@ -113,10 +134,14 @@ def backfill_gaps(warehouse: DeltaWarehouse, schema: ObjectSchema, columns: list
     ts = pa.scalar(now, pa.timestamp("us", tz="UTC"))
     key = f"schema-backfill:{','.join(columns)}"
     values = {
-        "entity": pa.repeat(pa.scalar(schema.name), n), "record_id": pa.array(ids, pa.string()),
-        "change_type": pa.repeat(pa.scalar("GAP_UPDATE"), n), "commit_ts": pa.repeat(ts, n),
-        "commit_number": pa.repeat(pa.scalar(0, pa.int64()), n), "transaction_key": pa.repeat(pa.scalar(key), n),
-        "sequence_number": pa.repeat(pa.scalar(0, pa.int64()), n), "event_key": pa.repeat(pa.scalar(key), n),
+        "entity": pa.repeat(pa.scalar(schema.name), n),
+        "record_id": pa.array(ids, pa.string()),
+        "change_type": pa.repeat(pa.scalar("GAP_UPDATE"), n),
+        "commit_ts": pa.repeat(ts, n),
+        "commit_number": pa.repeat(pa.scalar(0, pa.int64()), n),
+        "transaction_key": pa.repeat(pa.scalar(key), n),
+        "sequence_number": pa.repeat(pa.scalar(0, pa.int64()), n),
+        "event_key": pa.repeat(pa.scalar(key), n),
     }
     values["typed"] = pa.repeat(pa.scalar(True), n)
     nullable = pa.schema([f.with_nullable(True) for f in template])
@@ -129,14 +154,23 @@ DRIFT_COUNTS = ("values_invalid", "columns_added", "schema_backfill", "unknown_f
 
 @dataclass
 class Drift:
-    counts: dict[str, int] = field(default_factory=lambda: {k: 0 for k in DRIFT_COUNTS})
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DRIFT_COUNTS, 0))
     unknown: list[str] = field(default_factory=list)
     added: list[str] = field(default_factory=list)
 
 
-def meet_describe(spark: SparkSession, warehouse: DeltaWarehouse, schema: ObjectSchema, changes: pa.Table, *,
-                  replica, applied: int, run_id: str, now: datetime,
-                  refresh: Callable[[], ObjectSchema] | None) -> tuple[ObjectSchema, pa.Table, Drift]:
+def meet_describe(
+    spark: SparkSession,
+    warehouse: DeltaWarehouse,
+    schema: ObjectSchema,
+    changes: pa.Table,
+    *,
+    replica,
+    applied: int,
+    run_id: str,
+    now: datetime,
+    refresh: Callable[[], ObjectSchema] | None,
+) -> tuple[ObjectSchema, pa.Table, Drift]:
     """The schema to apply `changes` with, the changes ready for the fold (plus backfill gap rows), and what
     happened: lines quarantined for values that do not fit, columns added, records to backfill, unknown fields."""
     drift = Drift()
@@ -144,26 +178,47 @@ def meet_describe(spark: SparkSession, warehouse: DeltaWarehouse, schema: Object
     unknown = unknown_fields(changes, schema)
     if unknown and refresh is not None:
         before = set(schema.column_names)
-        log.info("%s: events set fields describe() does not know (%s); asking describe() again", schema.name,
-                 ", ".join(printable_list(unknown)))
+        log.info(
+            "%s: events set fields describe() does not know (%s); asking describe() again",
+            schema.name,
+            ", ".join(printable_list(unknown)),
+        )
         schema = refresh()
         new = {c for c in schema.column_names if c not in before}
         if new:
             changes, more, more_gapped = normalized(spark, changes, schema, also=new)
             bad, gapped = pa.concat_tables([bad, more]), gapped + more_gapped
         unknown = unknown_fields(changes, schema)
-    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_APPLY_STATE, schemas={schema.name: schema},
-                      consequence="line quarantined, its records marked dirty")
+    record_quarantine(
+        warehouse,
+        bad,
+        run_id=run_id,
+        now=now,
+        key=Q_APPLY_STATE,
+        schemas={schema.name: schema},
+        consequence="line quarantined, its records marked dirty",
+    )
     if unknown:
-        log.warning("%s: events set fields that describe() does not have, even asked again: %s. Their values are "
-                    "not replicated; add them to the describe file or grant the integration user access to them",
-                    schema.name, ", ".join(printable_list(unknown)))
+        log.warning(
+            "%s: events set fields that describe() does not have, even asked again: %s. Their values are "
+            "not replicated; add them to the describe file or grant the integration user access to them",
+            schema.name,
+            ", ".join(printable_list(unknown)),
+        )
     drift.added = missing_columns(replica, schema)
     backfill = backfill_gaps(warehouse, schema, drift.added, applied=applied, now=now, template=changes.schema)
     if backfill.num_rows:
-        log.info("%s: %d records carried %s before the column existed; marked dirty for a reconcile", schema.name,
-                 backfill.num_rows, ", ".join(drift.added))
-    drift.counts = {"values_invalid": gapped, "columns_added": len(drift.added),
-                    "schema_backfill": backfill.num_rows, "unknown_fields": len(unknown)}
+        log.info(
+            "%s: %d records carried %s before the column existed; marked dirty for a reconcile",
+            schema.name,
+            backfill.num_rows,
+            ", ".join(drift.added),
+        )
+    drift.counts = {
+        "values_invalid": gapped,
+        "columns_added": len(drift.added),
+        "schema_backfill": backfill.num_rows,
+        "unknown_fields": len(unknown),
+    }
     drift.unknown = unknown
     return schema, pa.concat_tables([changes, backfill], promote_options="permissive"), drift

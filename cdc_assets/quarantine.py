@@ -79,14 +79,23 @@ def redacted(entries: pa.Table, schemas: Mapping[str, ObjectSchema], redact: boo
     `schemas` holds only some of them."""
     if not (any(s.redact_quarantine for s in schemas.values()) if redact is None else redact):
         return entries
-    raw = pa.array([_redact_line(r, schemas) if r is not None else None for r in entries["raw"].to_pylist()],
-                   pa.string())
+    raw = pa.array(
+        [_redact_line(r, schemas) if r is not None else None for r in entries["raw"].to_pylist()], pa.string()
+    )
     return entries.set_column(entries.schema.get_field_index("raw"), "raw", raw)
 
 
-def record_quarantine(warehouse: DeltaWarehouse, entries: pa.Table, *, run_id: str, now: datetime, key: str,
-                      schemas: Mapping[str, ObjectSchema], consequence: str = "line quarantined",
-                      redact: bool | None = None) -> None:
+def record_quarantine(
+    warehouse: DeltaWarehouse,
+    entries: pa.Table,
+    *,
+    run_id: str,
+    now: datetime,
+    key: str,
+    schemas: Mapping[str, ObjectSchema],
+    consequence: str = "line quarantined",
+    redact: bool | None = None,
+) -> None:
     """Insert `entries` (`source_file, source_line, raw, reason`) stamped with the run and time, and log them;
     `key`: who quarantines (`Q_STATE`, `Q_APPLY_STATE` in cdc_assets/state.py); `schemas`: the replicated
     objects, whose `redact_quarantine` says whether their lines are redacted."""
@@ -94,9 +103,15 @@ def record_quarantine(warehouse: DeltaWarehouse, entries: pa.Table, *, run_id: s
         return
     entries = redacted(entries, schemas, redact)
     n = entries.num_rows
-    stamped = entries.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), n)) \
-                     .append_column("quarantined_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), n))
-    warehouse.insert_missing(QUARANTINE, stamped, keys=["source_file", "source_line"], key=key,
-                             state=QuarantineState(run_id=run_id).to_dict())
+    stamped = entries.append_column("run_id", pa.repeat(pa.scalar(run_id, pa.string()), n)).append_column(
+        "quarantined_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), n)
+    )
+    warehouse.insert_missing(
+        QUARANTINE,
+        stamped,
+        keys=["source_file", "source_line"],
+        key=key,
+        state=QuarantineState(run_id=run_id).to_dict(),
+    )
     for r in entries.slice(0, LOGGED).to_pylist():
         log.warning("Landing file %s; %s", quarantine_example(r), consequence)

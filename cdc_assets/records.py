@@ -62,11 +62,14 @@ def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at
         salt = hash_salt()
         cols |= {c: hash_arrow(cols[c], salt) for c in schema.hashed}
     if schema.position_field is None:
-        raise ValueError(f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): its "
-                         f"records have no position to replicate them by; leave it out of replication.yaml")
+        raise ValueError(
+            f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): its "
+            f"records have no position to replicate them by; leave it out of replication.yaml"
+        )
     modstamp = cast_text(text[schema.position_field].combine_chunks(), pa.timestamp("us", tz="UTC"))
-    deleted = cast_text(text["IsDeleted"].combine_chunks(), pa.bool_()) if "IsDeleted" in have else \
-        pa.array([False] * n)
+    deleted = (
+        cast_text(text["IsDeleted"].combine_chunks(), pa.bool_()) if "IsDeleted" in have else pa.array([False] * n)
+    )
     deleted = pc.fill_null(deleted, False)
     cols |= {
         "_sf_deleted": deleted,

@@ -9,7 +9,7 @@ log says which transaction it held back and why (the tag is hidden from the UI: 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -27,12 +27,16 @@ def replicas_in_run(context: dg.AssetExecutionContext) -> set[str]:
     a re-execution skips)."""
     keys = context.run.asset_selection or context.job_def.asset_layer.selected_asset_keys
     steps = context.run.step_keys_to_execute
-    return {k.path[-1] for k in keys if len(k.path) == 2 and k.path[0] == REPLICA_PREFIX
-            and (steps is None or k.to_python_identifier() in steps)}
+    return {
+        k.path[-1]
+        for k in keys
+        if len(k.path) == 2 and k.path[0] == REPLICA_PREFIX and (steps is None or k.to_python_identifier() in steps)
+    }
 
 
-def pinned_cut(context: dg.AssetExecutionContext, warehouse: DeltaWarehouse, *, close_after: float,
-               replicated: set[str]) -> Cut:
+def pinned_cut(
+    context: dg.AssetExecutionContext, warehouse: DeltaWarehouse, *, close_after: float, replicated: set[str]
+) -> Cut:
     """This run's cut: the one an earlier step of the run pinned, else decided now and pinned."""
     instance, run_id = context.instance, context.run.run_id
     run = instance.get_run_by_id(run_id)
@@ -41,8 +45,7 @@ def pinned_cut(context: dg.AssetExecutionContext, warehouse: DeltaWarehouse, *, 
         if pinned.pop("run", None) == run_id:
             return Cut(**pinned)
     ce_state = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS))
-    cut = decide(ce_state, close_after, datetime.now(timezone.utc), in_run=replicas_in_run(context),
-                 replicated=replicated)
+    cut = decide(ce_state, close_after, datetime.now(UTC), in_run=replicas_in_run(context), replicated=replicated)
     instance.add_run_tags(run_id, {TAG_CUT: json.dumps({"run": run_id, **cut.as_dict()})})
     held = f"holds {cut.open_key} ({cut.reason})" if cut.open_key else "holds no transaction"
     context.log.info(f"This run's replicas apply change_events through ingest {cut.through} and {held}")

@@ -51,8 +51,9 @@ def objects_value(names: Iterable[str]) -> str:
     return ",".join(shown) + (f",+{rest}" if rest else "")
 
 
-def run_tags(*, mode: str, reason: str, objects: Iterable[str] = (), hidden: dict[str, str] | None = None
-             ) -> dict[str, str]:
+def run_tags(
+    *, mode: str, reason: str, objects: Iterable[str] = (), hidden: dict[str, str] | None = None
+) -> dict[str, str]:
     """A run's tags: the three shown (mode, objects, reason) and, hidden, one object tag per object and `hidden`."""
     objects = sorted(set(objects))
     tags = {TAG_MODE: mode, TAG_REASON: reason[:REASON_CHARS]}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from types import EllipsisType
 
 import pyarrow as pa
@@ -20,14 +20,13 @@ from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from spark_ops.schema import ObjectSchema
 
-
 DESCRIBE_PROPERTY = "cdc.describe"  # a describe() asked again during a run (the description is set on writes only)
 
 
 def describe_note(describe: dict | None) -> str | None:
     """The describe() kept with the table (its description when written, `DESCRIBE_PROPERTY` after a refresh), so
     later runs need no describe call; `at` tells which of the two is newer."""
-    return json.dumps({"describe": describe, "at": datetime.now(timezone.utc).isoformat()}) if describe else None
+    return json.dumps({"describe": describe, "at": datetime.now(UTC).isoformat()}) if describe else None
 
 
 def _kept(text: str | None) -> dict:
@@ -38,8 +37,9 @@ def _kept(text: str | None) -> dict:
     return kept if isinstance(kept, dict) and kept.get("describe") else {}
 
 
-def stored_describe(warehouse: DeltaWarehouse, name: str, *,
-                    table: DeltaTable | None | EllipsisType = ...) -> dict | None:
+def stored_describe(
+    warehouse: DeltaWarehouse, name: str, *, table: DeltaTable | EllipsisType | None = ...
+) -> dict | None:
     """The newest describe() kept with the table: the description written with the data, or the table property a
     refresh wrote (`at` says which is newer; a description without one is the oldest). `table`: the table's
     snapshot if the caller has one (None: no table), else it is loaded."""
@@ -52,21 +52,35 @@ def stored_describe(warehouse: DeltaWarehouse, name: str, *,
     return newest["describe"] if newest else None
 
 
-def resolve_describe(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce: SalesforceResource | None,
-                     *, fresh: bool = False, table: DeltaTable | None | EllipsisType = ...) -> dict:
+def resolve_describe(
+    sobject: SObjectConfig,
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource | None,
+    *,
+    fresh: bool = False,
+    table: DeltaTable | EllipsisType | None = ...,
+) -> dict:
     """describe() of `sobject`: its file if configured, else (unless `fresh`) the table's copy, else the org's."""
     if sobject.describe_path:
         return sobject.load_describe()
     if not fresh and (kept := stored_describe(warehouse, sobject.name, table=table)):
         return kept
     if salesforce is None:
-        raise RuntimeError(f"{sobject.name}: no describe file in replication.yaml, no table yet, and no Salesforce "
-                           "connection to ask: set `describe:` for the object or configure the org (SF_* variables)")
+        raise RuntimeError(
+            f"{sobject.name}: no describe file in replication.yaml, no table yet, and no Salesforce "
+            "connection to ask: set `describe:` for the object or configure the org (SF_* variables)"
+        )
     return salesforce.describe(sobject.name)
 
 
-def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce: SalesforceResource | None,
-                   *, fresh: bool = False, table: DeltaTable | None | EllipsisType = ...) -> tuple[ObjectSchema, dict]:
+def resolve_schema(
+    sobject: SObjectConfig,
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource | None,
+    *,
+    fresh: bool = False,
+    table: DeltaTable | EllipsisType | None = ...,
+) -> tuple[ObjectSchema, dict]:
     """The replica schema of `sobject` and the describe() it comes from; `table`: the replica's snapshot if the
     caller has one (None: no table yet), else it is loaded."""
     table = warehouse.table(sobject.name) if table is ... else table
@@ -76,8 +90,11 @@ def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce
         # Columns already in the table stay, with the type they have (schema evolution never drops a column).
         # Formula columns are none of the CDC columns, kept or not (cdc_assets/formulas/): writers leave them alone.
         known = {*schema.column_names, *schema.ignored, *schema.formula_names}
-        extra = {f.name: _sf_type(f.type) for f in pa.schema(table.schema().to_arrow())
-                 if f.name not in known and not f.name.startswith("_sf_")}
+        extra = {
+            f.name: _sf_type(f.type)
+            for f in pa.schema(table.schema().to_arrow())
+            if f.name not in known and not f.name.startswith("_sf_")
+        }
         schema = schema.with_columns(extra) if extra else schema
     return schema, describe
 
@@ -85,9 +102,13 @@ def resolve_schema(sobject: SObjectConfig, warehouse: DeltaWarehouse, salesforce
 def _sf_type(arrow_type: pa.DataType) -> str:
     """A Salesforce type that maps back to a stored column's type, for columns describe() lost
     (docs/design/contract.md §8)."""
-    for check, sf_type in ((pa.types.is_boolean, "boolean"), (pa.types.is_integer, "int"),
-                           (pa.types.is_floating, "double"), (pa.types.is_date, "date"),
-                           (pa.types.is_timestamp, "datetime")):
+    for check, sf_type in (
+        (pa.types.is_boolean, "boolean"),
+        (pa.types.is_integer, "int"),
+        (pa.types.is_floating, "double"),
+        (pa.types.is_date, "date"),
+        (pa.types.is_timestamp, "datetime"),
+    ):
         if check(arrow_type):
             return sf_type
     return "string"
@@ -97,8 +118,9 @@ class SchemaCatalog(Mapping[str, ObjectSchema]):
     """The replicated objects' schemas by name, each resolved (`resolve_schema`: a Delta table load, perhaps a
     describe call) only when asked for, then kept: a landing run looks up only the objects its files name."""
 
-    def __init__(self, objects: Iterable[SObjectConfig], warehouse: DeltaWarehouse,
-                 salesforce: SalesforceResource | None):
+    def __init__(
+        self, objects: Iterable[SObjectConfig], warehouse: DeltaWarehouse, salesforce: SalesforceResource | None
+    ):
         self._objects = {o.name: o for o in objects}
         self._warehouse, self._salesforce = warehouse, salesforce
         self.redacts = any(o.redact_quarantine for o in self._objects.values())
@@ -147,8 +169,7 @@ class DescribeRefresh:
         table = self.warehouse.table(self.sobject.name)
         if table is None:
             return False
-        table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(self.describe)},
-                                         raise_if_not_exists=False)
+        table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(self.describe)}, raise_if_not_exists=False)
         return True
 
 
@@ -169,11 +190,16 @@ def refuse_clear_hashes(table: DeltaTable | None, schema: ObjectSchema) -> None:
     if table is None or not schema.hashed:
         return
     stats = pa.table(table.get_add_actions(flatten=True))
-    clear = sorted(c for c in schema.hashed for bound in (f"min.{c}", f"max.{c}") if bound in stats.column_names
-                   and not all(_looks_hashed(v) for v in stats[bound].to_pylist() if v is not None))
+    clear = sorted(
+        c
+        for c in schema.hashed
+        for bound in (f"min.{c}", f"max.{c}")
+        if bound in stats.column_names and not all(_looks_hashed(v) for v in stats[bound].to_pylist() if v is not None)
+    )
     if clear:
         names = ", ".join(dict.fromkeys(clear))
         raise ClearValuesError(
             f"{schema.name}: replication.yaml hashes {names}, but the replica holds values of it in clear (written "
             f"before `hash:` named it). Resync the replica to rewrite them: materialize salesforce/{schema.name} "
-            f"with run config {{mode: resync}}; until then no run applies changes to it.")
+            f"with run config {{mode: resync}}; until then no run applies changes to it."
+        )

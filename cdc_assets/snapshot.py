@@ -56,6 +56,7 @@ MISSING_CHUNK_RECORDS = 1_000_000  # replica records whose Ids are compared with
 class StageState(_CommitState):
     """What each commit of a stage stores: the Bulk job it reads and where the reading stands after the rows
     staged so far (`locator` None and `fetched`: every page is staged), and whether the missing records are."""
+
     KEY: ClassVar[str] = "cdc.resync_stage"
     job_id: str = ""
     locator: str | None = None
@@ -69,9 +70,15 @@ def stage_name(name: str) -> str:
     return f"{name}/{STAGE_DIR}"
 
 
-def stage_snapshot(warehouse: DeltaWarehouse, name: str, target: pa.Schema, *, run_id: str,
-                   pages: Callable[[BulkPosition | None, Callable[[BulkPosition], None]], Iterator[pa.Table]],
-                   batch_records: int = STAGE_BATCH_RECORDS) -> tuple[DeltaTable, StageState]:
+def stage_snapshot(
+    warehouse: DeltaWarehouse,
+    name: str,
+    target: pa.Schema,
+    *,
+    run_id: str,
+    pages: Callable[[BulkPosition | None, Callable[[BulkPosition], None]], Iterator[pa.Table]],
+    batch_records: int = STAGE_BATCH_RECORDS,
+) -> tuple[DeltaTable, StageState]:
     """Stage every page `pages(resume, on_page)` yields (replica rows, `target` schema), continuing a stage a
     killed run left; returns the stage and its state (`fetched`)."""
     stage = warehouse.table(stage_name(name))
@@ -80,8 +87,13 @@ def stage_snapshot(warehouse: DeltaWarehouse, name: str, target: pa.Schema, *, r
         return stage, state
     resume = BulkPosition(state.job_id, state.locator) if stage is not None and state.job_id else None
     if resume is not None:
-        log.info("%s: resuming the resync's Bulk job %s from locator %s (%d records staged)", name, state.job_id,
-                 state.locator, (state.counts or {}).get("snapshot_rows", 0))
+        log.info(
+            "%s: resuming the resync's Bulk job %s from locator %s (%d records staged)",
+            name,
+            state.job_id,
+            state.locator,
+            (state.counts or {}).get("snapshot_rows", 0),
+        )
     counts = dict(state.counts or {"snapshot_rows": 0, "snapshot_deleted": 0})
     buffered: list[pa.Table] = []
 
@@ -92,10 +104,22 @@ def stage_snapshot(warehouse: DeltaWarehouse, name: str, target: pa.Schema, *, r
         rows = pa.concat_tables(buffered) if buffered else target.empty_table()
         counts["snapshot_rows"] += rows.num_rows
         counts["snapshot_deleted"] += int(pc.sum(rows["_sf_deleted"]).as_py() or 0)
-        state = StageState(job_id=position.job_id, locator=position.locator, fetched=position.locator is None,
-                           run_id=run_id, counts=dict(counts))
-        stage = warehouse.append(stage_name(name), rows, read=stage, partition_by=[BUCKET_COLUMN], key=state.KEY,
-                                 state=state.to_dict(), txns={})
+        state = StageState(
+            job_id=position.job_id,
+            locator=position.locator,
+            fetched=position.locator is None,
+            run_id=run_id,
+            counts=dict(counts),
+        )
+        stage = warehouse.append(
+            stage_name(name),
+            rows,
+            read=stage,
+            partition_by=[BUCKET_COLUMN],
+            key=state.KEY,
+            state=state.to_dict(),
+            txns={},
+        )
         buffered.clear()
         fault_point("resync.after_stage_batch")
 
@@ -105,25 +129,39 @@ def stage_snapshot(warehouse: DeltaWarehouse, name: str, target: pa.Schema, *, r
     except SalesforceApiError as exc:
         if resume is None or exc.status != 404:
             raise
-        log.warning("%s: the Bulk job %s of the staged resync is gone from the org; staging again", name,
-                    state.job_id)
+        log.warning("%s: the Bulk job %s of the staged resync is gone from the org; staging again", name, state.job_id)
         discard_stage(warehouse, name)
         return stage_snapshot(warehouse, name, target, run_id=run_id, pages=pages, batch_records=batch_records)
     return stage, state
 
 
-def stage_missing(warehouse: DeltaWarehouse, name: str, stage: DeltaTable, state: StageState,
-                  replica: DeltaTable | None, target: pa.Schema, *, now: datetime) -> tuple[DeltaTable, StageState]:
+def stage_missing(
+    warehouse: DeltaWarehouse,
+    name: str,
+    stage: DeltaTable,
+    state: StageState,
+    replica: DeltaTable | None,
+    target: pa.Schema,
+    *,
+    now: datetime,
+) -> tuple[DeltaTable, StageState]:
     """Append to the stage the replica's records the snapshot lacks, marked deleted (once)."""
     if state.missing_marked:
         return stage, state
-    gone = [mark_deleted(aligned_arrow(old, target), at=now, source=SNAPSHOT, synced_at=now)
-            for old in _missing(warehouse, replica, stage)] if replica is not None else []
+    gone = (
+        [
+            mark_deleted(aligned_arrow(old, target), at=now, source=SNAPSHOT, synced_at=now)
+            for old in _missing(warehouse, replica, stage)
+        ]
+        if replica is not None
+        else []
+    )
     rows = aligned_arrow(pa.concat_tables(gone), target) if gone else target.empty_table()
     counts = dict(state.counts or {}) | {"missing_marked_deleted": rows.num_rows}
     state = replace(state, missing_marked=True, counts=counts)
-    stage = warehouse.append(stage_name(name), rows, read=stage, partition_by=[BUCKET_COLUMN], key=state.KEY,
-                             state=state.to_dict(), txns={})
+    stage = warehouse.append(
+        stage_name(name), rows, read=stage, partition_by=[BUCKET_COLUMN], key=state.KEY, state=state.to_dict(), txns={}
+    )
     return stage, state
 
 
@@ -146,8 +184,7 @@ def _bucket_chunks(table: DeltaTable, chunk_records: int) -> Iterator[list[str]]
         return
     sizes = actions.group_by(f"partition.{BUCKET_COLUMN}").aggregate([("num_records", "sum")])
     chunk, held = [], 0
-    for bucket, records in zip(sizes[f"partition.{BUCKET_COLUMN}"].to_pylist(),
-                               sizes["num_records_sum"].to_pylist()):
+    for bucket, records in zip(sizes[f"partition.{BUCKET_COLUMN}"].to_pylist(), sizes["num_records_sum"].to_pylist()):
         if chunk and held + (records or 0) > chunk_records:
             yield chunk
             chunk, held = [], 0
@@ -159,8 +196,17 @@ def _bucket_chunks(table: DeltaTable, chunk_records: int) -> Iterator[list[str]]
 def staged_files(stage: DeltaTable) -> list[AddAction]:
     """The stage's files as add actions of the replica (paths relative to the replica's folder)."""
     actions = pa.table(stage.get_add_actions(flatten=False)).to_pylist()
-    return [AddAction(path=f"{STAGE_DIR}/{a['path']}", size=a["size_bytes"], partition_values=a["partition"],
-                      modification_time=a["modification_time"], data_change=True, stats=_stats(a)) for a in actions]
+    return [
+        AddAction(
+            path=f"{STAGE_DIR}/{a['path']}",
+            size=a["size_bytes"],
+            partition_values=a["partition"],
+            modification_time=a["modification_time"],
+            data_change=True,
+            stats=_stats(a),
+        )
+        for a in actions
+    ]
 
 
 def stage_app(stage: DeltaTable) -> str:
@@ -186,9 +232,14 @@ def discard_stage(warehouse: DeltaWarehouse, name: str) -> None:
 
 def _stats(action: dict) -> str:
     """Delta file statistics (numRecords, nullCount, minValues, maxValues) from delta-rs' flattened add action."""
-    return json.dumps({"numRecords": action["num_records"],
-                       "nullCount": {k: v for k, v in (action.get("null_count") or {}).items() if v is not None},
-                       "minValues": _values(action.get("min")), "maxValues": _values(action.get("max"))})
+    return json.dumps(
+        {
+            "numRecords": action["num_records"],
+            "nullCount": {k: v for k, v in (action.get("null_count") or {}).items() if v is not None},
+            "minValues": _values(action.get("min")),
+            "maxValues": _values(action.get("max")),
+        }
+    )
 
 
 def _values(values: dict | None) -> dict:

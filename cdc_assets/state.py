@@ -84,10 +84,12 @@ class _CommitState(_State):
 
 # -- a replica (cdc_assets/apply.py, sync.py, poll.py) --------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Held(_State):
     """The open transaction a replica held back (docs/design/contract.md §5): its rows from ingest `from_seq` on are
     read again."""
+
     transactions: list[str]
     from_seq: int
 
@@ -95,6 +97,7 @@ class Held(_State):
 @dataclass(frozen=True)
 class ResyncPending(_State):
     """An overflow the replica could not apply: a full resync replays every event from ingest `from_seq`."""
+
     since: str  # commit time of the first overflow (ISO)
     from_seq: int
     reason: str
@@ -103,6 +106,7 @@ class ResyncPending(_State):
 @dataclass(frozen=True)
 class Resynced(_State):
     """The last resync (or initial load): overflows committed at or before `at` are covered by its snapshot."""
+
     at: str
     reason: str
 
@@ -115,6 +119,7 @@ class Reconciled(_State):
     """The last reconcile (cdc_assets/sync.py): when, how many dirty records it fetched, and the ids it took out of
     the dirty set without a record: `unknown` the org does not know, `refused` it rejects as malformed (a few of
     each as examples, a refused one with the org's error)."""
+
     at: str
     records: int
     unknown: int = 0
@@ -126,6 +131,7 @@ class Reconciled(_State):
 @dataclass(frozen=True, order=True)
 class PollPosition(_State):
     """A polled row's position: SystemModstamp (ISO, microseconds), then Id (ties)."""
+
     ts: str
     id: str
 
@@ -133,6 +139,7 @@ class PollPosition(_State):
 @dataclass(frozen=True)
 class BulkJob(_State):
     """A Bulk API 2.0 queryAll job being read page by page (a killed run resumes from `locator`)."""
+
     id: str | None
     locator: str | None
     where: str | None
@@ -145,6 +152,7 @@ class BulkJob(_State):
 class RefusedDeletes(_State):
     """An Id comparison that would have soft-deleted more than `poll_max_delete_share` of the live records, refused
     (cdc_assets/poll/compare.py): nothing was deleted; a run with `confirm_deletes` applies it."""
+
     at: str
     records: int  # live replica records the org did not return
     live: int  # live replica records compared
@@ -154,6 +162,7 @@ class RefusedDeletes(_State):
 @dataclass(frozen=True)
 class PollState(_State):
     """The cursor of a polled object (cdc_assets/poll/run.py) and what its last Id comparison found (compare.py)."""
+
     cursor: PollPosition | None = None
     job: BulkJob | None = None
     ids_compared_at: str | None = None
@@ -169,6 +178,7 @@ class HistoryMark(_State):
     """An apply commit's history versions (cdc_assets/history/): staged in `file` (None: it made none) before the
     commit. `version` is the replica version of the commit that stored the mark: a later commit that copies its
     predecessor's state (a reconcile's `replace(prev, ...)`) carries a mark of another version, which is ignored."""
+
     version: int
     file: str | None = None
     versions: int = 0
@@ -178,6 +188,7 @@ class HistoryMark(_State):
 class ReplicaState(_CommitState):
     """What every commit of a replica stores besides its rows. The apply checkpoint itself is the app transaction
     `cdc_apply` (cdc_assets/apply.py); `applied_through` repeats it for readers of the metadata."""
+
     KEY: ClassVar[str] = REPLICA_STATE
     applied_through: int = 0
     held: Held | None = None
@@ -198,10 +209,12 @@ class ReplicaState(_CommitState):
 
 # -- a history table (cdc_assets/history/) ---------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class HistoryState(_CommitState):
     """What every commit of a history table `<Object>__history` stores: replica versions below `through` are in it
     (also the app transaction `cdc_history`)."""
+
     KEY: ClassVar[str] = HISTORY_STATE
     through: int = 0
     versions: int = 0  # versions this commit added
@@ -211,9 +224,11 @@ class HistoryState(_CommitState):
 
 # -- formula refreshes of a replica (cdc_assets/formulas/refresh.py) ----------------------------------------------
 
+
 @dataclass(frozen=True)
 class FormulaJob(_State):
     """A Bulk API 2.0 query of formula values being read (a killed run resumes it after `locator`)."""
+
     id: str | None
     locator: str | None
     where: str | None  # None: a full pass
@@ -226,6 +241,7 @@ class FormulaJob(_State):
 class FormulaState(_CommitState):
     """What the replica commits of formula refreshes store (their own key: the replica's other writers never carry
     it, and need not: `commit_state` finds the newest commit holding it, whatever committed since)."""
+
     KEY: ClassVar[str] = FORMULA_STATE
     refreshed_at: str | None = None  # `read_at` of the last refresh read to its end
     full_at: str | None = None  # `read_at` of the last full pass read to its end
@@ -236,11 +252,13 @@ class FormulaState(_CommitState):
 
 # -- change_events (cdc_assets/ingest.py, closure.py) ---------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Newest(_State):
     """The newest event ingested (in commit order, docs/design/contract.md §4): its transaction and position
     `[commit micros, commit number, sequence number, replay id]`; `entities` that transaction touched (None:
     unknown, written before they were recorded: every replica may hold it)."""
+
     transaction_key: str
     position: list[int]
     entities: list[str] | None = None
@@ -249,6 +267,7 @@ class Newest(_State):
 @dataclass(frozen=True)
 class IngestState(_CommitState):
     """What every change_events commit stores besides its rows."""
+
     KEY: ClassVar[str] = CE_STATE
     ingest_seq: int = 0  # this commit's ingest sequence number (`_ingest_seq` of its rows)
     newest: Newest | None = None
@@ -262,9 +281,11 @@ class IngestState(_CommitState):
 
 # -- _quarantine (cdc_assets/quarantine.py, checks.py) --------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class QuarantineState(_State):
     """The run that inserted quarantine rows (stored under `Q_STATE` or `Q_APPLY_STATE`, by who quarantined)."""
+
     run_id: str | None = None
 
 
@@ -272,5 +293,6 @@ class QuarantineState(_State):
 class QuarantineAck(_CommitState):
     """Quarantined lines up to `until` (ISO) are reviewed. The app transaction `QUARANTINE_ACK` holds the same
     instant in microseconds; this is how tables acknowledged before that read it."""
+
     KEY: ClassVar[str] = QUARANTINE_ACK
     until: str | None = None

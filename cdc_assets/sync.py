@@ -48,11 +48,20 @@ from cdc_assets.apply import APPLY_APP
 from cdc_assets.closure import replay_from
 from cdc_assets.faults import fault_point
 from cdc_assets.formulas.rows import with_formulas
-from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
-from cdc_assets.snapshot import (STAGE_BATCH_RECORDS, StageState, discard_stage, stage_app, stage_missing, stage_name,
-                                 stage_snapshot, staged_files, swapped_at)
-from cdc_assets.state import Reconciled, ReplicaState, Resynced, UNKNOWN_ID_EXAMPLES
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
+from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
+from cdc_assets.snapshot import (
+    STAGE_BATCH_RECORDS,
+    StageState,
+    discard_stage,
+    stage_app,
+    stage_missing,
+    stage_name,
+    stage_snapshot,
+    staged_files,
+    swapped_at,
+)
+from cdc_assets.state import UNKNOWN_ID_EXAMPLES, Reconciled, ReplicaState, Resynced
 from resources.delta import DeltaWarehouse, aligned_arrow, next_version
 from resources.salesforce import BulkPosition, SalesforceResource, select_soql
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
@@ -74,9 +83,18 @@ def _api_used(salesforce: SalesforceResource) -> int:
     return int(salesforce.api_usage().get("used", 0))
 
 
-def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
-           now: datetime, describe: dict | None, page_size: int = BULK_PAGE_SIZE,
-           parallel_pages: int = 1, batch_records: int = STAGE_BATCH_RECORDS) -> SyncResult:
+def resync(
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    *,
+    run_id: str,
+    now: datetime,
+    describe: dict | None,
+    page_size: int = BULK_PAGE_SIZE,
+    parallel_pages: int = 1,
+    batch_records: int = STAGE_BATCH_RECORDS,
+) -> SyncResult:
     """Replace the replica with a Bulk API 2.0 snapshot, staged in bounded batches (resumable), swapped in by one
     commit (cdc_assets/snapshot.py)."""
     used_before = _api_used(salesforce)
@@ -90,8 +108,9 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
     mode = "initial_load" if replica is None else "resync"
 
     def pages(resume: BulkPosition | None, on_page) -> Iterator[pa.Table]:
-        for batch in salesforce.bulk_query_all(schema.name, fields, page_size=page_size,
-                                               parallel_pages=parallel_pages, resume=resume, on_page=on_page):
+        for batch in salesforce.bulk_query_all(
+            schema.name, fields, page_size=page_size, parallel_pages=parallel_pages, resume=resume, on_page=on_page
+        ):
             text = pa.Table.from_batches([batch])
             yield with_formulas(replica_rows(text, schema, source=SNAPSHOT, synced_at=now), text, schema, read_at=now)
             fault_point("resync.after_first_page")
@@ -103,29 +122,46 @@ def resync(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Ob
         if _only_properties_since(replica, at):  # this resync's own swap, killed before the cleanup: it is done
             return SyncResult(mode, counts, 0)
         # An earlier resync's, and the replica has moved on since: this resync stages its own snapshot.
-    stage, staged = stage_snapshot(warehouse, schema.name, target, run_id=run_id, pages=pages,
-                                   batch_records=batch_records)
+    stage, staged = stage_snapshot(
+        warehouse, schema.name, target, run_id=run_id, pages=pages, batch_records=batch_records
+    )
     fault_point("resync.after_snapshot_stream")
     stage, staged = stage_missing(warehouse, schema.name, stage, staged, replica, target, now=now)
     fault_point("resync.after_missing_marked_deleted")
-    state = ReplicaState(applied_through=replay - 1, run_id=run_id, synced_at=now.isoformat(),
-                         last_commit_ts=prev.last_commit_ts, poll=prev.poll,  # a polled object keeps its cursor
-                         resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"))
+    state = ReplicaState(
+        applied_through=replay - 1,
+        run_id=run_id,
+        synced_at=now.isoformat(),
+        last_commit_ts=prev.last_commit_ts,
+        poll=prev.poll,  # a polled object keeps its cursor
+        resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"),
+    )
     fault_point("resync.before_commit")
     # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.
-    table = warehouse.commit_files(schema.name, staged_files(stage), read=replica,
-                                   schema=pa.schema(stage.schema().to_arrow()), partition_by=[BUCKET_COLUMN],
-                                   description=describe_note(describe), key=state.KEY, state=state.to_dict(),
-                                   txns={APPLY_APP: replay - 1, stage_app(stage): next_version(replica)},
-                                   configuration=schema.table_properties())
+    table = warehouse.commit_files(
+        schema.name,
+        staged_files(stage),
+        read=replica,
+        schema=pa.schema(stage.schema().to_arrow()),
+        partition_by=[BUCKET_COLUMN],
+        description=describe_note(describe),
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={APPLY_APP: replay - 1, stage_app(stage): next_version(replica)},
+        configuration=schema.table_properties(),
+    )
     if replica is not None and describe and stored_describe(warehouse, schema.name, table=table) != describe:
         table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(describe)}, raise_if_not_exists=False)
     fault_point("resync.after_commit")
     discard_stage(warehouse, schema.name)
     counts = dict(staged.counts or {})
-    log.info("%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
-             schema.name, counts.get("snapshot_rows", 0), counts.get("snapshot_deleted", 0),
-             counts.get("missing_marked_deleted", 0))
+    log.info(
+        "%s: resync wrote %d snapshot rows (%d deleted in the org), %d rows no longer in the org marked deleted",
+        schema.name,
+        counts.get("snapshot_rows", 0),
+        counts.get("snapshot_deleted", 0),
+        counts.get("missing_marked_deleted", 0),
+    )
     return SyncResult(mode, counts, _api_used(salesforce) - used_before)
 
 
@@ -135,8 +171,9 @@ def _only_properties_since(table: DeltaTable, version: int) -> bool:
     return all(c.get("operation") == "SET TBLPROPERTIES" for c in later)
 
 
-def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str,
-              now: datetime) -> SyncResult:
+def reconcile(
+    warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str, now: datetime
+) -> SyncResult:
     """Fetch dirty records from the org and write them as they are there, clearing the flags: one merge commit."""
     replica = warehouse.table(schema.name)
     if replica is None:
@@ -159,13 +196,19 @@ def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema:
     deleted_in_org = _query_deleted(salesforce, schema, missing)
     fault_point("reconcile.after_query_all")
     if deleted_in_org:
-        parts.append(replica_rows(records_to_text(deleted_in_org, fields + ["IsDeleted"]), schema,
-                                  source=RECONCILE, synced_at=now))
+        parts.append(
+            replica_rows(
+                records_to_text(deleted_in_org, [*fields, "IsDeleted"]), schema, source=RECONCILE, synced_at=now
+            )
+        )
     gone = sorted(set(missing) - {r["Id"] for r in deleted_in_org})
     if gone or refused:  # neither is a record the org has: both leave the dirty set, deleted
         unknown = pa.array(gone + sorted(refused), pa.string())
-        parts.append(mark_deleted(dirty.filter(pc.is_in(dirty["Id"], value_set=unknown)), at=now, source=RECONCILE,
-                                  synced_at=now))
+        parts.append(
+            mark_deleted(
+                dirty.filter(pc.is_in(dirty["Id"], value_set=unknown)), at=now, source=RECONCILE, synced_at=now
+            )
+        )
 
     rows = pa.concat_tables(parts).cast(target)  # the org's current state: it wins (module docstring)
     fault_point("reconcile.after_fold")  # the rows are final (the name predates the rule: nothing is folded)
@@ -173,18 +216,48 @@ def reconcile(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema:
     applied = replica.transaction_version(APPLY_APP) or 0
 
     refused_examples = [f"{i!r}: {e}" for i, e in sorted(refused.items())[:UNKNOWN_ID_EXAMPLES]]
-    state = replace(prev, run_id=run_id, synced_at=now.isoformat(), reconciled=Reconciled(
-        at=now.isoformat(), records=len(ids), unknown=len(gone), unknown_examples=gone[:UNKNOWN_ID_EXAMPLES],
-        refused=len(refused), refused_examples=refused_examples))
+    state = replace(
+        prev,
+        run_id=run_id,
+        synced_at=now.isoformat(),
+        reconciled=Reconciled(
+            at=now.isoformat(),
+            records=len(ids),
+            unknown=len(gone),
+            unknown_examples=gone[:UNKNOWN_ID_EXAMPLES],
+            refused=len(refused),
+            refused_examples=refused_examples,
+        ),
+    )
     fault_point("reconcile.before_commit")
-    warehouse.upsert(schema.name, rows, read=replica, key_column="Id", partition_column=BUCKET_COLUMN,
-                     partition_values=rows[BUCKET_COLUMN].to_pylist(), key=state.KEY, state=state.to_dict(),
-                     txns={APPLY_APP: applied})
+    warehouse.upsert(
+        schema.name,
+        rows,
+        read=replica,
+        key_column="Id",
+        partition_column=BUCKET_COLUMN,
+        partition_values=rows[BUCKET_COLUMN].to_pylist(),
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={APPLY_APP: applied},
+    )
     fault_point("reconcile.after_commit")
-    counts = {"dirty_fetched": len(ids), "reconciled_found": len(found), "reconciled_deleted": len(deleted_in_org),
-              "reconciled_gone": len(gone), "ids_refused": len(refused)}
-    log.info("%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone, %d ids refused by the org)",
-             schema.name, len(ids), len(found), len(deleted_in_org), len(gone), len(refused))
+    counts = {
+        "dirty_fetched": len(ids),
+        "reconciled_found": len(found),
+        "reconciled_deleted": len(deleted_in_org),
+        "reconciled_gone": len(gone),
+        "ids_refused": len(refused),
+    }
+    log.info(
+        "%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone, %d ids refused by the org)",
+        schema.name,
+        len(ids),
+        len(found),
+        len(deleted_in_org),
+        len(gone),
+        len(refused),
+    )
     return SyncResult("reconcile", counts, _api_used(salesforce) - used_before)
 
 
@@ -193,7 +266,6 @@ def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: li
     found = []
     fields = list(schema.org_fields)
     for start in range(0, len(ids), QUERY_ALL_CHUNK):
-        where = format_soql("Id IN {}", ids[start:start + QUERY_ALL_CHUNK])
+        where = format_soql("Id IN {}", ids[start : start + QUERY_ALL_CHUNK])
         found.extend(salesforce.query_all(select_soql(schema.name, fields, where=where)))
     return found
-

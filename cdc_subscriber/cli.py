@@ -60,15 +60,18 @@ def state_dir_for(landing_dir: Path | str) -> Path | str:
     if is_uri(landing_dir):
         zone = str(landing_dir).rstrip("/")
         if "/" not in zone.split("://", 1)[1]:
-            raise ValueError(f"the landing zone {landing_dir} is a whole bucket: there is no folder beside it for the "
-                             "subscriber's state; set CDC_SUBSCRIBER_STATE (or --state-dir) to another prefix")
+            raise ValueError(
+                f"the landing zone {landing_dir} is a whole bucket: there is no folder beside it for the "
+                "subscriber's state; set CDC_SUBSCRIBER_STATE (or --state-dir) to another prefix"
+            )
         return zone + STATE_SUFFIX
     zone_path = Path(landing_dir)
     if zone_path.name in ("", ".", ".."):
         zone_path = zone_path.resolve()
     if not zone_path.name:
-        raise ValueError(f"the landing zone {landing_dir} is a file system root: set CDC_SUBSCRIBER_STATE (or "
-                         "--state-dir)")
+        raise ValueError(
+            f"the landing zone {landing_dir} is a file system root: set CDC_SUBSCRIBER_STATE (or --state-dir)"
+        )
     return zone_path.with_name(zone_path.name + STATE_SUFFIX)
 
 
@@ -79,8 +82,10 @@ def default_landing_dir(command: str) -> Path | str:
     started = [p for p in DEMO_LANDINGS if state_dir_for(p).exists()]
     if command != "subscribe" and not DEFAULT_LANDING.exists() and started:
         newest = max(started, key=lambda p: state_dir_for(p).stat().st_mtime)
-        print(f"(reading the demo's landing zone {newest}; set CDC_LANDING_ZONE or --landing-dir for another)",
-              file=sys.stderr)
+        print(
+            f"(reading the demo's landing zone {newest}; set CDC_LANDING_ZONE or --landing-dir for another)",
+            file=sys.stderr,
+        )
         return newest
     return DEFAULT_LANDING
 
@@ -92,37 +97,65 @@ def _state_from_env() -> Path | str | None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cdc_subscriber",
-                                     description="Salesforce Pub/Sub API change events -> landing zone files.")
-    parser.add_argument("--landing-dir", type=location, default=None,
-                        help="a folder or an object-store URI (s3://bucket/landing); default: CDC_LANDING_ZONE, else "
-                             "landing (status, dead-letters: else .demo/landing)")
-    parser.add_argument("--state-dir", type=location, default=None,
-                        help="default: CDC_SUBSCRIBER_STATE, else <landing-dir>-subscriber (beside the zone)")
+    parser = argparse.ArgumentParser(
+        prog="python -m cdc_subscriber", description="Salesforce Pub/Sub API change events -> landing zone files."
+    )
+    parser.add_argument(
+        "--landing-dir",
+        type=location,
+        default=None,
+        help="a folder or an object-store URI (s3://bucket/landing); default: CDC_LANDING_ZONE, else "
+        "landing (status, dead-letters: else .demo/landing)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        type=location,
+        default=None,
+        help="default: CDC_SUBSCRIBER_STATE, else <landing-dir>-subscriber (beside the zone)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     commands = parser.add_subparsers(dest="command", required=True)
     sub = commands.add_parser("subscribe", help="stream change events into the landing zone until stopped")
     sub.add_argument("--endpoint", default=os.environ.get("SF_PUBSUB_ENDPOINT", DEFAULT_ENDPOINT))
-    sub.add_argument("--config", default=os.environ.get("CDC_CONFIG", "replication.yaml"),
-                     help="replication.yaml: its mode: cdc objects are the ones a resync marker names (and the "
-                          "--per-object channels)")
+    sub.add_argument(
+        "--config",
+        default=os.environ.get("CDC_CONFIG", "replication.yaml"),
+        help="replication.yaml: its mode: cdc objects are the ones a resync marker names (and the "
+        "--per-object channels)",
+    )
     sub.add_argument("--topic", action="append", help=f"a channel (repeatable; default {ALL_CHANGES})")
-    sub.add_argument("--per-object", action="store_true",
-                     help="one /data/<Object>ChangeEvent stream per mode: cdc object")
-    sub.add_argument("--initial-replay", choices=("LATEST", "EARLIEST"), default="LATEST",
-                     help="where a stream with no saved position starts")
+    sub.add_argument(
+        "--per-object", action="store_true", help="one /data/<Object>ChangeEvent stream per mode: cdc object"
+    )
+    sub.add_argument(
+        "--initial-replay",
+        choices=("LATEST", "EARLIEST"),
+        default="LATEST",
+        help="where a stream with no saved position starts",
+    )
     sub.add_argument("--tenant-id", default=os.environ.get("SF_TENANT_ID"))
     sub.add_argument("--roll-seconds", type=float, default=2.0, help="land the open file after this age")
     sub.add_argument("--roll-bytes", type=int, default=8 << 20, help="land the open file at this size")
-    sub.add_argument("--spool-dir", type=Path, default=None,
-                     help="local folder for the open file when the landing zone is on an object store")
-    sub.add_argument("--keepalive-timeout", type=float, default=300.0,
-                     help="reconnect when not even a keepalive came for this long (Salesforce sends one in 270 s)")
+    sub.add_argument(
+        "--spool-dir",
+        type=Path,
+        default=None,
+        help="local folder for the open file when the landing zone is on an object store",
+    )
+    sub.add_argument(
+        "--keepalive-timeout",
+        type=float,
+        default=300.0,
+        help="reconnect when not even a keepalive came for this long (Salesforce sends one in 270 s)",
+    )
     status = commands.add_parser("status", help="print each stream's status")
     status.add_argument("--json", action="store_true")
     letters = commands.add_parser("dead-letters", help="list the events that could not be decoded")
-    letters.add_argument("--ack", action="store_true",
-                         help="acknowledge every dead letter listed (the subscriber_no_dead_letters check passes)")
+    letters.add_argument(
+        "--ack",
+        action="store_true",
+        help="acknowledge every dead letter listed (the subscriber_no_dead_letters check passes)",
+    )
     letters.add_argument("--json", action="store_true")
     return parser
 
@@ -151,8 +184,11 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
         signal.signal(signum, stop)
     entities = cdc_entities(args.config)
     if args.per_object and not args.topic and not entities:
-        print(f"--per-object: {args.config} lists no mode: cdc object to subscribe to; list objects there (or "
-              "pass --topic)", file=sys.stderr)
+        print(
+            f"--per-object: {args.config} lists no mode: cdc object to subscribe to; list objects there (or "
+            "pass --topic)",
+            file=sys.stderr,
+        )
         return 2
     topics = args.topic or ([f"/data/{name}ChangeEvent" for name in entities] if args.per_object else [ALL_CHANGES])
     for topic in topics:
@@ -163,18 +199,28 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
             return 2
     for topic in topics:
         salesforce = salesforce_resource_from_env(resolved=True)
-        config = SubscriberConfig(landing_dir=args.landing_dir, state_dir=state_dir, endpoint=args.endpoint,
-                                  topic=topic, entities=entities, initial_replay=args.initial_replay,
-                                  ca_file=salesforce.ca_bundle, tenant_id=args.tenant_id,
-                                  roll_bytes=args.roll_bytes, roll_seconds=args.roll_seconds,
-                                  keepalive_timeout=args.keepalive_timeout,
-                                  spool_dir=args.spool_dir and args.spool_dir / topic_slug(topic))
+        config = SubscriberConfig(
+            landing_dir=args.landing_dir,
+            state_dir=state_dir,
+            endpoint=args.endpoint,
+            topic=topic,
+            entities=entities,
+            initial_replay=args.initial_replay,
+            ca_file=salesforce.ca_bundle,
+            tenant_id=args.tenant_id,
+            roll_bytes=args.roll_bytes,
+            roll_seconds=args.roll_seconds,
+            keepalive_timeout=args.keepalive_timeout,
+            spool_dir=args.spool_dir and args.spool_dir / topic_slug(topic),
+        )
         subscribers.append(Subscriber(config, salesforce))
         if stopping.is_set():
             subscribers[-1].stop()
     results: dict[str, str] = {}
-    threads = [threading.Thread(target=lambda s=s: results.__setitem__(s.config.topic, s.run()), name=s.config.topic)
-               for s in subscribers]
+    threads = [
+        threading.Thread(target=lambda s=s: results.__setitem__(s.config.topic, s.run()), name=s.config.topic)
+        for s in subscribers
+    ]
     for thread in threads:
         thread.start()
     print(f"subscribed to {', '.join(topics)} at {args.endpoint}; landing in {args.landing_dir}", flush=True)
@@ -195,9 +241,11 @@ def show_status(args: argparse.Namespace, state_dir: Path) -> int:
         return 0
     for s in statuses:
         lag = "-" if s.lag_seconds is None else f"{s.lag_seconds:.1f}s"
-        print(f"{s.topic}: {s.effective_state(now)}  replay id {s.last_replay_id}  {s.events_per_second} events/s  "
-              f"lag {lag}  landed {s.events_landed} events in {s.files_landed} files  resyncs {s.resyncs}  "
-              f"dead letters {s.dead_letters}  updated {s.updated_at}")
+        print(
+            f"{s.topic}: {s.effective_state(now)}  replay id {s.last_replay_id}  {s.events_per_second} events/s  "
+            f"lag {lag}  landed {s.events_landed} events in {s.files_landed} files  resyncs {s.resyncs}  "
+            f"dead letters {s.dead_letters}  updated {s.updated_at}"
+        )
         if s.last_replay_id is None and s.last_replay_id_hex:
             print(f"  replay id (opaque bytes, hex) {s.last_replay_id_hex}")
         if s.last_dead_letter:
@@ -214,31 +262,42 @@ def show_dead_letters(args: argparse.Namespace, state_dir: Path) -> int:
         print(json.dumps([asdict(x) | {"acknowledged": x.key not in open_} for x in found.letters], indent=1))
     for x in [] if args.json else found.letters:
         mark = "" if x.key in open_ else " (acknowledged)"
-        print(f"{x.recorded_at} {x.topic} replay id {x.replay_id} schema {x.schema_id} entity {x.entity}{mark}\n"
-              f"  reason: {x.reason}\n  done: {x.action}\n  payload ({len(x.payload)} base64 chars) in "
-              f"{state_dir}/dead_letters-<topic>/{x.replay_id}.json")
+        print(
+            f"{x.recorded_at} {x.topic} replay id {x.replay_id} schema {x.schema_id} entity {x.entity}{mark}\n"
+            f"  reason: {x.reason}\n  done: {x.action}\n  payload ({len(x.payload)} base64 chars) in "
+            f"{state_dir}/dead_letters-<topic>/{x.replay_id}.json"
+        )
     notes = sys.stderr if args.json else sys.stdout
     if found.dropped:
-        print(f"{found.dropped} more dead letter(s) were not kept (a topic's store held its maximum), "
-              f"{found.dropped_waiting} not acknowledged: the last one's reason is in {state_dir}/dead_letters-*/"
-              "_dropped.json", file=notes)
+        print(
+            f"{found.dropped} more dead letter(s) were not kept (a topic's store held its maximum), "
+            f"{found.dropped_waiting} not acknowledged: the last one's reason is in {state_dir}/dead_letters-*/"
+            "_dropped.json",
+            file=notes,
+        )
     for path in found.unreadable:
         print(f"{path} is not a dead letter (skipped): look at it, then remove it", file=notes)
     if args.ack:
         done = acknowledge(state_dir)
-        print(f"acknowledged {len(done)} dead letter(s)" + (f" and {found.dropped_waiting} not kept"
-                                                           if found.dropped_waiting else ""), file=notes)
+        print(
+            f"acknowledged {len(done)} dead letter(s)"
+            + (f" and {found.dropped_waiting} not kept" if found.dropped_waiting else ""),
+            file=notes,
+        )
     elif not args.json:
         waiting = len(open_) + found.dropped_waiting
-        print(f"{len(found.letters) + found.dropped} dead letter(s), {waiting} not acknowledged"
-              + ("; acknowledge with: python -m cdc_subscriber dead-letters --ack" if waiting else ""))
+        print(
+            f"{len(found.letters) + found.dropped} dead letter(s), {waiting} not acknowledged"
+            + ("; acknowledge with: python -m cdc_subscriber dead-letters --ack" if waiting else "")
+        )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     args.landing_dir = args.landing_dir or default_landing_dir(args.command)
     state_dir = args.state_dir or _state_from_env() or state_dir_for(args.landing_dir)
     commands = {"subscribe": subscribe, "status": show_status, "dead-letters": show_dead_letters}

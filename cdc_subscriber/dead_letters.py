@@ -58,11 +58,11 @@ import fastavro
 import grpc
 
 from cdc_subscriber.header import FIELD_TYPES, header_problems
-from spark_ops.names import is_api_name, is_record_id
 from cdc_subscriber.markers import gap_marker, overflow_marker
 from cdc_subscriber.position import state_file, topic_slug
 from cdc_subscriber.proto import replay_as_long
 from resources.storage import Folder, join
+from spark_ops.names import is_api_name, is_record_id
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +103,14 @@ def read_header(schema_text: str | None, payload: bytes) -> tuple[dict[str, Any]
         first = schema["fields"][0]
         if first["name"] != HEADER_FIELD:
             return None, f"the schema's first field is {first['name']}, not {HEADER_FIELD}"
-        header_only = {"type": "record", "name": schema["name"], "namespace": schema.get("namespace", ""),
-                       "fields": [first]}
+        header_only = {
+            "type": "record",
+            "name": schema["name"],
+            "namespace": schema.get("namespace", ""),
+            "fields": [first],
+        }
         header = fastavro.schemaless_reader(io.BytesIO(payload), fastavro.parse_schema(header_only), None)[HEADER_FIELD]
-    except Exception as exc:  # whatever corrupt bytes or an odd schema raise: the reason is kept, the event resyncs
+    except Exception as exc:  # noqa: BLE001 whatever corrupt bytes or an odd schema raise: the reason is kept, the event resyncs
         return None, f"{type(exc).__name__}: {exc}"
     wrong = [name for name, kind in FIELD_TYPES.items() if not isinstance(header.get(name), kind)]
     if wrong:
@@ -116,8 +120,7 @@ def read_header(schema_text: str | None, payload: bytes) -> tuple[dict[str, Any]
 
 def _names_records(header: dict[str, Any]) -> bool:
     ids = header["recordIds"]
-    return (bool(ids) and header["changeType"] != "GAP_OVERFLOW"
-            and all(is_record_id(i) for i in ids))
+    return bool(ids) and header["changeType"] != "GAP_OVERFLOW" and all(is_record_id(i) for i in ids)
 
 
 def _schema_name(schema_text: str | None) -> str:
@@ -142,8 +145,16 @@ class Salvage:
     action: str
 
 
-def salvage(*, replay_id: bytes, schema_id: str, payload: bytes, schema_text: str | None, channel: str,
-            entities: tuple[str, ...], now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> Salvage:
+def salvage(
+    *,
+    replay_id: bytes,
+    schema_id: str,
+    payload: bytes,
+    schema_text: str | None,
+    channel: str,
+    entities: tuple[str, ...],
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+) -> Salvage:
     """Gap lines for the records a readable header names, else overflow markers (see the module docstring).
     ``schema_text`` is None when the schema could not be fetched. Whatever of the header is implausible is not
     used: an entity that is not an API name is taken from the schema or the channel, a commit time that is not
@@ -157,20 +168,30 @@ def salvage(*, replay_id: bytes, schema_id: str, payload: bytes, schema_text: st
         line = gap_marker(header | {"commitTimestamp": commit_ts}, channel, schema_id, replay_long, ORIGIN)
         records = header["recordIds"]
         named = ", ".join(records[:5]) + (", ..." if len(records) > 5 else "")
-        return Salvage([line], commit_ts, header["transactionKey"], header["entityName"],
-                       f"landed {line['data']['payload'][HEADER_FIELD]['changeType']} for {len(records)} "
-                       f"{header['entityName']} record(s) ({named}): they are reconciled by id")
+        return Salvage(
+            [line],
+            commit_ts,
+            header["transactionKey"],
+            header["entityName"],
+            f"landed {line['data']['payload'][HEADER_FIELD]['changeType']} for {len(records)} "
+            f"{header['entityName']} record(s) ({named}): they are reconciled by id",
+        )
     if header is not None and "entityName" not in problems:
         entity: str | None = header["entityName"]
     else:
         entity = entity_of(_schema_name(schema_text)) or entity_of(channel)
     targets = (entity,) if entity else entities
     key = f"dead-letter-{replay_id.hex()}"
-    lines = [overflow_marker(name, key, sequence, commit_ts, channel, replay_long, ORIGIN, schema_id)
-             for sequence, name in enumerate(targets, start=1)]
-    action = (f"landed GAP_OVERFLOW for {', '.join(targets)}: resynced from the org" if targets else
-              "nothing could be marked (no entity known and no replicated objects configured): run a resync of "
-              "every replica by hand")
+    lines = [
+        overflow_marker(name, key, sequence, commit_ts, channel, replay_long, ORIGIN, schema_id)
+        for sequence, name in enumerate(targets, start=1)
+    ]
+    action = (
+        f"landed GAP_OVERFLOW for {', '.join(targets)}: resynced from the org"
+        if targets
+        else "nothing could be marked (no entity known and no replicated objects configured): run a resync of "
+        "every replica by hand"
+    )
     return Salvage(lines, commit_ts, key, entity, action)
 
 
@@ -191,10 +212,12 @@ class DeadLetter:
         return f"{self.topic} {self.replay_id}"
 
     @classmethod
-    def of(cls, topic: str, replay_id: bytes, schema_id: str, payload: bytes, reason: str,
-           found: Salvage) -> DeadLetter:
-        return cls(topic, replay_id.hex(), schema_id, base64.b64encode(payload).decode(), reason, found.action,
-                   found.entity)
+    def of(
+        cls, topic: str, replay_id: bytes, schema_id: str, payload: bytes, reason: str, found: Salvage
+    ) -> DeadLetter:
+        return cls(
+            topic, replay_id.hex(), schema_id, base64.b64encode(payload).decode(), reason, found.action, found.entity
+        )
 
 
 def letters_folder(state_dir: str | Path, topic: str) -> str:
@@ -206,8 +229,9 @@ class DeadLetterStore:
     recording one costs its own bytes whatever came before; bounded by ``max_letters`` and ``max_bytes`` (beyond
     them a letter is counted as dropped). Only this topic's subscriber writes here."""
 
-    def __init__(self, state_dir: str | Path, topic: str, *, max_letters: int = MAX_LETTERS,
-                 max_bytes: int = MAX_BYTES):
+    def __init__(
+        self, state_dir: str | Path, topic: str, *, max_letters: int = MAX_LETTERS, max_bytes: int = MAX_BYTES
+    ):
         self.topic, self.max_letters, self.max_bytes = topic, max_letters, max_bytes
         self.folder = Folder(letters_folder(state_dir, topic))
         self.path = state_file(state_dir, f"{FOLDER_PREFIX}{topic_slug(topic)}")
@@ -240,13 +264,24 @@ class DeadLetterStore:
         return True
 
     def _drop(self, letter: DeadLetter) -> None:
-        self._dropped = {"topic": self.topic, "dropped": self._dropped.get("dropped", 0) + 1,
-                         "last_replay_id": letter.replay_id, "last_reason": letter.reason,
-                         "last_recorded_at": letter.recorded_at}
+        self._dropped = {
+            "topic": self.topic,
+            "dropped": self._dropped.get("dropped", 0) + 1,
+            "last_replay_id": letter.replay_id,
+            "last_reason": letter.reason,
+            "last_recorded_at": letter.recorded_at,
+        }
         self.folder.write_atomically(DROPPED_FILE, json.dumps(self._dropped))
-        log.warning("dead letter of %s replay id %s not kept: the store %s holds its maximum (%d letters, %d bytes); "
-                    "%d dropped so far. Look at the kept ones, find the cause, then acknowledge them", self.topic,
-                    letter.replay_id, self.folder, self.max_letters, self.max_bytes, self._dropped["dropped"])
+        log.warning(
+            "dead letter of %s replay id %s not kept: the store %s holds its maximum (%d letters, %d bytes); "
+            "%d dropped so far. Look at the kept ones, find the cause, then acknowledge them",
+            self.topic,
+            letter.replay_id,
+            self.folder,
+            self.max_letters,
+            self.max_bytes,
+            self._dropped["dropped"],
+        )
 
 
 def _file_name(replay_id_hex: str) -> str:
@@ -322,14 +357,18 @@ def scan(state_dir: str | Path) -> DeadLetters:
         dropped[name] = _read_dropped(folder).get("dropped", 0)
     done, done_dropped = _acknowledged(state)
     letters.sort(key=lambda x: str(x.recorded_at))  # str: a hand-edited letter may hold any JSON there
-    return DeadLetters(letters, [x for x in letters if x.key not in done], sum(dropped.values()),
-                       sum(max(0, n - done_dropped.get(name, 0)) for name, n in dropped.items()), unreadable)
+    return DeadLetters(
+        letters,
+        [x for x in letters if x.key not in done],
+        sum(dropped.values()),
+        sum(max(0, n - done_dropped.get(name, 0)) for name, n in dropped.items()),
+        unreadable,
+    )
 
 
 def _letter_folders(state: Folder) -> list[str]:
     """The names of the topics' letter folders in a state folder."""
-    return sorted({path.split("/")[0] for path, _ in state.walk()
-                   if "/" in path and path.startswith(FOLDER_PREFIX)})
+    return sorted({path.split("/")[0] for path, _ in state.walk() if "/" in path and path.startswith(FOLDER_PREFIX)})
 
 
 def read_dead_letters(state_dir: str | Path) -> list[DeadLetter]:
@@ -346,12 +385,16 @@ def _acknowledged(state: Folder) -> tuple[set[str], dict[str, int]]:
         done = json.loads(text)
         keys, dropped = done.get("acknowledged", []), done.get("dropped", {})
         if isinstance(keys, list) and isinstance(dropped, dict):
-            return ({k for k in keys if isinstance(k, str)},
-                    {k: n for k, n in dropped.items() if isinstance(n, int) and not isinstance(n, bool)})
+            return (
+                {k for k in keys if isinstance(k, str)},
+                {k: n for k, n in dropped.items() if isinstance(n, int) and not isinstance(n, bool)},
+            )
     except (json.JSONDecodeError, AttributeError):  # not JSON, or not an object
         pass
-    log.warning("ignoring %s: not a list of acknowledged dead letters (every letter reads as waiting; acknowledge "
-                "them again)", state.path(ACKNOWLEDGED_FILE))
+    log.warning(
+        "ignoring %s: not a list of acknowledged dead letters (every letter reads as waiting; acknowledge them again)",
+        state.path(ACKNOWLEDGED_FILE),
+    )
     return set(), {}
 
 
@@ -363,7 +406,6 @@ def acknowledge(state_dir: str | Path) -> list[DeadLetter]:
     """Acknowledge every dead letter recorded so far (kept and dropped); returns the kept ones newly acknowledged."""
     state, found = Folder(state_dir), scan(state_dir)
     done = sorted(_acknowledged(state)[0] | {x.key for x in found.letters})
-    dropped = {name: _read_dropped(Folder(join(state_dir, name))).get("dropped", 0)
-               for name in _letter_folders(state)}
+    dropped = {name: _read_dropped(Folder(join(state_dir, name))).get("dropped", 0) for name in _letter_folders(state)}
     state.write_atomically(ACKNOWLEDGED_FILE, json.dumps({"acknowledged": done, "dropped": dropped}, indent=1))
     return found.waiting

@@ -100,8 +100,10 @@ class EventDecoder:
         record = fastavro.schemaless_reader(io.BytesIO(event.event.payload), parsed, None)
         header = dict(record["ChangeEventHeader"])
         check_header(header)  # before describe() is asked about its entity or a file is named by its time
-        names = {key: bitmap.decode(header.get(key), schema, named) for key in ("changedFields", "nulledFields",
-                                                                                  "diffFields")}
+        names = {
+            key: bitmap.decode(header.get(key), schema, named)
+            for key in ("changedFields", "nulledFields", "diffFields")
+        }
         header.update(names)
         types = self.types(header["entityName"], event.event.schema_id)
         if header["changeType"] in WITH_ALL_FIELDS:
@@ -110,9 +112,14 @@ class EventDecoder:
             body = self._named_fields(record, types, names)
         else:
             body = {}
-        return {"channel": channel, "data": {"schema": event.event.schema_id,
-                                             "payload": {"ChangeEventHeader": header, **body},
-                                             "event": {"replayId": cometd_replay_id(event.replay_id)}}}
+        return {
+            "channel": channel,
+            "data": {
+                "schema": event.event.schema_id,
+                "payload": {"ChangeEventHeader": header, **body},
+                "event": {"replayId": cometd_replay_id(event.replay_id)},
+            },
+        }
 
     @staticmethod
     def _all_fields(schema: dict[str, Any], record: dict[str, Any], types: dict[str, str]) -> dict[str, Any]:

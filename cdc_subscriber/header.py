@@ -18,10 +18,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from spark_ops.names import API_NAME_RULE, is_api_name
+
 EARLIEST_COMMIT_MS = 946_684_800_000  # 2000-01-01T00:00:00Z: before any org sent a change event
 CLOCK_AHEAD_MS = 86_400_000
-FIELD_TYPES: dict[str, type] = {"entityName": str, "recordIds": list, "changeType": str, "transactionKey": str,
-                                "sequenceNumber": int, "commitTimestamp": int, "commitNumber": int}
+FIELD_TYPES: dict[str, type] = {
+    "entityName": str,
+    "recordIds": list,
+    "changeType": str,
+    "transactionKey": str,
+    "sequenceNumber": int,
+    "commitTimestamp": int,
+    "commitNumber": int,
+}
 SHOWN_CHARS = 40
 
 
@@ -32,20 +40,26 @@ class InvalidHeader(ValueError):
 def plausible_commit_ts(value: object, now_ms: int | None = None) -> bool:
     """True for epoch milliseconds between 2000 and a day from now (not micro- or nanoseconds, not null)."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return (isinstance(value, int) and not isinstance(value, bool)
-            and EARLIEST_COMMIT_MS <= value <= now_ms + CLOCK_AHEAD_MS)
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and EARLIEST_COMMIT_MS <= value <= now_ms + CLOCK_AHEAD_MS
+    )
 
 
 def header_problems(header: Mapping[str, Any], now_ms: int | None = None) -> dict[str, str]:
     """{field: what is wrong with it} of a decoded header; empty when it can be landed."""
-    problems = {name: f"missing or not of type {kind.__name__} ({_shown(header.get(name))})"
-                for name, kind in FIELD_TYPES.items()
-                if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool)}
+    problems = {
+        name: f"missing or not of type {kind.__name__} ({_shown(header.get(name))})"
+        for name, kind in FIELD_TYPES.items()
+        if not isinstance(header.get(name), kind) or isinstance(header.get(name), bool)
+    }
     if "entityName" not in problems and not is_api_name(header["entityName"]):
         problems["entityName"] = f"not an object name ({API_NAME_RULE}): {_shown(header['entityName'])}"
     if "commitTimestamp" not in problems and not plausible_commit_ts(header["commitTimestamp"], now_ms):
-        problems["commitTimestamp"] = (f"{header['commitTimestamp']} is not epoch milliseconds between 2000 and "
-                                       "now (microseconds or nanoseconds?)")
+        problems["commitTimestamp"] = (
+            f"{header['commitTimestamp']} is not epoch milliseconds between 2000 and now (microseconds or nanoseconds?)"
+        )
     if "recordIds" not in problems and not all(isinstance(i, str) for i in header["recordIds"]):
         problems["recordIds"] = "not a list of strings"
     return problems

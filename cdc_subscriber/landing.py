@@ -63,9 +63,16 @@ class _OpenFile:
 
 
 class LandingFileWriter:
-    def __init__(self, root: Path | str, on_landed: Callable[[Path | str, int, bytes | None], None], *,
-                 max_bytes: int = 8 << 20, max_age_seconds: float = 2.0, quiet_seconds: float = 0.2,
-                 spool_dir: Path | None = None):
+    def __init__(
+        self,
+        root: Path | str,
+        on_landed: Callable[[Path | str, int, bytes | None], None],
+        *,
+        max_bytes: int = 8 << 20,
+        max_age_seconds: float = 2.0,
+        quiet_seconds: float = 0.2,
+        spool_dir: Path | None = None,
+    ):
         self.zone = None if not is_uri(root) else Folder(root)  # None: a local zone, landed by rename
         if self.zone is not None and spool_dir is None:
             raise ValueError(f"landing zone {root} is on an object store: give a local spool_dir for open files")
@@ -106,8 +113,11 @@ class LandingFileWriter:
     def tick(self) -> None:
         """Roll an open file that is old enough once the stream has been quiet (called from a timer)."""
         with self.lock:
-            if (self._current is not None and self._due(self._current)
-                    and time.monotonic() - self._last_write >= self.quiet_seconds):
+            if (
+                self._current is not None
+                and self._due(self._current)
+                and time.monotonic() - self._last_write >= self.quiet_seconds
+            ):
                 self.roll()
 
     def _open(self, commit_ts: int, replay_id: bytes | None) -> _OpenFile:
@@ -175,8 +185,7 @@ def remove_dead_spools() -> int:
         pid = path.name.removeprefix(SPOOL_PREFIX).split("-")[0]
         try:
             info = path.lstat()
-            if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and pid.isdigit()
-                    and not _alive(int(pid))):
+            if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and pid.isdigit() and not _alive(int(pid)):
                 shutil.rmtree(path)
                 removed += 1
         except FileNotFoundError:  # removed meanwhile by another subscriber starting

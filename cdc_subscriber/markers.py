@@ -21,24 +21,51 @@ DUMMY_RECORD_ID = OVERFLOW_ID  # the record id Salesforce puts in GAP_OVERFLOW e
 
 
 def _event(channel: str, schema_id: str, header: dict[str, Any], replay_long: int | None) -> dict[str, Any]:
-    return {"channel": channel, "data": {"schema": schema_id, "payload": {"ChangeEventHeader": header},
-                                         "event": {"replayId": replay_long}}}
+    return {
+        "channel": channel,
+        "data": {"schema": schema_id, "payload": {"ChangeEventHeader": header}, "event": {"replayId": replay_long}},
+    }
 
 
-def overflow_marker(entity: str, transaction_key: str, sequence: int, commit_ts: int, channel: str,
-                    replay_long: int | None, origin: str, schema_id: str = "") -> dict[str, Any]:
+def overflow_marker(
+    entity: str,
+    transaction_key: str,
+    sequence: int,
+    commit_ts: int,
+    channel: str,
+    replay_long: int | None,
+    origin: str,
+    schema_id: str = "",
+) -> dict[str, Any]:
     """A GAP_OVERFLOW event for ``entity``: the replica is resynced from the org, as after an overflow."""
-    header = {"entityName": entity, "recordIds": [DUMMY_RECORD_ID], "changeType": "GAP_OVERFLOW",
-              "changeOrigin": origin, "transactionKey": transaction_key, "sequenceNumber": sequence,
-              "commitTimestamp": commit_ts, "commitNumber": 0, "commitUser": "", "nulledFields": [],
-              "diffFields": [], "changedFields": []}
+    header = {
+        "entityName": entity,
+        "recordIds": [DUMMY_RECORD_ID],
+        "changeType": "GAP_OVERFLOW",
+        "changeOrigin": origin,
+        "transactionKey": transaction_key,
+        "sequenceNumber": sequence,
+        "commitTimestamp": commit_ts,
+        "commitNumber": 0,
+        "commitUser": "",
+        "nulledFields": [],
+        "diffFields": [],
+        "changedFields": [],
+    }
     return _event(channel, schema_id, header, replay_long)
 
 
-def gap_marker(header: dict[str, Any], channel: str, schema_id: str, replay_long: int | None,
-               origin: str) -> dict[str, Any]:
+def gap_marker(
+    header: dict[str, Any], channel: str, schema_id: str, replay_long: int | None, origin: str
+) -> dict[str, Any]:
     """The header of an event whose body could not be read, as a ``GAP_<type>`` event for the same records."""
     change_type = str(header["changeType"]).removeprefix("GAP_")
-    gap = {**header, "changeType": f"GAP_{change_type}", "changeOrigin": origin, "nulledFields": [],
-           "diffFields": [], "changedFields": []}
+    gap = {
+        **header,
+        "changeType": f"GAP_{change_type}",
+        "changeOrigin": origin,
+        "nulledFields": [],
+        "diffFields": [],
+        "changedFields": [],
+    }
     return _event(channel, schema_id, gap, replay_long)

@@ -22,7 +22,6 @@ from pathlib import Path
 from cdc_subscriber.proto import replay_as_long
 from resources.storage import Folder, is_uri, join
 
-
 TOPIC = re.compile(r"(?:/[A-Za-z0-9_]+)+")  # /data/ChangeEvents, /data/ns__Invoice__ChangeEvent, /event/X__e
 
 
@@ -32,8 +31,10 @@ def topic_slug(topic: str) -> str:
     folded ``__`` into ``_`` gave ``/data/ns_Obj__ChangeEvent`` the same files) and ``/`` becomes ``.``, which no
     topic holds (``TOPIC``), so two topics never share a slug."""
     if not TOPIC.fullmatch(topic):
-        raise ValueError(f"{topic!r} is not a Pub/Sub API topic name (/data/ChangeEvents, /data/<Object>ChangeEvent, "
-                         "/data/<Channel>__chn, /event/<Event>__e)")
+        raise ValueError(
+            f"{topic!r} is not a Pub/Sub API topic name (/data/ChangeEvents, /data/<Object>ChangeEvent, "
+            "/data/<Channel>__chn, /event/<Event>__e)"
+        )
     return topic[1:].replace("/", ".")
 
 
@@ -53,6 +54,10 @@ class PositionStore:
         return None if text is None else bytes.fromhex(json.loads(text)["replay_id"])
 
     def save(self, replay_id: bytes) -> None:
-        body = {"topic": self.topic, "replay_id": replay_id.hex(), "replay_int": replay_as_long(replay_id),
-                "saved_at": dt.datetime.now(dt.UTC).isoformat()}
+        body = {
+            "topic": self.topic,
+            "replay_id": replay_id.hex(),
+            "replay_int": replay_as_long(replay_id),
+            "saved_at": dt.datetime.now(dt.UTC).isoformat(),
+        }
         self.folder.write_atomically(self.name, json.dumps(body))

@@ -127,11 +127,16 @@ class Subscriber:
         self.positions = PositionStore(config.state_dir, config.topic)
         self.reporter = StatusReporter(config.state_dir, config.topic, topic_slug(config.topic))
         # this process's own, removed when it stops (run()), when the zone is on an object store and none is given
-        self._own_spool = (private_spool(topic_slug(config.topic))
-                           if config.spool_dir is None and is_uri(config.landing_dir) else None)
-        self.writer = LandingFileWriter(config.landing_dir, self._landed, max_bytes=config.roll_bytes,
-                                        max_age_seconds=config.roll_seconds,
-                                        spool_dir=config.spool_dir or self._own_spool)
+        self._own_spool = (
+            private_spool(topic_slug(config.topic)) if config.spool_dir is None and is_uri(config.landing_dir) else None
+        )
+        self.writer = LandingFileWriter(
+            config.landing_dir,
+            self._landed,
+            max_bytes=config.roll_bytes,
+            max_age_seconds=config.roll_seconds,
+            spool_dir=config.spool_dir or self._own_spool,
+        )
         self.decoder = EventDecoder(self._fetch_schema, self._field_types)
         self.dead_letters = DeadLetterStore(config.state_dir, config.topic)
         self.stopping = threading.Event()
@@ -167,8 +172,9 @@ class Subscriber:
                 info = self.salesforce._request("GET", "/services/oauth2/userinfo").json()
                 self.config.tenant_id = info.get("organization_id") or ""
             except SalesforceApiError as exc:
-                log.warning("no tenant id (userinfo answered HTTP %s); set SF_TENANT_ID if the org needs it",
-                            exc.status)
+                log.warning(
+                    "no tenant id (userinfo answered HTTP %s); set SF_TENANT_ID if the org needs it", exc.status
+                )
                 self.config.tenant_id = ""
         return self.config.tenant_id
 
@@ -242,8 +248,10 @@ class Subscriber:
             return TimeoutError(f"no keepalive within {self.config.keepalive_timeout:.0f}s: stream cancelled")
         if code == grpc.StatusCode.UNAUTHENTICATED:
             if auth_failures >= MAX_AUTH_RETRIES:
-                raise PermanentError(f"the org rejects every session ({details}): check the SF_* credentials; a "
-                                     "fixed SF_ACCESS_TOKEN cannot be renewed") from exc
+                raise PermanentError(
+                    f"the org rejects every session ({details}): check the SF_* credentials; a "
+                    "fixed SF_ACCESS_TOKEN cannot be renewed"
+                ) from exc
             log.warning("Pub/Sub API rejected the session (%s): logging in again", details)
             self.reporter.set_state("STARTING", f"session rejected: {details}; logged in again")
             self.salesforce.relogin()
@@ -284,12 +292,16 @@ class Subscriber:
         token, instance_url = self.salesforce.session()
         self._metadata = (("accesstoken", token), ("instanceurl", instance_url), ("tenantid", self._tenant_id()))
         root = Path(self.config.ca_file).read_bytes() if self.config.ca_file else None
-        options = [("grpc.keepalive_time_ms", 60_000), ("grpc.keepalive_timeout_ms", 20_000),
-                   ("grpc.max_receive_message_length", 64 << 20)]
+        options = [
+            ("grpc.keepalive_time_ms", 60_000),
+            ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.max_receive_message_length", 64 << 20),
+        ]
         with grpc.secure_channel(self.config.endpoint, grpc.ssl_channel_credentials(root), options) as channel:
             self._stub = services.PubSubStub(channel)
-            topic = self._stub.GetTopic(pb.TopicRequest(topic_name=self.config.topic), metadata=self._metadata,
-                                        timeout=30)
+            topic = self._stub.GetTopic(
+                pb.TopicRequest(topic_name=self.config.topic), metadata=self._metadata, timeout=30
+            )
             if not topic.can_subscribe:
                 raise PermanentError(f"this user may not subscribe to {self.config.topic}")
             pending: queue.Queue[Any] = queue.Queue()
@@ -319,8 +331,9 @@ class Subscriber:
             if not response.events:
                 self._keepalive(response.latest_replay_id)
             if outstanding <= self.config.batch // 2:
-                pending.put(pb.FetchRequest(topic_name=self.config.topic,
-                                            num_requested=self.config.batch - outstanding))
+                pending.put(
+                    pb.FetchRequest(topic_name=self.config.topic, num_requested=self.config.batch - outstanding)
+                )
                 outstanding = self.config.batch
 
     def _land(self, event: Any) -> None:
@@ -332,8 +345,9 @@ class Subscriber:
         except grpc.RpcError as exc:
             if not dead_letters.schema_unavailable(exc):
                 raise  # the org could not answer now (network, session): the stream retries this event
-            self._dead_letter(event, f"schema {event.event.schema_id} cannot be fetched: {exc.code().name}: "
-                                     f"{exc.details()}")
+            self._dead_letter(
+                event, f"schema {event.event.schema_id} cannot be fetched: {exc.code().name}: {exc.details()}"
+            )
             return
         except SalesforceApiError as exc:
             if exc.status not in NO_SUCH_OBJECT:
@@ -345,7 +359,7 @@ class Subscriber:
         except InvalidHeader as exc:
             self._dead_letter(event, f"its header cannot be landed: {exc}")
             return
-        except Exception as exc:  # anything else the event makes decode raise becomes its dead letter, with the reason
+        except Exception as exc:  # noqa: BLE001 anything else the event makes decode raise becomes its dead letter, with the reason
             self._dead_letter(event, f"{type(exc).__name__}: {exc}")
             return
         self.reporter.received(commit_ts)
@@ -364,16 +378,28 @@ class Subscriber:
         """Record the event durably as a dead letter, then land what can be salvaged in its place (the position
         passes it only once that file is landed, like any event)."""
         consumer, replay_id = event.event, event.replay_id
-        found: Salvage = dead_letters.salvage(replay_id=replay_id, schema_id=consumer.schema_id,
-                                              payload=consumer.payload,
-                                              schema_text=self._schema_text(consumer.schema_id),
-                                              channel=self.config.topic, entities=self.config.entities)
+        found: Salvage = dead_letters.salvage(
+            replay_id=replay_id,
+            schema_id=consumer.schema_id,
+            payload=consumer.payload,
+            schema_text=self._schema_text(consumer.schema_id),
+            channel=self.config.topic,
+            entities=self.config.entities,
+        )
         letter = DeadLetter.of(self.config.topic, replay_id, consumer.schema_id, consumer.payload, reason, found)
         new = self.dead_letters.record(letter)
-        log.warning("stream %s: event with replay id %s (schema %s, entity %s) cannot be landed: %s; %s; "
-                    "recorded as a dead letter in %s%s", self.config.topic, replay_id.hex(), consumer.schema_id,
-                    found.entity or "unknown", reason, found.action, self.dead_letters.path,
-                    "" if new else " (already recorded: re-delivered after a restart)")
+        log.warning(
+            "stream %s: event with replay id %s (schema %s, entity %s) cannot be landed: %s; %s; "
+            "recorded as a dead letter in %s%s",
+            self.config.topic,
+            replay_id.hex(),
+            consumer.schema_id,
+            found.entity or "unknown",
+            reason,
+            found.action,
+            self.dead_letters.path,
+            "" if new else " (already recorded: re-delivered after a restart)",
+        )
         for line in found.lines:
             self.writer.write(dumps(line), found.commit_ts, found.transaction_key, replay_id)
         self.reporter.dead_lettered(f"replay id {replay_id.hex()}: {reason}", new)
@@ -389,25 +415,35 @@ class Subscriber:
     def _resync(self, exc: Any) -> None:
         """The saved replay id is gone: land a GAP_OVERFLOW per replicated object, then continue from the tip."""
         if not self.config.entities:
-            raise PermanentError("the saved replay id is no longer retained and no replicated objects are "
-                                 "configured to resync: pass --config replication.yaml")
+            raise PermanentError(
+                "the saved replay id is no longer retained and no replicated objects are "
+                "configured to resync: pass --config replication.yaml"
+            )
         now = int(time.time() * 1000)
         key = f"subscriber-resync-{uuid.uuid4()}"
         for sequence, entity in enumerate(self.config.entities, start=1):
-            self.writer.write(dumps(resync_marker(entity, key, sequence, now, self.config.topic,
-                                                  replay_as_long(self._saved))), now, key, None)
+            self.writer.write(
+                dumps(resync_marker(entity, key, sequence, now, self.config.topic, replay_as_long(self._saved))),
+                now,
+                key,
+                None,
+            )
         self.writer.roll()
         self.reporter.resynced()
         saved = self._saved.hex() if self._saved is not None else None
-        message = (f"replay id {saved} is no longer retained ({exc.details()}): landed a resync of "
-                   f"{len(self.config.entities)} objects; continuing from the tip")
+        message = (
+            f"replay id {saved} is no longer retained ({exc.details()}): landed a resync of "
+            f"{len(self.config.entities)} objects; continuing from the tip"
+        )
         log.warning(message)
         self.reporter.set_state("STARTING", message)
         self._from_tip = True
 
 
-def resync_marker(entity: str, transaction_key: str, sequence: int, commit_ts: int, channel: str,
-                  replay_long: int | None) -> dict[str, Any]:
+def resync_marker(
+    entity: str, transaction_key: str, sequence: int, commit_ts: int, channel: str, replay_long: int | None
+) -> dict[str, Any]:
     """A GAP_OVERFLOW event for ``entity`` after an expired replay id: the replica is resynced from the org."""
-    return overflow_marker(entity, transaction_key, sequence, commit_ts, channel, replay_long,
-                           "cdc_subscriber/replay-id-expired")
+    return overflow_marker(
+        entity, transaction_key, sequence, commit_ts, channel, replay_long, "cdc_subscriber/replay-id-expired"
+    )

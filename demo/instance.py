@@ -21,8 +21,12 @@ import yaml
 
 from sensors.run_liveness import end_run
 
-IN_FLIGHT = [dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED,
-             dg.DagsterRunStatus.CANCELING]
+IN_FLIGHT = [
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 
 
 INSTANCE_YAML = Path(__file__).resolve().parent.parent / "dagster.yaml"
@@ -45,8 +49,10 @@ def write_dagster_home(home: Path, **options) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
     if options:
-        target.write_text("# Written by demo/instance.py from the repository's dagster.yaml, with overrides.\n"
-                          + yaml.safe_dump(instance_config(**options), sort_keys=False))
+        target.write_text(
+            "# Written by demo/instance.py from the repository's dagster.yaml, with overrides.\n"
+            + yaml.safe_dump(instance_config(**options), sort_keys=False)
+        )
     else:
         target.write_text(INSTANCE_YAML.read_text())
     return home
@@ -67,5 +73,12 @@ def fail_orphaned_runs(home: Path) -> int:
         return 0
     with open_instance(home) as instance:
         orphans = in_flight_runs(instance, queued=False)
-        return sum(end_run(instance, run, "the demo stopped while this run was in flight: marked failed, its pool "
-                                          "slots freed; the sensors request its work again") for run in orphans)
+        return sum(
+            end_run(
+                instance,
+                run,
+                "the demo stopped while this run was in flight: marked failed, its pool "
+                "slots freed; the sensors request its work again",
+            )
+            for run in orphans
+        )

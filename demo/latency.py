@@ -31,7 +31,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
-
 from simple_salesforce import Salesforce
 
 from resources.delta import read_table
@@ -65,8 +64,11 @@ class Probe:
 
 
 def _visible_files(landing: Path) -> set[Path]:
-    return {p for p in landing.rglob("*.jsonl") if not any(part.startswith(("_", ".")) for part in
-                                                            p.relative_to(landing).parts)}
+    return {
+        p
+        for p in landing.rglob("*.jsonl")
+        if not any(part.startswith(("_", ".")) for part in p.relative_to(landing).parts)
+    }
 
 
 def _seen_in(warehouse: Path, record_id: str, name: str) -> int | None:
@@ -76,13 +78,13 @@ def _seen_in(warehouse: Path, record_id: str, name: str) -> int | None:
     except TableNotFoundError:
         return None
     # The cast: delta-rs writes some files' strings as string_view, and `equal` has no (string, string_view) kernel.
-    rows = read_table(table, columns=["Name"],
-                      filter=pc.field("Id").cast(pa.string()) == record_id)
+    rows = read_table(table, columns=["Name"], filter=pc.field("Id").cast(pa.string()) == record_id)
     return table.version() if rows.num_rows > 0 and rows["Name"][0].as_py() == name else None
 
 
-def probe(sf: Salesforce, landing: Path, warehouse: Path, *, timeout_seconds: float = 300.0,
-          poll_seconds: float = 0.25) -> Probe:
+def probe(
+    sf: Salesforce, landing: Path, warehouse: Path, *, timeout_seconds: float = 300.0, poll_seconds: float = 0.25
+) -> Probe:
     """One probe; raises TimeoutError if the change is not visible in time."""
     seen = _visible_files(landing)
     marker = f"latency-probe-{uuid.uuid4().hex[:12]}"
@@ -99,8 +101,10 @@ def probe(sf: Salesforce, landing: Path, warehouse: Path, *, timeout_seconds: fl
         if landed_at is not None and (version := _seen_in(warehouse, record_id, marker)) is not None:
             return Probe(record_id, created_at, landed_at, time.time(), version)
         time.sleep(poll_seconds)
-    raise TimeoutError(f"probe {record_id} ({marker}) not visible in {warehouse / REPLICA} after "
-                       f"{timeout_seconds:.0f} s (landed: {landed_at is not None})")
+    raise TimeoutError(
+        f"probe {record_id} ({marker}) not visible in {warehouse / REPLICA} after "
+        f"{timeout_seconds:.0f} s (landed: {landed_at is not None})"
+    )
 
 
 def replica_commit(warehouse: Path, version: int) -> tuple[float, str | None]:
@@ -113,8 +117,18 @@ def replica_commit(warehouse: Path, version: int) -> tuple[float, str | None]:
     raise LookupError(f"{REPLICA} version {version} is not in its history")
 
 
-PHASES = ["org -> landed", "landed -> tick", "tick -> requested", "requested -> launched", "launched -> process",
-          "process -> run start", "run start -> first step", "ingest", "Account step", "seen"]
+PHASES = [
+    "org -> landed",
+    "landed -> tick",
+    "tick -> requested",
+    "requested -> launched",
+    "launched -> process",
+    "process -> run start",
+    "run start -> first step",
+    "ingest",
+    "Account step",
+    "seen",
+]
 
 
 def breakdown(p: Probe, timeline, commit_at: float) -> dict[str, float | None]:  # type: ignore[no-untyped-def]
@@ -122,9 +136,19 @@ def breakdown(p: Probe, timeline, commit_at: float) -> dict[str, float | None]: 
     RunTimeline of the run that committed it at `commit_at`."""
     t = timeline
     account = t.step_start(REPLICA) if t else None
-    marks = [p.created_at, p.landed_at, t.tick if t else None, t.created if t else None, t.launched if t else None,
-             t.process if t else None, t.run_start if t else None, t.first_step if t else None, account, commit_at,
-             p.visible_at]
+    marks = [
+        p.created_at,
+        p.landed_at,
+        t.tick if t else None,
+        t.created if t else None,
+        t.launched if t else None,
+        t.process if t else None,
+        t.run_start if t else None,
+        t.first_step if t else None,
+        account,
+        commit_at,
+        p.visible_at,
+    ]
     out, last = {}, marks[0]
     for name, mark in zip(PHASES, marks[1:], strict=True):  # a phase not gone through adds to the next one
         if mark is not None and name != PHASES[0]:
@@ -146,19 +170,25 @@ def table(rows: list[dict[str, float | None]], totals: list[float]) -> str:
     for name in PHASES:
         values = [r[name] for r in rows if r.get(name) is not None]
         if values:
-            lines.append(f"| {name} | {statistics.median(values):.1f} | {p95(values):.1f} | {min(values):.1f} | "
-                         f"{max(values):.1f} |")
-    lines.append(f"| **org commit -> row in Delta** | **{statistics.median(totals):.1f}** | **{p95(totals):.1f}** | "
-                 f"{min(totals):.1f} | {max(totals):.1f} |")
+            lines.append(
+                f"| {name} | {statistics.median(values):.1f} | {p95(values):.1f} | {min(values):.1f} | "
+                f"{max(values):.1f} |"
+            )
+    lines.append(
+        f"| **org commit -> row in Delta** | **{statistics.median(totals):.1f}** | **{p95(totals):.1f}** | "
+        f"{min(totals):.1f} | {max(totals):.1f} |"
+    )
     return "\n".join(lines)
 
 
 def summary(probes: list[Probe]) -> str:
     lat = [p.landing_to_delta for p in probes]
-    return (f"landing -> Delta: median {statistics.median(lat):.1f} s, min {min(lat):.1f} s, max {max(lat):.1f} s "
-            f"over {len(lat)} probes (change -> Delta median "
-            f"{statistics.median(p.change_to_delta for p in probes):.1f} s; change -> landed median "
-            f"{statistics.median(p.change_to_landing for p in probes):.2f} s)")
+    return (
+        f"landing -> Delta: median {statistics.median(lat):.1f} s, min {min(lat):.1f} s, max {max(lat):.1f} s "
+        f"over {len(lat)} probes (change -> Delta median "
+        f"{statistics.median(p.change_to_delta for p in probes):.1f} s; change -> landed median "
+        f"{statistics.median(p.change_to_landing for p in probes):.2f} s)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="also write each probe's times (JSON lines) here")
     args = parser.parse_args(argv)
     info = json.loads(args.info.read_text())
-    sf = Salesforce(instance_url=info["instance_url"], session_id=info["token"],
-                    session=CaPinnedSession(info["ca_file"]), version="59.0")
+    sf = Salesforce(
+        instance_url=info["instance_url"],
+        session_id=info["token"],
+        session=CaPinnedSession(info["ca_file"]),
+        version="59.0",
+    )
     warehouse = Path(info["warehouse"])
     home = Path(info.get("dagster_home") or Path(info["landing_dir"]).parent / "dagster_home")
     import dagster as dg  # only here: the probes themselves need no Dagster
@@ -189,11 +223,21 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(breakdown(p, timeline, commit_at))
             if args.out:
                 with args.out.open("a") as out:
-                    out.write(json.dumps({"probe": dataclasses.asdict(p), "commit_at": commit_at,
-                                          "run": dataclasses.asdict(timeline) if timeline else None}) + "\n")
+                    out.write(
+                        json.dumps(
+                            {
+                                "probe": dataclasses.asdict(p),
+                                "commit_at": commit_at,
+                                "run": dataclasses.asdict(timeline) if timeline else None,
+                            }
+                        )
+                        + "\n"
+                    )
             phases = ", ".join(f"{k} {v:.1f}" for k, v in rows[-1].items() if v is not None)
-            print(f"probe {number + 1}: change -> Delta {p.change_to_delta:.1f} s (run {(run_id or '?')[:8]}): "
-                  f"{phases}", flush=True)
+            print(
+                f"probe {number + 1}: change -> Delta {p.change_to_delta:.1f} s (run {(run_id or '?')[:8]}): {phases}",
+                flush=True,
+            )
     print(summary(probes))
     print(table(rows, [p.change_to_delta for p in probes]))
     return 0

@@ -28,24 +28,40 @@ from salesforce_emulator.workload import Workload
 log = logging.getLogger(__name__)
 
 DEMO_FAULTS = FaultConfig(
-    gap_fraction=0.003,           # ~1 event in 330 arrives as a GAP_* event
-    overflow_threshold=350,       # large workload transactions touch 100-400 records
+    gap_fraction=0.003,  # ~1 event in 330 arrives as a GAP_* event
+    overflow_threshold=350,  # large workload transactions touch 100-400 records
     duplicate_file_fraction=0.03,
     late_file_fraction=0.03,
     late_after_files=2,
-    diff_over_chars=1000,         # Salesforce's own threshold for sending a long text as a diff
+    diff_over_chars=1000,  # Salesforce's own threshold for sending a long text as a diff
     seed=None,
 )
 
 
-def open_org(data_dir: Path, landing_dir: Path, *, port: int, accounts: int = 500,
-             roll_seconds: float = 5.0, faults: FaultConfig = DEMO_FAULTS, emulator_lands: bool = False,
-             pubsub_port: int = 7443, keepalive_seconds: float = 5.0) -> tuple[Emulator, Workload]:
+def open_org(
+    data_dir: Path,
+    landing_dir: Path,
+    *,
+    port: int,
+    accounts: int = 500,
+    roll_seconds: float = 5.0,
+    faults: FaultConfig = DEMO_FAULTS,
+    emulator_lands: bool = False,
+    pubsub_port: int = 7443,
+    keepalive_seconds: float = 5.0,
+) -> tuple[Emulator, Workload]:
     """The emulator on `port` (Pub/Sub API on `pubsub_port`) with its org (generated if new) and a workload over
     it; the server is started."""
-    emu = Emulator(data_dir, landing_dir=landing_dir if emulator_lands else None, port=port, faults=faults,
-                   roll_seconds=roll_seconds, pubsub=not emulator_lands, pubsub_port=pubsub_port,
-                   keepalive_seconds=keepalive_seconds)
+    emu = Emulator(
+        data_dir,
+        landing_dir=landing_dir if emulator_lands else None,
+        port=port,
+        faults=faults,
+        roll_seconds=roll_seconds,
+        pubsub=not emulator_lands,
+        pubsub_port=pubsub_port,
+        keepalive_seconds=keepalive_seconds,
+    )
     workload = Workload(emu, seed=int(time.time()), long_text=True, person_accounts=True)
     if not workload.live["Account"]:
         log.info("building a new org with %d accounts in %s", accounts, data_dir)
@@ -55,8 +71,9 @@ def open_org(data_dir: Path, landing_dir: Path, *, port: int, accounts: int = 50
         emu.start()
     except OSError as exc:
         emu.stop()
-        raise SystemExit(f"cannot serve the Salesforce emulator on port {port} ({exc}); "
-                         f"set CDC_DEMO_PORT to a free port") from exc
+        raise SystemExit(
+            f"cannot serve the Salesforce emulator on port {port} ({exc}); set CDC_DEMO_PORT to a free port"
+        ) from exc
     return emu, workload
 
 

@@ -13,6 +13,7 @@ files) is its user's alone, as are the logs the children write into.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -43,13 +44,25 @@ NOT_FOR_SUBSCRIBER = ("SPARK_REMOTE", spark_connect.TOKEN_ENV)
 
 def emulator_org_env(emu: Emulator) -> dict[str, str]:
     """The ``SF_*`` variables that point the platform at an emulator, as at any org (a token, its URL, its CA)."""
-    return {"SF_INSTANCE_URL": emu.instance_url, "SF_ACCESS_TOKEN": emu.token,
-            "SF_CA_BUNDLE": str(Path(emu.ca_file).resolve())}
+    return {
+        "SF_INSTANCE_URL": emu.instance_url,
+        "SF_ACCESS_TOKEN": emu.token,
+        "SF_CA_BUNDLE": str(Path(emu.ca_file).resolve()),
+    }
 
 
-def platform_env(*, home: Path, config: Path, landing: Path, warehouse: Path, emu: Emulator | None = None,
-                 org: dict[str, str] | None = None, changefeed: Path | None = None, sensors_running: bool = True,
-                 extra: dict[str, str] | None = None) -> dict[str, str]:
+def platform_env(
+    *,
+    home: Path,
+    config: Path,
+    landing: Path,
+    warehouse: Path,
+    emu: Emulator | None = None,
+    org: dict[str, str] | None = None,
+    changefeed: Path | None = None,
+    sensors_running: bool = True,
+    extra: dict[str, str] | None = None,
+) -> dict[str, str]:
     """The environment of the code location: where config, landing zone, warehouse and org are. The org is `emu`
     (the demo's emulator) or `org`, its ``SF_*`` variables (a real org); the hash salt (``CDC_HASH_SALT``) when this
     process has one; no other SF_/CDC_/DAGSTER_ variable of this process leaks through."""
@@ -113,15 +126,20 @@ def private_log(log_file: Path) -> int:
     return fd
 
 
-def start(command: list[str], env: dict[str, str], log_file: Path | None = None,
-          cwd: Path = REPO) -> subprocess.Popen:
+def start(command: list[str], env: dict[str, str], log_file: Path | None = None, cwd: Path = REPO) -> subprocess.Popen:
     """Start `command` (a Dagster CLI in this virtualenv) in its own session, with `PRIVATE_UMASK`; output to
     `log_file` if given."""
     out = private_log(log_file) if log_file else None
     try:
-        return subprocess.Popen([str(BIN / command[0]), *command[1:]], env=env, cwd=cwd, stdout=out,
-                                stderr=subprocess.STDOUT if out else None, start_new_session=True,
-                                umask=PRIVATE_UMASK)
+        return subprocess.Popen(
+            [str(BIN / command[0]), *command[1:]],
+            env=env,
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT if out else None,
+            start_new_session=True,
+            umask=PRIVATE_UMASK,
+        )
     finally:
         if out:
             os.close(out)
@@ -135,25 +153,39 @@ def stop(process: subprocess.Popen, grace_seconds: float = 30.0) -> int | None:
             process.wait(timeout=grace_seconds)
         except subprocess.TimeoutExpired:
             pass
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)  # run workers and code servers it left behind
-    except ProcessLookupError:
-        pass
     try:
         return process.wait(timeout=10)
     except subprocess.TimeoutExpired:
         return None
 
 
-def start_subscriber(env: dict[str, str], landing: Path, endpoint: str, config: Path,
-                     log_file: Path, initial_replay: str = "EARLIEST") -> subprocess.Popen:
+def start_subscriber(
+    env: dict[str, str], landing: Path, endpoint: str, config: Path, log_file: Path, initial_replay: str = "EARLIEST"
+) -> subprocess.Popen:
     """The CDC subscriber (``python -m cdc_subscriber subscribe``) landing the org's Pub/Sub events into `landing`,
     from `initial_replay` the first time (the demo: EARLIEST, so its generated org lands too; a real org: LATEST,
     the initial load covers what came before), then from its position. `env`: the code location's
     (`platform_env`); the subscriber gets `subscriber_env` of it."""
-    return start(["python", "-m", "cdc_subscriber", "--landing-dir", str(Path(landing).resolve()), "subscribe",
-                  "--endpoint", endpoint, "--config", str(Path(config).resolve()), "--initial-replay", initial_replay],
-                 subscriber_env(env), log_file=log_file)
+    return start(
+        [
+            "python",
+            "-m",
+            "cdc_subscriber",
+            "--landing-dir",
+            str(Path(landing).resolve()),
+            "subscribe",
+            "--endpoint",
+            endpoint,
+            "--config",
+            str(Path(config).resolve()),
+            "--initial-replay",
+            initial_replay,
+        ],
+        subscriber_env(env),
+        log_file=log_file,
+    )
 
 
 def subscriber_env(env: dict[str, str]) -> dict[str, str]:
@@ -176,9 +208,13 @@ def spark_connect_env(token: str) -> dict[str, str]:
     return env | {spark_connect.TOKEN_ENV: token}
 
 
-def start_spark_connect(log_file: Path, port: int = 0, timeout_seconds: float = 180.0,
-                        conf: dict[str, str] | None = None, warm_up_lines: int | None = None
-                        ) -> tuple[subprocess.Popen, str]:
+def start_spark_connect(
+    log_file: Path,
+    port: int = 0,
+    timeout_seconds: float = 180.0,
+    conf: dict[str, str] | None = None,
+    warm_up_lines: int | None = None,
+) -> tuple[subprocess.Popen, str]:
     """A Spark Connect server (`resources.spark_connect`) for the runs to share, once it accepts connections, on
     loopback and requiring a new random token; and the `SPARK_REMOTE` URL of it, token included (give it only to
     Dagster's processes, print it only through `spark_connect.redacted`). Port 0: any free port.
@@ -189,8 +225,11 @@ def start_spark_connect(log_file: Path, port: int = 0, timeout_seconds: float = 
     if warm_up_lines is not None:
         extra += ["--warm-up-lines", str(warm_up_lines)]
     token = secrets.token_urlsafe(32)
-    process = start(["python", "-m", "resources.spark_connect", "--port", str(port), *extra],
-                    spark_connect_env(token), log_file=log_file)
+    process = start(
+        ["python", "-m", "resources.spark_connect", "--port", str(port), *extra],
+        spark_connect_env(token),
+        log_file=log_file,
+    )
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -209,8 +248,11 @@ LOCATIONS_QUERY = """{ workspaceOrError { ... on Workspace { locationEntries { n
 
 
 def graphql(ui_url: str, query: str, variables: dict | None = None) -> dict:
-    request = urllib.request.Request(f"{ui_url}/graphql", data=json.dumps({"query": query, "variables": variables or {}})
-                                     .encode(), headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{ui_url}/graphql",
+        data=json.dumps({"query": query, "variables": variables or {}}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read())["data"]
 
@@ -225,15 +267,20 @@ def wait_for_code_location(ui_url: str, process: subprocess.Popen, timeout_secon
         if loaded and all(e["locationOrLoadError"] for e in loaded):
             errors = [e for e in loaded if e["locationOrLoadError"]["__typename"] == "PythonError"]
             if errors:
-                raise RuntimeError(f"code location {errors[0]['name']} failed to load: "
-                                   f"{errors[0]['locationOrLoadError']['message']}")
+                raise RuntimeError(
+                    f"code location {errors[0]['name']} failed to load: {errors[0]['locationOrLoadError']['message']}"
+                )
             return loaded[0]["name"]
         time.sleep(1)
     raise TimeoutError(f"no code location loaded at {ui_url} within {timeout_seconds:.0f} s")
 
 
-def wait_for_http(url: str, process: subprocess.Popen, timeout_seconds: float = 180.0,
-                  stop: StopOnSignal | threading.Event | None = None) -> None:
+def wait_for_http(
+    url: str,
+    process: subprocess.Popen,
+    timeout_seconds: float = 180.0,
+    stop: StopOnSignal | threading.Event | None = None,
+) -> None:
     """Wait until `url` answers 200, failing early if `process` exits (and giving up quietly on `stop`)."""
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline and not (stop and stop.is_set()):

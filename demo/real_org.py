@@ -55,11 +55,15 @@ def org_variables(environ: dict[str, str]) -> dict[str, str]:
         raise SystemExit(f"python -m demo --org: {exc}") from None
     flow = login_flow(values)
     if flow is None:
-        raise SystemExit(f"python -m demo --org needs the org's variables: {MISSING_CREDENTIALS}. Set: "
-                         f"{', '.join(sorted(org)) or 'none'}. See README, Operating it: a real org.")
+        raise SystemExit(
+            f"python -m demo --org needs the org's variables: {MISSING_CREDENTIALS}. Set: "
+            f"{', '.join(sorted(org)) or 'none'}. See README, Operating it: a real org."
+        )
     if flow == "token":
-        log.warning("SF_ACCESS_TOKEN: a fixed session cannot be renewed; use the JWT bearer or client credentials "
-                    "flow for anything that runs longer than the session timeout")
+        log.warning(
+            "SF_ACCESS_TOKEN: a fixed session cannot be renewed; use the JWT bearer or client credentials "
+            "flow for anything that runs longer than the session timeout"
+        )
     log.info("org %s, login flow %s", org.get("SF_INSTANCE_URL", "(from the token response)"), flow)
     return org
 
@@ -68,21 +72,29 @@ def _path(environ: dict[str, str], variable: str, default: Path) -> Path:
     return Path(environ.get(variable) or default).resolve()
 
 
-def wait_until_subscribed(subscriber: subprocess.Popen, state_dir: Path, log_file: Path, stop: processes.StopOnSignal,
-                          timeout_seconds: float = SUBSCRIBED_TIMEOUT_SECONDS) -> None:
+def wait_until_subscribed(
+    subscriber: subprocess.Popen,
+    state_dir: Path,
+    log_file: Path,
+    stop: processes.StopOnSignal,
+    timeout_seconds: float = SUBSCRIBED_TIMEOUT_SECONDS,
+) -> None:
     """Until the subscriber reports a RUNNING stream; SystemExit when it exits or does not subscribe in time."""
     deadline = time.monotonic() + timeout_seconds
     while not stop.wait(0.5):
         if subscriber.poll() is not None:
-            raise SystemExit(f"the CDC subscriber exited with code {subscriber.returncode} before subscribing; see "
-                             f"{log_file} (wrong credentials, or a user without the permissions of README's checklist)")
+            raise SystemExit(
+                f"the CDC subscriber exited with code {subscriber.returncode} before subscribing; see "
+                f"{log_file} (wrong credentials, or a user without the permissions of README's checklist)"
+            )
         statuses = read_statuses(state_dir)
         if statuses and all(s.state == "RUNNING" for s in statuses):
             return
         if time.monotonic() > deadline:
             errors = "; ".join(s.last_error for s in statuses if s.last_error) or "no status yet"
-            raise SystemExit(f"the CDC subscriber did not subscribe within {timeout_seconds:.0f} s ({errors}); see "
-                             f"{log_file}")
+            raise SystemExit(
+                f"the CDC subscriber did not subscribe within {timeout_seconds:.0f} s ({errors}); see {log_file}"
+            )
 
 
 def run_against_org(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
@@ -108,39 +120,56 @@ def run_against_org(args: argparse.Namespace, environ: dict[str, str] | None = N
         if not args.no_spark_connect:
             log.info("starting the Spark Connect server the runs share (log: %s)", logs["spark_connect"])
             spark_server, extra["SPARK_REMOTE"] = processes.start_spark_connect(logs["spark_connect"], args.spark_port)
-        env = processes.platform_env(home=home, config=config, landing=landing, warehouse=warehouse, org=org,
-                                     changefeed=changefeed, extra=extra)
+        env = processes.platform_env(
+            home=home, config=config, landing=landing, warehouse=warehouse, org=org, changefeed=changefeed, extra=extra
+        )
         endpoint = org.get("SF_PUBSUB_ENDPOINT", DEFAULT_ENDPOINT)
         log.info("starting the CDC subscriber on %s (log: %s)", endpoint, logs["subscriber"])
-        subscriber = processes.start_subscriber(env, landing, endpoint, config, logs["subscriber"],
-                                                initial_replay="LATEST")
+        subscriber = processes.start_subscriber(
+            env, landing, endpoint, config, logs["subscriber"], initial_replay="LATEST"
+        )
         wait_until_subscribed(subscriber, state_dir_for(landing), logs["subscriber"], stop)
         if stop.is_set():
             return 0
         log.info("subscribed; starting dagster dev with the sensors running (log: %s)", logs["dagster"])
-        dagster = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p",
-                                   str(args.ui_port)], env, log_file=logs["dagster"])
+        dagster = processes.start(
+            ["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(args.ui_port)],
+            env,
+            log_file=logs["dagster"],
+        )
         ui_url = f"http://127.0.0.1:{args.ui_port}"
         processes.wait_for_http(f"{ui_url}/server_info", dagster, stop=stop)
         if not stop.is_set():
             processes.wait_for_code_location(ui_url, dagster)
-            print(f"\n  Dagster UI         {ui_url}   (sensors running)\n  Salesforce org     "
-                  f"{org.get('SF_INSTANCE_URL', '(from the login)')}, Pub/Sub API {endpoint}\n  landing zone       "
-                  f"{landing}\n  Delta warehouse    {warehouse}\n  logs               {root}/*.log\n  Ctrl-C stops "
-                  f"everything.\n", flush=True)
+            print(
+                f"\n  Dagster UI         {ui_url}   (sensors running)\n  Salesforce org     "
+                f"{org.get('SF_INSTANCE_URL', '(from the login)')}, Pub/Sub API {endpoint}\n  landing zone       "
+                f"{landing}\n  Delta warehouse    {warehouse}\n  logs               {root}/*.log\n  Ctrl-C stops "
+                f"everything.\n",
+                flush=True,
+            )
         last_status = time.monotonic()
         while not stop.wait(1):
-            exited = processes.first_exited({"dagster dev": (dagster, logs["dagster"]),
-                                             "the CDC subscriber": (subscriber, logs["subscriber"]),
-                                             "the Spark Connect server": (spark_server, logs["spark_connect"])})
+            exited = processes.first_exited(
+                {
+                    "dagster dev": (dagster, logs["dagster"]),
+                    "the CDC subscriber": (subscriber, logs["subscriber"]),
+                    "the Spark Connect server": (spark_server, logs["spark_connect"]),
+                }
+            )
             if exited:
                 log.error(exited)
                 return 1
             if time.monotonic() - last_status >= STATUS_EVERY_SECONDS:
                 last_status = time.monotonic()
                 for s in read_statuses(state_dir_for(landing)):
-                    log.info("subscriber %s: %s, %d events landed, lag %.1fs", s.topic, s.effective_state(),
-                             s.events_landed, s.lag_seconds or 0)
+                    log.info(
+                        "subscriber %s: %s, %d events landed, lag %.1fs",
+                        s.topic,
+                        s.effective_state(),
+                        s.events_landed,
+                        s.lag_seconds or 0,
+                    )
         return 0
     finally:
         log.info("stopping: subscriber, Dagster, Spark")

@@ -67,13 +67,22 @@ def run_timeline(instance: dg.DagsterInstance, run_id: str) -> RunTimeline:
             marks.setdefault("run_start", entry.timestamp)
         elif kind == dg.DagsterEventType.STEP_START and event.step_key:
             steps.setdefault(event.step_key, (entry.timestamp, None))
-        elif kind in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE) and event.step_key \
-                and event.step_key in steps:
+        elif (
+            kind in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE)
+            and event.step_key
+            and event.step_key in steps
+        ):
             steps[event.step_key] = (steps[event.step_key][0], entry.timestamp)
     run = record.dagster_run
     sensor = run.tags.get("dagster/sensor_name")
-    return RunTimeline(run_id=run_id, created=record.create_timestamp.timestamp(),
-                       tick=_tick_start(instance, run, sensor), steps=steps, sensor=sensor, **marks)
+    return RunTimeline(
+        run_id=run_id,
+        created=record.create_timestamp.timestamp(),
+        tick=_tick_start(instance, run, sensor),
+        steps=steps,
+        sensor=sensor,
+        **marks,
+    )
 
 
 def _tick_start(instance: dg.DagsterInstance, run: dg.DagsterRun, sensor: str | None) -> float | None:

@@ -43,8 +43,13 @@ class SparkCluster:
 
     def client_conf(self) -> dict[str, str]:
         """What a driver (a run's session, or a Spark Connect server) needs to use this cluster from loopback."""
-        return {"spark.master": self.master_url, "spark.driver.host": HOST, "spark.driver.bindAddress": HOST,
-                "spark.executor.memory": EXECUTOR_MEMORY, "spark.executor.cores": "1"}
+        return {
+            "spark.master": self.master_url,
+            "spark.driver.host": HOST,
+            "spark.driver.bindAddress": HOST,
+            "spark.executor.memory": EXECUTOR_MEMORY,
+            "spark.executor.cores": "1",
+        }
 
     def state(self) -> dict:
         return _json(f"{self.web_url}/json/")
@@ -66,8 +71,9 @@ def can_unshare() -> bool:
     return subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode == 0
 
 
-def start_spark_cluster(root: Path, workers: int = 2, private: Path | None = None,
-                        timeout_seconds: float = 600.0) -> SparkCluster:
+def start_spark_cluster(
+    root: Path, workers: int = 2, private: Path | None = None, timeout_seconds: float = 600.0
+) -> SparkCluster:
     """A master and `workers` workers, once every worker has registered; with `private`, each worker sees its own
     empty directory at that path (see the module docstring)."""
     root.mkdir(parents=True, exist_ok=True)
@@ -76,18 +82,44 @@ def start_spark_cluster(root: Path, workers: int = 2, private: Path | None = Non
     port, web_port = processes.free_port(), processes.free_port()
     cluster = SparkCluster(f"spark://{HOST}:{port}", f"http://{HOST}:{web_port}", [], root)
     try:
-        cluster.children.append(_start([str(SPARK_CLASS), MASTER_CLASS, "--host", HOST, "--port", str(port),
-                                        "--webui-port", str(web_port)], env, root / "master.log"))
+        cluster.children.append(
+            _start(
+                [str(SPARK_CLASS), MASTER_CLASS, "--host", HOST, "--port", str(port), "--webui-port", str(web_port)],
+                env,
+                root / "master.log",
+            )
+        )
         _wait(cluster, lambda state: state["status"] == "ALIVE", "the master", timeout_seconds)
         for i in range(workers):
             worker_web_port = processes.free_port()
-            command = [str(SPARK_CLASS), WORKER_CLASS, "--host", HOST, "--cores", "1", "--memory", WORKER_MEMORY,
-                       "--work-dir", str(root / f"worker-{i}"), "--webui-port", str(worker_web_port),
-                       cluster.master_url]
+            command = [
+                str(SPARK_CLASS),
+                WORKER_CLASS,
+                "--host",
+                HOST,
+                "--cores",
+                "1",
+                "--memory",
+                WORKER_MEMORY,
+                "--work-dir",
+                str(root / f"worker-{i}"),
+                "--webui-port",
+                str(worker_web_port),
+                cluster.master_url,
+            ]
             if private is not None:
                 private.mkdir(parents=True, exist_ok=True)
-                command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                           'mount -t tmpfs not-shared "$0" && exec "$@"', str(private), *command]
+                command = [
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "sh",
+                    "-c",
+                    'mount -t tmpfs not-shared "$0" && exec "$@"',
+                    str(private),
+                    *command,
+                ]
             cluster.children.append(_start(command, env, root / f"worker-{i}.log"))
             cluster.worker_web_urls.append(f"http://{HOST}:{worker_web_port}")
         _wait(cluster, lambda state: state["aliveworkers"] == workers, f"{workers} workers", timeout_seconds)
@@ -102,8 +134,14 @@ def _start(command: list[str], env: dict[str, str], log_file: Path) -> subproces
     rows), output to `log_file`."""
     out = processes.private_log(log_file)
     try:
-        return subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                umask=processes.PRIVATE_UMASK)
+        return subprocess.Popen(
+            command,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            umask=processes.PRIVATE_UMASK,
+        )
     finally:
         os.close(out)
 
@@ -112,8 +150,10 @@ def _wait(cluster: SparkCluster, ready, what: str, timeout_seconds: float) -> No
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
         if exited := [c for c in cluster.children if c.poll() is not None]:
-            raise RuntimeError(f"{exited[0].args[:3]} exited with code {exited[0].returncode} while waiting for "
-                               f"{what}; logs in {cluster.logs}")
+            raise RuntimeError(
+                f"{exited[0].args[:3]} exited with code {exited[0].returncode} while waiting for "
+                f"{what}; logs in {cluster.logs}"
+            )
         try:
             if ready(cluster.state()):
                 return

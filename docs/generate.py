@@ -97,12 +97,20 @@ class Definition:
     def made_for(self) -> str:
         capability = sorted({c for c, _ in self.found}, key=list(CAPABILITIES).index)[0]
         modes = {m for c, m in self.found if c == capability}
-        who = ("once" if modes == {""} else "every object" if modes == set(OBJECTS.values())
-               else " / ".join(f"`mode: {m}` objects" for m in sorted(modes)))
+        who = (
+            "once"
+            if modes == {""}
+            else "every object"
+            if modes == set(OBJECTS.values())
+            else " / ".join(f"`mode: {m}` objects" for m in sorted(modes))
+        )
         if not capability:
             return who
-        return f"once, when an object has `{capability}`" if who == "once" else f"objects with `{capability}`" \
-            + ("" if who == "every object" else f" ({who})")
+        return (
+            f"once, when an object has `{capability}`"
+            if who == "once"
+            else f"objects with `{capability}`" + ("" if who == "every object" else f" ({who})")
+        )
 
 
 def dagster_definitions() -> str:
@@ -110,15 +118,26 @@ def dagster_definitions() -> str:
     with tempfile.TemporaryDirectory() as tmp:
         for capability, settings in CAPABILITIES.items():
             config = Path(tmp) / f"replication{capability}.yaml"
-            config.write_text(yaml.safe_dump({"options": {"initial_load": True}, "objects": [
-                {"name": name, "mode": mode, **settings} for name, mode in OBJECTS.items()]}))
+            config.write_text(
+                yaml.safe_dump(
+                    {
+                        "options": {"initial_load": True},
+                        "objects": [{"name": name, "mode": mode, **settings} for name, mode in OBJECTS.items()],
+                    }
+                )
+            )
             for definition, mode in _definitions(config, tmp):
                 known = found.setdefault((definition.kind, definition.name), definition)
                 known.columns = {k: _common(v, definition.columns[k]) for k, v in known.columns.items()}
                 known.found.add((capability, mode))
     out = []
-    for kind, title in (("asset", "Assets"), ("check", "Asset checks"), ("sensor", "Sensors"), ("job", "Jobs"),
-                        ("schedule", "Schedules")):
+    for kind, title in (
+        ("asset", "Assets"),
+        ("check", "Asset checks"),
+        ("sensor", "Sensors"),
+        ("job", "Jobs"),
+        ("schedule", "Schedules"),
+    ):
         rows = [d for d in found.values() if d.kind == kind]
         if kind in ("asset", "check"):
             rows.sort(key=lambda d: (ASSET_ORDER.index(d.name.split("/")[0].split(":")[0]), d.name))
@@ -142,17 +161,29 @@ def _definitions(config: Path, tmp: str) -> list[tuple[Definition, str]]:
         made.append((Definition(kind, _generic(name, tmp), {k: _cell(v, tmp) for k, v in columns.items()}), mode))
 
     for spec in defs.resolve_all_asset_specs():
-        add("asset", spec.key.to_user_string(), {
-            "Kinds": ", ".join(sorted(spec.kinds)), "Group": spec.group_name or "",
-            "Depends on": ", ".join(f"`{d.asset_key.to_user_string()}`" for d in spec.deps),
-            "Description": spec.description or ""})
+        add(
+            "asset",
+            spec.key.to_user_string(),
+            {
+                "Kinds": ", ".join(sorted(spec.kinds)),
+                "Group": spec.group_name or "",
+                "Depends on": ", ".join(f"`{d.asset_key.to_user_string()}`" for d in spec.deps),
+                "Description": spec.description or "",
+            },
+        )
     for key in graph.asset_check_keys:
         spec = graph.get_check_spec(key)
-        add("check", f"{key.asset_key.to_user_string()}: {key.name}", {
-            "Blocking": "yes" if spec.blocking else "no", "Description": spec.description or ""})
+        add(
+            "check",
+            f"{key.asset_key.to_user_string()}: {key.name}",
+            {"Blocking": "yes" if spec.blocking else "no", "Description": spec.description or ""},
+        )
     for sensor in defs.sensors or []:
-        add("sensor", sensor.name, {"Every": f"{sensor.minimum_interval_seconds} s",
-                                    "Description": sensor.description or ""})
+        add(
+            "sensor",
+            sensor.name,
+            {"Every": f"{sensor.minimum_interval_seconds} s", "Description": sensor.description or ""},
+        )
     for job in defs.jobs or []:
         add("job", job.name, {"Description": job.description or ""})
     for schedule in defs.schedules or []:

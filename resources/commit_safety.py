@@ -47,24 +47,32 @@ S3_SCHEMES = ("s3://", "s3a://")
 DOCS = "docs/scaling.md, 'Object storage'"
 # (names of the setting: environment variable, then storage-option spellings), is it unsafe for this value, why
 UNSAFE_SETTINGS = (
-    (("AWS_S3_ALLOW_UNSAFE_RENAME", "aws_s3_allow_unsafe_rename", "allow_unsafe_rename"),
-     lambda v: v.strip().lower() in ("1", "true", "yes", "on"),
-     "it asks delta-rs to commit to S3 without put-if-absent, so two writers of a table could both commit a "
-     "version and one would silently overwrite the other"),
-    (("AWS_S3_LOCKING_PROVIDER", "aws_s3_locking_provider", "locking_provider"),
-     lambda v: bool(v.strip()),
-     "the installed delta-rs has no locking provider (its DynamoDB lock was removed): commits are coordinated by "
-     "S3 conditional writes, and a setting that promises a lock would be silently ignored"),
-    (("AWS_CONDITIONAL_PUT", "aws_conditional_put", "conditional_put"),
-     lambda v: v.strip().lower() == "disabled",
-     "without conditional put delta-rs cannot create a commit file only if it is absent, so every commit would "
-     "fail, after the run did its work"),
+    (
+        ("AWS_S3_ALLOW_UNSAFE_RENAME", "aws_s3_allow_unsafe_rename", "allow_unsafe_rename"),
+        lambda v: v.strip().lower() in ("1", "true", "yes", "on"),
+        "it asks delta-rs to commit to S3 without put-if-absent, so two writers of a table could both commit a "
+        "version and one would silently overwrite the other",
+    ),
+    (
+        ("AWS_S3_LOCKING_PROVIDER", "aws_s3_locking_provider", "locking_provider"),
+        lambda v: bool(v.strip()),
+        "the installed delta-rs has no locking provider (its DynamoDB lock was removed): commits are coordinated by "
+        "S3 conditional writes, and a setting that promises a lock would be silently ignored",
+    ),
+    (
+        ("AWS_CONDITIONAL_PUT", "aws_conditional_put", "conditional_put"),
+        lambda v: v.strip().lower() == "disabled",
+        "without conditional put delta-rs cannot create a commit file only if it is absent, so every commit would "
+        "fail, after the run did its work",
+    ),
 )
 
 # Settings object_store (obstore) does not know, left out of the probe's configuration: delta-rs's own, and the
 # `provider` tag of dagster-deltalake's storage config classes.
-DELTA_RS_ONLY = {n.lower() for names, _, _ in UNSAFE_SETTINGS for n in names} | {"aws_force_credential_load",
-                                                                                  "provider"}
+DELTA_RS_ONLY = {n.lower() for names, _, _ in UNSAFE_SETTINGS for n in names} | {
+    "aws_force_credential_load",
+    "provider",
+}
 _probed: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
 
 
@@ -80,8 +88,9 @@ def unsafe_settings(root: str, options: Mapping[str, str], environ: Mapping[str,
     problems = []
     for names, unsafe, why in UNSAFE_SETTINGS:
         for name in names:
-            value, where = (environ.get(name), "environment variable") if name.isupper() else (
-                lowered.get(name), "storage option")
+            value, where = (
+                (environ.get(name), "environment variable") if name.isupper() else (lowered.get(name), "storage option")
+            )
             if value is not None and unsafe(str(value)):
                 problems.append(f"{where} {name}={value}: {why}")
     return problems
@@ -91,9 +100,11 @@ def refuse_unsafe_settings(root: str, options: Mapping[str, str]) -> None:
     """Raise UnsafeCommitsError naming every setting that would allow unsafe commits to the warehouse at `root`."""
     if problems := unsafe_settings(root, options):
         raise UnsafeCommitsError(
-            f"Refusing to write the Delta warehouse {root}: " + "; ".join(problems)
+            f"Refusing to write the Delta warehouse {root}: "
+            + "; ".join(problems)
             + f". Unset it: delta-rs coordinates writers with S3 conditional writes (If-None-Match), which AWS S3 "
-              f"and most S3-compatible stores support (see {DOCS}).")
+            f"and most S3-compatible stores support (see {DOCS})."
+        )
 
 
 def probe_conditional_put(root: str, options: Mapping[str, str]) -> None:
@@ -109,7 +120,8 @@ def probe_conditional_put(root: str, options: Mapping[str, str]) -> None:
         raise UnsafeCommitsError(
             f"Refusing to write the Delta warehouse {root}: could not verify that its store refuses a second commit "
             f"of the same version (a conditional put of {join(root, name)} failed: {type(exc).__name__}: {exc}). "
-            f"Check the credentials and the store's support for conditional writes (see {DOCS}).") from exc
+            f"Check the credentials and the store's support for conditional writes (see {DOCS})."
+        ) from exc
     try:
         obstore.put(store, name, b"second writer", mode="create")
     except obstore.exceptions.AlreadyExistsError:
@@ -121,7 +133,8 @@ def probe_conditional_put(root: str, options: Mapping[str, str]) -> None:
         f"(If-None-Match: *) of {join(root, name)}, which already existed. It ignores conditional writes, so two "
         f"runs committing the same version of a table would both succeed, one overwriting the other's commit, and "
         f"data would be lost without an error. Use a store that honours conditional writes (AWS S3, GCS, Azure, "
-        f"MinIO, Cloudflare R2, ...; see {DOCS}).")
+        f"MinIO, Cloudflare R2, ...; see {DOCS})."
+    )
 
 
 def _remove(store, root: str, name: str) -> None:

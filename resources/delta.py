@@ -79,8 +79,10 @@ def table_files(table: DeltaTable) -> tuple[pafs.FileSystem, str]:
     files (arrow_dataset, resources/delta_changes.py), which apply neither deletion vectors nor column mapping."""
     features = set(table.protocol().reader_features or ())
     if features & {"deletionVectors", "columnMapping"}:
-        raise ValueError(f"Delta table {table.table_uri} uses reader features {sorted(features)} that this reader "
-                         "does not apply; read it with DataFusion (deltalake.QueryBuilder) instead")
+        raise ValueError(
+            f"Delta table {table.table_uri} uses reader features {sorted(features)} that this reader "
+            "does not apply; read it with DataFusion (deltalake.QueryBuilder) instead"
+        )
     return filesystem(table.table_uri.removeprefix("file://"))
 
 
@@ -92,24 +94,35 @@ def arrow_dataset(table: DeltaTable, *, prune=None) -> ds.Dataset:
     fs, base = table_files(table)
     schema = pa.schema(table.schema().to_arrow())
     partition_columns = table.metadata().partition_columns
-    partitioning = (ds.partitioning(pa.schema([schema.field(c) for c in partition_columns]), flavor="hive")
-                    if partition_columns else None)
+    partitioning = (
+        ds.partitioning(pa.schema([schema.field(c) for c in partition_columns]), flavor="hive")
+        if partition_columns
+        else None
+    )
     files = table.file_uris(file_pruning_predicate=prune or None)
     paths = [f if "://" not in f else pafs.FileSystem.from_uri(f)[1] for f in files]
-    return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs, partitioning=partitioning,
-                      partition_base_dir=base)
+    return ds.dataset(
+        paths, schema=schema, format="parquet", filesystem=fs, partitioning=partitioning, partition_base_dir=base
+    )
 
 
-def read_table(table: DeltaTable, *, columns: Sequence[str] | None = None, filter: ds.Expression | None = None,
-               prune=None) -> pa.Table:
+def read_table(
+    table: DeltaTable, *, columns: Sequence[str] | None = None, filter: ds.Expression | None = None, prune=None
+) -> pa.Table:
     """The snapshot's rows (matching `filter`, only `columns`) as one Arrow table, through `arrow_dataset`."""
     return arrow_dataset(table, prune=prune).to_table(columns=list(columns) if columns else None, filter=filter)
 
 
 TXN_RETENTION = "delta.setTransactionRetentionDuration"
 _INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+(\w+?)s?\s*$", re.IGNORECASE)
-_UNIT_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000, "day": 86_400_000,
-            "week": 604_800_000}
+_UNIT_MS = {
+    "millisecond": 1,
+    "second": 1000,
+    "minute": 60_000,
+    "hour": 3_600_000,
+    "day": 86_400_000,
+    "week": 604_800_000,
+}
 
 
 def txn_retention_ms(table: DeltaTable) -> int | None:
@@ -148,8 +161,9 @@ def table_configuration(name: str) -> dict[str, str] | None:
 
 def aligned_arrow(rows: pa.Table, target: pa.Schema) -> pa.Table:
     """`rows` with exactly `target`'s columns and types (missing columns null; string views cast to strings)."""
-    cols = [rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type)
-            for f in target]
+    cols = [
+        rows[f.name].cast(f.type) if f.name in rows.column_names else pa.nulls(rows.num_rows, f.type) for f in target
+    ]
     return pa.Table.from_arrays(cols, schema=target)
 
 
@@ -157,10 +171,14 @@ class DeltaWarehouse(dg.ConfigurableResource):
     """Delta tables under one root (a path, or an s3:// / az:// / gs:// URI)."""
 
     root: str = Field(description="Local path or object-store URI holding one Delta table per object.")
-    storage_options: dict[str, str] = Field(default_factory=dict, description=(
-        "delta-rs storage options for an object-store root, under delta-rs's own keys (AWS_REGION, "
-        "AZURE_STORAGE_ACCOUNT_NAME, GOOGLE_SERVICE_ACCOUNT, ...). Leave credentials to the environment variables "
-        "delta-rs reads itself (AWS_ACCESS_KEY_ID, AZURE_STORAGE_ACCOUNT_KEY, ...), not the run config."))
+    storage_options: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "delta-rs storage options for an object-store root, under delta-rs's own keys (AWS_REGION, "
+            "AZURE_STORAGE_ACCOUNT_NAME, GOOGLE_SERVICE_ACCOUNT, ...). Leave credentials to the environment variables "
+            "delta-rs reads itself (AWS_ACCESS_KEY_ID, AZURE_STORAGE_ACCOUNT_KEY, ...), not the run config."
+        ),
+    )
 
     def uri(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
@@ -184,16 +202,22 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """Whether the table exists, without loading its log (a load costs ~0.1 s; a sensor asks for every object)."""
         return DeltaTable.is_deltatable(self.uri(name), storage_options=self._options())
 
-    def read(self, table: DeltaTable, *, filter: ds.Expression | None = None, partitions=None, prune=None,
-             columns: Sequence[str] | None = None) -> pa.Table:
+    def read(
+        self,
+        table: DeltaTable,
+        *,
+        filter: ds.Expression | None = None,
+        partitions=None,
+        prune=None,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
         """Rows of a snapshot as Arrow matching `filter`, from the files that `partitions` and `prune` leave.
 
         `prune`: `(column, op, value)` bounds on data columns that every wanted row meets; files whose min/max
         statistics in the Delta log rule them out are never opened. (An append-only table such as change_events
         gains files with every run: without this, each read opened every one of them.)
         """
-        return read_table(table, filter=filter, columns=columns,
-                          prune=[*(partitions or []), *(prune or [])] or None)
+        return read_table(table, filter=filter, columns=columns, prune=[*(partitions or []), *(prune or [])] or None)
 
     def read_keys(self, table: DeltaTable, *, key_column: str, keys: Sequence[str], partitions=None) -> pa.Table:
         """Rows whose `key_column` is in `keys`, from the files `partitions` leaves, streamed batch by batch.
@@ -237,9 +261,14 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 break
             if key in info:
                 return json.loads(info[key])
-        log.warning("Delta table %s: the commit holding its %s state (version %d or the next ones carrying it) is no "
-                    "longer in _delta_log (log retention?); reading the newest %d commits instead",
-                    table.table_uri, key, located, HISTORY_SCAN)
+        log.warning(
+            "Delta table %s: the commit holding its %s state (version %d or the next ones carrying it) is no "
+            "longer in _delta_log (log retention?); reading the newest %d commits instead",
+            table.table_uri,
+            key,
+            located,
+            HISTORY_SCAN,
+        )
         return self._scanned_state(table, key)
 
     def app_transactions(self, table: DeltaTable) -> dict[str, int] | None:
@@ -263,8 +292,11 @@ class DeltaWarehouse(dg.ConfigurableResource):
             if last["version"] > version:
                 return None
             parts = last.get("parts")
-            names = ([f"{last['version']:020d}.checkpoint.parquet"] if not parts else
-                     [f"{last['version']:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)])
+            names = (
+                [f"{last['version']:020d}.checkpoint.parquet"]
+                if not parts
+                else [f"{last['version']:020d}.checkpoint.{i:010d}.{parts:010d}.parquet" for i in range(1, parts + 1)]
+            )
             for name in names:
                 with log_files.open_input_file(f"_delta_log/{name}") as f:
                     txn = pq.read_table(f, columns=["txn"])["txn"]
@@ -306,8 +338,9 @@ class DeltaWarehouse(dg.ConfigurableResource):
         return {}
 
     @staticmethod
-    def properties(key: str, state: dict, txns: dict[str, int], *, version: int,
-                   expiring: dict[str, int] | None = None) -> CommitProperties:
+    def properties(
+        key: str, state: dict, txns: dict[str, int], *, version: int, expiring: dict[str, int] | None = None
+    ) -> CommitProperties:
         """Commit properties storing `state` under `key` in the commit that will be `version` (see `commit_state`),
         with the app transactions `txns` (kept forever) and `expiring` (stamped with the commit's time, so a
         table's `delta.setTransactionRetentionDuration` drops them once that long has passed)."""
@@ -315,9 +348,10 @@ class DeltaWarehouse(dg.ConfigurableResource):
         now_ms = int(time.time() * 1000)
         return CommitProperties(
             custom_metadata={key: json.dumps(state, sort_keys=True, default=str)},
-            app_transactions=[*(Transaction(app_id=a, version=v) for a, v in (txns | located).items()),
-                              *(Transaction(app_id=a, version=v, last_updated=now_ms)
-                                for a, v in (expiring or {}).items())],
+            app_transactions=[
+                *(Transaction(app_id=a, version=v) for a, v in (txns | located).items()),
+                *(Transaction(app_id=a, version=v, last_updated=now_ms) for a, v in (expiring or {}).items()),
+            ],
         )
 
     @contextmanager
@@ -336,23 +370,40 @@ class DeltaWarehouse(dg.ConfigurableResource):
         now = self.table(name)
         seen = f"read it at version {read.version()}" if read is not None else "found no table"
         reason = str(exc).strip().splitlines()[0]
-        return (f"Delta table {name}: another writer committed to it (now at version "
-                f"{now.version() if now is not None else '?'}) after this run {seen}; delta-rs rejected this run's "
-                f"commit ({reason}), so nothing of it was written and the table is as the other writer left it. "
-                f"Two runs wrote {name} at the same time: give its Dagster pool one concurrency slot (README "
-                f"'Dagster instance'). Re-running is safe: a new run continues from the other writer's checkpoint.")
+        return (
+            f"Delta table {name}: another writer committed to it (now at version "
+            f"{now.version() if now is not None else '?'}) after this run {seen}; delta-rs rejected this run's "
+            f"commit ({reason}), so nothing of it was written and the table is as the other writer left it. "
+            f"Two runs wrote {name} at the same time: give its Dagster pool one concurrency slot (README "
+            f"'Dagster instance'). Re-running is safe: a new run continues from the other writer's checkpoint."
+        )
 
-    def append(self, name: str, data: pa.Table, *, read: DeltaTable | None, partition_by: list[str] | None,
-               key: str, state: dict, txns: dict[str, int], description: str | None = None,
-               configuration: dict[str, str] | None = None, expiring: dict[str, int] | None = None) -> DeltaTable:
+    def append(
+        self,
+        name: str,
+        data: pa.Table,
+        *,
+        read: DeltaTable | None,
+        partition_by: list[str] | None,
+        key: str,
+        state: dict,
+        txns: dict[str, int],
+        description: str | None = None,
+        configuration: dict[str, str] | None = None,
+        expiring: dict[str, int] | None = None,
+    ) -> DeltaTable:
         """Append `data` (possibly empty) and its checkpoint in one commit against `read`, the snapshot the
         checkpoint was read from (None: there was no table, so this creates it, with the table properties
         `configuration`); returns the table after it. `expiring`: app transactions that may expire
         (`properties`)."""
         with self._sole_writer(name, read):
             write_deltalake(
-                read if read is not None else self.uri(name), data, mode="append" if read is not None else "error",
-                partition_by=partition_by, schema_mode="merge", description=description,
+                read if read is not None else self.uri(name),
+                data,
+                mode="append" if read is not None else "error",
+                partition_by=partition_by,
+                schema_mode="merge",
+                description=description,
                 configuration=self._created_with(name, configuration) if read is None else None,
                 storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns, version=next_version(read), expiring=expiring),
@@ -372,43 +423,89 @@ class DeltaWarehouse(dg.ConfigurableResource):
             table = self._checkpointed(name, table)
         return table
 
-    def overwrite(self, name: str, data: pa.RecordBatchReader, *, read: DeltaTable | None, partition_by: list[str],
-                  key: str, state: dict, txns: dict[str, int], description: str | None = None,
-                  configuration: dict[str, str] | None = None) -> DeltaTable:
+    def overwrite(
+        self,
+        name: str,
+        data: pa.RecordBatchReader,
+        *,
+        read: DeltaTable | None,
+        partition_by: list[str],
+        key: str,
+        state: dict,
+        txns: dict[str, int],
+        description: str | None = None,
+        configuration: dict[str, str] | None = None,
+    ) -> DeltaTable:
         """Replace the table's rows and schema with `data` (streamed) in one commit against `read` (None: create,
         with the table properties `configuration`; an existing table keeps its own)."""
         with self._sole_writer(name, read):
             write_deltalake(
-                read if read is not None else self.uri(name), data,
-                mode="overwrite" if read is not None else "error", partition_by=partition_by,
-                schema_mode="overwrite" if read is not None else None, description=description,
+                read if read is not None else self.uri(name),
+                data,
+                mode="overwrite" if read is not None else "error",
+                partition_by=partition_by,
+                schema_mode="overwrite" if read is not None else None,
+                description=description,
                 configuration=self._created_with(name, configuration) if read is None else None,
                 storage_options=self._options(),
                 commit_properties=self.properties(key, state, txns, version=next_version(read)),
             )
         return self._checkpointed(name, read)
 
-    def commit_files(self, name: str, actions: list[AddAction], *, read: DeltaTable | None, schema: pa.Schema,
-                     partition_by: list[str], key: str, state: dict, txns: dict[str, int],
-                     description: str | None = None, configuration: dict[str, str] | None = None) -> DeltaTable:
+    def commit_files(
+        self,
+        name: str,
+        actions: list[AddAction],
+        *,
+        read: DeltaTable | None,
+        schema: pa.Schema,
+        partition_by: list[str],
+        key: str,
+        state: dict,
+        txns: dict[str, int],
+        description: str | None = None,
+        configuration: dict[str, str] | None = None,
+    ) -> DeltaTable:
         """Replace the table's rows and schema with Parquet files already written under its folder (`actions`: their
         add actions, paths relative to it), in one commit against `read` (None: create the table, with
         `description` and the table properties `configuration`); the files are not read again."""
         properties = self.properties(key, state, txns, version=next_version(read))
         with self._sole_writer(name, read):
             if read is None:
-                create_table_with_add_actions(self.uri(name), Schema.from_arrow(schema), actions, mode="error",
-                                              partition_by=partition_by, description=description,
-                                              configuration=self._created_with(name, configuration),
-                                              storage_options=self._options(), commit_properties=properties)
+                create_table_with_add_actions(
+                    self.uri(name),
+                    Schema.from_arrow(schema),
+                    actions,
+                    mode="error",
+                    partition_by=partition_by,
+                    description=description,
+                    configuration=self._created_with(name, configuration),
+                    storage_options=self._options(),
+                    commit_properties=properties,
+                )
             else:
-                read.create_write_transaction(actions, mode="overwrite", schema=Schema.from_arrow(schema),
-                                              partition_by=partition_by, commit_properties=properties)
+                read.create_write_transaction(
+                    actions,
+                    mode="overwrite",
+                    schema=Schema.from_arrow(schema),
+                    partition_by=partition_by,
+                    commit_properties=properties,
+                )
         return self._checkpointed(name, read)
 
-    def upsert(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str | Sequence[str],
-               partition_column: str, partition_values: Iterable[str], key: str, state: dict,
-               txns: dict[str, int]) -> DeltaTable:
+    def upsert(
+        self,
+        name: str,
+        data: pa.Table,
+        *,
+        read: DeltaTable,
+        key_column: str | Sequence[str],
+        partition_column: str,
+        partition_values: Iterable[str],
+        key: str,
+        state: dict,
+        txns: dict[str, int],
+    ) -> DeltaTable:
         """Insert-or-replace rows by `key_column` (or several key columns) in one merge commit against `read` (the
         snapshot the checkpoint was read from), touching only the named partitions; returns the table after it.
 
@@ -423,17 +520,34 @@ class DeltaWarehouse(dg.ConfigurableResource):
             predicate = f"t.{partition_column} IN ({literals}) AND {predicate}"
         with self._sole_writer(name, read):
             (
-                read.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                           commit_properties=self.properties(key, state, txns, version=next_version(read)))
+                read.merge(
+                    data,
+                    predicate=predicate,
+                    source_alias="s",
+                    target_alias="t",
+                    merge_schema=True,
+                    commit_properties=self.properties(key, state, txns, version=next_version(read)),
+                )
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()
             )
         return self._checkpointed(name, read)
 
-    def update_columns(self, name: str, data: pa.Table, *, read: DeltaTable, key_column: str, columns: Sequence[str],
-                       partition_column: str, partition_values: Iterable[str], key: str, state: dict,
-                       txns: dict[str, int]) -> tuple[DeltaTable, int]:
+    def update_columns(
+        self,
+        name: str,
+        data: pa.Table,
+        *,
+        read: DeltaTable,
+        key_column: str,
+        columns: Sequence[str],
+        partition_column: str,
+        partition_values: Iterable[str],
+        key: str,
+        state: dict,
+        txns: dict[str, int],
+    ) -> tuple[DeltaTable, int]:
         """Set `columns` of the rows whose `key_column` is in `data` (no row inserted, no other column touched), in
         one merge commit against `read`, touching only the named partitions; with the state, also when no row
         matched. Returns the table after the commit and the number of rows updated."""
@@ -444,14 +558,33 @@ class DeltaWarehouse(dg.ConfigurableResource):
         version = next_version(read)
         properties = self.properties(key, state, txns, version=version)
         with self._sole_writer(name, read):
-            metrics = (read.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                                  commit_properties=properties)
-                       .when_matched_update(updates={c: f"s.{c}" for c in columns})
-                       .execute()) if data.num_rows else {}
+            metrics = (
+                (
+                    read.merge(
+                        data,
+                        predicate=predicate,
+                        source_alias="s",
+                        target_alias="t",
+                        merge_schema=True,
+                        commit_properties=properties,
+                    )
+                    .when_matched_update(updates={c: f"s.{c}" for c in columns})
+                    .execute()
+                )
+                if data.num_rows
+                else {}
+            )
         if read.version() < version:  # nothing matched (or nothing read): the state still commits
             empty = pa.schema(read.schema().to_arrow()).empty_table()
-            return self.append(name, empty, read=read, partition_by=read.metadata().partition_columns or None,
-                               key=key, state=state, txns=txns), 0
+            return self.append(
+                name,
+                empty,
+                read=read,
+                partition_by=read.metadata().partition_columns or None,
+                key=key,
+                state=state,
+                txns=txns,
+            ), 0
         return self._checkpointed(name, read), int(metrics.get("num_target_rows_updated", 0))
 
     def insert_missing(self, name: str, data: pa.Table, *, keys: Sequence[str], key: str, state: dict) -> None:
@@ -461,7 +594,16 @@ class DeltaWarehouse(dg.ConfigurableResource):
             self.append(name, data, read=None, partition_by=None, key=key, state=state, txns={})
             return
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-        (table.merge(data, predicate=predicate, source_alias="s", target_alias="t", merge_schema=True,
-                     commit_properties=self.properties(key, state, {}, version=next_version(table)))
-         .when_not_matched_insert_all().execute())
+        (
+            table.merge(
+                data,
+                predicate=predicate,
+                source_alias="s",
+                target_alias="t",
+                merge_schema=True,
+                commit_properties=self.properties(key, state, {}, version=next_version(table)),
+            )
+            .when_not_matched_insert_all()
+            .execute()
+        )
         self._checkpointed(name, table)

@@ -48,6 +48,7 @@ INSERT, DELETE = "insert", "delete"
 class ChangeFile:
     """One Parquet file of a version's change rows: a `cdc` file (`change_type` None: its rows carry their own),
     or an `add` (insert) or `remove` (delete) file of a commit without `cdc` files."""
+
     version: int
     commit_ms: int
     path: str  # as the log has it (relative to the table root, URL-encoded) or an absolute URI
@@ -68,15 +69,26 @@ def change_files(table: DeltaTable, first: int, last: int) -> list[ChangeFile]:
     files = []
     for version in range(first, last + 1):
         with filesystem.open_input_stream(f"{root}/_delta_log/{version:020d}.json") as f:
-            actions = [json.loads(line) for line in f.read().decode().split("\n") if line.strip()]  # not splitlines: U+2028 in a value
+            actions = [
+                json.loads(line) for line in f.read().decode().split("\n") if line.strip()
+            ]  # not splitlines: U+2028 in a value
         commit_ms = next((int(a["commitInfo"].get("timestamp") or 0) for a in actions if "commitInfo" in a), 0)
 
-        def of(kind: str, change_type: str | None) -> list[ChangeFile]:
-            return [ChangeFile(version, commit_ms, a[kind]["path"], a[kind].get("partitionValues") or {},
-                               change_type)
-                    for a in actions if kind in a and (kind == "cdc" or a[kind].get("dataChange", True))]
-        files += of("cdc", None) or [*of("add", INSERT), *of("remove", DELETE)]
+        files += _change_files(version, commit_ms, actions)
     return files
+
+
+def _change_files(version: int, commit_ms: int, actions: list[dict]) -> list[ChangeFile]:
+    """One commit's changed files: its `cdc` files when it wrote any, else its data adds and removes."""
+
+    def of(kind: str, change_type: str | None) -> list[ChangeFile]:
+        return [
+            ChangeFile(version, commit_ms, a[kind]["path"], a[kind].get("partitionValues") or {}, change_type)
+            for a in actions
+            if kind in a and (kind == "cdc" or a[kind].get("dataChange", True))
+        ]
+
+    return of("cdc", None) or [*of("add", INSERT), *of("remove", DELETE)]
 
 
 def change_schema(table: DeltaTable) -> pa.Schema:
@@ -84,8 +96,14 @@ def change_schema(table: DeltaTable) -> pa.Schema:
     schema = pa.schema(table.schema().to_arrow())
     partitions = table.metadata().partition_columns
     fields = [f for f in schema if f.name not in partitions] + [schema.field(c) for c in partitions]
-    return pa.schema([*fields, pa.field(CHANGE_TYPE, pa.string()), pa.field(COMMIT_VERSION, pa.int64()),
-                      pa.field(COMMIT_TIMESTAMP, pa.timestamp("ms"))])
+    return pa.schema(
+        [
+            *fields,
+            pa.field(CHANGE_TYPE, pa.string()),
+            pa.field(COMMIT_VERSION, pa.int64()),
+            pa.field(COMMIT_TIMESTAMP, pa.timestamp("ms")),
+        ]
+    )
 
 
 def change_rows(table: DeltaTable, files: list[ChangeFile]) -> int:
@@ -106,8 +124,9 @@ def change_batches(table: DeltaTable, files: list[ChangeFile], batch_rows: int) 
         constants = {COMMIT_VERSION: file.version, COMMIT_TIMESTAMP: file.commit_ms}
         if file.change_type is not None:
             constants[CHANGE_TYPE] = file.change_type
-        yield from _file_batches(filesystem, _location(root, file.path), schema, {**file.partition, **constants},
-                                 batch_rows)
+        yield from _file_batches(
+            filesystem, _location(root, file.path), schema, {**file.partition, **constants}, batch_rows
+        )
 
 
 def snapshot_batches(table: DeltaTable, batch_rows: int) -> Iterator[pa.RecordBatch]:
@@ -121,8 +140,9 @@ def snapshot_batches(table: DeltaTable, batch_rows: int) -> Iterator[pa.RecordBa
         yield from _file_batches(filesystem, _location(root, action["path"]), schema, values, batch_rows)
 
 
-def _file_batches(filesystem: pafs.FileSystem, path: str, schema: pa.Schema, constants: dict, batch_rows: int
-                  ) -> Iterator[pa.RecordBatch]:
+def _file_batches(
+    filesystem: pafs.FileSystem, path: str, schema: pa.Schema, constants: dict, batch_rows: int
+) -> Iterator[pa.RecordBatch]:
     """One Parquet file's rows as `schema`, batch by batch: columns the file has (cast to the schema's types),
     `constants` (partition values, CDF columns) for the columns it has not, nulls for the others."""
     with filesystem.open_input_file(path) as f:

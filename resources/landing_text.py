@@ -75,8 +75,10 @@ def read_text(stream: BinaryIO, *, gz: bool, size: int, max_bytes: int, max_rati
 
 
 def _too_large(max_bytes: int, what: str) -> str:
-    return (f"file is larger than max_file_bytes ({max_bytes:,} bytes{what}); not read. Split it into smaller "
-            f"files and land them again, or raise max_file_bytes")
+    return (
+        f"file is larger than max_file_bytes ({max_bytes:,} bytes{what}); not read. Split it into smaller "
+        f"files and land them again, or raise max_file_bytes"
+    )
 
 
 def _read_plain(stream: BinaryIO, size: int, max_bytes: int) -> bytes:
@@ -111,9 +113,11 @@ def _inflate(stream: BinaryIO, max_bytes: int, max_ratio: float, *, prefix: bool
             try:
                 piece = inflater.decompress(pending, step)
             except zlib.error as exc:
-                raise Unreadable(f"gzip data corrupt within its first {consumed:,} compressed bytes (zlib: {exc}); "
-                                 f"no line of it can be trusted, so none was read. Land an intact copy again",
-                                 bytes(out[:4096])) from exc
+                raise Unreadable(
+                    f"gzip data corrupt within its first {consumed:,} compressed bytes (zlib: {exc}); "
+                    f"no line of it can be trusted, so none was read. Land an intact copy again",
+                    bytes(out[:4096]),
+                ) from exc
             out += piece
             if len(out) > max_bytes:
                 raise Unreadable(_too_large(max_bytes, " once decompressed"), bytes(out[:4096]))
@@ -121,9 +125,12 @@ def _inflate(stream: BinaryIO, max_bytes: int, max_ratio: float, *, prefix: bool
                 return Text(out)
             read = consumed - len(inflater.unconsumed_tail)
             if len(out) > RATIO_FLOOR and len(out) > max_ratio * read:
-                raise Unreadable(f"gzip file expands to over {len(out):,} bytes from {read:,} compressed bytes, more "
-                                 f"than max_gzip_ratio ({max_ratio:g}) times: a decompression bomb, or not CDC "
-                                 f"events; not read", bytes(out[:4096]))
+                raise Unreadable(
+                    f"gzip file expands to over {len(out):,} bytes from {read:,} compressed bytes, more "
+                    f"than max_gzip_ratio ({max_ratio:g}) times: a decompression bomb, or not CDC "
+                    f"events; not read",
+                    bytes(out[:4096]),
+                )
             if inflater.eof:
                 pending, inflater, members = inflater.unused_data, None, members + 1
                 more = bool(pending)
@@ -170,8 +177,11 @@ def decode_lines(data: bytes | bytearray) -> Lines:
             values.append(raw.decode("utf-8"))
         except UnicodeDecodeError as exc:
             values.append(None)
-            undecodable[number] = (bytes(raw), f"line is not UTF-8 ({exc}); line quarantined, the file's other lines "
-                                               f"were read. Fix the writer's encoding")
+            undecodable[number] = (
+                bytes(raw),
+                f"line is not UTF-8 ({exc}); line quarantined, the file's other lines "
+                f"were read. Fix the writer's encoding",
+            )
     return Lines(pa.array(values, pa.large_string()), undecodable)
 
 
@@ -180,5 +190,6 @@ def as_string(lines: pa.Array) -> pa.ChunkedArray:
     if lines.nbytes < 2**31 - 2**20 or len(lines) < 2:
         return pa.chunked_array([lines.cast(pa.string())], pa.string())
     half = len(lines) // 2
-    return pa.chunked_array([*as_string(lines.slice(0, half)).chunks, *as_string(lines.slice(half)).chunks],
-                            pa.string())
+    return pa.chunked_array(
+        [*as_string(lines.slice(0, half)).chunks, *as_string(lines.slice(half)).chunks], pa.string()
+    )

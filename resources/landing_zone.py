@@ -22,6 +22,7 @@ when that is unknown (the lost part could name any): ingest asks a resync of the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -47,9 +48,14 @@ log = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl", ".jsonl.gz")
 LINES_SCHEMA = pa.schema([("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string())])
-QUARANTINE_SCHEMA = pa.schema([
-    ("source_file", pa.string()), ("source_line", pa.int64()), ("raw", pa.string()), ("reason", pa.string()),
-])
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("source_file", pa.string()),
+        ("source_line", pa.int64()),
+        ("raw", pa.string()),
+        ("reason", pa.string()),
+    ]
+)
 RAW_KEPT = 4096  # characters of a bad line kept in quarantine
 # CometD names the entity in `entityName`; Datastream in `object` and `source_metadata.object_name`.
 _ENTITY = re.compile(rb'"(?:entityName|object|object_name)"\s*:\s*"([A-Za-z0-9_]+)"')
@@ -106,6 +112,7 @@ class Ignored:
 @dataclass
 class Survey:
     """One listing of the zone: the event files, and what it holds that is not read."""
+
     files: list[LandingFile] = field(default_factory=list)
     ignored: list[Ignored] = field(default_factory=list)
 
@@ -172,14 +179,26 @@ class LandingZone(dg.ConfigurableResource):
 
     path: str = Field(description="Local directory or object-store URI of the landing zone.")
     max_line_bytes: int = Field(default=8 * 1024 * 1024, description="Longer lines are quarantined.")
-    max_file_bytes: int = Field(default=MAX_FILE_BYTES, description=(
-        "A file holding more text than this (after decompression) is not read but quarantined whole: a run holds "
-        "one file's text in memory."))
-    max_gzip_ratio: float = Field(default=MAX_GZIP_RATIO, description=(
-        "A .gz file whose text grows past 16 MiB at more than this many times its compressed size is a "
-        "decompression bomb: quarantined whole, never inflated further."))
-    inflight_stale_seconds: float = Field(default=INFLIGHT_STALE_SECONDS, description=(
-        "An in-flight file (_x.jsonl) older than this is reported: its writer probably died before renaming it."))
+    max_file_bytes: int = Field(
+        default=MAX_FILE_BYTES,
+        description=(
+            "A file holding more text than this (after decompression) is not read but quarantined whole: a run holds "
+            "one file's text in memory."
+        ),
+    )
+    max_gzip_ratio: float = Field(
+        default=MAX_GZIP_RATIO,
+        description=(
+            "A .gz file whose text grows past 16 MiB at more than this many times its compressed size is a "
+            "decompression bomb: quarantined whole, never inflated further."
+        ),
+    )
+    inflight_stale_seconds: float = Field(
+        default=INFLIGHT_STALE_SECONDS,
+        description=(
+            "An in-flight file (_x.jsonl) older than this is reported: its writer probably died before renaming it."
+        ),
+    )
 
     def _fs(self) -> tuple[pafs.FileSystem, str]:
         return filesystem(self.path)
@@ -228,7 +247,7 @@ class LandingZone(dg.ConfigurableResource):
         except FileNotFoundError:
             return
         for info in infos:
-            path = info.path[len(root):].lstrip("/")
+            path = info.path[len(root) :].lstrip("/")
             if info.type == pafs.FileType.File and not any(_hidden(p) for p in path.split("/")[:-1]):
                 yield path, "file", info.size, info.mtime.timestamp() if info.mtime else time.time(), info.mtime_ns
 
@@ -251,16 +270,26 @@ class LandingZone(dg.ConfigurableResource):
         for f in files:
             try:
                 with self._open(f.path) as stream:
-                    text = read_text(stream, gz=f.path.endswith(".gz"), size=f.size, max_bytes=self.max_file_bytes,
-                                     max_ratio=self.max_gzip_ratio)
+                    text = read_text(
+                        stream,
+                        gz=f.path.endswith(".gz"),
+                        size=f.size,
+                        max_bytes=self.max_file_bytes,
+                        max_ratio=self.max_gzip_ratio,
+                    )
             except Unreadable as exc:
                 bad.add(f.path, 0, _preview(exc.preview), f"{exc.reason}; whole file quarantined")
                 bad.lost(f.path, None)
                 continue
             except OSError as exc:  # a link or FIFO swapped in since the listing, the file gone, an I/O error
-                bad.add(f.path, 0, "", f"file unreadable ({type(exc).__name__}: {exc}); whole file quarantined. A "
-                                       f"landed file must be a regular file (links are never followed) that stays "
-                                       f"until it is ingested: land it again if its events are wanted")
+                bad.add(
+                    f.path,
+                    0,
+                    "",
+                    f"file unreadable ({type(exc).__name__}: {exc}); whole file quarantined. A "
+                    f"landed file must be a regular file (links are never followed) that stays "
+                    f"until it is ingested: land it again if its events are wanted",
+                )
                 bad.lost(f.path, None)
                 continue
             decoded = decode_lines(text.data)
@@ -281,14 +310,26 @@ class LandingZone(dg.ConfigurableResource):
             kept = pc.invert(pc.or_(pc.or_(blank, long), undecodable))
             chosen = as_string(lines.filter(kept))
             if text.lost is not None:
-                bad.add(f.path, len(lines) + 1, text.tail.decode("utf-8", errors="backslashreplace"),
-                        f"{text.lost}: this line is incomplete and the lines after it are lost; the {len(lines)} "
-                        f"lines before it were read. Land a complete copy again if the writer has one")
+                bad.add(
+                    f.path,
+                    len(lines) + 1,
+                    text.tail.decode("utf-8", errors="backslashreplace"),
+                    f"{text.lost}: this line is incomplete and the lines after it are lost; the {len(lines)} "
+                    f"lines before it were read. Land a complete copy again if the writer has one",
+                )
                 bad.lost(f.path, None)  # the lost lines could name any object
             elif lost_lines:
                 bad.lost(f.path, _lost_names(lost_lines, chosen))
-            parts.append(pa.table({"source_file": pa.repeat(pa.scalar(f.path, pa.string()), len(chosen)),
-                                   "source_line": numbers.filter(kept), "raw": chosen}, schema=LINES_SCHEMA))
+            parts.append(
+                pa.table(
+                    {
+                        "source_file": pa.repeat(pa.scalar(f.path, pa.string()), len(chosen)),
+                        "source_line": numbers.filter(kept),
+                        "raw": chosen,
+                    },
+                    schema=LINES_SCHEMA,
+                )
+            )
         lines_table = pa.concat_tables(parts) if parts else LINES_SCHEMA.empty_table()
         return ReadResult(lines_table, bad.table(), blank_count, bad.damaged)
 
@@ -330,10 +371,11 @@ class LandingZone(dg.ConfigurableResource):
                     raise FileExistsError(into)
                 fs.create_dir(f"{archive}/{into}".rsplit("/", 1)[0], recursive=True)
                 fs.move(f"{root}/{path}", f"{archive}/{into}")
+
         done = 0
         for f in files:
             try:
-                _without_overwriting(lambda into: act(f.path, into), f.path)
+                _without_overwriting(functools.partial(act, f.path), f.path)
             except FileNotFoundError:
                 continue
             except Refused as exc:  # a link swapped in since the listing: neither it nor its target is touched
@@ -359,7 +401,7 @@ class LandingZone(dg.ConfigurableResource):
 def _without_overwriting(move, path: str) -> None:
     """`move(name)` with `path`, else the first free `<stem>-<n><suffix>` (`move` raises FileExistsError when taken)."""
     suffix = next((s for s in sorted(SUFFIXES, key=len, reverse=True) if path.endswith(s)), "")
-    stem = path[:len(path) - len(suffix)]
+    stem = path[: len(path) - len(suffix)]
     for n in range(1_000_000):
         try:
             return move(path if n == 0 else f"{stem}-{n}{suffix}")

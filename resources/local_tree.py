@@ -16,7 +16,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -81,8 +81,9 @@ class LocalTree:
                 yield Entry(folder, "link", 0, 0.0)  # swapped for a link since it was listed
                 continue
             for name, st in found:
-                entry = Entry(f"{folder}/{name}" if folder else name, _kind(st.st_mode), st.st_size, st.st_mtime,
-                              st.st_mtime_ns)
+                entry = Entry(
+                    f"{folder}/{name}" if folder else name, _kind(st.st_mode), st.st_size, st.st_mtime, st.st_mtime_ns
+                )
                 if entry.kind == "dir":
                     if descend(entry.path):
                         stack.append(entry.path)
@@ -151,11 +152,8 @@ class LocalTree:
     def _made(self, parts: list[str]) -> Iterator[int]:
         """Like `_folder`, making missing folders (0700) on the way."""
         for n in range(len(parts)):
-            with self._folder(parts[:n]) as fd:
-                try:
-                    os.mkdir(parts[n], mode=0o700, dir_fd=fd)
-                except FileExistsError:
-                    pass
+            with self._folder(parts[:n]) as fd, suppress(FileExistsError):
+                os.mkdir(parts[n], mode=0o700, dir_fd=fd)
         with self._folder(parts) as fd:
             yield fd
 

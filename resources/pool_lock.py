@@ -43,8 +43,10 @@ def host_lock(instance: dg.DagsterInstance, pool: str, logger=None) -> Iterator[
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            (logger or log).warning(f"pool {pool}: another step of this pool is running on this host (Dagster gave "
-                                    f"both a slot); waiting for it to end")
+            (logger or log).warning(
+                f"pool {pool}: another step of this pool is running on this host (Dagster gave "
+                f"both a slot); waiting for it to end"
+            )
             fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -55,17 +57,22 @@ def host_lock(instance: dg.DagsterInstance, pool: str, logger=None) -> Iterator[
 def exclusive(pool: str) -> Callable:
     """Decorator of an op's or asset's compute function (`context` first): its body runs holding `pool`'s host
     lock. Keeps the function's signature, so Dagster sees its context and resources as before."""
+
     def wrap(fn: Callable) -> Callable:
         if inspect.isgeneratorfunction(fn):
+
             @functools.wraps(fn)
             def generator(context, *args, **kwargs):
                 with host_lock(context.instance, pool, context.log):
                     yield from fn(context, *args, **kwargs)
+
             return generator
 
         @functools.wraps(fn)
         def function(context, *args, **kwargs):
             with host_lock(context.instance, pool, context.log):
                 return fn(context, *args, **kwargs)
+
         return function
+
     return wrap

@@ -25,7 +25,8 @@ EXAMPLES = 5  # entries of a list in metadata, before "... N more"
 
 _ESCAPED = re.compile(
     "[\\\\\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff"
-    "\ufff9-\ufffb\ud800-\udfff]")
+    "\ufff9-\ufffb\ud800-\udfff]"
+)
 _SHORT = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 # spark_ops/parse.py's reason for a value that does not fit its column (value_errors_sql), which quotes the value.
@@ -54,12 +55,18 @@ def printable_list(values: Iterable[object], count: int = EXAMPLES, limit: int =
 
 def with_more(shown: list[str], total: int) -> list[str]:
     """`shown` (examples already printable), then `... N more` when `total` is larger."""
-    return shown + [f"... {total - len(shown)} more"] if total > len(shown) else shown
+    return [*shown, f"... {total - len(shown)} more"] if total > len(shown) else shown
 
 
 def loggable_reason(reason: object, limit: int = TEXT_LIMIT) -> str:
     """A quarantine reason for a log line or metadata: `printable`, and a value it quotes left out (the field and
     its type named instead)."""
     text = "" if reason is None else str(reason)
-    return printable(_VALUE_REASON.sub(r"field \g<field>: its value is not a valid \g<type> (the value is in "
-                                       r"_quarantine)", text), limit)
+    return printable(
+        _VALUE_REASON.sub(
+            r"field \g<field>: its value is not a valid \g<type> (the value is in "
+            r"_quarantine)",
+            text,
+        ),
+        limit,
+    )

@@ -27,13 +27,19 @@ from resources.delta import read_table
 
 DELETED = "_sf_deleted"
 # Arrow types whose pandas default cannot hold a null (int64 -> float64, bool -> object): their nullable dtypes.
-NULLABLE_DTYPES = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-                   pa.int64(): pd.Int64Dtype(), pa.bool_(): pd.BooleanDtype()}
+NULLABLE_DTYPES = {
+    pa.int8(): pd.Int8Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
+    pa.bool_(): pd.BooleanDtype(),
+}
 LIVE = ds.field(DELETED).is_null() | ~ds.field(DELETED)
 
 
-def current_rows(warehouse: str, name: str, *, columns: Sequence[str] | None = None,
-                 storage_options: dict[str, str] | None = None) -> pa.Table:
+def current_rows(
+    warehouse: str, name: str, *, columns: Sequence[str] | None = None, storage_options: dict[str, str] | None = None
+) -> pa.Table:
     """The live rows (`_sf_deleted` not true) of the replica `name` under `warehouse` (a path or URI)."""
     table = DeltaTable(f"{warehouse.rstrip('/')}/{name}", storage_options=storage_options)
     return read_table(table, columns=columns, filter=LIVE)

@@ -73,10 +73,18 @@ RETRIEVE_BATCH = 2000
 REFUSED_ID_ERRORS = frozenset({"MALFORMED_ID", "INVALID_ID_FIELD"})  # the org's "this is no id": see `retrieve`
 NOT_AN_ID = "not a Salesforce id (15 or 18 letters and digits): not sent to the org"
 ENV_VARS = {
-    "instance_url": "SF_INSTANCE_URL", "access_token": "SF_ACCESS_TOKEN", "username": "SF_USERNAME",
-    "password": "SF_PASSWORD", "security_token": "SF_SECURITY_TOKEN", "client_id": "SF_CLIENT_ID",
-    "client_secret": "SF_CLIENT_SECRET", "domain": "SF_DOMAIN", "ca_bundle": "SF_CA_BUNDLE",
-    "api_version": "SF_API_VERSION", "private_key_file": "SF_PRIVATE_KEY_FILE", "login_url": "SF_LOGIN_URL",
+    "instance_url": "SF_INSTANCE_URL",
+    "access_token": "SF_ACCESS_TOKEN",
+    "username": "SF_USERNAME",
+    "password": "SF_PASSWORD",
+    "security_token": "SF_SECURITY_TOKEN",
+    "client_id": "SF_CLIENT_ID",
+    "client_secret": "SF_CLIENT_SECRET",
+    "domain": "SF_DOMAIN",
+    "ca_bundle": "SF_CA_BUNDLE",
+    "api_version": "SF_API_VERSION",
+    "private_key_file": "SF_PRIVATE_KEY_FILE",
+    "login_url": "SF_LOGIN_URL",
 }
 DEFAULT_LOGIN_URL = "https://login.salesforce.com"  # a sandbox: https://test.salesforce.com
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
@@ -166,7 +174,7 @@ class SalesforceResource(dg.ConfigurableResource):
     ca_bundle: str | None = None
     api_version: str = "59.0"
     timeout_seconds: float = 60.0
-    max_retries: int = 4               # retries of a read (urllib3 Retry's total)
+    max_retries: int = 4  # retries of a read (urllib3 Retry's total)
     retry_backoff_seconds: float = 0.5  # urllib3 Retry's backoff_factor: waits 0, 2x, 4x, 8x this (or Retry-After)
 
     _client: Salesforce | None = PrivateAttr(default=None)
@@ -178,10 +186,15 @@ class SalesforceResource(dg.ConfigurableResource):
     def _session(self, retry_methods: frozenset[str] | None = Retry.DEFAULT_ALLOWED_METHODS) -> requests.Session:
         """A session that retries 5xx answers and read errors of `retry_methods` (None: every method) and
         connection failures of any (nothing was sent), with exponential backoff."""
-        session = _SalesforceSession(_LoggedRetry(
-            total=self.max_retries, backoff_factor=self.retry_backoff_seconds, allowed_methods=retry_methods,
-            status_forcelist=frozenset(range(500, 600)),
-            raise_on_status=False))  # the last 5xx answer comes back: SalesforceApiError names it
+        session = _SalesforceSession(
+            _LoggedRetry(
+                total=self.max_retries,
+                backoff_factor=self.retry_backoff_seconds,
+                allowed_methods=retry_methods,
+                status_forcelist=frozenset(range(500, 600)),
+                raise_on_status=False,
+            )
+        )  # the last 5xx answer comes back: SalesforceApiError names it
         session.verify = self.ca_bundle or True
         session.hooks["response"].append(self._remember_usage)
         return session
@@ -223,25 +236,38 @@ class SalesforceResource(dg.ConfigurableResource):
         if flow == "token":
             if not self.instance_url:
                 raise ValueError("SalesforceResource: access_token needs instance_url (SF_INSTANCE_URL)")
-            return Salesforce(instance_url=self.instance_url, session_id=self.access_token, session=session,
-                              version=self.api_version)
+            return Salesforce(
+                instance_url=self.instance_url, session_id=self.access_token, session=session, version=self.api_version
+            )
         if flow == "soap":
-            return Salesforce(username=self.username, password=self.password,
-                              security_token=self.security_token or "", domain=self.domain, session=session,
-                              version=self.api_version)
+            return Salesforce(
+                username=self.username,
+                password=self.password,
+                security_token=self.security_token or "",
+                domain=self.domain,
+                session=session,
+                version=self.api_version,
+            )
         token, instance_url = self._oauth_token(session, flow)
         return Salesforce(instance_url=instance_url, session_id=token, session=session, version=self.api_version)
 
     def _oauth_form(self, flow: str) -> dict[str, str]:
         if flow == "jwt_bearer":
             key = Path(str(self.private_key_file)).read_bytes()
-            claims = {"iss": self.client_id, "sub": self.username, "aud": self.login_url or DEFAULT_LOGIN_URL,
-                      "exp": int(time.time()) + JWT_LIFETIME_SECONDS}
+            claims = {
+                "iss": self.client_id,
+                "sub": self.username,
+                "aud": self.login_url or DEFAULT_LOGIN_URL,
+                "exp": int(time.time()) + JWT_LIFETIME_SECONDS,
+            }
             return {"grant_type": JWT_BEARER, "assertion": jwt.encode(claims, key, algorithm="RS256")}
         form = {"client_id": str(self.client_id), "client_secret": str(self.client_secret)}
         if flow == "password":
-            return form | {"grant_type": "password", "username": str(self.username),
-                           "password": str(self.password) + (self.security_token or "")}
+            return form | {
+                "grant_type": "password",
+                "username": str(self.username),
+                "password": str(self.password) + (self.security_token or ""),
+            }
         return form | {"grant_type": "client_credentials"}
 
     def _oauth_token(self, session: requests.Session, flow: str) -> tuple[str, str]:
@@ -250,8 +276,9 @@ class SalesforceResource(dg.ConfigurableResource):
         response = session.post(url, data=self._oauth_form(flow), timeout=self.timeout_seconds)
         if response.status_code != 200:
             # The body names the OAuth error (invalid_client, invalid_grant); it never echoes the secret.
-            raise SalesforceApiError("POST", f"/services/oauth2/token ({flow} flow)", response.status_code,
-                                     response.text)
+            raise SalesforceApiError(
+                "POST", f"/services/oauth2/token ({flow} flow)", response.status_code, response.text
+            )
         body = response.json()
         log.info("Salesforce OAuth %s login succeeded for %s", flow, body.get("instance_url"))
         return body["access_token"], body.get("instance_url") or str(self.instance_url)
@@ -285,13 +312,19 @@ class SalesforceResource(dg.ConfigurableResource):
         the replica's own system columns)."""
         fields = self.describe(object_name)["fields"]
         parents = {f.get("compoundFieldName") for f in fields if f.get("compoundFieldName")}
-        return [f for f in fields if (f["name"] not in parents or f.get("createable"))
-                and f["name"] not in NOT_REPLICATED
-                and not f.get("calculated") and f.get("type") not in ("address", "location")]
+        return [
+            f
+            for f in fields
+            if (f["name"] not in parents or f.get("createable"))
+            and f["name"] not in NOT_REPLICATED
+            and not f.get("calculated")
+            and f.get("type") not in ("address", "location")
+        ]
 
     # -- reads --------------------------------------------------------------------------------------
-    def retrieve(self, object_name: str, ids: Iterable[str], fields: list[str],
-                 refused: dict[str, str] | None = None) -> Iterator[dict[str, Any] | None]:
+    def retrieve(
+        self, object_name: str, ids: Iterable[str], fields: list[str], refused: dict[str, str] | None = None
+    ) -> Iterator[dict[str, Any] | None]:
         """Records by id, in the order given, ``None`` for ids that are unknown or deleted; one sObject
         Collections call per 2,000 ids. ``attributes`` is dropped from each record.
 
@@ -310,15 +343,17 @@ class SalesforceResource(dg.ConfigurableResource):
         if window:
             yield from self._retrieve_window(object_name, window, fields, refused)
 
-    def _retrieve_window(self, object_name: str, ids: list[str], fields: list[str],
-                         refused: dict[str, str]) -> list[dict[str, Any] | None]:
+    def _retrieve_window(
+        self, object_name: str, ids: list[str], fields: list[str], refused: dict[str, str]
+    ) -> list[dict[str, Any] | None]:
         asked = [i for i in ids if is_record_id(i)]
         refused |= {i: NOT_AN_ID for i in ids if not is_record_id(i)}
         records = dict(zip(asked, self._retrieve_isolating(object_name, asked, fields, refused) if asked else []))
         return [records.get(i) for i in ids]
 
-    def _retrieve_isolating(self, object_name: str, ids: list[str], fields: list[str],
-                            refused: dict[str, str]) -> list[dict[str, Any] | None]:
+    def _retrieve_isolating(
+        self, object_name: str, ids: list[str], fields: list[str], refused: dict[str, str]
+    ) -> list[dict[str, Any] | None]:
         """``_retrieve_batch``, isolating the ids the org refuses: the ids its error names are asked for alone and
         the rest together; an error naming none of them halves the batch. A refused id alone is recorded in
         ``refused``. Costs a call per refused id (a few more when the org does not name them), never a failure
@@ -340,8 +375,9 @@ class SalesforceResource(dg.ConfigurableResource):
             groups = [list(range(len(ids) // 2)), list(range(len(ids) // 2, len(ids)))]
         out: list[dict[str, Any] | None] = [None] * len(ids)
         for group in groups:
-            for p, record in zip(group, self._retrieve_isolating(object_name, [ids[p] for p in group], fields,
-                                                                 refused)):
+            for p, record in zip(
+                group, self._retrieve_isolating(object_name, [ids[p] for p in group], fields, refused)
+            ):
                 out[p] = record
         return out
 
@@ -353,18 +389,30 @@ class SalesforceResource(dg.ConfigurableResource):
         """Records of a SOQL query through REST ``queryAll`` (deleted rows included) or ``query``, page by page
         (simple-salesforce's ``query_all_iter``)."""
         try:
-            for record in self.client().query_all_iter(soql, include_deleted=include_deleted,
-                                                       timeout=self.timeout_seconds):
+            for record in self.client().query_all_iter(
+                soql, include_deleted=include_deleted, timeout=self.timeout_seconds
+            ):
                 yield _strip(record)
         except SalesforceError as exc:
-            raise SalesforceApiError("GET", "queryAll" if include_deleted else "query", exc.status,
-                                     str(exc.content)) from exc
+            raise SalesforceApiError(
+                "GET", "queryAll" if include_deleted else "query", exc.status, str(exc.content)
+            ) from exc
 
-    def bulk_query_all(self, object_name: str, fields: list[str], page_size: int = 50_000, where: str | None = None,
-                       poll_seconds: float = 0.2, timeout_seconds: float = 3600.0, line_ending: str = "LF",
-                       order_by: str | None = None, resume: BulkPosition | None = None,
-                       on_page: Callable[[BulkPosition], None] | None = None,
-                       include_deleted: bool = True, parallel_pages: int = 1) -> Iterator[pa.RecordBatch]:
+    def bulk_query_all(
+        self,
+        object_name: str,
+        fields: list[str],
+        page_size: int = 50_000,
+        where: str | None = None,
+        poll_seconds: float = 0.2,
+        timeout_seconds: float = 3600.0,
+        line_ending: str = "LF",
+        order_by: str | None = None,
+        resume: BulkPosition | None = None,
+        on_page: Callable[[BulkPosition], None] | None = None,
+        include_deleted: bool = True,
+        parallel_pages: int = 1,
+    ) -> Iterator[pa.RecordBatch]:
         """Bulk API 2.0 ``queryAll`` (``query`` without ``include_deleted``: live records only) of ``fields``:
         yields Arrow record batches (every column ``pa.string()``,
         null for empty cells), one result page (``page_size`` records) in memory at a time. ``line_ending``
@@ -384,8 +432,13 @@ class SalesforceResource(dg.ConfigurableResource):
         The job is deleted once read to its end (or failed in the org). A read that fails midway keeps it when
         ``on_page`` is given, so that the run after it resumes from the last position it committed; without
         ``on_page`` nobody could resume it, and it is deleted. A job the org no longer has (404) is left alone."""
-        job = {"operation": "queryAll" if include_deleted else "query", "query": select_soql(object_name, fields, where=where, order_by=order_by),
-               "contentType": "CSV", "columnDelimiter": "COMMA", "lineEnding": line_ending}
+        job = {
+            "operation": "queryAll" if include_deleted else "query",
+            "query": select_soql(object_name, fields, where=where, order_by=order_by),
+            "contentType": "CSV",
+            "columnDelimiter": "COMMA",
+            "lineEnding": line_ending,
+        }
         job_id = resume.job_id if resume else self._request("POST", "jobs/query", retry=False, json=job).json()["id"]
         finished = gone = False  # finished: read to its end, or failed in the org; gone: the org has it no more
         try:
@@ -401,8 +454,9 @@ class SalesforceResource(dg.ConfigurableResource):
                         on_page(BulkPosition(job_id, after))
                 if pages:  # the org offers parallel result pages (API 58.0+) and they are read
                     finished = True
-                    log.info("Bulk queryAll of %s finished: job %s, %d parallel result pages", object_name, job_id,
-                             pages)
+                    log.info(
+                        "Bulk queryAll of %s finished: job %s, %d parallel result pages", object_name, job_id, pages
+                    )
                     return
             while True:
                 params: dict[str, Any] = {"maxRecords": page_size}
@@ -470,8 +524,9 @@ class SalesforceResource(dg.ConfigurableResource):
             if state == "JobComplete":
                 return
             if state in ("Failed", "Aborted"):
-                raise BulkJobFailed("GET", f"jobs/query/{job_id}", 200,
-                                    f"Bulk query job {state}: {info.get('errorMessage', '')}")
+                raise BulkJobFailed(
+                    "GET", f"jobs/query/{job_id}", 200, f"Bulk query job {state}: {info.get('errorMessage', '')}"
+                )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"Bulk query job {job_id} still {state} after {timeout_seconds:.0f}s")
             time.sleep(poll_seconds)
@@ -496,13 +551,22 @@ def _locator_of(url: str) -> str | None:
     return (parse_qs(urlsplit(url).query).get("locator") or [None])[0]
 
 
-def select_soql(object_name: str, fields: Iterable[str], *, where: str | None = None, order_by: str | None = None,
-                limit: int | None = None) -> str:
+def select_soql(
+    object_name: str,
+    fields: Iterable[str],
+    *,
+    where: str | None = None,
+    order_by: str | None = None,
+    limit: int | None = None,
+) -> str:
     """``SELECT <fields> FROM <object> [WHERE ..] [ORDER BY ..] [LIMIT n]``. Names come from describe(); values
     belong in ``where``, built with simple-salesforce's ``format_soql`` so they are quoted and escaped there."""
-    return format_soql("SELECT {:literal} FROM {:literal}", ", ".join(fields), object_name) + \
-        (f" WHERE {where}" if where else "") + (f" ORDER BY {order_by}" if order_by else "") + \
-        (format_soql(" LIMIT {}", limit) if limit is not None else "")
+    return (
+        format_soql("SELECT {:literal} FROM {:literal}", ", ".join(fields), object_name)
+        + (f" WHERE {where}" if where else "")
+        + (f" ORDER BY {order_by}" if order_by else "")
+        + (format_soql(" LIMIT {}", limit) if limit is not None else "")
+    )
 
 
 def parse_bulk_page(content: bytes, fields: list[str]) -> Iterator[pa.RecordBatch]:
@@ -522,9 +586,12 @@ def parse_bulk_page(content: bytes, fields: list[str]) -> Iterator[pa.RecordBatc
         pa.BufferReader(content),
         read_options=pa_csv.ReadOptions(block_size=block),
         parse_options=pa_csv.ParseOptions(newlines_in_values=True),
-        convert_options=pa_csv.ConvertOptions(column_types={f: pa.string() for f in fields},
-                                              strings_can_be_null=True, null_values=[""],
-                                              quoted_strings_can_be_null=True),
+        convert_options=pa_csv.ConvertOptions(
+            column_types={f: pa.string() for f in fields},
+            strings_can_be_null=True,
+            null_values=[""],
+            quoted_strings_can_be_null=True,
+        ),
     )
     for batch in reader:
         if batch.num_rows:
@@ -553,7 +620,8 @@ def _strip(record: dict[str, Any]) -> dict[str, Any]:
 MISSING_CREDENTIALS = (
     "set SF_ACCESS_TOKEN + SF_INSTANCE_URL (a session), or SF_CLIENT_ID + SF_USERNAME + SF_PRIVATE_KEY_FILE (OAuth "
     "JWT bearer), or SF_CLIENT_ID + SF_CLIENT_SECRET + SF_INSTANCE_URL (OAuth client credentials; with SF_USERNAME + "
-    "SF_PASSWORD the username-password flow), or SF_USERNAME + SF_PASSWORD + SF_SECURITY_TOKEN (SOAP login)")
+    "SF_PASSWORD the username-password flow), or SF_USERNAME + SF_PASSWORD + SF_SECURITY_TOKEN (SOAP login)"
+)
 
 
 # Fields holding a URL the credentials are sent to: the OAuth form (client secret, password, signed assertion) and
@@ -578,9 +646,11 @@ def check_urls(values: dict[str, Any]) -> None:
         if parts.scheme == "http" and is_loopback(parts.hostname):
             continue
         shown = f"{parts.scheme}://{parts.hostname}" if parts.scheme and parts.hostname else "no URL with a host"
-        raise InsecureUrlError(f"{ENV_VARS[name]} ({shown}) is not an https URL: the Salesforce credentials and "
-                               "session token would cross the network in clear. Set it to https://<host> (http:// "
-                               "is accepted only for a loopback host such as 127.0.0.1)")
+        raise InsecureUrlError(
+            f"{ENV_VARS[name]} ({shown}) is not an https URL: the Salesforce credentials and "
+            "session token would cross the network in clear. Set it to https://<host> (http:// "
+            "is accepted only for a loopback host such as 127.0.0.1)"
+        )
 
 
 def login_flow(values: dict[str, Any]) -> str | None:
@@ -598,14 +668,16 @@ def login_flow(values: dict[str, Any]) -> str | None:
     return None
 
 
-def salesforce_resource_from_env(environ: dict[str, str] | None = None, *,
-                                 resolved: bool = False) -> SalesforceResource:
+def salesforce_resource_from_env(
+    environ: dict[str, str] | None = None, *, resolved: bool = False
+) -> SalesforceResource:
     """The resource for this environment: every ``SF_*`` variable that is set is passed as ``dg.EnvVar`` (so
     secrets stay out of config); without credentials, the local emulator's defaults apply. ``resolved`` passes
     the values themselves, for a process that uses the resource outside Dagster (the CDC subscriber)."""
     env = os.environ if environ is None else environ
-    kwargs: dict[str, Any] = {name: env[var] if resolved else dg.EnvVar(var)
-                              for name, var in ENV_VARS.items() if env.get(var)}
+    kwargs: dict[str, Any] = {
+        name: env[var] if resolved else dg.EnvVar(var) for name, var in ENV_VARS.items() if env.get(var)
+    }
     has_credentials = any(k in kwargs for k in ("access_token", "username", "client_id"))
     if not has_credentials:
         kwargs["access_token"] = LOCAL_ACCESS_TOKEN

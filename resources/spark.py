@@ -47,7 +47,10 @@ JVM_OPTIONS = (
     # used 2-3x the CPU of Spark's tasks. With these limits the first pass of a fresh JVM is 10-16 % shorter
     # (issue-size catch-up 20.7 -> 17.4-17.7 s, 1M events 47.4-49.0 -> 44.2 s) and the steady state no slower
     # (a warm JVM's second 1M pass 33.5 / 33.6 s).
-    "-XX:MaxInlineLevel=6", "-XX:InlineSmallCode=1000", "-XX:MaxInlineSize=20", "-XX:FreqInlineSize=100",
+    "-XX:MaxInlineLevel=6",
+    "-XX:InlineSmallCode=1000",
+    "-XX:MaxInlineSize=20",
+    "-XX:FreqInlineSize=100",
 )
 # Static settings of the SQL engine, read when the JVM starts: a Connect client cannot set them (`spark_config`).
 JVM_SQL_CONF = {
@@ -93,8 +96,11 @@ def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
         conf = LOOPBACK_DRIVER_CONF | conf
     if "spark.remote" in conf or os.environ.get("SPARK_REMOTE"):
         # A Connect client sets session (SQL) settings only; master, memory and the rest are the server's.
-        return {k: v for k, v in conf.items()
-                if (k.startswith("spark.sql.") and k not in JVM_SQL_CONF) or k == "spark.remote"}
+        return {
+            k: v
+            for k, v in conf.items()
+            if (k.startswith("spark.sql.") and k not in JVM_SQL_CONF) or k == "spark.remote"
+        }
     return conf
 
 

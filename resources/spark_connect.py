@@ -84,19 +84,22 @@ def check_binding(host: str, behind_tls_proxy: bool) -> None:
             f"refusing to listen on {host}: Spark's Connect server has no TLS, so its token and every row would "
             "cross the network in clear. Keep the default (loopback) and put a TLS-terminating proxy in front on "
             "the same host (docs/scaling.md), or, if such a proxy on another host is the only client that can "
-            "reach this address, say so with --behind-tls-proxy")
+            "reach this address, say so with --behind-tls-proxy"
+        )
 
 
 def read_token_file(path: Path) -> str:
     """The token in `path`, a file only its owner may read (it grants a Spark session to whoever holds it)."""
     mode = path.stat().st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise UnsafeServerSettings(f"refusing the token file {path}: others may read it (mode {stat.filemode(mode)}"
-                                   f"); run: chmod 600 {path}")
+        raise UnsafeServerSettings(
+            f"refusing the token file {path}: others may read it (mode {stat.filemode(mode)}); run: chmod 600 {path}"
+        )
     token = path.read_text().strip()
     if not token:
-        raise UnsafeServerSettings(f"the token file {path} is empty: write a long random token into it, or remove "
-                                   "it and a new one is made")
+        raise UnsafeServerSettings(
+            f"the token file {path} is empty: write a long random token into it, or remove it and a new one is made"
+        )
     return token
 
 
@@ -121,8 +124,14 @@ def server_token(environ: dict[str, str], token_file: Path | None) -> str:
     return token
 
 
-def start(port: int = DEFAULT_PORT, overrides: dict[str, str] | None = None, *, token: str,
-          host: str = DEFAULT_HOST, behind_tls_proxy: bool = False) -> SparkSession:
+def start(
+    port: int = DEFAULT_PORT,
+    overrides: dict[str, str] | None = None,
+    *,
+    token: str,
+    host: str = DEFAULT_HOST,
+    behind_tls_proxy: bool = False,
+) -> SparkSession:
     """Start the server in this process (a local Spark session with the Connect plugin) listening on `host`
     (`check_binding` first), requiring `token`; return its session."""
     check_binding(host, behind_tls_proxy)
@@ -134,8 +143,15 @@ def start(port: int = DEFAULT_PORT, overrides: dict[str, str] | None = None, *, 
     # In the environment the JVM inherits: builder settings reach the JVM on its command line, which `ps` shows to
     # every user of the machine.
     os.environ[TOKEN_ENV] = token
-    conf = spark_config({"spark.master": DEFAULT_CONF["spark.master"], **CONNECT_CONF, BINDING_CONF: host,
-                         "spark.connect.grpc.binding.port": str(port), **overrides})
+    conf = spark_config(
+        {
+            "spark.master": DEFAULT_CONF["spark.master"],
+            **CONNECT_CONF,
+            BINDING_CONF: host,
+            "spark.connect.grpc.binding.port": str(port),
+            **overrides,
+        }
+    )
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -154,21 +170,38 @@ def _warm_up(spark: SparkSession, lines: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m resources.spark_connect", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m resources.spark_connect",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
-    parser.add_argument("--host", default=DEFAULT_HOST,
-                        help=f"address to listen on (default {DEFAULT_HOST}); another than loopback needs "
-                             "--behind-tls-proxy")
-    parser.add_argument("--behind-tls-proxy", action="store_true",
-                        help="acknowledge that only a TLS-terminating proxy reaches --host (docs/scaling.md): the "
-                             "server itself speaks plaintext gRPC")
-    parser.add_argument("--token-file", type=Path, default=None,
-                        help=f"the token clients must send, in a file only its owner may read (made with a random "
-                             f"token if missing); default: {TOKEN_ENV}, else a random token in a new private file")
+    parser.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"address to listen on (default {DEFAULT_HOST}); another than loopback needs --behind-tls-proxy",
+    )
+    parser.add_argument(
+        "--behind-tls-proxy",
+        action="store_true",
+        help="acknowledge that only a TLS-terminating proxy reaches --host (docs/scaling.md): the "
+        "server itself speaks plaintext gRPC",
+    )
+    parser.add_argument(
+        "--token-file",
+        type=Path,
+        default=None,
+        help=f"the token clients must send, in a file only its owner may read (made with a random "
+        f"token if missing); default: {TOKEN_ENV}, else a random token in a new private file",
+    )
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
-    parser.add_argument("--warm-up-lines", type=int, default=LINES, metavar="N",
-                        help=f"synthetic lines the JVM is warmed up with once listening (default {LINES:,}; 0: none)")
+    parser.add_argument(
+        "--warm-up-lines",
+        type=int,
+        default=LINES,
+        metavar="N",
+        help=f"synthetic lines the JVM is warmed up with once listening (default {LINES:,}; 0: none)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     scratch = None
@@ -188,14 +221,28 @@ def _serve(args: argparse.Namespace) -> None:
         check_binding(args.host, args.behind_tls_proxy)  # before a token file is made
         os.umask(0o077)  # what the driver spills or caches of the org's rows: files 0600, folders 0700
         token = server_token(dict(os.environ), args.token_file)
-        spark = start(args.port, dict(c.split("=", 1) for c in args.conf), token=token, host=args.host,
-                      behind_tls_proxy=args.behind_tls_proxy)
+        spark = start(
+            args.port,
+            dict(c.split("=", 1) for c in args.conf),
+            token=token,
+            host=args.host,
+            behind_tls_proxy=args.behind_tls_proxy,
+        )
     except UnsafeServerSettings as exc:
         raise SystemExit(f"python -m resources.spark_connect: {exc}") from None
-    clients = (redacted(url(args.port, "x")) if is_loopback(args.host)
-               else redacted(url(args.port, "x", "<the proxy's host>", tls=True)))
-    log.info("Spark Connect server listening at %s:%d (Spark %s); clients: SPARK_REMOTE=%s with %s", args.host,
-             args.port, spark.version, clients, where)
+    clients = (
+        redacted(url(args.port, "x"))
+        if is_loopback(args.host)
+        else redacted(url(args.port, "x", "<the proxy's host>", tls=True))
+    )
+    log.info(
+        "Spark Connect server listening at %s:%d (Spark %s); clients: SPARK_REMOTE=%s with %s",
+        args.host,
+        args.port,
+        spark.version,
+        clients,
+        where,
+    )
     if args.warm_up_lines > 0:
         threading.Thread(target=_warm_up, args=(spark, args.warm_up_lines), name="warm-up", daemon=True).start()
     stop = threading.Event()

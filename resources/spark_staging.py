@@ -157,8 +157,11 @@ def prove_shared(spark: SparkSession, staging: Staging) -> None:
     finally:
         staging.filesystem.delete_dir(path)
     if read != tokens:
-        reason = (f"Spark failed to read them: {_first_line(error)}" if error is not None else
-                  f"its executors read {len(read & tokens)} of {len(tokens)}")
+        reason = (
+            f"Spark failed to read them: {_first_line(error)}"
+            if error is not None
+            else f"its executors read {len(read & tokens)} of {len(tokens)}"
+        )
         raise StagingNotShared(_not_shared_message(staging, reason)) from error
     _proven.add(staging.uri)
     log.info("Spark staging at %s: readable by the executors (%d probe files)", staging.uri, len(tokens))
@@ -172,15 +175,20 @@ def _create_private(staging: Staging, path: str) -> None:
 
 
 def _not_shared_message(staging: Staging, reason: str) -> str:
-    where = (f"{STAGING_ENV}={os.environ.get(STAGING_ENV)}" if staging.configured else
-             f"the temporary directory {staging.uri} (the default, {STAGING_ENV} being unset, for a Spark Connect "
-             f"server on this machine)")
-    return (f"Spark staging is not shared: this process wrote {PROBE_FILES} probe files under {where} and {reason}. "
-            f"Large Arrow tables reach Spark as Parquet files there, so every Spark executor (and the Spark Connect "
-            f"server) must see that location at the same path, as the user this process runs as (on a local disk the "
-            f"staging directory is private to it: 0700): set {STAGING_ENV} to a directory all machines mount "
-            f"at the same path, or to an object store URI Spark can read (s3a://bucket/prefix, gs://..., "
-            f"abfss://...).")
+    where = (
+        f"{STAGING_ENV}={os.environ.get(STAGING_ENV)}"
+        if staging.configured
+        else f"the temporary directory {staging.uri} (the default, {STAGING_ENV} being unset, for a Spark Connect "
+        f"server on this machine)"
+    )
+    return (
+        f"Spark staging is not shared: this process wrote {PROBE_FILES} probe files under {where} and {reason}. "
+        f"Large Arrow tables reach Spark as Parquet files there, so every Spark executor (and the Spark Connect "
+        f"server) must see that location at the same path, as the user this process runs as (on a local disk the "
+        f"staging directory is private to it: 0700): set {STAGING_ENV} to a directory all machines mount "
+        f"at the same path, or to an object store URI Spark can read (s3a://bucket/prefix, gs://..., "
+        f"abfss://...)."
+    )
 
 
 def _first_line(error: BaseException) -> str:
@@ -195,7 +203,7 @@ def _resolve(root: str) -> tuple[pafs.FileSystem, str, str]:
         path = os.path.abspath(root)
         return pafs.LocalFileSystem(), path, path
     # Hadoop's S3 connector is s3a://; pyarrow knows the same bucket as s3://.
-    filesystem, path = pafs.FileSystem.from_uri("s3://" + root[len("s3a://"):] if scheme == "s3a" else root)
+    filesystem, path = pafs.FileSystem.from_uri("s3://" + root[len("s3a://") :] if scheme == "s3a" else root)
     return filesystem, path, root
 
 
@@ -209,8 +217,12 @@ def _remove(staging: Staging) -> None:
 def _remove_dead_processes_dirs(filesystem: pafs.FileSystem, root: str) -> None:
     mine = f"{STAGING_PREFIX}{_host()}-"
     for info in filesystem.get_file_info(pafs.FileSelector(root)):
-        if info.type == pafs.FileType.Directory and info.base_name.startswith(mine) \
-                and not _alive(info.base_name.removeprefix(mine).split("-")[0]) and _mine(info.path):
+        if (
+            info.type == pafs.FileType.Directory
+            and info.base_name.startswith(mine)
+            and not _alive(info.base_name.removeprefix(mine).split("-")[0])
+            and _mine(info.path)
+        ):
             filesystem.delete_dir(info.path)
 
 

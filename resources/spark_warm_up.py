@@ -29,16 +29,31 @@ OBJECT = "CdcWarmUp__c"
 # Every kind of value the parse checks (text, number, integer, boolean, date, datetime, time) and a compound
 # address whose parts the parse flattens.
 _ADDRESS = ("Street", "City", "PostalCode", "Latitude", "Longitude")
-DESCRIBE = {"name": OBJECT, "fields": [
-    {"name": "Id", "type": "id"}, {"name": "IsDeleted", "type": "boolean"}, {"name": "Name", "type": "string"},
-    {"name": "Amount__c", "type": "currency"}, {"name": "Count__c", "type": "int"},
-    {"name": "Flag__c", "type": "boolean"}, {"name": "Day__c", "type": "date"},
-    {"name": "Opens__c", "type": "time"}, {"name": "Notes__c", "type": "textarea"},
-    *({"name": f"Shipping{p}", "type": "double" if p in ("Latitude", "Longitude") else "string",
-       "compoundFieldName": "ShippingAddress"} for p in _ADDRESS),
-    {"name": "ShippingAddress", "type": "address"},
-    {"name": "LastModifiedDate", "type": "datetime"}, {"name": "SystemModstamp", "type": "datetime"},
-]}
+DESCRIBE = {
+    "name": OBJECT,
+    "fields": [
+        {"name": "Id", "type": "id"},
+        {"name": "IsDeleted", "type": "boolean"},
+        {"name": "Name", "type": "string"},
+        {"name": "Amount__c", "type": "currency"},
+        {"name": "Count__c", "type": "int"},
+        {"name": "Flag__c", "type": "boolean"},
+        {"name": "Day__c", "type": "date"},
+        {"name": "Opens__c", "type": "time"},
+        {"name": "Notes__c", "type": "textarea"},
+        *(
+            {
+                "name": f"Shipping{p}",
+                "type": "double" if p in ("Latitude", "Longitude") else "string",
+                "compoundFieldName": "ShippingAddress",
+            }
+            for p in _ADDRESS
+        ),
+        {"name": "ShippingAddress", "type": "address"},
+        {"name": "LastModifiedDate", "type": "datetime"},
+        {"name": "SystemModstamp", "type": "datetime"},
+    ],
+}
 # Enough rows that the queries run as a catch-up's do (generated code, several partitions; resources/spark.py's
 # few-row settings stop at 10,000), few enough to take seconds.
 LINES = 40_000
@@ -59,8 +74,9 @@ def warm_up_lines(spark: SparkSession, lines: int) -> DataFrame:
     updated, in commit order."""
     records = max(lines // 4, 1)
     return spark.range(lines).selectExpr(
-        "'warm-up.jsonl' AS source_file", "id + 1 AS source_line",
-        f"""to_json(named_struct('channel', '/data/{OBJECT.replace('__c', '__ChangeEvent')}', 'data', named_struct(
+        "'warm-up.jsonl' AS source_file",
+        "id + 1 AS source_line",
+        f"""to_json(named_struct('channel', '/data/{OBJECT.replace("__c", "__ChangeEvent")}', 'data', named_struct(
           'payload', named_struct(
             'ChangeEventHeader', named_struct(
               'entityName', '{OBJECT}', 'recordIds', array(concat('a0X', lpad(hex(id % {records}), 15, '0'))),
@@ -77,7 +93,8 @@ def warm_up_lines(spark: SparkSession, lines: int) -> DataFrame:
                                     'PostalCode', lpad(CAST(id % 99999 AS string), 5, '0'),
                                     'Latitude', 40.0 + (id % 100) / 1000, 'Longitude', -89.6),
             'LastModifiedDate', date_format(timestamp_millis(1700000000000 + id), "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'")),
-          'event', named_struct('replayId', id)))) AS raw""")
+          'event', named_struct('replayId', id)))) AS raw""",
+    )
 
 
 def warm_up(spark: SparkSession, lines: int = LINES) -> WarmUp:
@@ -94,8 +111,15 @@ def warm_up(spark: SparkSession, lines: int = LINES) -> WarmUp:
     current = spark.createDataFrame([], schema.spark_schema())
     folded = fold_changes(changes, current, schema).toArrow()
     filled = tuple(c for c, _ in schema.columns if folded[c].null_count < folded.num_rows)
-    result = WarmUp(lines=lines, changes=rows.num_rows - quarantined, quarantined=quarantined,
-                    records=folded.num_rows, filled=filled, seconds=time.perf_counter() - started)
-    log.info("Spark warmed up in %.1f s: %d synthetic lines parsed, %d records folded", result.seconds, lines,
-             result.records)
+    result = WarmUp(
+        lines=lines,
+        changes=rows.num_rows - quarantined,
+        quarantined=quarantined,
+        records=folded.num_rows,
+        filled=filled,
+        seconds=time.perf_counter() - started,
+    )
+    log.info(
+        "Spark warmed up in %.1f s: %d synthetic lines parsed, %d records folded", result.seconds, lines, result.records
+    )
     return result

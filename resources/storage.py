@@ -65,8 +65,11 @@ class Folder:
     def names(self, *, prefix: str = "", suffix: str = "") -> list[str]:
         """Names of the files in the folder (not below), sorted; none when the folder does not exist."""
         infos = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.File
-                      and i.base_name.startswith(prefix) and i.base_name.endswith(suffix))
+        return sorted(
+            i.base_name
+            for i in infos
+            if i.type == pafs.FileType.File and i.base_name.startswith(prefix) and i.base_name.endswith(suffix)
+        )
 
     def exists(self, name: str) -> bool:
         return self.fs.get_file_info(self.path(name)).type == pafs.FileType.File
@@ -103,7 +106,7 @@ class Folder:
         """(path relative to the folder, size) of every file at any depth; nothing when the folder is missing."""
         for info in self.fs.get_file_info(pafs.FileSelector(self.root, recursive=True, allow_not_found=True)):
             if info.type == pafs.FileType.File:
-                yield info.path[len(self.root):].lstrip("/"), info.size
+                yield info.path[len(self.root) :].lstrip("/"), info.size
 
 
 def write_local_durably(path: Path, data: bytes, *, durable: bool = True) -> None:

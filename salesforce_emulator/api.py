@@ -14,8 +14,17 @@ MAX_CURSORS = 64
 
 
 class Api:
-    def __init__(self, store: Store, *, token: str, daily_request_limit: int, bulk_dir: Path,
-                 credentials: dict[str, str], api_version: str = "59.0", org_id: str = ""):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        token: str,
+        daily_request_limit: int,
+        bulk_dir: Path,
+        credentials: dict[str, str],
+        api_version: str = "59.0",
+        org_id: str = "",
+    ):
         self.store = store
         self.token = token
         self.daily_request_limit = daily_request_limit

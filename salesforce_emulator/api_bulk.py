@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 from salesforce_emulator import ids, soql
 from salesforce_emulator.errors import ApiError, not_found
 from salesforce_emulator.schema import derived_value
-from salesforce_emulator.store import reader_related
 from salesforce_emulator.server import Request, Response, route
+from salesforce_emulator.store import reader_related
 from salesforce_emulator.values import ms_to_iso, to_csv
 
 if TYPE_CHECKING:
@@ -65,13 +65,21 @@ class Job:
 
     def info(self, api: Api) -> dict[str, Any]:
         return {
-            "id": self.id, "operation": self.operation, "object": self.query.obj.name,
-            "createdById": api.store.default_user_id, "createdDate": self.created, "systemModstamp": self.created,
-            "state": self.state, "concurrencyMode": "Parallel", "contentType": "CSV",
-            "apiVersion": float(api.api_version), "jobType": "V2Query",
+            "id": self.id,
+            "operation": self.operation,
+            "object": self.query.obj.name,
+            "createdById": api.store.default_user_id,
+            "createdDate": self.created,
+            "systemModstamp": self.created,
+            "state": self.state,
+            "concurrencyMode": "Parallel",
+            "contentType": "CSV",
+            "apiVersion": float(api.api_version),
+            "jobType": "V2Query",
             "lineEnding": "CRLF" if self.line_ending == "\r\n" else "LF",
             "columnDelimiter": next(k for k, v in _DELIMITERS.items() if v == self.delimiter),
-            "numberRecordsProcessed": self.total, "retries": 0,
+            "numberRecordsProcessed": self.total,
+            "retries": 0,
             "totalProcessingTime": int(((self.finished or time.monotonic()) - self.started) * 1000),
             **({"errorMessage": self.error} if self.error else {}),
         }
@@ -97,8 +105,10 @@ def _run(api: Api, job: Job) -> None:
                     if job.state == "Aborted":
                         return
                     data = dict(row)
-                    values = [to_csv(f.type, data[f.name] if f.stored else derived_value(query.obj, f, data, related))
-                              for f in query.fields]
+                    values = [
+                        to_csv(f.type, data[f.name] if f.stored else derived_value(query.obj, f, data, related))
+                        for f in query.fields
+                    ]
                     job.offsets.append(position)
                     line = _csv_row(values, job.delimiter, job.line_ending)
                     out.write(line)
@@ -130,8 +140,15 @@ def create_job(api: Api, req: Request) -> Response:
         raise ApiError(400, "INVALIDJOB", f"Unknown columnDelimiter {body.get('columnDelimiter')}")
     job_id = ids.make_id("750", next(_job_counter))
     api.bulk_dir.mkdir(parents=True, exist_ok=True)
-    job = Job(job_id, operation, query, api.bulk_dir / f"{job_id}.csv", delimiter,
-              "\r\n" if body.get("lineEnding") == "CRLF" else "\n", ms_to_iso(int(time.time() * 1000)))
+    job = Job(
+        job_id,
+        operation,
+        query,
+        api.bulk_dir / f"{job_id}.csv",
+        delimiter,
+        "\r\n" if body.get("lineEnding") == "CRLF" else "\n",
+        ms_to_iso(int(time.time() * 1000)),
+    )
     with api.lock:
         api.jobs[job_id] = job
     if (generated := api.bulk_objects.get(query.obj.name)) is not None:
@@ -157,8 +174,9 @@ def job_status(api: Api, req: Request) -> Response:
 
 
 def list_jobs(api: Api, req: Request) -> Response:
-    return Response(body={"done": True, "records": [j.info(api) for j in list(api.jobs.values())],
-                          "nextRecordsUrl": None})
+    return Response(
+        body={"done": True, "records": [j.info(api) for j in list(api.jobs.values())], "nextRecordsUrl": None}
+    )
 
 
 def abort_job(api: Api, req: Request) -> Response:
@@ -202,8 +220,11 @@ def results(api: Api, req: Request) -> Response:
             handle.seek(job.offsets[start])
             chunk = handle.read(job.offsets[end] - job.offsets[start])
     next_locator = _locator(end) if end < total else "null"
-    return Response(body=job.header + chunk, content_type="text/csv",
-                    headers={"Sforce-Locator": next_locator, "Sforce-NumberOfRecords": str(end - start)})
+    return Response(
+        body=job.header + chunk,
+        content_type="text/csv",
+        headers={"Sforce-Locator": next_locator, "Sforce-NumberOfRecords": str(end - start)},
+    )
 
 
 PARALLEL_SINCE = (58, 0)
@@ -225,12 +246,18 @@ def result_pages(api: Api, req: Request) -> Response:
     page, total = api.result_page_records, job.total
     base = f"/services/data/v{req.version}/jobs/query/{job.id}"
     starts = list(range(start, total, page))[:PARALLEL_PAGES] or ([0] if start == 0 else [])
-    urls = [{"resultUrl": f"{base}/results?maxRecords={page}" + (f"&locator={_locator(s)}" if s else "")}
-            for s in starts]
+    urls = [
+        {"resultUrl": f"{base}/results?maxRecords={page}" + (f"&locator={_locator(s)}" if s else "")} for s in starts
+    ]
     after = starts[-1] + page if starts else total
     done = after >= total
-    return Response(body={"resultPages": urls, "done": done,
-                          "nextRecordsUrl": None if done else f"{base}/resultPages?locator={_locator(after)}"})
+    return Response(
+        body={
+            "resultPages": urls,
+            "done": done,
+            "nextRecordsUrl": None if done else f"{base}/resultPages?locator={_locator(after)}",
+        }
+    )
 
 
 def _locator(start: int) -> str:

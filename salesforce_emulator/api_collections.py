@@ -41,8 +41,9 @@ def _error(exc: ApiError) -> dict[str, Any]:
     return {"statusCode": exc.error_code, "message": exc.message, "fields": exc.fields or []}
 
 
-def _run_records(api: Api, req: Request, items: list[Any], all_or_none: bool,
-                 apply: Callable[[Transaction, Any], str]) -> Response:
+def _run_records(
+    api: Api, req: Request, items: list[Any], all_or_none: bool, apply: Callable[[Transaction, Any], str]
+) -> Response:
     if len(items) > MAX_RECORDS:
         raise ApiError(400, "EXCEEDED_ID_LIMIT", f"record limit exceeded: at most {MAX_RECORDS} records per call")
     results: list[dict[str, Any]] = []
@@ -58,8 +59,12 @@ def _run_records(api: Api, req: Request, items: list[Any], all_or_none: bool,
             if all_or_none and any(not r["success"] for r in results):
                 raise _RollBack
     except _RollBack:
-        rolled = {"statusCode": "ALL_OR_NONE_OPERATION_ROLLED_BACK", "message": "Record rolled back because not "
-                  "all records were valid and the request was using AllOrNone header", "fields": []}
+        rolled = {
+            "statusCode": "ALL_OR_NONE_OPERATION_ROLLED_BACK",
+            "message": "Record rolled back because not "
+            "all records were valid and the request was using AllOrNone header",
+            "fields": [],
+        }
         results = [r if not r["success"] else {"id": r["id"], "success": False, "errors": [rolled]} for r in results]
     return Response(body=results)
 
@@ -142,9 +147,20 @@ def composite(api: Api, req: Request) -> Response:
             for sub in subrequests:
                 ref = sub.get("referenceId", "")
                 if failed and all_or_none:
-                    outputs.append({"body": [{"errorCode": "PROCESSING_HALTED", "message": "The transaction was "
-                                    "rolled back since another operation in the same transaction failed."}],
-                                    "httpHeaders": {}, "httpStatusCode": 400, "referenceId": ref})
+                    outputs.append(
+                        {
+                            "body": [
+                                {
+                                    "errorCode": "PROCESSING_HALTED",
+                                    "message": "The transaction was "
+                                    "rolled back since another operation in the same transaction failed.",
+                                }
+                            ],
+                            "httpHeaders": {},
+                            "httpStatusCode": 400,
+                            "referenceId": ref,
+                        }
+                    )
                     continue
                 try:
                     url = _substitute(sub.get("url", ""), bodies)
@@ -153,8 +169,13 @@ def composite(api: Api, req: Request) -> Response:
                     response = Response(exc.status, exc.body())
                 else:
                     parts = urlsplit(url)
-                    inner = Request(sub.get("method", "GET").upper(), parts.path, parse_qs(parts.query),
-                                    req.headers, json.dumps(payload).encode() if payload is not None else b"")
+                    inner = Request(
+                        sub.get("method", "GET").upper(),
+                        parts.path,
+                        parse_qs(parts.query),
+                        req.headers,
+                        json.dumps(payload).encode() if payload is not None else b"",
+                    )
                     try:
                         with txn.savepoint():
                             response = api.dispatcher.handle(inner, nested=True)
@@ -164,8 +185,9 @@ def composite(api: Api, req: Request) -> Response:
                         response = failure.response
                     else:
                         bodies[ref] = response.body
-                outputs.append({"body": response.body, "httpHeaders": {}, "httpStatusCode": response.status,
-                                "referenceId": ref})
+                outputs.append(
+                    {"body": response.body, "httpHeaders": {}, "httpStatusCode": response.status, "referenceId": ref}
+                )
                 failed = failed or response.status >= 400
             if failed and all_or_none:
                 raise _RollBack

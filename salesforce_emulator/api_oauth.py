@@ -69,8 +69,13 @@ def _jwt_error(api: Api, assertion: str) -> Response | None:
         return _error("invalid_client", "the connected app has no certificate for the JWT bearer flow")
     public_key = x509.load_pem_x509_certificate(certificate.encode()).public_key()
     try:
-        jwt.decode(assertion, public_key, algorithms=["RS256"], audience=[*LOGIN_AUDIENCES, api.instance_url],
-                   options={"require": ["exp", "iss", "sub", "aud"]})
+        jwt.decode(
+            assertion,
+            public_key,
+            algorithms=["RS256"],
+            audience=[*LOGIN_AUDIENCES, api.instance_url],
+            options={"require": ["exp", "iss", "sub", "aud"]},
+        )
     except jwt.ExpiredSignatureError:
         return _error("invalid_grant", "expired assertion: exp has passed (sign a new one)")
     except jwt.InvalidAudienceError:
@@ -95,14 +100,22 @@ def oauth_token(api: Api, req: Request) -> Response:
         if not client_ok:
             return _error("invalid_client", "invalid client credentials")
     elif grant == "password":
-        if not client_ok or form.get("username") != creds["username"] or form.get("password") not in (
-                creds["password"], creds["password"] + creds.get("security_token", "")):
+        if (
+            not client_ok
+            or form.get("username") != creds["username"]
+            or form.get("password") not in (creds["password"], creds["password"] + creds.get("security_token", ""))
+        ):
             return _error("invalid_grant", "authentication failure")
     else:
         return _error("unsupported_grant_type", f"grant type not supported: {grant!r}")
-    body: dict[str, Any] = {"access_token": api.token, "instance_url": api.instance_url, "token_type": "Bearer",
-                            "id": f"{api.instance_url}/id/{api.org_id}/{api.store.default_user_id}",
-                            "scope": "api", "issued_at": str(int(time.time() * 1000))}
+    body: dict[str, Any] = {
+        "access_token": api.token,
+        "instance_url": api.instance_url,
+        "token_type": "Bearer",
+        "id": f"{api.instance_url}/id/{api.org_id}/{api.store.default_user_id}",
+        "scope": "api",
+        "issued_at": str(int(time.time() * 1000)),
+    }
     if grant != JWT_BEARER:
         body["signature"] = "emulator"
     return Response(body=body)
@@ -110,11 +123,18 @@ def oauth_token(api: Api, req: Request) -> Response:
 
 def userinfo(api: Api, req: Request) -> Response:
     user_id = api.store.default_user_id
-    return Response(body={
-        "sub": f"{api.instance_url}/id/{api.org_id}/{user_id}", "user_id": user_id, "organization_id": api.org_id,
-        "preferred_username": api.credentials["username"], "name": "Integration User", "active": True,
-        "user_type": "STANDARD", "urls": {"rest": f"{api.instance_url}/services/data/v{{version}}/"},
-    })
+    return Response(
+        body={
+            "sub": f"{api.instance_url}/id/{api.org_id}/{user_id}",
+            "user_id": user_id,
+            "organization_id": api.org_id,
+            "preferred_username": api.credentials["username"],
+            "name": "Integration User",
+            "active": True,
+            "user_type": "STANDARD",
+            "urls": {"rest": f"{api.instance_url}/services/data/v{{version}}/"},
+        }
+    )
 
 
 ROUTES = [

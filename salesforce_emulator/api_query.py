@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator import ids, soql
+from salesforce_emulator.api_rest import render_record, resolve_fields
 from salesforce_emulator.changes import resolve_object
 from salesforce_emulator.errors import ApiError
 from salesforce_emulator.schema import Field, SObject
 from salesforce_emulator.server import Request, Response, route
-from salesforce_emulator.api_rest import render_record, resolve_fields
 
 if TYPE_CHECKING:
     from salesforce_emulator.api import Api
@@ -43,8 +43,9 @@ def _batch_size(req: Request) -> int:
 
 def _page(api: Api, req: Request, cursor_id: str, cursor: Cursor, start: int) -> Response:
     end = min(start + cursor.batch, len(cursor.rows))
-    records = [render_record(cursor.obj, row, cursor.fields, req.version, api.store.related)
-               for row in cursor.rows[start:end]]
+    records = [
+        render_record(cursor.obj, row, cursor.fields, req.version, api.store.related) for row in cursor.rows[start:end]
+    ]
     body: dict[str, Any] = {"totalSize": len(cursor.rows), "done": end >= len(cursor.rows), "records": records}
     if end < len(cursor.rows):
         body["nextRecordsUrl"] = f"/services/data/v{req.version}/query/{cursor_id}-{end}"
@@ -91,7 +92,7 @@ def _retrieve_id(record_id: object) -> str:
     case-safe suffix does not match its first 15 characters, fails the whole call with ``MALFORMED_ID`` naming it,
     as Salesforce answers (an id that is well formed but names no record is ``null`` instead)."""
     valid = isinstance(record_id, str) and len(record_id) in (15, 18) and record_id.isascii() and record_id.isalnum()
-    if not valid or len(record_id) == 18 and record_id[15:].upper() != ids.case_safe_suffix(record_id[:15]):
+    if not valid or (len(record_id) == 18 and record_id[15:].upper() != ids.case_safe_suffix(record_id[:15])):
         raise ApiError(400, "MALFORMED_ID", f"malformed id {record_id}")
     return ids.to_18(record_id[:15])  # the suffix is case-insensitive: the first 15 characters say it all
 
@@ -109,18 +110,22 @@ def composite_retrieve(api: Api, req: Request) -> Response:
     if not record_ids or not names or record_ids == [""] or names == [""]:
         raise ApiError(400, "INVALID_FIELD", "Both ids and fields are required")
     if len(record_ids) > MAX_RETRIEVE_IDS:
-        raise ApiError(400, "EXCEEDED_ID_LIMIT", f"The number of ids ({len(record_ids)}) exceeds the limit of "
-                                                 f"{MAX_RETRIEVE_IDS}")
+        raise ApiError(
+            400, "EXCEEDED_ID_LIMIT", f"The number of ids ({len(record_ids)}) exceeds the limit of {MAX_RETRIEVE_IDS}"
+        )
     fields = resolve_fields(obj, names)
     wanted = [_retrieve_id(r) for r in record_ids]
     found: dict[str, dict[str, Any]] = {}
     for start in range(0, len(wanted), 500):
-        chunk = wanted[start:start + 500]
+        chunk = wanted[start : start + 500]
         marks = ", ".join("?" * len(chunk))
         for row in api.store.select(f'SELECT * FROM "{obj.name}" WHERE Id IN ({marks}) AND IsDeleted = 0', chunk):
             found[row["Id"]] = row
-    return Response(body=[render_record(obj, found[i], fields, req.version, api.store.related) if i in found else None
-                          for i in wanted])
+    return Response(
+        body=[
+            render_record(obj, found[i], fields, req.version, api.store.related) if i in found else None for i in wanted
+        ]
+    )
 
 
 ROUTES = [

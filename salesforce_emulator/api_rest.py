@@ -21,12 +21,14 @@ if TYPE_CHECKING:
 RELEASES = [("Winter '24", "59.0"), ("Spring '24", "60.0"), ("Summer '24", "61.0"), ("Winter '25", "62.0")]
 
 
-def render_record(obj: SObject, row: dict[str, Any], fields: list[Field], version: str,
-                  related: Related) -> dict[str, Any]:
+def render_record(
+    obj: SObject, row: dict[str, Any], fields: list[Field], version: str, related: Related
+) -> dict[str, Any]:
     """A record in REST JSON form: ``attributes`` first, then the requested fields in order (`related`: the
     records cross-object formulas read)."""
-    out: dict[str, Any] = {"attributes": {"type": obj.name,
-                                          "url": f"/services/data/v{version}/sobjects/{obj.name}/{row['Id']}"}}
+    out: dict[str, Any] = {
+        "attributes": {"type": obj.name, "url": f"/services/data/v{version}/sobjects/{obj.name}/{row['Id']}"}
+    }
     for fld in fields:
         value = row.get(fld.name) if fld.stored else derived_value(obj, fld, row, related)
         out[fld.name] = to_rest(fld.type, value) if fld.stored or fld.calculated else value
@@ -48,11 +50,24 @@ def versions(api: Api, req: Request) -> Response:
 
 
 def sobjects(api: Api, req: Request) -> Response:
-    entries = [{"name": o.name, "label": o.name, "keyPrefix": o.key_prefix, "custom": o.custom, "queryable": True,
-                "createable": True, "updateable": True, "deletable": o.deletable, "replicateable": True,
-                "urls": {"sobject": f"/services/data/v{req.version}/sobjects/{o.name}",
-                         "describe": f"/services/data/v{req.version}/sobjects/{o.name}/describe"}}
-               for o in api.store.objects]
+    entries = [
+        {
+            "name": o.name,
+            "label": o.name,
+            "keyPrefix": o.key_prefix,
+            "custom": o.custom,
+            "queryable": True,
+            "createable": True,
+            "updateable": True,
+            "deletable": o.deletable,
+            "replicateable": True,
+            "urls": {
+                "sobject": f"/services/data/v{req.version}/sobjects/{o.name}",
+                "describe": f"/services/data/v{req.version}/sobjects/{o.name}/describe",
+            },
+        }
+        for o in api.store.objects
+    ]
     return Response(body={"encoding": "UTF-8", "maxBatchSize": 200, "sobjects": entries})
 
 
@@ -64,8 +79,12 @@ def sobject_info(api: Api, req: Request) -> Response:
     obj = resolve_object(req.params["object"])
     recent = api.store.select(f'SELECT * FROM "{obj.name}" WHERE IsDeleted = 0 ORDER BY Id DESC LIMIT 3')
     short = [f for f in obj.fields if f.name in ("Id", "Name")]
-    return Response(body={"objectDescribe": {"name": obj.name, "keyPrefix": obj.key_prefix},
-                          "recentItems": [render_record(obj, r, short, req.version, api.store.related) for r in recent]})
+    return Response(
+        body={
+            "objectDescribe": {"name": obj.name, "keyPrefix": obj.key_prefix},
+            "recentItems": [render_record(obj, r, short, req.version, api.store.related) for r in recent],
+        }
+    )
 
 
 def create(api: Api, req: Request) -> Response:
@@ -121,11 +140,13 @@ def empty_recycle_bin(api: Api, req: Request) -> Response:
 
 def limits(api: Api, req: Request) -> Response:
     limit = api.daily_request_limit
-    return Response(body={
-        "DailyApiRequests": {"Max": limit, "Remaining": max(limit - api.budget_used, 0)},
-        "DailyBulkV2QueryJobs": {"Max": 10000, "Remaining": 10000 - len(api.jobs)},
-        "DailyBulkV2QueryFileStorageMB": {"Max": 976562, "Remaining": 976562},
-    })
+    return Response(
+        body={
+            "DailyApiRequests": {"Max": limit, "Remaining": max(limit - api.budget_used, 0)},
+            "DailyBulkV2QueryJobs": {"Max": 10000, "Remaining": 10000 - len(api.jobs)},
+            "DailyBulkV2QueryFileStorageMB": {"Max": 976562, "Remaining": 976562},
+        }
+    )
 
 
 _OBJ = r"/sobjects/(?P<object>\w+)"

@@ -42,7 +42,7 @@ def record_ids(key_prefix: str, first: int, count: int) -> pa.Array:
     upper = (chars[:, :15] >= ord("A")) & (chars[:, :15] <= ord("Z"))
     weights = 1 << np.arange(5)
     for chunk in range(3):
-        chars[:, 15 + chunk] = _SUFFIX[(upper[:, chunk * 5:chunk * 5 + 5] * weights).sum(axis=1)]
+        chars[:, 15 + chunk] = _SUFFIX[(upper[:, chunk * 5 : chunk * 5 + 5] * weights).sum(axis=1)]
     offsets = np.arange(0, 18 * (count + 1), 18, dtype=np.int32)
     return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(chars.tobytes()))
 
@@ -80,8 +80,9 @@ class BulkObject:
             if fld.name == "Id":
                 columns.append(record_ids(self.obj.key_prefix, start, count))
             elif fld.name == "IsDeleted":
-                columns.append(pc.if_else(pa.array(index % self.deleted_every == self.deleted_every - 1),
-                                          "true", "false"))
+                columns.append(
+                    pc.if_else(pa.array(index % self.deleted_every == self.deleted_every - 1), "true", "false")
+                )
             elif fld.name == "SystemModstamp":
                 columns.append(pa.repeat(pa.scalar(MODSTAMP), count))
             else:
@@ -92,6 +93,11 @@ class BulkObject:
                 columns.append(column)
         table = pa.Table.from_arrays(columns, names=[f"c{k}" for k in range(len(fields))])
         out = io.BytesIO()
-        pa_csv.write_csv(table, out, pa_csv.WriteOptions(include_header=False, delimiter=delimiter,
-                                                           quoting_style="all_valid", eol=line_ending.encode()))
+        pa_csv.write_csv(
+            table,
+            out,
+            pa_csv.WriteOptions(
+                include_header=False, delimiter=delimiter, quoting_style="all_valid", eol=line_ending.encode()
+            ),
+        )
         return out.getvalue()

@@ -54,23 +54,43 @@ def _payload(obj: SObject, values: dict[str, Any]) -> tuple[dict[str, Any], list
     return body, changed, nulled
 
 
-def _header(txn: CommittedTransaction, entity: str, record_ids: list[str], change_type: str,
-            sequence: int) -> dict[str, Any]:
+def _header(
+    txn: CommittedTransaction, entity: str, record_ids: list[str], change_type: str, sequence: int
+) -> dict[str, Any]:
     return {
-        "entityName": entity, "recordIds": record_ids, "changeType": change_type, "changeOrigin": txn.origin,
-        "transactionKey": txn.key, "sequenceNumber": sequence, "commitTimestamp": txn.commit_ts,
-        "commitNumber": txn.commit_number, "commitUser": txn.user_id, "nulledFields": [], "diffFields": [],
+        "entityName": entity,
+        "recordIds": record_ids,
+        "changeType": change_type,
+        "changeOrigin": txn.origin,
+        "transactionKey": txn.key,
+        "sequenceNumber": sequence,
+        "commitTimestamp": txn.commit_ts,
+        "commitNumber": txn.commit_number,
+        "commitUser": txn.user_id,
+        "nulledFields": [],
+        "diffFields": [],
         "changedFields": [],
     }
 
 
 def _envelope(obj: SObject, header: dict[str, Any], body: dict[str, Any], replay_id: int) -> dict[str, Any]:
-    return {"channel": CHANNEL, "data": {"schema": obj.schema_id, "payload": {"ChangeEventHeader": header, **body},
-                                         "event": {"replayId": replay_id}}}
+    return {
+        "channel": CHANNEL,
+        "data": {
+            "schema": obj.schema_id,
+            "payload": {"ChangeEventHeader": header, **body},
+            "event": {"replayId": replay_id},
+        },
+    }
 
 
-def change_event(txn: CommittedTransaction, change: Change, sequence: int, faults: FaultConfig | None = None,
-                 rng: random.Random | None = None) -> dict[str, Any]:
+def change_event(
+    txn: CommittedTransaction,
+    change: Change,
+    sequence: int,
+    faults: FaultConfig | None = None,
+    rng: random.Random | None = None,
+) -> dict[str, Any]:
     obj = OBJECTS[change.entity]
     header = _header(txn, change.entity, list(change.record_ids), change.change_type, sequence)
     body: dict[str, Any] = {}
@@ -83,8 +103,9 @@ def change_event(txn: CommittedTransaction, change: Change, sequence: int, fault
     return _envelope(obj, header, body, change.replay_id)
 
 
-def _send_diffs(change: Change, body: dict[str, Any], header: dict[str, Any], faults: FaultConfig,
-                rng: random.Random) -> None:
+def _send_diffs(
+    change: Change, body: dict[str, Any], header: dict[str, Any], faults: FaultConfig, rng: random.Random
+) -> None:
     """Replace long text values by their diff where Salesforce would (see ``text_diff.diff_or_value``)."""
     names = sorted({name for before in change.previous.values() for name in before})
     for name in names:
@@ -108,8 +129,9 @@ def gap_event(txn: CommittedTransaction, change: Change, sequence: int, overflow
     return _envelope(obj, _header(txn, change.entity, record_ids, kind, sequence), {}, change.replay_id)
 
 
-def build_events(txn: CommittedTransaction, enabled: Callable[[str], bool], faults: FaultConfig,
-                 rng: random.Random) -> list[str]:
+def build_events(
+    txn: CommittedTransaction, enabled: Callable[[str], bool], faults: FaultConfig, rng: random.Random
+) -> list[str]:
     """The JSON lines this transaction publishes, in order."""
     lines: list[str] = []
     record_changes = 0

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from salesforce_emulator import ids
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
 from salesforce_emulator.schema import READ_ONLY, SObject, get_object
-from salesforce_emulator.values import ValueError_, iso_to_ms, ms_to_iso, to_storage
+from salesforce_emulator.values import InvalidFieldValue, iso_to_ms, ms_to_iso, to_storage
 
 if TYPE_CHECKING:
     from salesforce_emulator.store import Store
@@ -54,7 +54,9 @@ class CommittedTransaction:
 def resolve_object(name: str) -> SObject:
     obj = get_object(name)
     if obj is None:
-        raise ApiError(404, "NOT_FOUND", f"The requested resource does not exist: sObject type '{name}' is not supported.")
+        raise ApiError(
+            404, "NOT_FOUND", f"The requested resource does not exist: sObject type '{name}' is not supported."
+        )
     return obj
 
 
@@ -74,19 +76,23 @@ def normalize_values(obj: SObject, values: dict[str, Any]) -> dict[str, Any]:
         if fld is None:
             raise invalid_field(f"No such column '{name}' on sobject of type {obj.name}", [name])
         if not fld.createable or fld.name in READ_ONLY:
-            raise ApiError(400, "INVALID_FIELD_FOR_INSERT_UPDATE",
-                           f"Unable to create/update fields: {fld.name}. Please check the security settings of "
-                           "this field and verify that it is read/write for your profile or permission set.",
-                           [fld.name])
+            raise ApiError(
+                400,
+                "INVALID_FIELD_FOR_INSERT_UPDATE",
+                f"Unable to create/update fields: {fld.name}. Please check the security settings of "
+                "this field and verify that it is read/write for your profile or permission set.",
+                [fld.name],
+            )
         try:
             stored = to_storage(fld.type, value, fld.name)
-        except ValueError_ as exc:
+        except InvalidFieldValue as exc:
             raise ApiError(400, "JSON_PARSER_ERROR", str(exc), [fld.name]) from exc
         if fld.type in ("reference", "id") and stored is not None:
             stored = normalize_id(stored)
         if isinstance(stored, str) and fld.length and len(stored) > fld.length:
-            raise ApiError(400, "STRING_TOO_LONG", f"{fld.name}: data value too large (max length={fld.length})",
-                           [fld.name])
+            raise ApiError(
+                400, "STRING_TOO_LONG", f"{fld.name}: data value too large (max length={fld.length})", [fld.name]
+            )
         out[fld.name] = stored
     return out
 
@@ -151,12 +157,20 @@ class Transaction:
             row["OwnerId"] = self.user_id
         if obj.name == "Case":
             row["CaseNumber"] = f"{sequence:08d}"
-        row.update(Id=record_id, IsDeleted=0, CreatedDate=self.stamp, CreatedById=self.user_id,
-                   LastModifiedDate=self.stamp, LastModifiedById=self.user_id, SystemModstamp=self.stamp)
+        row.update(
+            Id=record_id,
+            IsDeleted=0,
+            CreatedDate=self.stamp,
+            CreatedById=self.user_id,
+            LastModifiedDate=self.stamp,
+            LastModifiedById=self.user_id,
+            SystemModstamp=self.stamp,
+        )
         missing = [f.name for f in obj.stored_fields if not f.nillable and row.get(f.name) is None]
         if missing:
-            raise ApiError(400, "REQUIRED_FIELD_MISSING", f"Required fields are missing: [{', '.join(missing)}]",
-                           missing)
+            raise ApiError(
+                400, "REQUIRED_FIELD_MISSING", f"Required fields are missing: [{', '.join(missing)}]", missing
+            )
         self.store.insert_row(obj, row)
         self._touch(obj, {"Id": record_id}, ("CreatedDate", "LastModifiedDate", "SystemModstamp"))
         event_values = {k: v for k, v in row.items() if v is not None and k not in EVENT_EXCLUDED}
@@ -185,16 +199,29 @@ class Transaction:
                 event_values["LastModifiedById"] = self.user_id
             previous = {k: row[k] for k in diff if obj.field(k).type == "textarea" and not obj.field(k).compound}
             nulled = [k for k, v in diff.items() if v is None]
-            self._record(Change(obj.name, "UPDATE", [row["Id"]], event_values, nulled,
-                                previous={row["Id"]: previous} if previous else {}))
+            self._record(
+                Change(
+                    obj.name,
+                    "UPDATE",
+                    [row["Id"]],
+                    event_values,
+                    nulled,
+                    previous={row["Id"]: previous} if previous else {},
+                )
+            )
 
     def _record(self, change: Change) -> None:
         """Append a change, merging it into the previous one when it is the same change to another record
         (consecutive only, so event order never differs from the order the changes were made)."""
         last = self.changes[-1] if self.changes else None
-        if (last is not None and change.change_type in ("UPDATE", "DELETE") and last.entity == change.entity
-                and last.change_type == change.change_type and last.values == change.values
-                and not set(change.record_ids) & set(last.record_ids)):
+        if (
+            last is not None
+            and change.change_type in ("UPDATE", "DELETE")
+            and last.entity == change.entity
+            and last.change_type == change.change_type
+            and last.values == change.values
+            and not set(change.record_ids) & set(last.record_ids)
+        ):
             last.record_ids.extend(change.record_ids)
             last.previous.update(change.previous)
         else:
@@ -219,8 +246,12 @@ class Transaction:
             if not row["IsDeleted"]:
                 raise ApiError(400, "UNDELETE_FAILED", f"Entity is not in the recycle bin: {record_id}")
             self._touch(obj, row, ("LastModifiedDate", "SystemModstamp"))
-            audit = {"IsDeleted": 0, "LastModifiedDate": self.stamp, "LastModifiedById": self.user_id,
-                     "SystemModstamp": self.stamp}
+            audit = {
+                "IsDeleted": 0,
+                "LastModifiedDate": self.stamp,
+                "LastModifiedById": self.user_id,
+                "SystemModstamp": self.stamp,
+            }
             self.store.update_row(obj, row["Id"], audit)
             row.update(audit)
             event_values = {k: v for k, v in row.items() if v is not None and k not in EVENT_EXCLUDED}
@@ -254,4 +285,3 @@ class Transaction:
                 del self.changes[marker - 1].record_ids[merged:]
             raise
         self.conn.execute("RELEASE part")
-

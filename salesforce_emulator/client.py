@@ -31,5 +31,9 @@ class CaPinnedSession(requests.Session):
 def simple_salesforce_client(emu: Emulator, token: str | None = None) -> Salesforce:
     from simple_salesforce import Salesforce
 
-    return Salesforce(instance_url=emu.instance_url, session_id=token or emu.token,
-                      session=CaPinnedSession(emu.ca_file), version=emu.api_version)
+    return Salesforce(
+        instance_url=emu.instance_url,
+        session_id=token or emu.token,
+        session=CaPinnedSession(emu.ca_file),
+        version=emu.api_version,
+    )

@@ -29,11 +29,35 @@ MAX_CUSTOM_OBJECTS = 999  # Thing_001__c .. Thing_999__c (three digits; a00..a{9
 PICKLIST_VALUES = ("New", "Active", "On Hold", "Closed", "Archived")
 # One field of each core type, always; then extras from this mix (type, weight).
 CORE_TYPES = ("string", "picklist", "double", "currency", "date", "datetime", "boolean", "reference", "textarea")
-EXTRA_MIX = {"string": 5, "picklist": 4, "double": 3, "currency": 2, "percent": 2, "date": 2, "datetime": 1,
-             "boolean": 3, "email": 1, "phone": 1, "url": 1, "reference": 1}
-_LABELS = {"string": "Code", "picklist": "Status", "double": "Quantity", "currency": "Amount", "percent": "Share",
-           "date": "Due", "datetime": "Reviewed", "boolean": "Active", "reference": "Parent", "textarea": "Notes",
-           "email": "Contact_Email", "phone": "Contact_Phone", "url": "Link"}
+EXTRA_MIX = {
+    "string": 5,
+    "picklist": 4,
+    "double": 3,
+    "currency": 2,
+    "percent": 2,
+    "date": 2,
+    "datetime": 1,
+    "boolean": 3,
+    "email": 1,
+    "phone": 1,
+    "url": 1,
+    "reference": 1,
+}
+_LABELS = {
+    "string": "Code",
+    "picklist": "Status",
+    "double": "Quantity",
+    "currency": "Amount",
+    "percent": "Share",
+    "date": "Due",
+    "datetime": "Reviewed",
+    "boolean": "Active",
+    "reference": "Parent",
+    "textarea": "Notes",
+    "email": "Contact_Email",
+    "phone": "Contact_Phone",
+    "url": "Link",
+}
 
 
 def custom_object_name(number: int) -> str:
@@ -44,7 +68,7 @@ def custom_object_number(name: str) -> int | None:
     """``Thing_042__c`` -> 42; None for any other name."""
     if not (name.startswith(PREFIX) and name.endswith("__c")):
         return None
-    digits = name[len(PREFIX):-3]
+    digits = name[len(PREFIX) : -3]
     return int(digits) if digits.isdigit() and len(digits) == 3 and 1 <= int(digits) <= MAX_CUSTOM_OBJECTS else None
 
 
@@ -56,8 +80,9 @@ def custom_object(number: int) -> SObject:
     rng = random.Random(number)
     kinds = list(CORE_TYPES) + rng.choices(list(EXTRA_MIX), list(EXTRA_MIX.values()), k=rng.randint(2, 10))
     custom = tuple(_custom_field(rng, kind, index, number) for index, kind in enumerate(kinds, start=1))
-    fields = id_field() + deleted_field() + (Field("Name", "string", nillable=False, length=80),) + custom + \
-        audit_fields()
+    fields = (
+        id_field() + deleted_field() + (Field("Name", "string", nillable=False, length=80),) + custom + audit_fields()
+    )
     return SObject(custom_object_name(number), "a" + ids.to_base62(number, width=2), fields, custom=True)
 
 
@@ -71,8 +96,9 @@ def wide_object(columns: int = 64) -> SObject:
     rng = random.Random(columns)
     standard = id_field() + deleted_field() + (Field("Name", "string", nillable=False, length=80),) + audit_fields()
     kinds = [*CORE_TYPES, *EXTRA_MIX]
-    custom = tuple(_custom_field(rng, kinds[index % len(kinds)], index + 1, 1)
-                   for index in range(max(columns - len(standard), 0)))
+    custom = tuple(
+        _custom_field(rng, kinds[index % len(kinds)], index + 1, 1) for index in range(max(columns - len(standard), 0))
+    )
     return SObject(WIDE_OBJECT, "aZz", standard[:3] + custom + standard[3:], custom=True)
 
 
@@ -108,8 +134,10 @@ def field_value(rng: random.Random, fld: Field, targets: dict[str, list[str]]) -
     if kind == "date":
         return f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
     if kind == "datetime":
-        return f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:" \
-               f"{rng.randint(0, 59):02d}:00.000Z"
+        return (
+            f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:"
+            f"{rng.randint(0, 59):02d}:00.000Z"
+        )
     if kind == "boolean":
         return rng.random() < 0.5
     if kind == "reference":

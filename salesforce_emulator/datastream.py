@@ -48,25 +48,36 @@ def payload(obj: SObject, row: dict[str, Any]) -> dict[str, Any]:
     return {f.name: to_event(f.type, row.get(f.name)) for f in obj.fields if f.stored}
 
 
-def datastream_event(obj: SObject, row: dict[str, Any], *, read_method: str, change_type: str, read_ms: int,
-                     event_id: str) -> dict[str, Any]:
+def datastream_event(
+    obj: SObject, row: dict[str, Any], *, read_method: str, change_type: str, read_ms: int, event_id: str
+) -> dict[str, Any]:
     body = payload(obj, row)
     deleted = bool(body.get(DELETED))
     source_ms = _millis(body[MODSTAMP])
     return {
-        "stream_name": STREAM, "read_method": f"salesforce-{read_method}", "object": obj.name,
-        "schema_key": f"{obj.name}-schema", "uuid": event_id, "read_timestamp": _iso(read_ms),
-        "source_timestamp": body[MODSTAMP], "sort_keys": [source_ms, row["Id"]],
-        "source_metadata": {"object_name": obj.name, "change_type": "DELETE" if deleted else change_type,
-                            "is_deleted": deleted},
+        "stream_name": STREAM,
+        "read_method": f"salesforce-{read_method}",
+        "object": obj.name,
+        "schema_key": f"{obj.name}-schema",
+        "uuid": event_id,
+        "read_timestamp": _iso(read_ms),
+        "source_timestamp": body[MODSTAMP],
+        "sort_keys": [source_ms, row["Id"]],
+        "source_metadata": {
+            "object_name": obj.name,
+            "change_type": "DELETE" if deleted else change_type,
+            "is_deleted": deleted,
+        },
         "payload": body,
     }
 
 
-def datastream_line(obj: SObject, row: dict[str, Any], *, read_method: str, change_type: str, read_ms: int,
-                    event_id: str) -> str:
-    event = datastream_event(obj, row, read_method=read_method, change_type=change_type, read_ms=read_ms,
-                             event_id=event_id)
+def datastream_line(
+    obj: SObject, row: dict[str, Any], *, read_method: str, change_type: str, read_ms: int, event_id: str
+) -> str:
+    event = datastream_event(
+        obj, row, read_method=read_method, change_type=change_type, read_ms=read_ms, event_id=event_id
+    )
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -78,16 +89,25 @@ def backfill_lines(store: Store, objects: list[str], rng: random.Random, read_ms
         obj = get_object(name)
         assert obj is not None, name
         for row in store.select(f'SELECT * FROM "{obj.name}" ORDER BY Id'):
-            lines.append(datastream_line(obj, row, read_method="backfill", change_type="INSERT", read_ms=read_ms,
-                                         event_id=str(uuid.UUID(int=rng.getrandbits(128)))))
+            lines.append(
+                datastream_line(
+                    obj,
+                    row,
+                    read_method="backfill",
+                    change_type="INSERT",
+                    read_ms=read_ms,
+                    event_id=str(uuid.UUID(int=rng.getrandbits(128))),
+                )
+            )
     return lines
 
 
 class MixedLanding:
     """Store listener: each transaction becomes CometD lines, Datastream images, or both (see module doc)."""
 
-    def __init__(self, store: Store, objects: list[str], *, datastream_share: float = 0.5,
-                 both_share: float = 0.1, seed: int = 0):
+    def __init__(
+        self, store: Store, objects: list[str], *, datastream_share: float = 0.5, both_share: float = 0.1, seed: int = 0
+    ):
         self.store = store
         self.objects = set(objects)
         self.datastream_share, self.both_share = datastream_share, both_share
@@ -120,6 +140,14 @@ class MixedLanding:
                     continue
                 seen.add((obj.name, record_id))
                 kind = "INSERT" if change.change_type == "CREATE" else "UPDATE"
-                lines.append(datastream_line(obj, row, read_method="cdc", change_type=kind, read_ms=self.read_ms,
-                                             event_id=str(uuid.UUID(int=self.rng.getrandbits(128)))))
+                lines.append(
+                    datastream_line(
+                        obj,
+                        row,
+                        read_method="cdc",
+                        change_type=kind,
+                        read_ms=self.read_ms,
+                        event_id=str(uuid.UUID(int=self.rng.getrandbits(128))),
+                    )
+                )
         return lines

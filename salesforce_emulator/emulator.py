@@ -39,38 +39,75 @@ log = logging.getLogger(__name__)
 class Emulator:
     api_version = "59.0"
 
-    def __init__(self, data_dir: Path, landing_dir: Path | None = None, port: int = 0, token: str = "dev-token",
-                 daily_request_limit: int = 1_000_000, cdc_objects: list[str] | None = None,
-                 faults: FaultConfig | None = None, *, host: str = "127.0.0.1", roll_bytes: int = 8 << 20,
-                 roll_seconds: float = 2.0, client_id: str = "emulator-client",
-                 client_secret: str = "emulator-secret", username: str = "dev@emulator.local",
-                 password: str = "dev-password", security_token: str = "", pubsub: bool = False,
-                 pubsub_port: int = 0, retention_seconds: float = DEFAULT_RETENTION_SECONDS,
-                 keepalive_seconds: float = 270.0, jwt_certificate: str | None = None,
-                 name_order: str = "western", keep_states: bool = False, custom_objects: int = 0):
+    def __init__(
+        self,
+        data_dir: Path,
+        landing_dir: Path | None = None,
+        port: int = 0,
+        token: str = "dev-token",
+        daily_request_limit: int = 1_000_000,
+        cdc_objects: list[str] | None = None,
+        faults: FaultConfig | None = None,
+        *,
+        host: str = "127.0.0.1",
+        roll_bytes: int = 8 << 20,
+        roll_seconds: float = 2.0,
+        client_id: str = "emulator-client",
+        client_secret: str = "emulator-secret",
+        username: str = "dev@emulator.local",
+        password: str = "dev-password",
+        security_token: str = "",
+        pubsub: bool = False,
+        pubsub_port: int = 0,
+        retention_seconds: float = DEFAULT_RETENTION_SECONDS,
+        keepalive_seconds: float = 270.0,
+        jwt_certificate: str | None = None,
+        name_order: str = "western",
+        keep_states: bool = False,
+        custom_objects: int = 0,
+    ):
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.landing_dir = Path(landing_dir) if landing_dir is not None else None
         self.host, self.port, self.token = host, port, token
         self.faults = faults or FaultConfig()
-        self.store = Store(self.data_dir / "org.sqlite", name_order, keep_states=keep_states,
-                           custom_objects=custom_objects)
+        self.store = Store(
+            self.data_dir / "org.sqlite", name_order, keep_states=keep_states, custom_objects=custom_objects
+        )
         self.publisher: CdcPublisher | None = None
         self.events = EventLog(self.data_dir / "events.sqlite", retention_seconds) if pubsub else None
         if self.landing_dir is not None or self.events is not None:
-            self.publisher = CdcPublisher(self.landing_dir, cdc_objects, self.faults, max_bytes=roll_bytes,
-                                          max_age_seconds=roll_seconds, events=self.events)
+            self.publisher = CdcPublisher(
+                self.landing_dir,
+                cdc_objects,
+                self.faults,
+                max_bytes=roll_bytes,
+                max_age_seconds=roll_seconds,
+                events=self.events,
+            )
             self.store.add_listener(self.publisher)
         self.tenant_id = ids.make_id("00D", 1)
         self.pubsub_port, self.keepalive_seconds = pubsub_port, keepalive_seconds
         self._pubsub: PubSubServer | None = None
         self._tls = ensure_tls(self.data_dir / "tls")
         self.ca_file = str(self._tls.ca_file)
-        credentials = {"client_id": client_id, "client_secret": client_secret, "username": username,
-                       "password": password, "security_token": security_token, "jwt_certificate": jwt_certificate}
-        self.api = Api(self.store, token=token, daily_request_limit=daily_request_limit,
-                       bulk_dir=self.data_dir / "bulk", credentials=credentials, api_version=self.api_version,
-                       org_id=self.tenant_id)
+        credentials = {
+            "client_id": client_id,
+            "client_secret": client_secret,
+            "username": username,
+            "password": password,
+            "security_token": security_token,
+            "jwt_certificate": jwt_certificate,
+        }
+        self.api = Api(
+            self.store,
+            token=token,
+            daily_request_limit=daily_request_limit,
+            bulk_dir=self.data_dir / "bulk",
+            credentials=credentials,
+            api_version=self.api_version,
+            org_id=self.tenant_id,
+        )
         self._server: Any = None
         self._ticker: threading.Thread | None = None
         self._stopping = threading.Event()
@@ -83,8 +120,14 @@ class Emulator:
         self.port = self._server.server_address[1]
         self.api.instance_url = self.instance_url
         if self.events is not None:
-            servicer = PubSubServicer(self.events, lambda: self.api.token, self.tenant_id, self.keepalive_seconds,
-                                      self.instance_url, faults=lambda: self.faults)
+            servicer = PubSubServicer(
+                self.events,
+                lambda: self.api.token,
+                self.tenant_id,
+                self.keepalive_seconds,
+                self.instance_url,
+                faults=lambda: self.faults,
+            )
             self._pubsub = PubSubServer(servicer, self._tls, self.host, self.pubsub_port).start()
             self.pubsub_port = self._pubsub.port
         self._stopping.clear()

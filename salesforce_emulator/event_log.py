@@ -38,8 +38,10 @@ class EventLog:
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.execute("CREATE TABLE IF NOT EXISTS events (replay_id INTEGER PRIMARY KEY, entity TEXT NOT NULL, "
-                           "commit_ts INTEGER NOT NULL, line TEXT NOT NULL)")
+        self._conn.execute(
+            "CREATE TABLE IF NOT EXISTS events (replay_id INTEGER PRIMARY KEY, entity TEXT NOT NULL, "
+            "commit_ts INTEGER NOT NULL, line TEXT NOT NULL)"
+        )
         self._conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
         self._lock = threading.Lock()
         meta = dict(self._conn.execute("SELECT key, value FROM meta").fetchall())
@@ -61,8 +63,10 @@ class EventLog:
             self._conn.execute("BEGIN")
             self._conn.executemany("INSERT OR REPLACE INTO events VALUES (?, ?, ?, ?)", rows)
             newest = max(r[0] for r in rows)
-            self._conn.execute("INSERT INTO meta VALUES ('tip', ?) ON CONFLICT(key) DO UPDATE SET value = "
-                               "max(value, excluded.value)", (newest,))
+            self._conn.execute(
+                "INSERT INTO meta VALUES ('tip', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)",
+                (newest,),
+            )
             self._conn.execute("COMMIT")
         with self.changed:
             self.tip = max(self.tip, newest)
@@ -74,8 +78,9 @@ class EventLog:
     def purge_older_than(self, commit_ts: int) -> None:
         self._last_purge = time.monotonic()
         with self._lock:
-            newest = self._conn.execute("SELECT max(replay_id) FROM events WHERE commit_ts < ?",
-                                        (commit_ts,)).fetchone()[0]
+            newest = self._conn.execute(
+                "SELECT max(replay_id) FROM events WHERE commit_ts < ?", (commit_ts,)
+            ).fetchone()[0]
         if newest is not None:
             self.expire_through(newest)
 
@@ -85,8 +90,10 @@ class EventLog:
             self._conn.execute("BEGIN")
             self._conn.execute("DELETE FROM events WHERE replay_id <= ?", (replay_id,))
             self.purged_through = max(self.purged_through, replay_id)
-            self._conn.execute("INSERT INTO meta VALUES ('purged_through', ?) ON CONFLICT(key) DO UPDATE SET "
-                               "value = excluded.value", (self.purged_through,))
+            self._conn.execute(
+                "INSERT INTO meta VALUES ('purged_through', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (self.purged_through,),
+            )
             self._conn.execute("COMMIT")
 
     # -- reading ------------------------------------------------------------------------------------------

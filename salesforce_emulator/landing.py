@@ -45,8 +45,16 @@ class _HeldFile:
 
 
 class LandingWriter:
-    def __init__(self, root: Path, faults: FaultConfig, rng: random.Random, *, max_bytes: int = 8 << 20,
-                 max_age_seconds: float = 2.0, enabled: bool = True):
+    def __init__(
+        self,
+        root: Path,
+        faults: FaultConfig,
+        rng: random.Random,
+        *,
+        max_bytes: int = 8 << 20,
+        max_age_seconds: float = 2.0,
+        enabled: bool = True,
+    ):
         self.root = Path(root)
         self.enabled = enabled
         if enabled:

@@ -21,14 +21,27 @@ from salesforce_emulator.schema import get_object
 
 
 class CdcPublisher:
-    def __init__(self, landing_dir: Path | None, cdc_objects: list[str] | None, faults: FaultConfig, *,
-                 max_bytes: int = 8 << 20, max_age_seconds: float = 2.0, events: EventLog | None = None):
+    def __init__(
+        self,
+        landing_dir: Path | None,
+        cdc_objects: list[str] | None,
+        faults: FaultConfig,
+        *,
+        max_bytes: int = 8 << 20,
+        max_age_seconds: float = 2.0,
+        events: EventLog | None = None,
+    ):
         self.faults = faults
         self.rng = random.Random(faults.seed)
         self.set_objects(cdc_objects)
-        self.writer = LandingWriter(landing_dir if landing_dir is not None else Path(), faults, self.rng,
-                                    max_bytes=max_bytes, max_age_seconds=max_age_seconds,
-                                    enabled=landing_dir is not None)
+        self.writer = LandingWriter(
+            landing_dir if landing_dir is not None else Path(),
+            faults,
+            self.rng,
+            max_bytes=max_bytes,
+            max_age_seconds=max_age_seconds,
+            enabled=landing_dir is not None,
+        )
         self.events = events
         self.counts: Counter[str] = Counter()
 

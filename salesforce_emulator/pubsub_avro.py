@@ -42,12 +42,25 @@ from salesforce_emulator.schema import AUDIT_FIELDS, OBJECTS, Field, SObject
 from salesforce_emulator.values import MS_PER_DAY, iso_to_ms, time_to_ms
 
 NAMESPACE = "com.sforce.eventbus"
-CHANGE_TYPES = ["CREATE", "UPDATE", "DELETE", "UNDELETE", "GAP_CREATE", "GAP_UPDATE", "GAP_DELETE", "GAP_UNDELETE",
-                "GAP_OVERFLOW", "SNAPSHOT"]
+CHANGE_TYPES = [
+    "CREATE",
+    "UPDATE",
+    "DELETE",
+    "UNDELETE",
+    "GAP_CREATE",
+    "GAP_UPDATE",
+    "GAP_DELETE",
+    "GAP_UNDELETE",
+    "GAP_OVERFLOW",
+    "SNAPSHOT",
+]
 _EPOCH = dt.date(1970, 1, 1)
 _STRINGS = {"type": "array", "items": "string"}
 HEADER_SCHEMA = {
-    "type": "record", "name": "ChangeEventHeader", "namespace": NAMESPACE, "fields": [
+    "type": "record",
+    "name": "ChangeEventHeader",
+    "namespace": NAMESPACE,
+    "fields": [
         {"name": "entityName", "type": "string"},
         {"name": "recordIds", "type": _STRINGS},
         {"name": "changeType", "type": {"type": "enum", "name": "ChangeType", "symbols": CHANGE_TYPES}},
@@ -60,16 +73,29 @@ HEADER_SCHEMA = {
         {"name": "nulledFields", "type": _STRINGS},
         {"name": "diffFields", "type": _STRINGS},
         {"name": "changedFields", "type": _STRINGS},
-    ]}
+    ],
+}
 
 # Salesforce type -> (Avro type, the data type its doc names)
 _TYPES: dict[str, tuple[str, str]] = {
-    "boolean": ("boolean", "Boolean"), "int": ("int", "Integer"), "double": ("double", "Double"),
-    "currency": ("double", "Currency"), "percent": ("double", "Percent"), "date": ("long", "DateOnly"),
-    "datetime": ("long", "DateTime"), "time": ("long", "TimeOnly"), "string": ("string", "Text"),
-    "picklist": ("string", "DynamicEnum"), "multipicklist": ("string", "MultiEnum"), "email": ("string", "Email"),
-    "phone": ("string", "Phone"), "url": ("string", "Url"), "combobox": ("string", "DynamicEnum"),
-    "encryptedstring": ("string", "EncryptedText"), "reference": ("string", "EntityId"), "id": ("string", "EntityId"),
+    "boolean": ("boolean", "Boolean"),
+    "int": ("int", "Integer"),
+    "double": ("double", "Double"),
+    "currency": ("double", "Currency"),
+    "percent": ("double", "Percent"),
+    "date": ("long", "DateOnly"),
+    "datetime": ("long", "DateTime"),
+    "time": ("long", "TimeOnly"),
+    "string": ("string", "Text"),
+    "picklist": ("string", "DynamicEnum"),
+    "multipicklist": ("string", "MultiEnum"),
+    "email": ("string", "Email"),
+    "phone": ("string", "Phone"),
+    "url": ("string", "Url"),
+    "combobox": ("string", "DynamicEnum"),
+    "encryptedstring": ("string", "EncryptedText"),
+    "reference": ("string", "EntityId"),
+    "id": ("string", "EntityId"),
 }
 _AUDIT_ROLES = {"CreatedById": "CreatedBy", "LastModifiedById": "LastModifiedBy"}
 
@@ -113,8 +139,12 @@ class _Records:
         if name in self.defined:
             return f"{NAMESPACE}.{name}"
         self.defined.add(name)
-        return {"type": "record", "name": name, "namespace": NAMESPACE, "fields": [
-            _optional(c.key or c.name, _avro_type(c), field_doc(c)) for c in components]}
+        return {
+            "type": "record",
+            "name": name,
+            "namespace": NAMESPACE,
+            "fields": [_optional(c.key or c.name, _avro_type(c), field_doc(c)) for c in components],
+        }
 
 
 def _compound(obj: SObject, parent_name: str, records: _Records) -> dict[str, Any]:
@@ -123,8 +153,9 @@ def _compound(obj: SObject, parent_name: str, records: _Records) -> dict[str, An
     if parent is not None and parent.type == "address":
         return _optional(parent_name, records.get("Address", components), "Data:Address")
     if parent is not None and parent.stored:  # a person-account org's Account.Name: text or the person's name
-        return _optional(parent_name, ["string", records.get("Switchable_PersonName", components)],
-                         "Data:Switchable_PersonName")
+        return _optional(
+            parent_name, ["string", records.get("Switchable_PersonName", components)], "Data:Switchable_PersonName"
+        )
     return _optional(parent_name, records.get("Switchable_PersonName", components), "Data:PersonName")
 
 

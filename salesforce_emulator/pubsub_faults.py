@@ -30,8 +30,14 @@ from salesforce_emulator.pubsub_avro import HEADER_SCHEMA
 
 _MAGIC = b"\x5f\x0e"
 UNKNOWN_SCHEMA_PREFIX = "poison-"
-_HEADER_ONLY = fastavro.parse_schema({"type": "record", "name": "HeaderOnly", "namespace": "poison",
-                                      "fields": [{"name": "ChangeEventHeader", "type": HEADER_SCHEMA}]})
+_HEADER_ONLY = fastavro.parse_schema(
+    {
+        "type": "record",
+        "name": "HeaderOnly",
+        "namespace": "poison",
+        "fields": [{"name": "ChangeEventHeader", "type": HEADER_SCHEMA}],
+    }
+)
 
 
 def _check(number: bytes) -> int:
@@ -52,7 +58,7 @@ def decode_replay(replay_id: bytes) -> int | None:
     """The event number of a replay id this server issued (either form), or None for one it never issued."""
     if len(replay_id) == 8:
         return int.from_bytes(replay_id, "big")
-    number = replay_id[len(_MAGIC):-1]
+    number = replay_id[len(_MAGIC) : -1]
     if replay_id.startswith(_MAGIC) and number and replay_id[-1] == _check(number):
         return int.from_bytes(number, "little")
     return None
@@ -65,7 +71,7 @@ def spoil(kind: str | None, schema_id: str, payload: bytes) -> tuple[str, bytes]
     if kind == "body":
         stream = io.BytesIO(payload)
         fastavro.schemaless_reader(stream, _HEADER_ONLY, None)
-        return schema_id, payload[:stream.tell()]
+        return schema_id, payload[: stream.tell()]
     if kind == "payload":
         return schema_id, b"\xff" * len(payload)
     if kind == "schema":
@@ -75,13 +81,13 @@ def spoil(kind: str | None, schema_id: str, payload: bytes) -> tuple[str, bytes]
         header = fastavro.schemaless_reader(stream, _HEADER_ONLY, None)["ChangeEventHeader"]
         spoiled = io.BytesIO()  # the header's fields come first: a new header, then the body's bytes as they were
         fastavro.schemaless_writer(spoiled, _HEADER_ONLY, {"ChangeEventHeader": header | HEADER_SPOILS[kind](header)})
-        return schema_id, spoiled.getvalue() + payload[stream.tell():]
+        return schema_id, spoiled.getvalue() + payload[stream.tell() :]
     raise ValueError(f"unknown poison kind {kind!r}")
 
 
 HEADER_SPOILS = {
     "timestamp": lambda header: {"commitTimestamp": header["commitTimestamp"] * 1_000_000},
-    "entity": lambda header: {"entityName": ("../" * 100)[:300 - len(header["entityName"])] + header["entityName"]},
+    "entity": lambda header: {"entityName": ("../" * 100)[: 300 - len(header["entityName"])] + header["entityName"]},
 }
 
 

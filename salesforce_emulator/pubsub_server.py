@@ -77,8 +77,10 @@ class _Demand:
             for request in requests:
                 if request.topic_name and request.topic_name != self.topic:
                     with self.changed:
-                        self.error = (f"FetchRequest names topic {request.topic_name!r} on a stream of {self.topic!r}: "
-                                      "the topic of a subscription cannot change; open a new Subscribe stream")
+                        self.error = (
+                            f"FetchRequest names topic {request.topic_name!r} on a stream of {self.topic!r}: "
+                            "the topic of a subscription cannot change; open a new Subscribe stream"
+                        )
                         self.changed.notify_all()
                     return
                 self.add(request.num_requested)
@@ -87,8 +89,15 @@ class _Demand:
 
 
 class PubSubServicer(services.PubSubServicer):
-    def __init__(self, events: EventLog, token: Callable[[], str], tenant_id: str, keepalive_seconds: float,
-                 instance_url: str, faults: Callable[[], Any] = lambda: None):
+    def __init__(
+        self,
+        events: EventLog,
+        token: Callable[[], str],
+        tenant_id: str,
+        keepalive_seconds: float,
+        instance_url: str,
+        faults: Callable[[], Any] = lambda: None,
+    ):
         self.events = events
         self.faults = faults  # the emulator's FaultConfig now (None: no faults)
         self.token = token
@@ -101,14 +110,22 @@ class PubSubServicer(services.PubSubServicer):
     def _authenticate(self, context: grpc.ServicerContext) -> str:
         metadata = dict(context.invocation_metadata())
         token = metadata.get("accesstoken", "")
-        wrong = [name for name, ok in (
-            ("accesstoken", token == self.token()),
-            ("instanceurl", metadata.get("instanceurl", "").rstrip("/") == self.instance_url),
-            ("tenantid", same_org_id(metadata.get("tenantid", ""), self.tenant_id))) if not ok]
+        wrong = [
+            name
+            for name, ok in (
+                ("accesstoken", token == self.token()),
+                ("instanceurl", metadata.get("instanceurl", "").rstrip("/") == self.instance_url),
+                ("tenantid", same_org_id(metadata.get("tenantid", ""), self.tenant_id)),
+            )
+            if not ok
+        ]
         if wrong:
-            self._unauthenticated(context, f"Invalid {', '.join(wrong)} in the call metadata: send the session's "
-                                           "access token, the org's instance URL and its org id (from "
-                                           "/services/oauth2/userinfo); log in again if the session expired")
+            self._unauthenticated(
+                context,
+                f"Invalid {', '.join(wrong)} in the call metadata: send the session's "
+                "access token, the org's instance URL and its org id (from "
+                "/services/oauth2/userinfo); log in again if the session expired",
+            )
         return token
 
     @staticmethod
@@ -122,8 +139,10 @@ class PubSubServicer(services.PubSubServicer):
         name = topic.removeprefix("/data/").removesuffix("ChangeEvent")
         obj = get_object(name) if topic.startswith("/data/") and topic.endswith("ChangeEvent") else None
         if obj is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"Topic {topic!r} not found: use /data/ChangeEvents or "
-                                                     "/data/<Object>ChangeEvent")
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"Topic {topic!r} not found: use /data/ChangeEvents or /data/<Object>ChangeEvent",
+            )
         return {obj.name}  # type: ignore[union-attr]
 
     def _start(self, request: Any, context: grpc.ServicerContext) -> int:
@@ -134,12 +153,16 @@ class PubSubServicer(services.PubSubServicer):
         replay = decode_replay(request.replay_id)
         if replay is None or replay > self.events.tip:
             context.set_trailing_metadata((("error-code", REPLAY_CORRUPTED),))
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "The Replay ID validation failed: the replay id is "
-                                                            "corrupted or was never issued")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "The Replay ID validation failed: the replay id is corrupted or was never issued",
+            )
         if replay < self.events.purged_through:
             context.set_trailing_metadata((("error-code", REPLAY_CORRUPTED),))
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"The Replay ID validation failed: replay id {replay} "
-                                                            "is outside the retention window")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"The Replay ID validation failed: replay id {replay} is outside the retention window",
+            )
         return replay
 
     def _replay_bytes(self, replay_id: int) -> bytes:
@@ -148,24 +171,35 @@ class PubSubServicer(services.PubSubServicer):
 
     def _consumer_event(self, replay_id: int, line: str) -> Any:
         schema, payload = spoil(poisoned(self.faults(), replay_id), *encode_event(json.loads(line)))
-        return pb.ConsumerEvent(event=pb.ProducerEvent(id=str(replay_id), schema_id=schema, payload=payload),
-                                replay_id=self._replay_bytes(replay_id))
+        return pb.ConsumerEvent(
+            event=pb.ProducerEvent(id=str(replay_id), schema_id=schema, payload=payload),
+            replay_id=self._replay_bytes(replay_id),
+        )
 
     # -- RPCs ---------------------------------------------------------------------------------------------
     def GetTopic(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._authenticate(context)
         entities = self._entities(request.topic_name, context)
         schema = schema_id(next(iter(entities))) if entities else ""
-        return pb.TopicInfo(topic_name=request.topic_name, tenant_guid=self.tenant_id, can_publish=False,
-                            can_subscribe=True, schema_id=schema, rpc_id=str(uuid.uuid4()))
+        return pb.TopicInfo(
+            topic_name=request.topic_name,
+            tenant_guid=self.tenant_id,
+            can_publish=False,
+            can_subscribe=True,
+            schema_id=schema,
+            rpc_id=str(uuid.uuid4()),
+        )
 
     def GetSchema(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._authenticate(context)
         entity = entity_for_schema(request.schema_id)
         if entity is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"Schema {request.schema_id!r} not found")
-        return pb.SchemaInfo(schema_json=schema_json(entity), schema_id=request.schema_id,  # type: ignore[arg-type]
-                             rpc_id=str(uuid.uuid4()))
+        return pb.SchemaInfo(
+            schema_json=schema_json(entity),
+            schema_id=request.schema_id,  # type: ignore[arg-type]
+            rpc_id=str(uuid.uuid4()),
+        )
 
     def Subscribe(self, request_iterator: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
         token = self._authenticate(context)
@@ -176,8 +210,9 @@ class PubSubServicer(services.PubSubServicer):
         cursor = self._start(first, context)
         demand = _Demand(self.events.changed, first.topic_name)
         demand.add(first.num_requested)
-        threading.Thread(target=demand.consume, args=(request_iterator,), daemon=True,
-                         name="pubsub-fetch-requests").start()
+        threading.Thread(
+            target=demand.consume, args=(request_iterator,), daemon=True, name="pubsub-fetch-requests"
+        ).start()
         rpc_id = str(uuid.uuid4())
         last_sent = time.monotonic()
         while context.is_active() and not self.stopping.is_set():  # a half-closed request stream still gets its events
@@ -196,15 +231,19 @@ class PubSubServicer(services.PubSubServicer):
                         demand.value -= len(batch)
                     cursor = batch[-1].replay_id
                     last_sent = time.monotonic()
-                    yield pb.FetchResponse(events=[self._consumer_event(e.replay_id, e.line) for e in batch],
-                                           latest_replay_id=self._replay_bytes(cursor), rpc_id=rpc_id,
-                                           pending_num_requested=demand.value)
+                    yield pb.FetchResponse(
+                        events=[self._consumer_event(e.replay_id, e.line) for e in batch],
+                        latest_replay_id=self._replay_bytes(cursor),
+                        rpc_id=rpc_id,
+                        pending_num_requested=demand.value,
+                    )
                     continue
                 cursor = tip  # nothing on this topic up to the tip
             if time.monotonic() - last_sent >= self.keepalive_seconds:
                 last_sent = time.monotonic()
-                yield pb.FetchResponse(latest_replay_id=self._replay_bytes(cursor), rpc_id=rpc_id,
-                                       pending_num_requested=demand.value)
+                yield pb.FetchResponse(
+                    latest_replay_id=self._replay_bytes(cursor), rpc_id=rpc_id, pending_num_requested=demand.value
+                )
 
 
 class PubSubServer:

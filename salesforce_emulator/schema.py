@@ -86,8 +86,9 @@ class Field:
         if self.type in ("double", "currency", "percent"):
             out |= {"precision": 18, "scale": 2}
         if self.type == "picklist":
-            out["picklistValues"] = [{"value": v, "label": v, "active": True, "defaultValue": False}
-                                     for v in self.picklist]
+            out["picklistValues"] = [
+                {"value": v, "label": v, "active": True, "defaultValue": False} for v in self.picklist
+            ]
         if self.reference_to:
             out["referenceTo"] = list(self.reference_to)
             out["relationshipName"] = self.name[:-3] + "__r" if self.name.endswith("__c") else self.name[:-2]
@@ -95,9 +96,17 @@ class Field:
 
 
 _SOAP_TYPES = {
-    "id": "tns:ID", "reference": "tns:ID", "boolean": "xsd:boolean", "int": "xsd:int", "double": "xsd:double",
-    "currency": "xsd:double", "percent": "xsd:double", "date": "xsd:date", "datetime": "xsd:dateTime",
-    "time": "xsd:time", "address": "urn:address",
+    "id": "tns:ID",
+    "reference": "tns:ID",
+    "boolean": "xsd:boolean",
+    "int": "xsd:int",
+    "double": "xsd:double",
+    "currency": "xsd:double",
+    "percent": "xsd:double",
+    "date": "xsd:date",
+    "datetime": "xsd:dateTime",
+    "time": "xsd:time",
+    "address": "urn:address",
 }
 
 
@@ -169,7 +178,8 @@ def deleted_field() -> tuple[Field, ...]:
 
 def audit_fields(owner: bool = True) -> tuple[Field, ...]:
     owned = (Field("OwnerId", "reference", nillable=False, length=18),) if owner else ()
-    return owned + (
+    return (
+        *owned,
         Field("CreatedDate", "datetime", nillable=False, updateable=False),
         Field("CreatedById", "reference", nillable=False, length=18, updateable=False),
         Field("LastModifiedDate", "datetime", nillable=False, updateable=False),
@@ -180,12 +190,17 @@ def audit_fields(owner: bool = True) -> tuple[Field, ...]:
 
 def _address(prefix: str, parent: str) -> tuple[Field, ...]:
     parts = [
-        ("Street", "textarea", 255), ("City", "string", 40), ("State", "string", 80),
-        ("PostalCode", "string", 20), ("Country", "string", 80), ("Latitude", "double", None),
-        ("Longitude", "double", None), ("GeocodeAccuracy", "picklist", None),
+        ("Street", "textarea", 255),
+        ("City", "string", 40),
+        ("State", "string", 80),
+        ("PostalCode", "string", 20),
+        ("Country", "string", 80),
+        ("Latitude", "double", None),
+        ("Longitude", "double", None),
+        ("GeocodeAccuracy", "picklist", None),
     ]
     comps = tuple(Field(prefix + key, t, length=n, compound=parent, key=key) for key, t, n in parts)
-    return comps + (Field(parent, "address", parent=True, updateable=False),)
+    return (*comps, Field(parent, "address", parent=True, updateable=False))
 
 
 def _person_name(last_nillable: bool = False) -> tuple[Field, ...]:
@@ -240,9 +255,11 @@ def _revenue_band(row: dict[str, Any], related: Related) -> str | None:
 
 def _account_field(name: str) -> Formula:
     """A cross-object formula on a child of Account: ``Account.<name>`` (null without a live parent)."""
+
     def value(row: dict[str, Any], related: Related) -> Any:
         parent = related("Account", row.get("AccountId"))
         return parent.get(name) if parent else None
+
     return value
 
 
@@ -256,130 +273,243 @@ def _follow_up_date(row: dict[str, Any], related: Related) -> str | None:
     return None if not close else (datetime.date.fromisoformat(close) + datetime.timedelta(days=7)).isoformat()
 
 
-ACCOUNT = SObject("Account", "001", id_field() + deleted_field() + (
-    Field("Name", "string", nillable=False, length=255),
-) + _person_account_name() + (
-    Field("IsPersonAccount", "boolean", nillable=False, default=0),
-    Field("PersonEmail", "email", length=80),
-    Field("PersonBirthdate", "date"),
-    Field("Type", "picklist", length=255),
-    Field("Industry", "picklist", length=255),
-    Field("AnnualRevenue", "currency"),
-    Field("NumberOfEmployees", "int"),
-    Field("Rating", "picklist", length=255),
-    Field("Phone", "phone", length=40),
-    Field("Website", "url", length=255),
-    Field("Description", "textarea", length=32000),
-) + _address("Billing", "BillingAddress") + _address("Shipping", "ShippingAddress") + audit_fields() + (
-    Field("Account_Score__c", "double", calculated=True, updateable=False,
-          formula="ROUND(AnnualRevenue / NumberOfEmployees / 1000, 2)"),
-    Field("Revenue_Band__c", "string", length=1300, calculated=True, updateable=False,
-          formula='IF(ISBLANK(AnnualRevenue), null, IF(AnnualRevenue < 1000000, "Small", '
-                  'IF(AnnualRevenue < 50000000, "Medium", "Large")))'),
-), formulas={"Account_Score__c": _account_score, "Revenue_Band__c": _revenue_band}, derived=_account_derived)
+ACCOUNT = SObject(
+    "Account",
+    "001",
+    id_field()
+    + deleted_field()
+    + (Field("Name", "string", nillable=False, length=255),)
+    + _person_account_name()
+    + (
+        Field("IsPersonAccount", "boolean", nillable=False, default=0),
+        Field("PersonEmail", "email", length=80),
+        Field("PersonBirthdate", "date"),
+        Field("Type", "picklist", length=255),
+        Field("Industry", "picklist", length=255),
+        Field("AnnualRevenue", "currency"),
+        Field("NumberOfEmployees", "int"),
+        Field("Rating", "picklist", length=255),
+        Field("Phone", "phone", length=40),
+        Field("Website", "url", length=255),
+        Field("Description", "textarea", length=32000),
+    )
+    + _address("Billing", "BillingAddress")
+    + _address("Shipping", "ShippingAddress")
+    + audit_fields()
+    + (
+        Field(
+            "Account_Score__c",
+            "double",
+            calculated=True,
+            updateable=False,
+            formula="ROUND(AnnualRevenue / NumberOfEmployees / 1000, 2)",
+        ),
+        Field(
+            "Revenue_Band__c",
+            "string",
+            length=1300,
+            calculated=True,
+            updateable=False,
+            formula='IF(ISBLANK(AnnualRevenue), null, IF(AnnualRevenue < 1000000, "Small", '
+            'IF(AnnualRevenue < 50000000, "Medium", "Large")))',
+        ),
+    ),
+    formulas={"Account_Score__c": _account_score, "Revenue_Band__c": _revenue_band},
+    derived=_account_derived,
+)
 
-CONTACT = SObject("Contact", "003", id_field() + deleted_field() + (
-    Field("AccountId", "reference", length=18),
-) + _person_name() + (
-    Field("Title", "string", length=128),
-    Field("Email", "email", length=80),
-    Field("Phone", "phone", length=40),
-    Field("Birthdate", "date"),
-    Field("Best_Time_To_Call__c", "time", label="Best Time to Call"),
-    Field("HasOptedOutOfEmail", "boolean", nillable=False, default=0),
-) + _address("Mailing", "MailingAddress") + audit_fields() + (
-    Field("Account_Industry__c", "string", length=1300, calculated=True, updateable=False,
-          formula="TEXT(Account.Industry)"),
-    Field("Account_Revenue__c", "currency", calculated=True, updateable=False, formula="Account.AnnualRevenue"),
-), formulas={"Account_Industry__c": _account_field("Industry"), "Account_Revenue__c": _account_field("AnnualRevenue")})
+CONTACT = SObject(
+    "Contact",
+    "003",
+    id_field()
+    + deleted_field()
+    + (Field("AccountId", "reference", length=18),)
+    + _person_name()
+    + (
+        Field("Title", "string", length=128),
+        Field("Email", "email", length=80),
+        Field("Phone", "phone", length=40),
+        Field("Birthdate", "date"),
+        Field("Best_Time_To_Call__c", "time", label="Best Time to Call"),
+        Field("HasOptedOutOfEmail", "boolean", nillable=False, default=0),
+    )
+    + _address("Mailing", "MailingAddress")
+    + audit_fields()
+    + (
+        Field(
+            "Account_Industry__c",
+            "string",
+            length=1300,
+            calculated=True,
+            updateable=False,
+            formula="TEXT(Account.Industry)",
+        ),
+        Field("Account_Revenue__c", "currency", calculated=True, updateable=False, formula="Account.AnnualRevenue"),
+    ),
+    formulas={"Account_Industry__c": _account_field("Industry"), "Account_Revenue__c": _account_field("AnnualRevenue")},
+)
 
-OPPORTUNITY = SObject("Opportunity", "006", id_field() + deleted_field() + (
-    Field("AccountId", "reference", length=18),
-    Field("Name", "string", nillable=False, length=120),
-    Field("StageName", "picklist", nillable=False, length=255),
-    Field("Amount", "currency"),
-    Field("Probability", "percent"),
-    Field("CloseDate", "date", nillable=False),
-    Field("IsWon", "boolean", nillable=False, default=0),
-    Field("LeadSource", "picklist", length=255),
-    Field("Description", "textarea", length=32000),
-) + audit_fields() + (
-    Field("Expected_Amount__c", "currency", calculated=True, updateable=False, formula="Amount * Probability"),
-    Field("Follow_Up_Date__c", "date", calculated=True, updateable=False, formula="CloseDate + 7"),
-), formulas={"Expected_Amount__c": _expected_amount, "Follow_Up_Date__c": _follow_up_date})
+OPPORTUNITY = SObject(
+    "Opportunity",
+    "006",
+    id_field()
+    + deleted_field()
+    + (
+        Field("AccountId", "reference", length=18),
+        Field("Name", "string", nillable=False, length=120),
+        Field("StageName", "picklist", nillable=False, length=255),
+        Field("Amount", "currency"),
+        Field("Probability", "percent"),
+        Field("CloseDate", "date", nillable=False),
+        Field("IsWon", "boolean", nillable=False, default=0),
+        Field("LeadSource", "picklist", length=255),
+        Field("Description", "textarea", length=32000),
+    )
+    + audit_fields()
+    + (
+        Field("Expected_Amount__c", "currency", calculated=True, updateable=False, formula="Amount * Probability"),
+        Field("Follow_Up_Date__c", "date", calculated=True, updateable=False, formula="CloseDate + 7"),
+    ),
+    formulas={"Expected_Amount__c": _expected_amount, "Follow_Up_Date__c": _follow_up_date},
+)
 
-LEAD = SObject("Lead", "00Q", id_field() + deleted_field() + _person_name() + (
-    Field("Company", "string", nillable=False, length=255),
-    Field("Title", "string", length=128),
-    Field("Email", "email", length=80),
-    Field("Phone", "phone", length=40),
-    Field("Status", "picklist", nillable=False, length=255, default="Open - Not Contacted"),
-    Field("LeadSource", "picklist", length=255),
-    Field("IsConverted", "boolean", nillable=False, default=0),
-    Field("ConvertedDate", "date"),
-    Field("ConvertedAccountId", "reference", length=18),
-    Field("ConvertedContactId", "reference", length=18),
-    Field("ConvertedOpportunityId", "reference", length=18),
-) + _address("", "Address") + audit_fields())
+LEAD = SObject(
+    "Lead",
+    "00Q",
+    id_field()
+    + deleted_field()
+    + _person_name()
+    + (
+        Field("Company", "string", nillable=False, length=255),
+        Field("Title", "string", length=128),
+        Field("Email", "email", length=80),
+        Field("Phone", "phone", length=40),
+        Field("Status", "picklist", nillable=False, length=255, default="Open - Not Contacted"),
+        Field("LeadSource", "picklist", length=255),
+        Field("IsConverted", "boolean", nillable=False, default=0),
+        Field("ConvertedDate", "date"),
+        Field("ConvertedAccountId", "reference", length=18),
+        Field("ConvertedContactId", "reference", length=18),
+        Field("ConvertedOpportunityId", "reference", length=18),
+    )
+    + _address("", "Address")
+    + audit_fields(),
+)
 
-CASE = SObject("Case", "500", id_field() + deleted_field() + (
-    Field("CaseNumber", "string", nillable=False, length=30, updateable=False),
-    Field("AccountId", "reference", length=18),
-    Field("ContactId", "reference", length=18),
-    Field("Subject", "string", length=255),
-    Field("Description", "textarea", length=32000),
-    Field("Status", "picklist", nillable=False, length=255, default="New"),
-    Field("Priority", "picklist", length=255),
-    Field("Origin", "picklist", length=255),
-    Field("IsClosed", "boolean", nillable=False, default=0),
-    Field("ClosedDate", "datetime"),
-) + audit_fields())
+CASE = SObject(
+    "Case",
+    "500",
+    id_field()
+    + deleted_field()
+    + (
+        Field("CaseNumber", "string", nillable=False, length=30, updateable=False),
+        Field("AccountId", "reference", length=18),
+        Field("ContactId", "reference", length=18),
+        Field("Subject", "string", length=255),
+        Field("Description", "textarea", length=32000),
+        Field("Status", "picklist", nillable=False, length=255, default="New"),
+        Field("Priority", "picklist", length=255),
+        Field("Origin", "picklist", length=255),
+        Field("IsClosed", "boolean", nillable=False, default=0),
+        Field("ClosedDate", "datetime"),
+    )
+    + audit_fields(),
+)
 
-USER = SObject("User", "005", id_field() + deleted_field() + _person_name() + (
-    Field("Username", "string", nillable=False, length=80),
-    Field("Email", "email", nillable=False, length=128),
-    Field("IsActive", "boolean", nillable=False, default=1),
-) + audit_fields(owner=False), deletable=False)
+USER = SObject(
+    "User",
+    "005",
+    id_field()
+    + deleted_field()
+    + _person_name()
+    + (
+        Field("Username", "string", nillable=False, length=80),
+        Field("Email", "email", nillable=False, length=128),
+        Field("IsActive", "boolean", nillable=False, default=1),
+    )
+    + audit_fields(owner=False),
+    deletable=False,
+)
 
 
-
-def _lacking(name: str, key_prefix: str, fields: tuple[Field, ...], missing: tuple[str, ...], *,
-             deletable: bool = True) -> SObject:
+def _lacking(
+    name: str, key_prefix: str, fields: tuple[Field, ...], missing: tuple[str, ...], *, deletable: bool = True
+) -> SObject:
     """An object without some of the system fields every other object has (those are kept internal), and no CDC."""
-    return SObject(name, key_prefix, tuple(f for f in fields if f.name not in missing), deletable=deletable,
-                   cdc=False, internal=tuple(f for f in fields if f.name in missing))
+    return SObject(
+        name,
+        key_prefix,
+        tuple(f for f in fields if f.name not in missing),
+        deletable=deletable,
+        cdc=False,
+        internal=tuple(f for f in fields if f.name in missing),
+    )
 
 
 # Objects without CDC that polling meets, shaped as in a real org: a field history object has only CreatedDate (no
 # SystemModstamp, no LastModifiedDate), a share object LastModifiedDate (no SystemModstamp, no CreatedDate), a
 # setup object like UserRole no IsDeleted (and no CreatedDate).
-ACCOUNT_HISTORY = _lacking("AccountHistory", "017", id_field() + deleted_field() + (
-    Field("AccountId", "reference", nillable=False, length=18),
-    Field("Field", "picklist", nillable=False, length=255),
-    Field("DataType", "picklist", length=255),
-    Field("OldValue", "anyType"),
-    Field("NewValue", "anyType"),
-) + audit_fields(owner=False), ("LastModifiedDate", "LastModifiedById", "SystemModstamp"), deletable=False)
+ACCOUNT_HISTORY = _lacking(
+    "AccountHistory",
+    "017",
+    id_field()
+    + deleted_field()
+    + (
+        Field("AccountId", "reference", nillable=False, length=18),
+        Field("Field", "picklist", nillable=False, length=255),
+        Field("DataType", "picklist", length=255),
+        Field("OldValue", "anyType"),
+        Field("NewValue", "anyType"),
+    )
+    + audit_fields(owner=False),
+    ("LastModifiedDate", "LastModifiedById", "SystemModstamp"),
+    deletable=False,
+)
 
-ACCOUNT_SHARE = _lacking("AccountShare", "00r", id_field() + deleted_field() + (
-    Field("AccountId", "reference", nillable=False, length=18),
-    Field("UserOrGroupId", "reference", nillable=False, length=18),
-    Field("AccountAccessLevel", "picklist", nillable=False, length=40),
-    Field("OpportunityAccessLevel", "picklist", nillable=False, length=40),
-    Field("CaseAccessLevel", "picklist", length=40),
-    Field("ContactAccessLevel", "picklist", length=40),
-    Field("RowCause", "picklist", length=40),
-) + audit_fields(owner=False), ("CreatedDate", "CreatedById", "SystemModstamp"))
+ACCOUNT_SHARE = _lacking(
+    "AccountShare",
+    "00r",
+    id_field()
+    + deleted_field()
+    + (
+        Field("AccountId", "reference", nillable=False, length=18),
+        Field("UserOrGroupId", "reference", nillable=False, length=18),
+        Field("AccountAccessLevel", "picklist", nillable=False, length=40),
+        Field("OpportunityAccessLevel", "picklist", nillable=False, length=40),
+        Field("CaseAccessLevel", "picklist", length=40),
+        Field("ContactAccessLevel", "picklist", length=40),
+        Field("RowCause", "picklist", length=40),
+    )
+    + audit_fields(owner=False),
+    ("CreatedDate", "CreatedById", "SystemModstamp"),
+)
 
-USER_ROLE = _lacking("UserRole", "00E", id_field() + deleted_field() + (
-    Field("Name", "string", nillable=False, length=80),
-    Field("DeveloperName", "string", length=80),
-    Field("ParentRoleId", "reference", length=18),
-    Field("RollupDescription", "string", length=80),
-) + audit_fields(owner=False), ("IsDeleted", "CreatedDate", "CreatedById"))
+USER_ROLE = _lacking(
+    "UserRole",
+    "00E",
+    id_field()
+    + deleted_field()
+    + (
+        Field("Name", "string", nillable=False, length=80),
+        Field("DeveloperName", "string", length=80),
+        Field("ParentRoleId", "reference", length=18),
+        Field("RollupDescription", "string", length=80),
+    )
+    + audit_fields(owner=False),
+    ("IsDeleted", "CreatedDate", "CreatedById"),
+)
 
-STANDARD_OBJECTS: tuple[SObject, ...] = (ACCOUNT, CONTACT, OPPORTUNITY, LEAD, CASE, USER, ACCOUNT_HISTORY,
-                                          ACCOUNT_SHARE, USER_ROLE)
+STANDARD_OBJECTS: tuple[SObject, ...] = (
+    ACCOUNT,
+    CONTACT,
+    OPPORTUNITY,
+    LEAD,
+    CASE,
+    USER,
+    ACCOUNT_HISTORY,
+    ACCOUNT_SHARE,
+    USER_ROLE,
+)
 # Every object the emulator knows: the standard ones, and the generated custom objects registered so far (an org
 # has tables for the standard ones and for the custom objects it was built with: Store.objects).
 OBJECTS: dict[str, SObject] = {o.name: o for o in STANDARD_OBJECTS}

@@ -184,8 +184,13 @@ class _HttpHandler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
-        request = Request(self.command, parts.path, parse_qs(parts.query, keep_blank_values=True),
-                          {k.lower(): v for k, v in self.headers.items()}, body)
+        request = Request(
+            self.command,
+            parts.path,
+            parse_qs(parts.query, keep_blank_values=True),
+            {k.lower(): v for k, v in self.headers.items()},
+            body,
+        )
         dispatcher = self.server.dispatcher
         try:
             response = dispatcher.handle(request)
@@ -217,7 +222,7 @@ class _HttpHandler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = do_HEAD = _serve
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - signature of the base class
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.client_address[0], *args)
 
 
@@ -234,7 +239,7 @@ class _TlsServer(ThreadingHTTPServer):
         # The TLS handshake runs here, in the connection's own thread, so a slow client never blocks accept().
         try:
             tls = self.context.wrap_socket(request, server_side=True)
-        except (OSError, socket.timeout) as exc:
+        except (TimeoutError, OSError) as exc:
             log.debug("TLS handshake with %s failed: %s", client_address, exc)
             return
         try:
@@ -245,7 +250,8 @@ class _TlsServer(ThreadingHTTPServer):
 
 def serve_in_thread(host: str, port: int, dispatcher: Dispatcher, context: Any) -> tuple[_TlsServer, threading.Thread]:
     server = _TlsServer((host, port), dispatcher, context)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                              name="salesforce-emulator-http", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.2}, name="salesforce-emulator-http", daemon=True
+    )
     thread.start()
     return server, thread

@@ -17,7 +17,7 @@ from typing import Any
 from salesforce_emulator import ids
 from salesforce_emulator.errors import ApiError, invalid_field, malformed_query
 from salesforce_emulator.schema import Field, SObject, get_object
-from salesforce_emulator.values import FLOAT_TYPES, ValueError_, canonical_datetime
+from salesforce_emulator.values import FLOAT_TYPES, InvalidFieldValue, canonical_datetime
 
 _TOKEN = re.compile(
     r"""\s*(?:
@@ -32,8 +32,28 @@ _TOKEN = re.compile(
     re.VERBOSE,
 )
 _ID_TYPES = {"id", "reference"}
-_KEYWORDS = {"select", "from", "where", "order", "by", "limit", "offset", "and", "or", "not", "in", "like", "asc",
-             "desc", "nulls", "first", "last", "null", "true", "false"}
+_KEYWORDS = {
+    "select",
+    "from",
+    "where",
+    "order",
+    "by",
+    "limit",
+    "offset",
+    "and",
+    "or",
+    "not",
+    "in",
+    "like",
+    "asc",
+    "desc",
+    "nulls",
+    "first",
+    "last",
+    "null",
+    "true",
+    "false",
+}
 
 
 @dataclass
@@ -65,7 +85,7 @@ def tokenize(text: str) -> list[tuple[str, str]]:
     while pos < len(text):
         match = _TOKEN.match(text, pos)
         if not match or match.end() == pos:
-            raise malformed_query(f"unexpected token near '{text[pos:pos + 20]}'")
+            raise malformed_query(f"unexpected token near '{text[pos : pos + 20]}'")
         kind = match.lastgroup or ""
         tokens.append((kind, match.group(kind)))
         pos = match.end()
@@ -102,12 +122,18 @@ class _Parser:
     def resolve(self, name: str) -> Field:
         assert self.obj is not None
         if "." in name:
-            raise invalid_field(f"Didn't understand relationship '{name.split('.')[0]}' in field path "
-                                "(relationship queries are not supported by the emulator)", [name])
+            raise invalid_field(
+                f"Didn't understand relationship '{name.split('.')[0]}' in field path "
+                "(relationship queries are not supported by the emulator)",
+                [name],
+            )
         fld = self.obj.field(name)
         if fld is None:
-            raise invalid_field(f"No such column '{name}' on entity '{self.obj.name}'. If you are attempting to "
-                                "use a custom field, be sure to append the '__c' after the custom field name.", [name])
+            raise invalid_field(
+                f"No such column '{name}' on entity '{self.obj.name}'. If you are attempting to "
+                "use a custom field, be sure to append the '__c' after the custom field name.",
+                [name],
+            )
         return fld
 
     # -- grammar ----------------------------------------------------------------------------------
@@ -235,8 +261,11 @@ class _Parser:
         kind, raw = self.take()
         if kind == "word" and raw.lower() == "null":
             return None
-        wrong = ApiError(400, "INVALID_QUERY_FILTER_OPERATOR",
-                         f"value of filter criterion for field '{fld.name}' must be of type {fld.type}")
+        wrong = ApiError(
+            400,
+            "INVALID_QUERY_FILTER_OPERATOR",
+            f"value of filter criterion for field '{fld.name}' must be of type {fld.type}",
+        )
         try:
             if fld.type == "datetime":
                 if kind != "datetime":
@@ -254,7 +283,7 @@ class _Parser:
                 if kind != "number":
                     raise wrong
                 return float(raw) if fld.type in FLOAT_TYPES else int(float(raw))
-        except ValueError_ as exc:
+        except InvalidFieldValue as exc:
             raise wrong from exc
         if kind != "string":
             raise wrong

@@ -28,8 +28,8 @@ Why this shape:
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 import logging
 import sqlite3
 import threading
@@ -43,8 +43,14 @@ from typing import Any
 
 from salesforce_emulator import ids
 from salesforce_emulator.changes import CommittedTransaction, Transaction, resolve_object
-from salesforce_emulator.schema import (NAME_ORDERS, STANDARD_OBJECTS, Related, SObject, derived_value,
-                                         register_custom_objects)
+from salesforce_emulator.schema import (
+    NAME_ORDERS,
+    STANDARD_OBJECTS,
+    Related,
+    SObject,
+    derived_value,
+    register_custom_objects,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +68,7 @@ def quote(name: str) -> str:
 class Store:
     """A SQLite-backed org. Thread-safe; all writes go through :meth:`transaction`."""
 
-    def __init__(self, path: Path, name_order: str = "western", keep_states: bool = False,
-                 custom_objects: int = 0):
+    def __init__(self, path: Path, name_order: str = "western", keep_states: bool = False, custom_objects: int = 0):
         if name_order not in NAME_ORDERS:
             raise ValueError(f"name_order {name_order!r}: use one of {', '.join(NAME_ORDERS)}")
         self.name_order = name_order  # how a person account's Name joins its parts (schema.NAME_ORDERS)
@@ -84,8 +89,7 @@ class Store:
         self.objects: list[SObject] = [*STANDARD_OBJECTS, *register_custom_objects(custom_count)]
         if custom_count != self._meta.get("custom_objects", 0):
             self._meta["custom_objects"] = custom_count
-            self.conn.execute("INSERT OR REPLACE INTO _meta (key, value) VALUES ('custom_objects', ?)",
-                              (custom_count,))
+            self.conn.execute("INSERT OR REPLACE INTO _meta (key, value) VALUES ('custom_objects', ?)", (custom_count,))
         self._create_tables()
         self._dirty_meta: set[str] = set()
         self._last_ts = self._meta.get("last_commit_ts", 0)
@@ -93,15 +97,24 @@ class Store:
         self.default_user_id = ids.make_id("005", 1)
         if self.get_row("User", self.default_user_id) is None:
             with self.transaction(user_id=self.default_user_id) as txn:
-                txn.create("User", {"FirstName": "Integration", "LastName": "User",
-                                    "Username": "integration@emulator.local", "Email": "integration@emulator.local"})
+                txn.create(
+                    "User",
+                    {
+                        "FirstName": "Integration",
+                        "LastName": "User",
+                        "Username": "integration@emulator.local",
+                        "Email": "integration@emulator.local",
+                    },
+                )
 
     # -- schema -------------------------------------------------------------------------------------
     def _create_tables(self) -> None:
         with self.lock:
-            self.conn.execute("CREATE TABLE IF NOT EXISTS _record_states (entity TEXT NOT NULL, record_id TEXT NOT NULL, "
-                              "commit_number INTEGER NOT NULL, transaction_key TEXT NOT NULL, commit_ts INTEGER NOT "
-                              "NULL, state TEXT, PRIMARY KEY (entity, record_id, commit_number))")
+            self.conn.execute(
+                "CREATE TABLE IF NOT EXISTS _record_states (entity TEXT NOT NULL, record_id TEXT NOT NULL, "
+                "commit_number INTEGER NOT NULL, transaction_key TEXT NOT NULL, commit_ts INTEGER NOT "
+                "NULL, state TEXT, PRIMARY KEY (entity, record_id, commit_number))"
+            )
             for obj in self.objects:
                 cols = ", ".join(
                     f"{quote(f.name)} {_SQL_TYPES.get(f.type, 'TEXT')}" + (" PRIMARY KEY" if f.name == "Id" else "")
@@ -175,8 +188,12 @@ class Store:
             self._store_states(txn, key, commit_number)
         self.conn.execute("COMMIT")
         committed = CommittedTransaction(
-            key=key, commit_ts=txn.commit_ts, commit_number=commit_number,
-            user_id=txn.user_id, origin=txn.origin, changes=txn.changes,
+            key=key,
+            commit_ts=txn.commit_ts,
+            commit_number=commit_number,
+            user_id=txn.user_id,
+            origin=txn.origin,
+            changes=txn.changes,
         )
         for listener in self._listeners:
             listener(committed)
@@ -195,10 +212,21 @@ class Store:
         """Every stored state of the object's records (``keep_states``), by record then commit order: ``Id``,
         ``commit_number``, ``transaction_key``, ``commit_ts`` (epoch ms) and ``state`` (None: purged)."""
         obj = resolve_object(object_name)
-        rows = self.select("SELECT record_id, commit_number, transaction_key, commit_ts, state FROM _record_states "
-                           "WHERE entity = ? ORDER BY record_id, commit_number", (obj.name,))
-        return [{"Id": r["record_id"], "commit_number": r["commit_number"], "transaction_key": r["transaction_key"],
-                 "commit_ts": r["commit_ts"], "state": json.loads(r["state"]) if r["state"] else None} for r in rows]
+        rows = self.select(
+            "SELECT record_id, commit_number, transaction_key, commit_ts, state FROM _record_states "
+            "WHERE entity = ? ORDER BY record_id, commit_number",
+            (obj.name,),
+        )
+        return [
+            {
+                "Id": r["record_id"],
+                "commit_number": r["commit_number"],
+                "transaction_key": r["transaction_key"],
+                "commit_ts": r["commit_ts"],
+                "state": json.loads(r["state"]) if r["state"] else None,
+            }
+            for r in rows
+        ]
 
     def _set_meta(self, key: str, value: int) -> None:
         self._meta[key] = value
@@ -254,8 +282,10 @@ class Store:
     def describe(self, object_name: str, api_version: str = "59.0") -> dict[str, Any]:
         obj = resolve_object(object_name)
         described = obj.describe()
-        described["urls"] = {"sobject": f"/services/data/v{api_version}/sobjects/{obj.name}",
-                             "describe": f"/services/data/v{api_version}/sobjects/{obj.name}/describe"}
+        described["urls"] = {
+            "sobject": f"/services/data/v{api_version}/sobjects/{obj.name}",
+            "describe": f"/services/data/v{api_version}/sobjects/{obj.name}/describe",
+        }
         return described
 
     def count(self, object_name: str, include_deleted: bool = False) -> int:
@@ -279,12 +309,14 @@ def live_row(row: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def reader_related(conn: sqlite3.Connection, cache_size: int = 65536) -> Related:
     """`Store.related` over a reader connection (a Bulk job's snapshot), each record looked up once per job."""
+
     @functools.lru_cache(maxsize=cache_size)
     def related(object_name: str, record_id: str | None) -> dict[str, Any] | None:
         if not record_id:
             return None
         found = conn.execute(f"SELECT * FROM {quote(object_name)} WHERE Id = ?", (record_id,)).fetchone()
         return live_row(dict(found) if found is not None else None)
+
     return related
 
 

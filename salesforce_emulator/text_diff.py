@@ -27,8 +27,9 @@ def _full_range(spec: str) -> str:
 
 def unified_diff(old: str, new: str, sha: str | None = None) -> str:
     """`new` as a diff against `old`, in Salesforce's shape; `sha` overrides the hash (fault injection)."""
-    rows = difflib.unified_diff(_BREAK.split(old), _BREAK.split(new), fromfile="", tofile=sha or sha256_hex(new),
-                                lineterm="", n=0)
+    rows = difflib.unified_diff(
+        _BREAK.split(old), _BREAK.split(new), fromfile="", tofile=sha or sha256_hex(new), lineterm="", n=0
+    )
     out = []
     for row in rows:
         match = _RANGE.match(row)

@@ -33,13 +33,18 @@ class TlsFiles:
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Salesforce emulator"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    return x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Salesforce emulator"),
+            x509.NameAttribute(NameOID.COMMON_NAME, common_name),
+        ]
+    )
 
 
 def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def ensure_tls(directory: Path) -> TlsFiles:
@@ -53,25 +58,43 @@ def ensure_tls(directory: Path) -> TlsFiles:
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = (
         x509.CertificateBuilder()
-        .subject_name(_name("Salesforce emulator local CA")).issuer_name(_name("Salesforce emulator local CA"))
-        .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(later)
+        .subject_name(_name("Salesforce emulator local CA"))
+        .issuer_name(_name("Salesforce emulator local CA"))
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                     content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                     key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
     server_key = ec.generate_private_key(ec.SECP256R1())
     server_cert = (
         x509.CertificateBuilder()
-        .subject_name(_name("127.0.0.1")).issuer_name(ca_cert.subject)
-        .public_key(server_key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now).not_valid_after(later)
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                    x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                       critical=False)
+        .subject_name(_name("127.0.0.1"))
+        .issuer_name(ca_cert.subject)
+        .public_key(server_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(later)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
@@ -93,9 +116,16 @@ def connected_app_key_pair(directory: Path) -> tuple[Path, str]:
     if not (key_file.exists() and cert_file.exists()):
         now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        cert = (x509.CertificateBuilder().subject_name(_name("CDC integration")).issuer_name(_name("CDC integration"))
-                .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now).not_valid_after(now + dt.timedelta(days=3650)).sign(key, hashes.SHA256()))
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(_name("CDC integration"))
+            .issuer_name(_name("CDC integration"))
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(now + dt.timedelta(days=3650))
+            .sign(key, hashes.SHA256())
+        )
         key_file.write_bytes(_pem_key(key))
         key_file.chmod(0o600)
         cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))

@@ -21,13 +21,23 @@ _TIME_RE = re.compile(r"^(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,3}))?)?Z?$")
 MS_PER_DAY = 86_400_000
 
 TEXT_TYPES = {
-    "id", "reference", "string", "picklist", "multipicklist", "textarea", "email", "phone", "url",
-    "combobox", "encryptedstring", "anyType",  # anyType (history OldValue/NewValue): kept as text
+    "id",
+    "reference",
+    "string",
+    "picklist",
+    "multipicklist",
+    "textarea",
+    "email",
+    "phone",
+    "url",
+    "combobox",
+    "encryptedstring",
+    "anyType",  # anyType (history OldValue/NewValue): kept as text
 }
 FLOAT_TYPES = {"double", "currency", "percent"}
 
 
-class ValueError_(ValueError):
+class InvalidFieldValue(ValueError):
     """A value that does not fit its field's type (becomes a 400 on the API)."""
 
 
@@ -44,7 +54,7 @@ def iso_to_ms(value: str) -> int:
 def parse_datetime(value: str) -> dt.datetime:
     match = _DATETIME_RE.match(value.strip())
     if not match:
-        raise ValueError_(f"'{value}' is not a valid datetime (use 2025-11-22T08:26:40.000Z)")
+        raise InvalidFieldValue(f"'{value}' is not a valid datetime (use 2025-11-22T08:26:40.000Z)")
     year, month, day, hour, minute, second, frac, tz = match.groups()
     micros = int((frac or "0").ljust(6, "0")[:6])
     stamp = dt.datetime(int(year), int(month), int(day), int(hour), int(minute), int(second or 0), micros)
@@ -66,7 +76,7 @@ def canonical_time(value: str) -> str:
     milliseconds and ``Z``)."""
     match = _TIME_RE.match(value.strip())
     if not match or int(match[1]) > 23 or int(match[2]) > 59 or int(match[3] or 0) > 59:
-        raise ValueError_(f"'{value}' is not a valid time (use 08:26:40.000Z)")
+        raise InvalidFieldValue(f"'{value}' is not a valid time (use 08:26:40.000Z)")
     hour, minute, second, frac = match.groups()
     return f"{hour}:{minute}:{second or '00'}.{(frac or '0').ljust(3, '0')}Z"
 
@@ -90,29 +100,29 @@ def to_storage(ftype: str, value: Any, field: str = "") -> Any:
     try:
         if ftype in TEXT_TYPES:
             if isinstance(value, (dict, list)):
-                raise ValueError_(f"{field}: expected a string")
+                raise InvalidFieldValue(f"{field}: expected a string")
             return str(value) if not isinstance(value, bool) else ("true" if value else "false")
         if ftype == "boolean":
             if isinstance(value, bool):
                 return int(value)
             if str(value).lower() in ("true", "false", "1", "0"):
                 return int(str(value).lower() in ("true", "1"))
-            raise ValueError_(f"{field}: '{value}' is not a boolean")
+            raise InvalidFieldValue(f"{field}: '{value}' is not a boolean")
         if ftype == "int":
             if isinstance(value, bool):
-                raise ValueError_(f"{field}: expected an integer")
+                raise InvalidFieldValue(f"{field}: expected an integer")
             number = float(value)
             if number != int(number):
-                raise ValueError_(f"{field}: '{value}' is not an integer")
+                raise InvalidFieldValue(f"{field}: '{value}' is not an integer")
             return int(number)
         if ftype in FLOAT_TYPES:
             if isinstance(value, bool):
-                raise ValueError_(f"{field}: expected a number")
+                raise InvalidFieldValue(f"{field}: expected a number")
             return float(value)
         if ftype == "date":
             text = str(value)[:10]
             if not _DATE_RE.match(text):
-                raise ValueError_(f"{field}: '{value}' is not a date (use 2025-11-22)")
+                raise InvalidFieldValue(f"{field}: '{value}' is not a date (use 2025-11-22)")
             dt.date.fromisoformat(text)
             return text
         if ftype == "datetime":
@@ -120,10 +130,10 @@ def to_storage(ftype: str, value: Any, field: str = "") -> Any:
         if ftype == "time":
             return canonical_time(str(value))
     except (TypeError, ValueError) as exc:
-        if isinstance(exc, ValueError_):
+        if isinstance(exc, InvalidFieldValue):
             raise
-        raise ValueError_(f"{field}: '{value}' is not a valid {ftype}") from exc
-    raise ValueError_(f"{field}: fields of type {ftype} cannot be set")
+        raise InvalidFieldValue(f"{field}: '{value}' is not a valid {ftype}") from exc
+    raise InvalidFieldValue(f"{field}: fields of type {ftype} cannot be set")
 
 
 def to_rest(ftype: str, value: Any) -> Any:

@@ -44,8 +44,17 @@ log = logging.getLogger(__name__)
 
 OBJECTS = ("Account", "Contact", "Opportunity", "Lead", "Case")
 MIX = {
-    "update": 40, "nulling": 8, "address": 12, "create": 10, "delete": 5, "undelete": 3, "purge": 1,
-    "multi_update": 7, "mixed": 6, "convert_lead": 4, "large": 0.5,
+    "update": 40,
+    "nulling": 8,
+    "address": 12,
+    "create": 10,
+    "delete": 5,
+    "undelete": 3,
+    "purge": 1,
+    "multi_update": 7,
+    "mixed": 6,
+    "convert_lead": 4,
+    "large": 0.5,
 }
 OBJECT_WEIGHTS = {"Account": 3, "Contact": 4, "Opportunity": 3, "Lead": 2, "Case": 3}
 LONG_TEXT_WEIGHT = 30
@@ -54,9 +63,16 @@ PERSON_ACCOUNT_SHARE = 0.3
 
 
 class Workload:
-    def __init__(self, target: Any, seed: int = 0, large_transaction: tuple[int, int] = (100, 400),
-                 long_text: bool = False, person_accounts: bool = True, custom_objects: int = 0,
-                 custom_records: int = 3):
+    def __init__(
+        self,
+        target: Any,
+        seed: int = 0,
+        large_transaction: tuple[int, int] = (100, 400),
+        long_text: bool = False,
+        person_accounts: bool = True,
+        custom_objects: int = 0,
+        custom_records: int = 3,
+    ):
         from salesforce_emulator.emulator import Emulator
         from salesforce_emulator.store import Store
 
@@ -76,8 +92,9 @@ class Workload:
         self.custom_records = custom_records
         self.objects: tuple[str, ...] = OBJECTS + tuple(o.name for o in self.custom)
         self.weights = OBJECT_WEIGHTS | {o.name: CUSTOM_OBJECT_WEIGHT for o in self.custom}
-        self.updatable: dict[str, dict[str, data.Gen]] = data.UPDATABLE | {o.name: self._generators(o)
-                                                                         for o in self.custom}
+        self.updatable: dict[str, dict[str, data.Gen]] = data.UPDATABLE | {
+            o.name: self._generators(o) for o in self.custom
+        }
         self.nullable: dict[str, list[str]] = data.NULLABLE | {o.name: custom.nullable(o) for o in self.custom}
         self.recent: dict[str, deque[str]] = {name: deque(maxlen=100) for name in self.objects}
         self.live_ids: dict[str, set[str]] = {}
@@ -93,8 +110,15 @@ class Workload:
             self.live_ids[name] = set(self.live[name])
 
     # -- building the org ---------------------------------------------------------------------------
-    def build_org(self, accounts: int = 100, contacts_per_account: int = 3, opportunities_per_account: int = 2,
-                  cases_per_account: int = 1, leads: int | None = None, batch: int = 200) -> dict[str, int]:
+    def build_org(
+        self,
+        accounts: int = 100,
+        contacts_per_account: int = 3,
+        opportunities_per_account: int = 2,
+        cases_per_account: int = 1,
+        leads: int | None = None,
+        batch: int = 200,
+    ) -> dict[str, int]:
         """Create ``accounts`` accounts, their children and ``leads`` leads (default: one per two accounts), in
         transactions of ``batch`` records (as a data loader would)."""
         created: Counter[str] = Counter()
@@ -103,13 +127,18 @@ class Workload:
             ids = self._apply(account_ops, count=False)
             account_ids = [ids[op.ref] for op in account_ops if op.ref]
             created["Account"] += len(account_ids)
-            children = [self._create(name, {"AccountId": account_id})
-                        for account_id in account_ids
-                        for name, per in (("Contact", contacts_per_account),
-                                          ("Opportunity", opportunities_per_account), ("Case", cases_per_account))
-                        for _ in range(per)]
+            children = [
+                self._create(name, {"AccountId": account_id})
+                for account_id in account_ids
+                for name, per in (
+                    ("Contact", contacts_per_account),
+                    ("Opportunity", opportunities_per_account),
+                    ("Case", cases_per_account),
+                )
+                for _ in range(per)
+            ]
             for chunk in range(0, len(children), batch):
-                ops = children[chunk:chunk + batch]
+                ops = children[chunk : chunk + batch]
                 self._apply(ops, count=False)
                 created.update(op.object for op in ops)
         lead_count = accounts // 2 if leads is None else leads
@@ -120,7 +149,7 @@ class Workload:
         for obj in self.custom:  # in number order: a lookup's target Thing has its records already
             ops = [self._create(obj.name) for _ in range(self.custom_records)]
             for chunk in range(0, len(ops), batch):
-                self._apply(ops[chunk:chunk + batch], count=False)
+                self._apply(ops[chunk : chunk + batch], count=False)
             created[obj.name] += len(ops)
         log.info("workload built an org: %s", dict(created))
         return dict(created)
@@ -172,8 +201,9 @@ class Workload:
 
     def _generators(self, obj: SObject) -> dict[str, data.Gen]:
         """Value generators of a custom object's updatable fields (a lookup picks a live record of its target)."""
-        gens: dict[str, data.Gen] = {f.name: functools.partial(custom.field_value, fld=f, targets=self.live)
-                                     for f in custom.custom_fields(obj)}
+        gens: dict[str, data.Gen] = {
+            f.name: functools.partial(custom.field_value, fld=f, targets=self.live) for f in custom.custom_fields(obj)
+        }
         return gens | {"Name": lambda r: f"{obj.name[:-3]} renamed {r.randrange(10**6)}"}
 
     def _pick(self, name: str) -> str | None:
@@ -235,7 +265,7 @@ class Workload:
         if record_id is None:
             return []
         fields = self.rng.sample(self.nullable[name], k=self.rng.randint(1, 2))
-        return [Op("update", name, record_id, {f: None for f in fields})]
+        return [Op("update", name, record_id, dict.fromkeys(fields))]
 
     def _plan_address(self) -> list[Op]:
         name = self._object(("Account", "Contact", "Lead"))
@@ -289,10 +319,19 @@ class Workload:
         account = self._create("Account")
         contact = self._create("Contact", {"AccountId": Ref(str(account.ref))})
         opportunity = self._create("Opportunity", {"AccountId": Ref(str(account.ref))})
-        convert = Op("update", "Lead", lead, {
-            "IsConverted": True, "Status": "Closed - Converted", "ConvertedDate": "2025-11-22",
-            "ConvertedAccountId": Ref(str(account.ref)), "ConvertedContactId": Ref(str(contact.ref)),
-            "ConvertedOpportunityId": Ref(str(opportunity.ref))})
+        convert = Op(
+            "update",
+            "Lead",
+            lead,
+            {
+                "IsConverted": True,
+                "Status": "Closed - Converted",
+                "ConvertedDate": "2025-11-22",
+                "ConvertedAccountId": Ref(str(account.ref)),
+                "ConvertedContactId": Ref(str(contact.ref)),
+                "ConvertedOpportunityId": Ref(str(opportunity.ref)),
+            },
+        )
         return [account, contact, opportunity, convert]
 
     def _plan_large(self, object_name: str | None = None) -> list[Op]:
@@ -300,7 +339,7 @@ class Workload:
         live = self.live[name]
         size = min(len(live), self.rng.randint(*self.large_transaction))
         start = self.rng.randrange(max(1, len(live) - size + 1))
-        return [Op("update", name, record_id, self._fields(name, 1)) for record_id in live[start:start + size]]
+        return [Op("update", name, record_id, self._fields(name, 1)) for record_id in live[start : start + size]]
 
     # -- applying -----------------------------------------------------------------------------------
     def _apply(self, ops: list[Op], count: bool = True) -> dict[str, str]:

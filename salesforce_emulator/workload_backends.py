@@ -92,23 +92,30 @@ class RestBackend:
             return self._single(ops[0])
         if kinds == {"update"} and not has_refs:
             for start in range(0, len(ops), 200):
-                self._collection("PATCH", [{"attributes": {"type": op.object}, "id": op.record_id, **(op.fields or {})}
-                                           for op in ops[start:start + 200]])
+                self._collection(
+                    "PATCH",
+                    [
+                        {"attributes": {"type": op.object}, "id": op.record_id, **(op.fields or {})}
+                        for op in ops[start : start + 200]
+                    ],
+                )
             return {}
         if kinds == {"create"} and not has_refs:
             created: dict[str, str] = {}
             for start in range(0, len(ops), 200):
-                chunk = ops[start:start + 200]
-                results = self._collection("POST", [{"attributes": {"type": op.object}, **(op.fields or {})}
-                                                    for op in chunk])
+                chunk = ops[start : start + 200]
+                results = self._collection(
+                    "POST", [{"attributes": {"type": op.object}, **(op.fields or {})} for op in chunk]
+                )
                 for offset, (op, result) in enumerate(zip(chunk, results, strict=True)):
                     created[op.ref or f"new{start + offset}"] = result["id"]
             return created
         if kinds == {"delete"}:
             for start in range(0, len(ops), 200):
-                ids = ",".join(str(op.record_id) for op in ops[start:start + 200])
-                self._check(self.sf.restful("composite/sobjects", method="DELETE",
-                                            params={"ids": ids, "allOrNone": "true"}))
+                ids = ",".join(str(op.record_id) for op in ops[start : start + 200])
+                self._check(
+                    self.sf.restful("composite/sobjects", method="DELETE", params={"ids": ids, "allOrNone": "true"})
+                )
             return {}
         return self._composite(ops)
 
@@ -127,8 +134,9 @@ class RestBackend:
         return {}
 
     def _collection(self, method: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        results = self.sf.restful("composite/sobjects", method=method,
-                                  data=json.dumps({"allOrNone": True, "records": records}))
+        results = self.sf.restful(
+            "composite/sobjects", method=method, data=json.dumps({"allOrNone": True, "records": records})
+        )
         return self._check(results)
 
     @staticmethod
@@ -143,19 +151,30 @@ class RestBackend:
         base = f"/services/data/v{self.version}/sobjects"
         for start in range(0, len(ops), 25):
             requests = []
-            for index, op in enumerate(ops[start:start + 25], start=start):
+            for index, op in enumerate(ops[start : start + 25], start=start):
                 ref = op.ref or f"op{index}"
-                fields = {k: (created.get(v.name) or f"@{{{v.name}.id}}") if isinstance(v, Ref) else v
-                          for k, v in (op.fields or {}).items()}
-                method, url = {"create": ("POST", f"{base}/{op.object}"),
-                               "update": ("PATCH", f"{base}/{op.object}/{op.record_id}"),
-                               "delete": ("DELETE", f"{base}/{op.object}/{op.record_id}"),
-                               "undelete": ("POST", f"{base}/{op.object}/{op.record_id}/undelete"),
-                               "purge": ("DELETE", f"{base}/{op.object}/{op.record_id}/recycleBin")}[op.kind]
-                requests.append({"method": method, "url": url, "referenceId": ref,
-                                 **({"body": fields} if op.kind in ("create", "update") else {})})
-            response = self.sf.restful("composite", method="POST",
-                                       data=json.dumps({"allOrNone": True, "compositeRequest": requests}))
+                fields = {
+                    k: (created.get(v.name) or f"@{{{v.name}.id}}") if isinstance(v, Ref) else v
+                    for k, v in (op.fields or {}).items()
+                }
+                method, url = {
+                    "create": ("POST", f"{base}/{op.object}"),
+                    "update": ("PATCH", f"{base}/{op.object}/{op.record_id}"),
+                    "delete": ("DELETE", f"{base}/{op.object}/{op.record_id}"),
+                    "undelete": ("POST", f"{base}/{op.object}/{op.record_id}/undelete"),
+                    "purge": ("DELETE", f"{base}/{op.object}/{op.record_id}/recycleBin"),
+                }[op.kind]
+                requests.append(
+                    {
+                        "method": method,
+                        "url": url,
+                        "referenceId": ref,
+                        **({"body": fields} if op.kind in ("create", "update") else {}),
+                    }
+                )
+            response = self.sf.restful(
+                "composite", method="POST", data=json.dumps({"allOrNone": True, "compositeRequest": requests})
+            )
             for sub in response["compositeResponse"]:
                 if sub["httpStatusCode"] >= 400:
                     raise RuntimeError(f"composite subrequest {sub['referenceId']} failed: {sub['body']}")

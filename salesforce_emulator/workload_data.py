@@ -7,14 +7,61 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-FIRST = ["Ada", "Grace", "Alan", "Edsger", "Barbara", "Ken", "Margaret", "Linus", "Donald", "Frances", "John",
-         "Radia", "Tim", "Katherine", "Dennis", "Hedy", "Niklaus", "Shafi", "Leslie", "Sophie"]
-LAST = ["Lovelace", "Hopper", "Turing", "Dijkstra", "Liskov", "Thompson", "Hamilton", "Torvalds", "Knuth",
-        "Allen", "Backus", "Perlman", "Berners-Lee", "Johnson", "Ritchie", "Lamarr", "Wirth", "Goldwasser"]
+FIRST = [
+    "Ada",
+    "Grace",
+    "Alan",
+    "Edsger",
+    "Barbara",
+    "Ken",
+    "Margaret",
+    "Linus",
+    "Donald",
+    "Frances",
+    "John",
+    "Radia",
+    "Tim",
+    "Katherine",
+    "Dennis",
+    "Hedy",
+    "Niklaus",
+    "Shafi",
+    "Leslie",
+    "Sophie",
+]
+LAST = [
+    "Lovelace",
+    "Hopper",
+    "Turing",
+    "Dijkstra",
+    "Liskov",
+    "Thompson",
+    "Hamilton",
+    "Torvalds",
+    "Knuth",
+    "Allen",
+    "Backus",
+    "Perlman",
+    "Berners-Lee",
+    "Johnson",
+    "Ritchie",
+    "Lamarr",
+    "Wirth",
+    "Goldwasser",
+]
 COMPANY = ["Acme", "Globex", "Initech", "Umbrella", "Stark", "Wayne", "Hooli", "Vandelay", "Soylent", "Cyberdyne"]
-CITIES = [("Springfield", "IL", "USA"), ("Chicago", "IL", "USA"), ("Paris", None, "France"),
-          ("Berlin", None, "Germany"), ("Austin", "TX", "USA"), ("Lyon", None, "France"), ("Boston", "MA", "USA"),
-          ("Toronto", "ON", "Canada"), ("Sydney", "NSW", "Australia"), ("Osaka", None, "Japan")]
+CITIES = [
+    ("Springfield", "IL", "USA"),
+    ("Chicago", "IL", "USA"),
+    ("Paris", None, "France"),
+    ("Berlin", None, "Germany"),
+    ("Austin", "TX", "USA"),
+    ("Lyon", None, "France"),
+    ("Boston", "MA", "USA"),
+    ("Toronto", "ON", "Canada"),
+    ("Sydney", "NSW", "Australia"),
+    ("Osaka", None, "Japan"),
+]
 INDUSTRY = ["Manufacturing", "Energy", "Retail", "Banking", "Technology", "Healthcare", "Education", "Media"]
 STAGES = ["Prospecting", "Qualification", "Needs Analysis", "Proposal", "Negotiation", "Closed Won", "Closed Lost"]
 LEAD_STATUS = ["Open - Not Contacted", "Working - Contacted", "Closed - Not Converted"]
@@ -26,8 +73,24 @@ def _date(rng: random.Random) -> str:
 
 
 def _text(rng: random.Random, words: int = 12) -> str:
-    vocabulary = ["renewal", "pricing", "call", "demo", "escalation", "contract", "follow-up", "budget", "signed",
-                  "churn", "risk", "upsell", "meeting", "invoice", "delivery", "support"]
+    vocabulary = [
+        "renewal",
+        "pricing",
+        "call",
+        "demo",
+        "escalation",
+        "contract",
+        "follow-up",
+        "budget",
+        "signed",
+        "churn",
+        "risk",
+        "upsell",
+        "meeting",
+        "invoice",
+        "delivery",
+        "support",
+    ]
     return " ".join(rng.choice(vocabulary) for _ in range(rng.randint(3, words))).capitalize() + "."
 
 
@@ -35,13 +98,22 @@ def _text(rng: random.Random, words: int = 12) -> str:
 # accents, CJK and 4-byte emoji, tabs. Line breaks are LF, CRLF (pasted from Windows) or U+2028 (pasted from a
 # word processor), so every reader of Bulk CSV, REST JSON and CDC landing lines meets multi-line quoted values.
 PHRASES = [
-    "Customer called about the renewal, asked for a 10% discount", 'They said "we\'ll sign by Friday"',
-    "Follow-up: send the revised quote, cc legal", "Réunion à Paris avec l'équipe achats; très positif",
-    "Zürich office wants a demo (Größe: 500 seats)", "東京の担当者から連絡あり。見積もりを再送すること",
-    "Escalated 🚨 after the outage; root cause in the sync job 🚀", "Budget approved ✅, PO pending 🤞",
-    'Quote: "Price, not features, is the issue"', "Tab\tseparated\tnotes from the call", "Ticket #4521 \u2014 closed",
-    "Contact prefers email; phone after 5pm only", "Naïve question from procurement: \"what is an API?\"",
-    "Emoji in subject line 👍🏽 and a flag 🇫🇷", "Line with a trailing comma,", '"Quoted line at the start',
+    "Customer called about the renewal, asked for a 10% discount",
+    'They said "we\'ll sign by Friday"',
+    "Follow-up: send the revised quote, cc legal",
+    "Réunion à Paris avec l'équipe achats; très positif",
+    "Zürich office wants a demo (Größe: 500 seats)",
+    "東京の担当者から連絡あり。見積もりを再送すること",
+    "Escalated 🚨 after the outage; root cause in the sync job 🚀",
+    "Budget approved ✅, PO pending 🤞",
+    'Quote: "Price, not features, is the issue"',
+    "Tab\tseparated\tnotes from the call",
+    "Ticket #4521 \u2014 closed",
+    "Contact prefers email; phone after 5pm only",
+    'Naïve question from procurement: "what is an API?"',
+    "Emoji in subject line 👍🏽 and a flag 🇫🇷",
+    "Line with a trailing comma,",
+    '"Quoted line at the start',
 ]
 BREAKS = ["\n", "\n", "\n", "\r\n", "\n\n", "\u2028"]
 
@@ -56,11 +128,18 @@ def free_text(rng: random.Random) -> str:
 
 
 LONG_TEXT_OBJECTS = ("Account", "Opportunity", "Case")  # objects with a long text field (Description)
-_NOTES = ["Kick-off call with the buying committee", "Renewal terms discussed; pricing sheet sent",
-          "Escalation closed after the on-site visit", "Budget approved for next quarter",
-          "Contract redlines returned by legal", "Déjà vu: the same invoice question again",
-          "Follow-up scheduled — bring the roadmap", "Support backlog reviewed, 3 tickets left",
-          "Upsell to premium tier 🚀 under discussion", "Delivery slipped by two weeks (東京 warehouse)"]
+_NOTES = [
+    "Kick-off call with the buying committee",
+    "Renewal terms discussed; pricing sheet sent",
+    "Escalation closed after the on-site visit",
+    "Budget approved for next quarter",
+    "Contract redlines returned by legal",
+    "Déjà vu: the same invoice question again",
+    "Follow-up scheduled — bring the roadmap",
+    "Support backlog reviewed, 3 tickets left",
+    "Upsell to premium tier 🚀 under discussion",
+    "Delivery slipped by two weeks (東京 warehouse)",
+]
 
 
 def long_text(rng: random.Random, lines: int | None = None) -> str:
@@ -106,10 +185,15 @@ def _phone(rng: random.Random) -> str:
 
 def address(rng: random.Random, prefix: str) -> dict[str, Any]:
     city, state, country = rng.choice(CITIES)
-    return {f"{prefix}Street": f"{rng.randint(1, 999)} {rng.choice(LAST)} St", f"{prefix}City": city,
-            f"{prefix}State": state, f"{prefix}PostalCode": f"{rng.randrange(100000):05d}",
-            f"{prefix}Country": country, f"{prefix}Latitude": round(rng.uniform(-60, 60), 6),
-            f"{prefix}Longitude": round(rng.uniform(-150, 150), 6)}
+    return {
+        f"{prefix}Street": f"{rng.randint(1, 999)} {rng.choice(LAST)} St",
+        f"{prefix}City": city,
+        f"{prefix}State": state,
+        f"{prefix}PostalCode": f"{rng.randrange(100000):05d}",
+        f"{prefix}Country": country,
+        f"{prefix}Latitude": round(rng.uniform(-60, 60), 6),
+        f"{prefix}Longitude": round(rng.uniform(-150, 150), 6),
+    }
 
 
 ADDRESS_PREFIXES = {"Account": ["Billing", "Shipping"], "Contact": ["Mailing"], "Lead": [""]}
@@ -117,30 +201,44 @@ ADDRESS_PREFIXES = {"Account": ["Billing", "Shipping"], "Contact": ["Mailing"], 
 Gen = Callable[[random.Random], Any]
 UPDATABLE: dict[str, dict[str, Gen]] = {
     "Account": {
-        "Industry": lambda r: r.choice(INDUSTRY), "Rating": lambda r: r.choice(["Hot", "Warm", "Cold"]),
-        "Phone": _phone, "Website": lambda r: f"https://{r.choice(COMPANY).lower()}.example",
-        "NumberOfEmployees": lambda r: r.randint(1, 50_000), "AnnualRevenue": lambda r: float(r.randint(1, 10**6) * 100),
-        "Description": free_text, "Type": lambda r: r.choice(["Customer", "Partner", "Prospect"]),
+        "Industry": lambda r: r.choice(INDUSTRY),
+        "Rating": lambda r: r.choice(["Hot", "Warm", "Cold"]),
+        "Phone": _phone,
+        "Website": lambda r: f"https://{r.choice(COMPANY).lower()}.example",
+        "NumberOfEmployees": lambda r: r.randint(1, 50_000),
+        "AnnualRevenue": lambda r: float(r.randint(1, 10**6) * 100),
+        "Description": free_text,
+        "Type": lambda r: r.choice(["Customer", "Partner", "Prospect"]),
     },
     "Contact": {
         "Title": lambda r: r.choice(["CEO", "CTO", "VP Sales", "Engineer", "Buyer"]),
-        "Email": lambda r: f"{r.choice(FIRST).lower()}.{r.randrange(10**6)}@example.com", "Phone": _phone,
-        "Birthdate": _date, "HasOptedOutOfEmail": lambda r: r.random() < 0.2, "FirstName": lambda r: r.choice(FIRST),
+        "Email": lambda r: f"{r.choice(FIRST).lower()}.{r.randrange(10**6)}@example.com",
+        "Phone": _phone,
+        "Birthdate": _date,
+        "HasOptedOutOfEmail": lambda r: r.random() < 0.2,
+        "FirstName": lambda r: r.choice(FIRST),
         "Best_Time_To_Call__c": call_time,
     },
     "Opportunity": {
-        "StageName": lambda r: r.choice(STAGES), "Amount": lambda r: float(r.randint(1, 5000) * 100),
-        "Probability": lambda r: float(r.choice([10, 20, 50, 75, 90, 100])), "CloseDate": _date,
-        "Description": free_text, "LeadSource": lambda r: r.choice(["Web", "Phone Inquiry", "Partner Referral"]),
+        "StageName": lambda r: r.choice(STAGES),
+        "Amount": lambda r: float(r.randint(1, 5000) * 100),
+        "Probability": lambda r: float(r.choice([10, 20, 50, 75, 90, 100])),
+        "CloseDate": _date,
+        "Description": free_text,
+        "LeadSource": lambda r: r.choice(["Web", "Phone Inquiry", "Partner Referral"]),
     },
     "Lead": {
-        "Status": lambda r: r.choice(LEAD_STATUS), "Title": lambda r: r.choice(["Director", "Manager", "Analyst"]),
-        "Email": lambda r: f"lead{r.randrange(10**6)}@example.com", "Phone": _phone,
+        "Status": lambda r: r.choice(LEAD_STATUS),
+        "Title": lambda r: r.choice(["Director", "Manager", "Analyst"]),
+        "Email": lambda r: f"lead{r.randrange(10**6)}@example.com",
+        "Phone": _phone,
         "LeadSource": lambda r: r.choice(["Web", "Trade Show", "Word of mouth"]),
     },
     "Case": {
-        "Status": lambda r: r.choice(CASE_STATUS), "Priority": lambda r: r.choice(["High", "Medium", "Low"]),
-        "Subject": lambda r: _text(r, 6), "Description": free_text,
+        "Status": lambda r: r.choice(CASE_STATUS),
+        "Priority": lambda r: r.choice(["High", "Medium", "Low"]),
+        "Subject": lambda r: _text(r, 6),
+        "Description": free_text,
         "Origin": lambda r: r.choice(["Phone", "Email", "Web"]),
     },
 }
@@ -148,10 +246,14 @@ UPDATABLE: dict[str, dict[str, Gen]] = {
 # does not send (the platform fetches it; see docs/emulator.md).
 PERSON_UPDATABLE: dict[str, Gen] = {
     "PersonEmail": lambda r: f"{r.choice(FIRST).lower()}.{r.randrange(10**6)}@example.net",
-    "PersonBirthdate": _date, "Phone": _phone, "Description": free_text,
+    "PersonBirthdate": _date,
+    "Phone": _phone,
+    "Description": free_text,
     "Rating": lambda r: r.choice(["Hot", "Warm", "Cold"]),
-    "FirstName": lambda r: r.choice(FIRST), "LastName": lambda r: r.choice(LAST),
-    "MiddleName": lambda r: r.choice([None, "J.", "Marie"]), "Salutation": lambda r: r.choice(["Mr.", "Ms.", "Dr."]),
+    "FirstName": lambda r: r.choice(FIRST),
+    "LastName": lambda r: r.choice(LAST),
+    "MiddleName": lambda r: r.choice([None, "J.", "Marie"]),
+    "Salutation": lambda r: r.choice(["Mr.", "Ms.", "Dr."]),
 }
 NULLABLE = {
     "Account": ["Industry", "Rating", "Phone", "Website", "Description", "Type", "BillingState"],
@@ -164,30 +266,65 @@ NULLABLE = {
 
 def person_account(rng: random.Random) -> dict[str, Any]:
     """A person account (an Account that is a person: its Name is derived from the name parts)."""
-    return {"IsPersonAccount": True, "Salutation": rng.choice(["Mr.", "Ms.", "Dr.", None]),
-            "FirstName": rng.choice(FIRST), "MiddleName": rng.choice([None, None, "J.", "Marie"]),
-            "LastName": rng.choice(LAST), "Suffix": rng.choice([None, None, None, "Jr."]),
-            "PersonEmail": f"p{rng.randrange(10**7)}@example.net", "PersonBirthdate": _date(rng),
-            "Phone": _phone(rng), **address(rng, "Billing")}
+    return {
+        "IsPersonAccount": True,
+        "Salutation": rng.choice(["Mr.", "Ms.", "Dr.", None]),
+        "FirstName": rng.choice(FIRST),
+        "MiddleName": rng.choice([None, None, "J.", "Marie"]),
+        "LastName": rng.choice(LAST),
+        "Suffix": rng.choice([None, None, None, "Jr."]),
+        "PersonEmail": f"p{rng.randrange(10**7)}@example.net",
+        "PersonBirthdate": _date(rng),
+        "Phone": _phone(rng),
+        **address(rng, "Billing"),
+    }
 
 
 def new_record(rng: random.Random, object_name: str, parent: dict[str, str] | None = None) -> dict[str, Any]:
     parent = parent or {}
     if object_name == "Account":
-        return {"Name": f"{rng.choice(COMPANY)} {rng.randrange(10**6)}", "Industry": rng.choice(INDUSTRY),
-                "NumberOfEmployees": rng.randint(1, 5000), "AnnualRevenue": float(rng.randint(1, 10**5) * 1000),
-                "Phone": _phone(rng), **address(rng, "Billing")}
+        return {
+            "Name": f"{rng.choice(COMPANY)} {rng.randrange(10**6)}",
+            "Industry": rng.choice(INDUSTRY),
+            "NumberOfEmployees": rng.randint(1, 5000),
+            "AnnualRevenue": float(rng.randint(1, 10**5) * 1000),
+            "Phone": _phone(rng),
+            **address(rng, "Billing"),
+        }
     if object_name == "Contact":
-        return {"FirstName": rng.choice(FIRST), "LastName": rng.choice(LAST), "Email": f"c{rng.randrange(10**7)}@example.com",
-                "Salutation": rng.choice(["Mr.", "Ms.", "Dr.", None]), **address(rng, "Mailing"),
-                "Best_Time_To_Call__c": rng.choice([call_time(rng), None]), **parent}
+        return {
+            "FirstName": rng.choice(FIRST),
+            "LastName": rng.choice(LAST),
+            "Email": f"c{rng.randrange(10**7)}@example.com",
+            "Salutation": rng.choice(["Mr.", "Ms.", "Dr.", None]),
+            **address(rng, "Mailing"),
+            "Best_Time_To_Call__c": rng.choice([call_time(rng), None]),
+            **parent,
+        }
     if object_name == "Opportunity":
-        return {"Name": f"{rng.choice(COMPANY)} deal {rng.randrange(10**5)}", "StageName": rng.choice(STAGES[:4]),
-                "CloseDate": _date(rng), "Amount": float(rng.randint(1, 5000) * 100), **parent}
+        return {
+            "Name": f"{rng.choice(COMPANY)} deal {rng.randrange(10**5)}",
+            "StageName": rng.choice(STAGES[:4]),
+            "CloseDate": _date(rng),
+            "Amount": float(rng.randint(1, 5000) * 100),
+            **parent,
+        }
     if object_name == "Lead":
-        return {"FirstName": rng.choice(FIRST), "LastName": rng.choice(LAST), "Company": rng.choice(COMPANY),
-                "Status": "Open - Not Contacted", "Email": f"l{rng.randrange(10**7)}@example.com", **address(rng, "")}
+        return {
+            "FirstName": rng.choice(FIRST),
+            "LastName": rng.choice(LAST),
+            "Company": rng.choice(COMPANY),
+            "Status": "Open - Not Contacted",
+            "Email": f"l{rng.randrange(10**7)}@example.com",
+            **address(rng, ""),
+        }
     if object_name == "Case":
-        return {"Subject": _text(rng, 6), "Status": "New", "Priority": rng.choice(["High", "Medium", "Low"]),
-                "Origin": rng.choice(["Phone", "Email", "Web"]), "Description": free_text(rng), **parent}
+        return {
+            "Subject": _text(rng, 6),
+            "Status": "New",
+            "Priority": rng.choice(["High", "Medium", "Low"]),
+            "Origin": rng.choice(["Phone", "Email", "Web"]),
+            "Description": free_text(rng),
+            **parent,
+        }
     raise ValueError(f"the workload does not create {object_name} records")

@@ -21,14 +21,19 @@ MODE_CHANGEFEED = "changefeed"
 INTERVAL_SECONDS = 15
 
 
-def build_automation_sensor(*, replication: ReplicationConfig,
-                            default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                            ) -> list[dg.SensorDefinition]:
+def build_automation_sensor(
+    *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+) -> list[dg.SensorDefinition]:
     if not any(o.changefeed is not None for o in replication.objects):
         return []
-    return [dg.AutomationConditionSensorDefinition(
-        SENSOR_NAME, target=dg.AssetSelection.all(), default_status=default_status,
-        minimum_interval_seconds=INTERVAL_SECONDS,
-        run_tags=run_tags(mode=MODE_CHANGEFEED, reason="replica materialized, its blocking checks passed"),
-        description="Evaluates the assets' automation conditions: exports the changefeed of each replica "
-                    "materialized since its last export whose blocking checks passed.")]
+    return [
+        dg.AutomationConditionSensorDefinition(
+            SENSOR_NAME,
+            target=dg.AssetSelection.all(),
+            default_status=default_status,
+            minimum_interval_seconds=INTERVAL_SECONDS,
+            run_tags=run_tags(mode=MODE_CHANGEFEED, reason="replica materialized, its blocking checks passed"),
+            description="Evaluates the assets' automation conditions: exports the changefeed of each replica "
+            "materialized since its last export whose blocking checks passed.",
+        )
+    ]

@@ -19,8 +19,10 @@ import dagster as dg
 from cdc_assets.config import ConfigError, LoadedConfig, parse_config
 
 CONFIG_SENSOR = "replication_config_sensor"
-RELOAD_HINT = ("reload the code location to apply it (Dagster UI: Deployment > Code locations > Reload, or the "
-               "Reload button beside the code location; `make run` restarted also reloads)")
+RELOAD_HINT = (
+    "reload the code location to apply it (Dagster UI: Deployment > Code locations > Reload, or the "
+    "Reload button beside the code location; `make run` restarted also reloads)"
+)
 
 
 def config_tick(loaded: LoadedConfig) -> dg.SkipReason:
@@ -28,24 +30,32 @@ def config_tick(loaded: LoadedConfig) -> dg.SkipReason:
     try:
         text = loaded.path.read_text()
     except FileNotFoundError:
-        raise ConfigError(f"{loaded.path} is gone since the code location loaded it; runs keep the loaded "
-                          "configuration. Put the file back (CDC_CONFIG names it) before reloading.") from None
+        raise ConfigError(
+            f"{loaded.path} is gone since the code location loaded it; runs keep the loaded "
+            "configuration. Put the file back (CDC_CONFIG names it) before reloading."
+        ) from None
     if text == loaded.text:
         return dg.SkipReason(f"{loaded.path} as loaded")
     try:
         parse_config(text, loaded.path)
     except ConfigError as e:
-        raise ConfigError(f"{e}\n{loaded.path} changed since the code location loaded it and is not valid: runs "
-                          f"keep the configuration loaded before. Fix the file, then {RELOAD_HINT}.") from None
+        raise ConfigError(
+            f"{e}\n{loaded.path} changed since the code location loaded it and is not valid: runs "
+            f"keep the configuration loaded before. Fix the file, then {RELOAD_HINT}."
+        ) from None
     return dg.SkipReason(f"{loaded.path} changed since the code location loaded it: {RELOAD_HINT}")
 
 
-def build_config_sensor(*, loaded: LoadedConfig,
-                        default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                        ) -> dg.SensorDefinition:
-    @dg.sensor(name=CONFIG_SENSOR, minimum_interval_seconds=30, default_status=default_status,
-               description="replication.yaml edited since the code location loaded it: a failed tick names the "
-                           "errors of an invalid file; a valid edit needs a reload of the code location.")
+def build_config_sensor(
+    *, loaded: LoadedConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=CONFIG_SENSOR,
+        minimum_interval_seconds=30,
+        default_status=default_status,
+        description="replication.yaml edited since the code location loaded it: a failed tick names the "
+        "errors of an invalid file; a valid edit needs a reload of the code location.",
+    )
     def replication_config_sensor(context: dg.SensorEvaluationContext) -> dg.SkipReason:
         return config_tick(loaded)
 

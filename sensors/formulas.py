@@ -23,24 +23,36 @@ def sensor_name(name: str) -> str:
     return f"formulas_{name}"
 
 
-def build_formula_sensors(*, replication: ReplicationConfig,
-                          default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                          ) -> list[dg.SensorDefinition]:
+def build_formula_sensors(
+    *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+) -> list[dg.SensorDefinition]:
     reserve = replication.options.api_budget_reserve
     return [_formula_sensor(o, reserve, default_status) for o in replication.objects if o.formulas]
 
 
-def _formula_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.DefaultSensorStatus
-                    ) -> dg.SensorDefinition:
+def _formula_sensor(
+    sobject: SObjectConfig, reserve: float, default_status: dg.DefaultSensorStatus
+) -> dg.SensorDefinition:
     name, every = sobject.name, sobject.formulas.refresh_every
 
-    @dg.sensor(name=sensor_name(name), minimum_interval_seconds=max(1, min(int(every), MAX_TICK_SECONDS)),
-               default_status=default_status, asset_selection=[replica_key(name)],
-               description=f"Refreshes the formula columns of Salesforce {name} every {every:g} s (change events "
-                           f"never carry formula fields): a Bulk API 2.0 query of their values, merged into them.")
+    @dg.sensor(
+        name=sensor_name(name),
+        minimum_interval_seconds=max(1, min(int(every), MAX_TICK_SECONDS)),
+        default_status=default_status,
+        asset_selection=[replica_key(name)],
+        description=f"Refreshes the formula columns of Salesforce {name} every {every:g} s (change events "
+        f"never carry formula fields): a Bulk API 2.0 query of their values, merged into them.",
+    )
     def formulas_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource) -> dg.SensorResult:
-        return window_request(context, salesforce, name=name, mode=MODE, every=every,
-                              reason=f"formula refresh every {every:g} s", done="formulas already refreshed",
-                              reserve=reserve)
+        return window_request(
+            context,
+            salesforce,
+            name=name,
+            mode=MODE,
+            every=every,
+            reason=f"formula refresh every {every:g} s",
+            done="formulas already refreshed",
+            reserve=reserve,
+        )
 
     return formulas_sensor

@@ -41,7 +41,7 @@ one would otherwise start a run of them all.
 
 import json
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
@@ -50,15 +50,23 @@ from cdc_assets.assets import LANDING_ZONE, ingest_keys, replica_key
 from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import pending_files
-from cdc_assets.state import IngestState
 from cdc_assets.operate.pause import paused_objects, resumed_at
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-from resources.landing_zone import (LINK, NAME_NOT_UTF8, NOT_EVENTS, SPECIAL, STALE_INFLIGHT, LandingFile,
-                                    LandingZone, Survey, file_set_key)
-from resources.printable import printable
-from sensors.work import (IN_FLIGHT, TAG_REASON, Backoff, hidden_tag, replicas_to_include, retry_state,
-                          run_tags)
 from cdc_assets.run_tags import TAG_FILES
+from cdc_assets.state import IngestState
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.landing_zone import (
+    LINK,
+    NAME_NOT_UTF8,
+    NOT_EVENTS,
+    SPECIAL,
+    STALE_INFLIGHT,
+    LandingFile,
+    LandingZone,
+    Survey,
+    file_set_key,
+)
+from resources.printable import printable
+from sensors.work import IN_FLIGHT, TAG_REASON, Backoff, hidden_tag, replicas_to_include, retry_state, run_tags
 
 SENSOR_NAME = "landing_zone_sensor"
 MODE_APPLY = "apply"  # the replicas' own mode (ReplicaRunConfig): apply what change_events holds
@@ -76,23 +84,33 @@ SURVEY_SECONDS = 60  # a survey lists the whole zone once more (on an object sto
 FILES_READ_CHECK = "landing_zone_files_read"
 SHOWN = 5  # entries a failing check names
 # Observation metadata key -> the reason `survey` gives.
-IGNORED_COUNTS = {"files_not_events": NOT_EVENTS, "symlinks": LINK, "not_regular_files": SPECIAL,
-                  "names_not_utf8": NAME_NOT_UTF8, "inflight_stale": STALE_INFLIGHT}
+IGNORED_COUNTS = {
+    "files_not_events": NOT_EVENTS,
+    "symlinks": LINK,
+    "not_regular_files": SPECIAL,
+    "names_not_utf8": NAME_NOT_UTF8,
+    "inflight_stale": STALE_INFLIGHT,
+}
 
 
-def build_landing_zone_sensor(*, replication: ReplicationConfig,
-                              default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                              ) -> dg.SensorDefinition:
+def build_landing_zone_sensor(
+    *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+) -> dg.SensorDefinition:
     replicas = [replica_key(n) for n in replication.names]
     backoff = Backoff.from_options(replication.options)
 
-    @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=INTERVAL_SECONDS, default_status=default_status,
-               asset_selection=[*ingest_keys(replication.names), *replicas],
-               description="Requests a change_events + replica run for newly landed CDC files (again, with "
-                           "backoff, if that run failed), and a replica run when the newest transaction closes "
-                           "by timeout.")
-    def landing_zone_sensor(context: dg.SensorEvaluationContext, landing: LandingZone,
-                            warehouse: DeltaWarehouse) -> dg.SensorResult:
+    @dg.sensor(
+        name=SENSOR_NAME,
+        minimum_interval_seconds=INTERVAL_SECONDS,
+        default_status=default_status,
+        asset_selection=[*ingest_keys(replication.names), *replicas],
+        description="Requests a change_events + replica run for newly landed CDC files (again, with "
+        "backoff, if that run failed), and a replica run when the newest transaction closes "
+        "by timeout.",
+    )
+    def landing_zone_sensor(
+        context: dg.SensorEvaluationContext, landing: LandingZone, warehouse: DeltaWarehouse
+    ) -> dg.SensorResult:
         cursor = json.loads(context.cursor) if context.cursor else {}
         requested: dict[str, int] = cursor.get("requested", {})
         pending = pending_files(warehouse, landing)
@@ -100,11 +118,18 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
         cursor["requested"] = {f.path: f.size for f in pending}
         ce_state = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS))
         if new and (busy := landing_run_in_flight(context.instance)):
-            request, why = None, (f"{len(new)} new landing files wait for landing run {busy.run_id[:8]} "
-                                  f"({busy.status.value}); one run takes them once it ends")
+            request, why = (
+                None,
+                (
+                    f"{len(new)} new landing files wait for landing run {busy.run_id[:8]} "
+                    f"({busy.status.value}); one run takes them once it ends"
+                ),
+            )
         elif new:
-            request, why = landing_request(context.instance, landing, replication, ce_state, new,
-                                           key=file_set_key(new)), None
+            request, why = (
+                landing_request(context.instance, landing, replication, ce_state, new, key=file_set_key(new)),
+                None,
+            )
         elif pending:
             request, why = _again(context, landing, replication, ce_state, pending, backoff)
         elif catch_up := resume_request(context.instance, replication):
@@ -118,26 +143,37 @@ def build_landing_zone_sensor(*, replication: ReplicationConfig,
         else:
             request, why = close_request(context.instance, replication, ce_state, backoff, cursor)
         events = survey_events(landing, cursor)  # before the cursor is written: it records what was reported
-        return dg.SensorResult(run_requests=[request] if request else [], skip_reason=why, asset_events=events,
-                               cursor=json.dumps(cursor, sort_keys=True))
+        return dg.SensorResult(
+            run_requests=[request] if request else [],
+            skip_reason=why,
+            asset_events=events,
+            cursor=json.dumps(cursor, sort_keys=True),
+        )
 
     return landing_zone_sensor
 
 
 def survey_report(survey: Survey, landing: LandingZone) -> tuple[bool, str, dict[str, Any]]:
     """(nothing ignored, description, metadata) of one survey of the zone."""
-    metadata: dict[str, Any] = {"event_files": dg.MetadataValue.int(len(survey.files)),
-                                "entries_not_read": dg.MetadataValue.int(len(survey.ignored))}
+    metadata: dict[str, Any] = {
+        "event_files": dg.MetadataValue.int(len(survey.files)),
+        "entries_not_read": dg.MetadataValue.int(len(survey.ignored)),
+    }
     metadata |= {key: dg.MetadataValue.int(survey.count(why)) for key, why in IGNORED_COUNTS.items()}
     if not survey.ignored:
         return True, f"every entry of the landing zone is read ({len(survey.files)} event files)", metadata
     shown = "; ".join(f"{printable(i.path, 200)} ({i.why})" for i in survey.ignored[:SHOWN])
     more = f" and {len(survey.ignored) - SHOWN} more" if len(survey.ignored) > SHOWN else ""
-    return False, (
-        f"{len(survey.ignored)} entries of the landing zone {landing.path} are not read: {shown}{more}. Rename event "
-        f"files to *.jsonl or *.jsonl.gz (lower case); replace a symbolic link by the file itself (links are never "
-        f"followed); remove an in-flight file older than {landing.inflight_stale_seconds:.0f}s once its writer is "
-        f"gone (our subscriber lands unacknowledged events again); move anything else out of the zone"), metadata
+    return (
+        False,
+        (
+            f"{len(survey.ignored)} entries of the landing zone {landing.path} are not read: {shown}{more}. Rename event "
+            f"files to *.jsonl or *.jsonl.gz (lower case); replace a symbolic link by the file itself (links are never "
+            f"followed); remove an in-flight file older than {landing.inflight_stale_seconds:.0f}s once its writer is "
+            f"gone (our subscriber lands unacknowledged events again); move anything else out of the zone"
+        ),
+        metadata,
+    )
 
 
 def survey_events(landing: LandingZone, cursor: dict) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
@@ -152,18 +188,28 @@ def survey_events(landing: LandingZone, cursor: dict) -> list[dg.AssetObservatio
     if seen == cursor.get("survey"):
         return []
     cursor["survey"] = seen
-    return [dg.AssetObservation(asset_key=LANDING_ZONE, metadata=metadata, description=description),
-            dg.AssetCheckEvaluation(asset_key=LANDING_ZONE, check_name=FILES_READ_CHECK, passed=passed,
-                                    metadata=metadata, description=description)]
+    return [
+        dg.AssetObservation(asset_key=LANDING_ZONE, metadata=metadata, description=description),
+        dg.AssetCheckEvaluation(
+            asset_key=LANDING_ZONE,
+            check_name=FILES_READ_CHECK,
+            passed=passed,
+            metadata=metadata,
+            description=description,
+        ),
+    ]
 
 
 def build_landing_check() -> dg.AssetChecksDefinition:
     """`landing_zone_files_read` on demand (the landing sensor evaluates it too, when its survey changes)."""
 
-    @dg.asset_check(asset=LANDING_ZONE, name=FILES_READ_CHECK,
-                    description="Every entry of the landing zone is read: no file with another suffix, no symbolic "
-                                "link, FIFO or device, no name that is not UTF-8, no in-flight file a dead writer "
-                                "left.")
+    @dg.asset_check(
+        asset=LANDING_ZONE,
+        name=FILES_READ_CHECK,
+        description="Every entry of the landing zone is read: no file with another suffix, no symbolic "
+        "link, FIFO or device, no name that is not UTF-8, no in-flight file a dead writer "
+        "left.",
+    )
     def landing_zone_files_read(landing: LandingZone) -> dg.AssetCheckResult:
         passed, description, metadata = survey_report(landing.survey(), landing)
         return dg.AssetCheckResult(passed=passed, description=description, metadata=metadata)
@@ -171,8 +217,14 @@ def build_landing_check() -> dg.AssetChecksDefinition:
     return landing_zone_files_read
 
 
-def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replication: ReplicationConfig,
-           ce_state: IngestState, pending: list[LandingFile], backoff: Backoff) -> tuple[dg.RunRequest | None, str | None]:
+def _again(
+    context: dg.SensorEvaluationContext,
+    landing: LandingZone,
+    replication: ReplicationConfig,
+    ce_state: IngestState,
+    pending: list[LandingFile],
+    backoff: Backoff,
+) -> tuple[dg.RunRequest | None, str | None]:
     """Files seen before and still not ingested: wait for the landing run in flight; ask again once it ended without
     them (it started before they landed), or after a backoff once it failed."""
     runs = runs_tagged(context.instance, {TAG_REASON: REASON_FILES})
@@ -182,10 +234,18 @@ def _again(context: dg.SensorEvaluationContext, landing: LandingZone, replicatio
     if retry.wait:
         return None, retry.wait
     last = runs[0].dagster_run
-    request = landing_request(context.instance, landing, replication, ce_state, pending,
-                              key=f"{file_set_key(pending)}-{retry.attempt}-{last.run_id[:8]}")
-    context.log.info(f"Requesting {len(pending)} landing files again (retry {retry.attempt}) after run "
-                     f"{last.run_id[:8]} ({last.status.value})")
+    request = landing_request(
+        context.instance,
+        landing,
+        replication,
+        ce_state,
+        pending,
+        key=f"{file_set_key(pending)}-{retry.attempt}-{last.run_id[:8]}",
+    )
+    context.log.info(
+        f"Requesting {len(pending)} landing files again (retry {retry.attempt}) after run "
+        f"{last.run_id[:8]} ({last.status.value})"
+    )
     return request, None
 
 
@@ -193,8 +253,15 @@ def runs_tagged(instance: dg.DagsterInstance, tags: dict[str, str], limit: int =
     return list(instance.get_run_records(filters=dg.RunsFilter(tags=tags), limit=limit))
 
 
-def landing_request(instance: dg.DagsterInstance, landing: LandingZone, replication: ReplicationConfig,
-                    ce_state: IngestState, files: list[LandingFile], *, key: str) -> dg.RunRequest:
+def landing_request(
+    instance: dg.DagsterInstance,
+    landing: LandingZone,
+    replication: ReplicationConfig,
+    ce_state: IngestState,
+    files: list[LandingFile],
+    *,
+    key: str,
+) -> dg.RunRequest:
     """A run ingesting `files` (and every other pending file) and applying them in every replica that must."""
     entities = landing.entities_in(files)
     names = {n for n in replication.names if entities is None or n in entities}
@@ -216,15 +283,16 @@ def landing_run_in_flight(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
     return runs[0] if runs else None
 
 
-def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: IngestState,
-                  backoff: Backoff, cursor: dict) -> tuple[dg.RunRequest | None, str | None]:
+def close_request(
+    instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: IngestState, backoff: Backoff, cursor: dict
+) -> tuple[dg.RunRequest | None, str | None]:
     """The run of the replicas that apply the newest transaction once it counts as closed by timeout (every one
     that may hold rows of it, so that they apply it in this one run, and any with rows to apply); else why not.
     `cursor["closed_seq"]` remembers the last ingest it was requested for."""
     seq = ce_state.ingest_seq
     if not seq or not ce_state.newest:
         return None, "no new landing files"
-    if open_transaction(ce_state, replication.transaction_close_after, datetime.now(timezone.utc)):
+    if open_transaction(ce_state, replication.transaction_close_after, datetime.now(UTC)):
         return None, "no new landing files; the newest transaction is still open"
     runs = runs_tagged(instance, {TAG_REASON: REASON_CLOSE, TAG_CLOSE_SEQ: str(seq)})
     if not runs and cursor.get("closed_seq") == seq:
@@ -243,12 +311,17 @@ def close_request(instance: dg.DagsterInstance, replication: ReplicationConfig, 
     waiting = replicas_to_include(instance, replication, ce_state)
     names = [n for n in replication.names if n in waiting and n not in paused]
     if not names:
-        return None, "every replica that holds the newest transaction is paused" if waiting else \
-            "no new landing files; no replica holds the newest transaction"
-    return dg.RunRequest(run_key=f"close-{seq}" + (f"-{attempt}" if attempt else ""),
-                         asset_selection=[replica_key(n) for n in names],
-                         tags=run_tags(mode=MODE_APPLY, reason=REASON_CLOSE, objects=names,
-                                       hidden={TAG_CLOSE_SEQ: str(seq)})), None
+        return (
+            None,
+            "every replica that holds the newest transaction is paused"
+            if waiting
+            else "no new landing files; no replica holds the newest transaction",
+        )
+    return dg.RunRequest(
+        run_key=f"close-{seq}" + (f"-{attempt}" if attempt else ""),
+        asset_selection=[replica_key(n) for n in names],
+        tags=run_tags(mode=MODE_APPLY, reason=REASON_CLOSE, objects=names, hidden={TAG_CLOSE_SEQ: str(seq)}),
+    ), None
 
 
 REASON_RESUME = "catch up after resume"
@@ -258,14 +331,20 @@ def resume_request(instance: dg.DagsterInstance, replication: ReplicationConfig)
     """One run of the objects resumed (and not paused again) whose resume no catch-up run carries yet (tag
     `resumed_tag(<Name>)` = when it was resumed), so each resume is asked once."""
     paused = paused_objects(instance, replication.names)
-    due = {n: at for n, at in resumed_at(instance, replication.names).items()
-           if n not in paused and not runs_tagged(instance, {resumed_tag(n): at}, limit=1)}
+    due = {
+        n: at
+        for n, at in resumed_at(instance, replication.names).items()
+        if n not in paused and not runs_tagged(instance, {resumed_tag(n): at}, limit=1)
+    }
     if not due:
         return None
-    return dg.RunRequest(run_key="resume-" + "-".join(f"{n}@{at}" for n, at in sorted(due.items())),
-                         asset_selection=[replica_key(n) for n in sorted(due)],
-                         tags=run_tags(mode=MODE_APPLY, reason=REASON_RESUME, objects=due,
-                                       hidden={resumed_tag(n): at for n, at in due.items()}))
+    return dg.RunRequest(
+        run_key="resume-" + "-".join(f"{n}@{at}" for n, at in sorted(due.items())),
+        asset_selection=[replica_key(n) for n in sorted(due)],
+        tags=run_tags(
+            mode=MODE_APPLY, reason=REASON_RESUME, objects=due, hidden={resumed_tag(n): at for n, at in due.items()}
+        ),
+    )
 
 
 def resumed_tag(name: str) -> str:

@@ -21,23 +21,34 @@ def sensor_name(name: str) -> str:
     return f"poll_{name}"
 
 
-def build_poll_sensors(*, replication: ReplicationConfig,
-                       default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                       ) -> list[dg.SensorDefinition]:
+def build_poll_sensors(
+    *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+) -> list[dg.SensorDefinition]:
     reserve = replication.options.api_budget_reserve
     return [_poll_sensor(o, reserve, default_status) for o in replication.objects if o.mode == "poll"]
 
 
-def _poll_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.DefaultSensorStatus
-                 ) -> dg.SensorDefinition:
+def _poll_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.DefaultSensorStatus) -> dg.SensorDefinition:
     name, interval = sobject.name, sobject.poll.interval
 
-    @dg.sensor(name=sensor_name(name), minimum_interval_seconds=max(1, int(interval)), default_status=default_status,
-               asset_selection=[replica_key(name)],
-               description=f"Polls Salesforce {name} (no Change Data Capture) every {interval:g} s: records changed "
-                           f"since the cursor kept in the replica's Delta commits.")
+    @dg.sensor(
+        name=sensor_name(name),
+        minimum_interval_seconds=max(1, int(interval)),
+        default_status=default_status,
+        asset_selection=[replica_key(name)],
+        description=f"Polls Salesforce {name} (no Change Data Capture) every {interval:g} s: records changed "
+        f"since the cursor kept in the replica's Delta commits.",
+    )
     def poll_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource) -> dg.SensorResult:
-        return window_request(context, salesforce, name=name, mode="poll", every=interval,
-                              reason=f"poll every {interval:g} s", done="already polled", reserve=reserve)
+        return window_request(
+            context,
+            salesforce,
+            name=name,
+            mode="poll",
+            every=interval,
+            reason=f"poll every {interval:g} s",
+            done="already polled",
+            reserve=reserve,
+        )
 
     return poll_sensor

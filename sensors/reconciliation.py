@@ -24,12 +24,20 @@ import dagster as dg
 
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig
+from cdc_assets.operate.pause import paused_objects
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
-from cdc_assets.operate.pause import paused_objects
 from sensors.budget import budget_hold_back
-from sensors.work import (INITIAL_LOAD, TAG_MODE, TAG_REASON, Planned, hidden_tag, mode_run_config,
-                          object_tag, plan, run_tags, work_tag)
+from sensors.work import (
+    INITIAL_LOAD,
+    TAG_REASON,
+    Planned,
+    hidden_tag,
+    mode_run_config,
+    plan,
+    run_tags,
+    work_tag,
+)
 
 SENSOR_NAME = "reconciliation_sensor"
 TAG_DIRTY = hidden_tag("dirty_records")
@@ -38,38 +46,50 @@ TAG_DIRTY = hidden_tag("dirty_records")
 def work_request(due: list[Planned]) -> dg.RunRequest:
     """One run doing the work of every planned item in `due`."""
     reasons = "; ".join(p.work.describe() + (f", retry {p.retry.attempt}" if p.retry.attempt else "") for p in due)
-    source = "|".join(sorted(f"{p.work.kind}-{p.work.name}-{p.work.source}-a{p.retry.attempt}-{p.retry.after}"
-                             for p in due))
+    source = "|".join(
+        sorted(f"{p.work.kind}-{p.work.name}-{p.work.source}-a{p.retry.attempt}-{p.retry.after}" for p in due)
+    )
     return dg.RunRequest(
         run_key=f"sync-{hashlib.sha1(source.encode()).hexdigest()[:16]}",
         asset_selection=[replica_key(p.work.name) for p in due],
         run_config=mode_run_config({p.work.name: p.work.mode for p in due if p.work.kind != INITIAL_LOAD}),
-        tags=run_tags(mode="+".join(sorted({p.work.kind for p in due})), reason=reasons,
-                      objects=[p.work.name for p in due],
-                      hidden={TAG_DIRTY: str(sum(p.work.dirty for p in due)),
-                              **{work_tag(p.work.name): p.work.kind for p in due}}),
+        tags=run_tags(
+            mode="+".join(sorted({p.work.kind for p in due})),
+            reason=reasons,
+            objects=[p.work.name for p in due],
+            hidden={
+                TAG_DIRTY: str(sum(p.work.dirty for p in due)),
+                **{work_tag(p.work.name): p.work.kind for p in due},
+            },
+        ),
     )
 
 
-def build_reconciliation_sensor(*, replication: ReplicationConfig,
-                                default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                                ) -> dg.SensorDefinition:
+def build_reconciliation_sensor(
+    *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+) -> dg.SensorDefinition:
     budget_share = replication.options.api_budget_reserve
 
-    @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=15, default_status=default_status,
-               asset_selection=[replica_key(n) for n in replication.names],
-               description="Re-materializes a replica in reconcile mode when it has dirty records (gap events, "
-                           "late events), in resync mode when an overflow asked for a full resync, and loads a "
-                           "replica with no table; failed work is retried with backoff.")
-    def reconciliation_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource,
-                              warehouse: DeltaWarehouse) -> dg.SensorResult:
+    @dg.sensor(
+        name=SENSOR_NAME,
+        minimum_interval_seconds=15,
+        default_status=default_status,
+        asset_selection=[replica_key(n) for n in replication.names],
+        description="Re-materializes a replica in reconcile mode when it has dirty records (gap events, "
+        "late events), in resync mode when an overflow asked for a full resync, and loads a "
+        "replica with no table; failed work is retried with backoff.",
+    )
+    def reconciliation_sensor(
+        context: dg.SensorEvaluationContext, salesforce: SalesforceResource, warehouse: DeltaWarehouse
+    ) -> dg.SensorResult:
         paused = paused_objects(context.instance, replication.names)  # no work asked for a paused object
         planned = [p for p in plan(context.instance, warehouse, replication) if p.work.name not in paused]
         due = [p for p in planned if p.ready]
         waiting = "; ".join(f"{p.work.describe()}: {p.retry.wait}" for p in planned if not p.ready)
         if not due:
-            return dg.SensorResult(skip_reason=waiting or "nothing to do: no dirty records, pending resync or "
-                                                          "replica without a table")
+            return dg.SensorResult(
+                skip_reason=waiting or "nothing to do: no dirty records, pending resync or replica without a table"
+            )
         if hold := budget_hold_back(salesforce, budget_share):
             return dg.SensorResult(skip_reason=f"{hold}; due: " + "; ".join(p.work.describe() for p in due))
         request = work_request(due)

@@ -61,6 +61,7 @@ START_TIME_SLACK_SECONDS = 1.0  # /proc/stat's boot time has whole seconds
 @dataclass(frozen=True)
 class Worker:
     """A run worker as it reported itself: its pid, and when it said so (epoch seconds)."""
+
     pid: int
     reported_at: float
 
@@ -92,7 +93,7 @@ def process_alive(worker: Worker) -> bool:
         stat = (PROC / str(worker.pid) / "stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return False
-    fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3, starttime field 22
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state is field 3, starttime field 22
     state, start_ticks = fields[0], int(fields[19])
     if state in ("Z", "X"):
         return False
@@ -135,8 +136,12 @@ def judge(instance: dg.DagsterInstance, run: dg.DagsterRun) -> Verdict:
         return Verdict(run, False, f"run {short} was not launched to a code server on this host: not checked")
     worker = run_worker(instance, run.run_id)
     if worker is None:
-        return Verdict(run, False, f"run {short} ({run.status.value}): no worker pid reported yet (Dagster's "
-                                   f"start timeout ends it if none ever is)")
+        return Verdict(
+            run,
+            False,
+            f"run {short} ({run.status.value}): no worker pid reported yet (Dagster's "
+            f"start timeout ends it if none ever is)",
+        )
     if process_alive(worker):
         return Verdict(run, False, f"run {short} ({run.status.value}): worker pid {worker.pid} alive")
     return Verdict(run, True, f"run {short} ({run.status.value}): its run worker (pid {worker.pid}) is gone")
@@ -166,31 +171,41 @@ def assign_stranded(instance: dg.DagsterInstance) -> dict[str, int]:
     return assigned
 
 
-def build_run_liveness_sensor(*, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                              ) -> dg.SensorDefinition:
-    @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=15, default_status=default_status,
-               description="Marks runs whose run worker process is gone (a crash of the daemon, code server or "
-                           "worker) as failed and frees their pool slots, so the landing and reconciliation "
-                           "sensors request their work again. A slow run is never ended: only a process that "
-                           "no longer exists counts. Also assigns pool slots that Dagster's queue left free "
-                           "while steps wait for them.")
+def build_run_liveness_sensor(
+    *, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=SENSOR_NAME,
+        minimum_interval_seconds=15,
+        default_status=default_status,
+        description="Marks runs whose run worker process is gone (a crash of the daemon, code server or "
+        "worker) as failed and frees their pool slots, so the landing and reconciliation "
+        "sensors request their work again. A slow run is never ended: only a process that "
+        "no longer exists counts. Also assigns pool slots that Dagster's queue left free "
+        "while steps wait for them.",
+    )
     def run_liveness_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
         for pool, steps in assign_stranded(context.instance).items():
-            context.log.warning(f"pool {pool}: {steps} waiting steps had a free slot nobody assigned them "
-                                f"(Dagster's queue race); assigned now")
+            context.log.warning(
+                f"pool {pool}: {steps} waiting steps had a free slot nobody assigned them "
+                f"(Dagster's queue race); assigned now"
+            )
         if context.instance.run_launcher.supports_check_run_worker_health:
-            return dg.SensorResult(skip_reason="the run launcher reports worker health itself: Dagster's run "
-                                               "monitoring ends dead runs")
+            return dg.SensorResult(
+                skip_reason="the run launcher reports worker health itself: Dagster's run monitoring ends dead runs"
+            )
         if not (PROC / "stat").exists():
             return dg.SensorResult(skip_reason=f"no {PROC} on this host: run workers cannot be checked")
         verdicts = dead_runs(context.instance)
         ended = []
         for verdict in verdicts:
-            if verdict.dead and end_run(context.instance, verdict.run,
-                                        f"{verdict.why}: the run is marked failed and its pool slots freed; "
-                                        f"the sensors request its work again after their retry backoff"):
-                context.log.warning(f"{verdict.why}: marked failed, pool slots freed; its work will be "
-                                    f"requested again")
+            if verdict.dead and end_run(
+                context.instance,
+                verdict.run,
+                f"{verdict.why}: the run is marked failed and its pool slots freed; "
+                f"the sensors request its work again after their retry backoff",
+            ):
+                context.log.warning(f"{verdict.why}: marked failed, pool slots freed; its work will be requested again")
                 ended.append(verdict.run.run_id[:8])
         if ended:
             return dg.SensorResult(skip_reason=f"ended {len(ended)} runs whose worker is gone: {', '.join(ended)}")

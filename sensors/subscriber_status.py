@@ -51,8 +51,9 @@ def state_dir(landing: LandingZone) -> Path | str:
     return location(configured) if configured else state_dir_for(landing.path)
 
 
-def summarize(statuses: list[StreamStatus], max_lag_seconds: float,
-              now: dt.datetime | None = None) -> tuple[bool, str, dict[str, Any]]:
+def summarize(
+    statuses: list[StreamStatus], max_lag_seconds: float, now: dt.datetime | None = None
+) -> tuple[bool, str, dict[str, Any]]:
     """(healthy, description, metadata) of every stream together."""
     now = now or dt.datetime.now(dt.UTC)
     states = {s.topic: s.effective_state(now) for s in statuses}
@@ -62,8 +63,11 @@ def summarize(statuses: list[StreamStatus], max_lag_seconds: float,
     problems = [f"{printable(topic)} is {state}" for topic, state in states.items() if state in UNHEALTHY]
     if lag > max_lag_seconds:
         problems.append(f"lag {lag:.0f}s is over {max_lag_seconds:.0f}s")
-    description = ("; ".join(problems) + (f". Last error: {errors[-1]}" if errors else "")) if problems else (
-        f"{len(statuses)} stream(s) {worst}, lag {lag:.1f}s")
+    description = (
+        ("; ".join(problems) + (f". Last error: {errors[-1]}" if errors else ""))
+        if problems
+        else (f"{len(statuses)} stream(s) {worst}, lag {lag:.1f}s")
+    )
     metadata: dict[str, Any] = {
         "stream_state": dg.MetadataValue.text(worst),
         "lag_seconds": dg.MetadataValue.float(float(lag)),
@@ -71,13 +75,21 @@ def summarize(statuses: list[StreamStatus], max_lag_seconds: float,
         "events_landed": dg.MetadataValue.int(sum(s.events_landed for s in statuses)),
         "last_replay_id": dg.MetadataValue.int(max((s.last_replay_id or 0 for s in statuses), default=0)),
         "resyncs": dg.MetadataValue.int(sum(s.resyncs for s in statuses)),
-        "streams": dg.MetadataValue.json({s.topic: {"state": states[s.topic], "lag_seconds": s.lag_seconds,
-                                                    "events_per_second": s.events_per_second,
-                                                    "last_replay_id": s.last_replay_id,
-                                                    "last_replay_id_hex": s.last_replay_id_hex,
-                                                    "dead_letters": s.dead_letters,
-                                                    "last_dead_letter": s.last_dead_letter,
-                                                    "updated_at": s.updated_at} for s in statuses}),
+        "streams": dg.MetadataValue.json(
+            {
+                s.topic: {
+                    "state": states[s.topic],
+                    "lag_seconds": s.lag_seconds,
+                    "events_per_second": s.events_per_second,
+                    "last_replay_id": s.last_replay_id,
+                    "last_replay_id_hex": s.last_replay_id_hex,
+                    "dead_letters": s.dead_letters,
+                    "last_dead_letter": s.last_dead_letter,
+                    "updated_at": s.updated_at,
+                }
+                for s in statuses
+            }
+        ),
     }
     if errors:
         metadata["last_error"] = dg.MetadataValue.text(errors[-1])
@@ -89,61 +101,94 @@ def dead_letter_report(state: Path) -> tuple[bool, str, dict[str, Any]]:
     dead-letter store that is not a letter is skipped and named (it fails the check), never raised."""
     found = scan(state)
     letters, waiting, unacknowledged = found.letters, found.waiting, len(found.waiting) + found.dropped_waiting
-    metadata: dict[str, Any] = {"dead_letters": dg.MetadataValue.int(len(letters) + found.dropped),
-                                "dead_letters_unacknowledged": dg.MetadataValue.int(unacknowledged),
-                                "dead_letters_dropped": dg.MetadataValue.int(found.dropped),
-                                "dead_letter_files_unreadable": dg.MetadataValue.int(len(found.unreadable))}
+    metadata: dict[str, Any] = {
+        "dead_letters": dg.MetadataValue.int(len(letters) + found.dropped),
+        "dead_letters_unacknowledged": dg.MetadataValue.int(unacknowledged),
+        "dead_letters_dropped": dg.MetadataValue.int(found.dropped),
+        "dead_letter_files_unreadable": dg.MetadataValue.int(len(found.unreadable)),
+    }
     if letters:
         last = letters[-1]
         metadata["last_dead_letter"] = dg.MetadataValue.text(
-            printable(f"{last.topic} replay id {last.replay_id}: {last.reason}", 500))
+            printable(f"{last.topic} replay id {last.replay_id}: {last.reason}", 500)
+        )
     if found.clean:
-        return True, f"no dead letters waiting ({len(letters)} acknowledged)" if letters else "no dead letters", metadata
+        return (
+            True,
+            f"no dead letters waiting ({len(letters)} acknowledged)" if letters else "no dead letters",
+            metadata,
+        )
     problems = []
     if unacknowledged:
         shown = "; ".join(_describe(x) for x in waiting[-5:])
-        dropped = (f"; {found.dropped_waiting} more not kept (the store held its maximum; the last one's reason in "
-                   f"{state}/dead_letters-*/_dropped.json)" if found.dropped_waiting else "")
+        dropped = (
+            f"; {found.dropped_waiting} more not kept (the store held its maximum; the last one's reason in "
+            f"{state}/dead_letters-*/_dropped.json)"
+            if found.dropped_waiting
+            else ""
+        )
         problems.append(
             f"{unacknowledged} event(s) could not be landed and were recorded as dead letters "
             f"({shown}{dropped}). Their records were marked dirty or their objects resynced, so the replicas catch "
-            f"up; find the cause (raw payloads in {state}/dead_letters-*/), then acknowledge with `{ACK_COMMAND}`")
+            f"up; find the cause (raw payloads in {state}/dead_letters-*/), then acknowledge with `{ACK_COMMAND}`"
+        )
     if found.unreadable:
-        problems.append(f"{len(found.unreadable)} file(s) in the dead-letter store are not dead letters and were "
-                        f"skipped ({', '.join(printable_list(found.unreadable))}): look at them, then remove them")
+        problems.append(
+            f"{len(found.unreadable)} file(s) in the dead-letter store are not dead letters and were "
+            f"skipped ({', '.join(printable_list(found.unreadable))}): look at them, then remove them"
+        )
     return False, ". ".join(problems), metadata
 
 
 def _describe(letter: DeadLetter) -> str:
-    return printable(f"{letter.topic} replay id {letter.replay_id}, schema {letter.schema_id}, entity "
-                     f"{letter.entity or 'unknown'}: {letter.reason}; {letter.action}", 500)
+    return printable(
+        f"{letter.topic} replay id {letter.replay_id}, schema {letter.schema_id}, entity "
+        f"{letter.entity or 'unknown'}: {letter.reason}; {letter.action}",
+        500,
+    )
 
 
 def _max_lag(replication: ReplicationConfig) -> float:
     return replication.options.subscriber_max_lag_seconds
 
 
-def build_subscriber_status_sensor(*, replication: ReplicationConfig,
-                                   default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
-                                   ) -> dg.SensorDefinition:
+def build_subscriber_status_sensor(
+    *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
+) -> dg.SensorDefinition:
     max_lag = _max_lag(replication)
 
-    @dg.sensor(name=SENSOR_NAME, minimum_interval_seconds=30, default_status=default_status,
-               description="Observes landing_zone with the CDC subscriber's stream status (state, lag, throughput, "
-                           f"dead letters) and evaluates {CHECK_NAME} and {DEAD_LETTERS_CHECK}.")
+    @dg.sensor(
+        name=SENSOR_NAME,
+        minimum_interval_seconds=30,
+        default_status=default_status,
+        description="Observes landing_zone with the CDC subscriber's stream status (state, lag, throughput, "
+        f"dead letters) and evaluates {CHECK_NAME} and {DEAD_LETTERS_CHECK}.",
+    )
     def subscriber_status_sensor(context: dg.SensorEvaluationContext, landing: LandingZone) -> dg.SensorResult:
         statuses = read_statuses(state_dir(landing))
         if not statuses:
             return dg.SensorResult(skip_reason=f"no subscriber reports in {state_dir(landing)}")
         healthy, description, metadata = summarize(statuses, max_lag)
         clean, letters_description, letters = dead_letter_report(state_dir(landing))
-        return dg.SensorResult(asset_events=[
-            dg.AssetObservation(asset_key=LANDING_ZONE, metadata=metadata | letters, description=description),
-            dg.AssetCheckEvaluation(asset_key=LANDING_ZONE, check_name=CHECK_NAME, passed=healthy,
-                                    metadata=metadata, description=description),
-            dg.AssetCheckEvaluation(asset_key=LANDING_ZONE, check_name=DEAD_LETTERS_CHECK, passed=clean,
-                                    metadata=letters, description=letters_description),
-        ])
+        return dg.SensorResult(
+            asset_events=[
+                dg.AssetObservation(asset_key=LANDING_ZONE, metadata=metadata | letters, description=description),
+                dg.AssetCheckEvaluation(
+                    asset_key=LANDING_ZONE,
+                    check_name=CHECK_NAME,
+                    passed=healthy,
+                    metadata=metadata,
+                    description=description,
+                ),
+                dg.AssetCheckEvaluation(
+                    asset_key=LANDING_ZONE,
+                    check_name=DEAD_LETTERS_CHECK,
+                    passed=clean,
+                    metadata=letters,
+                    description=letters_description,
+                ),
+            ]
+        )
 
     return subscriber_status_sensor
 
@@ -151,29 +196,37 @@ def build_subscriber_status_sensor(*, replication: ReplicationConfig,
 def build_subscriber_check(*, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
     max_lag = _max_lag(replication)
 
-    specs = [dg.AssetCheckSpec(CHECK_NAME, asset=LANDING_ZONE,
-                               description=f"The CDC subscriber streams: not FAILED, lag under {max_lag:.0f}s."),
-             dg.AssetCheckSpec(DEAD_LETTERS_CHECK, asset=LANDING_ZONE,
-                               description="No event the CDC subscriber could not decode awaits acknowledgement "
-                                           f"(`{ACK_COMMAND}`).")]
+    specs = [
+        dg.AssetCheckSpec(
+            CHECK_NAME,
+            asset=LANDING_ZONE,
+            description=f"The CDC subscriber streams: not FAILED, lag under {max_lag:.0f}s.",
+        ),
+        dg.AssetCheckSpec(
+            DEAD_LETTERS_CHECK,
+            asset=LANDING_ZONE,
+            description=f"No event the CDC subscriber could not decode awaits acknowledgement (`{ACK_COMMAND}`).",
+        ),
+    ]
 
     @dg.multi_asset_check(specs=specs, name="subscriber_checks", can_subset=True)
-    def subscriber_checks(context, landing: LandingZone):  # noqa: ANN001 (dagster reads no string annotation)
+    def subscriber_checks(context, landing: LandingZone):
         selected = {k.name for k in context.selected_asset_check_keys}
         if CHECK_NAME in selected:
             yield _stream_check(landing)
         if DEAD_LETTERS_CHECK in selected:
             clean, description, metadata = dead_letter_report(state_dir(landing))
-            yield dg.AssetCheckResult(check_name=DEAD_LETTERS_CHECK, passed=clean, description=description,
-                                      metadata=metadata)
+            yield dg.AssetCheckResult(
+                check_name=DEAD_LETTERS_CHECK, passed=clean, description=description, metadata=metadata
+            )
 
     def _stream_check(landing: LandingZone) -> dg.AssetCheckResult:
         statuses = read_statuses(state_dir(landing))
         if not statuses:
-            return dg.AssetCheckResult(check_name=CHECK_NAME, passed=True,
-                                       description="no subscriber of ours reports to this landing zone")
+            return dg.AssetCheckResult(
+                check_name=CHECK_NAME, passed=True, description="no subscriber of ours reports to this landing zone"
+            )
         healthy, description, metadata = summarize(statuses, max_lag)
-        return dg.AssetCheckResult(check_name=CHECK_NAME, passed=healthy, description=description,
-                                   metadata=metadata)
+        return dg.AssetCheckResult(check_name=CHECK_NAME, passed=healthy, description=description, metadata=metadata)
 
     return subscriber_checks

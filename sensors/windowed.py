@@ -18,8 +18,17 @@ from sensors.budget import budget_hold_back
 from sensors.work import in_flight, mode_run_config, run_tags
 
 
-def window_request(context: dg.SensorEvaluationContext, salesforce: SalesforceResource, *, name: str, mode: str,
-                   every: float, reason: str, done: str, reserve: float) -> dg.SensorResult:
+def window_request(
+    context: dg.SensorEvaluationContext,
+    salesforce: SalesforceResource,
+    *,
+    name: str,
+    mode: str,
+    every: float,
+    reason: str,
+    done: str,
+    reserve: float,
+) -> dg.SensorResult:
     """This window's run of `name` in `mode`, or why not (`done`: what a run of this window has done, for the skip
     reason)."""
     window = int(time.time() // every)
@@ -31,7 +40,10 @@ def window_request(context: dg.SensorEvaluationContext, salesforce: SalesforceRe
         return dg.SensorResult(skip_reason=f"a run of {name} is queued or in flight")
     if hold := budget_hold_back(salesforce, reserve):
         return dg.SensorResult(skip_reason=hold)
-    request = dg.RunRequest(run_key=f"{mode}-{name}-{window}", asset_selection=[replica_key(name)],
-                            run_config=mode_run_config({name: mode}),
-                            tags=run_tags(mode=mode, reason=reason, objects=[name]))
+    request = dg.RunRequest(
+        run_key=f"{mode}-{name}-{window}",
+        asset_selection=[replica_key(name)],
+        run_config=mode_run_config({name: mode}),
+        tags=run_tags(mode=mode, reason=reason, objects=[name]),
+    )
     return dg.SensorResult(run_requests=[request], cursor=str(window))

@@ -36,8 +36,13 @@ from cdc_assets.run_tags import TAG_MODE, TAG_REASON, hidden_tag, object_tag, ru
 from cdc_assets.state import IngestState
 from resources.delta import DeltaWarehouse
 
-IN_FLIGHT = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
-             dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 RESYNC, RECONCILE, INITIAL_LOAD = "resync", "reconcile", "initial_load"
 COVERS = {RECONCILE: {RECONCILE, RESYNC}, RESYNC: {RESYNC}}  # a resync rewrites every row, dirty ones too
@@ -50,8 +55,9 @@ def in_flight(instance: dg.DagsterInstance, name: str) -> bool:
 
 def mode_run_config(modes: dict[str, str]) -> dict:
     """Op config putting each replica `name` of `modes` in its mode."""
-    return {"ops": {replica_key(name).to_python_identifier(): {"config": {"mode": mode}}
-                    for name, mode in modes.items()}}
+    return {
+        "ops": {replica_key(name).to_python_identifier(): {"config": {"mode": mode}} for name, mode in modes.items()}
+    }
 
 
 @dataclass(frozen=True)
@@ -71,20 +77,28 @@ class Backoff:
 class Retry:
     """Where a piece of work stands given its runs: `wait` says why not now (None: ask now, as `attempt`);
     `after` is the newest run that carried it (part of the run key, so no situation reuses an old key)."""
+
     attempt: int = 0
     wait: str | None = None
     after: str = ""
 
 
-def retry_state(records: list[dg.RunRecord], what: str, backoff: Backoff, *, now: float | None = None,
-                materialized_by: str | None = None) -> Retry:
+def retry_state(
+    records: list[dg.RunRecord],
+    what: str,
+    backoff: Backoff,
+    *,
+    now: float | None = None,
+    materialized_by: str | None = None,
+) -> Retry:
     """`records`: the runs that carried `what`, newest first. A run that materialized the replica
     (`materialized_by`) did the work even if a check failed the run after."""
     now = time.time() if now is None else now
     for record in records:
         if record.dagster_run.status in IN_FLIGHT:
-            return Retry(wait=f"{what} waiting for run {record.dagster_run.run_id[:8]} "
-                              f"({record.dagster_run.status.value})")
+            return Retry(
+                wait=f"{what} waiting for run {record.dagster_run.run_id[:8]} ({record.dagster_run.status.value})"
+            )
     after = records[0].dagster_run.run_id if records else ""
     failures = []
     for record in records:
@@ -97,9 +111,11 @@ def retry_state(records: list[dg.RunRecord], what: str, backoff: Backoff, *, now
     ended = last.end_time or last.update_timestamp.timestamp()
     due_in = ended + backoff.delay(len(failures)) - now
     if due_in > 0:
-        return Retry(attempt=len(failures), after=after, wait=f"retry {len(failures)} of {what} after run "
-                                                               f"{last.dagster_run.run_id[:8]} failed, in "
-                                                               f"{due_in:.0f} s")
+        return Retry(
+            attempt=len(failures),
+            after=after,
+            wait=f"retry {len(failures)} of {what} after run {last.dagster_run.run_id[:8]} failed, in {due_in:.0f} s",
+        )
     return Retry(attempt=len(failures), after=after)
 
 
@@ -147,8 +163,13 @@ def _run_and_metadata(event: dg.EventLogEntry | None) -> tuple[str | None, dict]
     return event.run_id, {k: v.value for k, v in event.asset_materialization.metadata.items()}
 
 
-def needed_work(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: ReplicationConfig,
-                name: str, latest: tuple[str | None, dict] | None = None) -> Work | None:
+def needed_work(
+    instance: dg.DagsterInstance,
+    warehouse: DeltaWarehouse,
+    replication: ReplicationConfig,
+    name: str,
+    latest: tuple[str | None, dict] | None = None,
+) -> Work | None:
     """`latest`: the replica's `latest_materialization`, if the caller has it."""
     run_id, meta = latest or latest_materialization(instance, name)
     if replication.initial_load and not warehouse.exists(name):
@@ -162,13 +183,15 @@ def needed_work(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replica
 
 def runs_carrying(instance: dg.DagsterInstance, work: Work, limit: int = 20) -> list[dg.RunRecord]:
     """Runs that did or do `work`, newest first. Every run that includes a replica with no table loads it."""
-    tags = {object_tag(work.name): "1"} if work.kind == INITIAL_LOAD else \
-        {work_tag(work.name): sorted(COVERS[work.kind])}
+    tags = (
+        {object_tag(work.name): "1"} if work.kind == INITIAL_LOAD else {work_tag(work.name): sorted(COVERS[work.kind])}
+    )
     return list(instance.get_run_records(filters=dg.RunsFilter(tags=tags), limit=limit))
 
 
-def plan(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: ReplicationConfig,
-         now: float | None = None) -> list[Planned]:
+def plan(
+    instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: ReplicationConfig, now: float | None = None
+) -> list[Planned]:
     """Every replica's pending work, and whether to ask for it now."""
     backoff = Backoff.from_options(replication.options)
     latest = latest_materializations(instance, replication.names)
@@ -176,14 +199,20 @@ def plan(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: R
     for name in replication.names:
         if (work := needed_work(instance, warehouse, replication, name, latest[name])) is None:
             continue
-        retry = retry_state(runs_carrying(instance, work), f"{work.kind.replace('_', ' ')} of {name}", backoff,
-                            now=now, materialized_by=work.source or None)
+        retry = retry_state(
+            runs_carrying(instance, work),
+            f"{work.kind.replace('_', ' ')} of {name}",
+            backoff,
+            now=now,
+            materialized_by=work.source or None,
+        )
         out.append(Planned(work, retry))
     return out
 
 
-def replicas_to_include(instance: dg.DagsterInstance, replication: ReplicationConfig,
-                        ce_state: IngestState) -> set[str]:
+def replicas_to_include(
+    instance: dg.DagsterInstance, replication: ReplicationConfig, ce_state: IngestState
+) -> set[str]:
     """Replicas a landing run must include besides those its files name: holding a transaction back (the new
     files may close it), possibly holding rows of the newest transaction, or with ingested rows not applied yet
     (ingested by a run that did not include them: files that landed after the sensor's tick)."""
@@ -193,7 +222,10 @@ def replicas_to_include(instance: dg.DagsterInstance, replication: ReplicationCo
     latest = latest_materializations(instance, replication.names)
     for name in replication.names:
         _, meta = latest[name]
-        if meta.get(META_HELD) or name in newest or \
-                int(entity_seq.get(name, 0)) > int(meta.get(META_APPLIED_THROUGH) or 0):
+        if (
+            meta.get(META_HELD)
+            or name in newest
+            or int(entity_seq.get(name, 0)) > int(meta.get(META_APPLIED_THROUGH) or 0)
+        ):
             out.add(name)
     return out

@@ -64,8 +64,18 @@ from pyspark.sql import DataFrame
 
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
 from spark_ops.names import API_NAME_SQL, RECORD_ID_SQL
-from spark_ops.parse import (EARLIEST_MS, LATEST_MS, PARSED_COLUMNS, TIME_RANGE, flattened_sql, millis_sql,
-                             not_a_name_sql, parse_lines, protected_sql, value_errors_sql)
+from spark_ops.parse import (
+    EARLIEST_MS,
+    LATEST_MS,
+    PARSED_COLUMNS,
+    TIME_RANGE,
+    flattened_sql,
+    millis_sql,
+    not_a_name_sql,
+    parse_lines,
+    protected_sql,
+    value_errors_sql,
+)
 from spark_ops.protect import salt_frames
 from spark_ops.schema import ObjectSchema
 from spark_ops.sql import in_list, literal, run_sql
@@ -104,7 +114,8 @@ def utc_datetimes_sql(schemas: dict[str, ObjectSchema], body: str) -> str:
         if datetimes:
             branches.append(
                 f"WHEN entity = {literal(entity)} THEN transform_values({body}, (k, v) -> CASE WHEN k IN "
-                f"{in_list(datetimes)} AND v RLIKE {literal(_ISO_LOCAL)} THEN concat(substring(v, 1, 10), 'T', substring(v, 12), 'Z') ELSE v END)")
+                f"{in_list(datetimes)} AND v RLIKE {literal(_ISO_LOCAL)} THEN concat(substring(v, 1, 10), 'T', substring(v, 12), 'Z') ELSE v END)"
+            )
     return f"CASE {' '.join(branches)} ELSE {body} END" if branches else body
 
 
@@ -144,7 +155,7 @@ canonical AS (
   SELECT source_file, source_line, raw, entity, array(_id) AS record_ids, {literal(SNAPSHOT)} AS change_type,
          commit_ts, CAST({LAST_IN_INSTANT} AS bigint) AS commit_number,
          concat({literal(KEY_PREFIX)}, _uuid) AS transaction_key, sequence_number, CAST(NULL AS bigint) AS replay_id,
-         map_concat({protected_sql(schemas, utc_datetimes_sql(schemas, flattened_sql(schemas, '_fields_raw')))},
+         map_concat({protected_sql(schemas, utc_datetimes_sql(schemas, flattened_sql(schemas, "_fields_raw")))},
                     map({literal(SNAPSHOT_DELETED)}, CASE WHEN _deleted THEN 'true' ELSE 'false' END)) AS fields,
          CAST(array() AS array<string>) AS diff_fields, _read_method AS change_origin,
          CAST(NULL AS string) AS commit_user, coalesce({typed}, false) AS typed,
@@ -160,9 +171,12 @@ canonical AS (
            WHEN _payload IS NULL THEN 'Datastream payload is not an object of fields'
            WHEN _id IS NULL THEN 'Datastream payload has no Id'
            WHEN NOT _id RLIKE {literal(RECORD_ID_SQL)} THEN 'Datastream payload Id is not a Salesforce id'
-           WHEN commit_ts IS NULL THEN {literal(
-             "Datastream event has no source_timestamp (or first sort key, or payload SystemModstamp) that is a time "
-             f"in Salesforce's dateTime range {TIME_RANGE} (epoch milliseconds or ISO-8601)")}
+           WHEN commit_ts IS NULL THEN {
+        literal(
+            "Datastream event has no source_timestamp (or first sort key, or payload SystemModstamp) that is a time "
+            f"in Salesforce's dateTime range {TIME_RANGE} (epoch milliseconds or ISO-8601)"
+        )
+    }
          END AS quarantine_reason
   FROM fielded
 ),
@@ -173,8 +187,9 @@ SELECT *, CASE WHEN quarantine_reason IS NULL THEN {value_errors_sql(schemas)} E
 def parse_datastream(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:
     """Datastream lines (`source_file, source_line, raw`) -> one parsed row per line (`PARSED_COLUMNS`): a
     `SNAPSHOT` change of the record in the payload, or a `quarantine_reason`."""
-    return run_sql(lines.sparkSession, _datastream_sql(schemas), lines=lines,
-                   **salt_frames(lines.sparkSession, schemas)).select(*PARSED_COLUMNS)
+    return run_sql(
+        lines.sparkSession, _datastream_sql(schemas), lines=lines, **salt_frames(lines.sparkSession, schemas)
+    ).select(*PARSED_COLUMNS)
 
 
 def datastream_files(lines: DataFrame) -> list[str]:

@@ -93,8 +93,9 @@ def parse_diff(diff: str) -> tuple[str, list[Hunk]]:
         while index < len(rows) and rows[index].startswith("\\"):
             index += 1
         if (old_seen, new_seen) != (old_count, new_count):
-            raise DiffError(f"hunk at -{old_start} is truncated: {old_seen}/{old_count} old and "
-                            f"{new_seen}/{new_count} new lines")
+            raise DiffError(
+                f"hunk at -{old_start} is truncated: {old_seen}/{old_count} old and {new_seen}/{new_count} new lines"
+            )
         hunks.append(Hunk(old_start, old_count, new_count, tuple(lines)))
     return sha.lower(), hunks
 
@@ -107,8 +108,10 @@ def _patched(lines: list[str], seps: list[str], hunks: list[Hunk]) -> list[tuple
     for hunk in hunks:
         start = hunk.old_start if hunk.old_count == 0 else hunk.old_start - 1
         if start < at or start > len(lines):
-            raise DiffError(f"hunk at -{hunk.old_start},{hunk.old_count} is outside the stored value "
-                            f"({len(lines)} lines) or overlaps the previous hunk")
+            raise DiffError(
+                f"hunk at -{hunk.old_start},{hunk.old_count} is outside the stored value "
+                f"({len(lines)} lines) or overlaps the previous hunk"
+            )
         out.extend((lines[i], seps[i] if i < len(seps) else None) for i in range(at, start))
         at = start
         for row in hunk.lines:
@@ -117,8 +120,9 @@ def _patched(lines: list[str], seps: list[str], hunks: list[Hunk]) -> list[tuple
                 out.append((text, None))
                 continue
             if at >= len(lines) or lines[at] != text:
-                raise DiffError(f"hunk at -{hunk.old_start},{hunk.old_count} does not match the stored value "
-                                f"at line {at + 1}")
+                raise DiffError(
+                    f"hunk at -{hunk.old_start},{hunk.old_count} does not match the stored value at line {at + 1}"
+                )
             if kind == " ":
                 out.append((text, seps[at] if at < len(seps) else None))
             at += 1
@@ -167,8 +171,9 @@ def diff_text(value: str | None) -> str:
     raise DiffError('the value is neither {"diff": "<unified diff>"} nor a unified diff')
 
 
-def resolve_record(changes: list[dict], stored: dict[str, str | None] | None,
-                   columns: set[str]) -> tuple[int, tuple[str, str] | None]:
+def resolve_record(
+    changes: list[dict], stored: dict[str, str | None] | None, columns: set[str]
+) -> tuple[int, tuple[str, str] | None]:
     """Resolve the diffs of one record's *applied* changes, in commit order, in place.
 
     `changes`: dicts with `change_type`, `fields` (name -> JSON text), `set_fields`, `diff_fields`, sorted by

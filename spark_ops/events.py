@@ -5,7 +5,6 @@ from __future__ import annotations
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, Window
 
-
 DEDUP_KEY = ["event_key", "record_id"]
 
 

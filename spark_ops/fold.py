@@ -61,8 +61,17 @@ CHANGE_TYPES_WITH_FIELDS = ("CREATE", "UPDATE", "UNDELETE")
 CHANGED = "_changed"
 # The columns of a change row the fold (and the history's versions, spark_ops/history.py) read: only these need to
 # reach Spark.
-FOLD_INPUT = ("record_id", "change_type", "commit_ts", "commit_number", "sequence_number", "replay_id", "fields",
-              "set_fields", "transaction_key")
+FOLD_INPUT = (
+    "record_id",
+    "change_type",
+    "commit_ts",
+    "commit_number",
+    "sequence_number",
+    "replay_id",
+    "fields",
+    "set_fields",
+    "transaction_key",
+)
 NEWLY_DIRTY = "newly_dirty"
 INSERTED = "inserted"
 
@@ -172,8 +181,10 @@ _SYSTEM = """
   f._dirty_from IS NOT NULL AND cur._sf_dirty_since IS NULL AS newly_dirty,
   ({changed}) AND cur.Id IS NULL AS inserted"""
 
-_CHANGED = ("(f.applied > 0 OR (f._dirty_from IS NOT NULL AND (cur._sf_dirty_since IS NULL "
-            "OR f._dirty_from < cur._sf_dirty_since)))")
+_CHANGED = (
+    "(f.applied > 0 OR (f._dirty_from IS NOT NULL AND (cur._sf_dirty_since IS NULL "
+    "OR f._dirty_from < cur._sf_dirty_since)))"
+)
 
 
 def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
@@ -190,10 +201,16 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
 
 def _steps(schema: ObjectSchema, current_columns: list[str]) -> str:
     """The WITH clause: current rows aligned to the schema, then every step through `folded`."""
-    guarded = _GUARDED.format(partial=in_list(PARTIAL), resets=in_list(RESETS), lifecycle=in_list(LIFECYCLE),
-                              snapshot=literal(SNAPSHOT), snapshot_deleted=literal(SNAPSHOT_DELETED),
-                              names=_carries_person_name(schema), names_to_fetch=NAMES_TO_FETCH,
-                              counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in SUMMED))
+    guarded = _GUARDED.format(
+        partial=in_list(PARTIAL),
+        resets=in_list(RESETS),
+        lifecycle=in_list(LIFECYCLE),
+        snapshot=literal(SNAPSHOT),
+        snapshot_deleted=literal(SNAPSHOT_DELETED),
+        names=_carries_person_name(schema),
+        names_to_fetch=NAMES_TO_FETCH,
+        counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in SUMMED),
+    )
     return f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
 
 
@@ -203,8 +220,10 @@ def _carries_person_name(schema: ObjectSchema) -> str:
     parts = schema.person_name_parts
     if not parts:
         return "false"
-    return (f"(ch.change_type IN {in_list(CHANGE_TYPES_WITH_FIELDS)} "
-            f"AND exists(ch.set_fields, c -> c IN ({', '.join(literal(p) for p in parts)})))")
+    return (
+        f"(ch.change_type IN {in_list(CHANGE_TYPES_WITH_FIELDS)} "
+        f"AND exists(ch.set_fields, c -> c IN ({', '.join(literal(p) for p in parts)})))"
+    )
 
 
 def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
@@ -215,19 +234,25 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
     values = ",\n  ".join(
         f"CASE WHEN f._v{i} IS NOT NULL THEN CAST(nullif(f._v{i}, '') AS {spark_type(t).simpleString()}) "
         f"WHEN f._has_reset THEN NULL ELSE cur.{quote(c)} END AS {quote(c)}"
-        for i, (c, t) in enumerate(data))
-    system = _SYSTEM.format(bucket_chars=schema.bucket_chars, changed=_CHANGED,
-                            counters=", ".join(f"f.{n}" for n in SUMMED))
-    return (f"{_steps(schema, current_columns).rstrip()},\nlooked AS (SELECT *{lookups} FROM folded)\n"
-            f"SELECT f.record_id AS Id,\n  {values},{system}\nFROM looked f LEFT JOIN cur ON f.record_id = cur.Id")
+        for i, (c, t) in enumerate(data)
+    )
+    system = _SYSTEM.format(
+        bucket_chars=schema.bucket_chars, changed=_CHANGED, counters=", ".join(f"f.{n}" for n in SUMMED)
+    )
+    return (
+        f"{_steps(schema, current_columns).rstrip()},\nlooked AS (SELECT *{lookups} FROM folded)\n"
+        f"SELECT f.record_id AS Id,\n  {values},{system}\nFROM looked f LEFT JOIN cur ON f.record_id = cur.Id"
+    )
 
 
 def applied_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
     """Which rows of `changes` the fold applies over `current` (its own steps, stopped before the values):
     `record_id, change_type, commit_micros, commit_number, sequence_number, replay_id, applied`. Resolving text
     diffs needs it: a diff applies to the value left by the applied changes before it (spark_ops/diffs.py)."""
-    query = (f"{_steps(schema, current.columns)}SELECT record_id, change_type, unix_micros(commit_ts) AS "
-             f"commit_micros, commit_number, sequence_number, replay_id, applied FROM classified")
+    query = (
+        f"{_steps(schema, current.columns)}SELECT record_id, change_type, unix_micros(commit_ts) AS "
+        f"commit_micros, commit_number, sequence_number, replay_id, applied FROM classified"
+    )
     return run_sql(changes.sparkSession, query, changes=changes, current=current)
 
 
@@ -236,4 +261,5 @@ def aligned_sql(schema: ObjectSchema, have: list[str]) -> str:
     present = set(have)
     return ", ".join(
         f"CAST({quote(f.name) if f.name in present else 'NULL'} AS {f.dataType.simpleString()}) AS {quote(f.name)}"
-        for f in schema.spark_schema().fields)
+        for f in schema.spark_schema().fields
+    )

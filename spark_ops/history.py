@@ -80,20 +80,37 @@ def _value_name(column: str) -> str:
 def versions_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
     """The query behind `transaction_versions` over `{changes}` and `{current}`."""
     data = [(c, t) for c, t in schema.columns if c != "Id"]
-    running = ",\n         ".join(
-        f"last(CASE WHEN applied AND array_contains(set_fields, {literal(c)}) THEN named_struct('v', "
-        f"element_at(fields, {literal(c)})) END, true) OVER seg AS {_value_name(c)}" for c, _ in data) or "NULL AS _none"
-    steps = _RUNNING.format(resets=in_list(RESETS), lifecycle=in_list(LIFECYCLE), snapshot=literal(SNAPSHOT),
-                            snapshot_deleted=literal(SNAPSHOT_DELETED), values=running)
+    running = (
+        ",\n         ".join(
+            f"last(CASE WHEN applied AND array_contains(set_fields, {literal(c)}) THEN named_struct('v', "
+            f"element_at(fields, {literal(c)})) END, true) OVER seg AS {_value_name(c)}"
+            for c, _ in data
+        )
+        or "NULL AS _none"
+    )
+    steps = _RUNNING.format(
+        resets=in_list(RESETS),
+        lifecycle=in_list(LIFECYCLE),
+        snapshot=literal(SNAPSHOT),
+        snapshot_deleted=literal(SNAPSHOT_DELETED),
+        values=running,
+    )
     values = "".join(
         f"CASE WHEN v.{_value_name(c)} IS NOT NULL THEN CAST(nullif(v.{_value_name(c)}.v, '') AS "
         f"{spark_type(t).simpleString()}) WHEN v._seg > 0 THEN NULL ELSE cur.{quote(c)} END AS {quote(c)},\n  "
-        for c, t in data)
-    system = _SYSTEM.format(snapshot=literal(SNAPSHOT), bucket_chars=schema.bucket_chars,
-                            transaction_key=TRANSACTION_KEY, change_type=CHANGE_TYPE)
-    return (f"{_steps(schema, current_columns).rstrip()}{steps}SELECT v.record_id AS Id,\n  {values}{system}\n"
-            f"FROM txn v LEFT JOIN cur ON v.record_id = cur.Id\n"
-            f"WHERE v.applied AND v._pos = v._txn_last AND v._whole")
+        for c, t in data
+    )
+    system = _SYSTEM.format(
+        snapshot=literal(SNAPSHOT),
+        bucket_chars=schema.bucket_chars,
+        transaction_key=TRANSACTION_KEY,
+        change_type=CHANGE_TYPE,
+    )
+    return (
+        f"{_steps(schema, current_columns).rstrip()}{steps}SELECT v.record_id AS Id,\n  {values}{system}\n"
+        f"FROM txn v LEFT JOIN cur ON v.record_id = cur.Id\n"
+        f"WHERE v.applied AND v._pos = v._txn_last AND v._whole"
+    )
 
 
 def transaction_versions(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:

@@ -46,8 +46,10 @@ API_NAME, API_NAME_SQL = _python(_API_NAME), _sql(_API_NAME)
 RECORD_ID, RECORD_ID_SQL = _python(_RECORD_ID), _sql(_RECORD_ID)
 WILDCARD_ID_SQL = _sql(_WILDCARD_ID)
 
-API_NAME_RULE = (f"a letter first, then letters, digits and single underscores, up to three parts joined by '__' "
-                 f"(Account, Invoice__c, ns__Invoice__c), at most {API_NAME_MAX} characters")
+API_NAME_RULE = (
+    f"a letter first, then letters, digits and single underscores, up to three parts joined by '__' "
+    f"(Account, Invoice__c, ns__Invoice__c), at most {API_NAME_MAX} characters"
+)
 
 
 def is_api_name(name: object) -> bool:

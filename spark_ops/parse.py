@@ -44,8 +44,15 @@ from spark_ops.sql import in_list, literal, run_sql
 from spark_ops.validation import TIME_OF_DAY
 
 CHANGE_TYPES = (
-    "CREATE", "UPDATE", "DELETE", "UNDELETE",
-    "GAP_CREATE", "GAP_UPDATE", "GAP_DELETE", "GAP_UNDELETE", "GAP_OVERFLOW",
+    "CREATE",
+    "UPDATE",
+    "DELETE",
+    "UNDELETE",
+    "GAP_CREATE",
+    "GAP_UPDATE",
+    "GAP_DELETE",
+    "GAP_UNDELETE",
+    "GAP_OVERFLOW",
 )
 HEADER = "ChangeEventHeader"
 
@@ -64,28 +71,62 @@ TIME_RANGE = "1700-01-01T00:00:00Z..4000-12-31T00:00:00Z"
 MAX_RECORD_IDS = 10_000
 MAX_EVENT_BYTES = 256 * 1024 * 1024
 
-_ENVELOPE = ("data STRUCT<payload: STRING, event: STRUCT<replayId: BIGINT>>, payload STRING, "
-             "event STRUCT<replayId: BIGINT>, _corrupt STRING")
-_HEADER_FIELDS = ("entityName STRING, recordIds ARRAY<STRING>, changeType STRING, changeOrigin STRING, "
-                  "transactionKey STRING, sequenceNumber BIGINT, commitTimestamp BIGINT, commitNumber BIGINT, "
-                  "commitUser STRING, nulledFields ARRAY<STRING>, diffFields ARRAY<STRING>, "
-                  "changedFields ARRAY<STRING>")
+_ENVELOPE = (
+    "data STRUCT<payload: STRING, event: STRUCT<replayId: BIGINT>>, payload STRING, "
+    "event STRUCT<replayId: BIGINT>, _corrupt STRING"
+)
+_HEADER_FIELDS = (
+    "entityName STRING, recordIds ARRAY<STRING>, changeType STRING, changeOrigin STRING, "
+    "transactionKey STRING, sequenceNumber BIGINT, commitTimestamp BIGINT, commitNumber BIGINT, "
+    "commitUser STRING, nulledFields ARRAY<STRING>, diffFields ARRAY<STRING>, "
+    "changedFields ARRAY<STRING>"
+)
 _MAP = "map<string,string>"
 _NO_STRINGS = "CAST(array() AS array<string>)"
 
 # Columns of a parsed line, what `to_change_rows`, `quarantined` and `landed_rows` read; every landing format's
 # parser gives them (spark_ops/datastream.py).
 PARSED_COLUMNS = [
-    "source_file", "source_line", "raw", "entity", "record_ids", "change_type", "commit_ts", "commit_number",
-    "transaction_key", "sequence_number", "replay_id", "fields", "set_fields", "diff_fields", "change_origin",
-    "commit_user", "typed", "quarantine_reason", "value_error",
+    "source_file",
+    "source_line",
+    "raw",
+    "entity",
+    "record_ids",
+    "change_type",
+    "commit_ts",
+    "commit_number",
+    "transaction_key",
+    "sequence_number",
+    "replay_id",
+    "fields",
+    "set_fields",
+    "diff_fields",
+    "change_origin",
+    "commit_user",
+    "typed",
+    "quarantine_reason",
+    "value_error",
 ]
 
 # Columns of a canonical change row, in the order change_events stores them.
 CHANGE_COLUMNS = [
-    "entity", "record_id", "change_type", "commit_ts", "commit_number", "transaction_key", "sequence_number",
-    "replay_id", "event_key", "fields", "set_fields", "diff_fields", "change_origin", "commit_user", "source_file",
-    "source_line", "typed",
+    "entity",
+    "record_id",
+    "change_type",
+    "commit_ts",
+    "commit_number",
+    "transaction_key",
+    "sequence_number",
+    "replay_id",
+    "event_key",
+    "fields",
+    "set_fields",
+    "diff_fields",
+    "change_origin",
+    "commit_user",
+    "source_file",
+    "source_line",
+    "typed",
 ]
 
 
@@ -101,8 +142,10 @@ def millis_sql(millis: str) -> str:
 # envelope does not fit that shape (not an object, a payload that is not an object, a replayId that is not an
 # integer) is decoded again the lenient way (payload as text, then as a map) to name exactly what is wrong: only bad
 # lines pay for the second parse. One CTE a step, so Spark does not re-parse a shared expression.
-_STRICT_ENVELOPE = ("data STRUCT<payload: MAP<STRING,STRING>, event: STRUCT<replayId: BIGINT>>, "
-                    "payload MAP<STRING,STRING>, event STRUCT<replayId: BIGINT>, _corrupt STRING")
+_STRICT_ENVELOPE = (
+    "data STRUCT<payload: MAP<STRING,STRING>, event: STRUCT<replayId: BIGINT>>, "
+    "payload MAP<STRING,STRING>, event STRUCT<replayId: BIGINT>, _corrupt STRING"
+)
 _CORRUPT = "map('columnNameOfCorruptRecord', '_corrupt')"
 _DECODE = f"""
 envelope AS (
@@ -131,7 +174,7 @@ decoded AS (
          _header.entityName AS entity, _header.recordIds AS record_ids, _header.changeType AS change_type,
          _header.changeOrigin AS change_origin, _header.transactionKey AS transaction_key,
          _header.sequenceNumber AS sequence_number, _header.commitTimestamp AS _commit_ms,
-         {millis_sql('_header.commitTimestamp')} AS commit_ts,
+         {millis_sql("_header.commitTimestamp")} AS commit_ts,
          coalesce(_header.commitNumber, 0) AS commit_number, _header.commitUser AS commit_user,
          coalesce(_header.nulledFields, {_NO_STRINGS}) AS _nulled,
          coalesce(_header.diffFields, {_NO_STRINGS}) AS _diffs,
@@ -153,16 +196,20 @@ def _per_entity(schemas: dict[str, ObjectSchema], branch, otherwise: str) -> str
 def flattened_sql(schemas: dict[str, ObjectSchema], body: str) -> str:
     """The map `body` with compound values replaced by their component columns; a component not in describe()
     keeps its dotted name (`BillingAddress.Foo`). Idempotent: a flattened map has no compound parents left."""
+
     def branch(schema: ObjectSchema) -> str | None:
         if not schema.compound:
             return None
         parts = [f"map_filter({body}, (k, v) -> {_kept_key(schema, 'k', 'v')})"]
         for parent, keys in schema.compound.items():
             nested = f"from_json(element_at({body}, {literal(parent)}), {literal(_MAP)})"
-            renamed = (f"transform_keys({nested}, (k, v) -> coalesce(element_at({_map_sql(keys)}, k), "
-                       f"concat({literal(parent + '.')}, k)))")
+            renamed = (
+                f"transform_keys({nested}, (k, v) -> coalesce(element_at({_map_sql(keys)}, k), "
+                f"concat({literal(parent + '.')}, k)))"
+            )
             parts.append(f"coalesce({renamed}, CAST(map() AS {_MAP}))")
         return f"map_concat({', '.join(parts)})"
+
     return _per_entity(schemas, branch, body)
 
 
@@ -186,12 +233,16 @@ def _mapped_names(schemas: dict[str, ObjectSchema], names: str) -> str:
     """A list of field names (nulledFields, diffFields, stored set_fields) as its entity's describe() names them:
     compound names (`BillingAddress.City`) mapped to columns (`BillingCity`), compound parents dropped. The one
     mapper of dotted names: per entity, as the entity's compound fields define them."""
+
     def branch(schema: ObjectSchema) -> str | None:
         if not schema.compound:
             return None
         parents = ", ".join(literal(p) for p in schema.compound if p not in set(schema.column_names)) or "''"
-        return (f"transform(filter({names}, x -> NOT x IN ({parents})), "
-                f"x -> coalesce(element_at({_map_sql(schema.dotted_names)}, x), x))")
+        return (
+            f"transform(filter({names}, x -> NOT x IN ({parents})), "
+            f"x -> coalesce(element_at({_map_sql(schema.dotted_names)}, x), x))"
+        )
+
     return _per_entity(schemas, branch, names)
 
 
@@ -219,8 +270,10 @@ _VALUE_FORMS: dict[type, str] = {
     T.LongType: r"\A-?[0-9]{1,19}\z",
     T.DoubleType: r"\A-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?\z",
     T.DateType: r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}\z",
-    T.TimestampType: (r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
-                      r"(Z|[+-][0-9]{2}:?[0-9]{2})\z"),
+    T.TimestampType: (
+        r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,9})?"
+        r"(Z|[+-][0-9]{2}:?[0-9]{2})\z"
+    ),
 }
 
 
@@ -246,9 +299,9 @@ def value_errors_sql(schemas: dict[str, ObjectSchema]) -> str:
     Each entry of `fields` is checked once, against the form of its column's type (columns grouped by form): the
     cost follows the fields a change carries, not the object's width (a lookup per column was most of the parse).
     Only a change with a bad value pays for finding which of its bad values comes first in describe() order."""
+
     def branch(schema: ObjectSchema) -> str | None:
-        checked = [(c, t) for c, t in schema.columns
-                   if type(spark_type(t)) in _VALUE_FORMS or t in _TEXT_FORMS]
+        checked = [(c, t) for c, t in schema.columns if type(spark_type(t)) in _VALUE_FORMS or t in _TEXT_FORMS]
         if not checked:
             return None
         groups: dict[str, list[str]] = {}
@@ -260,12 +313,17 @@ def value_errors_sql(schemas: dict[str, ObjectSchema]) -> str:
         names = "array(" + ", ".join(literal(c) for c, _ in checked) + ")"
         types = "array(" + ", ".join(literal(t) for _, t in checked) + ")"
         # Lambdas over one-element arrays name an intermediate value (the bad entries, the first one's position).
-        reason = (f"concat('field ', element_at({names}, i), ' value \\'', "
-                  f"substring(element_at(b, element_at({names}, i)), 1, 80), '\\' is not a valid ', "
-                  f"element_at({types}, i))")
+        reason = (
+            f"concat('field ', element_at({names}, i), ' value \\'', "
+            f"substring(element_at(b, element_at({names}, i)), 1, 80), '\\' is not a valid ', "
+            f"element_at({types}, i))"
+        )
         first = f"array_min(transform(map_keys(b), k -> element_at({order}, k)))"
-        return (f"element_at(transform(array({bad}), b -> CASE WHEN cardinality(b) > 0 THEN "
-                f"element_at(transform(array({first}), i -> {reason}), 1) END), 1)")
+        return (
+            f"element_at(transform(array({bad}), b -> CASE WHEN cardinality(b) > 0 THEN "
+            f"element_at(transform(array({first}), i -> {reason}), 1) END), 1)"
+        )
+
     return _per_entity(schemas, branch, "CAST(NULL AS string)")
 
 
@@ -282,8 +340,10 @@ def not_a_name_sql(what: str, name: str) -> str:
 def _quarantine_reason() -> str:
     """Why a line cannot be read as an event at all, or null when it can (docs/design/contract.md §9)."""
     # `i IS NOT NULL` first: a null id makes RLIKE null, and forall() of a null is null, not false.
-    ids_ok = (f"forall(record_ids, i -> i IS NOT NULL AND (i RLIKE {literal(RECORD_ID_SQL)} "
-              f"OR i RLIKE {literal(WILDCARD_ID_SQL)}))")
+    ids_ok = (
+        f"forall(record_ids, i -> i IS NOT NULL AND (i RLIKE {literal(RECORD_ID_SQL)} "
+        f"OR i RLIKE {literal(WILDCARD_ID_SQL)}))"
+    )
     return f"""CASE
     WHEN NOT _is_object THEN 'not a JSON object'
     WHEN NOT _has_payload THEN 'no data.payload object'
@@ -297,9 +357,12 @@ def _quarantine_reason() -> str:
     WHEN transaction_key IS NULL THEN 'header has no transactionKey'
     WHEN sequence_number IS NULL THEN 'header sequenceNumber missing or not an integer'
     WHEN commit_ts IS NULL AND _commit_ms IS NOT NULL
-      THEN concat('header commitTimestamp ', _commit_ms, {literal(
-          f" is not epoch milliseconds in Salesforce's dateTime range {TIME_RANGE} (microseconds or nanoseconds "
-          f"written as milliseconds?)")})
+      THEN concat('header commitTimestamp ', _commit_ms, {
+        literal(
+            f" is not epoch milliseconds in Salesforce's dateTime range {TIME_RANGE} (microseconds or nanoseconds "
+            f"written as milliseconds?)"
+        )
+    })
     WHEN commit_ts IS NULL THEN 'header commitTimestamp missing or not an integer'
     WHEN record_ids IS NULL OR size(record_ids) = 0 THEN 'header has no recordIds'
     WHEN NOT {ids_ok} THEN 'header recordIds holds a value that is not a Salesforce id'
@@ -311,13 +374,17 @@ def _oversized_sql() -> str:
     `MAX_EVENT_BYTES`), else null. The field map's size is summed only for a line whose ids times its length could
     pass the bound (Spark's `AND` evaluates its right side only when the left holds)."""
     n = "CAST(size(record_ids) AS BIGINT)"  # ids times bytes passes an int's range
-    field_bytes = ("aggregate(map_entries(fields), 0L, "
-                   "(t, e) -> t + octet_length(e.key) + coalesce(octet_length(e.value), 0))")
+    field_bytes = (
+        "aggregate(map_entries(fields), 0L, (t, e) -> t + octet_length(e.key) + coalesce(octet_length(e.value), 0))"
+    )
     return f"""CASE WHEN {n} > {MAX_RECORD_IDS}
                    OR ({n} * octet_length(raw) > {MAX_EVENT_BYTES} AND {n} * {field_bytes} > {MAX_EVENT_BYTES})
-      THEN concat('header recordIds names ', {n}, ' records with ', {field_bytes}, {literal(
-          f" bytes of fields each (at most {MAX_RECORD_IDS} records, a Salesforce transaction's limit, and "
-          f"{MAX_EVENT_BYTES} bytes of change rows per event): taken as an overflow, ")}, entity,
+      THEN concat('header recordIds names ', {n}, ' records with ', {field_bytes}, {
+        literal(
+            f" bytes of fields each (at most {MAX_RECORD_IDS} records, a Salesforce transaction's limit, and "
+            f"{MAX_EVENT_BYTES} bytes of change rows per event): taken as an overflow, "
+        )
+    }, entity,
           ' is resynced in full') END"""
 
 
@@ -325,9 +392,9 @@ def parse_sql(schemas: dict[str, ObjectSchema]) -> str:
     """`parse_lines` as one query over `{lines}`."""
     typed = f"entity IN {in_list(list(schemas))}" if schemas else "false"
     return f"""WITH {_DECODE},
-flat AS (SELECT * EXCEPT (_fields_raw), {flattened_sql(schemas, '_fields_raw')} AS _flat FROM decoded),
-protected AS (SELECT * EXCEPT (_flat), {protected_sql(schemas, '_flat')} AS fields FROM flat),
-fielded AS (SELECT *, {_set_fields(schemas, 'fields', '_nulled')} AS set_fields, coalesce({typed}, false) AS typed,
+flat AS (SELECT * EXCEPT (_fields_raw), {flattened_sql(schemas, "_fields_raw")} AS _flat FROM decoded),
+protected AS (SELECT * EXCEPT (_flat), {protected_sql(schemas, "_flat")} AS fields FROM flat),
+fielded AS (SELECT *, {_set_fields(schemas, "fields", "_nulled")} AS set_fields, coalesce({typed}, false) AS typed,
                    {_selected_names(schemas, _mapped_names(schemas, "_diffs"))} AS diff_fields FROM protected),
 reasoned AS (SELECT *, {_quarantine_reason()} AS quarantine_reason FROM fielded),
 sized AS (SELECT *, CASE WHEN quarantine_reason IS NULL THEN {_oversized_sql()} END AS _oversized FROM reasoned),
@@ -337,7 +404,7 @@ checked AS (SELECT * EXCEPT (record_ids, change_type),
                    CASE WHEN quarantine_reason IS NULL THEN coalesce(_oversized, {value_errors_sql(schemas)}) END
                      AS value_error
             FROM sized)
-SELECT {', '.join(PARSED_COLUMNS)} FROM checked"""
+SELECT {", ".join(PARSED_COLUMNS)} FROM checked"""
 
 
 def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame:
@@ -362,19 +429,23 @@ _NO_FIELDS = f"CAST(map() AS {_MAP})"
 def _gapped(frame: DataFrame) -> DataFrame:
     """Rows with a `value_error` as gap rows: `GAP_<type>`, no fields."""
     bad = F.col("value_error").isNotNull()
-    return (frame.withColumn("change_type", F.expr(_AS_GAP))
-                 .withColumn("fields", F.when(bad, F.expr(_NO_FIELDS)).otherwise(F.col("fields")))
-                 .withColumn("set_fields", F.when(bad, F.expr(_NO_STRINGS)).otherwise(F.col("set_fields"))))
+    return (
+        frame.withColumn("change_type", F.expr(_AS_GAP))
+        .withColumn("fields", F.when(bad, F.expr(_NO_FIELDS)).otherwise(F.col("fields")))
+        .withColumn("set_fields", F.when(bad, F.expr(_NO_STRINGS)).otherwise(F.col("set_fields")))
+    )
 
 
 def to_change_rows(parsed: DataFrame) -> DataFrame:
     """Lines that read as events -> canonical change rows: one per record id the event names; a line with a value
     that does not fit gives gap rows (its identity stays the event's own)."""
-    return (parsed.where(F.col("quarantine_reason").isNull())
-                  .withColumn("record_id", F.explode(F.array_distinct("record_ids")))
-                  .withColumn("event_key", event_key())
-                  .transform(_gapped)
-                  .select(*CHANGE_COLUMNS))
+    return (
+        parsed.where(F.col("quarantine_reason").isNull())
+        .withColumn("record_id", F.explode(F.array_distinct("record_ids")))
+        .withColumn("event_key", event_key())
+        .transform(_gapped)
+        .select(*CHANGE_COLUMNS)
+    )
 
 
 _OUTPUT = "struct<record_id: string, quarantine: boolean>"
@@ -399,24 +470,33 @@ def landed_rows(parsed: DataFrame) -> DataFrame:
     quarantine = F.col("quarantine")
     # The line's text is kept for its quarantine entry only: a change row does not carry it through the shuffle
     # that marks duplicates.
-    return (parsed.select("*", F.inline(F.expr(_OUTPUTS)))
-                  .withColumn("raw", F.when(quarantine, F.col("raw")))
-                  .withColumn("event_key", F.when(~quarantine, event_key()))
-                  .transform(_gapped)
-                  .transform(mark_duplicates)
-                  .select(*CHANGE_COLUMNS, (~quarantine & F.col("is_duplicate")).alias("is_duplicate"), "quarantine",
-                          F.when(quarantine, F.col("raw")).alias("raw"),
-                          F.when(quarantine, F.coalesce("quarantine_reason", "value_error")).alias("reason"),
-                          F.when(quarantine, F.col("quarantine_reason").isNull()).alias("gapped")))
+    return (
+        parsed.select("*", F.inline(F.expr(_OUTPUTS)))
+        .withColumn("raw", F.when(quarantine, F.col("raw")))
+        .withColumn("event_key", F.when(~quarantine, event_key()))
+        .transform(_gapped)
+        .transform(mark_duplicates)
+        .select(
+            *CHANGE_COLUMNS,
+            (~quarantine & F.col("is_duplicate")).alias("is_duplicate"),
+            "quarantine",
+            F.when(quarantine, F.col("raw")).alias("raw"),
+            F.when(quarantine, F.coalesce("quarantine_reason", "value_error")).alias("reason"),
+            F.when(quarantine, F.col("quarantine_reason").isNull()).alias("gapped"),
+        )
+    )
 
 
 def quarantined(parsed: DataFrame) -> DataFrame:
     """Quarantined lines with their reason: `source_file, source_line, raw, reason`, and `gapped`: the line still
     gave gap rows (a value did not fit)."""
-    return (parsed.where(F.col("quarantine_reason").isNotNull() | F.col("value_error").isNotNull())
-                  .select("source_file", "source_line", "raw",
-                          F.coalesce("quarantine_reason", "value_error").alias("reason"),
-                          F.col("quarantine_reason").isNull().alias("gapped")))
+    return parsed.where(F.col("quarantine_reason").isNotNull() | F.col("value_error").isNotNull()).select(
+        "source_file",
+        "source_line",
+        "raw",
+        F.coalesce("quarantine_reason", "value_error").alias("reason"),
+        F.col("quarantine_reason").isNull().alias("gapped"),
+    )
 
 
 def normalize_changes(changes: DataFrame, schema: ObjectSchema) -> DataFrame:
@@ -425,12 +505,16 @@ def normalize_changes(changes: DataFrame, schema: ObjectSchema) -> DataFrame:
     (rows with a value that does not fit become gap rows, the reason in `value_error`). Other columns pass through.
     Idempotent: a row parsed with the same describe() comes out as it went in."""
     schemas = {schema.name: schema}
-    checked = run_sql(changes.sparkSession, f"""
-WITH flat AS (SELECT * EXCEPT (fields, set_fields), {flattened_sql(schemas, 'fields')} AS _flat,
+    checked = run_sql(
+        changes.sparkSession,
+        f"""
+WITH flat AS (SELECT * EXCEPT (fields, set_fields), {flattened_sql(schemas, "fields")} AS _flat,
                      set_fields AS _names FROM {{changes}}),
 protected AS (SELECT * EXCEPT (_flat), CASE WHEN coalesce(typed, false) THEN _flat
-                                            ELSE {protected_sql(schemas, '_flat')} END AS fields FROM flat),
-fielded AS (SELECT * EXCEPT (_names), {_set_fields(schemas, 'fields', '_names')} AS set_fields FROM protected)
-SELECT * EXCEPT (typed), true AS typed, {value_errors_sql(schemas)} AS value_error FROM fielded""", changes=changes,
-                      **salt_frames(changes.sparkSession, schemas))
+                                            ELSE {protected_sql(schemas, "_flat")} END AS fields FROM flat),
+fielded AS (SELECT * EXCEPT (_names), {_set_fields(schemas, "fields", "_names")} AS set_fields FROM protected)
+SELECT * EXCEPT (typed), true AS typed, {value_errors_sql(schemas)} AS value_error FROM fielded""",
+        changes=changes,
+        **salt_frames(changes.sparkSession, schemas),
+    )
     return checked.transform(_gapped).select(*changes.columns, "value_error")

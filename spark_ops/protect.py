@@ -48,10 +48,12 @@ def hash_salt() -> str:
     """The secret salt of every hash (CDC_HASH_SALT)."""
     salt = os.environ.get(SALT_ENV)
     if not salt:
-        raise MissingSaltError(f"replication.yaml hashes fields (`hash:`) but {SALT_ENV} is not set: set it to a "
-                               "long random secret (the same for every process of the platform, kept like a "
-                               "password; changing it changes every digest, so a replica hashed with another salt "
-                               "needs a resync)")
+        raise MissingSaltError(
+            f"replication.yaml hashes fields (`hash:`) but {SALT_ENV} is not set: set it to a "
+            "long random secret (the same for every process of the platform, kept like a "
+            "password; changing it changes every digest, so a replica hashed with another salt "
+            "needs a resync)"
+        )
     return salt
 
 
@@ -75,8 +77,10 @@ def hashed_sql(value: str) -> str:
     """`hash_text` as a Spark SQL expression over the string expression `value`, salted from the query's
     `{hash_salt}` frame (`salt_frames`). Not inside a lambda (`transform_values`, `filter`): Spark refuses a
     subquery there."""
-    return (f"CASE WHEN {value} IS NULL OR {value} = '' THEN NULL "
-            f"ELSE sha2(concat((SELECT salt FROM {{{SALT_FRAME}}}), {value}), 256) END")
+    return (
+        f"CASE WHEN {value} IS NULL OR {value} = '' THEN NULL "
+        f"ELSE sha2(concat((SELECT salt FROM {{{SALT_FRAME}}}), {value}), 256) END"
+    )
 
 
 def hash_arrow(values: pa.Array, salt: str) -> pa.Array:
@@ -95,8 +99,11 @@ def protected_map_sql(schema: ObjectSchema, body: str) -> str | None:
         sql = f"map_filter({sql}, (k, v) -> NOT k IN ({', '.join(literal(n) for n in sorted(schema.exclude))}))"
     if schema.hashed:
         names = [literal(n) for n in sorted(schema.hashed)]
-        hashed = [f"CASE WHEN map_contains_key({sql}, {n}) THEN map({n}, {hashed_sql(f'element_at({sql}, {n})')}) "
-                  f"ELSE {_NO_ENTRIES} END" for n in names]
+        hashed = [
+            f"CASE WHEN map_contains_key({sql}, {n}) THEN map({n}, {hashed_sql(f'element_at({sql}, {n})')}) "
+            f"ELSE {_NO_ENTRIES} END"
+            for n in names
+        ]
         sql = f"map_concat(map_filter({sql}, (k, v) -> NOT k IN ({', '.join(names)})), {', '.join(hashed)})"
     return None if sql == body else sql
 

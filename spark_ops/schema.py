@@ -31,8 +31,18 @@ from pyspark.sql import types as T
 
 # Salesforce field type -> replica column type (docs/design/contract.md §8).
 _STRING_TYPES = {
-    "id", "reference", "string", "picklist", "multipicklist", "textarea", "email", "phone", "url", "combobox",
-    "time", "encryptedstring",
+    "id",
+    "reference",
+    "string",
+    "picklist",
+    "multipicklist",
+    "textarea",
+    "email",
+    "phone",
+    "url",
+    "combobox",
+    "time",
+    "encryptedstring",
 }
 SPARK_TYPES: dict[str, T.DataType] = {
     **{t: T.StringType() for t in _STRING_TYPES},
@@ -84,11 +94,11 @@ def _nested_key(parent: str, component: str) -> str:
     if parent.endswith("Address"):
         prefix = parent[: -len("Address")]
         if prefix and component.startswith(prefix):
-            return component[len(prefix):]
+            return component[len(prefix) :]
     if parent.endswith("__c"):
         stem = parent[: -len("c")]
         if component.startswith(stem) and component.endswith("__s"):
-            return component[len(stem): -len("__s")]
+            return component[len(stem) : -len("__s")]
     return component
 
 
@@ -111,25 +121,33 @@ class ObjectSchema:
     formulas: tuple[tuple[str, str], ...] = ()  # the formula columns this replica keeps (empty: formulas off)
 
     @classmethod
-    def from_describe(cls, describe: dict, *, bucket_chars: int = DEFAULT_BUCKET_CHARS,
-                      include: Iterable[str] | None = None, exclude: Iterable[str] = (),
-                      hashed: Iterable[str] = (), redact_quarantine: bool = False) -> ObjectSchema:
+    def from_describe(
+        cls,
+        describe: dict,
+        *,
+        bucket_chars: int = DEFAULT_BUCKET_CHARS,
+        include: Iterable[str] | None = None,
+        exclude: Iterable[str] = (),
+        hashed: Iterable[str] = (),
+        redact_quarantine: bool = False,
+    ) -> ObjectSchema:
         full = dataclasses.replace(cls._all_fields(describe, bucket_chars), redact_quarantine=redact_quarantine)
         if include is None and not exclude and not hashed:
             return full
         return full.selected(include=include, exclude=exclude, hashed=hashed)
 
-    def selected(self, *, include: Iterable[str] | None, exclude: Iterable[str], hashed: Iterable[str]
-                 ) -> ObjectSchema:
+    def selected(self, *, include: Iterable[str] | None, exclude: Iterable[str], hashed: Iterable[str]) -> ObjectSchema:
         """This schema with only the selected columns, and `hashed` recorded (ValueError says what is wrong)."""
         known = {*self.column_names, *self.compound}
 
         def expand(names: Iterable[str], key: str) -> frozenset[str]:
             names = list(names)
             if unknown := sorted(set(names) - known):
-                raise ValueError(f"{self.name}: `{key}` names {', '.join(unknown)}, which describe() does not have "
-                                 "as replicated fields (formula fields and compound parents' parts count by their "
-                                 "own names); fix the names in replication.yaml")
+                raise ValueError(
+                    f"{self.name}: `{key}` names {', '.join(unknown)}, which describe() does not have "
+                    "as replicated fields (formula fields and compound parents' parts count by their "
+                    "own names); fix the names in replication.yaml"
+                )
             return frozenset(c for n in names for c in (self.compound[n].values() if n in self.compound else [n]))
 
         required = {"Id"} | ({self.position_field} & set(self.column_names))
@@ -142,8 +160,10 @@ class ObjectSchema:
             if not schema.selects(name):
                 raise ValueError(f"{self.name}: `hash` names {name}, which `fields` leaves out: keep one of the two")
             if name == "Id" or spark_type(types[name]) != T.StringType():
-                raise ValueError(f"{self.name}: `hash` names {name} ({types[name]}): only text fields other than Id "
-                                 "can be hashed; remove it from `hash` (or exclude it with `fields`)")
+                raise ValueError(
+                    f"{self.name}: `hash` names {name} ({types[name]}): only text fields other than Id "
+                    "can be hashed; remove it from `hash` (or exclude it with `fields`)"
+                )
         columns = tuple(c for c in self.columns if schema.selects(c[0]))
         return dataclasses.replace(schema, columns=columns, hashed=protect)
 
@@ -174,15 +194,25 @@ class ObjectSchema:
         names = {f["name"] for f in fields}
         position = next((p for p in POSITION_FIELDS if p in names), None)
         calculated = tuple((f["name"], f["type"]) for f in fields if f.get("calculated"))
-        return cls(describe["name"], tuple(columns), compound, ignored, bucket_chars, position, "IsDeleted" in names,
-                   calculated=calculated)
+        return cls(
+            describe["name"],
+            tuple(columns),
+            compound,
+            ignored,
+            bucket_chars,
+            position,
+            "IsDeleted" in names,
+            calculated=calculated,
+        )
 
     def with_formulas(self, names: Iterable[str] | None = None) -> ObjectSchema:
         """This schema keeping formula columns: `names` (None: every formula field describe() lists)."""
         known = dict(self.calculated)
         if names is not None and (unknown := sorted(set(names) - set(known))):
-            raise ValueError(f"{self.name}: `formulas.fields` names {', '.join(unknown)}, which describe() does not "
-                             f"list as formula fields (calculated); formula fields: {', '.join(known) or 'none'}")
+            raise ValueError(
+                f"{self.name}: `formulas.fields` names {', '.join(unknown)}, which describe() does not "
+                f"list as formula fields (calculated); formula fields: {', '.join(known) or 'none'}"
+            )
         wanted = set(known if names is None else names)
         return dataclasses.replace(self, formulas=tuple(c for c in self.calculated if c[0] in wanted))
 
@@ -194,8 +224,9 @@ class ObjectSchema:
         """The formula columns and `_sf_formulas_at` (none when formulas are off)."""
         if not self.formulas:
             return []
-        return [pa.field(c, _ARROW[type(spark_type(t))]) for c, t in self.formulas] + \
-            [pa.field(FORMULAS_AT, pa.timestamp("us", tz="UTC"))]
+        return [pa.field(c, _ARROW[type(spark_type(t))]) for c, t in self.formulas] + [
+            pa.field(FORMULAS_AT, pa.timestamp("us", tz="UTC"))
+        ]
 
     def table_arrow_schema(self) -> pa.Schema:
         """Every column of the replica table: `arrow_schema()` plus the formula columns and `_sf_formulas_at`."""
@@ -218,8 +249,13 @@ class ObjectSchema:
     def knows(self, name: str) -> bool:
         """Whether an event field `name` has a place here: a column, a compound part or parent, or a field that
         never becomes a column (formula, `ORG_ONLY_FIELDS`), or one `fields` leaves out."""
-        return name in self.ignored or name in self.compound or name in self.dotted_names or \
-            name in set(self.column_names) or not self.selects(self.dotted_names.get(name, name))
+        return (
+            name in self.ignored
+            or name in self.compound
+            or name in self.dotted_names
+            or name in set(self.column_names)
+            or not self.selects(self.dotted_names.get(name, name))
+        )
 
     @property
     def person_name_parts(self) -> list[str]:
@@ -257,8 +293,12 @@ class ObjectSchema:
 
 
 _ARROW = {
-    T.StringType: pa.string(), T.BooleanType: pa.bool_(), T.LongType: pa.int64(), T.DoubleType: pa.float64(),
-    T.DateType: pa.date32(), T.TimestampType: pa.timestamp("us", tz="UTC"),
+    T.StringType: pa.string(),
+    T.BooleanType: pa.bool_(),
+    T.LongType: pa.int64(),
+    T.DoubleType: pa.float64(),
+    T.DateType: pa.date32(),
+    T.TimestampType: pa.timestamp("us", tz="UTC"),
 }
 
 

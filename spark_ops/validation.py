@@ -48,8 +48,10 @@ def replica_schema(schema: ObjectSchema) -> DataFrameSchema:
     # which a run worker would otherwise import before its first step instead of at its first schema check.
     from pandera.pyspark import Check, Column, DataFrameSchema
 
-    columns = {name: Column(spark_type(sf_type), checks=_value_checks(sf_type), nullable=name not in NOT_NULL)
-               for name, sf_type in schema.columns}
+    columns = {
+        name: Column(spark_type(sf_type), checks=_value_checks(sf_type), nullable=name not in NOT_NULL)
+        for name, sf_type in schema.columns
+    }
     for name, dtype in SYSTEM_COLUMNS:
         checks = [Check.isin(list(SOURCES))] if name == "_sf_source" else []
         columns[name] = Column(dtype, checks=checks, nullable=name not in NOT_NULL)

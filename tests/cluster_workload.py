@@ -24,11 +24,36 @@ def run_workload(root: Path, sample_dir: Path, spark_conf: dict[str, str]) -> Pl
     platform = Platform(root, sample_dir / "describe", OBJECTS, spark_conf, close_after=0)
     ids = [f"001CL{i:010d}AAA" for i in range(RECORDS)]
     platform.land(load_lines(sample_dir / "events.jsonl"), name="events.jsonl")
-    platform.land([event("Account", "CREATE", [rid], CREATED_MS + i, tx=f"create-{i}", replay=10_000 + i,
-                         Name=f"Account {rid}", Description="x" * 300) for i, rid in enumerate(ids)])
+    platform.land(
+        [
+            event(
+                "Account",
+                "CREATE",
+                [rid],
+                CREATED_MS + i,
+                tx=f"create-{i}",
+                replay=10_000 + i,
+                Name=f"Account {rid}",
+                Description="x" * 300,
+            )
+            for i, rid in enumerate(ids)
+        ]
+    )
     assert platform.run(checks=True).success
-    platform.land([event("Account", "UPDATE", [rid], CREATED_MS + 60_000 + i, tx=f"rename-{i}", replay=20_000 + i,
-                         Name=f"Renamed {rid}") for i, rid in enumerate(ids)])
+    platform.land(
+        [
+            event(
+                "Account",
+                "UPDATE",
+                [rid],
+                CREATED_MS + 60_000 + i,
+                tx=f"rename-{i}",
+                replay=20_000 + i,
+                Name=f"Renamed {rid}",
+            )
+            for i, rid in enumerate(ids)
+        ]
+    )
     assert platform.run(checks=True).success
     return platform
 

@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from settings import SAMPLE, TEST_SPARK_CONF
 
 

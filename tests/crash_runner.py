@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
 import dagster as dg  # noqa: E402
-
-from settings import TEST_SPARK_CONF  # noqa: E402
 from harness import Platform  # noqa: E402
+from settings import TEST_SPARK_CONF  # noqa: E402
+
 from cdc_assets.assets import replica_key  # noqa: E402
 
 
@@ -38,8 +38,9 @@ def attach_to_running_jvm() -> None:
     SparkContext(gateway=gateway, jsc=jsc)
 
 
-def kill_run(spark, root: Path, point: str, describe: str, objects: list[str], mode: str | None = None,
-             env: dict | None = None) -> None:
+def kill_run(
+    spark, root: Path, point: str, describe: str, objects: list[str], mode: str | None = None, env: dict | None = None
+) -> None:
     """One platform pass in a subprocess (this script), SIGKILLed at `point`. The subprocess computes on the calling
     process's warm Spark JVM (`attach_to_running_jvm`); what it writes, it writes itself, and dies with it."""
     import signal
@@ -48,11 +49,28 @@ def kill_run(spark, root: Path, point: str, describe: str, objects: list[str], m
     from settings import REPO
 
     gateway = spark.sparkContext._gateway.gateway_parameters
-    env = {**os.environ, **(env or {}), "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill",
-           "PYSPARK_GATEWAY_PORT": str(gateway.port), "PYSPARK_GATEWAY_SECRET": gateway.auth_token}
+    env = {
+        **os.environ,
+        **(env or {}),
+        "CDC_FAULT_POINT": point,
+        "CDC_FAULT_ACTION": "kill",
+        "PYSPARK_GATEWAY_PORT": str(gateway.port),
+        "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
+    }
     proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(root), describe, ",".join(objects),
-         *([mode] if mode else [])], env=env, cwd=REPO, capture_output=True, timeout=300)
+        [
+            sys.executable,
+            str(REPO / "tests" / "crash_runner.py"),
+            str(root),
+            describe,
+            ",".join(objects),
+            *([mode] if mode else []),
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        timeout=300,
+    )
     spark.catalog.clearCache()  # what the dead run cached in the shared JVM
     assert proc.returncode == -signal.SIGKILL, f"{point} was not reached: {proc.stderr.decode()[-2000:]}"
 
@@ -61,10 +79,17 @@ def run_mode(platform: Platform, mode: str) -> dg.ExecuteInProcessResult:
     """One run of every asset, each replica in `mode`, every transaction closed (transaction_close_after 0)."""
     if mode == "apply":
         return platform.run(close_after=0, raise_on_error=False)
-    ops = {replica_key(o).to_python_identifier(): {"config": {"mode": mode, "transaction_close_after": 0}}
-           for o in platform.objects}
-    return dg.materialize(platform.executable_assets(), resources=platform.defs.resources, instance=platform.instance,
-                          run_config={"ops": ops}, raise_on_error=False)
+    ops = {
+        replica_key(o).to_python_identifier(): {"config": {"mode": mode, "transaction_close_after": 0}}
+        for o in platform.objects
+    }
+    return dg.materialize(
+        platform.executable_assets(),
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        run_config={"ops": ops},
+        raise_on_error=False,
+    )
 
 
 if __name__ == "__main__":
@@ -72,16 +97,32 @@ if __name__ == "__main__":
     if os.environ.get("PYSPARK_GATEWAY_PORT"):
         attach_to_running_jvm()
     mode = sys.argv[4] if len(sys.argv) > 4 else None
-    where = {"landing_uri": os.environ.get("CRASH_RUNNER_LANDING"),
-             "warehouse_uri": os.environ.get("CRASH_RUNNER_WAREHOUSE")}
+    where = {
+        "landing_uri": os.environ.get("CRASH_RUNNER_LANDING"),
+        "warehouse_uri": os.environ.get("CRASH_RUNNER_WAREHOUSE"),
+    }
     if describe_arg == "-":
         from resources.salesforce import salesforce_resource_from_env
 
-        platform = Platform(root, None, objects, TEST_SPARK_CONF, salesforce=salesforce_resource_from_env(),
-                            initial_load=True, **where, **json.loads(os.environ.get("CRASH_RUNNER_OPTIONS", "{}")))
+        platform = Platform(
+            root,
+            None,
+            objects,
+            TEST_SPARK_CONF,
+            salesforce=salesforce_resource_from_env(),
+            initial_load=True,
+            **where,
+            **json.loads(os.environ.get("CRASH_RUNNER_OPTIONS", "{}")),
+        )
     else:
-        platform = Platform(root, Path(describe_arg), objects, TEST_SPARK_CONF, **where,
-                            **json.loads(os.environ.get("CRASH_RUNNER_OPTIONS", "{}")))
+        platform = Platform(
+            root,
+            Path(describe_arg),
+            objects,
+            TEST_SPARK_CONF,
+            **where,
+            **json.loads(os.environ.get("CRASH_RUNNER_OPTIONS", "{}")),
+        )
     if mode is None:
         platform.run()
     else:

@@ -35,7 +35,7 @@ def section(heading: str) -> str:
     path, match = found[0]
     text, level = path.read_text(), len(match.group(1))
     following = (m.start() for m in HEADING.finditer(text, match.end()) if len(m.group(1)) <= level)
-    return text[match.end():next(following, len(text))]
+    return text[match.end() : next(following, len(text))]
 
 
 @cache

@@ -8,13 +8,36 @@ import json
 _replay = itertools.count(1)
 
 
-def event(entity: str, change_type: str, ids: list[str], ts: int, tx: str | None = None, seq: int = 1,
-          nulled: list[str] | None = None, diffs: list[str] | None = None, replay: int | None = None,
-          **fields) -> str:
+def event(
+    entity: str,
+    change_type: str,
+    ids: list[str],
+    ts: int,
+    tx: str | None = None,
+    seq: int = 1,
+    nulled: list[str] | None = None,
+    diffs: list[str] | None = None,
+    replay: int | None = None,
+    **fields,
+) -> str:
     """One change event; `replay` (the replay id) defaults to the next of a process-wide counter."""
     n = next(_replay) if replay is None else replay
-    header = {"entityName": entity, "recordIds": ids, "changeType": change_type, "transactionKey": tx or f"tx{n}",
-              "sequenceNumber": seq, "commitTimestamp": ts, "commitNumber": ts, "commitUser": "005000000000001AAA",
-              "nulledFields": nulled or [], "diffFields": diffs or [], "changedFields": list(fields)}
-    return json.dumps({"channel": "/data/ChangeEvents", "data": {
-        "schema": "s", "payload": {"ChangeEventHeader": header, **fields}, "event": {"replayId": n}}})
+    header = {
+        "entityName": entity,
+        "recordIds": ids,
+        "changeType": change_type,
+        "transactionKey": tx or f"tx{n}",
+        "sequenceNumber": seq,
+        "commitTimestamp": ts,
+        "commitNumber": ts,
+        "commitUser": "005000000000001AAA",
+        "nulledFields": nulled or [],
+        "diffFields": diffs or [],
+        "changedFields": list(fields),
+    }
+    return json.dumps(
+        {
+            "channel": "/data/ChangeEvents",
+            "data": {"schema": "s", "payload": {"ChangeEventHeader": header, **fields}, "event": {"replayId": n}},
+        }
+    )

@@ -18,14 +18,26 @@ from resources.storage import Folder, is_uri
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
 
 
-def write_config(path: Path, describe_dir: Path | None, objects: list[str], close_after: float = 60.0,
-                 initial_load: bool = False, **options) -> Path:
+def write_config(
+    path: Path,
+    describe_dir: Path | None,
+    objects: list[str],
+    close_after: float = 60.0,
+    initial_load: bool = False,
+    **options,
+) -> Path:
     """A replication.yaml; without `describe_dir`, describe() comes from the org."""
-    path.write_text(yaml.safe_dump({
-        "options": {"transaction_close_after": close_after, "initial_load": initial_load, **options},
-        "objects": [{"name": o, **({"describe": str(describe_dir / f"{o}.json")} if describe_dir else {})}
-                    for o in objects],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "options": {"transaction_close_after": close_after, "initial_load": initial_load, **options},
+                "objects": [
+                    {"name": o, **({"describe": str(describe_dir / f"{o}.json")} if describe_dir else {})}
+                    for o in objects
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -35,9 +47,19 @@ class Platform:
     `landing_uri` / `warehouse_uri` put them on an object store instead (s3://...; the AWS_* variables reach it):
     `land`, `rows`, `table` and `table_version` then go there, while `root` still holds replication.yaml."""
 
-    def __init__(self, root: Path, describe_dir: Path | None, objects: list[str], spark_conf: dict[str, str], *,
-                 salesforce=None, initial_load: bool = False, landing_uri: str | None = None,
-                 warehouse_uri: str | None = None, **options):
+    def __init__(
+        self,
+        root: Path,
+        describe_dir: Path | None,
+        objects: list[str],
+        spark_conf: dict[str, str],
+        *,
+        salesforce=None,
+        initial_load: bool = False,
+        landing_uri: str | None = None,
+        warehouse_uri: str | None = None,
+        **options,
+    ):
         self.root = root
         self.landing = root / "landing"
         self.warehouse = root / "warehouse"
@@ -45,11 +67,17 @@ class Platform:
         self.landing_uri = landing_uri or str(self.landing)
         self.warehouse_uri = warehouse_uri or str(self.warehouse)
         self.objects = objects
-        self.config = write_config(root / "replication.yaml", describe_dir, objects, initial_load=initial_load,
-                                   **options)
+        self.config = write_config(
+            root / "replication.yaml", describe_dir, objects, initial_load=initial_load, **options
+        )
         self.spark_conf, self.salesforce = spark_conf, salesforce
-        self.defs = build_defs(config_path=self.config, landing_path=self.landing_uri,
-                               warehouse_root=self.warehouse_uri, spark_conf=spark_conf, salesforce=salesforce)
+        self.defs = build_defs(
+            config_path=self.config,
+            landing_path=self.landing_uri,
+            warehouse_root=self.warehouse_uri,
+            spark_conf=spark_conf,
+            salesforce=salesforce,
+        )
         self.instance = dg.DagsterInstance.ephemeral()
         self.counter = 0
 
@@ -71,17 +99,25 @@ class Platform:
     def executable_assets(self) -> list[dg.AssetsDefinition]:
         return [a for a in self.defs.assets if isinstance(a, dg.AssetsDefinition)]
 
-    def run(self, *, close_after: float | None = None, raise_on_error: bool = True,
-            checks: bool = False) -> dg.ExecuteInProcessResult:
+    def run(
+        self, *, close_after: float | None = None, raise_on_error: bool = True, checks: bool = False
+    ) -> dg.ExecuteInProcessResult:
         """One run of every asset; with `checks`, the replica asset checks run in it too (a failed blocking check
         fails the run, as in production)."""
         ops = {}
         if close_after is not None:
-            ops = {replica_key(o).to_python_identifier(): {"config": {"transaction_close_after": close_after}}
-                   for o in self.objects}
+            ops = {
+                replica_key(o).to_python_identifier(): {"config": {"transaction_close_after": close_after}}
+                for o in self.objects
+            }
         extra = list(self.defs.asset_checks or []) if checks else []
-        return dg.materialize(self.executable_assets() + extra, resources=self.defs.resources,
-                              instance=self.instance, run_config={"ops": ops}, raise_on_error=raise_on_error)
+        return dg.materialize(
+            self.executable_assets() + extra,
+            resources=self.defs.resources,
+            instance=self.instance,
+            run_config={"ops": ops},
+            raise_on_error=raise_on_error,
+        )
 
     @staticmethod
     def check_results(result: dg.ExecuteInProcessResult, name: str) -> dict[str, dg.AssetCheckEvaluation]:
@@ -97,20 +133,33 @@ class Platform:
         config = yaml.safe_load(self.config.read_text())
         config["options"].update(options)
         self.config.write_text(yaml.safe_dump(config))
-        self.defs = build_defs(config_path=self.config, landing_path=self.landing_uri,
-                               warehouse_root=self.warehouse_uri, spark_conf=self.spark_conf,
-                               salesforce=self.salesforce)
+        self.defs = build_defs(
+            config_path=self.config,
+            landing_path=self.landing_uri,
+            warehouse_root=self.warehouse_uri,
+            spark_conf=self.spark_conf,
+            salesforce=self.salesforce,
+        )
 
     def execute(self, request: dg.RunRequest, *, checks: bool = False) -> dg.ExecuteInProcessResult:
         """Run what a sensor requested, as the daemon would (same assets, run config and tags); with `checks`, the
         checks of the selected replicas run in it too, as in the daemon's runs (a failed blocking check fails it)."""
         assets = [a for a in self.executable_assets() if set(a.keys) & set(request.asset_selection)]
         if checks:
-            assets += [c for c in self.defs.asset_checks or []
-                       if any(k.asset_key in request.asset_selection for k in c.check_keys)]
-        return dg.materialize(assets, resources=self.defs.resources, instance=self.instance,
-                              run_config=request.run_config, tags=request.tags, selection=request.asset_selection,
-                              raise_on_error=False)
+            assets += [
+                c
+                for c in self.defs.asset_checks or []
+                if any(k.asset_key in request.asset_selection for k in c.check_keys)
+            ]
+        return dg.materialize(
+            assets,
+            resources=self.defs.resources,
+            instance=self.instance,
+            run_config=request.run_config,
+            tags=request.tags,
+            selection=request.asset_selection,
+            raise_on_error=False,
+        )
 
     def sensor_requests(self, sensor_name: str = RECONCILIATION_SENSOR) -> list[dg.RunRequest]:
         """Evaluate a sensor (the reconciliation sensor by default) against this platform's instance."""
@@ -120,8 +169,9 @@ class Platform:
     def automation_requests(self) -> list[dg.RunRequest]:
         """Evaluate the assets' automation conditions as the daemon's automation sensor does (the changefeeds follow
         their replicas: sensors/changefeed.py); one request for the feeds they ask for, or none."""
-        result = dg.evaluate_automation_conditions(defs=self.defs, instance=self.instance,
-                                                   cursor=getattr(self, "automation_cursor", None))
+        result = dg.evaluate_automation_conditions(
+            defs=self.defs, instance=self.instance, cursor=getattr(self, "automation_cursor", None)
+        )
         self.automation_cursor = result.cursor
         feeds = [changefeed_key(n) for n in self.objects]
         requested = sorted(k for k in feeds if result.get_requested_partitions(k))
@@ -185,4 +235,3 @@ def comparable(rows: dict[str, dict], columns: list[str] | None = None) -> dict[
     for rid, row in rows.items():
         out[rid] = {k: v for k, v in row.items() if k != "_sf_synced_at" and (columns is None or k in columns)}
     return json.loads(json.dumps(out, default=str, sort_keys=True))
-

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import math
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 
-from resources.delta import read_table
 from deltalake import DeltaTable
 
 from cdc_assets.changefeed.rows import json_value
+from resources.delta import read_table
 from salesforce_emulator import Emulator
 from spark_ops.schema import ObjectSchema
 
 
 def _norm(value):
     if isinstance(value, datetime):
-        value = value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        value = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
         return value.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     if isinstance(value, date):
         return value.isoformat()
@@ -85,9 +86,11 @@ def history_differences(emu: Emulator, name: str, versions: list[dict], limit: i
         chain.sort(key=lambda v: v["_version"])
         if [v["_version"] for v in chain] != list(range(1, len(chain) + 1)):
             diffs.append(f"{name} {rid}: versions {[v['_version'] for v in chain]}")
-        for a, b in zip(chain, chain[1:]):
+        for a, b in itertools.pairwise(chain):
             if a["_valid_to"] != b["_valid_from"] or a["_is_current"]:
-                diffs.append(f"{name} {rid} v{a['_version']}: closes at {a['_valid_to']}, next opens {b['_valid_from']}")
+                diffs.append(
+                    f"{name} {rid} v{a['_version']}: closes at {a['_valid_to']}, next opens {b['_valid_from']}"
+                )
         if not chain[-1]["_is_current"] or chain[-1]["_valid_to"] is not None:
             diffs.append(f"{name} {rid}: the last version is not current")
         known = states.get(rid, [])
@@ -99,8 +102,9 @@ def history_differences(emu: Emulator, name: str, versions: list[dict], limit: i
             if v["_sf_source"] == "cdc":
                 found = [s for s in known if s["transaction_key"] == v["_transaction_key"]]
             else:
-                found = [s for s in known if s["state"] and _norm(s["state"]["SystemModstamp"]) ==
-                         _norm(v["_sf_commit_ts"])]
+                found = [
+                    s for s in known if s["state"] and _norm(s["state"]["SystemModstamp"]) == _norm(v["_sf_commit_ts"])
+                ]
                 if not found and known and known[-1]["state"] is None:  # purged: the sync marks it deleted
                     if not v["_sf_deleted"]:
                         diffs.append(f"{name} {rid} v{v['_version']}: purged in the org, not deleted")
@@ -133,6 +137,6 @@ def formula_differences(emu: Emulator, name: str, rows: dict[str, dict], limit: 
             diffs.append(f"{name} {record['Id']}: formula values never read")
         for column in schema.formula_names:
             want, got = _norm(record.get(column)), _norm(row.get(column))
-            if not (want == got or isinstance(want, float) and isinstance(got, float) and math.isclose(want, got)):
+            if not (want == got or (isinstance(want, float) and isinstance(got, float) and math.isclose(want, got))):
                 diffs.append(f"{name} {record['Id']}.{column}: replica {got!r} org {want!r}")
     return diffs[:limit] if limit else diffs

@@ -25,14 +25,14 @@ Timestamps in the output are timezone-aware UTC datetimes; field values are left
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 SYSTEM_COLUMNS = ("_sf_deleted", "_sf_deleted_at", "_sf_commit_ts", "_sf_dirty_since")
 RESETS = {"CREATE", "UNDELETE"}
 
 
 def as_utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc)
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def distinct_changes(events: Iterable[dict]) -> list[tuple[dict, str]]:
@@ -62,9 +62,10 @@ def fold(events: Iterable[dict], columns: Mapping[str, Sequence[str]] | None = N
     tables: dict[str, dict[str, dict]] = {}
 
     def new_row(entity: str, rid: str) -> dict:
-        row = {name: None for name in (columns or {}).get(entity, ())}
-        row.update({"Id": rid, "_sf_deleted": False, "_sf_deleted_at": None, "_sf_commit_ts": None,
-                    "_sf_dirty_since": None})
+        row = dict.fromkeys((columns or {}).get(entity, ()))
+        row.update(
+            {"Id": rid, "_sf_deleted": False, "_sf_deleted_at": None, "_sf_commit_ts": None, "_sf_dirty_since": None}
+        )
         return row
 
     def clear_fields(row: dict) -> None:

@@ -29,17 +29,29 @@ class S3Server:
 
     def env(self) -> dict[str, str]:
         """The AWS_* variables delta-rs (object_store) and pyarrow.fs read to reach this server."""
-        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": REGION,
-                "AWS_DEFAULT_REGION": REGION, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                "AWS_EC2_METADATA_DISABLED": "true"}
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_REGION": REGION,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
 
     def new_bucket(self, prefix: str = "cdc") -> str:
         """A fresh bucket; returns its name."""
         import pyarrow.fs as pafs
 
         name = f"{prefix}-{uuid.uuid4().hex[:12]}"
-        fs = pafs.S3FileSystem(endpoint_override=self.endpoint, scheme="http", region=REGION,
-                               access_key="testing", secret_key="testing", allow_bucket_creation=True)
+        fs = pafs.S3FileSystem(
+            endpoint_override=self.endpoint,
+            scheme="http",
+            region=REGION,
+            access_key="testing",
+            secret_key="testing",
+            allow_bucket_creation=True,
+        )
         fs.create_dir(name)
         return name
 
@@ -48,8 +60,13 @@ class S3Server:
 def s3_server(*, ignore_conditional_writes: bool = False) -> Iterator[S3Server]:
     """moto's S3 server on 127.0.0.1 at a random port, in a child process; stopped when the block ends."""
     flags = ["--ignore-conditional-writes"] if ignore_conditional_writes else []
-    proc = subprocess.Popen([sys.executable, __file__, *flags], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, *flags],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         port = int(proc.stdout.readline().strip() or 0)
         assert port, "the moto S3 server did not start (is moto[server] installed? pip install -e '.[test]')"

@@ -25,12 +25,11 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from functools import cache
 from pathlib import Path
 
 from hypothesis import strategies as st
-
 from settings import SAMPLE
 
 DESCRIBE_DIR = SAMPLE / "describe"
@@ -42,8 +41,19 @@ NOT_IN_EVENTS = {"IsDeleted", "SystemModstamp"}
 AUDIT = {"CreatedDate", "CreatedById", "LastModifiedDate", "LastModifiedById"}
 
 # Values with the characters that break naive JSON or SQL handling, next to plain ones.
-WORDS = ("Acme", "Globex", "Initech", "Umbrella", "Zürich AG", "O'Brien & Sons", 'The "Quoted" Co',
-         "back\\slash", "日本支社", "comma, semi; colon:", "Stark")
+WORDS = (
+    "Acme",
+    "Globex",
+    "Initech",
+    "Umbrella",
+    "Zürich AG",
+    "O'Brien & Sons",
+    'The "Quoted" Co',
+    "back\\slash",
+    "日本支社",
+    "comma, semi; colon:",
+    "Stark",
+)
 # Text that a parser could mistake for something else; used verbatim.
 LITERALS = ("null", "true", "0042", "1e3", '{"City": "x"}', "[1, 2]", "  padded  ")
 PICKLISTS = {
@@ -53,8 +63,14 @@ PICKLISTS = {
     "StageName": ("Prospecting", "Negotiation", "Closed Won", "Closed Lost"),
 }
 CHANGE_WEIGHTS = {
-    "CREATE": 3.0, "UPDATE": 5.0, "MULTI_UPDATE": 1.0, "DELETE": 1.0, "UNDELETE": 1.0,
-    "GAP_UPDATE": 0.5, "GAP_CREATE": 0.1, "GAP_DELETE": 0.1,
+    "CREATE": 3.0,
+    "UPDATE": 5.0,
+    "MULTI_UPDATE": 1.0,
+    "DELETE": 1.0,
+    "UNDELETE": 1.0,
+    "GAP_UPDATE": 0.5,
+    "GAP_CREATE": 0.1,
+    "GAP_DELETE": 0.1,
 }
 
 
@@ -71,7 +87,7 @@ class FieldMeta:
         if self.parent and self.parent.endswith("Address"):
             prefix = self.parent[: -len("Address")]
             if self.name.startswith(prefix):
-                return self.name[len(prefix):]
+                return self.name[len(prefix) :]
         return self.name
 
     @property
@@ -109,8 +125,11 @@ def load_object(path: Path) -> SObject:
     raw = describe["fields"]
     parents = {f["compoundFieldName"] for f in raw if f.get("compoundFieldName")}
     parents |= {f["name"] for f in raw if f["type"] in ("address", "location")}
-    fields = [FieldMeta(f["name"], f["type"], bool(f.get("nillable")), f.get("compoundFieldName"))
-              for f in raw if f["name"] not in parents | NOT_IN_EVENTS and not f.get("calculated")]
+    fields = [
+        FieldMeta(f["name"], f["type"], bool(f.get("nillable")), f.get("compoundFieldName"))
+        for f in raw
+        if f["name"] not in parents | NOT_IN_EVENTS and not f.get("calculated")
+    ]
     fields.sort(key=lambda f: f.name != "Id")
     return SObject(describe["name"], tuple(fields))
 
@@ -127,7 +146,7 @@ def record_id(entity: str, n: int) -> str:
 
 
 def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 class _Org:
@@ -136,7 +155,7 @@ class _Org:
     def __init__(self, rng: random.Random, objects: dict[str, SObject], n_records: int):
         self.rng, self.objects, self.n_records = rng, objects, n_records
         self.records: dict[str, dict[str, dict]] = {e: {} for e in objects}  # id -> {"fields", "deleted"}
-        self.created = {e: 0 for e in objects}
+        self.created = dict.fromkeys(objects, 0)
 
     def new_id(self, entity: str) -> str | None:
         if self.created[entity] >= self.n_records:
@@ -220,9 +239,18 @@ def _as_rng(seed_or_rng: int | random.Random) -> random.Random:
     return seed_or_rng if isinstance(seed_or_rng, random.Random) else random.Random(seed_or_rng)
 
 
-def random_stream(seed_or_rng: int | random.Random, n_events: int, *, n_records: int = 4, preexisting: int = 1,
-                  max_transaction: int = 4, gap_weight: float = 1.0, objects: dict[str, SObject] | None = None,
-                  entity_weights: dict[str, float] | None = None, start_ms: int = START_MS) -> list[dict]:
+def random_stream(
+    seed_or_rng: int | random.Random,
+    n_events: int,
+    *,
+    n_records: int = 4,
+    preexisting: int = 1,
+    max_transaction: int = 4,
+    gap_weight: float = 1.0,
+    objects: dict[str, SObject] | None = None,
+    entity_weights: dict[str, float] | None = None,
+    start_ms: int = START_MS,
+) -> list[dict]:
     """`n_events` distinct events in commit order; at most `n_records` records per object are created.
 
     `preexisting` more records per object exist before the stream starts (the stream never shows their CREATE);
@@ -252,11 +280,19 @@ def random_stream(seed_or_rng: int | random.Random, n_events: int, *, n_records:
             entity = rng.choices(entities, weights=entity_weights)[0]
             change_type, ids, fields = _next_change(org, entity, ts, weights)
             replay_id += rng.randint(1, 7)
-            events.append({
-                "entity": entity, "record_ids": ids, "change_type": change_type, "commit_ts": ts,
-                "commit_number": commit_number, "transaction_key": key, "sequence_number": seq,
-                "replay_id": replay_id, "fields": fields,
-            })
+            events.append(
+                {
+                    "entity": entity,
+                    "record_ids": ids,
+                    "change_type": change_type,
+                    "commit_ts": ts,
+                    "commit_number": commit_number,
+                    "transaction_key": key,
+                    "sequence_number": seq,
+                    "replay_id": replay_id,
+                    "fields": fields,
+                }
+            )
     return events
 
 
@@ -266,8 +302,14 @@ def _next_change(org: _Org, entity: str, ts: int, weights: dict[str, float]) -> 
     live, deleted = org.live(entity), org.deleted(entity)
     room = org.created[entity] < org.n_records
     possible = {
-        "CREATE": room, "GAP_CREATE": room, "UPDATE": bool(live), "MULTI_UPDATE": len(live) >= 2,
-        "DELETE": bool(live), "GAP_UPDATE": bool(live), "GAP_DELETE": bool(live), "UNDELETE": bool(deleted),
+        "CREATE": room,
+        "GAP_CREATE": room,
+        "UPDATE": bool(live),
+        "MULTI_UPDATE": len(live) >= 2,
+        "DELETE": bool(live),
+        "GAP_UPDATE": bool(live),
+        "GAP_DELETE": bool(live),
+        "UNDELETE": bool(deleted),
     }
     kinds = [k for k, ok in possible.items() if ok and weights[k] > 0]
     kind = rng.choices(kinds, weights=[weights[k] for k in kinds])[0]
@@ -324,11 +366,14 @@ def to_line(event: dict, objects: dict[str, SObject] | None = None) -> str:
         "diffFields": [],
         "changedFields": changed if event["change_type"] == "UPDATE" else [],
     }
-    line = {"channel": "/data/ChangeEvents", "data": {
-        "schema": f"schema-{event['entity']}",
-        "payload": {"ChangeEventHeader": header, **body},
-        "event": {"replayId": event["replay_id"]},
-    }}
+    line = {
+        "channel": "/data/ChangeEvents",
+        "data": {
+            "schema": f"schema-{event['entity']}",
+            "payload": {"ChangeEventHeader": header, **body},
+            "event": {"replayId": event["replay_id"]},
+        },
+    }
     return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -348,10 +393,15 @@ def from_line(line: str, objects: dict[str, SObject] | None = None) -> dict:
         else:
             fields[name] = value
     return {
-        "entity": header["entityName"], "record_ids": header["recordIds"], "change_type": header["changeType"],
-        "commit_ts": header["commitTimestamp"], "commit_number": header.get("commitNumber", 0),
-        "transaction_key": header["transactionKey"], "sequence_number": header["sequenceNumber"],
-        "replay_id": data["event"]["replayId"], "fields": fields,
+        "entity": header["entityName"],
+        "record_ids": header["recordIds"],
+        "change_type": header["changeType"],
+        "commit_ts": header["commitTimestamp"],
+        "commit_number": header.get("commitNumber", 0),
+        "transaction_key": header["transactionKey"],
+        "sequence_number": header["sequenceNumber"],
+        "replay_id": data["event"]["replayId"],
+        "fields": fields,
     }
 
 

@@ -49,16 +49,24 @@ class RunningSubscriber:
 
 
 def subscriber_config(emu: Emulator, root: Path, **overrides: Any) -> SubscriberConfig:
-    options: dict[str, Any] = dict(landing_dir=root / "landing", state_dir=root / "state",
-                                   endpoint=emu.pubsub_address, ca_file=emu.ca_file, initial_replay="EARLIEST",
-                                   roll_seconds=0.2, backoff_initial=0.05, backoff_max=0.5,
-                                   entities=("Account", "Contact", "Opportunity", "Lead", "Case"))
+    options: dict[str, Any] = {
+        "landing_dir": root / "landing",
+        "state_dir": root / "state",
+        "endpoint": emu.pubsub_address,
+        "ca_file": emu.ca_file,
+        "initial_replay": "EARLIEST",
+        "roll_seconds": 0.2,
+        "backoff_initial": 0.05,
+        "backoff_max": 0.5,
+        "entities": ("Account", "Contact", "Opportunity", "Lead", "Case"),
+    }
     return SubscriberConfig(**(options | overrides))
 
 
 def resource(emu: Emulator, **overrides: Any) -> SalesforceResource:
-    return SalesforceResource(**({"instance_url": emu.instance_url, "access_token": emu.token,
-                                  "ca_bundle": emu.ca_file} | overrides))
+    return SalesforceResource(
+        **({"instance_url": emu.instance_url, "access_token": emu.token, "ca_bundle": emu.ca_file} | overrides)
+    )
 
 
 def landed(root: Path) -> list[dict[str, Any]]:

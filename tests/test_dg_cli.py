@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from settings import REPO
 
 pytestmark = pytest.mark.slow  # each loads the definitions in a fresh process (15-35 s)
@@ -27,8 +26,7 @@ def _dg(args: list[str], home: Path) -> subprocess.CompletedProcess:
     bin_dir = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SF_", "CDC_", "DAGSTER_"))}
     env |= {"DAGSTER_HOME": str(home), "PATH": os.pathsep.join([str(bin_dir), env.get("PATH", "")])}
-    return subprocess.run([str(bin_dir / "dg"), *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([str(bin_dir / "dg"), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_dg_check_defs_passes_from_the_repository_root(tmp_path):

@@ -9,7 +9,6 @@ import tomllib
 
 import pytest
 import setuptools
-
 from settings import REPO
 
 # folder -> folders it must never import
@@ -38,15 +37,22 @@ def imported_packages(folder: str) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("folder", sorted(FORBIDDEN))
 def test_folders_import_in_one_direction(folder):
-    wrong = {path: sorted(names & FORBIDDEN[folder]) for path, names in imported_packages(folder).items()
-             if names & FORBIDDEN[folder]}
+    wrong = {
+        path: sorted(names & FORBIDDEN[folder])
+        for path, names in imported_packages(folder).items()
+        if names & FORBIDDEN[folder]
+    }
     assert wrong == {}
 
 
 def test_sensors_build_on_the_assets_and_definitions_assembles_both():
     assert any("cdc_assets" in names for names in imported_packages("sensors").values())
-    assembly = {alias for node in ast.walk(ast.parse((REPO / "definitions.py").read_text()))
-                if isinstance(node, ast.ImportFrom) for alias in [node.module.split(".")[0]]}
+    assembly = {
+        alias
+        for node in ast.walk(ast.parse((REPO / "definitions.py").read_text()))
+        if isinstance(node, ast.ImportFrom)
+        for alias in [node.module.split(".")[0]]
+    }
     assert {"cdc_assets", "sensors", "resources"} <= assembly
 
 

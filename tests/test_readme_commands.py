@@ -19,10 +19,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from docs_pages import all_text
 
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.status import StatusReporter
-from docs_pages import all_text
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "/data/ChangeEvents"
@@ -37,8 +37,7 @@ def _venv_env() -> dict[str, str]:
 
 
 def _run(command: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(command, shell=True, cwd=cwd, env=_venv_env(), capture_output=True, text=True,
-                          timeout=180)
+    return subprocess.run(command, shell=True, cwd=cwd, env=_venv_env(), capture_output=True, text=True, timeout=180)
 
 
 @pytest.fixture
@@ -117,8 +116,13 @@ def test_the_demo_banner_prints_the_status_command_the_readme_writes():
     from demo.main import _banner
     from demo.processes import REPO as DEMO_REPO
 
-    emu = SimpleNamespace(pubsub_address="127.0.0.1:7443", events=object(), instance_url="https://127.0.0.1:8443",
-                          token="t", ca_file="ca.pem")
+    emu = SimpleNamespace(
+        pubsub_address="127.0.0.1:7443",
+        events=object(),
+        instance_url="https://127.0.0.1:8443",
+        token="t",
+        ca_file="ca.pem",
+    )
     banner = _banner("http://127.0.0.1:3000", emu, DEMO_REPO / ".demo", Path("dagster.log"), "local")
     assert "status: python -m cdc_subscriber status " in banner and "source .venv/bin/activate" in banner
     assert "GAP_OVERFLOW" in banner  # the injected faults are announced

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from docs_pages import DOCS, generator, pages, section
+from settings import REPO
 
 from cdc_assets.checks import QUARANTINE_EMPTY
 from cdc_assets.history.chain import HISTORY_COLUMNS
-from docs_pages import DOCS, generator, pages, section
 from resources.landing_zone import QUARANTINE_SCHEMA
-from settings import REPO
 from spark_ops.parse import CHANGE_COLUMNS
 from spark_ops.schema import FORMULAS_AT, SYSTEM_COLUMNS
 
@@ -65,8 +65,17 @@ def test_the_runbook_has_an_entry_for_every_check(definitions: str):
 
 def test_the_table_layout_names_every_column_the_platform_writes():
     layout = (DOCS / "reference" / "tables.md").read_text()
-    columns = [*(name for name, _ in SYSTEM_COLUMNS), FORMULAS_AT, *(f.name for f in HISTORY_COLUMNS),
-               *CHANGE_COLUMNS, "_ingest_seq", "_ingested_at", *QUARANTINE_SCHEMA.names, "run_id", "quarantined_at"]
+    columns = [
+        *(name for name, _ in SYSTEM_COLUMNS),
+        FORMULAS_AT,
+        *(f.name for f in HISTORY_COLUMNS),
+        *CHANGE_COLUMNS,
+        "_ingest_seq",
+        "_ingested_at",
+        *QUARANTINE_SCHEMA.names,
+        "run_id",
+        "quarantined_at",
+    ]
     assert [c for c in columns if f"`{c}`" not in layout] == []
 
 
@@ -77,7 +86,9 @@ def test_every_marker_of_the_pages_is_written_from_the_code():
     for page in marked:
         text = generator().expand(page.read_text())
         assert not generator().MARKER.search(text)
-    assert "usage: python -m cdc_subscriber status" in generator().expand("<!-- generated: help cdc_subscriber status -->")
+    assert "usage: python -m cdc_subscriber status" in generator().expand(
+        "<!-- generated: help cdc_subscriber status -->"
+    )
 
 
 def test_the_examples_tests_execute_are_where_the_site_says():

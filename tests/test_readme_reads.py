@@ -17,16 +17,16 @@ import os
 import re
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from docs_pages import code_blocks
 
 from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.changefeed.export import export_changefeed
-from docs_pages import code_blocks
 from resources.delta import DeltaWarehouse, table_configuration
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,18 +40,30 @@ def readme_examples() -> list[str]:
 
 
 def _write_replica(warehouse: Path) -> None:
-    ts = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    rows = pa.table({
-        "Id": [LIVE, RENAMED, DELETED], "Name": ["Acme", "Globex", "Initech"], "OwnerId": ["005A", "005B", None],
-        "_sf_deleted": [False, False, False], "_sf_deleted_at": pa.array([None] * 3, pa.timestamp("us", "UTC")),
-        "_sf_commit_ts": pa.array([ts] * 3, pa.timestamp("us", "UTC")),
-        "_sf_replay_id": pa.array([7, None, 9], pa.int64()), "_sf_commit_number": pa.array([1, None, 3], pa.int64()),
-        "_sf_source": ["cdc", "snapshot", "cdc"], "_sf_bucket": ["0010000000000"] * 3})
+    ts = datetime(2026, 1, 1, tzinfo=UTC)
+    rows = pa.table(
+        {
+            "Id": [LIVE, RENAMED, DELETED],
+            "Name": ["Acme", "Globex", "Initech"],
+            "OwnerId": ["005A", "005B", None],
+            "_sf_deleted": [False, False, False],
+            "_sf_deleted_at": pa.array([None] * 3, pa.timestamp("us", "UTC")),
+            "_sf_commit_ts": pa.array([ts] * 3, pa.timestamp("us", "UTC")),
+            "_sf_replay_id": pa.array([7, None, 9], pa.int64()),
+            "_sf_commit_number": pa.array([1, None, 3], pa.int64()),
+            "_sf_source": ["cdc", "snapshot", "cdc"],
+            "_sf_bucket": ["0010000000000"] * 3,
+        }
+    )
     uri = str(warehouse / "Account")
     write_deltalake(uri, rows, partition_by=["_sf_bucket"], configuration=table_configuration("Account"))
     change = pa.table({"Id": [RENAMED, DELETED], "Name": ["Globex Corp", "Initech"], "_sf_deleted": [False, True]})
-    (DeltaTable(uri).merge(change, predicate="t.Id = s.Id", source_alias="s", target_alias="t")
-     .when_matched_update({"Name": "s.Name", "_sf_deleted": "s._sf_deleted"}).execute())
+    (
+        DeltaTable(uri)
+        .merge(change, predicate="t.Id = s.Id", source_alias="s", target_alias="t")
+        .when_matched_update({"Name": "s.Name", "_sf_deleted": "s._sf_deleted"})
+        .execute()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +84,9 @@ def test_readme_read_example_runs_and_exits_cleanly(demo_dir: Path, index: int):
     code = readme_examples()[index]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     for _ in range(RUNS_EACH):
-        done = subprocess.run([sys.executable, "-c", code], cwd=demo_dir, env=env, capture_output=True, text=True,
-                              timeout=180)
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=demo_dir, env=env, capture_output=True, text=True, timeout=180
+        )
         assert done.returncode == 0, f"example {index} exited {done.returncode}:\n{code}\n{done.stderr[-3000:]}"
         assert "terminate called" not in done.stderr
     out = done.stdout

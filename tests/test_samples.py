@@ -13,12 +13,12 @@ import json
 from typing import Any
 
 import pytest
+from settings import SAMPLE
 
 from salesforce_emulator.cdc import change_event, gap_event
 from salesforce_emulator.changes import Change, CommittedTransaction
 from salesforce_emulator.schema import OBJECTS
 from salesforce_emulator.testing import body, header
-from settings import SAMPLE
 
 NOT_JSON_LINE = 7  # the sample's one bad line, quarantined by the platform
 
@@ -48,12 +48,17 @@ def _flattened(entity: str, values: dict[str, Any]) -> dict[str, Any]:
 def _emulated(event: dict[str, Any]) -> dict[str, Any]:
     """The event the emulator publishes for the change `event` describes."""
     h = header(event)
-    txn = CommittedTransaction(h["transactionKey"], h["commitTimestamp"], h["commitNumber"], h["commitUser"],
-                               h["changeOrigin"], [])
+    txn = CommittedTransaction(
+        h["transactionKey"], h["commitTimestamp"], h["commitNumber"], h["commitUser"], h["changeOrigin"], []
+    )
     kind = h["changeType"]
-    change = Change(h["entityName"], kind.removeprefix("GAP_") if kind != "GAP_OVERFLOW" else "UPDATE",
-                    list(h["recordIds"]), _flattened(h["entityName"], body(event)),
-                    replay_id=event["data"]["event"]["replayId"])
+    change = Change(
+        h["entityName"],
+        kind.removeprefix("GAP_") if kind != "GAP_OVERFLOW" else "UPDATE",
+        list(h["recordIds"]),
+        _flattened(h["entityName"], body(event)),
+        replay_id=event["data"]["event"]["replayId"],
+    )
     if kind.startswith("GAP_"):
         return gap_event(txn, change, h["sequenceNumber"], overflow=kind == "GAP_OVERFLOW")
     return change_event(txn, change, h["sequenceNumber"])

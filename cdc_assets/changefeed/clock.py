@@ -47,6 +47,7 @@ from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 @dataclass(frozen=True)
 class VersionTime:
     """What the clock knows of one replica version."""
+
     version: int
     commit_ms: int  # Delta commit time
     applied_through: int  # change_events ingest the replica had applied through at this version
@@ -60,8 +61,7 @@ def _positions(state: dict) -> tuple[int, int]:
     return applied, (min(applied, int(held["from_seq"]) - 1) if held else applied)
 
 
-def replica_times(table: DeltaTable, first: int, *, floor: int, state: dict | None = None
-                  ) -> dict[int, VersionTime]:
+def replica_times(table: DeltaTable, first: int, *, floor: int, state: dict | None = None) -> dict[int, VersionTime]:
     """`VersionTime` of every version from `first` to the table's latest (from the commit metadata). A version
     without replica state keeps the previous one's values; before the first that has one: `state` (the replica
     state in force at `first`, when known) else `floor` (the feed's resolved step: nothing new)."""
@@ -73,8 +73,9 @@ def replica_times(table: DeltaTable, first: int, *, floor: int, state: dict | No
             continue
         if (raw := commit.get(REPLICA_STATE)) is not None:
             applied, resolvable = _positions(json.loads(raw))
-        times[int(commit["version"])] = VersionTime(int(commit["version"]), int(commit["timestamp"]), applied,
-                                                    resolvable)
+        times[int(commit["version"])] = VersionTime(
+            int(commit["version"]), int(commit["timestamp"]), applied, resolvable
+        )
     return times
 
 
@@ -93,21 +94,36 @@ def transaction_steps(warehouse: DeltaWarehouse, entity: str, commit_numbers: li
     events = warehouse.table(CHANGE_EVENTS) if commit_numbers else None
     if events is None:
         return {}
-    own = warehouse.read(events, partitions=[("entity", "=", entity)],
-                         columns=["commit_number", "transaction_key", "_ingest_seq"],
-                         filter=pc.field("commit_number").isin(commit_numbers),
-                         prune=[("commit_number", ">=", min(commit_numbers)),
-                                ("commit_number", "<=", max(commit_numbers))])
+    own = warehouse.read(
+        events,
+        partitions=[("entity", "=", entity)],
+        columns=["commit_number", "transaction_key", "_ingest_seq"],
+        filter=pc.field("commit_number").isin(commit_numbers),
+        prune=[("commit_number", ">=", min(commit_numbers)), ("commit_number", "<=", max(commit_numbers))],
+    )
     if not own.num_rows:
         return {}
     keys = pc.unique(own["transaction_key"].drop_null())
-    every = warehouse.read(events, columns=["transaction_key", "_ingest_seq"],
-                           filter=pc.field("transaction_key").isin(keys),
-                           prune=[("_ingest_seq", ">=", pc.min(own["_ingest_seq"]).as_py())])
-    step = dict(zip(*every.group_by("transaction_key").aggregate([("_ingest_seq", "max")])
-                    .select(["transaction_key", "_ingest_seq_max"]).to_pydict().values()))
-    return {n: (k, int(step[k])) for n, k in zip(own["commit_number"].to_pylist(),
-                                                  own["transaction_key"].to_pylist()) if k in step}
+    every = warehouse.read(
+        events,
+        columns=["transaction_key", "_ingest_seq"],
+        filter=pc.field("transaction_key").isin(keys),
+        prune=[("_ingest_seq", ">=", pc.min(own["_ingest_seq"]).as_py())],
+    )
+    step = dict(
+        zip(
+            *every.group_by("transaction_key")
+            .aggregate([("_ingest_seq", "max")])
+            .select(["transaction_key", "_ingest_seq_max"])
+            .to_pydict()
+            .values()
+        )
+    )
+    return {
+        n: (k, int(step[k]))
+        for n, k in zip(own["commit_number"].to_pylist(), own["transaction_key"].to_pylist())
+        if k in step
+    }
 
 
 def floors(times: dict[int, VersionTime], previous: int, applied_before: int) -> dict[int, int]:
@@ -120,13 +136,21 @@ def floors(times: dict[int, VersionTime], previous: int, applied_before: int) ->
     return out
 
 
-def stamp(netted: pa.Table, times: dict[int, VersionTime], previous: int, applied_before: int,
-          steps: dict[int, tuple[str, int]]) -> pa.Table:
+def stamp(
+    netted: pa.Table,
+    times: dict[int, VersionTime],
+    previous: int,
+    applied_before: int,
+    steps: dict[int, tuple[str, int]],
+) -> pa.Table:
     """`netted` (rows of `net_changes`) with `ts_step`, `ts_tx` and `txid`, ordered by (version, step, txId, Id):
     the module docstring's rules."""
     floor = floors(times, previous, applied_before)
-    numbers = (netted["_sf_commit_number__post"] if "_sf_commit_number__post" in netted.column_names
-               else pa.nulls(netted.num_rows, pa.int64())).to_pylist()
+    numbers = (
+        netted["_sf_commit_number__post"]
+        if "_sf_commit_number__post" in netted.column_names
+        else pa.nulls(netted.num_rows, pa.int64())
+    ).to_pylist()
     step_of, tx_of, txid = [], [], []
     for version, number in zip(netted["version"].to_pylist(), numbers):
         found = steps.get(number) if number is not None else None
@@ -137,5 +161,6 @@ def stamp(netted: pa.Table, times: dict[int, VersionTime], previous: int, applie
     netted = netted.append_column("ts_step", pa.array(step_of, pa.int64()))
     netted = netted.append_column("ts_tx", pa.array(tx_of, pa.int64()))
     netted = netted.append_column("txid", pa.array(txid, pa.string()))
-    return netted.sort_by([("version", "ascending"), ("ts_step", "ascending"), ("ts_tx", "ascending"),
-                           ("Id", "ascending")])
+    return netted.sort_by(
+        [("version", "ascending"), ("ts_step", "ascending"), ("ts_tx", "ascending"), ("Id", "ascending")]
+    )

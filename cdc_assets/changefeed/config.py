@@ -37,19 +37,33 @@ class ChangefeedConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    uri: str | None = Field(None, description=(
-        "Folder (relative to the YAML file) or object-store URI of the feeds, one sub-folder per object; "
-        "default CDC_CHANGEFEED, else `changefeed`."))
-    mode: Mode = Field("NEW_AND_OLD_IMAGES", description=(
-        "KEYS_ONLY, UPDATES (changed columns), NEW_IMAGE, OLD_IMAGE or NEW_AND_OLD_IMAGES (any case)."))
-    format: Format = Field("json", description=(
-        "json (YDB JSON) or debezium_json (Debezium's key and value; only with mode NEW_AND_OLD_IMAGES)."))
-    initial_scan: bool = Field(False, description=(
-        "The first export also emits every live row of the replica (op r) at its start version."))
+    uri: str | None = Field(
+        None,
+        description=(
+            "Folder (relative to the YAML file) or object-store URI of the feeds, one sub-folder per object; "
+            "default CDC_CHANGEFEED, else `changefeed`."
+        ),
+    )
+    mode: Mode = Field(
+        "NEW_AND_OLD_IMAGES",
+        description=("KEYS_ONLY, UPDATES (changed columns), NEW_IMAGE, OLD_IMAGE or NEW_AND_OLD_IMAGES (any case)."),
+    )
+    format: Format = Field(
+        "json",
+        description=("json (YDB JSON) or debezium_json (Debezium's key and value; only with mode NEW_AND_OLD_IMAGES)."),
+    )
+    initial_scan: bool = Field(
+        False, description=("The first export also emits every live row of the replica (op r) at its start version.")
+    )
     max_versions_per_file: int = Field(100, ge=1, description="Replica versions per feed file.")
-    batch_rows: int = Field(200_000, ge=1, description=(
-        "Change Data Feed or initial-scan rows an export holds in memory at once; a larger version (a resync) "
-        "is partitioned by a hash of Id into spill files of at most this many rows and netted part by part."))
+    batch_rows: int = Field(
+        200_000,
+        ge=1,
+        description=(
+            "Change Data Feed or initial-scan rows an export holds in memory at once; a larger version (a resync) "
+            "is partitioned by a hash of Id into spill files of at most this many rows and netted part by part."
+        ),
+    )
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -68,7 +82,8 @@ class ChangefeedConfig(BaseModel):
         if self.format == "debezium_json" and self.mode != "NEW_AND_OLD_IMAGES":
             raise ValueError(
                 f"format debezium_json needs mode NEW_AND_OLD_IMAGES (Debezium's before and after are whole rows), "
-                f"not {self.mode}: set mode: NEW_AND_OLD_IMAGES, or use format json for {self.mode}")
+                f"not {self.mode}: set mode: NEW_AND_OLD_IMAGES, or use format json for {self.mode}"
+            )
         return self
 
     def over(self, default: ChangefeedConfig | None) -> ChangefeedConfig:

@@ -46,7 +46,7 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 import pyarrow as pa
@@ -98,18 +98,22 @@ def _check_identity(store: FeedStore, table: DeltaTable, name: str, newest: Feed
     recorded, current = store.read_identity(), table_identity(table)
     if recorded == current:
         return
-    if newest is None or recorded is None and newest.last <= table.version():
+    if newest is None or (recorded is None and newest.last <= table.version()):
         store.write_identity(current)  # a new feed, or one written before the table was recorded
         return
-    was = (f"Delta table {recorded['table_id']} (created at {recorded['created_ms']} ms)" if recorded else
-           f"a table that had reached version {newest.last}")
+    was = (
+        f"Delta table {recorded['table_id']} (created at {recorded['created_ms']} ms)"
+        if recorded
+        else f"a table that had reached version {newest.last}"
+    )
     raise RecreatedReplicaError(
         f"{name} changefeed at {store.uri} follows {was}, but the replica at {table.table_uri} is Delta table "
         f"{current['table_id']} (created at {current['created_ms']} ms, now at version {table.version()}): it was "
         f"deleted and re-made, so its versions are not the feed's, and continuing would keep records that no "
         f"longer exist and miss others. Re-export with an initial scan: move the folder {store.uri} away, set "
         f"`initial_scan: true` in {name}'s changefeed section, and re-run changefeed/{name}; consumers start "
-        f"again from the new feed.")
+        f"again from the new feed."
+    )
 
 
 def _scan(table: DeltaTable, batch_rows: int, *, version: int, commit_ms: int, ts: list[int]) -> Iterator[dict]:
@@ -125,8 +129,14 @@ def _scan(table: DeltaTable, batch_rows: int, *, version: int, commit_ms: int, t
         yield {**pending, "last": True}
 
 
-def _stamped(warehouse: DeltaWarehouse, name: str, parts: Iterator[pa.Table], times: dict[int, VersionTime],
-             previous: int, applied_before: int) -> Iterator[dict]:
+def _stamped(
+    warehouse: DeltaWarehouse,
+    name: str,
+    parts: Iterator[pa.Table],
+    times: dict[int, VersionTime],
+    previous: int,
+    applied_before: int,
+) -> Iterator[dict]:
     """Netted parts as changes with their ts (clock.py), a slice at a time."""
     for part in parts:
         column = "_sf_commit_number__post"
@@ -134,14 +144,19 @@ def _stamped(warehouse: DeltaWarehouse, name: str, parts: Iterator[pa.Table], ti
         part = stamp(part, times, previous, applied_before, transaction_steps(warehouse, name, numbers))
         for chunk in part.to_batches(max_chunksize=RENDER_ROWS):
             for change in chunk.to_pylist():
-                yield {**change, "ts": [change["ts_step"], change["ts_tx"]], "commit_ms": times[change["version"]].commit_ms}
+                yield {
+                    **change,
+                    "ts": [change["ts_step"], change["ts_tx"]],
+                    "commit_ms": times[change["version"]].commit_ms,
+                }
 
 
-def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConfig, *,
-                      now: datetime | None = None) -> ExportResult:
+def export_changefeed(
+    warehouse: DeltaWarehouse, name: str, feed: ChangefeedConfig, *, now: datetime | None = None
+) -> ExportResult:
     """Bring the feed of replica `name` up to the replica's latest version (see the module docstring)."""
     started = time.monotonic()
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     store = FeedStore(feed.object_uri(name))
     result = ExportResult()
     if left := store.drop_leftovers():
@@ -162,8 +177,7 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
         def lines():
             for change in changes:
                 count[change["op"]] = count.get(change["op"], 0) + 1
-                for record in render(change, columns, mode=feed.mode, fmt=feed.format, name=SOURCE_NAME,
-                                     table=name):
+                for record in render(change, columns, mode=feed.mode, fmt=feed.format, name=SOURCE_NAME, table=name):
                     yield line(record)
             if feed.format == "json":  # YDB carries resolved messages in the stream; Debezium does not
                 yield line(resolved(resolved_step))
@@ -176,8 +190,11 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
     if position is None:  # the first export: the feed starts at the latest version
         previous = resolved_after(times, latest, 0)[-1]
         columns = data_columns(pa.schema(table.schema().to_arrow()))
-        scan = (_scan(table, feed.batch_rows, version=latest, commit_ms=times[latest].commit_ms, ts=[previous, 0])
-                if feed.initial_scan else ())
+        scan = (
+            _scan(table, feed.batch_rows, version=latest, commit_ms=times[latest].commit_ms, ts=[previous, 0])
+            if feed.initial_scan
+            else ()
+        )
         write(latest, latest, previous, scan, columns)
         position = latest
     while position < latest:
@@ -187,13 +204,24 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
         applied_before = max(t.applied_through for v, t in times.items() if v < first)
         schema, parts = cdf_parts(table, first, last, feed.batch_rows)
         netted = (net_changes(part) for part in parts)
-        write(first, last, after, _stamped(warehouse, name, netted, in_range, previous, applied_before),
-              data_columns(schema))
+        write(
+            first,
+            last,
+            after,
+            _stamped(warehouse, name, netted, in_range, previous, applied_before),
+            data_columns(schema),
+        )
         position, previous = last, after
     store.write_resolved({**resolved(previous), "version": position, "at": now.isoformat()})
     result.position, result.resolved, result.seconds = position, previous, time.monotonic() - started
-    log.info("%s changefeed: %d files through version %d (resolved step %d), records %s", name, len(result.files),
-             position, previous, count)
+    log.info(
+        "%s changefeed: %d files through version %d (resolved step %d), records %s",
+        name,
+        len(result.files),
+        position,
+        previous,
+        count,
+    )
     return result
 
 
@@ -211,9 +239,11 @@ def export_changefeed(warehouse: DeltaWarehouse, name: str, feed: ChangefeedConf
 # stays failed: the exporter is idempotent.
 RETRY_CRON = "*/5 * * * *"
 FOLLOWS_REPLICA = (
-    (dg.AutomationCondition.newly_missing() | dg.AutomationCondition.any_deps_updated()
-     | (dg.AutomationCondition.execution_failed() & dg.AutomationCondition.cron_tick_passed(RETRY_CRON))
-     ).since(dg.AutomationCondition.newly_requested() & ~dg.AutomationCondition.any_deps_updated())
+    (
+        dg.AutomationCondition.newly_missing()
+        | dg.AutomationCondition.any_deps_updated()
+        | (dg.AutomationCondition.execution_failed() & dg.AutomationCondition.cron_tick_passed(RETRY_CRON))
+    ).since(dg.AutomationCondition.newly_requested() & ~dg.AutomationCondition.any_deps_updated())
     & ~dg.AutomationCondition.any_deps_missing()
     & ~dg.AutomationCondition.in_progress()
     & dg.AutomationCondition.all_deps_blocking_checks_passed()
@@ -226,27 +256,34 @@ def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
     from cdc_assets.assets import GROUP, replica_key, replica_pool  # the replica assets module imports much
 
     @dg.asset(
-        key=changefeed_key(sobject.name), deps=[replica_key(sobject.name)], group_name=GROUP,
+        key=changefeed_key(sobject.name),
+        deps=[replica_key(sobject.name)],
+        group_name=GROUP,
         automation_condition=FOLLOWS_REPLICA,
-        kinds={"delta", "json"}, pool=replica_pool(sobject.name),  # the replica's pool: see enable_change_feed
+        kinds={"delta", "json"},
+        pool=replica_pool(sobject.name),  # the replica's pool: see enable_change_feed
         description=f"Changefeed of the {sobject.name} replica ({feed.mode}, {feed.format}) at "
-                    f"{feed.object_uri(sobject.name)}: its changes since the feed's position as JSON lines, exactly "
-                    f"once, per-key ordered, with virtual and resolved timestamps (cdc_assets/changefeed/export.py).",
+        f"{feed.object_uri(sobject.name)}: its changes since the feed's position as JSON lines, exactly "
+        f"once, per-key ordered, with virtual and resolved timestamps (cdc_assets/changefeed/export.py).",
     )
     @exclusive(replica_pool(sobject.name))
     def changefeed(context: dg.AssetExecutionContext, warehouse: DeltaWarehouse) -> dg.MaterializeResult:
         result = export_changefeed(warehouse, sobject.name, feed)
-        context.log.info(f"{sobject.name} changefeed: {len(result.files)} files, records {result.records}, "
-                         f"through replica version {result.position}")
-        return dg.MaterializeResult(metadata={
-            "feed_uri": dg.MetadataValue.path(feed.object_uri(sobject.name)),
-            "position": dg.MetadataValue.int(-1 if result.position is None else result.position),
-            "resolved_step": dg.MetadataValue.int(-1 if result.resolved is None else result.resolved),
-            "files_written": dg.MetadataValue.int(len(result.files)),
-            "records": dg.MetadataValue.int(sum(result.records.values())),
-            **{f"records_{op}": dg.MetadataValue.int(n) for op, n in sorted(result.records.items())},
-            "seconds_export": dg.MetadataValue.float(round(result.seconds, 3)),
-        })
+        context.log.info(
+            f"{sobject.name} changefeed: {len(result.files)} files, records {result.records}, "
+            f"through replica version {result.position}"
+        )
+        return dg.MaterializeResult(
+            metadata={
+                "feed_uri": dg.MetadataValue.path(feed.object_uri(sobject.name)),
+                "position": dg.MetadataValue.int(-1 if result.position is None else result.position),
+                "resolved_step": dg.MetadataValue.int(-1 if result.resolved is None else result.resolved),
+                "files_written": dg.MetadataValue.int(len(result.files)),
+                "records": dg.MetadataValue.int(sum(result.records.values())),
+                **{f"records_{op}": dg.MetadataValue.int(n) for op, n in sorted(result.records.items())},
+                "seconds_export": dg.MetadataValue.float(round(result.seconds, 3)),
+            }
+        )
 
     return changefeed
 

@@ -47,8 +47,9 @@ def key_hash(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return pd.util.hash_array(np.asarray(ids.to_pylist(), dtype=object), categorize=False)
 
 
-def _parts(batches: Iterable[pa.RecordBatch], schema: pa.Schema, rows: int, batch_rows: int, *, level: int
-           ) -> Iterator[pa.Table]:
+def _parts(
+    batches: Iterable[pa.RecordBatch], schema: pa.Schema, rows: int, batch_rows: int, *, level: int
+) -> Iterator[pa.Table]:
     if rows <= batch_rows or level * LEVEL_BITS >= 64:
         yield pa.Table.from_batches(list(batches), schema)
         return
@@ -66,8 +67,9 @@ def _parts(batches: Iterable[pa.RecordBatch], schema: pa.Schema, rows: int, batc
             path.unlink()
 
 
-def _spill(batches: Iterable[pa.RecordBatch], schema: pa.Schema, folder: Path, fan: int, batch_rows: int,
-           level: int) -> list[int]:
+def _spill(
+    batches: Iterable[pa.RecordBatch], schema: pa.Schema, folder: Path, fan: int, batch_rows: int, level: int
+) -> list[int]:
     """Write the rows to `fan` IPC stream files `<bucket>.arrows` by their key's hash bits of this level; returns
     the rows each got."""
     counts = [0] * fan

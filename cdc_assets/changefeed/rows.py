@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from functools import cache
 
 import pyarrow as pa
@@ -45,8 +45,13 @@ KEY = "Id"
 BOOKKEEPING = frozenset({*(name for name, _ in SYSTEM_COLUMNS), FORMULAS_AT})
 CDF_COLUMNS = ("_change_type", "_commit_version", "_commit_timestamp")
 PRE_TYPES, POST_TYPES = ("update_preimage", "delete"), ("update_postimage", "insert")
-SOURCE_COLUMNS = {"_sf_commit_ts": "commit_ts", "_sf_replay_id": "replay_id", "_sf_commit_number": "commit_number",
-                  "_sf_sequence_number": "sequence_number", "_sf_source": "origin"}
+SOURCE_COLUMNS = {
+    "_sf_commit_ts": "commit_ts",
+    "_sf_replay_id": "replay_id",
+    "_sf_commit_number": "commit_number",
+    "_sf_sequence_number": "sequence_number",
+    "_sf_source": "origin",
+}
 CONNECTOR, CONNECTOR_VERSION, DB = "salesforce-delta", "2", "salesforce"  # DB: source.db (the org)
 CREATE, UPDATE, ERASE, READ = "c", "u", "d", "r"
 NEW_MODES, OLD_MODES = {"NEW_IMAGE", "NEW_AND_OLD_IMAGES"}, {"OLD_IMAGE", "NEW_AND_OLD_IMAGES"}
@@ -55,8 +60,9 @@ PYTHON_ROWS = 1_000  # rows turned into Python dicts at a time (a batch's worth 
 
 def plain(table: pa.Table) -> pa.Table:
     """View and large string types (as delta-rs may hand them out) cast to plain strings: joins take those."""
-    fields = [pa.field(f.name, pa.string()) if f.type in (pa.string_view(), pa.large_string()) else f
-              for f in table.schema]
+    fields = [
+        pa.field(f.name, pa.string()) if f.type in (pa.string_view(), pa.large_string()) else f for f in table.schema
+    ]
     return table.cast(pa.schema(fields))
 
 
@@ -101,17 +107,29 @@ def net_changes(cdf: pa.Table) -> pa.Table:
     post = cdf.filter(pc.is_in(kind, pa.array(POST_TYPES))).select([*columns, "_commit_version"])
     pre = pre.append_column("_present__pre", pa.repeat(True, pre.num_rows))
     post = post.append_column("_present__post", pa.repeat(True, post.num_rows))
-    both = pre.join(post, keys=[KEY, "_commit_version"], join_type="full outer", left_suffix="__pre",
-                    right_suffix="__post", coalesce_keys=True)
+    both = pre.join(
+        post,
+        keys=[KEY, "_commit_version"],
+        join_type="full outer",
+        left_suffix="__pre",
+        right_suffix="__post",
+        coalesce_keys=True,
+    )
     live_pre = _live(both, "_present__pre", "__pre")
     live_post = _live(both, "_present__post", "__post")
     differs = pa.repeat(False, both.num_rows)
     for name in data_columns(cdf.schema)[1:]:
         differs = pc.or_(differs, _differs(both[f"{name}__pre"], both[f"{name}__post"]))
     op = pc.case_when(
-        pc.make_struct(pc.and_(pc.invert(live_pre), live_post), pc.and_(live_pre, pc.invert(live_post)),
-                       pc.and_(pc.and_(live_pre, live_post), differs)),
-        pa.scalar(CREATE), pa.scalar(ERASE), pa.scalar(UPDATE))
+        pc.make_struct(
+            pc.and_(pc.invert(live_pre), live_post),
+            pc.and_(live_pre, pc.invert(live_post)),
+            pc.and_(pc.and_(live_pre, live_post), differs),
+        ),
+        pa.scalar(CREATE),
+        pa.scalar(ERASE),
+        pa.scalar(UPDATE),
+    )
     both = both.rename_columns([{"_commit_version": "version"}.get(n, n) for n in both.schema.names])
     both = both.append_column("op", op)
     both = both.filter(pc.is_valid(both["op"]))
@@ -121,7 +139,7 @@ def net_changes(cdf: pa.Table) -> pa.Table:
 def json_value(value):
     """A column value as JSON: timestamps ISO-8601 UTC with microseconds and `Z`, dates `YYYY-MM-DD`."""
     if isinstance(value, datetime):
-        value = value.astimezone(timezone.utc) if value.tzinfo else value
+        value = value.astimezone(UTC) if value.tzinfo else value
         return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if isinstance(value, date):
         return value.isoformat()
@@ -142,9 +160,17 @@ def _source(row: dict, suffix: str, *, name: str, table: str, snapshot: str) -> 
     """Debezium's `source` block: the fields every connector has (version, connector, name, ts_ms, snapshot, db,
     sequence, table), `txId`, then this connector's own (the row's Salesforce position and the Delta version)."""
     ts = row.get(f"_sf_commit_ts{suffix}")
-    source = {"version": CONNECTOR_VERSION, "connector": CONNECTOR, "name": name,
-              "ts_ms": int(ts.timestamp() * 1000) if ts is not None else None, "snapshot": snapshot, "db": DB,
-              "sequence": json.dumps(row["ts"], separators=(",", ":")), "table": table, "txId": row.get("txid")}
+    source = {
+        "version": CONNECTOR_VERSION,
+        "connector": CONNECTOR,
+        "name": name,
+        "ts_ms": int(ts.timestamp() * 1000) if ts is not None else None,
+        "snapshot": snapshot,
+        "db": DB,
+        "sequence": json.dumps(row["ts"], separators=(",", ":")),
+        "table": table,
+        "txId": row.get("txid"),
+    }
     for column, key in SOURCE_COLUMNS.items():
         source[key] = json_value(row.get(f"{column}{suffix}"))
     return source
@@ -161,10 +187,18 @@ def render(change: dict, columns: list[str], *, mode: str, fmt: str, name: str, 
         return [_ydb(change, mode, new, old)]
     suffix = "__pre" if op == ERASE and change.get("_present__post") is None else "__post"
     snapshot = ("last" if change.get("last") else "true") if op == READ else "false"
-    value = {"before": old, "after": new, "source": {
-        **_source(change, suffix, name=name, table=table, snapshot=snapshot),
-        "delta_version": change["version"], "delta_commit_ms": change["commit_ms"]},
-        "op": op, "ts_ms": change["commit_ms"], "transaction": None}
+    value = {
+        "before": old,
+        "after": new,
+        "source": {
+            **_source(change, suffix, name=name, table=table, snapshot=snapshot),
+            "delta_version": change["version"],
+            "delta_commit_ms": change["commit_ms"],
+        },
+        "op": op,
+        "ts_ms": change["commit_ms"],
+        "transaction": None,
+    }
     records = [{"key": {KEY: key}, "value": value}]
     if op == ERASE:
         records.append({"key": {KEY: key}, "value": None})  # the tombstone (Debezium's tombstones.on.delete)
@@ -196,8 +230,15 @@ def snapshot_changes(rows: pa.Table, *, version: int, commit_ms: int, ts: list[i
     rows = as_json_types(plain(rows))
     live = rows.filter(pc.invert(pc.fill_null(rows["_sf_deleted"], False))).sort_by(KEY)
     for row in (row for chunk in live.to_batches(max_chunksize=PYTHON_ROWS) for row in chunk.to_pylist()):
-        yield {"op": READ, "version": version, "commit_ms": commit_ms, "ts": ts, "txid": None, KEY: row[KEY],
-               **{f"{c}__post": v for c, v in row.items()}}
+        yield {
+            "op": READ,
+            "version": version,
+            "commit_ms": commit_ms,
+            "ts": ts,
+            "txid": None,
+            KEY: row[KEY],
+            **{f"{c}__post": v for c, v in row.items()},
+        }
 
 
 def line(record: dict) -> str:

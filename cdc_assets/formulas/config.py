@@ -35,20 +35,39 @@ class FormulasConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    refresh_every: float = Field(3600.0, gt=0, description=(
-        "Seconds between formula refresh runs (or a duration: 15m, 1h, 1d); the check formulas_fresh fails when a "
-        "live row's formula values are older than twice the longer of this and full_every."))
-    full_every: float | None = Field(None, gt=0, description=(
-        "Seconds between full passes that read every record's formulas; the refreshes in between read only records "
-        "whose SystemModstamp moved. Default: every refresh is a full pass (cross-object formulas change without "
-        "an event on the record)."))
-    overlap: float = Field(300.0, ge=0, description=(
-        "Seconds an incremental refresh re-reads behind the previous one (clock skew, late commits)."))
-    fields: tuple[ApiName, ...] | None = Field(None, description=(
-        "Only these formula fields; default every formula field describe() lists."))
-    merge_rows: int = Field(1_000_000, gt=0, description=(
-        "Formula rows read before they are merged into the replica, one commit each (bounds memory; a killed run "
-        "resumes the Bulk job after the last commit)."))
+    refresh_every: float = Field(
+        3600.0,
+        gt=0,
+        description=(
+            "Seconds between formula refresh runs (or a duration: 15m, 1h, 1d); the check formulas_fresh fails when a "
+            "live row's formula values are older than twice the longer of this and full_every."
+        ),
+    )
+    full_every: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Seconds between full passes that read every record's formulas; the refreshes in between read only records "
+            "whose SystemModstamp moved. Default: every refresh is a full pass (cross-object formulas change without "
+            "an event on the record)."
+        ),
+    )
+    overlap: float = Field(
+        300.0,
+        ge=0,
+        description=("Seconds an incremental refresh re-reads behind the previous one (clock skew, late commits)."),
+    )
+    fields: tuple[ApiName, ...] | None = Field(
+        None, description=("Only these formula fields; default every formula field describe() lists.")
+    )
+    merge_rows: int = Field(
+        1_000_000,
+        gt=0,
+        description=(
+            "Formula rows read before they are merged into the replica, one commit each (bounds memory; a killed run "
+            "resumes the Bulk job after the last commit)."
+        ),
+    )
 
     @field_validator("refresh_every", "full_every", "overlap", mode="before")
     @classmethod

@@ -22,8 +22,10 @@ from spark_ops.schema import FORMULAS_AT
 FORMULAS_FRESH = "formulas_fresh"
 META_AGE = "formulas_oldest_age_seconds"
 META_MISSING = "formulas_missing"
-DESCRIPTION = ("Every live row's formula values were read from the org less than twice the full-pass interval "
-               "ago (replication.yaml formulas: refresh_every, full_every): formula refresh runs keep up.")
+DESCRIPTION = (
+    "Every live row's formula values were read from the org less than twice the full-pass interval "
+    "ago (replication.yaml formulas: refresh_every, full_every): formula refresh runs keep up."
+)
 
 
 @dataclass(frozen=True)
@@ -52,23 +54,38 @@ def formula_age(table: DeltaTable | None) -> FormulaAge:
 
 def formula_metadata(table: DeltaTable | None, now: datetime) -> dict:
     age = formula_age(table)
-    return {META_AGE: dg.MetadataValue.float(round(age.seconds(now), 3)),
-            META_MISSING: dg.MetadataValue.int(age.missing)}
+    return {
+        META_AGE: dg.MetadataValue.float(round(age.seconds(now), 3)),
+        META_MISSING: dg.MetadataValue.int(age.missing),
+    }
 
 
-def check_formulas_fresh(table: DeltaTable | None, name: str, options: FormulasConfig,
-                         now: datetime) -> dg.AssetCheckResult:
+def check_formulas_fresh(
+    table: DeltaTable | None, name: str, options: FormulasConfig, now: datetime
+) -> dg.AssetCheckResult:
     age = formula_age(table)
     seconds, limit = age.seconds(now), options.max_age
-    meta = {META_AGE: seconds, META_MISSING: age.missing, "live_rows": age.live, "threshold_seconds": limit,
-            "oldest_at": age.oldest.isoformat() if age.oldest else ""}
+    meta = {
+        META_AGE: seconds,
+        META_MISSING: age.missing,
+        "live_rows": age.live,
+        "threshold_seconds": limit,
+        "oldest_at": age.oldest.isoformat() if age.oldest else "",
+    }
     if seconds <= limit:
-        return dg.AssetCheckResult(check_name=FORMULAS_FRESH, passed=True, metadata=meta,
-                                   description=f"The oldest live formula value is {seconds:.0f} s old "
-                                               f"(limit {limit:g} s); {age.missing} rows await their first read.")
+        return dg.AssetCheckResult(
+            check_name=FORMULAS_FRESH,
+            passed=True,
+            metadata=meta,
+            description=f"The oldest live formula value is {seconds:.0f} s old "
+            f"(limit {limit:g} s); {age.missing} rows await their first read.",
+        )
     return dg.AssetCheckResult(
-        check_name=FORMULAS_FRESH, passed=False, metadata=meta,
+        check_name=FORMULAS_FRESH,
+        passed=False,
+        metadata=meta,
         description=f"The oldest live {name} formula value was read at {meta['oldest_at']}, {seconds:.0f} s ago "
-                    f"(limit {limit:g} s, twice the full-pass interval): formula refreshes are not keeping up. "
-                    f"Check that the sensor formulas_{name} is on and its runs succeed (API budget, credentials), "
-                    f"or materialize salesforce/{name} with run config {{mode: formulas, formulas_full: true}}.")
+        f"(limit {limit:g} s, twice the full-pass interval): formula refreshes are not keeping up. "
+        f"Check that the sensor formulas_{name} is on and its runs succeed (API budget, credentials), "
+        f"or materialize salesforce/{name} with run config {{mode: formulas, formulas_full: true}}.",
+    )

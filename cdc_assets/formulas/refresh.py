@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,8 +52,14 @@ from spark_ops.schema import BUCKET_COLUMN, FORMULAS_AT, ObjectSchema
 
 log = logging.getLogger(__name__)
 
-COUNTS = ("formulas_rows_read", "formulas_rows_refreshed", "formulas_not_in_replica", "formulas_full_pass",
-          "formulas_merges", "formulas_resumed")
+COUNTS = (
+    "formulas_rows_read",
+    "formulas_rows_refreshed",
+    "formulas_not_in_replica",
+    "formulas_full_pass",
+    "formulas_merges",
+    "formulas_resumed",
+)
 MODE = "formulas"  # the replica run mode (ReplicaRunConfig.mode), and the SyncResult mode
 
 
@@ -64,7 +70,7 @@ class FormulaResult(SyncResult):
 
 
 def soql_datetime(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def query_hash(schema: ObjectSchema, where: str | None) -> str:
@@ -75,8 +81,7 @@ def _due(last: str | None, every: float, now: datetime) -> bool:
     return last is None or (now - datetime.fromisoformat(last)).total_seconds() >= every
 
 
-def incremental_since(table: DeltaTable, schema: ObjectSchema, state: FormulaState, overlap: float
-                      ) -> datetime | None:
+def incremental_since(table: DeltaTable, schema: ObjectSchema, state: FormulaState, overlap: float) -> datetime | None:
     """Where an incremental pass starts (None: it cannot, a full pass is needed): the previous refresh's read time,
     or the position of the oldest live row without formula values if older, less `overlap`."""
     if not state.refreshed_at or schema.position_field is None:
@@ -84,8 +89,9 @@ def incremental_since(table: DeltaTable, schema: ObjectSchema, state: FormulaSta
     if FORMULAS_AT not in table.schema().to_arrow().names:  # no refresh ever wrote a value
         return None
     since = datetime.fromisoformat(state.refreshed_at)
-    rows = read_table(table, columns=["_sf_commit_ts", "_sf_deleted", FORMULAS_AT],
-                      filter=pc.field(FORMULAS_AT).is_null())
+    rows = read_table(
+        table, columns=["_sf_commit_ts", "_sf_deleted", FORMULAS_AT], filter=pc.field(FORMULAS_AT).is_null()
+    )
     live = rows.filter(pc.invert(pc.fill_null(rows["_sf_deleted"], False)))
     if live.num_rows and (oldest := pc.min(live["_sf_commit_ts"]).as_py()) is not None:
         since = min(since, oldest)
@@ -97,21 +103,31 @@ class FormulaWriter:
 
     def __init__(self, warehouse: DeltaWarehouse, schema: ObjectSchema, state: FormulaState, *, run_id: str):
         self.warehouse, self.schema, self.state, self.run_id = warehouse, schema, state, run_id
-        self.counts = {k: 0 for k in COUNTS}
+        self.counts = dict.fromkeys(COUNTS, 0)
         self.watch = Stopwatch()  # laps: "org" (job, pages, parsing), "merge"
 
     def merge(self, rows: pa.Table, job: FormulaJob, *, done: bool) -> None:
         self.watch.lap("org")
         state = replace(self.state, job=None if done else job, run_id=self.run_id, counts=self.counts)
         if done:
-            state = replace(state, refreshed_at=job.read_at, full_at=job.read_at if job.where is None else state.full_at)
+            state = replace(
+                state, refreshed_at=job.read_at, full_at=job.read_at if job.where is None else state.full_at
+            )
         table = self.warehouse.table(self.schema.name)  # the snapshot this commit is made against
         txns = {APPLY_APP: table.transaction_version(APPLY_APP) or 0}  # a concurrent replica writer conflicts
         rows = rows.sort_by("Id")  # Id-ordered files: a sorted batch touches those of its Id range
         _, updated = self.warehouse.update_columns(
-            self.schema.name, rows, read=table, key_column="Id", columns=[*self.schema.formula_names, FORMULAS_AT],
-            partition_column=BUCKET_COLUMN, partition_values=rows[BUCKET_COLUMN].to_pylist(), key=state.KEY,
-            state=state.to_dict(), txns=txns)
+            self.schema.name,
+            rows,
+            read=table,
+            key_column="Id",
+            columns=[*self.schema.formula_names, FORMULAS_AT],
+            partition_column=BUCKET_COLUMN,
+            partition_values=rows[BUCKET_COLUMN].to_pylist(),
+            key=state.KEY,
+            state=state.to_dict(),
+            txns=txns,
+        )
         self.counts["formulas_rows_read"] += rows.num_rows
         self.counts["formulas_rows_refreshed"] += updated
         self.counts["formulas_not_in_replica"] += rows.num_rows - updated
@@ -120,16 +136,24 @@ class FormulaWriter:
         self.watch.lap("merge")
 
 
-def refresh_formulas(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *,
-                     options: FormulasConfig, run_id: str, now: datetime, full: bool = False,
-                     page_size: int = 50_000) -> FormulaResult:
+def refresh_formulas(
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    *,
+    options: FormulasConfig,
+    run_id: str,
+    now: datetime,
+    full: bool = False,
+    page_size: int = 50_000,
+) -> FormulaResult:
     """Read the org's formula values and merge them into the replica's formula columns (module docstring); `full`
     forces a full pass."""
     used_before = int(salesforce.api_usage().get("used", 0))
     table = warehouse.table(schema.name)
     if table is None or not schema.formulas:
         log.info("%s: no %s to refresh formulas of", schema.name, "formula fields" if table else "replica yet")
-        return FormulaResult(MODE, {k: 0 for k in COUNTS})
+        return FormulaResult(MODE, dict.fromkeys(COUNTS, 0))
     state = FormulaState.read(warehouse, table)
     writer = FormulaWriter(warehouse, schema, state, run_id=run_id)
     job, resume = state.job, None
@@ -155,16 +179,34 @@ def refresh_formulas(warehouse: DeltaWarehouse, salesforce: SalesforceResource, 
         job = replace(job, id=None, locator=None, records=0, read_at=now.isoformat())
         _read(salesforce, schema, job, writer, options, page_size, None)
     c = writer.counts
-    log.info("%s: %s formula refresh read %d records, refreshed %d rows (%d not in the replica yet) in %d merges",
-             schema.name, "full" if job.where is None else f"incremental ({job.where})", c["formulas_rows_read"],
-             c["formulas_rows_refreshed"], c["formulas_not_in_replica"], c["formulas_merges"])
+    log.info(
+        "%s: %s formula refresh read %d records, refreshed %d rows (%d not in the replica yet) in %d merges",
+        schema.name,
+        "full" if job.where is None else f"incremental ({job.where})",
+        c["formulas_rows_read"],
+        c["formulas_rows_refreshed"],
+        c["formulas_not_in_replica"],
+        c["formulas_merges"],
+    )
     writer.watch.lap("org")
-    return FormulaResult(MODE, dict(c), int(salesforce.api_usage().get("used", 0)) - used_before, where=job.where,
-                         seconds={f"formulas_{k}": v for k, v in writer.watch.seconds.items()})
+    return FormulaResult(
+        MODE,
+        dict(c),
+        int(salesforce.api_usage().get("used", 0)) - used_before,
+        where=job.where,
+        seconds={f"formulas_{k}": v for k, v in writer.watch.seconds.items()},
+    )
 
 
-def _read(salesforce: SalesforceResource, schema: ObjectSchema, job: FormulaJob, writer: FormulaWriter,
-          options: FormulasConfig, page_size: int, resume: BulkPosition | None) -> None:
+def _read(
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    job: FormulaJob,
+    writer: FormulaWriter,
+    options: FormulasConfig,
+    page_size: int,
+    resume: BulkPosition | None,
+) -> None:
     """Read the job page by page; every `merge_rows` rows (and at its end) merge them with the job's position."""
     buffer: list[pa.RecordBatch] = []
     read_at = datetime.fromisoformat(job.read_at)
@@ -176,8 +218,7 @@ def _read(salesforce: SalesforceResource, schema: ObjectSchema, job: FormulaJob,
             return  # read on: a run killed before the next commit resumes after the last one
         text = pa.Table.from_batches(buffer) if buffer else None
         buffer.clear()
-        rows = formula_rows(text, schema, read_at=read_at) if text is not None else \
-            formula_schema(schema).empty_table()
+        rows = formula_rows(text, schema, read_at=read_at) if text is not None else formula_schema(schema).empty_table()
         job = replace(job, id=position.job_id, locator=position.locator, records=job.records + rows.num_rows)
         fault_point("formulas.before_commit")
         writer.merge(rows, job, done=done)
@@ -186,6 +227,13 @@ def _read(salesforce: SalesforceResource, schema: ObjectSchema, job: FormulaJob,
         else:
             fault_point("formulas.after_batch_commit")
 
-    for batch in salesforce.bulk_query_all(schema.name, ["Id", *schema.formula_names], page_size=page_size,
-                                           where=job.where, resume=resume, on_page=on_page, include_deleted=False):
+    for batch in salesforce.bulk_query_all(
+        schema.name,
+        ["Id", *schema.formula_names],
+        page_size=page_size,
+        where=job.where,
+        resume=resume,
+        on_page=on_page,
+        include_deleted=False,
+    ):
         buffer.append(batch)

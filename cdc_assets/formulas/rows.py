@@ -19,8 +19,9 @@ from spark_ops.schema import BUCKET_COLUMN, FORMULAS_AT, ObjectSchema
 
 def formula_schema(schema: ObjectSchema) -> pa.Schema:
     """Id, the formula columns, `_sf_formulas_at`, `_sf_bucket`."""
-    return pa.schema([pa.field("Id", pa.string()), *schema.formula_arrow_fields(),
-                      pa.field(BUCKET_COLUMN, pa.string())])
+    return pa.schema(
+        [pa.field("Id", pa.string()), *schema.formula_arrow_fields(), pa.field(BUCKET_COLUMN, pa.string())]
+    )
 
 
 def formula_values(text: pa.Table, schema: ObjectSchema, *, read_at: datetime) -> dict[str, pa.Array]:
@@ -34,8 +35,11 @@ def formula_values(text: pa.Table, schema: ObjectSchema, *, read_at: datetime) -
 def formula_rows(text: pa.Table, schema: ObjectSchema, *, read_at: datetime) -> pa.Table:
     """Formula rows of a page of text (columns `Id` and the formula fields)."""
     ids = text["Id"].combine_chunks()
-    columns = {"Id": ids, **formula_values(text, schema, read_at=read_at),
-               BUCKET_COLUMN: pc.utf8_slice_codeunits(ids, 0, schema.bucket_chars)}
+    columns = {
+        "Id": ids,
+        **formula_values(text, schema, read_at=read_at),
+        BUCKET_COLUMN: pc.utf8_slice_codeunits(ids, 0, schema.bucket_chars),
+    }
     return pa.table(columns).cast(formula_schema(schema))
 
 

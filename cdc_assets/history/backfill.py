@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -51,8 +51,14 @@ log = logging.getLogger(__name__)
 FIELD_CHANGES = ("CREATE", "UPDATE", "UNDELETE", "SNAPSHOT")
 
 
-def ensure_history(spark: Callable[[], SparkSession], warehouse: DeltaWarehouse, schema: ObjectSchema, *,
-                   replica: DeltaTable | None, run_id: str) -> HistoryResult | None:
+def ensure_history(
+    spark: Callable[[], SparkSession],
+    warehouse: DeltaWarehouse,
+    schema: ObjectSchema,
+    *,
+    replica: DeltaTable | None,
+    run_id: str,
+) -> HistoryResult | None:
     """Create the history table if there is none: empty before a replica exists, else backfilled. None if it
     existed."""
     if warehouse.table(history_name(schema.name)) is not None:
@@ -75,44 +81,65 @@ def _initial_snapshot(warehouse: DeltaWarehouse, replica: DeltaTable) -> tuple[p
             return None if raw is None else (pa.table({}), 1)
         return read_table(first), state.applied_through + 1
     except (OSError, DeltaError, pa.ArrowException) as exc:  # files vacuumed, log expired: the fallback, logged
-        log.warning("%s: the replica's version 0 cannot be read (%s): the history starts from its current rows",
-                    replica.table_uri, exc)
+        log.warning(
+            "%s: the replica's version 0 cannot be read (%s): the history starts from its current rows",
+            replica.table_uri,
+            exc,
+        )
         return None
 
 
-def _events(warehouse: DeltaWarehouse, schema: ObjectSchema, start: int, stop: int,
-            state: ReplicaState) -> pa.Table | None:
+def _events(
+    warehouse: DeltaWarehouse, schema: ObjectSchema, start: int, stop: int, state: ReplicaState
+) -> pa.Table | None:
     """Change rows of the object with ingest in [start, stop], before the first overflow, without the held
     transaction; rows that can no longer be folded (payload trimmed, stored untyped) become gaps."""
     events = warehouse.table(CHANGE_EVENTS)
     if events is None or stop < start:
         return None
-    rows = warehouse.read(events, partitions=[("entity", "=", schema.name)],
-                          filter=(pc.field("_ingest_seq") >= start) & (pc.field("_ingest_seq") <= stop),
-                          prune=[("_ingest_seq", ">=", start), ("_ingest_seq", "<=", stop)])
+    rows = warehouse.read(
+        events,
+        partitions=[("entity", "=", schema.name)],
+        filter=(pc.field("_ingest_seq") >= start) & (pc.field("_ingest_seq") <= stop),
+        prune=[("_ingest_seq", ">=", start), ("_ingest_seq", "<=", stop)],
+    )
     over = overflows(rows)
     if pc.any(over).as_py():
         first = pc.min(pc.filter(rows["_ingest_seq"], over)).as_py()
         rows = rows.filter(pc.less(rows["_ingest_seq"], first))
     if state.held:
-        held = pc.and_(pc.is_in(rows["transaction_key"], value_set=pa.array(state.held.transactions, pa.string())),
-                       pc.greater_equal(rows["_ingest_seq"], state.held.from_seq))
+        held = pc.and_(
+            pc.is_in(rows["transaction_key"], value_set=pa.array(state.held.transactions, pa.string())),
+            pc.greater_equal(rows["_ingest_seq"], state.held.from_seq),
+        )
         rows = rows.filter(pc.invert(held))
     with_fields = pc.is_in(rows["change_type"], value_set=pa.array(FIELD_CHANGES))
-    trimmed = pc.and_(pc.equal(pc.list_value_length(rows["fields"]), 0),
-                      pc.greater(pc.list_value_length(rows["set_fields"]), 0))
-    untyped = pc.invert(pc.fill_null(rows["typed"], False)) if "typed" in rows.column_names else \
-        pa.repeat(True, rows.num_rows)
+    trimmed = pc.and_(
+        pc.equal(pc.list_value_length(rows["fields"]), 0), pc.greater(pc.list_value_length(rows["set_fields"]), 0)
+    )
+    untyped = (
+        pc.invert(pc.fill_null(rows["typed"], False))
+        if "typed" in rows.column_names
+        else pa.repeat(True, rows.num_rows)
+    )
     lost = pc.fill_null(pc.and_(with_fields, pc.or_(trimmed, untyped)), False)
     if pc.any(lost).as_py():
-        rows = rows.set_column(rows.schema.get_field_index("change_type"), "change_type",
-                               pc.if_else(lost, pc.binary_join_element_wise("GAP_", rows["change_type"], ""),
-                                          rows["change_type"]))
+        rows = rows.set_column(
+            rows.schema.get_field_index("change_type"),
+            "change_type",
+            pc.if_else(lost, pc.binary_join_element_wise("GAP_", rows["change_type"], ""), rows["change_type"]),
+        )
     return rows
 
 
-def backfill(spark: Callable[[], SparkSession], warehouse: DeltaWarehouse, schema: ObjectSchema, replica: DeltaTable, *,
-             run_id: str) -> HistoryResult:
+def backfill(
+    spark: Callable[[], SparkSession],
+    warehouse: DeltaWarehouse,
+    schema: ObjectSchema,
+    replica: DeltaTable,
+    *,
+    run_id: str,
+) -> HistoryResult:
     """Create the history of an existing replica (module docstring), checkpoint: its version + 1."""
     target, data_columns = history_target(schema), [c for c, _ in schema.columns]
     through = replica.version() + 1
@@ -131,7 +158,7 @@ def backfill(spark: Callable[[], SparkSession], warehouse: DeltaWarehouse, schem
             current = from_arrow(session, base)
             events, _ = resolve_diffs(events, current, schema)
             folded = transaction_versions(from_arrow(session, events), current, schema).toArrow()
-            versions.append(aligned_arrow(stamped(folded, datetime.now(timezone.utc)), target))
+            versions.append(aligned_arrow(stamped(folded, datetime.now(UTC)), target))
         rows = chain(target.empty_table(), pa.concat_tables(versions), target)
         latest = rows.filter(rows[IS_CURRENT])
         final = sync_versions(now_rows, latest, data_columns, target)  # what gaps, resyncs and reconciles made
@@ -139,9 +166,10 @@ def backfill(spark: Callable[[], SparkSession], warehouse: DeltaWarehouse, schem
             closing = chain(latest, final, target)
             touched = pc.is_in(rows["Id"], value_set=final["Id"])
             rows = pa.concat_tables([rows.filter(pc.invert(pc.and_(touched, rows[IS_CURRENT]))), closing])
-    log.info("%s: history backfilled with %d versions through replica version %d", schema.name, rows.num_rows,
-             through - 1)
-    table = commit_history(warehouse, schema, None, rows, through=through, versions=rows.num_rows, run_id=run_id,
-                           backfilled=True)
-    return HistoryResult(counts={"history_versions": rows.num_rows, "history_commits": 1}, through=through,
-                         table=table)
+    log.info(
+        "%s: history backfilled with %d versions through replica version %d", schema.name, rows.num_rows, through - 1
+    )
+    table = commit_history(
+        warehouse, schema, None, rows, through=through, versions=rows.num_rows, run_id=run_id, backfilled=True
+    )
+    return HistoryResult(counts={"history_versions": rows.num_rows, "history_commits": 1}, through=through, table=table)

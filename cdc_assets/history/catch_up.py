@@ -55,8 +55,9 @@ def history_target(schema: ObjectSchema) -> pa.Schema:
     return history_schema(schema.arrow_schema())
 
 
-def current_versions(warehouse: DeltaWarehouse, history: DeltaTable | None, schema: ObjectSchema,
-                     ids: list[str]) -> pa.Table:
+def current_versions(
+    warehouse: DeltaWarehouse, history: DeltaTable | None, schema: ObjectSchema, ids: list[str]
+) -> pa.Table:
     """The current versions of `ids`, read from their partitions only."""
     target = history_target(schema)
     if history is None or not ids:
@@ -67,8 +68,17 @@ def current_versions(warehouse: DeltaWarehouse, history: DeltaTable | None, sche
     return rows.filter(pc.fill_null(rows[IS_CURRENT], False))
 
 
-def commit_history(warehouse: DeltaWarehouse, schema: ObjectSchema, history: DeltaTable | None, rows: pa.Table, *,
-                   through: int, versions: int, run_id: str, backfilled: bool = False) -> DeltaTable:
+def commit_history(
+    warehouse: DeltaWarehouse,
+    schema: ObjectSchema,
+    history: DeltaTable | None,
+    rows: pa.Table,
+    *,
+    through: int,
+    versions: int,
+    run_id: str,
+    backfilled: bool = False,
+) -> DeltaTable:
     """Merge `rows` (from `chain`) into the history with its checkpoint `through`, in one commit against `history`
     (None: create it)."""
     name = history_name(schema.name)
@@ -77,23 +87,41 @@ def commit_history(warehouse: DeltaWarehouse, schema: ObjectSchema, history: Del
     fault_point("history.before_commit")
     if history is None or not rows.num_rows:
         # A history has no Change Data Feed of its own: nothing reads it, and it would double every write.
-        table = warehouse.append(name, rows, read=history, partition_by=[BUCKET_COLUMN], key=state.KEY,
-                                 state=state.to_dict(), txns=txns, configuration={CHANGE_FEED: "false"})
+        table = warehouse.append(
+            name,
+            rows,
+            read=history,
+            partition_by=[BUCKET_COLUMN],
+            key=state.KEY,
+            state=state.to_dict(),
+            txns=txns,
+            configuration={CHANGE_FEED: "false"},
+        )
     else:
-        table = warehouse.upsert(name, rows, read=history, key_column=["Id", VERSION], partition_column=BUCKET_COLUMN,
-                                 partition_values=rows[BUCKET_COLUMN].to_pylist(), key=state.KEY,
-                                 state=state.to_dict(), txns=txns)
+        table = warehouse.upsert(
+            name,
+            rows,
+            read=history,
+            key_column=["Id", VERSION],
+            partition_column=BUCKET_COLUMN,
+            partition_values=rows[BUCKET_COLUMN].to_pylist(),
+            key=state.KEY,
+            state=state.to_dict(),
+            txns=txns,
+        )
     fault_point("history.after_commit")
     return table
 
 
 def written_rows(replica: DeltaTable, version: int) -> pa.Table:
     """The rows replica `version` wrote (its Change Data Feed's post-images)."""
-    cdf = plain(pa.RecordBatchReader.from_stream(replica.load_cdf(starting_version=version,
-                                                                  ending_version=version)).read_all())
+    cdf = plain(
+        pa.RecordBatchReader.from_stream(replica.load_cdf(starting_version=version, ending_version=version)).read_all()
+    )
     rows = cdf.filter(pc.is_in(cdf["_change_type"], value_set=pa.array(POST_IMAGES)))
-    return rows.drop_columns([c for c in ("_change_type", "_commit_version", "_commit_timestamp")
-                              if c in rows.column_names])
+    return rows.drop_columns(
+        [c for c in ("_change_type", "_commit_version", "_commit_timestamp") if c in rows.column_names]
+    )
 
 
 def catch_up(warehouse: DeltaWarehouse, schema: ObjectSchema, *, run_id: str) -> HistoryResult:
@@ -114,8 +142,9 @@ def catch_up(warehouse: DeltaWarehouse, schema: ObjectSchema, *, run_id: str) ->
         mark = state.get("history")
         if mark and mark.get("version") == version:
             staged = mark.get("file")
-            versions = aligned_arrow(read_staged(warehouse.root, history_name(name), staged), target) if staged \
-                else None
+            versions = (
+                aligned_arrow(read_staged(warehouse.root, history_name(name), staged), target) if staged else None
+            )
         elif raw and commit.get("operation") in DATA_OPERATIONS:
             written = written_rows(replica, version)
             current = current_versions(warehouse, history, schema, written["Id"].to_pylist())
@@ -125,14 +154,22 @@ def catch_up(warehouse: DeltaWarehouse, schema: ObjectSchema, *, run_id: str) ->
         if versions is None or not versions.num_rows:
             continue
         current = current_versions(warehouse, history, schema, pc.unique(versions["Id"]).to_pylist())
-        history = commit_history(warehouse, schema, history, chain(current, versions, target), through=version + 1,
-                                 versions=versions.num_rows, run_id=run_id)
+        history = commit_history(
+            warehouse,
+            schema,
+            history,
+            chain(current, versions, target),
+            through=version + 1,
+            versions=versions.num_rows,
+            run_id=run_id,
+        )
         landed = version + 1
         result.counts["history_versions"] += versions.num_rows
         result.counts["history_commits"] += 1
     if landed <= latest:  # versions that made none: move the checkpoint past them
-        history = commit_history(warehouse, schema, history, target.empty_table(), through=latest + 1, versions=0,
-                                 run_id=run_id)
+        history = commit_history(
+            warehouse, schema, history, target.empty_table(), through=latest + 1, versions=0, run_id=run_id
+        )
         result.counts["history_commits"] += 1
     drop_staged(warehouse.root, history_name(name), below=latest + 1)
     result.through, result.table = max(latest + 1, through), history

@@ -24,9 +24,14 @@ from spark_ops.history import CHANGE_TYPE, TRANSACTION_KEY
 
 VALID_FROM, VALID_TO, IS_CURRENT, VERSION = "_valid_from", "_valid_to", "_is_current", "_version"
 TS = pa.timestamp("us", tz="UTC")
-HISTORY_COLUMNS = [pa.field(VALID_FROM, TS), pa.field(VALID_TO, TS), pa.field(IS_CURRENT, pa.bool_()),
-                   pa.field(VERSION, pa.int64()), pa.field(TRANSACTION_KEY, pa.string()),
-                   pa.field(CHANGE_TYPE, pa.string())]
+HISTORY_COLUMNS = [
+    pa.field(VALID_FROM, TS),
+    pa.field(VALID_TO, TS),
+    pa.field(IS_CURRENT, pa.bool_()),
+    pa.field(VERSION, pa.int64()),
+    pa.field(TRANSACTION_KEY, pa.string()),
+    pa.field(CHANGE_TYPE, pa.string()),
+]
 DELETED = "_sf_deleted"
 
 
@@ -47,10 +52,18 @@ def sync_versions(written: pa.Table, current: pa.Table, data_columns: list[str],
     current = aligned_arrow(current, target)
     compared = [c for c in [*data_columns, DELETED] if c != "Id"]
     left = pa.table({"Id": written["Id"], **{f"{c}__new": written[c] for c in compared}})
-    right = pa.table({"Id": current["Id"], "_present": pa.repeat(True, current.num_rows),
-                      **{f"{c}__old": current[c] for c in compared}})
-    both = left.append_column("_row", pa.array(range(written.num_rows), pa.int64())).join(
-        right, keys="Id", join_type="left outer").sort_by("_row")
+    right = pa.table(
+        {
+            "Id": current["Id"],
+            "_present": pa.repeat(True, current.num_rows),
+            **{f"{c}__old": current[c] for c in compared},
+        }
+    )
+    both = (
+        left.append_column("_row", pa.array(range(written.num_rows), pa.int64()))
+        .join(right, keys="Id", join_type="left outer")
+        .sort_by("_row")
+    )
     present = pc.fill_null(both["_present"], False)
     same = pa.repeat(True, both.num_rows)
     for c in compared:
@@ -62,18 +75,24 @@ def sync_versions(written: pa.Table, current: pa.Table, data_columns: list[str],
     was_deleted = pc.fill_null(was, False)
     change = pc.case_when(
         pc.make_struct(pc.invert(had), pc.and_(pc.invert(was_deleted), now), pc.and_(was_deleted, pc.invert(now))),
-        pa.scalar("CREATE"), pa.scalar("DELETE"), pa.scalar("UNDELETE"))
+        pa.scalar("CREATE"),
+        pa.scalar("DELETE"),
+        pa.scalar("UNDELETE"),
+    )
     change = pc.if_else(pc.and_(pc.invert(had), now), pa.scalar("DELETE"), pc.fill_null(change, "UPDATE"))
     return rows.set_column(target.get_field_index(CHANGE_TYPE), target.field(CHANGE_TYPE), change)
 
 
 def _order(versions: pa.Table) -> list[int]:
     """Row indices of `versions` by record, then commit order."""
-    keys = [pc.fill_null(versions[c], -1) if versions[c].type == pa.int64() else versions[c]
-            for c in ("_sf_commit_number", "_sf_sequence_number")]
+    keys = [
+        pc.fill_null(versions[c], -1) if versions[c].type == pa.int64() else versions[c]
+        for c in ("_sf_commit_number", "_sf_sequence_number")
+    ]
     table = pa.table({"Id": versions["Id"], "ts": versions["_sf_commit_ts"], "n": keys[0], "s": keys[1]})
-    return pc.sort_indices(table, [("Id", "ascending"), ("ts", "ascending"), ("n", "ascending"),
-                                   ("s", "ascending")]).to_pylist()
+    return pc.sort_indices(
+        table, [("Id", "ascending"), ("ts", "ascending"), ("n", "ascending"), ("s", "ascending")]
+    ).to_pylist()
 
 
 def chain(current: pa.Table, versions: pa.Table, target: pa.Schema) -> pa.Table:
@@ -83,8 +102,10 @@ def chain(current: pa.Table, versions: pa.Table, target: pa.Schema) -> pa.Table:
     if not versions.num_rows:
         return target.empty_table()
     current = aligned_arrow(current, target)
-    last = {i: (v, n) for i, v, n in zip(current["Id"].to_pylist(), current[VALID_FROM].to_pylist(),
-                                           current[VERSION].to_pylist())}
+    last = {
+        i: (v, n)
+        for i, v, n in zip(current["Id"].to_pylist(), current[VALID_FROM].to_pylist(), current[VERSION].to_pylist())
+    }
     order = _order(versions)
     versions = versions.take(order)
     ids, stamps = versions["Id"].to_pylist(), versions["_sf_commit_ts"].to_pylist()
@@ -96,8 +117,12 @@ def chain(current: pa.Table, versions: pa.Table, target: pa.Schema) -> pa.Table:
         number.append(n + 1)
         last[rid] = (start, n + 1)
     valid_to = [valid_from[k + 1] if k + 1 < len(ids) and ids[k + 1] == rid else None for k, rid in enumerate(ids)]
-    columns = {VALID_FROM: pa.array(valid_from, TS), VALID_TO: pa.array(valid_to, TS),
-               IS_CURRENT: pa.array([t is None for t in valid_to]), VERSION: pa.array(number, pa.int64())}
+    columns = {
+        VALID_FROM: pa.array(valid_from, TS),
+        VALID_TO: pa.array(valid_to, TS),
+        IS_CURRENT: pa.array([t is None for t in valid_to]),
+        VERSION: pa.array(number, pa.int64()),
+    }
     for name, values in columns.items():
         versions = versions.set_column(target.get_field_index(name), target.field(name), values)
     first = {}
@@ -106,6 +131,7 @@ def chain(current: pa.Table, versions: pa.Table, target: pa.Schema) -> pa.Table:
     touched = current.filter(pc.is_in(current["Id"], value_set=pa.array(list(first), pa.string())))
     closes = pa.array([first[i] for i in touched["Id"].to_pylist()], TS)
     touched = touched.set_column(target.get_field_index(VALID_TO), target.field(VALID_TO), closes)
-    touched = touched.set_column(target.get_field_index(IS_CURRENT), target.field(IS_CURRENT),
-                                 pa.repeat(False, touched.num_rows))
+    touched = touched.set_column(
+        target.get_field_index(IS_CURRENT), target.field(IS_CURRENT), pa.repeat(False, touched.num_rows)
+    )
     return pa.concat_tables([touched, versions])

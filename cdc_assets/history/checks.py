@@ -39,8 +39,12 @@ def history_differences(warehouse: DeltaWarehouse, name: str, data_columns: list
     rows = read_table(replica, columns=[*columns, "_sf_dirty_since", "_sf_commit_ts"])
     pending = ReplicaState.read(warehouse, replica).resync_pending
     since = datetime.fromisoformat(pending.since.replace("Z", "+00:00")) if pending else None
-    clean = {r["Id"]: {c: r[c] for c in columns} for r in rows.to_pylist() if r["_sf_dirty_since"] is None
-             and not (since and r["_sf_commit_ts"] is not None and r["_sf_commit_ts"] >= since)}
+    clean = {
+        r["Id"]: {c: r[c] for c in columns}
+        for r in rows.to_pylist()
+        if r["_sf_dirty_since"] is None
+        and not (since and r["_sf_commit_ts"] is not None and r["_sf_commit_ts"] >= since)
+    }
     dirty = set(rows["Id"].to_pylist()) - set(clean)
     current = read_table(history, columns=columns, filter=pc.field(IS_CURRENT))
     out, seen = [], set()
@@ -61,20 +65,26 @@ def history_differences(warehouse: DeltaWarehouse, name: str, data_columns: list
 
 
 def build_history_check(*, sobject: SObjectConfig) -> dg.AssetChecksDefinition:
-    @dg.asset_check(asset=dg.AssetKey(["salesforce", sobject.name]), name=HISTORY_MATCHES_REPLICA,
-                    description="The history's current versions equal the replica (every clean record: data "
-                                "columns and deleted flag), one current version per record.")
+    @dg.asset_check(
+        asset=dg.AssetKey(["salesforce", sobject.name]),
+        name=HISTORY_MATCHES_REPLICA,
+        description="The history's current versions equal the replica (every clean record: data "
+        "columns and deleted flag), one current version per record.",
+    )
     def history_matches_replica(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
         replica = warehouse.table(sobject.name)
         columns = [f.name for f in replica.schema().fields if not f.name.startswith("_sf_")] if replica else []
         differences = history_differences(warehouse, sobject.name, columns)
-        return dg.AssetCheckResult(passed=not differences, metadata={
-            "differences": dg.MetadataValue.int(len(differences)),
-            "examples": dg.MetadataValue.json(differences[:EXAMPLES])})
+        return dg.AssetCheckResult(
+            passed=not differences,
+            metadata={
+                "differences": dg.MetadataValue.int(len(differences)),
+                "examples": dg.MetadataValue.json(differences[:EXAMPLES]),
+            },
+        )
 
     return history_matches_replica
 
 
 def build_history_checks(*, objects: list[SObjectConfig]) -> list[dg.AssetChecksDefinition]:
     return [build_history_check(sobject=o) for o in objects if o.history]
-

@@ -24,8 +24,9 @@ def history_name(name: str) -> str:
     return f"{name}{HISTORY_SUFFIX}"
 
 
-def stage_versions(warehouse: DeltaWarehouse, schema: ObjectSchema, versions: pa.Table | None, *,
-                   version: int) -> HistoryMark:
+def stage_versions(
+    warehouse: DeltaWarehouse, schema: ObjectSchema, versions: pa.Table | None, *, version: int
+) -> HistoryMark:
     """Stage `versions` (spark_ops/history.py rows) for the replica commit that will be `version`; the mark that
     commit stores."""
     if versions is None or not versions.num_rows:

@@ -60,8 +60,11 @@ def erase_keys(ids: list[str]) -> list[str]:
     """The 15-character forms of `ids`; ValueError naming what is not a Salesforce record id."""
     bad = [i for i in ids if not is_record_id(i)]
     if bad or not ids:
-        raise ValueError(f"not Salesforce record ids (15 or 18 letters and digits): {bad[:5]}" if bad else
-                         "no ids given: config `ids: [<Id>, ...]`")
+        raise ValueError(
+            f"not Salesforce record ids (15 or 18 letters and digits): {bad[:5]}"
+            if bad
+            else "no ids given: config `ids: [<Id>, ...]`"
+        )
     return sorted({i[:KEY_CHARS] for i in ids})
 
 
@@ -89,17 +92,23 @@ def _vacuum_now(warehouse: DeltaWarehouse, name: str, *, full: bool) -> int:
 def erase_events(warehouse: DeltaWarehouse, landing: LandingZone, name: str, keys: list[str]) -> dict[str, int]:
     """Step 1 of the module docstring (in the change_events pool)."""
     mentions = " OR ".join(f"strpos(raw, {_sql_literal(k)}) > 0" for k in keys)
-    out = {"change_events_rows_deleted": _delete(
-               warehouse, CHANGE_EVENTS, f"entity = {_sql_literal(name)} AND {_in_keys('record_id', keys)}"),
-           "quarantine_rows_deleted": _delete(warehouse, QUARANTINE, mentions)}
+    out = {
+        "change_events_rows_deleted": _delete(
+            warehouse, CHANGE_EVENTS, f"entity = {_sql_literal(name)} AND {_in_keys('record_id', keys)}"
+        ),
+        "quarantine_rows_deleted": _delete(warehouse, QUARANTINE, mentions),
+    }
     # Retired files: the archive, and the files set aside because they had quarantined content.
     retired = [rewrite_landing_files(folder, keys) for folder in (landing.archive_path, landing.quarantined_path)]
-    out |= {"archive_files_rewritten": sum(r.files for r in retired),
-            "archive_lines_removed": sum(r.lines for r in retired)}
+    out |= {
+        "archive_files_rewritten": sum(r.files for r in retired),
+        "archive_lines_removed": sum(r.lines for r in retired),
+    }
     # _quarantine is also written by replica runs: a lite vacuum deletes only files the log removed, never the new
     # file of a commit under way.
-    out["files_vacuumed"] = (_vacuum_now(warehouse, CHANGE_EVENTS, full=False)
-                             + _vacuum_now(warehouse, QUARANTINE, full=False))
+    out["files_vacuumed"] = _vacuum_now(warehouse, CHANGE_EVENTS, full=False) + _vacuum_now(
+        warehouse, QUARANTINE, full=False
+    )
     return out
 
 
@@ -107,15 +116,18 @@ def erase_replica(warehouse: DeltaWarehouse, sobject: SObjectConfig, keys: list[
     """Step 2 of the module docstring (in the replica's pool)."""
     name = sobject.name
     discard_stage(warehouse, name)
-    out = {"replica_rows_deleted": _delete(warehouse, name, _in_keys('"Id"', keys)),
-           "history_rows_deleted": _delete(warehouse, history_name(name), _in_keys('"Id"', keys)),
-           "staged_history_rows_removed": rewrite_staged(warehouse.root, history_name(name), keys).lines}
+    out = {
+        "replica_rows_deleted": _delete(warehouse, name, _in_keys('"Id"', keys)),
+        "history_rows_deleted": _delete(warehouse, history_name(name), _in_keys('"Id"', keys)),
+        "staged_history_rows_removed": rewrite_staged(warehouse.root, history_name(name), keys).lines,
+    }
     if sobject.changefeed is not None and warehouse.table(name) is not None:
         export_changefeed(warehouse, name, sobject.changefeed)
         feed = rewrite_feed(sobject.changefeed.object_uri(name), keys)
         out |= {"feed_files_rewritten": feed.files, "feed_records_removed": feed.lines}
-    out["files_vacuumed"] = (_vacuum_now(warehouse, name, full=True)
-                             + _vacuum_now(warehouse, history_name(name), full=True))
+    out["files_vacuumed"] = _vacuum_now(warehouse, name, full=True) + _vacuum_now(
+        warehouse, history_name(name), full=True
+    )
     return out
 
 
@@ -131,39 +143,60 @@ def _report(context: dg.OpExecutionContext, what: str, counts: dict[str, int]) -
 def build_erase_job(*, sobject: SObjectConfig) -> dg.JobDefinition:
     name = sobject.name
 
-    @dg.op(name=f"erase_{name}_events", pool=CHANGE_EVENTS_POOL,
-           description=f"Purge the {name} records from change_events, _quarantine and the landing archive.")
+    @dg.op(
+        name=f"erase_{name}_events",
+        pool=CHANGE_EVENTS_POOL,
+        description=f"Purge the {name} records from change_events, _quarantine and the landing archive.",
+    )
     @exclusive(CHANGE_EVENTS_POOL)
-    def events_op(context: dg.OpExecutionContext, config: EraseConfig, warehouse: DeltaWarehouse,
-                  landing: LandingZone) -> list[str]:
+    def events_op(
+        context: dg.OpExecutionContext, config: EraseConfig, warehouse: DeltaWarehouse, landing: LandingZone
+    ) -> list[str]:
         try:
             keys = erase_keys(config.ids)
         except ValueError as exc:
             raise dg.Failure(f"erase_{name}: {exc}") from None
-        _report(context, f"{name}: {len(keys)} records erased from change_events, _quarantine and the archive",
-                erase_events(warehouse, landing, name, keys))
+        _report(
+            context,
+            f"{name}: {len(keys)} records erased from change_events, _quarantine and the archive",
+            erase_events(warehouse, landing, name, keys),
+        )
         return keys
 
-    @dg.op(name=f"erase_{name}_replica", pool=replica_pool(name),
-           description=f"Purge the {name} records from the replica, its history and its changefeed.")
+    @dg.op(
+        name=f"erase_{name}_replica",
+        pool=replica_pool(name),
+        description=f"Purge the {name} records from the replica, its history and its changefeed.",
+    )
     @exclusive(replica_pool(name))
-    def replica_op(context: dg.OpExecutionContext, keys: list[str], warehouse: DeltaWarehouse,
-                   landing: LandingZone) -> None:
-        _report(context, f"{name}: {len(keys)} records erased from the replica, its history and its changefeed",
-                erase_replica(warehouse, sobject, keys))
+    def replica_op(
+        context: dg.OpExecutionContext, keys: list[str], warehouse: DeltaWarehouse, landing: LandingZone
+    ) -> None:
+        _report(
+            context,
+            f"{name}: {len(keys)} records erased from the replica, its history and its changefeed",
+            erase_replica(warehouse, sobject, keys),
+        )
         if pending := files_naming(landing.path, [f.path for f in landing.list_files()], keys):
             raise dg.Failure(
                 f"{len(pending)} landing files not retired yet name erased {name} records (e.g. "
                 f"{printable(pending[0])}); "
                 f"they are left as landed. Run {erase_job_name(name)} again with the same ids after the next "
-                f"landing run and upkeep_change_events have ingested and retired them.")
+                f"landing run and upkeep_change_events have ingested and retired them."
+            )
 
-    @dg.job(name=erase_job_name(name),
-            tags=run_tags(mode="erase", reason=f"erasure of {name} records from the UI", objects=[name],
-                          hidden={TAG_OPERATOR: "erase"}),
-            description=f"Erase {name} records by Id (config `ids`) from the replica, its history and changefeed, "
-                        "change_events, _quarantine and the landing archive, then vacuum them (README 'Erasure'). "
-                        "Erase the records in Salesforce first.")
+    @dg.job(
+        name=erase_job_name(name),
+        tags=run_tags(
+            mode="erase",
+            reason=f"erasure of {name} records from the UI",
+            objects=[name],
+            hidden={TAG_OPERATOR: "erase"},
+        ),
+        description=f"Erase {name} records by Id (config `ids`) from the replica, its history and changefeed, "
+        "change_events, _quarantine and the landing archive, then vacuum them (README 'Erasure'). "
+        "Erase the records in Salesforce first.",
+    )
     def erase_job():
         replica_op(events_op())
 

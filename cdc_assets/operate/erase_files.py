@@ -46,7 +46,7 @@ def _files(location: str) -> list[str]:
     paths = [i.path for i in infos if i.type == pafs.FileType.File]
     if not is_uri(location):
         paths = [p for p in paths if not os.path.islink(p)]
-    return sorted(p[len(root):].lstrip("/") for p in paths)
+    return sorted(p[len(root) :].lstrip("/") for p in paths)
 
 
 def _text(folder: Folder, name: str) -> str | None:

@@ -12,9 +12,8 @@
   and the org's `api_used_today` / `api_limit` (Sforce-Limit-Info), and `paused`; numbers plot on the asset page.
 """
 
-
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
@@ -43,14 +42,25 @@ def build_mode_jobs(*, replication: ReplicationConfig) -> list:
     jobs = []
     for o in replication.objects:
         for mode in MODES if o.mode == "cdc" else ("resync",):
-            jobs.append(dg.define_asset_job(
-                name=mode_job_name(mode, o.name), selection=[replica_key(o.name)],
-                config={"ops": {replica_key(o.name).to_python_identifier(): {"config": {"mode": mode}}}},
-                tags=run_tags(mode=mode, reason=f"{mode} of {o.name} from the UI", objects=[o.name],
-                              hidden={TAG_OPERATOR: mode, work_tag(o.name): mode}),
-                description=f"{mode.capitalize()} Salesforce {o.name} now: "
-                            + ("a Bulk API 2.0 snapshot replaces the replica, then the events after it apply."
-                               if mode == "resync" else "fetch its dirty records by id, then apply the events.")))
+            jobs.append(
+                dg.define_asset_job(
+                    name=mode_job_name(mode, o.name),
+                    selection=[replica_key(o.name)],
+                    config={"ops": {replica_key(o.name).to_python_identifier(): {"config": {"mode": mode}}}},
+                    tags=run_tags(
+                        mode=mode,
+                        reason=f"{mode} of {o.name} from the UI",
+                        objects=[o.name],
+                        hidden={TAG_OPERATOR: mode, work_tag(o.name): mode},
+                    ),
+                    description=f"{mode.capitalize()} Salesforce {o.name} now: "
+                    + (
+                        "a Bulk API 2.0 snapshot replaces the replica, then the events after it apply."
+                        if mode == "resync"
+                        else "fetch its dirty records by id, then apply the events."
+                    ),
+                )
+            )
     return jobs
 
 
@@ -81,19 +91,32 @@ def _pause_op(name: str, paused: bool, replication: ReplicationConfig) -> dg.OpD
     def pause_op(context: dg.OpExecutionContext, config: ObjectsConfig) -> None:
         unknown = sorted(set(config.objects) - set(replication.names))
         if unknown or not config.objects:
-            raise dg.Failure(f"Cannot {verb} {', '.join(unknown) or 'nothing'}: give `objects` from "
-                             f"replication.yaml ({', '.join(replication.names)})")
-        at = datetime.now(timezone.utc).isoformat()
+            raise dg.Failure(
+                f"Cannot {verb} {', '.join(unknown) or 'nothing'}: give `objects` from "
+                f"replication.yaml ({', '.join(replication.names)})"
+            )
+        at = datetime.now(UTC).isoformat()
         for obj in config.objects:
             set_paused(context.instance, obj, paused, at=at)
-            context.log_event(dg.AssetObservation(asset_key=replica_key(obj), metadata={
-                META_PAUSED: dg.MetadataValue.bool(paused)}, description=f"replication {verb}d at {at}"))
+            context.log_event(
+                dg.AssetObservation(
+                    asset_key=replica_key(obj),
+                    metadata={META_PAUSED: dg.MetadataValue.bool(paused)},
+                    description=f"replication {verb}d at {at}",
+                )
+            )
         context.log.info(f"Replication {verb}d: {', '.join(config.objects)}")
 
-    @dg.job(name=name, tags={TAG_OPERATOR: verb},
-            description=f"{verb.capitalize()} replication of objects (config `objects`). "
-                        + ("Events keep landing in change_events; the replica waits." if paused else
-                           "The landing sensor then asks one catch-up run of each."))
+    @dg.job(
+        name=name,
+        tags={TAG_OPERATOR: verb},
+        description=f"{verb.capitalize()} replication of objects (config `objects`). "
+        + (
+            "Events keep landing in change_events; the replica waits."
+            if paused
+            else "The landing sensor then asks one catch-up run of each."
+        ),
+    )
     def pause_job():
         pause_op()
 
@@ -101,20 +124,28 @@ def _pause_op(name: str, paused: bool, replication: ReplicationConfig) -> dg.OpD
 
 
 def build_operator_jobs(*, replication: ReplicationConfig) -> list:
-    @dg.job(name=ACK_JOB, tags={TAG_OPERATOR: "acknowledge_quarantine"},
-            description="Acknowledge quarantined lines (after reviewing $CDC_WAREHOUSE/_quarantine): the checks "
-                        "quarantine_empty pass again. Config `until`: ISO instant; empty: everything so far.")
+    @dg.job(
+        name=ACK_JOB,
+        tags={TAG_OPERATOR: "acknowledge_quarantine"},
+        description="Acknowledge quarantined lines (after reviewing $CDC_WAREHOUSE/_quarantine): the checks "
+        "quarantine_empty pass again. Config `until`: ISO instant; empty: everything so far.",
+    )
     def acknowledge_job():
         acknowledge_op()
 
-    return [*build_mode_jobs(replication=replication), acknowledge_job,
-            _pause_op(PAUSE_JOB, True, replication), _pause_op(RESUME_JOB, False, replication)]
+    return [
+        *build_mode_jobs(replication=replication),
+        acknowledge_job,
+        _pause_op(PAUSE_JOB, True, replication),
+        _pause_op(RESUME_JOB, False, replication),
+    ]
 
 
 # -- status ----------------------------------------------------------------------------------------------------------
 
+
 def _today_start() -> float:
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     return now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
@@ -131,8 +162,9 @@ def api_calls_today(instance: dg.DagsterInstance, name: str, limit: int = 500) -
 
 def last_error(instance: dg.DagsterInstance, name: str) -> str:
     """The newest failed run of the object, if it failed after its last materialization: `<run id>: <message>`."""
-    failed = instance.get_run_records(filters=dg.RunsFilter(tags={object_tag(name): "1"},
-                                                            statuses=[dg.DagsterRunStatus.FAILURE]), limit=1)
+    failed = instance.get_run_records(
+        filters=dg.RunsFilter(tags={object_tag(name): "1"}, statuses=[dg.DagsterRunStatus.FAILURE]), limit=1
+    )
     if not failed:
         return ""
     latest = instance.get_latest_materialization_event(replica_key(name))
@@ -141,13 +173,20 @@ def last_error(instance: dg.DagsterInstance, name: str) -> str:
     if latest is not None and latest.timestamp > ended:
         return ""
     failures = instance.all_logs(record.dagster_run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
-    message = next((e.dagster_event.step_failure_data.error.message.strip() for e in failures
-                    if e.dagster_event and e.dagster_event.step_failure_data.error), "run failed")
+    message = next(
+        (
+            e.dagster_event.step_failure_data.error.message.strip()
+            for e in failures
+            if e.dagster_event and e.dagster_event.step_failure_data.error
+        ),
+        "run failed",
+    )
     return f"{record.dagster_run.run_id[:8]}: {message[:500]}"
 
 
-def status_of(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, name: str, *, paused: bool,
-              usage: dict[str, int]) -> dict[str, dg.MetadataValue]:
+def status_of(
+    instance: dg.DagsterInstance, warehouse: DeltaWarehouse, name: str, *, paused: bool, usage: dict[str, int]
+) -> dict[str, dg.MetadataValue]:
     event = instance.get_latest_materialization_event(replica_key(name))
     meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
     # The lag the last materialization reported, aged since: every commit that moves the replica's newest applied
@@ -164,13 +203,19 @@ def status_of(instance: dg.DagsterInstance, warehouse: DeltaWarehouse, name: str
     }
 
 
-def build_status_sensor(*, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus,
-                        interval: int = 60) -> dg.SensorDefinition:
-    @dg.sensor(name=STATUS_SENSOR, minimum_interval_seconds=interval, default_status=default_status,
-               description="Per replicated object, an observation of its replica: lag, dirty records, last error, "
-                           "API calls today (its runs, and the org's budget used), paused. Plots on each asset page.")
-    def replica_status_sensor(context: dg.SensorEvaluationContext, warehouse: DeltaWarehouse,
-                              salesforce: SalesforceResource) -> dg.SensorResult:
+def build_status_sensor(
+    *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus, interval: int = 60
+) -> dg.SensorDefinition:
+    @dg.sensor(
+        name=STATUS_SENSOR,
+        minimum_interval_seconds=interval,
+        default_status=default_status,
+        description="Per replicated object, an observation of its replica: lag, dirty records, last error, "
+        "API calls today (its runs, and the org's budget used), paused. Plots on each asset page.",
+    )
+    def replica_status_sensor(
+        context: dg.SensorEvaluationContext, warehouse: DeltaWarehouse, salesforce: SalesforceResource
+    ) -> dg.SensorResult:
         paused = paused_objects(context.instance, replication.names)
         usage = salesforce.api_usage()
         # At most STATUS_BATCH objects a tick, in turn (the cursor: where the next tick starts), so a tick's cost
@@ -178,10 +223,14 @@ def build_status_sensor(*, replication: ReplicationConfig, default_status: dg.De
         names = replication.names
         start = int(context.cursor or 0) % max(len(names), 1)
         batch = (names[start:] + names[:start])[:STATUS_BATCH]
-        events = [dg.AssetObservation(asset_key=replica_key(n), description="replica status",
-                                      metadata=status_of(context.instance, warehouse, n, paused=n in paused,
-                                                         usage=usage))
-                  for n in batch]
+        events = [
+            dg.AssetObservation(
+                asset_key=replica_key(n),
+                description="replica status",
+                metadata=status_of(context.instance, warehouse, n, paused=n in paused, usage=usage),
+            )
+            for n in batch
+        ]
         return dg.SensorResult(asset_events=events, cursor=str((start + len(batch)) % max(len(names), 1)))
 
     return replica_status_sensor

@@ -46,6 +46,7 @@ COUNTS = ("hard_delete_checked", "hard_deleted", "hard_delete_refused", "poll_la
 @dataclass(frozen=True)
 class OrgIds:
     """The org's Ids from one comparison query: all of them (deleted ones too), and the live ones."""
+
     all: pa.Array
     live: pa.Array
 
@@ -87,9 +88,17 @@ class Comparison:
     counts: dict[str, int]
 
 
-def compare_ids(salesforce: SalesforceResource, schema: ObjectSchema, table: DeltaTable, base: PollState, *,
-                current: Callable[[list[str]], pa.Table], now: datetime, max_share: float,
-                confirm: bool) -> Comparison:
+def compare_ids(
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    table: DeltaTable,
+    base: PollState,
+    *,
+    current: Callable[[list[str]], pa.Table],
+    now: datetime,
+    max_share: float,
+    confirm: bool,
+) -> Comparison:
     """The rows one comparison writes, the poll state it leaves, and its counts (module docstring).
     `current(ids)` reads the replica rows of `ids`; `base.cursor` is where the poll before it left the cursor."""
     target = schema.arrow_schema()
@@ -131,8 +140,13 @@ def compare_ids(salesforce: SalesforceResource, schema: ObjectSchema, table: Del
             counts["poll_restored"] = restored.num_rows
 
     rows = pa.concat_tables([p.cast(target) for p in parts]) if parts else target.empty_table()
-    state = replace(base, ids_compared_at=now.isoformat(), hard_deleted=base.hard_deleted + counts["hard_deleted"],
-                    late_found=counts["poll_late_found"], refused=refused)
+    state = replace(
+        base,
+        ids_compared_at=now.isoformat(),
+        hard_deleted=base.hard_deleted + counts["hard_deleted"],
+        late_found=counts["poll_late_found"],
+        refused=refused,
+    )
     return Comparison(rows, state, counts)
 
 
@@ -140,6 +154,8 @@ def _restored(fetched: pa.Table, current: pa.Table) -> pa.Table:
     """Fetched live rows whose replica row is deleted at or after the org's SystemModstamp (or that are newer)."""
     cur = current.select(["Id", "_sf_commit_ts", "_sf_deleted"]).rename_columns(["Id", "_cur_ts", "_cur_deleted"])
     joined = fetched.join(cur, "Id", join_type="inner")
-    keep = pc.or_(pc.fill_null(pc.greater(joined["_sf_commit_ts"], joined["_cur_ts"]), False),
-                  pc.fill_null(joined["_cur_deleted"], False))
+    keep = pc.or_(
+        pc.fill_null(pc.greater(joined["_sf_commit_ts"], joined["_cur_ts"]), False),
+        pc.fill_null(joined["_cur_deleted"], False),
+    )
     return joined.filter(keep).select(fetched.column_names).cast(fetched.schema)

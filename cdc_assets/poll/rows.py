@@ -43,8 +43,10 @@ def newer_rows(polled: pa.Table, current: pa.Table) -> tuple[pa.Table, dict[str,
     still_dirty = pc.fill_null(pc.greater(out["_cur_dirty"], out["_sf_commit_ts"]), False)
     dirty = pc.if_else(still_dirty, out["_cur_dirty"], pa.scalar(None, UTC_US))
     out = out.set_column(out.schema.get_field_index("_sf_dirty_since"), "_sf_dirty_since", dirty)
-    counts = {"inserted": int(pc.sum(pc.is_null(out["_cur_ts"])).as_py() or 0),
-              "cleaned": int(pc.sum(pc.and_(pc.is_valid(out["_cur_dirty"]), pc.invert(still_dirty))).as_py() or 0)}
+    counts = {
+        "inserted": int(pc.sum(pc.is_null(out["_cur_ts"])).as_py() or 0),
+        "cleaned": int(pc.sum(pc.and_(pc.is_valid(out["_cur_dirty"]), pc.invert(still_dirty))).as_py() or 0),
+    }
     return out.select(polled.column_names).cast(polled.schema), counts
 
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -49,7 +49,8 @@ from deltalake import DeltaTable
 from cdc_assets.apply import APPLY_APP, EVENT_COUNTS, ApplyResult
 from cdc_assets.config import PollOptions
 from cdc_assets.faults import fault_point
-from cdc_assets.poll.compare import COUNTS as COMPARE_COUNTS, compare_ids
+from cdc_assets.poll.compare import COUNTS as COMPARE_COUNTS
+from cdc_assets.poll.compare import compare_ids
 from cdc_assets.poll.rows import newer_rows, newest_position
 from cdc_assets.records import records_to_text, replica_rows
 from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
@@ -67,15 +68,27 @@ POLL = "poll"  # _sf_source of polled rows
 def cursor_field(schema: ObjectSchema) -> str:
     """The field polling reads changes by: SystemModstamp, else LastModifiedDate, else CreatedDate (describe())."""
     if schema.position_field is None:
-        raise RuntimeError(f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): it "
-                           f"cannot be polled; leave it out of replication.yaml")
+        raise RuntimeError(
+            f"{schema.name} has no SystemModstamp, LastModifiedDate or CreatedDate (describe()): it "
+            f"cannot be polled; leave it out of replication.yaml"
+        )
     return schema.position_field
 
 
 def order_by(schema: ObjectSchema) -> str:
     return f"{cursor_field(schema)}, Id"
-COUNTS = ("poll_rows_read", "poll_rows_written", "poll_inserted", "poll_deleted", "poll_pages", "poll_bulk",
-          "poll_resumed", *COMPARE_COUNTS)
+
+
+COUNTS = (
+    "poll_rows_read",
+    "poll_rows_written",
+    "poll_inserted",
+    "poll_deleted",
+    "poll_pages",
+    "poll_bulk",
+    "poll_resumed",
+    *COMPARE_COUNTS,
+)
 
 
 @dataclass
@@ -89,15 +102,19 @@ class PollResult(SyncResult):
 def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None) -> ApplyResult:
     """The replica's state after a poll, as an apply result with no events (for the shared metadata)."""
     table = warehouse.table(name)
-    counts = {k: 0 for k in (*EVENT_COUNTS, "rows_written")}
-    return ApplyResult(counts=counts, state=ReplicaState.read(warehouse, table), table=table,
-                       version=table.version() if table is not None else None,
-                       committed=sync is not None and (not isinstance(sync, PollResult) or sync.commits > 0),
-                       seconds=sync.seconds if isinstance(sync, PollResult) else {})
+    counts = dict.fromkeys((*EVENT_COUNTS, "rows_written"), 0)
+    return ApplyResult(
+        counts=counts,
+        state=ReplicaState.read(warehouse, table),
+        table=table,
+        version=table.version() if table is not None else None,
+        committed=sync is not None and (not isinstance(sync, PollResult) or sync.commits > 0),
+        seconds=sync.seconds if isinstance(sync, PollResult) else {},
+    )
 
 
 def soql_datetime(ts: datetime) -> str:
-    return ts.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def poll_state(warehouse: DeltaWarehouse, table: DeltaTable | None) -> PollState | None:
@@ -123,7 +140,7 @@ class PollWriter:
     def __init__(self, warehouse: DeltaWarehouse, schema: ObjectSchema, *, run_id: str, now: datetime):
         self.warehouse, self.schema, self.run_id, self.now = warehouse, schema, run_id, now
         self.target = schema.arrow_schema()
-        self.counts = {k: 0 for k in COUNTS}
+        self.counts = dict.fromkeys(COUNTS, 0)
         self.commits = 0
         self.watch = Stopwatch()  # laps: "org" (queries, pages, parsing), "read" (current rows), "merge"
 
@@ -149,18 +166,34 @@ class PollWriter:
         self.watch.lap("read")
         if not fresh.num_rows and not force:
             return fresh, c
-        state = replace(ReplicaState.read(self.warehouse, table), run_id=self.run_id, synced_at=self.now.isoformat(),
-                        poll=poll)
+        state = replace(
+            ReplicaState.read(self.warehouse, table), run_id=self.run_id, synced_at=self.now.isoformat(), poll=poll
+        )
         if fresh.num_rows:
             state = state.with_commit_ts(pc.max(fresh["_sf_commit_ts"]).as_py().isoformat())
         txns = {APPLY_APP: table.transaction_version(APPLY_APP) or 0}
         if fresh.num_rows:
-            self.warehouse.upsert(self.schema.name, fresh, read=table, key_column="Id",
-                                  partition_column=BUCKET_COLUMN, partition_values=fresh[BUCKET_COLUMN].to_pylist(),
-                                  key=state.KEY, state=state.to_dict(), txns=txns)
+            self.warehouse.upsert(
+                self.schema.name,
+                fresh,
+                read=table,
+                key_column="Id",
+                partition_column=BUCKET_COLUMN,
+                partition_values=fresh[BUCKET_COLUMN].to_pylist(),
+                key=state.KEY,
+                state=state.to_dict(),
+                txns=txns,
+            )
         else:
-            self.warehouse.append(self.schema.name, self.target.empty_table(), read=table,
-                                  partition_by=[BUCKET_COLUMN], key=state.KEY, state=state.to_dict(), txns=txns)
+            self.warehouse.append(
+                self.schema.name,
+                self.target.empty_table(),
+                read=table,
+                partition_by=[BUCKET_COLUMN],
+                key=state.KEY,
+                state=state.to_dict(),
+                txns=txns,
+            )
         self.commits += 1
         self.watch.lap("merge")
         return fresh, c
@@ -179,9 +212,18 @@ def query_hash(schema: ObjectSchema, fields: list[str], where: str | None) -> st
     return hashlib.sha1(f"{schema.name}|{','.join(fields)}|{where}|{order_by(schema)}".encode()).hexdigest()[:16]
 
 
-def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, options: PollOptions,
-         run_id: str, now: datetime, compare_ids: bool = False, confirm_deletes: bool = False,
-         handoff: bool = False) -> PollResult:
+def poll(
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    *,
+    options: PollOptions,
+    run_id: str,
+    now: datetime,
+    compare_ids: bool = False,
+    confirm_deletes: bool = False,
+    handoff: bool = False,
+) -> PollResult:
     """Bring the replica up to date with the org's records changed since the cursor (module docstring).
 
     `compare_ids` forces the Id comparison (otherwise due every `hard_delete_check_every` seconds; compare.py),
@@ -198,8 +240,12 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     job = state.job
     field_name = cursor_field(schema)
     if state.cursor and state.cursor_field not in (None, field_name):
-        log.warning("%s: the cursor was a %s, describe() now gives %s: polling again behind the replica's newest row",
-                    schema.name, state.cursor_field, field_name)
+        log.warning(
+            "%s: the cursor was a %s, describe() now gives %s: polling again behind the replica's newest row",
+            schema.name,
+            state.cursor_field,
+            field_name,
+        )
         state, job = replace(state, cursor=None), None
     base = replace(state, job=None, active=not handoff, cursor_field=field_name)
     if job and job.hash != query_hash(schema, fields, job.where):
@@ -208,19 +254,26 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     if job:
         writer.counts["poll_resumed"] = 1
         try:
-            _read_bulk(salesforce, schema, fields, job, writer, base, options,
-                       resume=BulkPosition(job.id, job.locator))
+            _read_bulk(salesforce, schema, fields, job, writer, base, options, resume=BulkPosition(job.id, job.locator))
         except SalesforceApiError as exc:  # gone (expired, deleted: 404, or 400) or failed in the org
             if exc.status not in (400, 404) and not isinstance(exc, BulkJobFailed):
                 raise
-            log.warning("%s: Bulk job %s can no longer be read (%s); querying again from %s", schema.name,
-                        job.id, exc.status, job.where)
+            log.warning(
+                "%s: Bulk job %s can no longer be read (%s); querying again from %s",
+                schema.name,
+                job.id,
+                exc.status,
+                job.where,
+            )
             _read_bulk(salesforce, schema, fields, replace(job, locator=None, records=0), writer, base, options)
     else:
         since = _since(table, state, options)
         where = f"{field_name} >= {soql_datetime(since)}" if since else None
-        records = list(salesforce.query_all(select_soql(schema.name, fields, where=where, order_by=order_by(schema),
-                                                        limit=options.rest_max_records)))
+        records = list(
+            salesforce.query_all(
+                select_soql(schema.name, fields, where=where, order_by=order_by(schema), limit=options.rest_max_records)
+            )
+        )
         if len(records) < options.rest_max_records:
             rows = replica_rows(records_to_text(records, fields), schema, source=POLL, synced_at=now)
             cursor = newest_position(rows, state.cursor)
@@ -236,19 +289,38 @@ def poll(warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: Obje
     if compare_ids or confirm_deletes or _due(base.ids_compared_at, options.hard_delete_check_every, now):
         _compare(salesforce, schema, writer, base, options, now, confirm_deletes)
     after = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
-    log.info("%s: polled %d rows, %d written (%d new, %d deleted), %d purged records found; cursor %s",
-             schema.name, writer.counts["poll_rows_read"], writer.counts["poll_rows_written"],
-             writer.counts["poll_inserted"], writer.counts["poll_deleted"], writer.counts["hard_deleted"],
-             after.cursor)
+    log.info(
+        "%s: polled %d rows, %d written (%d new, %d deleted), %d purged records found; cursor %s",
+        schema.name,
+        writer.counts["poll_rows_read"],
+        writer.counts["poll_rows_written"],
+        writer.counts["poll_inserted"],
+        writer.counts["poll_deleted"],
+        writer.counts["hard_deleted"],
+        after.cursor,
+    )
     writer.watch.lap("org")
-    return PollResult("poll_handoff" if handoff else "poll", writer.counts,
-                      int(salesforce.api_usage().get("used", 0)) - used_before, cursor=after.cursor,
-                      cursor_field=field_name, commits=writer.commits,
-                      seconds={f"poll_{k}": v for k, v in writer.watch.seconds.items()})
+    return PollResult(
+        "poll_handoff" if handoff else "poll",
+        writer.counts,
+        int(salesforce.api_usage().get("used", 0)) - used_before,
+        cursor=after.cursor,
+        cursor_field=field_name,
+        commits=writer.commits,
+        seconds={f"poll_{k}": v for k, v in writer.watch.seconds.items()},
+    )
 
 
-def _read_bulk(salesforce: SalesforceResource, schema: ObjectSchema, fields: list[str], job: BulkJob,
-               writer: PollWriter, base: PollState, options: PollOptions, resume: BulkPosition | None = None) -> None:
+def _read_bulk(
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    fields: list[str],
+    job: BulkJob,
+    writer: PollWriter,
+    base: PollState,
+    options: PollOptions,
+    resume: BulkPosition | None = None,
+) -> None:
     """Read a Bulk queryAll job page by page; each page commits its rows with the job's position."""
     writer.counts["poll_bulk"] = 1
     buffer: list[pa.RecordBatch] = []
@@ -257,10 +329,18 @@ def _read_bulk(salesforce: SalesforceResource, schema: ObjectSchema, fields: lis
         nonlocal job
         text = pa.Table.from_batches(buffer) if buffer else None
         buffer.clear()
-        rows = replica_rows(text, schema, source=POLL, synced_at=writer.now) if text is not None else \
-            schema.arrow_schema().empty_table()
-        job = replace(job, id=position.job_id, locator=position.locator, records=job.records + rows.num_rows,
-                      max=newest_position(rows, job.max))
+        rows = (
+            replica_rows(text, schema, source=POLL, synced_at=writer.now)
+            if text is not None
+            else schema.arrow_schema().empty_table()
+        )
+        job = replace(
+            job,
+            id=position.job_id,
+            locator=position.locator,
+            records=job.records + rows.num_rows,
+            max=newest_position(rows, job.max),
+        )
         writer.counts["poll_pages"] += 1
         if position.locator is None:  # the job is read: its newest position is the cursor
             cursor = max(filter(None, [base.cursor, job.max]), default=None)
@@ -269,8 +349,15 @@ def _read_bulk(salesforce: SalesforceResource, schema: ObjectSchema, fields: lis
             writer.write_polled(rows, replace(base, job=job), force=False)
             fault_point("poll.after_page_commit")
 
-    for batch in salesforce.bulk_query_all(schema.name, fields, page_size=options.page_size, where=job.where,
-                                           order_by=order_by(schema), resume=resume, on_page=on_page):
+    for batch in salesforce.bulk_query_all(
+        schema.name,
+        fields,
+        page_size=options.page_size,
+        where=job.where,
+        order_by=order_by(schema),
+        resume=resume,
+        on_page=on_page,
+    ):
         buffer.append(batch)
 
 
@@ -278,20 +365,45 @@ def _due(last: str | None, every: float, now: datetime) -> bool:
     return last is None or (now - datetime.fromisoformat(last)).total_seconds() >= every
 
 
-def _compare(salesforce: SalesforceResource, schema: ObjectSchema, writer: PollWriter, base: PollState,
-             options: PollOptions, now: datetime, confirm: bool) -> None:
+def _compare(
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    writer: PollWriter,
+    base: PollState,
+    options: PollOptions,
+    now: datetime,
+    confirm: bool,
+) -> None:
     """The Id comparison (cdc_assets/poll/compare.py), committed with its poll state."""
     table = writer.warehouse.table(schema.name)
-    result = compare_ids(salesforce, schema, table, base, current=lambda ids: writer.current(table, ids), now=now,
-                         max_share=options.max_delete_share, confirm=confirm)
+    result = compare_ids(
+        salesforce,
+        schema,
+        table,
+        base,
+        current=lambda ids: writer.current(table, ids),
+        now=now,
+        max_share=options.max_delete_share,
+        confirm=confirm,
+    )
     fault_point("poll.after_id_compare")
     writer.write(result.rows, result.state, force=True, guard=False)  # compare_ids chose the rows
     writer.counts |= result.counts
     if result.state.refused:
         r = result.state.refused
-        log.warning("%s: the Id comparison would soft-delete %d of %d live records (more than %.1f %%): refused; "
-                    "if the org really lost them, run the replica with config confirm_deletes: true",
-                    schema.name, r.records, r.live, 100 * r.max_share)
+        log.warning(
+            "%s: the Id comparison would soft-delete %d of %d live records (more than %.1f %%): refused; "
+            "if the org really lost them, run the replica with config confirm_deletes: true",
+            schema.name,
+            r.records,
+            r.live,
+            100 * r.max_share,
+        )
     if result.state.late_found:
-        log.warning("%s: the Id comparison found %d records committed later than the poll overlap (%g s): raise "
-                    "poll_overlap for this object", schema.name, result.state.late_found, options.overlap)
+        log.warning(
+            "%s: the Id comparison found %d records committed later than the poll overlap (%g s): raise "
+            "poll_overlap for this object",
+            schema.name,
+            result.state.late_found,
+            options.overlap,
+        )

@@ -21,6 +21,7 @@ from resources.delta import CHECKPOINT_EVERY, DeltaWarehouse
 @dataclass(frozen=True)
 class Footprint:
     """The data files the table's current version references, and their bytes."""
+
     files: int
     bytes: int
 
@@ -39,9 +40,14 @@ class Compacted:
     version: int
 
     def metadata(self) -> dict[str, int]:
-        return {"files_before": self.before.files, "files_after": self.after.files,
-                "bytes_before": self.before.bytes, "bytes_after": self.after.bytes,
-                "files_removed": self.files_removed, "files_added": self.files_added}
+        return {
+            "files_before": self.before.files,
+            "files_after": self.after.files,
+            "bytes_before": self.before.bytes,
+            "bytes_after": self.after.bytes,
+            "files_removed": self.files_removed,
+            "files_added": self.files_added,
+        }
 
 
 def compact(warehouse: DeltaWarehouse, name: str, *, z_order_by: list[str] | None = None) -> Compacted | None:
@@ -54,8 +60,9 @@ def compact(warehouse: DeltaWarehouse, name: str, *, z_order_by: list[str] | Non
     metrics = table.optimize.z_order(z_order_by) if z_order_by else table.optimize.compact()
     table = warehouse.table(name)
     checkpoint_if_moved(table, metrics["numFilesAdded"] or metrics["numFilesRemoved"])
-    return Compacted(before, Footprint.of(table), int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]),
-                     table.version())
+    return Compacted(
+        before, Footprint.of(table), int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]), table.version()
+    )
 
 
 def checkpoint_if_moved(table: DeltaTable, moved: int) -> None:

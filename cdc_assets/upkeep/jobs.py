@@ -16,15 +16,15 @@ Spark's `VACUUM`) of a replica while a resync stage waits would delete the stage
 """
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import dagster as dg
 
-from cdc_assets.run_tags import hidden_tag, run_tags
 from cdc_assets.assets import CHANGE_EVENTS_KEY, CHANGE_EVENTS_POOL, replica_key, replica_pool
 from cdc_assets.config import ReplicationConfig, UpkeepConfig
 from cdc_assets.history.assets import history_key
 from cdc_assets.history.stage import history_name
+from cdc_assets.run_tags import hidden_tag, run_tags
 from cdc_assets.upkeep.compact import Footprint, compact
 from cdc_assets.upkeep.landing import retire_landing
 from cdc_assets.upkeep.retention import prune_archive, prune_quarantine, trim_payloads
@@ -42,9 +42,15 @@ def upkeep_job_name(name: str) -> str:
     return CE_JOB if name == CHANGE_EVENTS else f"upkeep_{name}"
 
 
-def upkeep_table(warehouse: DeltaWarehouse, name: str, settings: UpkeepConfig, *,
-                 replicated: list[str] | None = None, now: datetime | None = None,
-                 landing: LandingZone | None = None) -> dict[str, float]:
+def upkeep_table(
+    warehouse: DeltaWarehouse,
+    name: str,
+    settings: UpkeepConfig,
+    *,
+    replicated: list[str] | None = None,
+    now: datetime | None = None,
+    landing: LandingZone | None = None,
+) -> dict[str, float]:
     """Everything upkeep does to table `name` (change_events only: retire ingested landing files, trim payloads,
     prune the landing archive and `_quarantine`; then compact, then vacuum), as the observation's metadata. Nothing
     when the table does not exist yet."""
@@ -52,16 +58,20 @@ def upkeep_table(warehouse: DeltaWarehouse, name: str, settings: UpkeepConfig, *
     if table is None:
         return {}
     started = time.perf_counter()
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     before = Footprint.of(table)
     out: dict[str, float] = {"files_before": before.files, "bytes_before": before.bytes}
     if name == CHANGE_EVENTS and landing is not None:
         retired = retire_landing(warehouse, landing, settings)
-        out |= {"landing_files_retired": retired.files_retired, "landing_files_pending": retired.files_pending,
-                "archive_files_deleted": prune_archive(landing, days=settings.landing_archive_days, now=now)}
+        out |= {
+            "landing_files_retired": retired.files_retired,
+            "landing_files_pending": retired.files_pending,
+            "archive_files_deleted": prune_archive(landing, days=settings.landing_archive_days, now=now),
+        }
     if name == CHANGE_EVENTS:
-        trimmed = trim_payloads(warehouse, replicated or [], retention_hours=settings.change_events_retention_hours,
-                                now=now)
+        trimmed = trim_payloads(
+            warehouse, replicated or [], retention_hours=settings.change_events_retention_hours, now=now
+        )
         out["rows_trimmed"] = trimmed.rows_trimmed if trimmed else 0
         out["quarantine_rows_deleted"] = prune_quarantine(warehouse, days=settings.quarantine_days, now=now)
         quarantine = vacuum(warehouse, QUARANTINE, retention_hours=settings.vacuum_retention_hours)
@@ -73,26 +83,40 @@ def upkeep_table(warehouse: DeltaWarehouse, name: str, settings: UpkeepConfig, *
     vacuumed = vacuum(warehouse, name, retention_hours=settings.vacuum_retention_hours)
     out["files_vacuumed"] = vacuumed.files_deleted if vacuumed else 0
     after = Footprint.of(warehouse.table(name))
-    return out | {"files_after": after.files, "bytes_after": after.bytes,
-                  "delta_version": warehouse.table(name).version(),
-                  "seconds_upkeep": round(time.perf_counter() - started, 3)}
+    return out | {
+        "files_after": after.files,
+        "bytes_after": after.bytes,
+        "delta_version": warehouse.table(name).version(),
+        "seconds_upkeep": round(time.perf_counter() - started, 3),
+    }
 
 
 def _observed(key: dg.AssetKey, values: dict[str, float], description: str) -> dg.AssetObservation:
-    return dg.AssetObservation(asset_key=key, description=description,
-                               metadata={k: dg.MetadataValue.int(v) if isinstance(v, int) else
-                                         dg.MetadataValue.float(float(v)) for k, v in values.items()})
+    return dg.AssetObservation(
+        asset_key=key,
+        description=description,
+        metadata={
+            k: dg.MetadataValue.int(v) if isinstance(v, int) else dg.MetadataValue.float(float(v))
+            for k, v in values.items()
+        },
+    )
 
 
 def _report(context: dg.OpExecutionContext, key: dg.AssetKey, values: dict[str, float]) -> None:
     if not values:
         context.log.info(f"{key.to_user_string()}: no table yet, nothing to keep up")
         return
-    summary = (f"{key.to_user_string()}: {values['files_before']} -> {values['files_after']} files, "
-               f"{values['bytes_before']:,} -> {values['bytes_after']:,} bytes, "
-               f"{values['files_vacuumed']} files vacuumed" +
-               (f", {values['rows_trimmed']} payloads trimmed, {values.get('landing_files_retired', 0)} "
-                f"landing files retired" if "rows_trimmed" in values else ""))
+    summary = (
+        f"{key.to_user_string()}: {values['files_before']} -> {values['files_after']} files, "
+        f"{values['bytes_before']:,} -> {values['bytes_after']:,} bytes, "
+        f"{values['files_vacuumed']} files vacuumed"
+        + (
+            f", {values['rows_trimmed']} payloads trimmed, {values.get('landing_files_retired', 0)} "
+            f"landing files retired"
+            if "rows_trimmed" in values
+            else ""
+        )
+    )
     context.log.info(summary)
     context.log_event(_observed(key, values, f"upkeep: {summary}"))
 
@@ -107,32 +131,50 @@ def build_upkeep_job(*, name: str, replication: ReplicationConfig) -> dg.JobDefi
 
     pool = CHANGE_EVENTS_POOL if is_ce else replica_pool(name)
 
-    @dg.op(name=f"{job_name}_op", pool=pool,
-           description=f"Trim, compact and vacuum {key.to_user_string()} (never beside a writer of it: its pool).")
+    @dg.op(
+        name=f"{job_name}_op",
+        pool=pool,
+        description=f"Trim, compact and vacuum {key.to_user_string()} (never beside a writer of it: its pool).",
+    )
     @exclusive(pool)
     def upkeep_op(context: dg.OpExecutionContext, warehouse: DeltaWarehouse, landing: LandingZone) -> None:
-        values = upkeep_table(warehouse, name, settings, replicated=replication.names,
-                              landing=landing if is_ce else None)
+        values = upkeep_table(
+            warehouse, name, settings, replicated=replication.names, landing=landing if is_ce else None
+        )
         _report(context, key, values)
         if with_history:  # written by the replica's step, in the same pool: kept up with it
             _report(context, history_key(name), upkeep_table(warehouse, history_name(name), settings))
 
-    @dg.job(name=job_name, tags=run_tags(mode="upkeep", reason=f"{settings.schedule} schedule",
-                                         objects=[] if is_ce else [name], hidden={TAG_UPKEEP: name}),
-            description=f"Table upkeep of {key.to_user_string()} (README 'Table upkeep'): "
-                        + ("retire ingested landing files, trim payloads past the retention, " if is_ce else "")
-                        + "compact, vacuum.")
+    @dg.job(
+        name=job_name,
+        tags=run_tags(
+            mode="upkeep",
+            reason=f"{settings.schedule} schedule",
+            objects=[] if is_ce else [name],
+            hidden={TAG_UPKEEP: name},
+        ),
+        description=f"Table upkeep of {key.to_user_string()} (README 'Table upkeep'): "
+        + ("retire ingested landing files, trim payloads past the retention, " if is_ce else "")
+        + "compact, vacuum.",
+    )
     def upkeep_job():
         upkeep_op()
 
     return upkeep_job
 
 
-def build_upkeep(*, replication: ReplicationConfig, default_status: dg.DefaultScheduleStatus
-                 ) -> tuple[list[dg.JobDefinition], list[dg.ScheduleDefinition]]:
+def build_upkeep(
+    *, replication: ReplicationConfig, default_status: dg.DefaultScheduleStatus
+) -> tuple[list[dg.JobDefinition], list[dg.ScheduleDefinition]]:
     """Every upkeep job (each replica, change_events) and its schedule (`options.upkeep.schedule`)."""
     jobs = [build_upkeep_job(name=n, replication=replication) for n in [*replication.names, CHANGE_EVENTS]]
-    schedules = [dg.ScheduleDefinition(name=f"{j.name}_schedule", job=j,
-                                       cron_schedule=replication.options.upkeep.schedule,
-                                       default_status=default_status) for j in jobs]
+    schedules = [
+        dg.ScheduleDefinition(
+            name=f"{j.name}_schedule",
+            job=j,
+            cron_schedule=replication.options.upkeep.schedule,
+            default_status=default_status,
+        )
+        for j in jobs
+    ]
     return jobs, schedules

@@ -73,11 +73,18 @@ def retire_landing(warehouse: DeltaWarehouse, landing: LandingZone, settings: Up
     aside = landing.retire([f for f in ingested if f.path in flagged], to=landing.quarantined_path)
     if aside:
         shown = ", ".join(printable(p) for p in sorted(flagged)[:5])
-        log.warning("%d ingested landing files had quarantined content (%s%s): moved to %s, not %s; look at their "
-                    "_quarantine rows, then delete them", aside, shown, ", ..." if len(flagged) > 5 else "",
-                    landing.quarantined_path, "deleted" if settings.landing_after_ingest == "delete" else "archived")
-    retired = landing.retire([f for f in ingested if f.path not in flagged],
-                             delete=settings.landing_after_ingest == "delete")
+        log.warning(
+            "%d ingested landing files had quarantined content (%s%s): moved to %s, not %s; look at their "
+            "_quarantine rows, then delete them",
+            aside,
+            shown,
+            ", ..." if len(flagged) > 5 else "",
+            landing.quarantined_path,
+            "deleted" if settings.landing_after_ingest == "delete" else "archived",
+        )
+    retired = landing.retire(
+        [f for f in ingested if f.path not in flagged], delete=settings.landing_after_ingest == "delete"
+    )
     return Retired(files_retired=retired + aside, files_pending=len(pending), files_set_aside=aside)
 
 

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -95,17 +95,20 @@ def stored_entities(table: DeltaTable) -> list[str]:
 
 def timestamp_sql(at: datetime) -> str:
     """A UTC instant as a delta-rs (DataFusion) predicate literal of a `timestamp[us, UTC]` column's type."""
-    text = _sql_literal(at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
+    text = _sql_literal(at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"))
     return f"arrow_cast({text}, 'Timestamp(Microsecond, Some(\"UTC\"))')"
 
 
 def trim_predicate(entity: str, floor: int, horizon: datetime) -> str:
-    return (f"entity = {_sql_literal(entity)} AND _ingest_seq <= {int(floor)} AND cardinality({TRIMMED}) > 0 "
-            f"AND commit_ts < {timestamp_sql(horizon)}")
+    return (
+        f"entity = {_sql_literal(entity)} AND _ingest_seq <= {int(floor)} AND cardinality({TRIMMED}) > 0 "
+        f"AND commit_ts < {timestamp_sql(horizon)}"
+    )
 
 
-def trim_payloads(warehouse: DeltaWarehouse, replicated: list[str], *, retention_hours: float,
-                  now: datetime) -> Trimmed | None:
+def trim_payloads(
+    warehouse: DeltaWarehouse, replicated: list[str], *, retention_hours: float, now: datetime
+) -> Trimmed | None:
     """Drop the payload of every change_events row past its replica's floor and older than `retention_hours`
     (None: no change_events yet). One UPDATE commit per entity that has such rows."""
     table = warehouse.table(CHANGE_EVENTS)

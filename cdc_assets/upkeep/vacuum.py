@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from resources.delta import DeltaWarehouse
 from cdc_assets.upkeep.compact import checkpoint_if_moved
+from resources.delta import DeltaWarehouse
 
 
 @dataclass(frozen=True)
 class Vacuumed:
     """`files_deleted`: the files delta-rs listed as vacuumed, i.e. every tombstone still in the log older than the
     retention, including files an earlier vacuum already deleted (it grows with the table's history)."""
+
     files_deleted: int
     retention_hours: int
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+
+from event_lines import event
 
 from cdc_assets.apply import APPLY_APP, apply_changes
 from cdc_assets.closure import Cut
@@ -11,7 +13,6 @@ from cdc_assets.history.stage import history_name
 from cdc_assets.ingest import ingest
 from cdc_assets.records import SNAPSHOT, records_to_text, replica_rows
 from cdc_assets.state import IngestState, ReplicaState
-from event_lines import event
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from resources.staged import read_staged
@@ -28,12 +29,28 @@ def test_an_apply_whose_every_row_is_superseded_commits_its_checkpoint(tmp_path,
     landing = tmp_path / "landing"
     landing.mkdir()
     warehouse, zone = DeltaWarehouse(root=str(tmp_path / "warehouse")), LandingZone(path=str(landing))
-    snapshot_ts = datetime.fromtimestamp((T0 + 10_000) / 1000, timezone.utc)
-    text = records_to_text([{"Id": A1, "Name": "Acme", "IsDeleted": False,
-                             "SystemModstamp": snapshot_ts.isoformat().replace("+00:00", "Z")}], schema.org_fields)
+    snapshot_ts = datetime.fromtimestamp((T0 + 10_000) / 1000, UTC)
+    text = records_to_text(
+        [
+            {
+                "Id": A1,
+                "Name": "Acme",
+                "IsDeleted": False,
+                "SystemModstamp": snapshot_ts.isoformat().replace("+00:00", "Z"),
+            }
+        ],
+        schema.org_fields,
+    )
     snapshot = replica_rows(text, schema, source=SNAPSHOT, synced_at=snapshot_ts)
-    warehouse.append("Account", snapshot, read=None, partition_by=[BUCKET_COLUMN], key=ReplicaState.KEY,
-                     state=ReplicaState().to_dict(), txns={APPLY_APP: 0})
+    warehouse.append(
+        "Account",
+        snapshot,
+        read=None,
+        partition_by=[BUCKET_COLUMN],
+        key=ReplicaState.KEY,
+        state=ReplicaState().to_dict(),
+        txns={APPLY_APP: 0},
+    )
     (landing / "a.jsonl").write_text(event("Account", "UPDATE", [A1], T0 + 1000, Name="Older") + "\n")
     ingest(spark, warehouse, zone, {"Account": schema}, run_id="ingest")
     through = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq
@@ -59,12 +76,18 @@ def test_rows_and_history_versions_an_apply_writes_carry_its_runs_time(tmp_path,
     landing = tmp_path / "landing"
     landing.mkdir()
     warehouse, zone = DeltaWarehouse(root=str(tmp_path / "warehouse")), LandingZone(path=str(landing))
-    (landing / "a.jsonl").write_text("\n".join([
-        event("Account", "CREATE", [A1], T0, Name="Acme"),
-        event("Account", "UPDATE", [A1], T0 + 1000, Name="Acme Corp")]) + "\n")
+    (landing / "a.jsonl").write_text(
+        "\n".join(
+            [
+                event("Account", "CREATE", [A1], T0, Name="Acme"),
+                event("Account", "UPDATE", [A1], T0 + 1000, Name="Acme Corp"),
+            ]
+        )
+        + "\n"
+    )
     ingest(spark, warehouse, zone, {"Account": schema}, run_id="ingest")
     cut = Cut(through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None, clock="")
-    now = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=UTC)
 
     result = apply_changes(spark, warehouse, schema, cut=cut, run_id="run", now=now, history=True)
     rows = read_table(warehouse.table("Account"))

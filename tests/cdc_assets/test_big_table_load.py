@@ -4,14 +4,13 @@ same Bulk job, and the replica equals the org's records."""
 
 from __future__ import annotations
 
-import pyarrow.compute as pc
 import pytest
+from harness import Platform
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.snapshot import STAGE_DIR
-from harness import Platform
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, ids
-from settings import TEST_SPARK_CONF
 
 RECORDS = 30_001
 
@@ -20,11 +19,21 @@ def test_a_killed_initial_load_continues_from_its_last_staged_batch(tmp_path, sp
     with Emulator(tmp_path / "org") as emu:
         name = emu.add_bulk_object(RECORDS, columns=64)
         emu.api.result_page_records = 4_000
-        salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                        ca_bundle=str(emu.ca_file))
-        platform = Platform(tmp_path / "p", None, [name], TEST_SPARK_CONF, salesforce=salesforce,
-                            initial_load=True, resync_batch_records=10_000, bulk_parallel_pages=2,
-                            bulk_page_size=4_000, retry_backoff_seconds=0)
+        salesforce = SalesforceResource(
+            instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file)
+        )
+        platform = Platform(
+            tmp_path / "p",
+            None,
+            [name],
+            TEST_SPARK_CONF,
+            salesforce=salesforce,
+            initial_load=True,
+            resync_batch_records=10_000,
+            bulk_parallel_pages=2,
+            bulk_page_size=4_000,
+            retry_backoff_seconds=0,
+        )
         [load] = platform.sensor_requests()
 
         monkeypatch.setenv("CDC_FAULT_POINT", "resync.after_stage_batch")  # dies once its first batch is staged

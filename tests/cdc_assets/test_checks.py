@@ -7,24 +7,37 @@ import os
 import subprocess
 import sys
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
+from harness import Platform, load_lines, write_config
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.assets import replica_key
 from cdc_assets.checks import (
-    BLOCKING, CHECKS, DELTA_VERSION, FRESHNESS, MAX_UNKNOWN_IDS, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY,
-    REUSED_FROM, SCHEMA, UNIQUE_ID,
-    acknowledge_quarantine, build_replica_checks, check_freshness, check_no_stale_dirty, check_org_knows_ids,
+    BLOCKING,
+    CHECKS,
+    DELTA_VERSION,
+    FRESHNESS,
+    MAX_UNKNOWN_IDS,
+    NO_PENDING_RESYNC,
+    NO_STALE_DIRTY,
+    QUARANTINE_EMPTY,
+    REUSED_FROM,
+    SCHEMA,
+    UNIQUE_ID,
+    acknowledge_quarantine,
+    build_replica_checks,
+    check_freshness,
+    check_no_stale_dirty,
+    check_org_knows_ids,
     check_quarantine_empty,
 )
 from cdc_assets.config import load_config
 from cdc_assets.state import Reconciled, ReplicaState
-from settings import TEST_SPARK_CONF
-from harness import Platform, load_lines, write_config
 from resources.delta import DeltaWarehouse
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
@@ -41,9 +54,13 @@ def golden(tmp_path_factory, spark, sample_dir) -> tuple[Platform, dg.ExecuteInP
 def run_checks(platform: Platform, checks=None, selection=None) -> dg.ExecuteInProcessResult:
     """Only checks, against the tables as they are (what "Execute checks" in the UI does)."""
     checks = list(platform.defs.asset_checks) if checks is None else checks
-    return dg.materialize(platform.executable_assets() + checks, resources=platform.defs.resources,
-                          instance=platform.instance, selection=selection or dg.AssetSelection.all_asset_checks(),
-                          raise_on_error=False)
+    return dg.materialize(
+        platform.executable_assets() + checks,
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=selection or dg.AssetSelection.all_asset_checks(),
+        raise_on_error=False,
+    )
 
 
 def failed_steps(result: dg.ExecuteInProcessResult) -> list[str]:
@@ -77,7 +94,11 @@ def test_golden_sample_checks_run_with_the_materialization(golden):
 
     assert checks["Account"][NO_PENDING_RESYNC].passed and checks["Contact"][NO_PENDING_RESYNC].passed
     resync = checks["Opportunity"][NO_PENDING_RESYNC]
-    assert not resync.passed and not resync.blocking and meta(resync)["resync_pending"].startswith("GAP_OVERFLOW at commit 2025-11-22T08:36:40")
+    assert (
+        not resync.passed
+        and not resync.blocking
+        and meta(resync)["resync_pending"].startswith("GAP_OVERFLOW at commit 2025-11-22T08:36:40")
+    )
     assert "resync" in resync.description
 
     for obj in OBJECTS:
@@ -117,11 +138,13 @@ def test_duplicate_id_fails_unique_id_and_bad_source_fails_schema(golden):
     platform, _ = golden
     rows = platform.table("Account")
     duplicate = dict(rows[0])  # same Id, written by the same commit: only unique_id can object
-    stranger = dict(rows[1], Id="001000000000009AAA", _sf_source="bulk", _sf_synced_at=datetime.now(timezone.utc))
+    stranger = dict(rows[1], Id="001000000000009AAA", _sf_source="bulk", _sf_synced_at=datetime.now(UTC))
     table = warehouse(platform).table("Account")
-    write_deltalake(warehouse(platform).uri("Account"),
-                    pa.Table.from_pylist([duplicate, stranger], schema=pa.schema(table.schema().to_arrow())),
-                    mode="append")
+    write_deltalake(
+        warehouse(platform).uri("Account"),
+        pa.Table.from_pylist([duplicate, stranger], schema=pa.schema(table.schema().to_arrow())),
+        mode="append",
+    )
 
     result = run_checks(platform)
     assert "salesforce__Account_checks" in failed_steps(result)
@@ -155,8 +178,11 @@ def test_a_table_at_the_version_already_checked_is_not_read_again_and_a_new_vers
     obj = reused[0][0]  # a writer bypassing the merge: a new version, read again (and failing)
     rows = platform.table(obj)
     table = warehouse(platform).table(obj)
-    write_deltalake(warehouse(platform).uri(obj), pa.Table.from_pylist([dict(rows[0])],
-                    schema=pa.schema(table.schema().to_arrow())), mode="append")
+    write_deltalake(
+        warehouse(platform).uri(obj),
+        pa.Table.from_pylist([dict(rows[0])], schema=pa.schema(table.schema().to_arrow())),
+        mode="append",
+    )
     again = platform.check_results(run_checks(platform), obj)
     assert not again[UNIQUE_ID].passed and REUSED_FROM not in meta(again[UNIQUE_ID])
     assert meta(again[UNIQUE_ID])["duplicate_ids"] == 1
@@ -164,11 +190,19 @@ def test_a_table_at_the_version_already_checked_is_not_read_again_and_a_new_vers
 
 def test_thresholds_come_from_replication_yaml(golden, tmp_path, sample_dir):
     platform, _ = golden
-    lenient = load_config(write_config(tmp_path / "replication.yaml", sample_dir / "describe", OBJECTS,
-                                       dirty_threshold_seconds=1e9, freshness_seconds=1e9))
+    lenient = load_config(
+        write_config(
+            tmp_path / "replication.yaml",
+            sample_dir / "describe",
+            OBJECTS,
+            dirty_threshold_seconds=1e9,
+            freshness_seconds=1e9,
+        )
+    )
     checks = [build_replica_checks(sobject=o, replication=lenient) for o in lenient.objects]
-    only = dg.AssetSelection.checks(*[dg.AssetCheckKey(replica_key(o), n) for o in OBJECTS
-                                      for n in (NO_STALE_DIRTY, FRESHNESS)])
+    only = dg.AssetSelection.checks(
+        *[dg.AssetCheckKey(replica_key(o), n) for o in OBJECTS for n in (NO_STALE_DIRTY, FRESHNESS)]
+    )
     result = run_checks(platform, checks, only)
     for obj in ("Account", "Contact"):
         results = platform.check_results(result, obj)
@@ -179,7 +213,7 @@ def test_thresholds_come_from_replication_yaml(golden, tmp_path, sample_dir):
 def test_stale_dirty_and_freshness_thresholds_are_exclusive_bounds(golden):
     platform, _ = golden
     table = warehouse(platform).table("Contact")
-    dirty_since = datetime(2025, 11, 22, 8, 34, 40, tzinfo=timezone.utc)
+    dirty_since = datetime(2025, 11, 22, 8, 34, 40, tzinfo=UTC)
     at = {s: dirty_since + timedelta(seconds=900 + s) for s in (-1, 1)}
     assert check_no_stale_dirty(warehouse(platform), table, "Contact", threshold=900, now=at[-1]).passed
     assert not check_no_stale_dirty(warehouse(platform), table, "Contact", threshold=900, now=at[1]).passed
@@ -201,12 +235,21 @@ def test_checks_pass_and_say_so_before_any_table_exists(tmp_path, sample_dir):
 
 def test_the_schema_fingerprint_is_the_same_in_every_process(sample_dir):
     # Reuse across runs compares fingerprints made in different run workers: no per-process order may leak in.
-    code = ("import json, sys; from cdc_assets.checks import schema_fingerprint; "
-            "from spark_ops.schema import ObjectSchema; "
-            "print(schema_fingerprint(ObjectSchema.from_describe(json.load(open(sys.argv[1])))))")
-    prints = {subprocess.run([sys.executable, "-c", code, str(sample_dir / "describe" / "Account.json")],
-                             env=os.environ | {"PYTHONHASHSEED": seed}, capture_output=True, text=True,
-                             check=True).stdout for seed in ("1", "2", "3")}
+    code = (
+        "import json, sys; from cdc_assets.checks import schema_fingerprint; "
+        "from spark_ops.schema import ObjectSchema; "
+        "print(schema_fingerprint(ObjectSchema.from_describe(json.load(open(sys.argv[1])))))"
+    )
+    prints = {
+        subprocess.run(
+            [sys.executable, "-c", code, str(sample_dir / "describe" / "Account.json")],
+            env=os.environ | {"PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
     assert len(prints) == 1 and prints.pop().strip()
 
 
@@ -220,18 +263,25 @@ def test_landing_text_reaches_logs_and_check_metadata_escaped_and_values_unquote
 
     platform = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF)
     name = f"bad{FORGED}\u202e.jsonl"
-    platform.land([event("Account", "CREATE", ["001000000000001AAA"], 1763800000000, Name="Acme"),
-                   event("Account", "UPDATE", ["001000000000001AAA"], 1763800001000,
-                         NumberOfEmployees="john@example.com"),
-                   "not json" + FORGED], name=name)
+    platform.land(
+        [
+            event("Account", "CREATE", ["001000000000001AAA"], 1763800000000, Name="Acme"),
+            event("Account", "UPDATE", ["001000000000001AAA"], 1763800001000, NumberOfEmployees="john@example.com"),
+            "not json" + FORGED,
+        ],
+        name=name,
+    )
     with caplog.at_level(logging.INFO):
         result = platform.run(checks=True, close_after=0, raise_on_error=False)
     assert {q["reason"] for q in platform.quarantine()} == {
-        "not a JSON object", "field NumberOfEmployees value 'john@example.com' is not a valid int"}
+        "not a JSON object",
+        "field NumberOfEmployees value 'john@example.com' is not a valid int",
+    }
     assert {q["source_file"] for q in platform.quarantine()} == {name}  # the table keeps what landed
 
-    logged = [r.getMessage() for r in caplog.records] + \
-        [e.user_message for e in platform.instance.all_logs(result.run_id)]
+    logged = [r.getMessage() for r in caplog.records] + [
+        e.user_message for e in platform.instance.all_logs(result.run_id)
+    ]
     quarantine = meta(platform.check_results(result, "Account")[QUARANTINE_EMPTY])
     files = platform.materialization(result, "change_events")["files_ingested"]
     shown = [*logged, *quarantine["examples"], *files]
@@ -245,17 +295,21 @@ def test_landing_text_reaches_logs_and_check_metadata_escaped_and_values_unquote
 def test_org_knows_ids_fails_for_a_refused_id_or_too_many_unknown_ones():
     """What the last reconcile took out of the dirty set without a record (cdc_assets/sync.py), judged."""
     assert check_org_knows_ids(ReplicaState(), "Account").passed
-    quiet = Reconciled(at="2026-01-01T00:00:00+00:00", records=40, unknown=MAX_UNKNOWN_IDS,
-                       unknown_examples=["001000000000009AAA"])
+    quiet = Reconciled(
+        at="2026-01-01T00:00:00+00:00", records=40, unknown=MAX_UNKNOWN_IDS, unknown_examples=["001000000000009AAA"]
+    )
     assert check_org_knows_ids(ReplicaState(reconciled=quiet), "Account").passed  # records hard-deleted meanwhile
 
     invented = replace(quiet, unknown=MAX_UNKNOWN_IDS + 1)
     result = check_org_knows_ids(ReplicaState(reconciled=invented), "Account")
     assert not result.passed and meta(result)["ids_unknown_to_org"] == MAX_UNKNOWN_IDS + 1
-    assert f"{MAX_UNKNOWN_IDS + 1} dirty ids are unknown to the org, more than {MAX_UNKNOWN_IDS} (e.g. " \
-           "001000000000009AAA)" in result.description
-    refused = replace(quiet, unknown=0, refused=1,
-                      refused_examples=["'001000000000001ZZZ': MALFORMED_ID: malformed id"])
+    assert (
+        f"{MAX_UNKNOWN_IDS + 1} dirty ids are unknown to the org, more than {MAX_UNKNOWN_IDS} (e.g. "
+        "001000000000009AAA)" in result.description
+    )
+    refused = replace(
+        quiet, unknown=0, refused=1, refused_examples=["'001000000000001ZZZ': MALFORMED_ID: malformed id"]
+    )
     result = check_org_knows_ids(ReplicaState(reconciled=refused), "Account")
     assert not result.passed and meta(result)["refused_examples"] == refused.refused_examples
     assert "refused 1 record ids as malformed ('001000000000001ZZZ'" in result.description

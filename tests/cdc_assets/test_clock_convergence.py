@@ -4,15 +4,17 @@ row. The org is the real HTTPS emulator; runs are Dagster's materialize() over r
 
 from __future__ import annotations
 
+import itertools
 import time
-from datetime import timezone
+from datetime import UTC
+
+from test_sync import OBJECTS, assert_equal_to_org, catch_up, make_platform, org, run_sensor_requests  # noqa: F401
 
 from salesforce_emulator import Emulator
 from salesforce_emulator.changes import resolve_object
-from salesforce_emulator.testing import read_landed_events, header
+from salesforce_emulator.testing import header, read_landed_events
 from salesforce_emulator.values import iso_to_ms, ms_to_iso
 from salesforce_emulator.workload import Workload
-from test_sync import OBJECTS, assert_equal_to_org, catch_up, make_platform, org, run_sensor_requests  # noqa: F401
 
 
 def update(emu: Emulator, record_id: str, **values) -> None:
@@ -46,7 +48,7 @@ def test_equal_stamps_and_late_commits_through_cdc_end_with_every_replica_equal_
     for h in events:
         numbers.setdefault(h["commitTimestamp"], set()).add(h["commitNumber"])
     assert any(len(n) > 1 for n in numbers.values()), "no two transactions shared a millisecond"
-    assert any(later < earlier for earlier, later in zip(stamps, stamps[1:])), "no transaction committed late"
+    assert any(later < earlier for earlier, later in itertools.pairwise(stamps)), "no transaction committed late"
     assert sum(platform.materialization_of(n)["dirty_records"] for n in OBJECTS) == 0
     assert_equal_to_org(platform, org)
 
@@ -59,7 +61,7 @@ def test_a_reconcile_ends_on_the_org_value_even_when_its_stamp_is_older_than_the
     record = next(i for i in org.store.ids("Account") if not org.store.get_row("Account", i)["IsPersonAccount"])
     update(org, record, Name="first")
     catch_up(platform, org)
-    replica_stamp = platform.rows("Account")[record]["_sf_commit_ts"].replace(tzinfo=timezone.utc)
+    replica_stamp = platform.rows("Account")[record]["_sf_commit_ts"].replace(tzinfo=UTC)
     org.set_faults(gap_fraction=1.0)
     update(org, record, Name="the org's value")  # a gap event: the record becomes dirty
     org.set_faults(gap_fraction=0.0)
@@ -72,7 +74,10 @@ def test_a_reconcile_ends_on_the_org_value_even_when_its_stamp_is_older_than_the
     row = platform.rows("Account")[record]
     org_row = org.store.get_row("Account", record)
     assert row["Name"] == "the org's value" and row["_sf_dirty_since"] is None
-    assert int(row["_sf_commit_ts"].replace(tzinfo=timezone.utc).timestamp() * 1000) == \
-        iso_to_ms(org_row["SystemModstamp"]) < int(replica_stamp.timestamp() * 1000)
+    assert (
+        int(row["_sf_commit_ts"].replace(tzinfo=UTC).timestamp() * 1000)
+        == iso_to_ms(org_row["SystemModstamp"])
+        < int(replica_stamp.timestamp() * 1000)
+    )
     assert_equal_to_org(platform, org, ["Account"])
     assert run_sensor_requests(platform) == []  # converged for good: nothing dirty, nothing to redo

@@ -4,29 +4,39 @@ overflow, on Arrow rows (no Spark)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_assets.closure import (decide, held_back, holders, ingest_progress, open_transaction, overflows,
-                                pending_resync, replay_from)
+from cdc_assets.closure import (
+    decide,
+    held_back,
+    holders,
+    ingest_progress,
+    open_transaction,
+    overflows,
+    pending_resync,
+    replay_from,
+)
 from cdc_assets.state import Held, IngestState, ReplicaState, Resynced, ResyncPending
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 REPLICATED = {"Account", "Contact", "Opportunity"}
 
 
 def rows(*events: tuple[str, str, int]) -> pa.Table:
     """Change rows (entity, transaction key, commit second) in the columns the close rule reads."""
-    return pa.table({
-        "entity": [e for e, _, _ in events],
-        "transaction_key": [t for _, t, _ in events],
-        "commit_ts": pa.array([T0 + timedelta(seconds=s) for *_, s in events], pa.timestamp("us", tz="UTC")),
-        "commit_number": pa.array([s for *_, s in events], pa.int64()),
-        "sequence_number": pa.array([i for i, _ in enumerate(events)], pa.int64()),
-        "replay_id": pa.array([None] * len(events), pa.int64()),
-    })
+    return pa.table(
+        {
+            "entity": [e for e, _, _ in events],
+            "transaction_key": [t for _, t, _ in events],
+            "commit_ts": pa.array([T0 + timedelta(seconds=s) for *_, s in events], pa.timestamp("us", tz="UTC")),
+            "commit_number": pa.array([s for *_, s in events], pa.int64()),
+            "sequence_number": pa.array([i for i, _ in enumerate(events)], pa.int64()),
+            "replay_id": pa.array([None] * len(events), pa.int64()),
+        }
+    )
 
 
 def test_a_late_file_of_older_events_does_not_reset_the_close_timer():
@@ -69,17 +79,24 @@ def test_a_run_decides_once_and_closes_by_timeout_only_with_every_replica_holdin
 
 def changes(*rows_: tuple[str, str, str, int, int]) -> pa.Table:
     """Change rows (transaction key, change type, record id, commit second, ingest seq) for the hold/overflow rules."""
-    return pa.table({
-        "transaction_key": [r[0] for r in rows_], "change_type": [r[1] for r in rows_],
-        "record_id": [r[2] for r in rows_],
-        "commit_ts": pa.array([T0 + timedelta(seconds=r[3]) for r in rows_], pa.timestamp("us", tz="UTC")),
-        "_ingest_seq": pa.array([r[4] for r in rows_], pa.int64()),
-    })
+    return pa.table(
+        {
+            "transaction_key": [r[0] for r in rows_],
+            "change_type": [r[1] for r in rows_],
+            "record_id": [r[2] for r in rows_],
+            "commit_ts": pa.array([T0 + timedelta(seconds=r[3]) for r in rows_], pa.timestamp("us", tz="UTC")),
+            "_ingest_seq": pa.array([r[4] for r in rows_], pa.int64()),
+        }
+    )
 
 
 def test_held_rows_overflows_and_the_resync_they_leave_pending():
-    rows_ = changes(("TA", "UPDATE", "001A", 1, 3), ("TB", "GAP_OVERFLOW", "001B", 2, 4),
-                    ("TC", "UPDATE", "001*", 3, 5), ("TD", "GAP_OVERFLOW", "001C", 4, 6))
+    rows_ = changes(
+        ("TA", "UPDATE", "001A", 1, 3),
+        ("TB", "GAP_OVERFLOW", "001B", 2, 4),
+        ("TC", "UPDATE", "001*", 3, 5),
+        ("TD", "GAP_OVERFLOW", "001C", 4, 6),
+    )
     mask, held = held_back(rows_, "TD")
     assert mask.to_pylist() == [False, False, False, True] and held == Held(transactions=["TD"], from_seq=6)
     assert held_back(rows_, None)[1] is None and held_back(rows_, "TX")[1] is None
@@ -117,8 +134,9 @@ def test_unreplicated_entities_enter_the_state_only_up_to_a_bound_and_the_rest_a
     import cdc_assets.closure as closure
 
     monkeypatch.setattr(closure, "MAX_TRACKED_ENTITIES", 3)
-    first = ingest_progress(IngestState(), typed(rows(("Account", "T1", 1), ("Junk1", "T1", 1), ("Junk2", "T1", 1))),
-                            1, T0)
+    first = ingest_progress(
+        IngestState(), typed(rows(("Account", "T1", 1), ("Junk1", "T1", 1), ("Junk2", "T1", 1))), 1, T0
+    )
     assert first.entity_seq == {"Account": 1, "Junk1": 1, "Junk2": 1} and first.entities_untracked == 0
     invented = [(f"Junk{i}", "T2", 2) for i in range(1, 8)]
     second = ingest_progress(first, typed(rows(("Contact", "T2", 2), *invented)), 2, T0)

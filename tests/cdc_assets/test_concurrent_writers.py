@@ -11,6 +11,7 @@ import json
 
 import pytest
 from deltalake import DeltaTable
+from event_lines import event
 
 from cdc_assets import apply as apply_module
 from cdc_assets import ingest as ingest_module
@@ -18,7 +19,6 @@ from cdc_assets.apply import apply_changes
 from cdc_assets.closure import Cut
 from cdc_assets.ingest import ingest
 from cdc_assets.state import IngestState
-from event_lines import event
 from resources.commit_safety import ensure_safe_commits
 from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
@@ -55,6 +55,7 @@ def interleave(monkeypatch, module, point: str, first_run) -> dict:
         if name == point and "first" not in seen:
             seen["first"] = None
             seen["first"] = first_run()
+
     monkeypatch.setattr(module, "fault_point", hook)
     return seen
 
@@ -63,11 +64,22 @@ def test_a_second_ingest_of_the_same_files_fails_and_ingests_nothing_twice(setup
     warehouse, zone, schema = setup
     land(zone, "a.jsonl", [event("Account", "CREATE", [A1], T0, Name="Acme")])
     ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
-    land(zone, "b.jsonl", [event("Account", "CREATE", [A2], T0 + 1000, Name="Globex"),
-                           event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot")])
-    seen = interleave(monkeypatch, ingest_module, "ingest.before_commit",
-                      lambda: (ingest(spark, warehouse, zone, {"Account": schema}, run_id="first"),
-                               state(warehouse, CHANGE_EVENTS))[1])
+    land(
+        zone,
+        "b.jsonl",
+        [
+            event("Account", "CREATE", [A2], T0 + 1000, Name="Globex"),
+            event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot"),
+        ],
+    )
+    seen = interleave(
+        monkeypatch,
+        ingest_module,
+        "ingest.before_commit",
+        lambda: (ingest(spark, warehouse, zone, {"Account": schema}, run_id="first"), state(warehouse, CHANGE_EVENTS))[
+            1
+        ],
+    )
     with pytest.raises(ConcurrentWriteError, match="_change_events: another writer committed"):
         ingest(spark, warehouse, zone, {"Account": schema}, run_id="second")
     assert state(warehouse, CHANGE_EVENTS) == seen["first"]
@@ -76,8 +88,7 @@ def test_a_second_ingest_of_the_same_files_fails_and_ingests_nothing_twice(setup
 
 def closed_cut(warehouse) -> Cut:
     """Everything ingested so far, nothing held (as a run deciding after the close timeout would)."""
-    return Cut(through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq,
-               open_key=None, clock="")
+    return Cut(through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None, clock="")
 
 
 def test_a_second_apply_from_the_same_read_version_fails_and_applies_nothing_twice(setup, spark, monkeypatch):
@@ -91,13 +102,19 @@ def test_a_second_apply_from_the_same_read_version_fails_and_applies_nothing_twi
 
     # Both runs find no replica: the first creates it, the second may not append to it.
     seen = interleave(monkeypatch, apply_module, "replica.before_commit", first_apply)
-    with pytest.raises(ConcurrentWriteError, match="Delta table Account: .* after this run found no table"):
+    with pytest.raises(ConcurrentWriteError, match=r"Delta table Account: .* after this run found no table"):
         apply_changes(spark, warehouse, schema, cut=closed_cut(warehouse), run_id="second")
     assert state(warehouse, "Account") == seen["first"] and len(seen["first"][1]) == 1
 
     # Both runs read the replica's checkpoint at the same version: the second merge is rejected.
-    land(zone, "b.jsonl", [event("Account", "CREATE", [A2], T0 + 1000, Name="Globex"),
-                           event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot")])
+    land(
+        zone,
+        "b.jsonl",
+        [
+            event("Account", "CREATE", [A2], T0 + 1000, Name="Globex"),
+            event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot"),
+        ],
+    )
     ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
     seen = interleave(monkeypatch, apply_module, "replica.before_commit", first_apply)
     with pytest.raises(ConcurrentWriteError, match="after this run read it at version 0"):

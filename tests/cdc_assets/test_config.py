@@ -9,11 +9,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from cdc_assets.config import ConfigError, PollOptions, load_config, reference
 from docs_pages import DOCS, code_blocks, generator
 from harness import write_config
 from settings import REPO
+
+from cdc_assets.config import ConfigError, PollOptions, load_config, reference
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -28,15 +28,24 @@ def error_of(path: Path) -> str:
     return str(caught.value)
 
 
-@pytest.mark.parametrize(("yaml_text", "where", "suggestion"), [
-    ("optoins: {initial_load: false}\nobjects: [Account]\n", "optoins", "options"),
-    ("options: {transaction_close_afer: 5}\nobjects: [Account]\n", "options.transaction_close_afer",
-     "transaction_close_after"),
-    ("options: {poll_overlapp: 5}\nobjects: [Account]\n", "options.poll_overlapp", "poll_overlap"),
-    ("objects:\n  - Account\n  - {name: Campaign, mode: poll, pol_interval: 60}\n", "objects[1].pol_interval",
-     "poll_interval"),
-    ("objects:\n  - {name: Account, describ: a.json}\n", "objects[0].describ", "describe"),
-])
+@pytest.mark.parametrize(
+    ("yaml_text", "where", "suggestion"),
+    [
+        ("optoins: {initial_load: false}\nobjects: [Account]\n", "optoins", "options"),
+        (
+            "options: {transaction_close_afer: 5}\nobjects: [Account]\n",
+            "options.transaction_close_afer",
+            "transaction_close_after",
+        ),
+        ("options: {poll_overlapp: 5}\nobjects: [Account]\n", "options.poll_overlapp", "poll_overlap"),
+        (
+            "objects:\n  - Account\n  - {name: Campaign, mode: poll, pol_interval: 60}\n",
+            "objects[1].pol_interval",
+            "poll_interval",
+        ),
+        ("objects:\n  - {name: Account, describ: a.json}\n", "objects[0].describ", "describe"),
+    ],
+)
 def test_an_unknown_key_is_an_error_naming_file_path_and_the_closest_option(tmp_path, yaml_text, where, suggestion):
     path = write(tmp_path, yaml_text)
     message = error_of(path)
@@ -48,28 +57,36 @@ def test_a_key_nothing_resembles_lists_the_known_keys(tmp_path):
     assert "objects[0].zzz: unknown key; known keys: " in message and "poll_interval" in message
 
 
-@pytest.mark.parametrize(("yaml_text", "where", "got"), [
-    ("options: {transaction_close_after: soon}\n", "options.transaction_close_after", "'soon'"),
-    ("options: {initial_load: maybe}\n", "options.initial_load", "'maybe'"),
-    ("options: {poll_interval: [1, 2]}\n", "options.poll_interval", "[1, 2]"),
-    ("options: {api_budget_reserve: 2}\n", "options.api_budget_reserve", "2"),
-    ("objects:\n  - {name: Campaign, mode: pol}\n", "objects[0].mode", "'pol'"),
-    ("objects:\n  - Account\n  - {name: Campaign, poll_page_size: 1.5}\n", "objects[1].poll_page_size", "1.5"),
-    ("objects:\n  - {describe: a.json}\n", "objects[0].name", "{'describe': 'a.json'}"),
-    ("objects: Account\n", "objects", "'Account'"),
-    ("- Account\n", "(top level)", "['Account']"),
-])
+@pytest.mark.parametrize(
+    ("yaml_text", "where", "got"),
+    [
+        ("options: {transaction_close_after: soon}\n", "options.transaction_close_after", "'soon'"),
+        ("options: {initial_load: maybe}\n", "options.initial_load", "'maybe'"),
+        ("options: {poll_interval: [1, 2]}\n", "options.poll_interval", "[1, 2]"),
+        ("options: {api_budget_reserve: 2}\n", "options.api_budget_reserve", "2"),
+        ("objects:\n  - {name: Campaign, mode: pol}\n", "objects[0].mode", "'pol'"),
+        ("objects:\n  - Account\n  - {name: Campaign, poll_page_size: 1.5}\n", "objects[1].poll_page_size", "1.5"),
+        ("objects:\n  - {describe: a.json}\n", "objects[0].name", "{'describe': 'a.json'}"),
+        ("objects: Account\n", "objects", "'Account'"),
+        ("- Account\n", "(top level)", "['Account']"),
+    ],
+)
 def test_a_wrong_value_is_an_error_naming_file_path_and_value(tmp_path, yaml_text, where, got):
     path = write(tmp_path, yaml_text)
     assert re.search(rf"^{re.escape(f'{path}: {where}: ')}.*\(got {re.escape(got)}\)$", error_of(path), re.M)
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    message = error_of(write(tmp_path, """\
+    message = error_of(
+        write(
+            tmp_path,
+            """\
         options: {transaction_close_afer: 5, freshness_seconds: never}
         objects:
           - {name: Account, pol_interval: 1}
-    """))
+    """,
+        )
+    )
     assert message.splitlines()[0].endswith("3 problem(s) in the replication config (options: cdc_assets/config.py)")
     for where in ("options.transaction_close_afer", "options.freshness_seconds", "objects[0].pol_interval"):
         assert where in message
@@ -82,20 +99,27 @@ def test_a_file_that_is_not_yaml_is_an_error_naming_it(tmp_path):
 
 def test_an_object_listed_twice_is_an_error(tmp_path):
     assert "objects: Value error, listed more than once: Account" in error_of(
-        write(tmp_path, "objects: [Account, Contact, Account]\n"))
+        write(tmp_path, "objects: [Account, Contact, Account]\n")
+    )
 
 
 def test_objects_take_object_settings_from_options_unless_they_set_them(tmp_path):
-    config = load_config(write(tmp_path, """\
+    config = load_config(
+        write(
+            tmp_path,
+            """\
         options: {poll_overlap: 7, bucket_chars: 10, transaction_close_after: 5}
         objects:
           - Account
           - {name: Campaign, mode: poll, poll_interval: 60, bucket_chars: 12, describe: d/Campaign.json}
-    """))
+    """,
+        )
+    )
     account, campaign = config.objects
     assert (account.mode, account.bucket_chars, account.describe_path) == ("cdc", 10, None)
-    assert account.poll == PollOptions(interval=300.0, overlap=7.0, hard_delete_check_every=86400.0,
-                                       rest_max_records=2000, page_size=50_000)
+    assert account.poll == PollOptions(
+        interval=300.0, overlap=7.0, hard_delete_check_every=86400.0, rest_max_records=2000, page_size=50_000
+    )
     assert (campaign.mode, campaign.bucket_chars, campaign.poll.interval, campaign.poll.overlap) == ("poll", 12, 60, 7)
     assert campaign.describe_path == (tmp_path / "d" / "Campaign.json").resolve()
     assert (config.transaction_close_after, config.initial_load, config.names) == (5.0, True, ["Account", "Campaign"])
@@ -113,9 +137,18 @@ def test_the_shipped_configs_load(name):
 
 
 def test_the_configs_tests_write_load(tmp_path, sample_dir):
-    path = write_config(tmp_path / "r.yaml", sample_dir / "describe", ["Account", "Contact"], close_after=0,
-                        retry_backoff_seconds=0, max_line_bytes=4096, max_ingest_batch_bytes=1,
-                        subscriber_max_lag_seconds=60, dirty_threshold_seconds=1e9, freshness_seconds=1e9)
+    path = write_config(
+        tmp_path / "r.yaml",
+        sample_dir / "describe",
+        ["Account", "Contact"],
+        close_after=0,
+        retry_backoff_seconds=0,
+        max_line_bytes=4096,
+        max_ingest_batch_bytes=1,
+        subscriber_max_lag_seconds=60,
+        dirty_threshold_seconds=1e9,
+        freshness_seconds=1e9,
+    )
     config = load_config(path)
     assert (config.options.max_line_bytes, config.options.retry_backoff_seconds) == (4096, 0.0)
     assert config.objects[0].load_describe()["name"] == "Account"
@@ -129,32 +162,48 @@ def test_the_sites_example_loads_and_its_reference_is_generated_from_the_models(
     assert reference() in generator().expand(page)  # written from the models when the site is built
 
 
-@pytest.mark.parametrize(("yaml_text", "where", "got"), [
-    ("objects: [../../etc]\n", "objects[0].name", "'../../etc'"),
-    ("objects:\n  - {name: \"Account\\n\"}\n", "objects[0].name", "'Account\\n'"),
-    (f"objects: [{'A' * 81}]\n", "objects[0].name", f"'{'A' * 81}'"),
-    ("objects: [Invoice___c]\n", "objects[0].name", "'Invoice___c'"),
-    ("objects: [Invoice_]\n", "objects[0].name", "'Invoice_'"),
-    ("objects: [1Account]\n", "objects[0].name", "'1Account'"),
-    ("objects:\n  - {name: Account, fields: {include: [Name, 'x/y']}}\n", "objects[0].fields.include[1]", "'x/y'"),
-    ("objects:\n  - {name: Account, fields: {exclude: ['a b']}}\n", "objects[0].fields.exclude[0]", "'a b'"),
-    ("objects:\n  - {name: Contact, hash: [Email, \"Phone'--\"]}\n", "objects[0].hash[1]", "\"Phone'--\""),
-    ("objects:\n  - {name: Contact, formulas: {fields: [../x]}}\n", "objects[0].formulas.fields[0]", "'../x'"),
-])
-def test_a_name_salesforce_could_not_give_an_object_or_field_is_an_error(tmp_path, monkeypatch, yaml_text, where,
-                                                                           got):
+@pytest.mark.parametrize(
+    ("yaml_text", "where", "got"),
+    [
+        ("objects: [../../etc]\n", "objects[0].name", "'../../etc'"),
+        ('objects:\n  - {name: "Account\\n"}\n', "objects[0].name", "'Account\\n'"),
+        (f"objects: [{'A' * 81}]\n", "objects[0].name", f"'{'A' * 81}'"),
+        ("objects: [Invoice___c]\n", "objects[0].name", "'Invoice___c'"),
+        ("objects: [Invoice_]\n", "objects[0].name", "'Invoice_'"),
+        ("objects: [1Account]\n", "objects[0].name", "'1Account'"),
+        ("objects:\n  - {name: Account, fields: {include: [Name, 'x/y']}}\n", "objects[0].fields.include[1]", "'x/y'"),
+        ("objects:\n  - {name: Account, fields: {exclude: ['a b']}}\n", "objects[0].fields.exclude[0]", "'a b'"),
+        ('objects:\n  - {name: Contact, hash: [Email, "Phone\'--"]}\n', "objects[0].hash[1]", '"Phone\'--"'),
+        ("objects:\n  - {name: Contact, formulas: {fields: [../x]}}\n", "objects[0].formulas.fields[0]", "'../x'"),
+    ],
+)
+def test_a_name_salesforce_could_not_give_an_object_or_field_is_an_error(tmp_path, monkeypatch, yaml_text, where, got):
     monkeypatch.setenv("CDC_HASH_SALT", "s" * 32)
     path = write(tmp_path, yaml_text)
     message = error_of(path)
-    assert re.search(rf"^{re.escape(f'{path}: {where}: ')}.*not an object or field name: .*\(got {re.escape(got)}\)$",
-                     message, re.M), message
+    assert re.search(
+        rf"^{re.escape(f'{path}: {where}: ')}.*not an object or field name: .*\(got {re.escape(got)}\)$", message, re.M
+    ), message
 
 
-@pytest.mark.parametrize("name", ["Account", "Invoice__c", "ns__Invoice__c", "SBQQ__Quote__c", "Order_Item_2__c",
-                                  "Alert__e", "Location__Latitude__s", "Invoice__ChangeEvent", "A" * 80])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Account",
+        "Invoice__c",
+        "ns__Invoice__c",
+        "SBQQ__Quote__c",
+        "Order_Item_2__c",
+        "Alert__e",
+        "Location__Latitude__s",
+        "Invoice__ChangeEvent",
+        "A" * 80,
+    ],
+)
 def test_salesforce_api_names_are_accepted(tmp_path, name):
     assert load_config(write(tmp_path, f"objects:\n  - {{name: {name}, fields: {{include: [{name}]}}}}\n")).names == [
-        name]
+        name
+    ]
 
 
 def test_the_subscriber_reads_its_objects_through_the_validated_model(tmp_path):
@@ -169,7 +218,10 @@ def test_spark_applies_the_same_api_name_rule(spark):
     from spark_ops.sql import literal
 
     names = ["Account", "ns__Invoice__c", "Account\n", "../../etc", "A" * 80, "A" * 81, "Invoice___c", "Invoice_"]
-    rows = spark.createDataFrame([(n,) for n in names], "name string").selectExpr(
-        "name", f"name RLIKE {literal(API_NAME_SQL)} AS ok").collect()
+    rows = (
+        spark.createDataFrame([(n,) for n in names], "name string")
+        .selectExpr("name", f"name RLIKE {literal(API_NAME_SQL)} AS ok")
+        .collect()
+    )
     assert {r.name: r.ok for r in rows} == {n: is_api_name(n) for n in names}
     assert [n for n in names if is_api_name(n)] == ["Account", "ns__Invoice__c", "A" * 80]

@@ -13,20 +13,29 @@ import re
 import shutil
 from pathlib import Path
 
+import crash_runner
 import pytest
+from crash_runner import run_mode
 from deltalake import DeltaTable
-
-from settings import REPO, TEST_SPARK_CONF
 from event_lines import event
 from harness import Platform, comparable, load_lines
-import crash_runner
-from crash_runner import run_mode
+from settings import REPO, TEST_SPARK_CONF
+
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.counts import dirty_count, row_count
+from cdc_assets.faults import (
+    APPLY_POINTS,
+    CHANGEFEED_POINTS,
+    DATA_POINTS,
+    FAULT_POINTS,
+    FORMULA_POINTS,
+    HISTORY_POINTS,
+    INGEST_POINTS,
+    POLL_POINTS,
+    RECONCILE_POINTS,
+    RESYNC_POINTS,
+)
 from cdc_assets.state import ReplicaState
-from cdc_assets.faults import (APPLY_POINTS, CHANGEFEED_POINTS, DATA_POINTS, FAULT_POINTS, FORMULA_POINTS,
-                               HISTORY_POINTS, INGEST_POINTS,
-                               POLL_POINTS, RECONCILE_POINTS, RESYNC_POINTS)
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
@@ -38,8 +47,12 @@ POINTS = ["ingest.after_quarantine", "ingest.after_commit", "replica.before_comm
 SAMPLE_KILL_POINTS = [*INGEST_POINTS, *APPLY_POINTS]
 # (mode, point): the sync points, and apply's replay of the events since the overflow over the snapshot, in the
 # resync's run (a reconcile folds its records' events itself: the apply after it has nothing left to write).
-ORG_KILL_POINTS = [*(("reconcile", p) for p in RECONCILE_POINTS), *(("resync", p) for p in RESYNC_POINTS),
-                   ("resync", "replica.after_fold"), ("resync", "replica.after_commit")]
+ORG_KILL_POINTS = [
+    *(("reconcile", p) for p in RECONCILE_POINTS),
+    *(("resync", p) for p in RESYNC_POINTS),
+    ("resync", "replica.after_fold"),
+    ("resync", "replica.after_commit"),
+]
 STATE_KEYS = ("resync_pending", "held", "last_commit_ts")
 
 
@@ -56,21 +69,29 @@ def kill_run(spark, root: Path, point: str, describe: str, mode: str | None = No
 
 
 def test_every_fault_point_is_named_once_and_killed_by_a_test():
-    called = [m for path in (REPO / "cdc_assets").rglob("*.py")
-              for m in re.findall(r'fault_point\("([^"]+)"\)', path.read_text())]
+    called = [
+        m
+        for path in (REPO / "cdc_assets").rglob("*.py")
+        for m in re.findall(r'fault_point\("([^"]+)"\)', path.read_text())
+    ]
     assert sorted(called) == sorted(FAULT_POINTS)
-    data = [m for path in (REPO / "cdc_assets").rglob("*.py")
-            for m in re.findall(r'data_fault_point\("([^"]+)",', path.read_text())]
+    data = [
+        m
+        for path in (REPO / "cdc_assets").rglob("*.py")
+        for m in re.findall(r'data_fault_point\("([^"]+)",', path.read_text())
+    ]
     assert sorted(data) == sorted(DATA_POINTS)  # raised by tests/cdc_assets/test_landing_faults.py and below
     assert len(set(FAULT_POINTS)) == len(FAULT_POINTS) >= 20
     # POLL_POINTS: killed by tests/cdc_assets/test_poll.py (a polled org of its own); CHANGEFEED_POINTS by
     # tests/cdc_assets/changefeed/test_changefeed.py; HISTORY_POINTS by tests/cdc_assets/history/test_history_crash.py;
     # FORMULA_POINTS by tests/cdc_assets/formulas/test_formulas_crash.py.
-    assert set(SAMPLE_KILL_POINTS) | {p for _, p in ORG_KILL_POINTS} | set(POLL_POINTS) | set(CHANGEFEED_POINTS) \
-        | set(HISTORY_POINTS) | set(FORMULA_POINTS) == set(FAULT_POINTS)
+    assert set(SAMPLE_KILL_POINTS) | {p for _, p in ORG_KILL_POINTS} | set(POLL_POINTS) | set(CHANGEFEED_POINTS) | set(
+        HISTORY_POINTS
+    ) | set(FORMULA_POINTS) == set(FAULT_POINTS)
 
 
 # -- the golden sample: ingest and apply ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def clean_state(tmp_path_factory, spark, sample_dir):
@@ -81,8 +102,7 @@ def clean_state(tmp_path_factory, spark, sample_dir):
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_injected_failure_then_rerun_equals_clean_run(point, tmp_path, spark, sample_dir, clean_state,
-                                                      monkeypatch):
+def test_injected_failure_then_rerun_equals_clean_run(point, tmp_path, spark, sample_dir, clean_state, monkeypatch):
     platform = Platform(tmp_path, sample_dir / "describe", OBJECTS, TEST_SPARK_CONF)
     platform.land(load_lines(sample_dir / "events.jsonl"), name="events.jsonl")
     monkeypatch.setenv("CDC_FAULT_POINT", point)
@@ -111,16 +131,21 @@ def poisoned_platform(root: Path, describe: Path) -> Platform:
     """A file whose line breaks ingest while CDC_FAULT_MARKER is set, and a good one after it (so the first commit
     a run reaches is the failed file's own)."""
     platform = Platform(root, describe, ["Account"], TEST_SPARK_CONF)
-    platform.land([event("Account", "CREATE", ["001000000000001AAA"], 1_763_800_000_000, tx="a", replay=1,
-                         Name=POISON)], name="a.jsonl")
-    platform.land([event("Account", "CREATE", ["001000000000002AAA"], 1_763_800_001_000, tx="b", replay=2,
-                         Name="Good")], name="b.jsonl")
+    platform.land(
+        [event("Account", "CREATE", ["001000000000001AAA"], 1_763_800_000_000, tx="a", replay=1, Name=POISON)],
+        name="a.jsonl",
+    )
+    platform.land(
+        [event("Account", "CREATE", ["001000000000002AAA"], 1_763_800_001_000, tx="b", replay=2, Name="Good")],
+        name="b.jsonl",
+    )
     return platform
 
 
 @pytest.mark.parametrize("point", ["ingest.after_quarantine", "ingest.before_commit", "ingest.after_commit"])
-def test_sigkill_while_recording_a_failed_file_then_rerun_equals_clean_run(point, tmp_path, spark, sample_dir,
-                                                                          monkeypatch):
+def test_sigkill_while_recording_a_failed_file_then_rerun_equals_clean_run(
+    point, tmp_path, spark, sample_dir, monkeypatch
+):
     """The failed file's own batch writes its quarantine row, then its ledger commit: killed between them (or just
     before or after the commit), the re-run fails the file again and ends with the tables of a run never killed."""
     monkeypatch.setenv("CDC_FAULT_MARKER", POISON)
@@ -130,13 +155,15 @@ def test_sigkill_while_recording_a_failed_file_then_rerun_equals_clean_run(point
     assert expected["quarantine"][0][:2] == ("a.jsonl", 0) and len(expected["events"]) == 1
 
     platform = poisoned_platform(tmp_path / "killed", sample_dir / "describe")
-    crash_runner.kill_run(spark, platform.root, point, str(sample_dir / "describe"), ["Account"],
-                          env={"CDC_FAULT_MARKER": POISON})
+    crash_runner.kill_run(
+        spark, platform.root, point, str(sample_dir / "describe"), ["Account"], env={"CDC_FAULT_MARKER": POISON}
+    )
     assert platform.run(close_after=0).success
     assert snapshot(platform) == expected
 
 
 # -- an emulator org: reconcile and resync ----------------------------------------------------------------------------
+
 
 def replica_state(platform: Platform) -> dict:
     """Each replica's checkpoint and the commit state a later run reads (no run ids or wall-clock times)."""
@@ -144,8 +171,12 @@ def replica_state(platform: Platform) -> dict:
     for name in OBJECTS:
         table = DeltaTable(str(platform.warehouse / name))
         state = ReplicaState.read(warehouse, table).to_dict()
-        out[name] = {"applied": table.transaction_version(APPLY_APP), "dirty_records": dirty_count(table),
-                     "row_count": row_count(table), **{k: state[k] for k in STATE_KEYS}}
+        out[name] = {
+            "applied": table.transaction_version(APPLY_APP),
+            "dirty_records": dirty_count(table),
+            "row_count": row_count(table),
+            **{k: state[k] for k in STATE_KEYS},
+        }
     return out
 
 
@@ -162,8 +193,14 @@ def org_world(tmp_path_factory, spark):
     with Emulator(base / "org", landing_dir=start / "landing") as emu:
         workload = Workload(emu, seed=5, large_transaction=(25, 35))
         workload.build_org(accounts=20)
-        platform = Platform(start, None, OBJECTS, TEST_SPARK_CONF, initial_load=True, salesforce=SalesforceResource(
-            instance_url=emu.instance_url, access_token=emu.token, ca_bundle=emu.ca_file))
+        platform = Platform(
+            start,
+            None,
+            OBJECTS,
+            TEST_SPARK_CONF,
+            initial_load=True,
+            salesforce=SalesforceResource(instance_url=emu.instance_url, access_token=emu.token, ca_bundle=emu.ca_file),
+        )
         assert platform.run().success
         emu.set_faults(FaultConfig(gap_fraction=0.3, overflow_threshold=20, seed=1))
         workload.run(changes=60)
@@ -187,8 +224,12 @@ def org_world(tmp_path_factory, spark):
 
 def org_platform(root: Path, env: dict) -> Platform:
     """The platform over `root`, connected to the org named by `env` (the SF_* variables a subprocess gets)."""
-    salesforce = SalesforceResource(instance_url=env["SF_INSTANCE_URL"], access_token=env["SF_ACCESS_TOKEN"],
-                                    ca_bundle=env["SF_CA_BUNDLE"], retry_backoff_seconds=0.05)
+    salesforce = SalesforceResource(
+        instance_url=env["SF_INSTANCE_URL"],
+        access_token=env["SF_ACCESS_TOKEN"],
+        ca_bundle=env["SF_CA_BUNDLE"],
+        retry_backoff_seconds=0.05,
+    )
     return Platform(root, None, OBJECTS, TEST_SPARK_CONF, initial_load=True, salesforce=salesforce)
 
 

@@ -4,7 +4,7 @@ the stale-status resolver the UI asks for "Unsynced", the automation condition e
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 import pytest
@@ -12,17 +12,17 @@ from dagster._core.asset_graph_view.asset_graph_view import AssetGraphView, Temp
 from dagster._core.definitions.data_version import CachingStaleStatusResolver, StaleStatus
 from dagster._time import get_current_datetime
 from deltalake import DeltaTable, write_deltalake
+from event_lines import event
+from harness import Platform
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.assets import events_key, replica_key
 from cdc_assets.changefeed.export import changefeed_key
 from cdc_assets.checks import UNIQUE_ID
 from cdc_assets.config import ConfigError, parse_config
 from cdc_assets.run_tags import VISIBLE, object_tag
-from event_lines import event
-from harness import Platform
 from resources.delta import read_table
 from sensors.landing_zone import SENSOR_NAME as LANDING
-from settings import TEST_SPARK_CONF
 
 OBJECTS = ["Account", "Contact"]
 ACC, ACC2, CON = "001000000000001AAA", "001000000000002AAA", "003000000000001AAA"
@@ -30,15 +30,23 @@ ACC, ACC2, CON = "001000000000001AAA", "001000000000002AAA", "003000000000001AAA
 
 @pytest.fixture
 def platform(tmp_path, spark, sample_dir):
-    return Platform(tmp_path, sample_dir / "describe", OBJECTS, TEST_SPARK_CONF, close_after=0,
-                    changefeed={"uri": str(tmp_path / "feed")})
+    return Platform(
+        tmp_path,
+        sample_dir / "describe",
+        OBJECTS,
+        TEST_SPARK_CONF,
+        close_after=0,
+        changefeed={"uri": str(tmp_path / "feed")},
+    )
 
 
-def landing_run(platform: Platform, lines: list[str], *, checks: bool = True) -> tuple[dg.RunRequest,
-                                                                                          dg.ExecuteInProcessResult]:
+def landing_run(
+    platform: Platform, lines: list[str], *, checks: bool = True
+) -> tuple[dg.RunRequest, dg.ExecuteInProcessResult]:
     platform.land(lines)
-    context = dg.build_sensor_context(instance=platform.instance, definitions=platform.defs,
-                                      resources=platform.defs.resources)
+    context = dg.build_sensor_context(
+        instance=platform.instance, definitions=platform.defs, resources=platform.defs.resources
+    )
     [request] = platform.defs.get_sensor_def(LANDING)(context).run_requests
     return request, platform.execute(request, checks=checks)
 
@@ -46,38 +54,49 @@ def landing_run(platform: Platform, lines: list[str], *, checks: bool = True) ->
 def stale_status(platform: Platform, key: dg.AssetKey) -> tuple[StaleStatus, list[str]]:
     """What the UI shows as "Unsynced" (the webserver asks this resolver), with its causes."""
     graph = platform.defs.resolve_asset_graph()
-    view = AssetGraphView(temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
-                          instance=platform.instance, asset_graph=graph)
+    view = AssetGraphView(
+        temporal_context=TemporalContext(effective_dt=get_current_datetime(), last_event_id=None),
+        instance=platform.instance,
+        asset_graph=graph,
+    )
     resolver = CachingStaleStatusResolver(platform.instance, graph, view)
     return resolver.get_status(key), [c.reason for c in resolver.get_stale_root_causes(key)]
 
 
-def automation_requests(platform: Platform, cursor=None, at: datetime | None = None
-                        ) -> tuple[set[dg.AssetKey], object]:
+def automation_requests(platform: Platform, cursor=None, at: datetime | None = None) -> tuple[set[dg.AssetKey], object]:
     """One evaluation of the automation conditions, as default_automation_condition_sensor runs it (at `at`): the
     assets it requests, and the cursor for the next one."""
-    result = dg.evaluate_automation_conditions(defs=platform.defs, instance=platform.instance, cursor=cursor,
-                                               evaluation_time=at)
+    result = dg.evaluate_automation_conditions(
+        defs=platform.defs, instance=platform.instance, cursor=cursor, evaluation_time=at
+    )
     keys = {changefeed_key(n) for n in OBJECTS}
     return {k for k in keys if result.get_requested_partitions(k)}, result.cursor
 
 
 def test_a_replica_stays_in_sync_through_landing_runs_that_carry_only_other_objects_events(platform):
-    landing_run(platform, [event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme"),
-                           event("Contact", "CREATE", [CON], 2, tx="c", LastName="Lovelace")], checks=False)
+    landing_run(
+        platform,
+        [
+            event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme"),
+            event("Contact", "CREATE", [CON], 2, tx="c", LastName="Lovelace"),
+        ],
+        checks=False,
+    )
     # The next landing run still includes Contact (it may hold rows of the newest transaction, tx c); the one
     # after it carries Account's events alone.
     for seq, tx in ((3, "b"), (4, "e")):
-        request, result = landing_run(platform, [event("Account", "UPDATE", [ACC], seq, tx=tx, Name=f"Acme {seq}")],
-                                      checks=False)
+        request, result = landing_run(
+            platform, [event("Account", "UPDATE", [ACC], seq, tx=tx, Name=f"Acme {seq}")], checks=False
+        )
     assert result.success and replica_key("Contact") not in request.asset_selection
     assert stale_status(platform, replica_key("Contact")) == (StaleStatus.FRESH, [])  # nothing of its own came
     assert stale_status(platform, events_key("Contact")) == (StaleStatus.FRESH, [])  # its slice neither
     assert stale_status(platform, replica_key("Account"))[0] == StaleStatus.FRESH
 
     platform.land([event("Contact", "UPDATE", [CON], 5, tx="d", LastName="King")])
-    ingest_only = platform.execute(dg.RunRequest(asset_selection=[dg.AssetKey("change_events"),
-                                                                  events_key("Account"), events_key("Contact")]))
+    ingest_only = platform.execute(
+        dg.RunRequest(asset_selection=[dg.AssetKey("change_events"), events_key("Account"), events_key("Contact")])
+    )
     assert ingest_only.success
     status, causes = stale_status(platform, replica_key("Contact"))  # its events wait: unsynced, and says why
     assert status == StaleStatus.STALE and causes == ["has a new data version"], causes
@@ -108,11 +127,14 @@ def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(
     assert requested == set(), "a replica whose blocking check failed must not be exported"
 
     # In one run with the replica, Dagster skips the feed once the blocking check fails.
-    together = platform.defs.get_assets_def(replica_key("Account")), platform.defs.get_assets_def(
-        changefeed_key("Account"))
+    together = (
+        platform.defs.get_assets_def(replica_key("Account")),
+        platform.defs.get_assets_def(changefeed_key("Account")),
+    )
     checks = [c for c in platform.defs.asset_checks if replica_key("Account") in {k.asset_key for k in c.check_keys}]
-    run = dg.materialize([*together, *checks], resources=platform.defs.resources, instance=platform.instance,
-                         raise_on_error=False)
+    run = dg.materialize(
+        [*together, *checks], resources=platform.defs.resources, instance=platform.instance, raise_on_error=False
+    )
     assert changefeed_key("Account") not in {m.asset_key for m in run.get_asset_materialization_events()}
 
     DeltaTable(table_path).restore(good_version)  # what the check's description advises
@@ -126,7 +148,7 @@ def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(
     monkeypatch.setenv("CDC_FAULT_POINT", "changefeed.before_rename")
     assert not platform.execute(dg.RunRequest(asset_selection=sorted(requested))).success
     monkeypatch.delenv("CDC_FAULT_POINT")
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     requested, cursor = automation_requests(platform, cursor, at=now)
     assert requested == set()
     requested, cursor = automation_requests(platform, cursor, at=now + timedelta(minutes=6))
@@ -134,8 +156,9 @@ def test_the_changefeed_follows_its_replica_only_after_its_blocking_checks_pass(
 
 
 def test_runs_show_only_mode_objects_and_reason_and_keep_the_rest_hidden(platform):
-    request, _ = landing_run(platform, [event("Contact", "CREATE", [CON], 1, tx="c", LastName="Lovelace")],
-                             checks=False)
+    request, _ = landing_run(
+        platform, [event("Contact", "CREATE", [CON], 1, tx="c", LastName="Lovelace")], checks=False
+    )
     shown = {k for k in request.tags if not k.startswith(".dagster/")}
     assert shown == set(VISIBLE), request.tags
     assert request.tags["cdc/mode"] == "apply" and request.tags["cdc/objects"] == "Contact"
@@ -145,19 +168,27 @@ def test_runs_show_only_mode_objects_and_reason_and_keep_the_rest_hidden(platfor
 
 
 def test_freshness_from_replication_yaml_becomes_each_replicas_freshness_policy(tmp_path):
-    config = parse_config("options: {freshness: 5m}\nobjects: [Account, {name: Contact, freshness: 90s}, "
-                          "{name: Lead, freshness: 2}]\n", tmp_path / "replication.yaml")
+    config = parse_config(
+        "options: {freshness: 5m}\nobjects: [Account, {name: Contact, freshness: 90s}, {name: Lead, freshness: 2}]\n",
+        tmp_path / "replication.yaml",
+    )
     assert [config.freshness_of(o) for o in config.objects] == [300.0, 90.0, 2.0]
-    assert parse_config("objects: [Account]", tmp_path / "r.yaml").freshness_of(
-        parse_config("objects: [Account]", tmp_path / "r.yaml").objects[0]) == 3600.0  # freshness_seconds
+    assert (
+        parse_config("objects: [Account]", tmp_path / "r.yaml").freshness_of(
+            parse_config("objects: [Account]", tmp_path / "r.yaml").objects[0]
+        )
+        == 3600.0
+    )  # freshness_seconds
     with pytest.raises(ConfigError, match=r"objects\[0\]\.freshness"):
         parse_config("objects: [{name: Account, freshness: soon}]", tmp_path / "replication.yaml")
 
     from definitions import build_defs
+
     path = tmp_path / "replication.yaml"
     path.write_text("options: {freshness: 5m, initial_load: false}\nobjects: [Account]\n")
-    graph = build_defs(config_path=path, landing_path=str(tmp_path / "l"), warehouse_root=str(tmp_path / "w")
-                       ).resolve_asset_graph()
+    graph = build_defs(
+        config_path=path, landing_path=str(tmp_path / "l"), warehouse_root=str(tmp_path / "w")
+    ).resolve_asset_graph()
     policy = graph.get(replica_key("Account")).freshness_policy
     assert policy.fail_window.to_timedelta() == timedelta(minutes=5)
 
@@ -166,7 +197,7 @@ def test_a_replica_update_between_the_feeds_request_and_the_next_evaluation_is_s
     """The daemon's tick requests the feed; its export runs and ends; the replica then changes before the next
     tick. That tick sees both "the feed was newly requested" and "its replica was updated": the update is newer than
     the export and must make the feed due (found under the daemon: the feed stayed one version behind for good)."""
-    _, first = landing_run(platform, [event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme")])
+    _, _first = landing_run(platform, [event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme")])
     requested, cursor = automation_requests(platform)
     assert requested == {changefeed_key("Account")}
     assert platform.execute(dg.RunRequest(asset_selection=sorted(requested))).success  # exports through it

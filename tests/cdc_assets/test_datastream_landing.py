@@ -21,9 +21,11 @@ from sensors.reconciliation import SENSOR_NAME
 from spark_ops.names import API_NAME_RULE
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
-TRICKY = ['Line 1\nLine 2 "quoted" and \'single\'\r\nback\\slash\ttab',
-          "Zürich, 東京, Réunion: naïve café \u2028 (a line separator inside the text)",
-          "x" * 5000 + "\n" + "long multi-line text, end"]
+TRICKY = [
+    "Line 1\nLine 2 \"quoted\" and 'single'\r\nback\\slash\ttab",
+    "Zürich, 東京, Réunion: naïve café \u2028 (a line separator inside the text)",
+    "x" * 5000 + "\n" + "long multi-line text, end",
+]
 
 
 @pytest.fixture
@@ -48,8 +50,10 @@ def replica_counts(platform: Platform, result, key: str) -> int:
 
 def rerun_of(lines: list[str], rng: random.Random) -> list[str]:
     """The same backfill read again by Datastream: the same images under new uuids."""
-    return [json.dumps(json.loads(line) | {"uuid": f"rerun-{rng.getrandbits(64):016x}"}, ensure_ascii=False)
-            for line in lines]
+    return [
+        json.dumps(json.loads(line) | {"uuid": f"rerun-{rng.getrandbits(64):016x}"}, ensure_ascii=False)
+        for line in lines
+    ]
 
 
 def as_format(mixed: MixedLanding, workload: Workload, datastream: bool, ops: list[Op]) -> None:
@@ -61,11 +65,15 @@ def as_format(mixed: MixedLanding, workload: Workload, datastream: bool, ops: li
 def tricky_edits(workload: Workload, mixed: MixedLanding, emu: Emulator) -> None:
     """Texts with quotes, unicode, line breaks and 5,000 characters, sent once as CometD, once as Datastream;
     deletes and undeletes, each crossing the formats."""
-    ids = sorted(emu.store.ids("Account"))[:len(TRICKY)]
+    ids = sorted(emu.store.ids("Account"))[: len(TRICKY)]
     for datastream in (False, True):
         for record_id, text in zip(ids, TRICKY):
-            as_format(mixed, workload, datastream,
-                      [Op("update", "Account", record_id, {"Description": f"{text} ({datastream})"})])
+            as_format(
+                mixed,
+                workload,
+                datastream,
+                [Op("update", "Account", record_id, {"Description": f"{text} ({datastream})"})],
+            )
     contacts = sorted(emu.store.ids("Contact"))
     for first, record_id in zip((True, False), contacts[-2:]):
         as_format(mixed, workload, first, [Op("delete", "Contact", record_id)])
@@ -78,8 +86,7 @@ def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_p
     # No person accounts: their CDC events leave records dirty until a reconcile fetches their Names, and this
     # test compares the replica with the org after the apply runs alone.
     workload = Workload(org, seed=7, long_text=True, person_accounts=False)
-    workload.build_org(accounts=12, contacts_per_account=2, opportunities_per_account=1, cases_per_account=0,
-                       leads=6)
+    workload.build_org(accounts=12, contacts_per_account=2, opportunities_per_account=1, cases_per_account=0, leads=6)
     early_backfill = backfill_lines(org.store, OBJECTS, rng)  # records no event will ever create
     mixed = MixedLanding(org.store, OBJECTS, datastream_share=0.5, both_share=0.15, seed=5)
     org.store.add_listener(mixed)
@@ -94,10 +101,16 @@ def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_p
     platform.land(mixed.datastream, "datastream/0001.jsonl")
     platform.land(mixed.datastream, "datastream/0001-again.jsonl")
     bad = json.loads(mixed.datastream[0])
-    platform.land([json.dumps({k: v for k, v in bad.items() if k != "uuid"}),
-                   json.dumps(bad | {"uuid": "bad-payload", "payload": {"Name": "no Id"}}),
-                   json.dumps(bad | {"uuid": "bad-object", "object": "Not An Object",
-                                     "source_metadata": {"change_type": "UPDATE"}})], "datastream/bad.jsonl")
+    platform.land(
+        [
+            json.dumps({k: v for k, v in bad.items() if k != "uuid"}),
+            json.dumps(bad | {"uuid": "bad-payload", "payload": {"Name": "no Id"}}),
+            json.dumps(
+                bad | {"uuid": "bad-object", "object": "Not An Object", "source_metadata": {"change_type": "UPDATE"}}
+            ),
+        ],
+        "datastream/bad.jsonl",
+    )
     leads = backfill_lines(org.store, ["Lead"], rng)  # an object that is not replicated: stored, counted ignored
     platform.land(leads, "datastream/leads.jsonl")
     first = platform.run(close_after=0)
@@ -108,7 +121,8 @@ def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_p
     assert sorted(q["reason"] for q in platform.quarantine()) == [
         "Datastream event has no uuid",
         f"Datastream object 'Not?An?Object' (13 characters) is not a Salesforce object name: {API_NAME_RULE}",
-        "Datastream payload has no Id"]
+        "Datastream payload has no Id",
+    ]
     assert replica_counts(platform, first, "late") == 0 and replica_counts(platform, first, "gaps") == 0
     sources = {r["_sf_source"] for o in OBJECTS for r in platform.rows(o).values()}
     assert sources == {"cdc", "snapshot"}
@@ -139,8 +153,9 @@ def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_p
 
     # 4. an image with a value that does not fit its type: quarantined, the record reconciled from the org
     mixed.datastream = []
-    as_format(mixed, workload, True, [Op("update", "Account", sorted(org.store.ids("Account"))[0],
-                                         {"NumberOfEmployees": 42})])
+    as_format(
+        mixed, workload, True, [Op("update", "Account", sorted(org.store.ids("Account"))[0], {"NumberOfEmployees": 42})]
+    )
     image = json.loads(mixed.datastream[-1])
     image["payload"]["NumberOfEmployees"] = "many"
     platform.land([json.dumps(image, ensure_ascii=False)], "datastream/bad-value.jsonl")
@@ -148,8 +163,9 @@ def test_cometd_and_datastream_files_in_one_landing_zone_replicate_the_org(tmp_p
     record = platform.rows("Account")[image["payload"]["Id"]]
     assert record["_sf_dirty_since"] is not None
     sensor = platform.defs.get_sensor_def(SENSOR_NAME)
-    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
-                                      definitions=platform.defs)
+    context = dg.build_sensor_context(
+        instance=platform.instance, resources=platform.defs.resources, definitions=platform.defs
+    )
     requests = sensor(context).run_requests or []
     assert requests and all(platform.execute(r).success for r in requests)
     assert_equal_to_org(platform, org)

@@ -10,11 +10,11 @@ import json
 import shutil
 
 import pytest
-
-from cdc_assets.prepare import normalized
 from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
+
+from cdc_assets.prepare import normalized
 from spark_ops.parse import parse_lines, to_change_rows
 from spark_ops.schema import ObjectSchema
 
@@ -41,9 +41,13 @@ def platform(tmp_path, describe_dir, objects, name="p") -> Platform:
 
 def test_a_value_that_does_not_fit_quarantines_its_line_and_dirties_the_record(tmp_path, describe_dir):
     p = platform(tmp_path, describe_dir, ["Account"])
-    p.land([event("Account", "CREATE", [A1], T0, Name="Acme", NumberOfEmployees=10),
+    p.land(
+        [
+            event("Account", "CREATE", [A1], T0, Name="Acme", NumberOfEmployees=10),
             event("Account", "UPDATE", [A1], T0 + 1000, NumberOfEmployees="many", Name="Renamed"),
-            event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot")])
+            event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot"),
+        ]
+    )
     result = p.run(close_after=0)
     row = p.rows("Account")[A1]
     assert row["Name"] == "Acme" and row["NumberOfEmployees"] == 10 and row["Rating"] is None  # nothing partial
@@ -58,8 +62,12 @@ def test_a_value_that_does_not_fit_quarantines_its_line_and_dirties_the_record(t
 
 def test_an_empty_string_is_null_as_on_the_snapshot_path(tmp_path, describe_dir):
     p = platform(tmp_path, describe_dir, ["Account"])
-    p.land([event("Account", "CREATE", [A1], T0, Name="Acme", Description="long text"),
-            event("Account", "UPDATE", [A1], T0 + 1000, Description="", Industry="")])
+    p.land(
+        [
+            event("Account", "CREATE", [A1], T0, Name="Acme", Description="long text"),
+            event("Account", "UPDATE", [A1], T0 + 1000, Description="", Industry=""),
+        ]
+    )
     p.run(close_after=0)
     row = p.rows("Account")[A1]
     assert row["Description"] is None and row["Industry"] is None and row["Name"] == "Acme"
@@ -67,9 +75,16 @@ def test_an_empty_string_is_null_as_on_the_snapshot_path(tmp_path, describe_dir)
 
 def test_an_object_replicated_later_gets_rows_derived_with_its_describe(tmp_path, describe_dir):
     lines = [
-        event("Contact", "CREATE", [C1], T0, Name={"FirstName": "Ada", "LastName": "Lovelace"},
-              MailingAddress={"City": "London", "Country": "UK"}, Birthdate="1815-12-10",
-              LastModifiedDate="2025-11-22T03:26:40-05:00"),
+        event(
+            "Contact",
+            "CREATE",
+            [C1],
+            T0,
+            Name={"FirstName": "Ada", "LastName": "Lovelace"},
+            MailingAddress={"City": "London", "Country": "UK"},
+            Birthdate="1815-12-10",
+            LastModifiedDate="2025-11-22T03:26:40-05:00",
+        ),
         event("Contact", "CREATE", [C2], T0 + 1000, Name={"LastName": "Babbage"}, Birthdate="1791-12-26"),
         event("Contact", "UPDATE", [C2], T0 + 2000, Birthdate="1791-1-2"),  # not a date: quarantined, C2 dirty
         event("Contact", "UPDATE", [C1], T0 + 3000, nulled=["MailingAddress.City"], MailingAddress={"City": None}),
@@ -83,10 +98,15 @@ def test_an_object_replicated_later_gets_rows_derived_with_its_describe(tmp_path
     later = platform(tmp_path, describe_dir, ["Account", "Contact"])  # same landing zone and warehouse
     result = later.run(close_after=0)
     rows = later.rows("Contact")
-    assert (rows[C1]["FirstName"], rows[C1]["LastName"], rows[C1]["MailingCity"], rows[C1]["MailingCountry"]) == \
-        ("Ada", "Lovelace", None, "UK")
-    assert str(rows[C1]["Birthdate"]) == "1815-12-10" and str(rows[C1]["LastModifiedDate"]) == \
-        "2025-11-22 08:26:40+00:00"
+    assert (rows[C1]["FirstName"], rows[C1]["LastName"], rows[C1]["MailingCity"], rows[C1]["MailingCountry"]) == (
+        "Ada",
+        "Lovelace",
+        None,
+        "UK",
+    )
+    assert (
+        str(rows[C1]["Birthdate"]) == "1815-12-10" and str(rows[C1]["LastModifiedDate"]) == "2025-11-22 08:26:40+00:00"
+    )
     assert str(rows[C2]["Birthdate"]) == "1791-12-26" and rows[C2]["_sf_dirty_since"] is not None
     [q] = later.quarantine()
     assert q["source_line"] == 3 and "field Birthdate value '1791-1-2' is not a valid date" in q["reason"]
@@ -101,16 +121,24 @@ def test_a_field_unknown_to_describe_is_counted_then_added_and_backfilled(tmp_pa
     full = json.loads(account.read_text())
     account.write_text(json.dumps(full | {"fields": [f for f in full["fields"] if f["name"] != "Rating"]}))
     p = platform(tmp_path, describe_dir, ["Account"])
-    p.land([event("Account", "CREATE", [A1], T0, Name="Acme", Rating="Hot"),
-            event("Account", "CREATE", [A2], T0 + 1000, Name="Globex")])
+    p.land(
+        [
+            event("Account", "CREATE", [A1], T0, Name="Acme", Rating="Hot"),
+            event("Account", "CREATE", [A2], T0 + 1000, Name="Globex"),
+        ]
+    )
     first = p.run(close_after=0)
     meta = p.materialization(first, "Account")
     assert meta["unknown_fields"] == 1 and meta["unknown_field_names"] == ["Rating"]
     assert "Rating" not in p.rows("Account")[A1]
 
     account.write_text(json.dumps(full))  # the field reaches describe()
-    p.land([event("Account", "UPDATE", [A2], T0 + 2000, Rating="Warm"),
-            event("Account", "CREATE", [A3], T0 + 3000, Name="Initech", Rating="Cold")])
+    p.land(
+        [
+            event("Account", "UPDATE", [A2], T0 + 2000, Rating="Warm"),
+            event("Account", "CREATE", [A3], T0 + 3000, Name="Initech", Rating="Cold"),
+        ]
+    )
     second = p.run(close_after=0)
     rows = p.rows("Account")
     assert rows[A2]["Rating"] == "Warm" and rows[A3]["Rating"] == "Cold"
@@ -127,9 +155,12 @@ def test_rows_stored_before_change_events_had_a_typed_column_are_derived(spark, 
     """A warehouse from before `typed` existed: its rows are all derived with the describe() (idempotent)."""
     schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Contact.json").read_text()))
     lines = spark.createDataFrame(
-        [("old.jsonl", 1, event("Contact", "UPDATE", [C1], T0, Name={"FirstName": "Ada"}, Birthdate="1815-12-10")),
-         ("old.jsonl", 2, event("Contact", "UPDATE", [C2], T0, HasOptedOutOfEmail="yes"))],
-        "source_file string, source_line long, raw string")
+        [
+            ("old.jsonl", 1, event("Contact", "UPDATE", [C1], T0, Name={"FirstName": "Ada"}, Birthdate="1815-12-10")),
+            ("old.jsonl", 2, event("Contact", "UPDATE", [C2], T0, HasOptedOutOfEmail="yes")),
+        ],
+        "source_file string, source_line long, raw string",
+    )
     stored = to_change_rows(parse_lines(lines, {})).toArrow().drop_columns(["typed"])
     rows, bad, gapped = normalized(spark, stored, schema)
     by_id = {r["record_id"]: r for r in rows.to_pylist()}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow.compute as pc
 import pytest
+from event_lines import event
 
 from cdc_assets.diffs import resolve_diffs
-from event_lines import event
 from resources.spark import from_arrow
 from salesforce_emulator.text_diff import corrupted, unified_diff
 from spark_ops.fold import COUNTERS, fold_changes
@@ -30,42 +30,54 @@ def account(sample_dir) -> ObjectSchema:
 
 
 def ts(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).replace(tzinfo=None)
+    return datetime.fromtimestamp(ms / 1000, UTC).replace(tzinfo=None)
 
 
 def row(schema, **values):
-    return {**{f.name: None for f in schema.spark_schema().fields}, "_sf_deleted": False, "_sf_source": "cdc",
-            **values}
+    return {**{f.name: None for f in schema.spark_schema().fields}, "_sf_deleted": False, "_sf_source": "cdc", **values}
 
 
 def diff_update(record_id: str, at: int, old: str, new: str, diff: str | None = None, **fields) -> str:
-    return event("Account", "UPDATE", [record_id], at, diffs=["Description"],
-                 Description={"diff": diff or unified_diff(old, new)}, **fields)
+    return event(
+        "Account",
+        "UPDATE",
+        [record_id],
+        at,
+        diffs=["Description"],
+        Description={"diff": diff or unified_diff(old, new)},
+        **fields,
+    )
 
 
 def test_diffs_resolve_against_stored_and_batch_values_or_make_the_record_dirty(spark, account, caplog):
     a_stored, a_created, a_unknown, a_dirty, a_stale, a_corrupt, a_null = IDS
     lines = [
         diff_update(a_stored, T0 + 1000, V0, V1),
-        diff_update(a_stored, T0 + 2000, V1, V2),                       # chained on the value just resolved
+        diff_update(a_stored, T0 + 2000, V1, V2),  # chained on the value just resolved
         event("Account", "CREATE", [a_created], T0 + 1000, Name="New", Description=V0),
-        diff_update(a_created, T0 + 2000, V0, V1),                      # base set by a CREATE in the batch
-        diff_update(a_unknown, T0 + 1000, V0, V1),                      # never seen: no base
-        diff_update(a_dirty, T0 + 1000, V0, V1),                        # dirty: skipped, left for reconcile
-        diff_update(a_stale, T0 - 5000, V0, V1),                        # before the snapshot row: superseded
+        diff_update(a_created, T0 + 2000, V0, V1),  # base set by a CREATE in the batch
+        diff_update(a_unknown, T0 + 1000, V0, V1),  # never seen: no base
+        diff_update(a_dirty, T0 + 1000, V0, V1),  # dirty: skipped, left for reconcile
+        diff_update(a_stale, T0 - 5000, V0, V1),  # before the snapshot row: superseded
         diff_update(a_corrupt, T0 + 1000, V0, V1, diff=corrupted(V0, V1, "hash")),
         event("Account", "UPDATE", [a_corrupt], T0 + 2000, Name="after the bad diff"),
-        diff_update(a_null, T0 + 1000, V0, V1),                         # stored value is null
+        diff_update(a_null, T0 + 1000, V0, V1),  # stored value is null
     ]
-    df = spark.createDataFrame([("f", i + 1, line) for i, line in enumerate(lines)],
-                               "source_file string, source_line long, raw string")
+    df = spark.createDataFrame(
+        [("f", i + 1, line) for i, line in enumerate(lines)], "source_file string, source_line long, raw string"
+    )
     changes = to_change_rows(parse_lines(df, {"Account": account})).toArrow()
     stored = {"Name": "Old", "Description": V0, "_sf_commit_ts": ts(T0)}
-    current = spark.createDataFrame([
-        row(account, Id=a_stored, **stored), row(account, Id=a_dirty, **stored, _sf_dirty_since=ts(T0)),
-        row(account, Id=a_stale, **stored | {"_sf_source": "snapshot"}), row(account, Id=a_corrupt, **stored),
-        row(account, Id=a_null, Name="Old", _sf_commit_ts=ts(T0)),
-    ], account.spark_schema())
+    current = spark.createDataFrame(
+        [
+            row(account, Id=a_stored, **stored),
+            row(account, Id=a_dirty, **stored, _sf_dirty_since=ts(T0)),
+            row(account, Id=a_stale, **stored | {"_sf_source": "snapshot"}),
+            row(account, Id=a_corrupt, **stored),
+            row(account, Id=a_null, Name="Old", _sf_commit_ts=ts(T0)),
+        ],
+        account.spark_schema(),
+    )
 
     with caplog.at_level(logging.WARNING, logger="dagster.builtin.cdc_assets.diffs"):
         resolved, counts = resolve_diffs(changes, current, account)
@@ -91,10 +103,13 @@ def test_diffs_resolve_against_stored_and_batch_values_or_make_the_record_dirty(
 
 
 def test_rows_without_diffs_of_replicated_fields_pass_through_untouched(spark, account):
-    lines = [event("Account", "CREATE", [IDS[0]], T0, Name="A", Description=V0),
-             event("Account", "UPDATE", [IDS[0]], T0 + 1, diffs=["Notes__c"], Notes__c={"diff": "not replicated"})]
-    df = spark.createDataFrame([("f", i + 1, line) for i, line in enumerate(lines)],
-                               "source_file string, source_line long, raw string")
+    lines = [
+        event("Account", "CREATE", [IDS[0]], T0, Name="A", Description=V0),
+        event("Account", "UPDATE", [IDS[0]], T0 + 1, diffs=["Notes__c"], Notes__c={"diff": "not replicated"}),
+    ]
+    df = spark.createDataFrame(
+        [("f", i + 1, line) for i, line in enumerate(lines)], "source_file string, source_line long, raw string"
+    )
     changes = to_change_rows(parse_lines(df, {"Account": account})).toArrow()
     current = spark.createDataFrame([], account.spark_schema())
     resolved, counts = resolve_diffs(changes, current, account)

@@ -4,16 +4,16 @@ and change_events from before `diff_fields` existed."""
 from __future__ import annotations
 
 import pytest
-
-from cdc_assets import ingest
 from event_lines import event
 from harness import Platform
 from org_compare import differences
+from settings import TEST_SPARK_CONF
+from test_sync import assert_equal_to_org, catch_up, make_platform, run_sensor_requests
+
+from cdc_assets import ingest
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.text_diff import unified_diff
 from salesforce_emulator.workload import Workload
-from settings import TEST_SPARK_CONF
-from test_sync import assert_equal_to_org, catch_up, make_platform, run_sensor_requests
 
 OBJECTS = ["Account", "Opportunity"]
 
@@ -41,15 +41,20 @@ def test_descriptions_sent_as_diffs_equal_the_org_and_corrupt_ones_are_reconcile
     catch_up(platform, org)
     applied, unresolved = total(platform, "diffs_applied"), total(platform, "diffs_unresolved")
     assert applied > 10 and unresolved > 0, (applied, unresolved)
-    warnings = [e.user_message for run in platform.instance.get_runs() for e in platform.instance.all_logs(run.run_id)
-                if "cannot be applied" in (e.user_message or "")]
+    warnings = [
+        e.user_message
+        for run in platform.instance.get_runs()
+        for e in platform.instance.all_logs(run.run_id)
+        if "cannot be applied" in (e.user_message or "")
+    ]
     assert len(warnings) == unresolved  # one line per unresolved diff in the run's event log (record, field, why)
     # The only gaps and dirty records of this workload are the unresolved diffs (one record each).
     assert total(platform, "gaps") == unresolved == total(platform, "dirty_records")
     for name in OBJECTS:
         meta = platform.materialization_of(name)
-        assert meta["events_read"] == sum(meta[k] for k in ("applied", "gaps", "late", "superseded",
-                                                            "dirty_skipped", "held", "overflow"))
+        assert meta["events_read"] == sum(
+            meta[k] for k in ("applied", "gaps", "late", "superseded", "dirty_skipped", "held", "overflow")
+        )
         rows = platform.rows(name)
         assert not [r for r in rows.values() if (r["Description"] or "").startswith('{"diff"')]
         dirty = {rid for rid, r in rows.items() if r["_sf_dirty_since"] is not None}
@@ -78,8 +83,18 @@ def test_change_events_written_before_diff_fields_evolve_and_diffs_apply(tmp_pat
         platform.land([event("Account", "CREATE", [record], t0, Name="A", Description=v0)])
         platform.run(close_after=0)
     assert "diff_fields" not in platform.change_events()[0]
-    platform.land([event("Account", "UPDATE", [record], t0 + 1000, diffs=["Description"],
-                         Description={"diff": unified_diff(v0, v1)})])
+    platform.land(
+        [
+            event(
+                "Account",
+                "UPDATE",
+                [record],
+                t0 + 1000,
+                diffs=["Description"],
+                Description={"diff": unified_diff(v0, v1)},
+            )
+        ]
+    )
     result = platform.run(close_after=0)
     assert sorted(str(r["diff_fields"]) for r in platform.change_events()) == ["None", "['Description']"]
     assert platform.rows("Account")[record]["Description"] == v1

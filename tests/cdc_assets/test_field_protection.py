@@ -19,17 +19,17 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from event_lines import event
+from harness import Platform
+from settings import TEST_SPARK_CONF
+from test_sync import resource, sensor_requests
 
 from cdc_assets.assets import replica_key
 from definitions import build_defs
-from event_lines import event
-from harness import Platform
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.datastream import backfill_lines
 from salesforce_emulator.workload import Workload
-from settings import TEST_SPARK_CONF
 from spark_ops.protect import SALT_ENV, hash_text
-from test_sync import resource, sensor_requests
 
 SALT = "pepper-for-tests"
 OBJECTS = ["Account", "Contact", "Lead"]
@@ -50,15 +50,27 @@ def org(tmp_path):
 
 
 def _protected_platform(tmp_path: Path, org: Emulator) -> Platform:
-    platform = Platform(tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org), initial_load=True,
-                        redact_quarantine=True, poll_overlap=2, changefeed={"uri": str(tmp_path / "feed"),
-                                                                            "initial_scan": True})
+    platform = Platform(
+        tmp_path / "p",
+        None,
+        OBJECTS,
+        TEST_SPARK_CONF,
+        salesforce=resource(org),
+        initial_load=True,
+        redact_quarantine=True,
+        poll_overlap=2,
+        changefeed={"uri": str(tmp_path / "feed"), "initial_scan": True},
+    )
     config = yaml.safe_load(platform.config.read_text())
     config["objects"] = [{"name": o, **PROTECTION[o]} for o in OBJECTS]
     platform.config.write_text(yaml.safe_dump(config))
-    platform.defs = build_defs(config_path=platform.config, landing_path=str(platform.landing),
-                               warehouse_root=str(platform.warehouse), spark_conf=platform.spark_conf,
-                               salesforce=platform.salesforce)
+    platform.defs = build_defs(
+        config_path=platform.config,
+        landing_path=str(platform.landing),
+        warehouse_root=str(platform.warehouse),
+        spark_conf=platform.spark_conf,
+        salesforce=platform.salesforce,
+    )
     return platform
 
 
@@ -77,8 +89,11 @@ def _stored_text(roots: list[Path]) -> str:
     parts = []
     for root in roots:
         for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            parts.append(str(pq.read_table(path).to_pylist()) if path.suffix == ".parquet"
-                         else path.read_bytes().decode("utf-8", "replace"))
+            parts.append(
+                str(pq.read_table(path).to_pylist())
+                if path.suffix == ".parquet"
+                else path.read_bytes().decode("utf-8", "replace")
+            )
     return "\n".join(parts)
 
 
@@ -100,8 +115,18 @@ def test_no_excluded_or_hashed_value_is_stored_in_clear_on_any_path(tmp_path, or
 
     platform.land(backfill_lines(org.store, ["Contact"], random.Random(3)))  # Datastream images, every Contact
     contact = next(iter(_org_values(org, {"Contact": ["Email"]})["Contact"]))
-    platform.land([event("Contact", "UPDATE", [contact], 4102444800000, HasOptedOutOfEmail="maybe",
-                         Email="quarantined.secret@example.org")])  # a value that does not fit: quarantined
+    platform.land(
+        [
+            event(
+                "Contact",
+                "UPDATE",
+                [contact],
+                4102444800000,
+                HasOptedOutOfEmail="maybe",
+                Email="quarantined.secret@example.org",
+            )
+        ]
+    )  # a value that does not fit: quarantined
     assert platform.run(close_after=0).success  # and a second poll of Lead, and the changefeeds again
 
     truth = _org_values(org, {n: HASHED.get(n, []) + LEFT_OUT.get(n, []) for n in OBJECTS})
@@ -123,24 +148,28 @@ def test_no_excluded_or_hashed_value_is_stored_in_clear_on_any_path(tmp_path, or
 
 def test_hashing_a_field_of_an_existing_replica_stops_its_runs_until_a_resync(tmp_path, org, monkeypatch):
     monkeypatch.setenv(SALT_ENV, SALT)
-    platform = Platform(tmp_path / "p", None, ["Contact"], TEST_SPARK_CONF, salesforce=resource(org),
-                        initial_load=True)
+    platform = Platform(tmp_path / "p", None, ["Contact"], TEST_SPARK_CONF, salesforce=resource(org), initial_load=True)
     Workload(org, seed=9).build_org(accounts=4)
     assert platform.run().success  # Email replicated in clear
     config = yaml.safe_load(platform.config.read_text())
     config["objects"] = [{"name": "Contact", "hash": ["Email"]}]
     platform.config.write_text(yaml.safe_dump(config))
-    platform.defs = build_defs(config_path=platform.config, landing_path=str(platform.landing),
-                               warehouse_root=str(platform.warehouse), spark_conf=platform.spark_conf,
-                               salesforce=platform.salesforce)
+    platform.defs = build_defs(
+        config_path=platform.config,
+        landing_path=str(platform.landing),
+        warehouse_root=str(platform.warehouse),
+        spark_conf=platform.spark_conf,
+        salesforce=platform.salesforce,
+    )
 
     refused = platform.run(raise_on_error=False)
     assert not refused.success
     failure = next(e for e in refused.all_events if e.event_type_value == "STEP_FAILURE")
     assert "hashes Email, but the replica holds values of it in clear" in str(failure.event_specific_data.error)
-    resync = dg.RunRequest(asset_selection=[replica_key("Contact")],
-                           run_config={"ops": {replica_key("Contact").to_python_identifier():
-                                               {"config": {"mode": "resync"}}}})
+    resync = dg.RunRequest(
+        asset_selection=[replica_key("Contact")],
+        run_config={"ops": {replica_key("Contact").to_python_identifier(): {"config": {"mode": "resync"}}}},
+    )
     assert platform.execute(resync).success
     assert platform.run().success
     emails = _org_values(org, {"Contact": ["Email"]})["Contact"]
@@ -152,19 +181,32 @@ def test_an_object_named_with_json_escapes_is_still_protected(tmp_path, spark, s
     """`"Cont\\u0061ct"` is valid JSON for Contact: its lines are parsed with Contact's schema (decided from the
     parsed entity, not a text scan), so its hashed Email is stored hashed, and a quarantined line of it redacted."""
     monkeypatch.setenv(SALT_ENV, SALT)
-    platform = Platform(tmp_path, sample_dir / "describe", ["Account", "Contact"], TEST_SPARK_CONF,
-                        redact_quarantine=True)
+    platform = Platform(
+        tmp_path, sample_dir / "describe", ["Account", "Contact"], TEST_SPARK_CONF, redact_quarantine=True
+    )
     config = yaml.safe_load(platform.config.read_text())
     config["objects"][1]["hash"] = ["Email"]
     platform.config.write_text(yaml.safe_dump(config))
     platform.set_options()  # the definitions again, from the file
     escaped = lambda line: line.replace('"entityName": "Contact"', '"entityName": "Cont\\u0061ct"')  # noqa: E731
     kept, bad = "escaped.kept@example.org", "escaped.quarantined@example.org"
-    platform.land([escaped(event("Contact", "CREATE", ["003000000000001AAA"], 4102444800000, LastName="Kept",
-                                 Email=kept)),
-                   escaped(event("Contact", "CREATE", ["003000000000002AAA"], 4102444801000, LastName="Bad",
-                                 Email=bad, HasOptedOutOfEmail="maybe")),  # a value that does not fit: quarantined
-                   event("Account", "CREATE", ["001000000000001AAA"], 4102444802000, Name="Plain")])
+    platform.land(
+        [
+            escaped(event("Contact", "CREATE", ["003000000000001AAA"], 4102444800000, LastName="Kept", Email=kept)),
+            escaped(
+                event(
+                    "Contact",
+                    "CREATE",
+                    ["003000000000002AAA"],
+                    4102444801000,
+                    LastName="Bad",
+                    Email=bad,
+                    HasOptedOutOfEmail="maybe",
+                )
+            ),  # a value that does not fit: quarantined
+            event("Account", "CREATE", ["001000000000001AAA"], 4102444802000, Name="Plain"),
+        ]
+    )
     assert "Cont\\u0061ct" in next(platform.landing.glob("*.jsonl")).read_text()
     assert platform.run(close_after=0).success
 

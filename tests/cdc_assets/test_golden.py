@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
-
+from harness import Platform, load_lines
 from settings import TEST_SPARK_CONF
-from harness import Platform, comparable, load_lines
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
@@ -23,7 +22,7 @@ def platform(tmp_path, spark, sample_dir):
 def _as_expected(value, expected):
     """Normalise a Delta value to the sample's JSON notation (timestamps as ISO strings with ms and Z)."""
     if isinstance(value, datetime):
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
     return value
 
 

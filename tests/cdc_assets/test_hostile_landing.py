@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from cdc_assets.config import UpkeepConfig
-from cdc_assets.upkeep.jobs import upkeep_table
 from event_lines import event
 from harness import Platform
 from org_compare import differences
+from settings import TEST_SPARK_CONF
+
+from cdc_assets.config import UpkeepConfig
+from cdc_assets.upkeep.jobs import upkeep_table
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource
@@ -35,7 +36,6 @@ from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
 from sensors.landing_zone import survey_report
-from settings import TEST_SPARK_CONF
 
 pytestmark = pytest.mark.slow
 
@@ -70,8 +70,11 @@ def write_atomically(path: Path, data: bytes) -> Path:
 
 def tree(folder: Path) -> dict[str, tuple[bytes, int]]:
     """Every file under `folder` with its bytes and modification time (links not followed)."""
-    return {str(p.relative_to(folder)): (p.read_bytes(), p.lstat().st_mtime_ns)
-            for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()}
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.lstat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
 
 
 def hostile_lines(org: Emulator, now_ms: int) -> dict[str, list[str]]:
@@ -79,30 +82,35 @@ def hostile_lines(org: Emulator, now_ms: int) -> dict[str, list[str]]:
     account = org.store.snapshot("Account")[0]["Id"]
     contact = org.store.snapshot("Contact")[0]["Id"]
     escaped = event("Contact", "GAP_UPDATE", [contact], now_ms, tx="hostile-escaped").replace(
-        '"entityName": "Contact"', '"entityName": "Cont\\u0061ct"')
+        '"entityName": "Contact"', '"entityName": "Cont\\u0061ct"'
+    )
     return {
         "hostile/micro.jsonl": [event("Account", "UPDATE", [account], now_ms * 1000, tx="hostile-us", Name="us")],
-        "hostile/nano.jsonl": [event("Account", "UPDATE", [account], now_ms * 1_000_000, tx="hostile-ns",
-                                     Name="ns")],
-        "hostile/long_entity.jsonl": [event("A" * 300, "CREATE", ["001000000000001AAA"], now_ms, tx="hostile-long",
-                                            Name="long")],
-        "hostile/many_ids.jsonl": [event("Account", "GAP_UPDATE", [f"001{n:012d}ZZZ" for n in range(200_000)],
-                                         now_ms, tx="hostile-many")],
-        "hostile/newline_id.jsonl": [event("Account", "UPDATE", [account + "\n"], now_ms, tx="hostile-nl",
-                                           Name="phantom")],
-        "hostile/invented_ids.jsonl": [event("Contact", "GAP_UPDATE", [f"003{n:012d}QQQ" for n in range(1, 6)],
-                                             now_ms, tx="hostile-invented")],
+        "hostile/nano.jsonl": [event("Account", "UPDATE", [account], now_ms * 1_000_000, tx="hostile-ns", Name="ns")],
+        "hostile/long_entity.jsonl": [
+            event("A" * 300, "CREATE", ["001000000000001AAA"], now_ms, tx="hostile-long", Name="long")
+        ],
+        "hostile/many_ids.jsonl": [
+            event("Account", "GAP_UPDATE", [f"001{n:012d}ZZZ" for n in range(200_000)], now_ms, tx="hostile-many")
+        ],
+        "hostile/newline_id.jsonl": [
+            event("Account", "UPDATE", [account + "\n"], now_ms, tx="hostile-nl", Name="phantom")
+        ],
+        "hostile/invented_ids.jsonl": [
+            event("Contact", "GAP_UPDATE", [f"003{n:012d}QQQ" for n in range(1, 6)], now_ms, tx="hostile-invented")
+        ],
         "hostile/escaped_entity.jsonl": [escaped],
-        "hostile/breaks_ingest.jsonl": [event("Account", "UPDATE", [account], now_ms, tx="hostile-break",
-                                              Name=MARKER)],
+        "hostile/breaks_ingest.jsonl": [event("Account", "UPDATE", [account], now_ms, tx="hostile-break", Name=MARKER)],
     }
 
 
 def test_hostile_files_stop_nothing_lose_nothing_and_touch_nothing_outside_the_zone(tmp_path, monkeypatch):
     monkeypatch.setenv("CDC_FAULT_MARKER", MARKER)
     outside = tmp_path / "outside"
-    write_atomically(outside / "secret.jsonl", (event("Account", "CREATE", ["001000000000009AAA"],
-                                                      1_763_800_000_000, Name=SECRET) + "\n").encode())
+    write_atomically(
+        outside / "secret.jsonl",
+        (event("Account", "CREATE", ["001000000000009AAA"], 1_763_800_000_000, Name=SECRET) + "\n").encode(),
+    )
     (outside / "folder").mkdir()
     write_atomically(outside / "folder" / "inside.jsonl", b'{"not": "events"}\n')
     untouched = tree(outside)
@@ -111,8 +119,9 @@ def test_hostile_files_stop_nothing_lose_nothing_and_touch_nothing_outside_the_z
     with Emulator(tmp_path / "org", landing_dir=landing_dir) as org:
         workload = Workload(org, seed=34, person_accounts=False)
         workload.build_org(accounts=12)
-        platform = Platform(tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org),
-                            initial_load=True, close_after=0)
+        platform = Platform(
+            tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org), initial_load=True, close_after=0
+        )
         landing = LandingZone(path=str(platform.landing))
         warehouse = DeltaWarehouse(root=str(platform.warehouse))
         settle(platform)  # the initial loads
@@ -121,8 +130,9 @@ def test_hostile_files_stop_nothing_lose_nothing_and_touch_nothing_outside_the_z
         org.flush_cdc()
         settle(platform)
         upkeep_table(warehouse, CHANGE_EVENTS, UpkeepConfig(), replicated=OBJECTS, landing=landing)
-        retired = sorted(p.relative_to(landing.archive_path).as_posix()
-                         for p in Path(landing.archive_path).rglob("*.jsonl"))
+        retired = sorted(
+            p.relative_to(landing.archive_path).as_posix() for p in Path(landing.archive_path).rglob("*.jsonl")
+        )
         assert retired, "upkeep should have archived the files ingested so far"
 
         # Midway: the org goes on, and the hostile files land beside its own.
@@ -149,8 +159,9 @@ def test_hostile_files_stop_nothing_lose_nothing_and_touch_nothing_outside_the_z
         hostile["hostile/link.jsonl"] = hostile["hostile/linked_folder"] = "ignored"
         # Files the zone does not read, and a writer's in-flight file left for hours.
         for name in ("hostile/upper.JSONL", "hostile/events.ndjson"):
-            write_atomically(landing_dir / name, (event("Account", "UPDATE", ["001000000000001AAA"], now_ms) + "\n")
-                             .encode())
+            write_atomically(
+                landing_dir / name, (event("Account", "UPDATE", ["001000000000001AAA"], now_ms) + "\n").encode()
+            )
             hostile[name] = "ignored"
         stale = landing_dir / "hostile/_crashed.jsonl"
         stale.write_text("{\n")
@@ -159,7 +170,7 @@ def test_hostile_files_stop_nothing_lose_nothing_and_touch_nothing_outside_the_z
         # The org's own events, damaged: a byte that is not UTF-8 among them, and a gzip cut short.
         damaged_text = landing_dir / fresh[0]
         lines = damaged_text.read_bytes().splitlines(keepends=True)
-        write_atomically(damaged_text, b"".join(lines[:1] + [b'{"bad": "\xff\xfe"}\n'] + lines[1:]))
+        write_atomically(damaged_text, b"".join([*lines[:1], b'{"bad": "\xff\xfe"}\n', *lines[1:]]))
         cut = landing_dir / fresh[1]
         packed = gzip.compress(cut.read_bytes())
         write_atomically(cut.with_name(cut.name + ".gz"), packed[: len(packed) * 2 // 3])

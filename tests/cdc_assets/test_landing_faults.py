@@ -13,14 +13,14 @@ import dagster as dg
 import pytest
 from dagster._record import copy
 from deltalake import DeltaTable
-
-from cdc_assets.checks import acknowledge_quarantine, check_no_failed_files, newest_quarantined_at
-from cdc_assets.ingest import pending_files
-from cdc_assets.config import UpkeepConfig
-from cdc_assets.upkeep.jobs import upkeep_table
-from settings import TEST_SPARK_CONF
 from event_lines import event
 from harness import Platform
+from settings import TEST_SPARK_CONF
+
+from cdc_assets.checks import acknowledge_quarantine, check_no_failed_files, newest_quarantined_at
+from cdc_assets.config import UpkeepConfig
+from cdc_assets.ingest import pending_files
+from cdc_assets.upkeep.jobs import upkeep_table
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LINK, LandingZone
 
@@ -40,10 +40,12 @@ def test_damage_costs_only_the_damaged_lines_asks_a_resync_and_sets_the_file_asi
     """A bad byte quarantines its line, a truncated gzip is read up to the cut, a file too large is quarantined
     whole; every file that lost content asks a resync of its objects (a GAP_OVERFLOW, as Salesforce's own), and
     upkeep moves it aside instead of deleting it."""
-    good = [event("Account", "CREATE", [A1], T0, Name="Acme"),
-            event("Account", "CREATE", [A2], T0 + 1000, Name="Globex"),
-            event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot")]
-    platform.land(good[:1] + ["x" * 10_000] + good[1:], name="good.jsonl")
+    good = [
+        event("Account", "CREATE", [A1], T0, Name="Acme"),
+        event("Account", "CREATE", [A2], T0 + 1000, Name="Globex"),
+        event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot"),
+    ]
+    platform.land([*good[:1], "x" * 10000, *good[1:]], name="good.jsonl")
     gz = gzip.compress(("\n".join(good[:2]) + "\n" + good[2]).encode())
     (platform.landing / "truncated.jsonl.gz").write_bytes(gz[:-12])
     latin1 = '{"Name": "Caf\xe9"}\n'.encode("latin-1")
@@ -52,10 +54,17 @@ def test_damage_costs_only_the_damaged_lines_asks_a_resync_and_sets_the_file_asi
     (platform.landing / "_inflight.jsonl").write_text(good[0] + "\n")  # not visible yet: never read
     platform.land([event("Account", "UPDATE", [A2], T0 + 3000, Rating="Warm")], name="clean.jsonl")
     # A Datastream file (its format is told by its lines) with a line naming no object: a resync of what it names.
-    image = json.dumps({"read_method": "salesforce-cdc", "object": "Account", "uuid": "u-1",
-                        "read_timestamp": "2025-11-22T08:00:01.000Z", "source_timestamp": "2025-11-22T08:00:00.000Z",
-                        "source_metadata": {"object_name": "Account", "change_type": "INSERT", "is_deleted": False},
-                        "payload": {"Id": A3, "Name": "Initech", "SystemModstamp": "2025-11-22T08:00:00.000Z"}})
+    image = json.dumps(
+        {
+            "read_method": "salesforce-cdc",
+            "object": "Account",
+            "uuid": "u-1",
+            "read_timestamp": "2025-11-22T08:00:01.000Z",
+            "source_timestamp": "2025-11-22T08:00:00.000Z",
+            "source_metadata": {"object_name": "Account", "change_type": "INSERT", "is_deleted": False},
+            "payload": {"Id": A3, "Name": "Initech", "SystemModstamp": "2025-11-22T08:00:00.000Z"},
+        }
+    )
     (platform.landing / "ds.jsonl").write_bytes(image.encode() + b"\n\xff\xfe\n")
     result = platform.run(close_after=0)
 
@@ -74,8 +83,9 @@ def test_damage_costs_only_the_damaged_lines_asks_a_resync_and_sets_the_file_asi
     assert rows[A1]["Rating"] == "Hot" and rows[A2]["Rating"] == "Warm" and rows[A3]["Name"] == "Initech"
     markers = [e for e in platform.change_events() if e["change_type"] == "GAP_OVERFLOW"]
     assert {(m["source_file"], m["source_line"], m["entity"]) for m in markers} == {
-        (f"_damaged/{f}", 0, "Account") for f in ("good.jsonl", "truncated.jsonl.gz", "latin1.jsonl", "huge.jsonl",
-                                                 "ds.jsonl")}
+        (f"_damaged/{f}", 0, "Account")
+        for f in ("good.jsonl", "truncated.jsonl.gz", "latin1.jsonl", "huge.jsonl", "ds.jsonl")
+    }
     assert platform.materialization(result, "Account")["resync_pending"].startswith("GAP_OVERFLOW at commit")
 
     again = platform.run(close_after=0)  # quarantined files are ingested (recorded), not retried forever
@@ -87,8 +97,13 @@ def test_damage_costs_only_the_damaged_lines_asks_a_resync_and_sets_the_file_asi
     values = upkeep_table(warehouse, CHANGE_EVENTS, upkeep, replicated=["Account"], landing=landing)
     assert values["landing_files_retired"] == 6 and landing.list_files() == []
     kept = Path(landing.quarantined_path)
-    assert sorted(p.name for p in kept.iterdir()) == ["ds.jsonl", "good.jsonl", "huge.jsonl", "latin1.jsonl",
-                                                       "truncated.jsonl.gz"]
+    assert sorted(p.name for p in kept.iterdir()) == [
+        "ds.jsonl",
+        "good.jsonl",
+        "huge.jsonl",
+        "latin1.jsonl",
+        "truncated.jsonl.gz",
+    ]
     assert (kept / "truncated.jsonl.gz").read_bytes() == gz[:-12]  # the evidence, as landed
     assert not Path(landing.archive_path).exists()  # clean.jsonl deleted, as asked
 
@@ -97,13 +112,14 @@ def test_blank_lines_are_read_and_counted_and_unicode_separators_stay_inside_the
     """A blank line is read but is no event: `lines_read = lines_quarantined + lines_blank + lines parsed`
     (README Counts). Raw U+2028 / U+0085 inside a JSON string (allowed there, and what a word processor pastes)
     does not end the line; LF, CRLF and CR do."""
-    text = "first line\u2028second line\x85third, \"quoted\" 😀\r\nafter a CRLF"
+    text = 'first line\u2028second line\x85third, "quoted" 😀\r\nafter a CRLF'
     a1 = json.loads(event("Account", "CREATE", [A1], T0, Name="Acme"))
     a1["data"]["payload"]["Description"] = text
     a2 = event("Account", "CREATE", [A2], T0 + 1000, Name="Globex")
     lines = [json.dumps(a1, ensure_ascii=False), "", "   \t", a2]
-    (platform.landing / "blank.jsonl").write_bytes(("\n".join(lines[:2]) + "\r\n" + "\n".join(lines[2:]) + "\n\n")
-                                                   .encode())
+    (platform.landing / "blank.jsonl").write_bytes(
+        ("\n".join(lines[:2]) + "\r\n" + "\n".join(lines[2:]) + "\n\n").encode()
+    )
     result = platform.run(close_after=0)
 
     ce = platform.materialization(result, "change_events")
@@ -121,8 +137,10 @@ IDS = [f"001{n:012d}AAA" for n in range(1, 5)]
 def land_four_with_one_poisoned(platform: Platform) -> None:
     """f0..f3.jsonl, one Account each; f1's line breaks ingest while CDC_FAULT_MARKER is set."""
     for n, record_id in enumerate(IDS):
-        platform.land([event("Account", "CREATE", [record_id], T0 + n * 1000, Name=POISON if n == 1 else f"A{n}")],
-                      name=f"f{n}.jsonl")
+        platform.land(
+            [event("Account", "CREATE", [record_id], T0 + n * 1000, Name=POISON if n == 1 else f"A{n}")],
+            name=f"f{n}.jsonl",
+        )
 
 
 def test_a_file_that_breaks_ingest_is_quarantined_whole_and_holds_back_no_other(platform, monkeypatch):
@@ -136,11 +154,14 @@ def test_a_file_that_breaks_ingest_is_quarantined_whole_and_holds_back_no_other(
     assert ce["failed_files"] == ["f1.jsonl"]
     [row] = platform.quarantine()
     assert (row["source_file"], row["source_line"], row["raw"]) == ("f1.jsonl", 0, None)
-    assert row["reason"].startswith("file failed to ingest on its own, twice (InjectedDataFault: fault injected at "
-                                    "ingest.poisoned_line: a line holds the text 'poison-pill'")
+    assert row["reason"].startswith(
+        "file failed to ingest on its own, twice (InjectedDataFault: fault injected at "
+        "ingest.poisoned_line: a line holds the text 'poison-pill'"
+    )
     assert set(platform.rows("Account")) == {IDS[0], IDS[2], IDS[3]}
-    check = {e.check_name: e for e in result.get_asset_check_evaluations()
-             if e.asset_key == dg.AssetKey("change_events")}["no_failed_landing_files"]
+    check = {
+        e.check_name: e for e in result.get_asset_check_evaluations() if e.asset_key == dg.AssetKey("change_events")
+    }["no_failed_landing_files"]
     assert not check.passed and "f1.jsonl" in check.description and "land the file again" in check.description
 
     again = platform.run(close_after=0, checks=True)  # recorded as ingested: not retried forever
@@ -197,18 +218,36 @@ def test_hostile_headers_are_quarantined_and_the_rest_of_the_batch_still_applies
     platform.run(close_after=0)  # change_events exists now: dedup reads the stored keys of a batch's time range
     phantom = "001000000000003\n"
     many = [f"001{i:012d}AAA" for i in range(10, 10_011)]
-    platform.land([event("Account", "UPDATE", [A1], 1_700_000_000_000_000, Rating="Micro"),
-                   event("Account", "UPDATE", [A1], 9_300_000_000_000_000, Rating="Nano"),
-                   event("Account", "UPDATE", [A1], 1_700_000_000_000_000_000, Rating="Nano"),
-                   event("X" * 300, "CREATE", [A2], T0 + 1000, Name="Long"),
-                   event("Account", "GAP_UPDATE", [phantom], T0 + 2000),
-                   event("Account", "UPDATE", many, T0 + 3000, Rating="Warm"),
-                   event("Account", "UPDATE", [A1], T0 + 4000, Rating="Hot")], name="hostile.jsonl")
-    platform.land([json.dumps({
-        "stream_name": "s", "read_method": "salesforce-cdc", "object": "Account", "uuid": "u-1",
-        "read_timestamp": "999999999999999", "source_timestamp": "999999999999999", "sort_keys": [999999999999999],
-        "source_metadata": {"object_name": "Account", "change_type": "UPDATE", "is_deleted": False},
-        "payload": {"Id": A2, "Name": "Far future"}})], name="datastream.jsonl")
+    platform.land(
+        [
+            event("Account", "UPDATE", [A1], 1_700_000_000_000_000, Rating="Micro"),
+            event("Account", "UPDATE", [A1], 9_300_000_000_000_000, Rating="Nano"),
+            event("Account", "UPDATE", [A1], 1_700_000_000_000_000_000, Rating="Nano"),
+            event("X" * 300, "CREATE", [A2], T0 + 1000, Name="Long"),
+            event("Account", "GAP_UPDATE", [phantom], T0 + 2000),
+            event("Account", "UPDATE", many, T0 + 3000, Rating="Warm"),
+            event("Account", "UPDATE", [A1], T0 + 4000, Rating="Hot"),
+        ],
+        name="hostile.jsonl",
+    )
+    platform.land(
+        [
+            json.dumps(
+                {
+                    "stream_name": "s",
+                    "read_method": "salesforce-cdc",
+                    "object": "Account",
+                    "uuid": "u-1",
+                    "read_timestamp": "999999999999999",
+                    "source_timestamp": "999999999999999",
+                    "sort_keys": [999999999999999],
+                    "source_metadata": {"object_name": "Account", "change_type": "UPDATE", "is_deleted": False},
+                    "payload": {"Id": A2, "Name": "Far future"},
+                }
+            )
+        ],
+        name="datastream.jsonl",
+    )
     result = platform.run(close_after=0)
 
     reasons = {(q["source_file"], q["source_line"]): q["reason"] for q in platform.quarantine()}

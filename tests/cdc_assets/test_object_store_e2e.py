@@ -22,6 +22,11 @@ from pathlib import Path
 
 import pyarrow.fs as pafs
 import pytest
+from crash_runner import run_mode
+from harness import Platform, comparable
+from org_compare import differences, live_rows
+from settings import REPO, TEST_SPARK_CONF
+from subscriber_harness import resource
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.changefeed.config import ChangefeedConfig
@@ -29,9 +34,6 @@ from cdc_assets.changefeed.reader import ChangefeedReader, replay
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.position import PositionStore
 from cdc_subscriber.status import read_statuses
-from crash_runner import run_mode
-from harness import Platform, comparable
-from org_compare import differences, live_rows
 from resources.delta import CHANGE_EVENTS
 from resources.landing_zone import LandingZone
 from resources.storage import Folder, filesystem
@@ -40,8 +42,6 @@ from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
-from settings import REPO, TEST_SPARK_CONF
-from subscriber_harness import resource
 
 OBJECTS = ["Account", "Contact"]
 TOPIC = "/data/ChangeEvents"
@@ -57,9 +57,18 @@ def org(tmp_path):
 
 def s3_platform(root: Path, org: Emulator, prefix: str) -> Platform:
     """A platform whose landing zone, warehouse and changefeed are under `prefix` (s3://bucket/...)."""
-    return Platform(root, None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org), initial_load=True,
-                    close_after=0, landing_uri=f"{prefix}/landing", warehouse_uri=f"{prefix}/warehouse",
-                    changefeed=feed_options(prefix))
+    return Platform(
+        root,
+        None,
+        OBJECTS,
+        TEST_SPARK_CONF,
+        salesforce=resource(org),
+        initial_load=True,
+        close_after=0,
+        landing_uri=f"{prefix}/landing",
+        warehouse_uri=f"{prefix}/warehouse",
+        changefeed=feed_options(prefix),
+    )
 
 
 def feed_options(prefix: str) -> dict:
@@ -73,13 +82,43 @@ def feed_uri(prefix: str, name: str) -> str:
 
 def spawn_subscriber(org: Emulator, platform: Platform, spool: Path, **env: str) -> subprocess.Popen:
     """`python -m cdc_subscriber subscribe` landing in the platform's S3 landing zone (state beside it, on S3)."""
-    env = os.environ | {"SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token,
-                        "SF_CA_BUNDLE": org.ca_file, "PYTHONPATH": str(REPO)} | env
+    env = (
+        os.environ
+        | {
+            "SF_INSTANCE_URL": org.instance_url,
+            "SF_ACCESS_TOKEN": org.token,
+            "SF_CA_BUNDLE": org.ca_file,
+            "PYTHONPATH": str(REPO),
+        }
+        | env
+    )
     return subprocess.Popen(
-        [sys.executable, "-m", "cdc_subscriber", "--landing-dir", platform.landing_uri,
-         "subscribe", "--endpoint", org.pubsub_address, "--config", str(platform.config), "--initial-replay",
-         "EARLIEST", "--roll-seconds", "0.1", "--keepalive-timeout", "10", "--spool-dir", str(spool)],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "cdc_subscriber",
+            "--landing-dir",
+            platform.landing_uri,
+            "subscribe",
+            "--endpoint",
+            org.pubsub_address,
+            "--config",
+            str(platform.config),
+            "--initial-replay",
+            "EARLIEST",
+            "--roll-seconds",
+            "0.1",
+            "--keepalive-timeout",
+            "10",
+            "--spool-dir",
+            str(spool),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def state_uri(platform: Platform) -> str:
@@ -108,8 +147,9 @@ def settle(platform: Platform, rounds: int = 6) -> list[str]:
     until none asks for anything; returns the reasons of the runs."""
     reasons = []
     for _ in range(rounds):
-        requests = [(name, r) for name in (LANDING_SENSOR, RECONCILIATION_SENSOR)
-                    for r in platform.sensor_requests(name)]
+        requests = [
+            (name, r) for name in (LANDING_SENSOR, RECONCILIATION_SENSOR) for r in platform.sensor_requests(name)
+        ]
         requests += [("changefeed automation", r) for r in platform.automation_requests()]
         if not requests:
             return reasons
@@ -120,8 +160,11 @@ def settle(platform: Platform, rounds: int = 6) -> list[str]:
 
 
 def landed_files(platform: Platform) -> list[str]:
-    return sorted(p for p, _ in Folder(platform.landing_uri).walk()
-                  if p.endswith(".jsonl") and not any(part.startswith("_") for part in p.split("/")))
+    return sorted(
+        p
+        for p, _ in Folder(platform.landing_uri).walk()
+        if p.endswith(".jsonl") and not any(part.startswith("_") for part in p.split("/"))
+    )
 
 
 def test_subscriber_sensors_replicas_and_changefeed_on_s3_equal_the_org(tmp_path, org, s3, spark):
@@ -133,8 +176,9 @@ def test_subscriber_sensors_replicas_and_changefeed_on_s3_equal_the_org(tmp_path
 
     # A subscriber killed after landing a file, before saving its position: the restart lands those events again.
     workload.run(changes=40)
-    killed = spawn_subscriber(org, platform, tmp_path / "spool",
-                              CDC_FAULT_POINT="subscriber.after_rename", CDC_FAULT_ACTION="kill")
+    killed = spawn_subscriber(
+        org, platform, tmp_path / "spool", CDC_FAULT_POINT="subscriber.after_rename", CDC_FAULT_ACTION="kill"
+    )
     assert killed.wait(timeout=120) == -signal.SIGKILL
     first = landed_files(platform)
     assert len(first) == 1 and position(platform) == 0
@@ -177,20 +221,32 @@ def copy_prefix(source: str, target: str) -> None:
     _, dst = filesystem(target)
     for info in fs.get_file_info(pafs.FileSelector(src, recursive=True)):
         if info.type == pafs.FileType.File:
-            fs.copy_file(info.path, dst + info.path[len(src):])
+            fs.copy_file(info.path, dst + info.path[len(src) :])
 
 
 def kill_run(spark, root: Path, platform: Platform, point: str, org: Emulator, prefix: str) -> None:
     """One platform pass (every transaction closed) in a subprocess on S3, SIGKILLed at `point`."""
     gateway = spark.sparkContext._gateway.gateway_parameters
-    env = {**os.environ, "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill",
-           "PYSPARK_GATEWAY_PORT": str(gateway.port), "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
-           "SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token, "SF_CA_BUNDLE": org.ca_file,
-           "CRASH_RUNNER_LANDING": platform.landing_uri, "CRASH_RUNNER_WAREHOUSE": platform.warehouse_uri,
-           "CRASH_RUNNER_OPTIONS": json.dumps({"close_after": 0, "changefeed": feed_options(prefix)})}
+    env = {
+        **os.environ,
+        "CDC_FAULT_POINT": point,
+        "CDC_FAULT_ACTION": "kill",
+        "PYSPARK_GATEWAY_PORT": str(gateway.port),
+        "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
+        "SF_INSTANCE_URL": org.instance_url,
+        "SF_ACCESS_TOKEN": org.token,
+        "SF_CA_BUNDLE": org.ca_file,
+        "CRASH_RUNNER_LANDING": platform.landing_uri,
+        "CRASH_RUNNER_WAREHOUSE": platform.warehouse_uri,
+        "CRASH_RUNNER_OPTIONS": json.dumps({"close_after": 0, "changefeed": feed_options(prefix)}),
+    }
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(root), "-", ",".join(OBJECTS), "apply"],
-        env=env, cwd=REPO, capture_output=True, timeout=600)
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        timeout=600,
+    )
     spark.catalog.clearCache()
     assert proc.returncode == -signal.SIGKILL, f"{point} was not reached: {proc.stderr.decode()[-3000:]}"
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import dagster as dg
 import pytest
-
-from cdc_assets.apply import EVENT_COUNTS
 from harness import Platform
 from org_compare import differences
+from settings import TEST_SPARK_CONF
+
+from cdc_assets.apply import EVENT_COUNTS
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
 from sensors.reconciliation import TAG_MODE
-from settings import TEST_SPARK_CONF
 from spark_ops.schema import ObjectSchema
 
 
@@ -30,8 +30,7 @@ def org(tmp_path):
 
 
 def make_platform(tmp_path, emu: Emulator) -> Platform:
-    salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                    ca_bundle=str(emu.ca_file))
+    salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file))
     return Platform(tmp_path / "p", None, ["Account"], TEST_SPARK_CONF, salesforce=salesforce, initial_load=True)
 
 
@@ -87,8 +86,11 @@ def test_person_accounts_created_and_renamed_equal_the_org_after_the_reconcile(t
     assert (rows[ada]["Name"], rows[ada]["_sf_dirty_since"] is not None) == ("Lovelace Ada", True)  # to fetch
     assert (rows[acme]["Name"], rows[acme]["_sf_dirty_since"]) == ("Acme Corp", None)
     parts = set(ObjectSchema.from_describe(org.store.describe("Account")).person_name_parts)
-    renames = {e["record_id"] for e in platform.change_events()
-               if e["change_type"] == "UPDATE" and parts & set(e["set_fields"]) and e["record_id"] != ada}
+    renames = {
+        e["record_id"]
+        for e in platform.change_events()
+        if e["change_type"] == "UPDATE" and parts & set(e["set_fields"]) and e["record_id"] != ada
+    }
     assert renames, "the workload renamed no person account"
     assert meta["names_to_fetch"] >= 1 and adds_up(meta)
     assert reconciled(platform, org)

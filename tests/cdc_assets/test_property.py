@@ -14,21 +14,21 @@ Counterexamples found this way are kept below as small named tests.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
+from harness import Platform
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
-
-from settings import TEST_SPARK_CONF
-from harness import Platform
 from reference_fold import SYSTEM_COLUMNS, fold, position
+from settings import TEST_SPARK_CONF
 from streams import DESCRIBE_DIR, OBJECTS, event_streams, from_line, random_stream, sample_objects, to_line
 
 REPLICATED = list(OBJECTS)  # Account, Contact; Opportunity events land too but are not replicated
@@ -44,22 +44,25 @@ class LandingPlan:
     runs: list[float | None]  # per file: None = no run after it, else the close_after of the run after it
 
     def describe(self) -> str:
-        return "; ".join(f"{n}: lines {f}" + ("" if r is None else f", then run(close_after={r})")
-                         for n, f, r in zip(self.names, self.files, self.runs))
+        return "; ".join(
+            f"{n}: lines {f}" + ("" if r is None else f", then run(close_after={r})")
+            for n, f, r in zip(self.names, self.files, self.runs)
+        )
 
 
-def landing_plan(rng: random.Random, n_lines: int, *, max_files: int = 3, n_files: int | None = None,
-                 duplicate_rate: float = 0.15) -> LandingPlan:
+def landing_plan(
+    rng: random.Random, n_lines: int, *, max_files: int = 3, n_files: int | None = None, duplicate_rate: float = 0.15
+) -> LandingPlan:
     """Cut the stream into consecutive files; repeat some lines later in their file or in a later file; run
     after some files (a few closing the open transaction early) and always after the last, closing it."""
     n_files = n_files or rng.randint(1, max(1, min(max_files, n_lines)))
     cuts = sorted(rng.sample(range(1, n_lines), n_files - 1)) if n_files > 1 else []
     bounds = [0, *cuts, n_lines]
-    files = [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
+    files = [list(range(a, b)) for a, b in itertools.pairwise(bounds)]
     for i in range(n_lines):
         if rng.random() >= duplicate_rate:
             continue
-        home = next(k for k, (a, b) in enumerate(zip(bounds, bounds[1:])) if a <= i < b)
+        home = next(k for k, (a, b) in enumerate(itertools.pairwise(bounds)) if a <= i < b)
         target = rng.randint(home, n_files - 1)
         lines = files[target]
         earliest = lines.index(i) + 1 if target == home else 0
@@ -100,7 +103,7 @@ def _normalized(value, sf_type: str):
         return None
     if sf_type == "datetime":
         value = datetime.fromisoformat(value) if isinstance(value, str) else value
-        return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
     if sf_type == "date":
         return date.fromisoformat(value) if isinstance(value, str) else value
     if sf_type in ("double", "currency", "percent"):
@@ -116,7 +119,7 @@ def differences(platform: Platform, events: list[dict]) -> list[str]:
     expected = fold(events, {name: obj.columns for name, obj in objects.items()})
     problems = []
     for name, obj in objects.items():
-        types = obj.types | {c: "datetime" for c in TIMESTAMP_COLUMNS} | {"_sf_deleted": "boolean"}
+        types = obj.types | dict.fromkeys(TIMESTAMP_COLUMNS, "datetime") | {"_sf_deleted": "boolean"}
         want, got = expected.get(name, {}), platform.rows(name)
         for rid in sorted(set(want) ^ set(got)):
             problems.append(f"{name} {rid}: {'missing from replica' if rid in want else 'not expected'}")
@@ -138,16 +141,18 @@ def check_replicas(root: Path, events: list[dict], plan: LandingPlan) -> None:
         runs += 1
         outcomes = [differences(platform, applied) for applied in expected_streams(landed, close_after > 0)]
         problems = min(outcomes, key=len)
-        assert not problems, (f"after run {runs} (close_after={close_after}), the replica differs from the "
-                              f"reference fold:\n" + "\n".join(problems[:40]))
+        assert not problems, (
+            f"after run {runs} (close_after={close_after}), the replica differs from the "
+            f"reference fold:\n" + "\n".join(problems[:40])
+        )
 
     replay(root, events, plan, after_run)
 
 
-@settings(max_examples=8, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(events=event_streams(min_events=1, max_events=24, **STREAM_OPTIONS),
-       plan_rng=st.randoms(use_true_random=False))
+@settings(
+    max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
+@given(events=event_streams(min_events=1, max_events=24, **STREAM_OPTIONS), plan_rng=st.randoms(use_true_random=False))
 def test_replicas_equal_reference_fold_however_landed_and_run(spark, events, plan_rng):
     plan = landing_plan(plan_rng, len(events))
     note("lines:\n" + "\n".join(to_line(e) for e in events))
@@ -178,13 +183,14 @@ def test_reference_fold_reproduces_the_golden_sample(sample_dir):
     open_transaction = max(events, key=position)["transaction_key"]  # held after the first pass
     folded = fold([e for e in events if e["transaction_key"] != open_transaction])
     for name in REPLICATED:
-        types = sample_objects()[name].types | {c: "datetime" for c in TIMESTAMP_COLUMNS}
+        types = sample_objects()[name].types | dict.fromkeys(TIMESTAMP_COLUMNS, "datetime")
         assert set(folded[name]) == {row["Id"] for row in expected[name]}
         for want in expected[name]:
             got = folded[name][want["Id"]]
             for column, value in want.items():
-                assert _normalized(got.get(column), types.get(column, "")) == \
-                    _normalized(value, types.get(column, "")), f"{name} {want['Id']} {column}"
+                assert _normalized(got.get(column), types.get(column, "")) == _normalized(
+                    value, types.get(column, "")
+                ), f"{name} {want['Id']} {column}"
 
 
 # Regression tests from minimal counterexamples: the first is what the property found with the process outside UTC
@@ -195,23 +201,33 @@ ACME = "001000000000001AAA"
 T0 = 1_763_800_000_000
 
 
-def _account_event(change_type: str, tx: str, commit_ts: int, commit_number: int, replay_id: int,
-                   fields: dict) -> dict:
-    return {"entity": "Account", "record_ids": [ACME], "change_type": change_type, "commit_ts": commit_ts,
-            "commit_number": commit_number, "transaction_key": tx, "sequence_number": 1, "replay_id": replay_id,
-            "fields": fields}
+def _account_event(change_type: str, tx: str, commit_ts: int, commit_number: int, replay_id: int, fields: dict) -> dict:
+    return {
+        "entity": "Account",
+        "record_ids": [ACME],
+        "change_type": change_type,
+        "commit_ts": commit_ts,
+        "commit_number": commit_number,
+        "transaction_key": tx,
+        "sequence_number": 1,
+        "replay_id": replay_id,
+        "fields": fields,
+    }
 
 
-CREATE_ACME = _account_event("CREATE", "tx-create", T0, 9_000_001, 1007,
-                             {"Name": "Acme Corp", "OwnerId": "005000000000001AAA"})
+CREATE_ACME = _account_event(
+    "CREATE", "tx-create", T0, 9_000_001, 1007, {"Name": "Acme Corp", "OwnerId": "005000000000001AAA"}
+)
 
 
 @pytest.fixture
 def local_time_zone(monkeypatch):
     """Run the test with the Python process in another local time zone (as on a machine not set to UTC)."""
+
     def use(name: str) -> None:
         monkeypatch.setenv("TZ", name)
         time.tzset()
+
     yield use
     monkeypatch.undo()
     time.tzset()
@@ -235,4 +251,3 @@ def test_same_event_on_two_channels_does_not_block_a_later_change_in_the_same_mi
     assert platform.run(close_after=0).success
     problems = differences(platform, [CREATE_ACME, update])
     assert not problems, "replica differs from the reference fold:\n" + "\n".join(problems)
-

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-
-from cdc_assets.quarantine import REDACTED, REDACTED_LINE, redacted
 from event_lines import event
 from settings import SAMPLE
+
+from cdc_assets.quarantine import REDACTED, REDACTED_LINE, redacted
 from spark_ops.schema import ObjectSchema
 
 ACCOUNT = json.loads((SAMPLE / "describe" / "Account.json").read_text())
@@ -21,19 +21,34 @@ ID = "001000000000001AAA"
 
 
 def _schemas(redact: bool) -> dict[str, ObjectSchema]:
-    schema = ObjectSchema.from_describe(ACCOUNT, exclude=["Description", "BillingCity"], hashed=["Name"],
-                                        redact_quarantine=redact)
+    schema = ObjectSchema.from_describe(
+        ACCOUNT, exclude=["Description", "BillingCity"], hashed=["Name"], redact_quarantine=redact
+    )
     return {"Account": schema}
 
 
 def _entries(*lines: str) -> pa.Table:
-    return pa.table({"source_file": ["f.jsonl"] * len(lines), "source_line": list(range(1, len(lines) + 1)),
-                     "raw": list(lines), "reason": ["bad"] * len(lines)})
+    return pa.table(
+        {
+            "source_file": ["f.jsonl"] * len(lines),
+            "source_line": list(range(1, len(lines) + 1)),
+            "raw": list(lines),
+            "reason": ["bad"] * len(lines),
+        }
+    )
 
 
 def test_a_cometd_line_loses_its_hashed_and_left_out_values():
-    line = event("Account", "UPDATE", [ID], 1, Name="Secret Corp", Description="private", Industry="Energy",
-                 BillingAddress={"City": "Hidden Town", "State": "IL"})
+    line = event(
+        "Account",
+        "UPDATE",
+        [ID],
+        1,
+        Name="Secret Corp",
+        Description="private",
+        Industry="Energy",
+        BillingAddress={"City": "Hidden Town", "State": "IL"},
+    )
     raw = redacted(_entries(line), _schemas(True))["raw"][0].as_py()
     payload = json.loads(raw)["data"]["payload"]
     assert payload["Name"] == REDACTED and payload["Description"] == REDACTED
@@ -43,8 +58,15 @@ def test_a_cometd_line_loses_its_hashed_and_left_out_values():
 
 
 def test_a_datastream_line_loses_them_too():
-    line = json.dumps({"uuid": "u", "read_method": "salesforce-cdc", "object": "Account",
-                       "source_metadata": {"object_name": "Account"}, "payload": {"Id": ID, "Name": "Secret Corp"}})
+    line = json.dumps(
+        {
+            "uuid": "u",
+            "read_method": "salesforce-cdc",
+            "object": "Account",
+            "source_metadata": {"object_name": "Account"},
+            "payload": {"Id": ID, "Name": "Secret Corp"},
+        }
+    )
     assert "Secret Corp" not in redacted(_entries(line), _schemas(True))["raw"][0].as_py()
 
 

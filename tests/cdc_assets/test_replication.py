@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from settings import TEST_SPARK_CONF
 from harness import Platform, comparable, load_lines
+from settings import TEST_SPARK_CONF
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
@@ -16,6 +15,7 @@ OBJECTS = ["Account", "Contact", "Opportunity"]
 def make_platform(tmp_path, spark, sample_dir):
     def make(name: str = "p", **options) -> Platform:
         return Platform(tmp_path / name, sample_dir / "describe", OBJECTS, TEST_SPARK_CONF, **options)
+
     return make
 
 
@@ -45,13 +45,18 @@ def test_a_backlog_ingested_one_file_per_commit_gives_the_same_tables(make_platf
     whole, sliced = make_platform("whole"), make_platform("sliced", max_ingest_batch_bytes=1)
     for p in (whole, sliced):
         for i in range(0, len(sample_lines), 4):  # 4 files, then all lines again: every event twice
-            p.land(sample_lines[i:i + 4], name=f"a{i:02d}.jsonl")
+            p.land(sample_lines[i : i + 4], name=f"a{i:02d}.jsonl")
         p.land(sample_lines, name="b.jsonl")
     results = [whole.run(), sliced.run()]
     assert state(sliced) == state(whole)
     meta = [p.materialization(r, "change_events") for p, r in zip((whole, sliced), results)]
-    counts = [{k: m[k] for k in ("files", "lines_read", "lines_quarantined", "events_parsed", "duplicates",
-                                 "ingested", "ignored")} for m in meta]
+    counts = [
+        {
+            k: m[k]
+            for k in ("files", "lines_read", "lines_quarantined", "events_parsed", "duplicates", "ingested", "ignored")
+        }
+        for m in meta
+    ]
     assert counts[1] == counts[0] and counts[1]["duplicates"] == 17 and counts[1]["files"] == 5
     # one commit per file (each is over the 1-byte limit), each with the next ingest sequence number
     assert meta[1]["ingest_seq"] == 5 and meta[0]["ingest_seq"] == 1
@@ -75,8 +80,12 @@ def test_held_transaction_is_applied_after_a_newer_transaction_lands(make_platfo
 
     newer = json.loads(sample_lines[-1])
     header = newer["data"]["payload"]["ChangeEventHeader"]
-    header.update(transactionKey="later-tx", commitTimestamp=header["commitTimestamp"] + 60_000,
-                  commitNumber=header["commitNumber"] + 10, recordIds=["001000000000001AAA"])
+    header.update(
+        transactionKey="later-tx",
+        commitTimestamp=header["commitTimestamp"] + 60_000,
+        commitNumber=header["commitNumber"] + 10,
+        recordIds=["001000000000001AAA"],
+    )
     newer["data"]["payload"]["Description"] = "newer"
     newer["data"]["event"]["replayId"] += 7
     platform.land([json.dumps(newer)])

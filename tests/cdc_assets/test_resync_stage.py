@@ -6,34 +6,44 @@ went through in between."""
 from __future__ import annotations
 
 import dagster as dg
-
-from cdc_assets.assets import replica_key
-from cdc_assets import snapshot
-from cdc_assets.snapshot import STAGE_DIR
 from harness import Platform
 from org_compare import differences
+from settings import TEST_SPARK_CONF
+
+from cdc_assets import snapshot
+from cdc_assets.assets import replica_key
+from cdc_assets.snapshot import STAGE_DIR
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
 from sensors.work import mode_run_config
-from settings import TEST_SPARK_CONF
 
 NAME = "Contact"
 
 
 def resync(platform: Platform) -> dg.ExecuteInProcessResult:
-    return platform.execute(dg.RunRequest(asset_selection=[replica_key(NAME)],
-                                          run_config=mode_run_config({NAME: "resync"})))
+    return platform.execute(
+        dg.RunRequest(asset_selection=[replica_key(NAME)], run_config=mode_run_config({NAME: "resync"}))
+    )
 
 
-def test_a_stage_left_after_its_swap_is_finished_once_and_never_replayed_by_a_later_resync(tmp_path, spark,
-                                                                                            monkeypatch):
+def test_a_stage_left_after_its_swap_is_finished_once_and_never_replayed_by_a_later_resync(
+    tmp_path, spark, monkeypatch
+):
     with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing") as org:
         workload = Workload(org, seed=5, large_transaction=(30, 40), person_accounts=False)
         workload.build_org(accounts=10)
-        platform = Platform(tmp_path / "p", None, [NAME], TEST_SPARK_CONF, initial_load=True, close_after=0,
-                            salesforce=SalesforceResource(instance_url=org.instance_url, access_token=org.token,
-                                                          ca_bundle=str(org.ca_file)))
+        platform = Platform(
+            tmp_path / "p",
+            None,
+            [NAME],
+            TEST_SPARK_CONF,
+            initial_load=True,
+            close_after=0,
+            salesforce=SalesforceResource(
+                instance_url=org.instance_url, access_token=org.token, ca_bundle=str(org.ca_file)
+            ),
+        )
         platform.run()
         stage_log = platform.warehouse / NAME / STAGE_DIR / "_delta_log"
 
@@ -75,9 +85,18 @@ def test_records_the_org_purged_are_found_bucket_group_by_bucket_group(tmp_path,
     monkeypatch.setattr(snapshot, "MISSING_CHUNK_RECORDS", 4, raising=False)
     with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing") as org:
         Workload(org, seed=5, person_accounts=False).build_org(accounts=12, contacts_per_account=2)
-        platform = Platform(tmp_path / "p", None, [NAME], TEST_SPARK_CONF, initial_load=True, close_after=0,
-                            bucket_chars=15, salesforce=SalesforceResource(
-                                instance_url=org.instance_url, access_token=org.token, ca_bundle=str(org.ca_file)))
+        platform = Platform(
+            tmp_path / "p",
+            None,
+            [NAME],
+            TEST_SPARK_CONF,
+            initial_load=True,
+            close_after=0,
+            bucket_chars=15,
+            salesforce=SalesforceResource(
+                instance_url=org.instance_url, access_token=org.token, ca_bundle=str(org.ca_file)
+            ),
+        )
         platform.run()
         ids = org.store.ids(NAME)
         purged = [ids[0], ids[len(ids) // 2], ids[-1]]  # first, middle and last groups

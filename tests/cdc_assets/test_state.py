@@ -9,13 +9,13 @@ import json
 import pyarrow as pa
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
+from event_lines import event
 
 from cdc_assets.apply import apply_changes
 from cdc_assets.closure import Cut
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.ingest import ingest
 from cdc_assets.state import Held, IngestState, ReplicaState, ResyncPending
-from event_lines import event
 from resources.delta import CHANGE_EVENTS, HISTORY_SCAN, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
@@ -27,8 +27,13 @@ FOREIGN = HISTORY_SCAN + 10  # commits by other writers after the last state com
 
 def rows(ids: list[str], dirty: list[bool]) -> pa.Table:
     ts = pa.timestamp("us", tz="UTC")
-    return pa.table({"Id": pa.array(ids), BUCKET_COLUMN: pa.array([i[:3] for i in ids]),
-                     "_sf_dirty_since": pa.array([1 if d else None for d in dirty], pa.int64()).cast(ts)})
+    return pa.table(
+        {
+            "Id": pa.array(ids),
+            BUCKET_COLUMN: pa.array([i[:3] for i in ids]),
+            "_sf_dirty_since": pa.array([1 if d else None for d in dirty], pa.int64()).cast(ts),
+        }
+    )
 
 
 def foreign_commits(uri: str, n: int) -> None:
@@ -48,12 +53,29 @@ def foreign_commits(uri: str, n: int) -> None:
 
 def test_the_state_is_found_after_more_foreign_commits_than_the_old_scan_window(tmp_path):
     warehouse = DeltaWarehouse(root=str(tmp_path))
-    state = ReplicaState(applied_through=7, held=Held(transactions=["TX"], from_seq=6),
-                         resync_pending=ResyncPending(since="2026-01-01T00:00:00+00:00", from_seq=3, reason="overflow"))
-    warehouse.append("T", rows([A1, A2], [True, False]), read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
-                     state=state.to_dict(), txns={"cdc_apply": 7})
-    warehouse.append("T", rows([A3], [False]), read=warehouse.table("T"), partition_by=[BUCKET_COLUMN],
-                     key=state.KEY, state=state.to_dict(), txns={"cdc_apply": 7})
+    state = ReplicaState(
+        applied_through=7,
+        held=Held(transactions=["TX"], from_seq=6),
+        resync_pending=ResyncPending(since="2026-01-01T00:00:00+00:00", from_seq=3, reason="overflow"),
+    )
+    warehouse.append(
+        "T",
+        rows([A1, A2], [True, False]),
+        read=None,
+        partition_by=[BUCKET_COLUMN],
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={"cdc_apply": 7},
+    )
+    warehouse.append(
+        "T",
+        rows([A3], [False]),
+        read=warehouse.table("T"),
+        partition_by=[BUCKET_COLUMN],
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={"cdc_apply": 7},
+    )
     foreign_commits(warehouse.uri("T"), FOREIGN)
     table = warehouse.table("T")
     assert table.version() >= 1 + FOREIGN
@@ -66,13 +88,15 @@ def test_a_state_commit_retried_past_a_foreign_commit_is_still_found(tmp_path):
     names the foreign commit before it, and the state is in the first commit after that carrying it."""
     warehouse = DeltaWarehouse(root=str(tmp_path))
     first = IngestState(ingest_seq=1)
-    warehouse.append("T", rows([A1], [False]), read=None, partition_by=None, key=first.KEY, state=first.to_dict(),
-                     txns={})
+    warehouse.append(
+        "T", rows([A1], [False]), read=None, partition_by=None, key=first.KEY, state=first.to_dict(), txns={}
+    )
     read = warehouse.table("T")
     write_deltalake(warehouse.uri("T"), rows([A2], [False]), mode="append")  # another writer, version 1
     second = IngestState(ingest_seq=2, entity_seq={"Account": 2})
-    warehouse.append("T", rows([A3], [False]), read=read, partition_by=None, key=second.KEY,
-                     state=second.to_dict(), txns={})
+    warehouse.append(
+        "T", rows([A3], [False]), read=read, partition_by=None, key=second.KEY, state=second.to_dict(), txns={}
+    )
     table = warehouse.table("T")
     assert table.version() == 2 and table.transaction_version(f"cdc_state.{second.KEY}") == 1
     assert IngestState.read(warehouse, table) == second
@@ -81,10 +105,17 @@ def test_a_state_commit_retried_past_a_foreign_commit_is_still_found(tmp_path):
 def test_tables_written_before_state_carried_its_app_transaction_read_as_before(tmp_path):
     """Old commits: state in the commit metadata only, with keys this code no longer keeps (derived counts)."""
     uri = str(tmp_path / "T")
-    old = {"applied_through": 4, "held": None, "dirty_records": 3, "row_count": 10, "last_commit_ts": "2026-01-01",
-           "resync_pending": {"since": "2026-01-01", "from_seq": 2, "reason": "GAP_OVERFLOW at commit x"}}
-    write_deltalake(uri, rows([A1], [True]), commit_properties=CommitProperties(
-        custom_metadata={"cdc.replica": json.dumps(old)}))
+    old = {
+        "applied_through": 4,
+        "held": None,
+        "dirty_records": 3,
+        "row_count": 10,
+        "last_commit_ts": "2026-01-01",
+        "resync_pending": {"since": "2026-01-01", "from_seq": 2, "reason": "GAP_OVERFLOW at commit x"},
+    }
+    write_deltalake(
+        uri, rows([A1], [True]), commit_properties=CommitProperties(custom_metadata={"cdc.replica": json.dumps(old)})
+    )
     state = ReplicaState.read(DeltaWarehouse(root=str(tmp_path)), DeltaTable(uri))
     assert state.applied_through == 4 and state.last_commit_ts == "2026-01-01" and state.held is None
     assert state.resync_pending == ResyncPending(since="2026-01-01", from_seq=2, reason="GAP_OVERFLOW at commit x")
@@ -97,8 +128,12 @@ def test_row_and_dirty_counts_come_from_the_table(tmp_path, stats):
     uri = str(tmp_path / "T")
     config = {"delta.dataSkippingNumIndexedCols": "0"} if stats == "without statistics" else None
     write_deltalake(uri, rows([A1, A2], [True, False]), partition_by=[BUCKET_COLUMN], configuration=config)
-    write_deltalake(uri, rows(["003000000000001AAA", "003000000000002AAA", A3], [True, True, False]), mode="append",
-                    partition_by=[BUCKET_COLUMN])
+    write_deltalake(
+        uri,
+        rows(["003000000000001AAA", "003000000000002AAA", A3], [True, True, False]),
+        mode="append",
+        partition_by=[BUCKET_COLUMN],
+    )
     table = DeltaTable(uri)
     actions = pa.table(table.get_add_actions(flatten=True))
     assert ("null_count._sf_dirty_since" in actions.column_names) == (stats == "with statistics")
@@ -117,12 +152,15 @@ def test_a_pending_resync_survives_foreign_commits_and_the_next_apply(tmp_path, 
     def land_and_apply(name: str, lines: list[str]) -> ReplicaState:
         (landing / name).write_text("\n".join(lines) + "\n")
         ingest(spark, warehouse, zone, {"Account": schema}, run_id=name)
-        cut = Cut(through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None,
-                  clock="")
+        cut = Cut(
+            through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None, clock=""
+        )
         return apply_changes(spark, warehouse, schema, cut=cut, run_id=name).state
 
-    first = land_and_apply("a.jsonl", [event("Account", "CREATE", [A1], T0, Name="Acme"),
-                                       event("Account", "GAP_OVERFLOW", ["001*"], T0 + 1000)])
+    first = land_and_apply(
+        "a.jsonl",
+        [event("Account", "CREATE", [A1], T0, Name="Acme"), event("Account", "GAP_OVERFLOW", ["001*"], T0 + 1000)],
+    )
     assert first.resync_pending is not None
     foreign_commits(warehouse.uri("Account"), FOREIGN)
     second = land_and_apply("b.jsonl", [event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot")])
@@ -137,12 +175,21 @@ def test_a_wide_replica_keeps_statistics_on_its_system_columns(tmp_path):
     schema = ObjectSchema.from_describe({"name": "Wide__c", "fields": fields})
     target = schema.arrow_schema()
     data = rows([A1, A2, A3], [True, False, True])
-    data = pa.table({f.name: data[f.name] if f.name in data.column_names else pa.nulls(3, f.type) for f in target},
-                    schema=target)
+    data = pa.table(
+        {f.name: data[f.name] if f.name in data.column_names else pa.nulls(3, f.type) for f in target}, schema=target
+    )
     warehouse = DeltaWarehouse(root=str(tmp_path))
     state = ReplicaState()
-    table = warehouse.append("Wide__c", data, read=None, partition_by=[BUCKET_COLUMN], key=state.KEY,
-                             state=state.to_dict(), txns={}, configuration=schema.table_properties())
+    table = warehouse.append(
+        "Wide__c",
+        data,
+        read=None,
+        partition_by=[BUCKET_COLUMN],
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={},
+        configuration=schema.table_properties(),
+    )
     actions = pa.table(table.get_add_actions(flatten=True))
     assert "null_count._sf_dirty_since" in actions.column_names and "null_count.Id" in actions.column_names
     assert (row_count(table), dirty_count(table)) == (3, 2)

@@ -9,11 +9,11 @@ import time
 
 import dagster as dg
 import pytest
-
-from settings import TEST_SPARK_CONF
-from cdc_assets.schemas import stored_describe
 from harness import Platform
 from org_compare import differences
+from settings import TEST_SPARK_CONF
+
+from cdc_assets.schemas import stored_describe
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
@@ -127,10 +127,10 @@ def test_overflow_triggers_a_resync_that_equals_the_org(tmp_path, org):
     assert {m for r in requests for m in r.tags[TAG_MODE].split("+")} >= {"resync"}
     before = {n: platform.rows(n) for n in OBJECTS}
     org.fail_next_requests(50, 500)  # the org is down: the resync run fails cleanly, nothing half-written
-    assert not any([execute(platform, r) for r in requests])
+    assert not any(execute(platform, r) for r in requests)
     assert {n: platform.rows(n) for n in OBJECTS} == before
     org.fail_next_requests(0)
-    assert all([execute(platform, r) for r in requests])  # the next run completes
+    assert all(execute(platform, r) for r in requests)  # the next run completes
     assert_equal_to_org(platform, org)
     assert not any(platform.materialization_of(n)["resync_pending"] for n in OBJECTS)
     assert not [r for r in sensor_requests(platform) if "resync" in r.tags[TAG_MODE]]  # no resync loop
@@ -145,8 +145,9 @@ def test_object_added_later_is_loaded_fully_then_follows_cdc(tmp_path, org):
     workload.run(changes=100)
     catch_up(platform, org)
     # Contact joins replication.yaml later: its first run is an initial load, then CDC with nothing missed.
-    later = Platform(tmp_path / "p", None, ["Account", "Contact"], TEST_SPARK_CONF, salesforce=resource(org),
-                     initial_load=True)
+    later = Platform(
+        tmp_path / "p", None, ["Account", "Contact"], TEST_SPARK_CONF, salesforce=resource(org), initial_load=True
+    )
     result = later.run(close_after=0)
     assert later.materialization(result, "Contact")["mode"] == "initial_load"
     workload.run(changes=100)
@@ -170,11 +171,12 @@ def test_a_field_added_in_the_org_is_found_by_refreshing_describe_and_backfilled
     describe_dir = tmp_path / "describe"
     describe_dir.mkdir()
     (describe_dir / "Account.json").write_text(json.dumps(old))
-    early = Platform(tmp_path / "p", describe_dir, ["Account"], TEST_SPARK_CONF, salesforce=resource(org),
-                     initial_load=True)
+    early = Platform(
+        tmp_path / "p", describe_dir, ["Account"], TEST_SPARK_CONF, salesforce=resource(org), initial_load=True
+    )
     early.run()
     with org.store.transaction() as txn:
-        txn.update("Account", ids[0], {"Rating": "Hot", "Website": "https://example.com/a,b?c=\"d\""})
+        txn.update("Account", ids[0], {"Rating": "Hot", "Website": 'https://example.com/a,b?c="d"'})
     meta = early.materialization(catch_up(early, org), "Account")
     assert meta["unknown_fields"] == 2 and meta["unknown_field_names"] == ["Rating", "Website"]
 
@@ -197,6 +199,7 @@ def test_ids_the_org_refuses_or_does_not_know_leave_reconciliation_counted_and_f
     for good; 101 invented ids became rows. Now the refused id is isolated, the real record reconciles, the
     invented ids end deleted as docs/design/contract.md §6 says, and the org_knows_ids check names both."""
     from event_lines import event
+
     from salesforce_emulator.ids import make_id
 
     Workload(org, seed=17).build_org(accounts=5)

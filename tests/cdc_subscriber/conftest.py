@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from subscriber_harness import RunningSubscriber, Subscriber, landed, resource, subscriber_config
 
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
-from subscriber_harness import RunningSubscriber, Subscriber, landed, resource, subscriber_config
 
 
 @pytest.fixture
@@ -26,8 +26,9 @@ def umask_022() -> Iterator[None]:
 @pytest.fixture
 def org(tmp_path: Path) -> Iterator[Emulator]:
     """An org that writes its own landing files (the reference) and serves the same events over gRPC."""
-    with Emulator(tmp_path / "org", landing_dir=tmp_path / "reference", pubsub=True, keepalive_seconds=0.3,
-                  roll_seconds=3600) as emu:
+    with Emulator(
+        tmp_path / "org", landing_dir=tmp_path / "reference", pubsub=True, keepalive_seconds=0.3, roll_seconds=3600
+    ) as emu:
         yield emu
 
 
@@ -35,10 +36,12 @@ def org(tmp_path: Path) -> Iterator[Emulator]:
 def start_subscriber(tmp_path: Path):
     running: list[RunningSubscriber] = []
 
-    def start(emu: Emulator, root: Path | None = None, salesforce: SalesforceResource | None = None,
-              **overrides: Any) -> RunningSubscriber:
-        sub = RunningSubscriber(Subscriber(subscriber_config(emu, root or tmp_path / "sub", **overrides),
-                                           salesforce or resource(emu)))
+    def start(
+        emu: Emulator, root: Path | None = None, salesforce: SalesforceResource | None = None, **overrides: Any
+    ) -> RunningSubscriber:
+        sub = RunningSubscriber(
+            Subscriber(subscriber_config(emu, root or tmp_path / "sub", **overrides), salesforce or resource(emu))
+        )
         running.append(sub)
         return sub
 

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from cdc_subscriber.bitmap import decode, encode
 
-ADDRESS = {"type": "record", "name": "Address", "fields": [{"name": n, "type": ["null", "string"]}
-                                                           for n in ("Street", "City", "State")]}
-SCHEMA = {"type": "record", "name": "AccountChangeEvent", "fields": [
-    {"name": "ChangeEventHeader", "type": "string"},
-    {"name": "Name", "type": ["null", "string"]},
-    {"name": "Phone", "type": ["null", "string"]},
-    {"name": "BillingAddress", "type": ["null", ADDRESS]},
-    {"name": "ShippingAddress", "type": ["null", "Address"]},  # a named reference to the same record
-    {"name": "LastModifiedDate", "type": ["null", "long"]},
-]}
+ADDRESS = {
+    "type": "record",
+    "name": "Address",
+    "fields": [{"name": n, "type": ["null", "string"]} for n in ("Street", "City", "State")],
+}
+SCHEMA = {
+    "type": "record",
+    "name": "AccountChangeEvent",
+    "fields": [
+        {"name": "ChangeEventHeader", "type": "string"},
+        {"name": "Name", "type": ["null", "string"]},
+        {"name": "Phone", "type": ["null", "string"]},
+        {"name": "BillingAddress", "type": ["null", ADDRESS]},
+        {"name": "ShippingAddress", "type": ["null", "Address"]},  # a named reference to the same record
+        {"name": "LastModifiedDate", "type": ["null", "long"]},
+    ],
+}
 
 
 def test_top_level_bits_name_fields_by_schema_position():
@@ -23,7 +30,11 @@ def test_top_level_bits_name_fields_by_schema_position():
 
 def test_nested_bitmaps_name_compound_components_through_named_references():
     assert decode(["0x02", "3-0x02", "4-0x05"], SCHEMA) == [
-        "Name", "BillingAddress.City", "ShippingAddress.Street", "ShippingAddress.State"]
+        "Name",
+        "BillingAddress.City",
+        "ShippingAddress.Street",
+        "ShippingAddress.State",
+    ]
 
 
 def test_a_compound_bit_without_a_nested_bitmap_names_every_component():
@@ -38,13 +49,20 @@ def test_encode_is_the_inverse_of_decode():
     assert encode([], SCHEMA) == [] and decode([], SCHEMA) == []
 
 
-PERSON_NAME = {"type": "record", "name": "Switchable_PersonName", "fields": [
-    {"name": n, "type": ["null", "string"]} for n in ("Salutation", "FirstName", "LastName")]}
-UNION_SCHEMA = {"type": "record", "name": "AccountChangeEvent", "fields": [
-    {"name": "ChangeEventHeader", "type": "string"},
-    {"name": "Name", "type": ["null", "string", PERSON_NAME], "doc": "Data:Switchable_PersonName"},
-    {"name": "Phone", "type": ["null", "string"]},
-]}
+PERSON_NAME = {
+    "type": "record",
+    "name": "Switchable_PersonName",
+    "fields": [{"name": n, "type": ["null", "string"]} for n in ("Salutation", "FirstName", "LastName")],
+}
+UNION_SCHEMA = {
+    "type": "record",
+    "name": "AccountChangeEvent",
+    "fields": [
+        {"name": "ChangeEventHeader", "type": "string"},
+        {"name": "Name", "type": ["null", "string", PERSON_NAME], "doc": "Data:Switchable_PersonName"},
+        {"name": "Phone", "type": ["null", "string"]},
+    ],
+}
 
 
 def test_a_top_level_bit_on_a_union_field_names_the_field_itself():

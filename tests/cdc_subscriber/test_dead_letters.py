@@ -13,9 +13,15 @@ from pathlib import Path
 import pytest
 
 import resources.storage
-
-from cdc_subscriber.dead_letters import (DeadLetter, DeadLetterStore, acknowledge, entity_of, read_header, salvage,
-                                         unacknowledged)
+from cdc_subscriber.dead_letters import (
+    DeadLetter,
+    DeadLetterStore,
+    acknowledge,
+    entity_of,
+    read_header,
+    salvage,
+    unacknowledged,
+)
 from cdc_subscriber.decode import EventDecoder
 from cdc_subscriber.markers import DUMMY_RECORD_ID
 from cdc_subscriber.proto import int_to_replay, pb
@@ -27,13 +33,24 @@ RECORDS = ["001000000000001AAA", "001000000000002AAA"]
 
 
 def account_update() -> dict:
-    header = {"entityName": "Account", "recordIds": RECORDS, "changeType": "UPDATE", "changeOrigin": "",
-              "transactionKey": "tx-42", "sequenceNumber": 3, "commitTimestamp": 1_700_000_000_123,
-              "commitNumber": 77, "commitUser": "005000000000001AAA", "changedFields": ["Name"],
-              "nulledFields": [], "diffFields": []}
-    return {"channel": "/data/ChangeEvents", "data": {"schema": "s", "payload": {"ChangeEventHeader": header,
-                                                                               "Name": "Acme"},
-                                                    "event": {"replayId": 5}}}
+    header = {
+        "entityName": "Account",
+        "recordIds": RECORDS,
+        "changeType": "UPDATE",
+        "changeOrigin": "",
+        "transactionKey": "tx-42",
+        "sequenceNumber": 3,
+        "commitTimestamp": 1_700_000_000_123,
+        "commitNumber": 77,
+        "commitUser": "005000000000001AAA",
+        "changedFields": ["Name"],
+        "nulledFields": [],
+        "diffFields": [],
+    }
+    return {
+        "channel": "/data/ChangeEvents",
+        "data": {"schema": "s", "payload": {"ChangeEventHeader": header, "Name": "Acme"}, "event": {"replayId": 5}},
+    }
 
 
 def poison(kind: str) -> tuple[str, bytes]:
@@ -43,8 +60,15 @@ def poison(kind: str) -> tuple[str, bytes]:
 def salvaged(kind: str, channel: str = "/data/ChangeEvents", replay_id: bytes = int_to_replay(5)):
     schema_id, payload = poison(kind)
     text = None if kind == "schema" else schema_json("Account")
-    return salvage(replay_id=replay_id, schema_id=schema_id, payload=payload, schema_text=text, channel=channel,
-                   entities=ENTITIES, now_ms=lambda: 1_800_000_000_000)
+    return salvage(
+        replay_id=replay_id,
+        schema_id=schema_id,
+        payload=payload,
+        schema_text=text,
+        channel=channel,
+        entities=ENTITIES,
+        now_ms=lambda: 1_800_000_000_000,
+    )
 
 
 def headers(found) -> list[dict]:
@@ -83,7 +107,10 @@ def test_unreadable_bytes_resync_the_entity_the_schema_names():
 def test_a_schema_that_cannot_be_fetched_resyncs_every_replicated_entity_of_the_topic():
     everything = salvaged("schema")
     assert [(h["entityName"], h["changeType"], h["sequenceNumber"]) for h in headers(everything)] == [
-        ("Account", "GAP_OVERFLOW", 1), ("Contact", "GAP_OVERFLOW", 2), ("Opportunity", "GAP_OVERFLOW", 3)]
+        ("Account", "GAP_OVERFLOW", 1),
+        ("Contact", "GAP_OVERFLOW", 2),
+        ("Opportunity", "GAP_OVERFLOW", 3),
+    ]
     assert len({h["transactionKey"] for h in headers(everything)}) == 1 and everything.entity is None
     one = salvaged("schema", channel="/data/ContactChangeEvent")  # a per-object channel still names its entity
     assert [h["entityName"] for h in headers(one)] == ["Contact"]
@@ -93,8 +120,14 @@ def test_a_header_without_usable_record_ids_resyncs_its_entity():
     event = account_update()
     event["data"]["payload"]["ChangeEventHeader"]["recordIds"] = ["001000000*"]  # a key prefix wildcard
     schema_id, payload = spoil("body", *encode_event(event))
-    found = salvage(replay_id=b"\x07", schema_id=schema_id, payload=payload, schema_text=schema_json("Account"),
-                    channel="/data/ChangeEvents", entities=ENTITIES)
+    found = salvage(
+        replay_id=b"\x07",
+        schema_id=schema_id,
+        payload=payload,
+        schema_text=schema_json("Account"),
+        channel="/data/ChangeEvents",
+        entities=ENTITIES,
+    )
     [header] = headers(found)
     assert header["changeType"] == "GAP_OVERFLOW" and header["entityName"] == "Account"
     assert header["commitTimestamp"] == 1_700_000_000_123  # the header's time, as it was readable
@@ -143,11 +176,18 @@ def test_acknowledging_clears_the_dead_letters_seen_so_far_only(tmp_path):
 
 
 def test_a_schema_that_is_not_even_json_falls_back_to_the_channel_then_to_every_entity():
-    found = salvage(replay_id=b"\x09", schema_id="s", payload=b"", schema_text="{not json",
-                    channel="/data/ContactChangeEvent", entities=ENTITIES)
+    found = salvage(
+        replay_id=b"\x09",
+        schema_id="s",
+        payload=b"",
+        schema_text="{not json",
+        channel="/data/ContactChangeEvent",
+        entities=ENTITIES,
+    )
     assert [h["entityName"] for h in headers(found)] == ["Contact"]
-    found = salvage(replay_id=b"\x09", schema_id="s", payload=b"", schema_text="[]", channel="/data/ChangeEvents",
-                    entities=ENTITIES)
+    found = salvage(
+        replay_id=b"\x09", schema_id="s", payload=b"", schema_text="[]", channel="/data/ChangeEvents", entities=ENTITIES
+    )
     assert [h["entityName"] for h in headers(found)] == list(ENTITIES)
 
 
@@ -172,8 +212,11 @@ def test_the_cli_shows_dead_letters_and_opaque_replay_ids_then_acknowledges(tmp_
 def test_recording_a_letter_writes_that_letter_only_never_the_store_again(tmp_path, monkeypatch):
     written: list[int] = []
     write = resources.storage.write_local_durably
-    monkeypatch.setattr(resources.storage, "write_local_durably",
-                        lambda path, data, **kw: (written.append(len(data)), write(path, data, **kw))[1])
+    monkeypatch.setattr(
+        resources.storage,
+        "write_local_durably",
+        lambda path, data, **kw: (written.append(len(data)), write(path, data, **kw))[1],
+    )
     store = DeadLetterStore(tmp_path, "/data/ChangeEvents")
     letters = [letter(i.to_bytes(2, "big")) for i in range(60)]
     for x in letters:
@@ -195,8 +238,9 @@ def test_the_store_keeps_at_most_its_bounds_and_counts_what_it_drops(tmp_path, c
     assert (len(found.letters), found.dropped, found.dropped_waiting, found.clean) == (3, 2, 2, False)
     assert DeadLetterStore(tmp_path, "/data/ChangeEvents", max_letters=3).count == 5, "the count survives a restart"
     first = letter(b"\x01", "/data/AccountChangeEvent")
-    by_bytes = DeadLetterStore(tmp_path, "/data/AccountChangeEvent",
-                               max_bytes=len(json.dumps(dataclasses.asdict(first))) + 10)
+    by_bytes = DeadLetterStore(
+        tmp_path, "/data/AccountChangeEvent", max_bytes=len(json.dumps(dataclasses.asdict(first))) + 10
+    )
     by_bytes.record(first)
     by_bytes.record(letter(b"\x02", "/data/AccountChangeEvent"))  # would pass the byte bound: counted, not kept
     assert len(by_bytes.read()) == 1 and by_bytes.count == 2
@@ -231,8 +275,15 @@ def test_a_header_whose_time_is_not_epoch_milliseconds_still_lands_a_gap_for_its
         event = account_update()
         event["data"]["payload"]["ChangeEventHeader"]["commitTimestamp"] = wrong
         schema_id, payload = spoil("body", *encode_event(event))
-        found = salvage(replay_id=b"\x07", schema_id=schema_id, payload=payload, schema_text=schema_json("Account"),
-                        channel="/data/ChangeEvents", entities=ENTITIES, now_ms=lambda: 1_800_000_000_000)
+        found = salvage(
+            replay_id=b"\x07",
+            schema_id=schema_id,
+            payload=payload,
+            schema_text=schema_json("Account"),
+            channel="/data/ChangeEvents",
+            entities=ENTITIES,
+            now_ms=lambda: 1_800_000_000_000,
+        )
         [header] = headers(found)
         assert header["changeType"] == "GAP_UPDATE" and header["recordIds"] == RECORDS
         assert header["commitTimestamp"] == found.commit_ts == 1_800_000_000_000
@@ -240,8 +291,14 @@ def test_a_header_whose_time_is_not_epoch_milliseconds_still_lands_a_gap_for_its
 
 def test_a_header_whose_entity_is_not_an_api_name_resyncs_the_entity_its_schema_names():
     schema_id, payload = spoil("body", *poison("entity"))  # entityName "../../../...Account", 300 characters
-    found = salvage(replay_id=b"\x07", schema_id=schema_id, payload=payload, schema_text=schema_json("Account"),
-                    channel="/data/ChangeEvents", entities=ENTITIES)
+    found = salvage(
+        replay_id=b"\x07",
+        schema_id=schema_id,
+        payload=payload,
+        schema_text=schema_json("Account"),
+        channel="/data/ChangeEvents",
+        entities=ENTITIES,
+    )
     [header] = headers(found)
     assert (header["entityName"], header["changeType"], found.entity) == ("Account", "GAP_OVERFLOW", "Account")
 
@@ -253,5 +310,7 @@ def test_a_header_with_a_null_or_missing_time_is_a_problem_not_a_crash():
     assert header_problems(header) == {}
     assert set(header_problems(header | {"commitTimestamp": None})) == {"commitTimestamp"}
     assert set(header_problems({k: v for k, v in header.items() if k != "commitTimestamp"})) == {"commitTimestamp"}
-    assert set(header_problems(header | {"commitTimestamp": True, "recordIds": [1]})) == {"commitTimestamp",
-                                                                                          "recordIds"}
+    assert set(header_problems(header | {"commitTimestamp": True, "recordIds": [1]})) == {
+        "commitTimestamp",
+        "recordIds",
+    }

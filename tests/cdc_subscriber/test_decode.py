@@ -21,10 +21,20 @@ TYPES = {"Birthdate": "date", "LastModifiedDate": "datetime", "Description": "te
 
 
 def consumer_event(changed: list[str], nulled: list[str], diff: list[str], **values) -> pb.ConsumerEvent:
-    header = {"entityName": "Contact", "recordIds": ["003000000000001AAA"], "changeType": "UPDATE",
-              "changeOrigin": "", "transactionKey": "t", "sequenceNumber": 1,
-              "commitTimestamp": 1_700_000_000_000, "commitNumber": 1, "commitUser": "005000000000001AAA",
-              "changedFields": changed, "nulledFields": nulled, "diffFields": diff}
+    header = {
+        "entityName": "Contact",
+        "recordIds": ["003000000000001AAA"],
+        "changeType": "UPDATE",
+        "changeOrigin": "",
+        "transactionKey": "t",
+        "sequenceNumber": 1,
+        "commitTimestamp": 1_700_000_000_000,
+        "commitNumber": 1,
+        "commitUser": "005000000000001AAA",
+        "changedFields": changed,
+        "nulledFields": nulled,
+        "diffFields": diff,
+    }
     record = {f["name"]: None for f in SCHEMA["fields"]} | {"ChangeEventHeader": header} | values
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(SCHEMA), record)
@@ -46,8 +56,14 @@ def test_a_compound_nulled_as_a_whole_nulls_each_component():
 
 def test_a_diff_field_arrives_as_a_diff_object_and_dates_in_milliseconds_become_dates():
     diff = "--- a\n+++ b sha256=...\n@@ -1 +1 @@\n-x\n+y\n"
-    event = consumer_event(encode(["Birthdate", "LastModifiedDate"], SCHEMA), [], encode(["Title"], SCHEMA),
-                           Birthdate=1_700_000_000_000, LastModifiedDate=1_700_000_000_123, Title=diff)
+    event = consumer_event(
+        encode(["Birthdate", "LastModifiedDate"], SCHEMA),
+        [],
+        encode(["Title"], SCHEMA),
+        Birthdate=1_700_000_000_000,
+        LastModifiedDate=1_700_000_000_123,
+        Title=diff,
+    )
     payload = decode(event)
     assert payload["Birthdate"] == "2023-11-14" and payload["LastModifiedDate"] == "2023-11-14T22:13:20.123Z"
     assert payload["Title"] == {"diff": diff}
@@ -60,11 +76,20 @@ ACCOUNT_TYPES = {"Name": "string", "Description": "textarea", "PersonBirthdate":
 
 
 def account_event(change_type: str, changed: list[str], diff: list[str] = (), **values) -> pb.ConsumerEvent:
-    header = {"entityName": "Account", "recordIds": ["001000000000001AAA"], "changeType": change_type,
-              "changeOrigin": "", "transactionKey": "t", "sequenceNumber": 1,
-              "commitTimestamp": 1_700_000_000_000, "commitNumber": 1, "commitUser": "005000000000001AAA",
-              "changedFields": encode(changed, ACCOUNT),
-              "nulledFields": [], "diffFields": encode(list(diff), ACCOUNT)}
+    header = {
+        "entityName": "Account",
+        "recordIds": ["001000000000001AAA"],
+        "changeType": change_type,
+        "changeOrigin": "",
+        "transactionKey": "t",
+        "sequenceNumber": 1,
+        "commitTimestamp": 1_700_000_000_000,
+        "commitNumber": 1,
+        "commitUser": "005000000000001AAA",
+        "changedFields": encode(changed, ACCOUNT),
+        "nulledFields": [],
+        "diffFields": encode(list(diff), ACCOUNT),
+    }
     record = {f["name"]: None for f in ACCOUNT["fields"]} | {"ChangeEventHeader": header} | values
     out = io.BytesIO()
     fastavro.schemaless_writer(out, fastavro.parse_schema(ACCOUNT), record)
@@ -102,8 +127,15 @@ def test_a_time_arrives_as_milliseconds_since_midnight_and_lands_as_salesforce_t
 
 def test_a_diff_over_the_pubsub_api_is_the_fields_text_and_lands_as_a_diff_object():
     diff = "--- \n+++ " + "a" * 64 + "\n@@ -2,1 +2,1 @@\n-old\n+new"
-    payload = decode_account(account_event("UPDATE", ["Description", "LastModifiedDate"], ["Description"],
-                                           Description=diff, LastModifiedDate=1_700_000_000_000))
+    payload = decode_account(
+        account_event(
+            "UPDATE",
+            ["Description", "LastModifiedDate"],
+            ["Description"],
+            Description=diff,
+            LastModifiedDate=1_700_000_000_000,
+        )
+    )
     assert payload["Description"] == {"diff": diff}
     assert payload["ChangeEventHeader"]["diffFields"] == ["Description"]
     assert payload["LastModifiedDate"] == "2023-11-14T22:13:20.000Z"
@@ -121,10 +153,12 @@ def test_a_header_that_decodes_but_cannot_be_landed_is_refused_before_describe_i
 
     asked: list[str] = []
     decoder = EventDecoder(lambda _: json.dumps(ACCOUNT), lambda entity: asked.append(entity) or ACCOUNT_TYPES)
-    for spoiled, named in [({"commitTimestamp": 1_700_000_000_000 * 1_000_000}, "commitTimestamp"),
-                           ({"commitTimestamp": 1_700_000_000}, "commitTimestamp"),  # seconds
-                           ({"entityName": "../../etc/" + "x" * 300}, "entityName"),
-                           ({"entityName": "Account\n"}, "entityName")]:
+    for spoiled, named in [
+        ({"commitTimestamp": 1_700_000_000_000 * 1_000_000}, "commitTimestamp"),
+        ({"commitTimestamp": 1_700_000_000}, "commitTimestamp"),  # seconds
+        ({"entityName": "../../etc/" + "x" * 300}, "entityName"),
+        ({"entityName": "Account\n"}, "entityName"),
+    ]:
         event = account_event("UPDATE", ["Name"], Name="Acme")
         record = fastavro.schemaless_reader(io.BytesIO(event.event.payload), fastavro.parse_schema(ACCOUNT), None)
         record["ChangeEventHeader"] |= spoiled

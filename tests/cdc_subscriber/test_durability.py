@@ -17,6 +17,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from event_lines import event
+from harness import Platform
+from org_compare import differences
+from settings import REPO, TEST_SPARK_CONF
+from subscriber_harness import landed, resource
 
 from cdc_assets.config import UpkeepConfig
 from cdc_assets.faults import InjectedFault
@@ -27,16 +32,11 @@ from cdc_subscriber.landing import LandingFileWriter
 from cdc_subscriber.position import PositionStore, topic_slug
 from cdc_subscriber.service import ALL_CHANGES, FAULT_POINTS
 from cdc_subscriber.status import StatusReporter
-from event_lines import event
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
-from subscriber_harness import landed, resource
-from harness import Platform
-from org_compare import differences
 from salesforce_emulator import Emulator
 from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
-from settings import REPO, TEST_SPARK_CONF
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
@@ -50,13 +50,41 @@ def org(tmp_path):
 
 
 def spawn(org: Emulator, platform: Platform, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    env = os.environ | {"SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token,
-                        "SF_CA_BUNDLE": org.ca_file, "PYTHONPATH": str(REPO)} | (extra_env or {})
+    env = (
+        os.environ
+        | {
+            "SF_INSTANCE_URL": org.instance_url,
+            "SF_ACCESS_TOKEN": org.token,
+            "SF_CA_BUNDLE": org.ca_file,
+            "PYTHONPATH": str(REPO),
+        }
+        | (extra_env or {})
+    )
     return subprocess.Popen(
-        [sys.executable, "-m", "cdc_subscriber", "--landing-dir", str(platform.landing), "subscribe",
-         "--endpoint", org.pubsub_address, "--config", str(platform.config), "--initial-replay", "EARLIEST",
-         "--roll-seconds", "0.1", "--keepalive-timeout", "10"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "cdc_subscriber",
+            "--landing-dir",
+            str(platform.landing),
+            "subscribe",
+            "--endpoint",
+            org.pubsub_address,
+            "--config",
+            str(platform.config),
+            "--initial-replay",
+            "EARLIEST",
+            "--roll-seconds",
+            "0.1",
+            "--keepalive-timeout",
+            "10",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def position(platform: Platform) -> int:
@@ -69,8 +97,11 @@ def drain(org: Emulator, platform: Platform, proc: subprocess.Popen, timeout: fl
     """Wait until this subscriber runs and everything the org published is landed, then stop it gracefully."""
     deadline = time.monotonic() + timeout
     status = StatusReporter(state_dir_for(platform.landing), ALL_CHANGES, topic_slug(ALL_CHANGES)).path
-    while (position(platform) < org.events.tip or f'"pid": {proc.pid}' not in _read(status)
-           or '"RUNNING"' not in _read(status)):
+    while (
+        position(platform) < org.events.tip
+        or f'"pid": {proc.pid}' not in _read(status)
+        or '"RUNNING"' not in _read(status)
+    ):
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert time.monotonic() < deadline, f"position {position(platform)} < tip {org.events.tip}"
         time.sleep(0.1)
@@ -234,8 +265,15 @@ def test_a_file_landed_again_under_a_retired_files_name_is_ingested(tmp_path, sp
     file. The new file holds more events; the ledger takes it for the new file it is, and every event is ingested."""
     platform = Platform(tmp_path / "p", sample_dir / "describe", ["Account"], TEST_SPARK_CONF, close_after=0)
     t0 = 1_763_800_000_000
-    events = [(event("Account", "CREATE", [f"001{n:012d}AAA"], t0 + n, tx=f"t{n}", replay=n + 1, Name=f"A{n}"),
-               t0 + n, f"t{n}", (n + 1).to_bytes(8, "big")) for n in range(4)]
+    events = [
+        (
+            event("Account", "CREATE", [f"001{n:012d}AAA"], t0 + n, tx=f"t{n}", replay=n + 1, Name=f"A{n}"),
+            t0 + n,
+            f"t{n}",
+            (n + 1).to_bytes(8, "big"),
+        )
+        for n in range(4)
+    ]
     acknowledged: list = []
 
     def subscriber_lands(count: int) -> Path | str | None:
@@ -248,7 +286,7 @@ def test_a_file_landed_again_under_a_retired_files_name_is_ingested(tmp_path, sp
     with pytest.raises(InjectedFault):
         subscriber_lands(2)
     monkeypatch.delenv("CDC_FAULT_POINT")
-    [first] = [p for p in platform.landing.rglob("*.jsonl")]
+    [first] = list(platform.landing.rglob("*.jsonl"))
     assert acknowledged == []  # its position was never saved: the events come again
     platform.run()
     assert platform.materialization(platform.run(), "change_events")["files"] == 0  # still in the zone: not re-read

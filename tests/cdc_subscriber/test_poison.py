@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import yaml
+from settings import REPO
 
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.dead_letters import read_dead_letters
@@ -22,7 +23,6 @@ from cdc_subscriber.proto import int_to_replay
 from cdc_subscriber.status import read_statuses
 from salesforce_emulator.pubsub_faults import decode_replay, encode_replay
 from salesforce_emulator.workload import Workload
-from settings import REPO
 
 ENTITIES = ["Account", "Case", "Contact", "Lead", "Opportunity"]  # subscriber_config's replicated objects
 
@@ -41,14 +41,18 @@ def pick(published, fraction: float, entity: str | None = None) -> int:
     raise AssertionError("no suitable event to poison")
 
 
-def test_poison_events_in_a_busy_stream_become_dead_letters_and_the_stream_goes_on(org, start_subscriber, landed,
-                                                                                    tmp_path):
+def test_poison_events_in_a_busy_stream_become_dead_letters_and_the_stream_goes_on(
+    org, start_subscriber, landed, tmp_path
+):
     workload = Workload(org, seed=31)
     workload.build_org(accounts=10)
     workload.run(changes=200)
     published = org.events.read(0, org.events.tip, None, 1_000_000)
-    poison = {pick(published, 0.25): "body", pick(published, 0.5, "Contact"): "payload",
-              pick(published, 0.75): "schema"}
+    poison = {
+        pick(published, 0.25): "body",
+        pick(published, 0.5, "Contact"): "payload",
+        pick(published, 0.75): "schema",
+    }
     org.set_faults(poison_events=poison)
     sub = start_subscriber(org)
     sub.wait_for(org.events.tip)  # the position passes every poison event
@@ -60,23 +64,31 @@ def test_poison_events_in_a_busy_stream_become_dead_letters_and_the_stream_goes_
     reference, ours = landed(tmp_path / "reference"), landed(tmp_path / "sub" / "landing")
     clean = lambda events: [e for e in events if e["data"]["event"]["replayId"] not in poison]  # noqa: E731
     assert clean(ours) == clean(reference) and len(clean(ours)) > 200
-    by_kind = {kind: [header(e) for e in ours if e["data"]["event"]["replayId"] == replay]
-               for replay, kind in poison.items()}
-    originals = {kind: header(e) for e in reference for replay, kind in poison.items()
-                 if e["data"]["event"]["replayId"] == replay}
+    by_kind = {
+        kind: [header(e) for e in ours if e["data"]["event"]["replayId"] == replay] for replay, kind in poison.items()
+    }
+    originals = {
+        kind: header(e)
+        for e in reference
+        for replay, kind in poison.items()
+        if e["data"]["event"]["replayId"] == replay
+    }
     [gap] = by_kind["body"]  # its header read: its records become dirty, under the original event's identity
     assert gap["changeType"] == "GAP_" + originals["body"]["changeType"]
     assert gap["recordIds"] == originals["body"]["recordIds"]
     assert gap["transactionKey"] == originals["body"]["transactionKey"]
     [overflow] = by_kind["payload"]  # nothing read but the schema: its entity is resynced
     assert (overflow["entityName"], overflow["changeType"], overflow["recordIds"]) == (
-        "Contact", "GAP_OVERFLOW", [DUMMY_RECORD_ID])
+        "Contact",
+        "GAP_OVERFLOW",
+        [DUMMY_RECORD_ID],
+    )
     assert sorted(h["entityName"] for h in by_kind["schema"]) == ENTITIES  # not even the entity: every one
 
     letters = read_dead_letters(tmp_path / "sub" / "state")
     assert {int(x.replay_id, 16): x.entity for x in letters} == {
-        r: {"body": originals["body"]["entityName"], "payload": "Contact", "schema": None}[k]
-        for r, k in poison.items()}
+        r: {"body": originals["body"]["entityName"], "payload": "Contact", "schema": None}[k] for r, k in poison.items()
+    }
     assert all(x.reason and x.payload and x.schema_id for x in letters)
     assert "NOT_FOUND" in next(x.reason for x in letters if x.entity is None)
     [status] = read_statuses(tmp_path / "sub" / "state")
@@ -93,8 +105,9 @@ def test_poison_events_in_a_busy_stream_become_dead_letters_and_the_stream_goes_
     assert read_statuses(tmp_path / "sub" / "state")[0].dead_letters == 3
 
 
-def test_events_whose_header_cannot_be_landed_become_dead_letters_and_the_stream_goes_on(org, start_subscriber,
-                                                                                         landed, tmp_path):
+def test_events_whose_header_cannot_be_landed_become_dead_letters_and_the_stream_goes_on(
+    org, start_subscriber, landed, tmp_path
+):
     workload = Workload(org, seed=33)
     workload.build_org(accounts=5)
     workload.run(changes=60)
@@ -112,16 +125,22 @@ def test_events_whose_header_cannot_be_landed_become_dead_letters_and_the_stream
     reference, ours = landed(tmp_path / "reference"), landed(tmp_path / "sub" / "landing")
     clean = lambda events: [e for e in events if e["data"]["event"]["replayId"] not in poison]  # noqa: E731
     assert clean(ours) == clean(reference) and len(clean(ours)) > 60
-    assert all(plausible_commit_ts(header(e)["commitTimestamp"]) and is_api_name(header(e)["entityName"])
-               for e in ours)
-    by_kind = {kind: [header(e) for e in ours if e["data"]["event"]["replayId"] == replay]
-               for replay, kind in poison.items()}
-    originals = {kind: header(e) for e in reference for replay, kind in poison.items()
-                 if e["data"]["event"]["replayId"] == replay}
+    assert all(plausible_commit_ts(header(e)["commitTimestamp"]) and is_api_name(header(e)["entityName"]) for e in ours)
+    by_kind = {
+        kind: [header(e) for e in ours if e["data"]["event"]["replayId"] == replay] for replay, kind in poison.items()
+    }
+    originals = {
+        kind: header(e)
+        for e in reference
+        for replay, kind in poison.items()
+        if e["data"]["event"]["replayId"] == replay
+    }
     [gap] = by_kind["timestamp"]  # its records are reconciled by id, the event ordered at the time it came
     assert gap["changeType"] == "GAP_" + originals["timestamp"]["changeType"]
-    assert (gap["recordIds"], gap["transactionKey"]) == (originals["timestamp"]["recordIds"],
-                                                         originals["timestamp"]["transactionKey"])
+    assert (gap["recordIds"], gap["transactionKey"]) == (
+        originals["timestamp"]["recordIds"],
+        originals["timestamp"]["transactionKey"],
+    )
     assert started <= gap["commitTimestamp"] <= time.time() * 1000
     [overflow] = by_kind["entity"]  # the entity its schema names is resynced
     assert (overflow["entityName"], overflow["changeType"]) == ("Contact", "GAP_OVERFLOW")
@@ -169,12 +188,36 @@ def test_per_object_subscribes_and_resyncs_only_the_cdc_objects(umask_022, org, 
     with org.store.transaction() as txn:
         txn.create("Account", {"Name": "A"})
         txn.create("Lead", {"LastName": "L", "Company": "C"})
-    env = os.environ | {"SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token,
-                        "SF_CA_BUNDLE": org.ca_file, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "cdc_subscriber", "--landing-dir", str(landing), "subscribe",
-                             "--per-object", "--endpoint", org.pubsub_address, "--config", str(config),
-                             "--initial-replay", "EARLIEST", "--roll-seconds", "0.1"],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = os.environ | {
+        "SF_INSTANCE_URL": org.instance_url,
+        "SF_ACCESS_TOKEN": org.token,
+        "SF_CA_BUNDLE": org.ca_file,
+        "PYTHONPATH": str(REPO),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cdc_subscriber",
+            "--landing-dir",
+            str(landing),
+            "subscribe",
+            "--per-object",
+            "--endpoint",
+            org.pubsub_address,
+            "--config",
+            str(config),
+            "--initial-replay",
+            "EARLIEST",
+            "--roll-seconds",
+            "0.1",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not _settled(state):
@@ -185,8 +228,12 @@ def test_per_object_subscribes_and_resyncs_only_the_cdc_objects(umask_022, org, 
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
     assert sorted(s.topic for s in read_statuses(state)) == ["/data/AccountChangeEvent", "/data/ContactChangeEvent"]
-    events = [json.loads(line) for path in landing.rglob("*.jsonl") if not path.name.startswith("_")
-              for line in path.read_text().splitlines()]
+    events = [
+        json.loads(line)
+        for path in landing.rglob("*.jsonl")
+        if not path.name.startswith("_")
+        for line in path.read_text().splitlines()
+    ]
     markers = sorted(header(e)["entityName"] for e in events if header(e)["changeType"] == "GAP_OVERFLOW")
     assert markers == ["Account", "Contact"]  # Lead is polled: no marker
     assert {header(e)["entityName"] for e in events} == {"Account", "Contact"}
@@ -197,8 +244,10 @@ def test_per_object_subscribes_and_resyncs_only_the_cdc_objects(umask_022, org, 
     org.flush_cdc()
     assert shared_with_others(landing) == shared_with_others(state) == shared_with_others(tmp_path / "reference") == []
     assert (tmp_path / "reference").exists() and {p.name for p in state.iterdir()} >= {
-        "position-data.AccountChangeEvent.json", "status-data.AccountChangeEvent.json",
-        "status-data.ContactChangeEvent.json"}
+        "position-data.AccountChangeEvent.json",
+        "status-data.AccountChangeEvent.json",
+        "status-data.ContactChangeEvent.json",
+    }
 
 
 def shared_with_others(root: Path) -> list[str]:
@@ -209,8 +258,13 @@ def shared_with_others(root: Path) -> list[str]:
 def _settled(state: Path) -> bool:
     statuses = {s.topic: s for s in read_statuses(state)}
     account = statuses.get("/data/AccountChangeEvent")
-    return (len(statuses) == 2 and all(s.state == "RUNNING" for s in statuses.values())
-            and account is not None and account.resyncs == 1 and account.events_landed > 1)
+    return (
+        len(statuses) == 2
+        and all(s.state == "RUNNING" for s in statuses.values())
+        and account is not None
+        and account.resyncs == 1
+        and account.events_landed > 1
+    )
 
 
 def test_the_emulators_opaque_replay_ids_vary_in_length_do_not_sort_and_read_back():

@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import queue
 import time
+from pathlib import Path
 
 import grpc
 import pytest
+from subscriber_harness import resource
 
 from cdc_subscriber.proto import int_to_replay, pb, replay_to_int, services
 from cdc_subscriber.status import read_statuses
-from subscriber_harness import resource
 from salesforce_emulator import FaultConfig
 from salesforce_emulator.workload import Workload
 
@@ -69,8 +70,7 @@ def test_landed_files_parse_to_the_same_change_rows(org, start_subscriber, lande
 
     def rows(root):
         lines = [(str(i), 1, json.dumps(e)) for i, e in enumerate(landed(root))]
-        parsed = parse_lines(spark.createDataFrame(lines, "source_file string, source_line long, raw string"),
-                             schemas)
+        parsed = parse_lines(spark.createDataFrame(lines, "source_file string, source_line long, raw string"), schemas)
         kept = parsed.drop("source_file", "source_line", "raw", "_is_object", "_payload", "_body")
         return sorted(json.dumps(r.asDict(recursive=True), sort_keys=True, default=str) for r in kept.collect())
 
@@ -80,7 +80,7 @@ def test_landed_files_parse_to_the_same_change_rows(org, start_subscriber, lande
 
 
 def _stub(org):
-    channel = grpc.secure_channel(org.pubsub_address, grpc.ssl_channel_credentials(open(org.ca_file, "rb").read()))
+    channel = grpc.secure_channel(org.pubsub_address, grpc.ssl_channel_credentials(Path(org.ca_file).read_bytes()))
     metadata = (("accesstoken", org.token), ("instanceurl", org.instance_url), ("tenantid", org.tenant_id))
     return channel, services.PubSubStub(channel), metadata
 
@@ -91,8 +91,11 @@ def test_server_sends_no_more_than_requested_then_keepalives(org):
             txn.create("Account", {"Name": f"A{i}"})
     channel, stub, metadata = _stub(org)
     requests: queue.Queue = queue.Queue()
-    requests.put(pb.FetchRequest(topic_name="/data/AccountChangeEvent", replay_preset=pb.ReplayPreset.Value("EARLIEST"),
-                                 num_requested=3))
+    requests.put(
+        pb.FetchRequest(
+            topic_name="/data/AccountChangeEvent", replay_preset=pb.ReplayPreset.Value("EARLIEST"), num_requested=3
+        )
+    )
     call = stub.Subscribe(iter(requests.get, None), metadata=metadata)
     received = []
     for response in call:
@@ -123,8 +126,12 @@ def test_replay_ids_outside_retention_or_corrupted_are_refused(org):
     channel, stub, metadata = _stub(org)
 
     def first_response(replay_id: bytes, token_metadata=metadata):
-        request = pb.FetchRequest(topic_name="/data/ChangeEvents", replay_preset=pb.ReplayPreset.Value("CUSTOM"),
-                                  replay_id=replay_id, num_requested=10)
+        request = pb.FetchRequest(
+            topic_name="/data/ChangeEvents",
+            replay_preset=pb.ReplayPreset.Value("CUSTOM"),
+            replay_id=replay_id,
+            num_requested=10,
+        )
         return next(stub.Subscribe(iter([request]), metadata=token_metadata))
 
     assert [replay_to_int(e.replay_id) for e in first_response(int_to_replay(tip - 2)).events] == [tip - 1, tip]
@@ -155,8 +162,9 @@ def test_token_expiry_mid_stream_logs_in_again_and_loses_nothing(org, start_subs
     assert "session" in status.last_error and oauth.session()[0] == org.api.token
 
 
-def test_an_expired_replay_id_lands_a_resync_of_every_object_then_follows_the_tip(org, start_subscriber, landed,
-                                                                                  tmp_path):
+def test_an_expired_replay_id_lands_a_resync_of_every_object_then_follows_the_tip(
+    org, start_subscriber, landed, tmp_path
+):
     workload = Workload(org, seed=5)
     workload.build_org(accounts=5)
     first = start_subscriber(org)
@@ -171,8 +179,11 @@ def test_an_expired_replay_id_lands_a_resync_of_every_object_then_follows_the_ti
     second.wait_for(org.events.tip)
     second.stop()
     events = landed(tmp_path / "sub" / "landing")
-    markers = [e["data"]["payload"]["ChangeEventHeader"] for e in events
-               if e["data"]["payload"]["ChangeEventHeader"]["changeType"] == "GAP_OVERFLOW"]
+    markers = [
+        e["data"]["payload"]["ChangeEventHeader"]
+        for e in events
+        if e["data"]["payload"]["ChangeEventHeader"]["changeType"] == "GAP_OVERFLOW"
+    ]
     assert sorted(m["entityName"] for m in markers) == ["Account", "Case", "Contact", "Lead", "Opportunity"]
     assert len({m["transactionKey"] for m in markers}) == 1
     assert fresh in events[-1]["data"]["payload"]["ChangeEventHeader"]["recordIds"]
@@ -209,14 +220,18 @@ def test_a_per_object_channel_lands_that_objects_events_and_follows_the_tip(org,
     sub.wait_for(org.events.tip)  # the last events are not Account's: keepalives carry the position to the tip
     sub.stop()
     org.flush_cdc()
-    accounts = [e for e in landed(tmp_path / "reference")
-                if e["data"]["payload"]["ChangeEventHeader"]["entityName"] == "Account"]
+    accounts = [
+        e
+        for e in landed(tmp_path / "reference")
+        if e["data"]["payload"]["ChangeEventHeader"]["entityName"] == "Account"
+    ]
     ours = landed(tmp_path / "sub" / "landing")
     assert ours == [e | {"channel": "/data/AccountChangeEvent"} for e in accounts] and len(ours) > 5
 
 
-def test_a_corrupted_saved_position_lands_a_resync_instead_of_starting_at_the_tip(org, start_subscriber, landed,
-                                                                                   tmp_path):
+def test_a_corrupted_saved_position_lands_a_resync_instead_of_starting_at_the_tip(
+    org, start_subscriber, landed, tmp_path
+):
     from cdc_subscriber.position import PositionStore
 
     with org.store.transaction() as txn:
@@ -234,14 +249,21 @@ def test_a_corrupted_saved_position_lands_a_resync_instead_of_starting_at_the_ti
 
 
 def test_the_org_going_away_fails_the_stream_then_it_reconnects_and_catches_up(tmp_path, start_subscriber, landed):
-    from salesforce_emulator import Emulator
     from demo.processes import free_port
+    from salesforce_emulator import Emulator
 
     rest_port, pubsub_port = free_port(), free_port()
 
     def serve() -> Emulator:  # the same org on the same ports each time
-        return Emulator(tmp_path / "org", landing_dir=tmp_path / "reference", port=rest_port, pubsub=True,
-                        pubsub_port=pubsub_port, keepalive_seconds=0.3, roll_seconds=3600).start()
+        return Emulator(
+            tmp_path / "org",
+            landing_dir=tmp_path / "reference",
+            port=rest_port,
+            pubsub=True,
+            pubsub_port=pubsub_port,
+            keepalive_seconds=0.3,
+            roll_seconds=3600,
+        ).start()
 
     org = serve()
     Workload(org, seed=12).build_org(accounts=3)
@@ -261,8 +283,9 @@ def test_the_org_going_away_fails_the_stream_then_it_reconnects_and_catches_up(t
     assert landed(tmp_path / "sub" / "landing") == landed(tmp_path / "reference")
 
 
-def test_topics_that_differ_only_in_underscores_keep_apart_position_status_dead_letters_and_spool(tmp_path,
-                                                                                                  monkeypatch):
+def test_topics_that_differ_only_in_underscores_keep_apart_position_status_dead_letters_and_spool(
+    tmp_path, monkeypatch
+):
     """``/data/ns__Obj__ChangeEvent`` and ``/data/ns_Obj__ChangeEvent`` once shared one slug, so every file. With
     an object-store zone each gets a spool of its own process too: private, in no folder anyone could predict."""
     import os
@@ -275,10 +298,13 @@ def test_topics_that_differ_only_in_underscores_keep_apart_position_status_dead_
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     topics = ["/data/ns__Obj__ChangeEvent", "/data/ns_Obj__ChangeEvent"]
-    first, second = (Subscriber(SubscriberConfig(landing_dir=(tmp_path / "zone").as_uri(), state_dir=tmp_path / "state",
-                                                 topic=topic),
-                                SalesforceResource(instance_url="https://127.0.0.1:9", access_token="unused"))
-                     for topic in topics)
+    first, second = (
+        Subscriber(
+            SubscriberConfig(landing_dir=(tmp_path / "zone").as_uri(), state_dir=tmp_path / "state", topic=topic),
+            SalesforceResource(instance_url="https://127.0.0.1:9", access_token="unused"),
+        )
+        for topic in topics
+    )
     first.positions.save(b"\x00\x01")
     first.reporter.set_state("RUNNING")
     found = salvage(replay_id=b"\x07", schema_id="s", payload=b"", schema_text=None, channel=topics[0], entities=())

@@ -24,12 +24,21 @@ def test_every_table_writer_has_its_own_pool(tmp_path):
     config = tmp_path / "replication.yaml"
     config.write_text("objects: [Account, Contact]\n")
     defs = build_defs(config_path=config, landing_path=str(tmp_path / "l"), warehouse_root=str(tmp_path / "w"))
-    pools = {key.to_user_string(): node.pool for a in defs.assets if isinstance(a, dg.AssetsDefinition)
-             for key in a.keys for node in [a.node_def]}
-    assert pools == {"change_events": "change_events", "salesforce/Account": "replica_Account",
-                     "salesforce/Contact": "replica_Contact",
-                     # the per-object slices of change_events come out of its own step (cdc_assets/assets.py)
-                     "events/Account": "change_events", "events/Contact": "change_events"}
+    pools = {
+        key.to_user_string(): node.pool
+        for a in defs.assets
+        if isinstance(a, dg.AssetsDefinition)
+        for key in a.keys
+        for node in [a.node_def]
+    }
+    assert pools == {
+        "change_events": "change_events",
+        "salesforce/Account": "replica_Account",
+        "salesforce/Contact": "replica_Contact",
+        # the per-object slices of change_events come out of its own step (cdc_assets/assets.py)
+        "events/Account": "change_events",
+        "events/Contact": "change_events",
+    }
 
 
 def test_the_shipped_dagster_yaml_opens_the_ui_without_a_first_visit_dialog(tmp_path):
@@ -53,8 +62,9 @@ def test_the_shipped_dagster_yaml_ends_runs_left_by_a_crash_but_never_a_slow_one
         assert instance.run_monitoring_poll_interval_seconds <= 15
         assert not instance.run_retries_enabled
         assert not instance.run_launcher.supports_check_run_worker_health  # hence sensors/run_liveness.py
-    defs = build_defs(config_path=_config(tmp_path), landing_path=str(tmp_path / "l"),
-                      warehouse_root=str(tmp_path / "w"))
+    defs = build_defs(
+        config_path=_config(tmp_path), landing_path=str(tmp_path / "l"), warehouse_root=str(tmp_path / "w")
+    )
     assert defs.get_sensor_def("run_liveness_sensor")
 
 

@@ -31,8 +31,9 @@ def umask_022():
 
 def test_a_child_writes_files_only_its_user_reads(tmp_path, umask_022):
     log_file = tmp_path / "child.log"
-    child = processes.start([os.path.basename(sys.executable), "-c", WRITE], dict(os.environ), log_file=log_file,
-                            cwd=tmp_path)
+    child = processes.start(
+        [os.path.basename(sys.executable), "-c", WRITE], dict(os.environ), log_file=log_file, cwd=tmp_path
+    )
     assert child.wait(timeout=60) == 0
     modes = {name: stat.S_IMODE((tmp_path / name).stat().st_mode) for name in ("landed.jsonl", "state", "child.log")}
     assert modes == {"landed.jsonl": 0o600, "state": 0o700, "child.log": 0o600}
@@ -42,20 +43,33 @@ def test_a_log_left_readable_by_an_earlier_session_is_made_private(tmp_path, uma
     log_file = tmp_path / "dagster.log"
     log_file.write_text("earlier\n")
     log_file.chmod(0o644)
-    child = processes.start([os.path.basename(sys.executable), "-c", "print('now')"], dict(os.environ),
-                            log_file=log_file, cwd=tmp_path)
+    child = processes.start(
+        [os.path.basename(sys.executable), "-c", "print('now')"], dict(os.environ), log_file=log_file, cwd=tmp_path
+    )
     assert child.wait(timeout=60) == 0
     assert stat.S_IMODE(log_file.stat().st_mode) == 0o600 and log_file.read_text() == "earlier\nnow\n"
 
 
 def test_each_child_gets_only_the_secrets_it_uses(tmp_path, monkeypatch):
-    for name, value in {"SF_CLIENT_SECRET": "s", "SF_PASSWORD": "p", SALT_ENV: "salt", "CDC_OTHER": "x",
-                        "DAGSTER_HOME": "/elsewhere", "SPARK_REMOTE": "sc://old"}.items():
+    for name, value in {
+        "SF_CLIENT_SECRET": "s",
+        "SF_PASSWORD": "p",
+        SALT_ENV: "salt",
+        "CDC_OTHER": "x",
+        "DAGSTER_HOME": "/elsewhere",
+        "SPARK_REMOTE": "sc://old",
+    }.items():
         monkeypatch.setenv(name, value)
     org = {"SF_INSTANCE_URL": "https://example.my.salesforce.com", "SF_CLIENT_SECRET": "s"}
     remote = spark_connect.url(15002, "the-token")
-    dagster = processes.platform_env(home=tmp_path, config=tmp_path / "r.yaml", landing=tmp_path / "l",
-                                     warehouse=tmp_path / "w", org=org, extra={"SPARK_REMOTE": remote})
+    dagster = processes.platform_env(
+        home=tmp_path,
+        config=tmp_path / "r.yaml",
+        landing=tmp_path / "l",
+        warehouse=tmp_path / "w",
+        org=org,
+        extra={"SPARK_REMOTE": remote},
+    )
     assert dagster["SF_CLIENT_SECRET"] == "s" and dagster[SALT_ENV] == "salt" and dagster["SPARK_REMOTE"] == remote
     assert "SF_PASSWORD" not in dagster and "CDC_OTHER" not in dagster  # only the org given, only the salt
 

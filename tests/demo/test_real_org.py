@@ -40,20 +40,38 @@ def test_refuses_without_the_org_variables_and_names_them(monkeypatch, tmp_path)
 
 def test_refuses_an_org_url_without_https_before_anything_starts(monkeypatch, tmp_path):
     _without_org(monkeypatch)
-    for name, value in {"SF_INSTANCE_URL": "http://acme.my.salesforce.com", "SF_CLIENT_ID": "an-app",
-                        "SF_CLIENT_SECRET": "s3cr3t"}.items():
+    for name, value in {
+        "SF_INSTANCE_URL": "http://acme.my.salesforce.com",
+        "SF_CLIENT_ID": "an-app",
+        "SF_CLIENT_SECRET": "s3cr3t",
+    }.items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(SystemExit, match="SF_INSTANCE_URL .* is not an https URL") as refused:
+    with pytest.raises(SystemExit, match=r"SF_INSTANCE_URL .* is not an https URL") as refused:
         main(["--org", "--root", str(tmp_path)])
     assert "s3cr3t" not in str(refused.value) and not list(tmp_path.iterdir())
 
 
 def _serve_emulator(root: Path) -> tuple[subprocess.Popen, dict]:
     """The emulator in its own process (HTTPS + Pub/Sub API), as a remote org would be; its serve.json."""
-    process = subprocess.Popen([sys.executable, "-m", "salesforce_emulator", "--data-dir", str(root / "org"),
-                                "serve", "--port", "0", "--pubsub-port", "0", "--no-landing"],
-                               cwd=processes.REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "salesforce_emulator",
+            "--data-dir",
+            str(root / "org"),
+            "serve",
+            "--port",
+            "0",
+            "--pubsub-port",
+            "0",
+            "--no-landing",
+        ],
+        cwd=processes.REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     info = root / "org" / "serve.json"
     deadline = time.monotonic() + 60
     while not info.exists():
@@ -68,13 +86,32 @@ def test_against_an_org_from_variables_alone_it_starts_the_stack(tmp_path):
     config = tmp_path / "replication.yaml"
     config.write_text("options: {initial_load: false}\nobjects: [Account]\n")  # no runs needed to see it start
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SF_", "CDC_", "DAGSTER_"))} | {
-        "SF_INSTANCE_URL": org["instance_url"], "SF_CLIENT_ID": "emulator-client",
-        "SF_CLIENT_SECRET": "emulator-secret", "SF_CA_BUNDLE": org["ca_file"],
-        "SF_PUBSUB_ENDPOINT": org["pubsub_endpoint"], "CDC_CONFIG": str(config)}
+        "SF_INSTANCE_URL": org["instance_url"],
+        "SF_CLIENT_ID": "emulator-client",
+        "SF_CLIENT_SECRET": "emulator-secret",
+        "SF_CA_BUNDLE": org["ca_file"],
+        "SF_PUBSUB_ENDPOINT": org["pubsub_endpoint"],
+        "CDC_CONFIG": str(config),
+    }
     port = processes.free_port()
-    stack = subprocess.Popen([sys.executable, "-m", "demo", "--org", "--root", str(tmp_path / "run"),
-                              "--no-spark-connect", "--ui-port", str(port)], cwd=processes.REPO, env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    stack = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "demo",
+            "--org",
+            "--root",
+            str(tmp_path / "run"),
+            "--no-spark-connect",
+            "--ui-port",
+            str(port),
+        ],
+        cwd=processes.REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
         processes.wait_for_code_location(f"http://127.0.0.1:{port}", stack, timeout_seconds=240)
         [status] = read_statuses(state_dir_for(tmp_path / "run" / "landing"))

@@ -19,6 +19,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from deltalake import DeltaTable
+from harness import write_config
 
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.changefeed.reader import ChangefeedReader
@@ -28,7 +29,6 @@ from cdc_assets.state import IngestState
 from demo import processes
 from demo.instance import in_flight_runs, open_instance, write_dagster_home
 from demo.main import WORKSPACE
-from harness import write_config
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator
@@ -39,8 +39,7 @@ ACCOUNTS = 300
 
 def newest_data_version(table: DeltaTable, lookback: int = 50) -> int:
     """The newest version of `table` that changed data (upkeep's OPTIMIZE and VACUUM commits change none)."""
-    return max((int(c["version"]) for c in table.history(lookback) if c.get("operation") in DATA_OPERATIONS),
-               default=0)
+    return max((int(c["version"]) for c in table.history(lookback) if c.get("operation") in DATA_OPERATIONS), default=0)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -109,8 +108,10 @@ class Stack:
                     return f"{name} not materialized yet"
                 meta = {k: v.value for k, v in event.asset_materialization.metadata.items()}
                 if meta.get(META_DIRTY) or meta.get(META_RESYNC) or meta.get(META_HELD):
-                    return f"{name}: dirty {meta.get(META_DIRTY)}, resync {meta.get(META_RESYNC)!r}, " \
-                           f"held {meta.get(META_HELD)}"
+                    return (
+                        f"{name}: dirty {meta.get(META_DIRTY)}, resync {meta.get(META_RESYNC)!r}, "
+                        f"held {meta.get(META_HELD)}"
+                    )
                 if int(meta.get(META_APPLIED_THROUGH) or 0) < int(entity_seq.get(name, 0)):
                     return f"{name} applied through {meta.get(META_APPLIED_THROUGH)} of {entity_seq.get(name)}"
                 version = newest_data_version(DeltaTable(str(self.warehouse / name)))
@@ -152,23 +153,38 @@ def open_stack(root: Path, *, daemon_only: bool = False):
     workload = Workload(emu, seed=42, long_text=True, person_accounts=True)  # diffs: FaultConfig's default, 1000
     workload.build_org(accounts=ACCOUNTS)
     emu.start()
-    config = write_config(root / "replication.yaml", None, list(OBJECTS), close_after=10, initial_load=True,
-                          changefeed={"uri": str(root / "changefeed"), "initial_scan": True})
+    config = write_config(
+        root / "replication.yaml",
+        None,
+        list(OBJECTS),
+        close_after=10,
+        initial_load=True,
+        changefeed={"uri": str(root / "changefeed"), "initial_scan": True},
+    )
     home = write_dagster_home(root / "dagster_home")
     with open_instance(home):  # creates the storage now: several processes creating it at once collide
         pass
     # As `make run`: the runs are clients of one Spark Connect server.
     spark_server, spark_url = processes.start_spark_connect(root / "spark_connect.log")
-    env = processes.platform_env(home=home, config=config, landing=root / "landing",
-                                 warehouse=root / "warehouse", emu=emu, extra={"SPARK_REMOTE": spark_url})
+    env = processes.platform_env(
+        home=home,
+        config=config,
+        landing=root / "landing",
+        warehouse=root / "warehouse",
+        emu=emu,
+        extra={"SPARK_REMOTE": spark_url},
+    )
     ui_url, process, stack = "", None, None
     try:
         if daemon_only:
             process = start_daemon(env, root)
         else:
             port = processes.free_port()
-            process = processes.start(["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)],
-                                      env, log_file=root / "dagster.log")
+            process = processes.start(
+                ["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(port)],
+                env,
+                log_file=root / "dagster.log",
+            )
             ui_url = f"http://127.0.0.1:{port}"
             processes.wait_for_code_location(ui_url, process)
         stack = Stack(root, emu, workload, home, ui_url, process, env=env)

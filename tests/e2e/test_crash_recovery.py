@@ -22,9 +22,9 @@ import time
 
 import dagster as dg
 import pytest
+from org_compare import differences
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
-from org_compare import differences
 from sensors.run_liveness import run_worker
 
 pytestmark = pytest.mark.e2e
@@ -39,8 +39,10 @@ SEED = int(os.environ.get("CDC_CRASH_SEED", time.time()))
 def loaded(daemon_stack):
     """The daemon-only stack once every replica's initial load is done."""
     daemon_stack.workload.run(changes=100)
-    print(f"\ninitial load under dagster-daemon settled in {daemon_stack.wait_settled(timeout_seconds=900):.0f} s "
-          f"(random seed {SEED}: CDC_CRASH_SEED)")
+    print(
+        f"\ninitial load under dagster-daemon settled in {daemon_stack.wait_settled(timeout_seconds=900):.0f} s "
+        f"(random seed {SEED}: CDC_CRASH_SEED)"
+    )
     return daemon_stack
 
 
@@ -67,12 +69,12 @@ def wait_moving(stack, killed_at: float) -> float:
             if moving_since(stack, instance, killed_at):
                 return time.time() - killed_at
         time.sleep(1)
-    pytest.fail(f"replication did not move again within {RECOVERY_LIMIT_SECONDS} s of the kill: "
-                f"{stack.unsettled()}")
+    pytest.fail(f"replication did not move again within {RECOVERY_LIMIT_SECONDS} s of the kill: {stack.unsettled()}")
 
 
-def wait_for_run(stack, statuses: list[dg.DagsterRunStatus], *, with_worker: bool = False,
-                 timeout_seconds: float = 300) -> dg.DagsterRun:
+def wait_for_run(
+    stack, statuses: list[dg.DagsterRunStatus], *, with_worker: bool = False, timeout_seconds: float = 300
+) -> dg.DagsterRun:
     """A run in one of `statuses` (whose worker reported its pid, with `with_worker`)."""
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
@@ -88,8 +90,15 @@ def ended_after(stack, runs: list[dg.DagsterRun], killed_at: float) -> str:
     """How long after `killed_at` each of `runs` ended (by the time replication moves, they should have)."""
     with stack.instance() as instance:
         records = [instance.get_run_record_by_id(r.run_id) for r in runs]
-    return ", ".join(f"{r.dagster_run.status.value} {r.end_time - killed_at:.0f} s" if r.end_time else
-                     f"{r.dagster_run.status.value} (not ended yet)" for r in records) or "(none)"
+    return (
+        ", ".join(
+            f"{r.dagster_run.status.value} {r.end_time - killed_at:.0f} s"
+            if r.end_time
+            else f"{r.dagster_run.status.value} (not ended yet)"
+            for r in records
+        )
+        or "(none)"
+    )
 
 
 def workload_thread(stack, changes: int) -> threading.Thread:
@@ -106,8 +115,10 @@ def assert_replicas_equal_the_org(stack, thread: threading.Thread, started: floa
         assert differences(stack.emu, name, stack.rows(name), limit=20) == [], name
     with stack.instance() as instance:
         failures = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
-        print(f"{len(failures)} runs failed (killed, then retried): "
-              + "; ".join(f"{r.run_id[:8]} {r.tags.get('cdc/reason', '')[:40]}" for r in failures[:10]))
+        print(
+            f"{len(failures)} runs failed (killed, then retried): "
+            + "; ".join(f"{r.run_id[:8]} {r.tags.get('cdc/reason', '')[:40]}" for r in failures[:10])
+        )
 
 
 def test_a_run_worker_killed_mid_run_is_failed_and_its_work_done_again(loaded):
@@ -121,16 +132,20 @@ def test_a_run_worker_killed_mid_run_is_failed_and_its_work_done_again(loaded):
         status = instance.get_run_by_id(run.run_id).status
     os.kill(worker.pid, signal.SIGKILL)
     killed_at = time.time()
-    print(f"\nkilled run worker {worker.pid} of run {run.run_id[:8]} ({status.value}, "
-          f"{run.tags.get('cdc/reason', '')[:60]})")
+    print(
+        f"\nkilled run worker {worker.pid} of run {run.run_id[:8]} ({status.value}, "
+        f"{run.tags.get('cdc/reason', '')[:60]})"
+    )
 
     moving = wait_moving(stack, killed_at)
     with stack.instance() as instance:
         ended = instance.get_run_record_by_id(run.run_id)
     assert ended.dagster_run.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.SUCCESS)
-    print(f"run {run.run_id[:8]} ended {ended.dagster_run.status.value} "
-          f"{(ended.end_time or killed_at) - killed_at:.0f} s after the kill; replication moving again after "
-          f"{moving:.0f} s")
+    print(
+        f"run {run.run_id[:8]} ended {ended.dagster_run.status.value} "
+        f"{(ended.end_time or killed_at) - killed_at:.0f} s after the kill; replication moving again after "
+        f"{moving:.0f} s"
+    )
     assert_replicas_equal_the_org(stack, thread, started)
 
 
@@ -143,21 +158,30 @@ def test_killing_the_daemon_process_group_at_random_moments_loses_nothing(loaded
         wait_for_run(stack, [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED])
         time.sleep(rng.uniform(0, 15))
         with stack.instance() as instance:
-            in_flight = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTING,
-                                                                          dg.DagsterRunStatus.STARTED]))
+            in_flight = instance.get_runs(
+                filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED])
+            )
         killed_at = stack.kill_process_group()
         stack.restart_daemon()  # as a supervisor: the daemon only, at once
         moving = wait_moving(stack, killed_at)
         recoveries.append(moving)
-        print(f"kill {kill}: daemon process group killed with runs in flight "
-              f"[{', '.join(f'{r.run_id[:8]} {r.status.value}' for r in in_flight)}]; replication moving again "
-              f"{moving:.0f} s later; the dead runs ended after {ended_after(stack, in_flight, killed_at)}")
-    print(f"kill -> replication moving again: {', '.join(f'{s:.0f}' for s in recoveries)} s "
-          f"(max {max(recoveries):.0f} s)")
+        print(
+            f"kill {kill}: daemon process group killed with runs in flight "
+            f"[{', '.join(f'{r.run_id[:8]} {r.status.value}' for r in in_flight)}]; replication moving again "
+            f"{moving:.0f} s later; the dead runs ended after {ended_after(stack, in_flight, killed_at)}"
+        )
+    print(
+        f"kill -> replication moving again: {', '.join(f'{s:.0f}' for s in recoveries)} s (max {max(recoveries):.0f} s)"
+    )
     assert_replicas_equal_the_org(stack, thread, started)
     with stack.instance() as instance:
         ended = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
-        by_liveness = [r for r in ended if any("run worker (pid" in (e.dagster_event.message or "")
-                                               for e in instance.all_logs(r.run_id,
-                                                                          of_type=dg.DagsterEventType.RUN_FAILURE))]
+        by_liveness = [
+            r
+            for r in ended
+            if any(
+                "run worker (pid" in (e.dagster_event.message or "")
+                for e in instance.all_logs(r.run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+            )
+        ]
     print(f"{len(by_liveness)} runs ended by run_liveness_sensor")

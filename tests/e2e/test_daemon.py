@@ -14,11 +14,11 @@ from collections import Counter
 import dagster as dg
 import pytest
 from deltalake import DeltaTable
+from org_compare import differences, live_rows
 
 from cdc_assets.apply import EVENT_COUNTS
 from cdc_assets.changefeed.reader import replay
 from demo.latency import probe
-from org_compare import differences, live_rows
 from salesforce_emulator import FaultConfig
 from salesforce_emulator.client import simple_salesforce_client
 from salesforce_emulator.workload_backends import Op
@@ -26,8 +26,9 @@ from salesforce_emulator.workload_backends import Op
 pytestmark = pytest.mark.e2e
 
 CHANGES = 20_000
-FAULTS = FaultConfig(gap_fraction=0.01, duplicate_file_fraction=0.2, late_file_fraction=0.2, late_after_files=15,
-                     seed=7)
+FAULTS = FaultConfig(
+    gap_fraction=0.01, duplicate_file_fraction=0.2, late_file_fraction=0.2, late_after_files=15, seed=7
+)
 OVERFLOW_RECORDS = 150
 # A late file lands 15 files (~45 s at the stack's 3 s rolls) after it was due: by then the runs have ingested and
 # applied newer changes of some of its records, so those events are late (with 2 files, ~6 s, a late file always
@@ -47,9 +48,11 @@ def overflow_once(stack) -> None:
 def failed_steps(instance: dg.DagsterInstance) -> list[tuple[str, str]]:
     """(run id, step) of every failed step in every failed run."""
     failed = instance.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE]))
-    return [(run.run_id[:8], e.dagster_event.step_key or "")
-            for run in failed
-            for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)]
+    return [
+        (run.run_id[:8], e.dagster_event.step_key or "")
+        for run in failed
+        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    ]
 
 
 def test_daemon_sensors_keep_every_replica_equal_to_the_org(stack):
@@ -71,12 +74,16 @@ def test_daemon_sensors_keep_every_replica_equal_to_the_org(stack):
     assert stats["record_changes"] >= CHANGES
 
     settle_seconds = stack.wait_settled(timeout_seconds=600)
-    print(f"\nworkload: {stats['transactions']} transactions, {stats['record_changes']} record changes in "
-          f"{workload_seconds:.0f} s; sensors settled {settle_seconds:.0f} s later")
+    print(
+        f"\nworkload: {stats['transactions']} transactions, {stats['record_changes']} record changes in "
+        f"{workload_seconds:.0f} s; sensors settled {settle_seconds:.0f} s later"
+    )
 
     landed = probe(simple_salesforce_client(stack.emu), stack.landing, stack.warehouse)
-    print(f"landing -> Delta (quiet org, daemon): {landed.landing_to_delta:.1f} s "
-          f"(change -> Delta {landed.change_to_delta:.1f} s)")
+    print(
+        f"landing -> Delta (quiet org, daemon): {landed.landing_to_delta:.1f} s "
+        f"(change -> Delta {landed.change_to_delta:.1f} s)"
+    )
     stack.wait_settled(timeout_seconds=120)
 
     for name in stack.objects:

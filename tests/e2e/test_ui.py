@@ -16,7 +16,6 @@ Runs after test_daemon (file order) so the plots have a history; run alone it la
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,8 +31,16 @@ pytestmark = pytest.mark.e2e
 
 SCREENSHOTS = processes.REPO / "docs" / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 VIEWPORT = {"width": 1600, "height": 1200}
 REPLICA = "Account"
 PAGE_TIMEOUT_MS = 60_000
@@ -180,8 +187,10 @@ def replica_nodes(stack, key=replica_key) -> dict[str, dict]:
 
 def test_graphql_each_replica_node_shows_its_latest_checks_completed_and_passed(materialized):
     for name, node in replica_nodes(materialized).items():
-        checks = {c["name"]: (c["executionForLatestMaterialization"] or {}).get("status")
-                  for c in node["assetChecksOrError"]["checks"]}
+        checks = {
+            c["name"]: (c["executionForLatestMaterialization"] or {}).get("status")
+            for c in node["assetChecksOrError"]["checks"]
+        }
         assert set(checks) >= set(CHECKS), name
         assert all(checks[c] in ("SUCCEEDED", "FAILED") for c in CHECKS), f"{name}: not completed: {checks}"
         assert checks[SCHEMA] == checks[UNIQUE_ID] == "SUCCEEDED", f"{name}: {checks}"
@@ -209,6 +218,10 @@ def test_graphql_runs_carry_only_the_tags_a_person_filters_by(materialized):
 
 def test_graphql_the_automation_condition_sensor_runs(materialized):
     entries = processes.graphql(materialized.ui_url, SENSORS)["workspaceOrError"]["locationEntries"]
-    sensors = {s["name"]: s["sensorState"]["status"] for e in entries
-               for r in e["locationOrLoadError"]["repositories"] for s in r["sensors"]}
+    sensors = {
+        s["name"]: s["sensorState"]["status"]
+        for e in entries
+        for r in e["locationOrLoadError"]["repositories"]
+        for s in r["sensors"]
+    }
     assert sensors[AUTOMATION_SENSOR] == "RUNNING", sensors

@@ -13,8 +13,7 @@ import time
 import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient
-
-from test_ui import goto, page, materialized, shoot, words  # noqa: F401 (fixtures)
+from test_ui import goto, materialized, page, shoot, words  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.e2e
 
@@ -27,9 +26,10 @@ def launchpad(page, stack, job: str) -> None:
     page.wait_for_timeout(1500)  # the config editor fills in
 
 
-@pytest.mark.parametrize("job, expected", [("resync_Account", {"resync"}),
-                                           ("pause_replication", {"objects"}),
-                                           ("acknowledge_quarantine", {"until"})])
+@pytest.mark.parametrize(
+    "job, expected",
+    [("resync_Account", {"resync"}), ("pause_replication", {"objects"}), ("acknowledge_quarantine", {"until"})],
+)
 def test_each_operator_action_is_a_job_launched_from_the_launchpad(page, materialized, job, expected):
     launchpad(page, materialized, job)
     shoot(page, f"launchpad_{job}.png")

@@ -16,11 +16,11 @@ import dagster as dg
 import pytest
 from dagster_graphql import DagsterGraphQLClient
 from deltalake import DeltaTable
+from org_compare import differences, live_rows
 
 from cdc_assets.changefeed.reader import replay
-from cdc_assets.upkeep.jobs import TAG_UPKEEP, upkeep_job_name
 from cdc_assets.operate.pause import paused_objects
-from org_compare import differences, live_rows
+from cdc_assets.upkeep.jobs import TAG_UPKEEP, upkeep_job_name
 from resources.delta import CHANGE_EVENTS
 
 pytestmark = pytest.mark.e2e
@@ -63,8 +63,9 @@ def test_upkeep_and_ui_actions_beside_running_replication_keep_replicas_equal_to
     workload.join()
     with stack.instance() as instance:
         assert paused_objects(instance, ["Contact"]) == {"Contact"}
-    resumed = launch(stack, "resume_replication",
-                     {"ops": {"resume_replication_op": {"config": {"objects": ["Contact"]}}}})
+    resumed = launch(
+        stack, "resume_replication", {"ops": {"resume_replication_op": {"config": {"objects": ["Contact"]}}}}
+    )
     reconciled = launch(stack, "reconcile_Account")
     acknowledged = launch(stack, "acknowledge_quarantine")
     upkeep_runs += [launch(stack, upkeep_job_name(t)) for t in tables]
@@ -79,10 +80,14 @@ def test_upkeep_and_ui_actions_beside_running_replication_keep_replicas_equal_to
 
     with stack.instance() as instance:
         key = dg.AssetKey("change_events")
-        observed = [{k: v.value for k, v in r.asset_observation.metadata.items()}
-                    for r in instance.fetch_observations(key, limit=1000).records]
+        observed = [
+            {k: v.value for k, v in r.asset_observation.metadata.items()}
+            for r in instance.fetch_observations(key, limit=1000).records
+        ]
         runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_UPKEEP: CHANGE_EVENTS}))
     assert len(runs) >= 2 and observed
     assert all(o["files_after"] <= o["files_before"] for o in observed)
-    print(f"\n{len(upkeep_runs)} upkeep runs beside replication; change_events files before/after: "
-          + ", ".join(f"{o['files_before']}->{o['files_after']}" for o in observed[:8]))
+    print(
+        f"\n{len(upkeep_runs)} upkeep runs beside replication; change_events files before/after: "
+        + ", ".join(f"{o['files_before']}->{o['files_after']}" for o in observed[:8])
+    )

@@ -4,8 +4,6 @@ through the parallel pages where the org offers them, and locator paging where i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 
@@ -26,8 +24,9 @@ def wide_org(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _client(emu: Emulator, version: str = "59.0") -> SalesforceResource:
-    return SalesforceResource(instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file),
-                              api_version=version)
+    return SalesforceResource(
+        instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file), api_version=version
+    )
 
 
 def _read(client: SalesforceResource, name: str, **options) -> pa.Table:

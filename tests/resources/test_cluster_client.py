@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from cluster_workload import run_workload
 from dagster_pyspark.resources import spark_session_from_config
 from pyarrow import fs as pafs
+from settings import TEST_SPARK_CONF
 
 import resources.spark_staging as staging
-from cluster_workload import run_workload
 from resources.spark import STAGED_MIN_BYTES, from_arrow, spark_resource
-from settings import TEST_SPARK_CONF
 
 ROOT_ENV, CONF_ENV, PRIVATE_ENV = "CDC_CLUSTER_CLIENT_ROOT", "CDC_CLUSTER_SPARK_CONF", "CDC_CLUSTER_PRIVATE"
 
@@ -37,8 +37,11 @@ def test_the_workload_runs_on_the_cluster_staging_large_tables_where_executors_r
     run_workload(Path(os.environ[ROOT_ENV]), sample_dir, _conf())
     location = staging.staging_location()
     assert location is not None and location.configured
-    staged = [i for i in location.filesystem.get_file_info(pafs.FileSelector(location.path))
-              if i.base_name.endswith(".parquet")]
+    staged = [
+        i
+        for i in location.filesystem.get_file_info(pafs.FileSelector(location.path))
+        if i.base_name.endswith(".parquet")
+    ]
     assert len(staged) >= 2, "the landing lines and the replica's rows should have been staged"
     assert location.uri in staging._proven
 

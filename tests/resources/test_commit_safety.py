@@ -14,31 +14,44 @@ import obstore
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from obstore.store import from_url
-
-from definitions import build_defs
 from harness import Platform, load_lines, write_config
-from resources.commit_safety import PROBE_FOLDER, UnsafeCommitsError, ensure_safe_commits
-from resources.delta import DeltaWarehouse, read_table
-from resources.storage import Folder
+from obstore.store import from_url
 from s3_server import s3_server
 from settings import TEST_SPARK_CONF
 
-UNSAFE_ENVIRONMENT = [("AWS_S3_ALLOW_UNSAFE_RENAME", "true"), ("AWS_S3_LOCKING_PROVIDER", "dynamodb"),
-                      ("AWS_CONDITIONAL_PUT", "disabled")]
+from definitions import build_defs
+from resources.commit_safety import PROBE_FOLDER, UnsafeCommitsError, ensure_safe_commits
+from resources.delta import DeltaWarehouse, read_table
+from resources.storage import Folder
+
+UNSAFE_ENVIRONMENT = [
+    ("AWS_S3_ALLOW_UNSAFE_RENAME", "true"),
+    ("AWS_S3_LOCKING_PROVIDER", "dynamodb"),
+    ("AWS_CONDITIONAL_PUT", "disabled"),
+]
 
 
 @pytest.mark.parametrize(("variable", "value"), UNSAFE_ENVIRONMENT)
-def test_an_unsafe_setting_stops_the_definitions_from_loading_with_what_to_do(variable, value, monkeypatch, tmp_path,
-                                                                              sample_dir):
+def test_an_unsafe_setting_stops_the_definitions_from_loading_with_what_to_do(
+    variable, value, monkeypatch, tmp_path, sample_dir
+):
     monkeypatch.setenv(variable, value)
-    with pytest.raises(UnsafeCommitsError, match=rf"Refusing to write the Delta warehouse s3://b/w: environment "
-                                                 rf"variable {variable}={value}: .*Unset it"):
-        build_defs(config_path=write_sample_config(tmp_path, sample_dir), landing_path=str(tmp_path / "landing"),
-                   warehouse_root="s3://b/w")
+    with pytest.raises(
+        UnsafeCommitsError,
+        match=rf"Refusing to write the Delta warehouse s3://b/w: environment "
+        rf"variable {variable}={value}: .*Unset it",
+    ):
+        build_defs(
+            config_path=write_sample_config(tmp_path, sample_dir),
+            landing_path=str(tmp_path / "landing"),
+            warehouse_root="s3://b/w",
+        )
     # A local warehouse commits by rename-if-absent: the variable is irrelevant there.
-    build_defs(config_path=write_sample_config(tmp_path, sample_dir), landing_path=str(tmp_path / "landing"),
-               warehouse_root=str(tmp_path / "warehouse"))
+    build_defs(
+        config_path=write_sample_config(tmp_path, sample_dir),
+        landing_path=str(tmp_path / "landing"),
+        warehouse_root=str(tmp_path / "warehouse"),
+    )
 
 
 def write_sample_config(tmp_path, sample_dir):
@@ -51,8 +64,9 @@ def test_an_unsafe_storage_option_is_refused_too():
         ensure_safe_commits(warehouse.root, dict(warehouse.storage_options))
 
 
-def test_a_run_refuses_to_start_on_s3_with_an_unsafe_setting_and_writes_nothing(tmp_path, s3, spark, sample_dir,
-                                                                                monkeypatch):
+def test_a_run_refuses_to_start_on_s3_with_an_unsafe_setting_and_writes_nothing(
+    tmp_path, s3, spark, sample_dir, monkeypatch
+):
     platform = s3_sample_platform(tmp_path, s3, sample_dir)
     monkeypatch.setenv("AWS_S3_ALLOW_UNSAFE_RENAME", "true")  # set after the definitions loaded: the run refuses
     result = platform.run(raise_on_error=False)
@@ -61,8 +75,9 @@ def test_a_run_refuses_to_start_on_s3_with_an_unsafe_setting_and_writes_nothing(
     assert platform.table_version("_change_events") is None and platform.rows("Account") == {}
 
 
-def test_a_store_that_ignores_conditional_writes_is_refused_before_a_run_writes(tmp_path, s3, spark, sample_dir,
-                                                                               monkeypatch):
+def test_a_store_that_ignores_conditional_writes_is_refused_before_a_run_writes(
+    tmp_path, s3, spark, sample_dir, monkeypatch
+):
     with s3_server(ignore_conditional_writes=True) as careless:
         monkeypatch.setenv("AWS_ENDPOINT_URL", careless.endpoint)
         bucket = careless.new_bucket()
@@ -98,12 +113,13 @@ def test_two_writers_racing_for_one_version_on_s3_never_lose_a_commit(s3):
         readers = [DeltaTable(uri), DeltaTable(uri)]  # both read the same version
         start = threading.Barrier(2)
 
-        def write(table: DeltaTable, name: str) -> None:
+        def write(table: DeltaTable, name: str, start: threading.Barrier = start) -> None:
             start.wait()
             try:
                 write_deltalake(table, pa.table({"writer": [name]}), mode="append")
             except Exception as exc:  # noqa: BLE001 (collected and asserted below)
                 errors.append(exc)
+
         threads = [threading.Thread(target=write, args=(t, f"{round_}-{n}")) for n, t in enumerate(readers)]
         for thread in threads:
             thread.start()
@@ -113,19 +129,30 @@ def test_two_writers_racing_for_one_version_on_s3_never_lose_a_commit(s3):
     table = DeltaTable(uri)
     assert table.version() == 2 * rounds
     assert sorted(read_table(table).column("writer").to_pylist()) == sorted(
-        f"{r}-{n}" for r in range(rounds) for n in range(2))
+        f"{r}-{n}" for r in range(rounds) for n in range(2)
+    )
     assert len(table.history()) == 2 * rounds + 1  # one commit per version: none overwritten
 
 
 def s3_sample_platform(tmp_path, server, sample_dir, bucket: str | None = None) -> Platform:
     bucket = bucket or server.new_bucket()
-    platform = Platform(tmp_path, sample_dir / "describe", ["Account", "Contact", "Opportunity"], TEST_SPARK_CONF,
-                        landing_uri=f"s3://{bucket}/landing", warehouse_uri=f"s3://{bucket}/warehouse")
+    platform = Platform(
+        tmp_path,
+        sample_dir / "describe",
+        ["Account", "Contact", "Opportunity"],
+        TEST_SPARK_CONF,
+        landing_uri=f"s3://{bucket}/landing",
+        warehouse_uri=f"s3://{bucket}/warehouse",
+    )
     platform.land(load_lines(sample_dir / "events.jsonl"), name="events.jsonl")
     return platform
 
 
 def failure_text(result: dg.ExecuteInProcessResult) -> str:
-    return "\n".join(str(e.event_specific_data.error) for e in result.all_events
-                     if e.is_failure and e.event_specific_data is not None
-                     and getattr(e.event_specific_data, "error", None) is not None)
+    return "\n".join(
+        str(e.event_specific_data.error)
+        for e in result.all_events
+        if e.is_failure
+        and e.event_specific_data is not None
+        and getattr(e.event_specific_data, "error", None) is not None
+    )

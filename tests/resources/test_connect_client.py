@@ -12,13 +12,13 @@ import os
 import time
 
 import pytest
-
 from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-pytestmark = pytest.mark.skipif(not os.environ.get("SPARK_REMOTE"),
-                                reason="a Spark Connect client (tests/resources/test_spark_connect.py)")
+pytestmark = pytest.mark.skipif(
+    not os.environ.get("SPARK_REMOTE"), reason="a Spark Connect client (tests/resources/test_spark_connect.py)"
+)
 
 RECORDS = 4_000
 
@@ -27,8 +27,7 @@ def test_a_landing_run_of_thousands_of_events_as_a_connect_client(tmp_path, samp
     platform = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF, close_after=0)
     ids = [f"001{i:012d}AAA" for i in range(RECORDS)]
     now = int(time.time() * 1000)
-    platform.land([event("Account", "CREATE", [rid], now, Name=f"Account {rid}", Description="x" * 300)
-                   for rid in ids])
+    platform.land([event("Account", "CREATE", [rid], now, Name=f"Account {rid}", Description="x" * 300) for rid in ids])
     assert platform.run(checks=True).success
     platform.land([event("Account", "UPDATE", [rid], now + 1000, Name=f"Renamed {rid}") for rid in ids])
     assert platform.run(checks=True).success

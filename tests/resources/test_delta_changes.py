@@ -12,13 +12,29 @@ from resources.delta_changes import change_batches, change_files, change_rows, c
 
 
 def rows(ids: list[str], bucket: str, n: int, **extra) -> pa.Table:
-    return pa.table({"Id": ids, "Name": [f"{i} {n}" for i in ids], "n": pa.array([n] * len(ids), pa.int64()),
-                     "bucket": [bucket] * len(ids), **{k: [v] * len(ids) for k, v in extra.items()}})
+    return pa.table(
+        {
+            "Id": ids,
+            "Name": [f"{i} {n}" for i in ids],
+            "n": pa.array([n] * len(ids), pa.int64()),
+            "bucket": [bucket] * len(ids),
+            **{k: [v] * len(ids) for k, v in extra.items()},
+        }
+    )
 
 
 def merge(warehouse: DeltaWarehouse, data: pa.Table) -> None:
-    warehouse.upsert("Account", data, read=warehouse.table("Account"), key_column="Id", partition_column="bucket",
-                     partition_values=data["bucket"].to_pylist(), key="k", state={}, txns={})
+    warehouse.upsert(
+        "Account",
+        data,
+        read=warehouse.table("Account"),
+        key_column="Id",
+        partition_column="bucket",
+        partition_values=data["bucket"].to_pylist(),
+        key="k",
+        state={},
+        txns={},
+    )
 
 
 def load_cdf(table, first: int, last: int) -> pa.Table:
@@ -33,14 +49,28 @@ def ordered(table: pa.Table) -> list[dict]:
 def test_change_rows_are_the_rows_load_cdf_gives_through_merges_a_new_column_compaction_and_an_overwrite(tmp_path):
     warehouse = DeltaWarehouse(root=str(tmp_path))
     odd = "y"
-    warehouse.append("Account", pa.concat_tables([rows(["A", "B"], "x", 0), rows(["C"], odd, 0)]), read=None,
-                     partition_by=["bucket"], key="k", state={}, txns={})
+    warehouse.append(
+        "Account",
+        pa.concat_tables([rows(["A", "B"], "x", 0), rows(["C"], odd, 0)]),
+        read=None,
+        partition_by=["bucket"],
+        key="k",
+        state={},
+        txns={},
+    )
     merge(warehouse, pa.concat_tables([rows(["A"], "x", 1), rows(["D"], odd, 1)]))  # 1: update + insert
     merge(warehouse, rows(["B"], "x", 2, Extra="new"))  # 2: a column added by the merge
     warehouse.table("Account").optimize.compact()  # 3: files rewritten, no data changed
     replacement = pa.concat_tables([rows(["A", "C"], "x", 4, Extra="e"), rows(["E"], odd, 4, Extra="e")])
-    warehouse.overwrite("Account", pa.RecordBatchReader.from_batches(replacement.schema, replacement.to_batches()),
-                        read=warehouse.table("Account"), partition_by=["bucket"], key="k", state={}, txns={})  # 4
+    warehouse.overwrite(
+        "Account",
+        pa.RecordBatchReader.from_batches(replacement.schema, replacement.to_batches()),
+        read=warehouse.table("Account"),
+        partition_by=["bucket"],
+        key="k",
+        state={},
+        txns={},
+    )  # 4
     table = warehouse.table("Account")
     assert table.version() == 4
     for first, last in [(1, 4), (1, 1), (3, 3), (4, 4)]:
@@ -58,15 +88,17 @@ def test_a_partition_value_the_log_url_encodes_is_read_from_its_files(tmp_path):
     """delta-rs 1.6's `load_cdf` encodes such a path twice and fails to find the file; this reader decodes it."""
     warehouse = DeltaWarehouse(root=str(tmp_path))
     odd = "a b/c%d=é"
-    warehouse.append("Account", rows(["A"], odd, 0), read=None, partition_by=["bucket"], key="k", state={},
-                     txns={})
+    warehouse.append("Account", rows(["A"], odd, 0), read=None, partition_by=["bucket"], key="k", state={}, txns={})
     merge(warehouse, rows(["A"], odd, 1))
     table = warehouse.table("Account")
     changes = pa.Table.from_batches(list(change_batches(table, change_files(table, 1, 1), 10)))
     assert sorted((r["_change_type"], r["Name"], r["bucket"]) for r in changes.to_pylist()) == [
-        ("update_postimage", "A 1", odd), ("update_preimage", "A 0", odd)]
-    assert [(r["Id"], r["bucket"]) for r in pa.Table.from_batches(list(snapshot_batches(table, 10))).to_pylist()] \
-        == [("A", odd)]
+        ("update_postimage", "A 1", odd),
+        ("update_preimage", "A 0", odd),
+    ]
+    assert [(r["Id"], r["bucket"]) for r in pa.Table.from_batches(list(snapshot_batches(table, 10))).to_pylist()] == [
+        ("A", odd)
+    ]
 
 
 def test_both_readers_hand_out_at_most_batch_rows_from_a_row_group_many_times_larger(tmp_path):
@@ -74,8 +106,15 @@ def test_both_readers_hand_out_at_most_batch_rows_from_a_row_group_many_times_la
     ids = [f"001{i:05d}" for i in range(1000)]
     warehouse.append("Account", rows(ids, "x", 0), read=None, partition_by=["bucket"], key="k", state={}, txns={})
     data = rows(ids, "x", 1)
-    warehouse.overwrite("Account", pa.RecordBatchReader.from_batches(data.schema, data.to_batches()),
-                        read=warehouse.table("Account"), partition_by=["bucket"], key="k", state={}, txns={})
+    warehouse.overwrite(
+        "Account",
+        pa.RecordBatchReader.from_batches(data.schema, data.to_batches()),
+        read=warehouse.table("Account"),
+        partition_by=["bucket"],
+        key="k",
+        state={},
+        txns={},
+    )
     table = warehouse.table("Account")
     (path,) = table.file_uris()
     assert pq.ParquetFile(path).metadata.num_row_groups == 1  # one row group of 1,000 rows

@@ -13,10 +13,10 @@ import tracemalloc
 import zlib
 from pathlib import Path
 
+from event_lines import event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from event_lines import event
 from resources.landing_zone import NAME_NOT_UTF8, PEEK_BYTES, RAW_KEPT, LandingFile, LandingZone, printable
 
 A1 = "001000000000001AAA"
@@ -24,8 +24,28 @@ T0 = 1_763_800_000_000
 
 # Pieces that stress the cutting: every line end, the characters other splitters take for one, Unicode whitespace
 # (a line of them only is blank), multi-byte characters (a length in characters is not one in bytes).
-PIECES = ["\n", "\r\n", "\r", "\n\r", "\u2028", "\u2029", "\x85", "\x0c", "\x0b", "\x1c", " ", "\t", "\u3000",
-          "\xa0", "x", "{}", "é", "😀", "日本", '"q"']
+PIECES = [
+    "\n",
+    "\r\n",
+    "\r",
+    "\n\r",
+    "\u2028",
+    "\u2029",
+    "\x85",
+    "\x0c",
+    "\x0b",
+    "\x1c",
+    " ",
+    "\t",
+    "\u3000",
+    "\xa0",
+    "x",
+    "{}",
+    "é",
+    "😀",
+    "日本",
+    '"q"',
+]
 MAX = 6
 
 
@@ -82,13 +102,19 @@ def test_a_line_that_is_not_utf8_is_quarantined_alone_with_pythons_reason(tmp_pa
     """One bad byte costs its line, not the file: the other lines are read, and the objects the bad line names (or,
     when it names none, those the file's readable lines name) are reported damaged for a resync."""
     good = [event("Account", "CREATE", [A1], T0, Name="Acme"), event("Account", "UPDATE", [A1], T0 + 1, Name="B")]
-    cases = {"latin1.jsonl": '{"entityName": "Contact", "Name": "Caf\xe9"}'.encode("latin-1"),
-             "surrogate.jsonl": b'{"a":"\xed\xa0\x80"}', "overlong.jsonl": b'{"a":"\xc0\xaf"}'}
+    cases = {
+        "latin1.jsonl": '{"entityName": "Contact", "Name": "Caf\xe9"}'.encode("latin-1"),
+        "surrogate.jsonl": b'{"a":"\xed\xa0\x80"}',
+        "overlong.jsonl": b'{"a":"\xc0\xaf"}',
+    }
     for name, bad in cases.items():
-        result = read(tmp_path, name, good[0].encode() + b"\n" + bad + b"\r\n" + good[1].encode() + b"\n",
-                      max_line=10_000)
+        result = read(
+            tmp_path, name, good[0].encode() + b"\n" + bad + b"\r\n" + good[1].encode() + b"\n", max_line=10_000
+        )
         assert list(zip(result.lines["source_line"].to_pylist(), result.lines["raw"].to_pylist())) == [
-            (1, good[0]), (3, good[1])]
+            (1, good[0]),
+            (3, good[1]),
+        ]
         [entry] = result.quarantine.to_pylist()
         assert entry["source_line"] == 2
         assert entry["reason"].startswith("line is not UTF-8 ('utf-8' codec can't decode byte")
@@ -109,7 +135,7 @@ def test_a_truncated_gzip_is_read_as_far_as_it_goes(tmp_path):
     result = read(tmp_path, "cut.jsonl.gz", whole[:cut], max_line=10_000)
 
     read_lines = result.lines["raw"].to_pylist()
-    assert 0 < len(read_lines) < len(lines) and read_lines == lines[:len(read_lines)]
+    assert 0 < len(read_lines) < len(lines) and read_lines == lines[: len(read_lines)]
     assert result.lines["source_line"].to_pylist() == list(range(1, len(read_lines) + 1))
     [tail] = result.quarantine.to_pylist()
     assert tail["source_line"] == len(read_lines) + 1
@@ -119,8 +145,11 @@ def test_a_truncated_gzip_is_read_as_far_as_it_goes(tmp_path):
 
 
 def test_a_corrupt_gzip_is_not_trusted_at_all(tmp_path):
-    data = bytearray(gzip.compress(("\n".join(event("Account", "UPDATE", [A1], T0 + n, Name=str(n))
-                                              for n in range(500)) + "\n").encode()))
+    data = bytearray(
+        gzip.compress(
+            ("\n".join(event("Account", "UPDATE", [A1], T0 + n, Name=str(n)) for n in range(500)) + "\n").encode()
+        )
+    )
     data[-6] ^= 0xFF  # the CRC-32 of the trailer: every byte inflated may be wrong
     result = read(tmp_path, "crc.jsonl.gz", bytes(data), max_line=10_000)
     assert result.lines.num_rows == 0
@@ -148,7 +177,7 @@ def write_gzip_bomb(path, text_bytes: int) -> int:
     with open(path, "wb") as out:
         out.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02\xff")
         crc = 0
-        for n in range(text_bytes >> 20):
+        for _n in range(text_bytes >> 20):
             out.write(block)
             crc = zlib.crc32(mib, crc)
         out.write(end + struct.pack("<II", crc, text_bytes & 0xFFFFFFFF))
@@ -187,7 +216,8 @@ def test_a_file_over_max_file_bytes_is_quarantined_whole(tmp_path):
     assert set(reasons) == {"big.jsonl", "big.jsonl.gz"} and {r[0] for r in reasons.values()} == {0}
     assert reasons["big.jsonl"][1].startswith(f"file is larger than max_file_bytes ({len(text) - 1:,} bytes)")
     assert reasons["big.jsonl.gz"][1].startswith(
-        f"file is larger than max_file_bytes ({len(text) - 1:,} bytes once decompressed)")
+        f"file is larger than max_file_bytes ({len(text) - 1:,} bytes once decompressed)"
+    )
     assert set(result.lines["source_file"].to_pylist()) == {"small.jsonl"}
     assert result.damaged == {"big.jsonl": None, "big.jsonl.gz": None}
     assert LandingZone(path=str(tmp_path), max_file_bytes=len(text)).read(zone.list_files()).quarantine.num_rows == 0
@@ -217,7 +247,10 @@ def test_a_link_or_fifo_swapped_in_after_the_listing_is_neither_read_nor_retired
     result = landing.read(listed)
     assert result.lines.num_rows == 0 and secret not in str(result.quarantine.to_pylist())
     assert {q["source_file"]: q["source_line"] for q in result.quarantine.to_pylist()} == {
-        "a.jsonl": 0, "d/x.jsonl": 0, "p.jsonl": 0}
+        "a.jsonl": 0,
+        "d/x.jsonl": 0,
+        "p.jsonl": 0,
+    }
     assert all(q["reason"].startswith("file unreadable (Refused: ") for q in result.quarantine.to_pylist())
     assert landing.entities_in(listed[:1]) is None and landing.entities_in(listed[1:2]) is None
 

@@ -22,6 +22,7 @@ def instance(tmp_path):
 
 class Context:
     """What `exclusive` reads of a step's context."""
+
     def __init__(self, instance):
         self.instance = instance
         self.log = None
@@ -37,8 +38,9 @@ def overlap(instance, body, pool_of=lambda i: "replica_Account") -> bool:
         yield from body()
         inside.remove(i)
 
-    threads = [threading.Thread(target=lambda i=i: list(exclusive(pool_of(i))(step)(Context(instance), i)))
-               for i in range(2)]
+    threads = [
+        threading.Thread(target=lambda i=i: list(exclusive(pool_of(i))(step)(Context(instance), i))) for i in range(2)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -60,15 +62,20 @@ def test_steps_of_different_pools_run_at_once(instance):
 
 
 def test_an_ephemeral_instance_takes_no_lock():
-    with dg.DagsterInstance.ephemeral() as instance:
-        with host_lock(instance, "replica_Account"):
-            with host_lock(instance, "replica_Account"):  # would wait for ever if it locked
-                pass
+    with (
+        dg.DagsterInstance.ephemeral() as instance,
+        host_lock(instance, "replica_Account"),
+        host_lock(instance, "replica_Account"),  # would wait for ever if it locked
+    ):
+        pass
 
 
 def started(instance, step: str) -> bool:
-    return any(e.step_key == step for run in instance.get_runs()
-               for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START))
+    return any(
+        e.step_key == step
+        for run in instance.get_runs()
+        for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)
+    )
 
 
 def test_a_replica_step_waits_for_its_pools_lock(tmp_path, sample_dir, spark):

@@ -7,17 +7,20 @@ import pytest
 from resources.printable import loggable_reason, printable, printable_list, with_more
 
 
-@pytest.mark.parametrize(("text", "shown"), [
-    ("Account", "Account"),
-    ("a\nb\r\tc", "a\\nb\\r\\tc"),
-    ("\x00\x1b[31m\x7f\x85", "\\x00\\x1b[31m\\x7f\\x85"),
-    ("line\u2028para\u2029", "line\\u2028para\\u2029"),
-    ("abc\u202edcb\u2066\u200b\ufeff", "abc\\u202edcb\\u2066\\u200b\\ufeff"),
-    ("\ud800", "\\ud800"),
-    ("a\\nb", "a\\\\nb"),  # a backslash is doubled: an escape cannot be forged
-    ("Zoë 名前", "Zoë 名前"),
-    (None, ""),
-])
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("Account", "Account"),
+        ("a\nb\r\tc", "a\\nb\\r\\tc"),
+        ("\x00\x1b[31m\x7f\x85", "\\x00\\x1b[31m\\x7f\\x85"),
+        ("line\u2028para\u2029", "line\\u2028para\\u2029"),
+        ("abc\u202edcb\u2066\u200b\ufeff", "abc\\u202edcb\\u2066\\u200b\\ufeff"),
+        ("\ud800", "\\ud800"),
+        ("a\\nb", "a\\\\nb"),  # a backslash is doubled: an escape cannot be forged
+        ("Zoë 名前", "Zoë 名前"),
+        (None, ""),
+    ],
+)
 def test_printable_escapes_what_could_forge_or_disguise_a_line(text, shown):
     assert printable(text) == shown
 
@@ -34,8 +37,12 @@ def test_lists_show_a_few_entries_and_a_count():
 
 
 def test_a_reason_loses_the_value_it_quotes_and_keeps_field_and_type():
-    assert loggable_reason("field Email value 'john@x.com' is not a valid email") == \
-        "field Email: its value is not a valid email (the value is in _quarantine)"
-    assert loggable_reason("field N value 'it's\nmany' is not a valid int") == \
-        "field N: its value is not a valid int (the value is in _quarantine)"
+    assert (
+        loggable_reason("field Email value 'john@x.com' is not a valid email")
+        == "field Email: its value is not a valid email (the value is in _quarantine)"
+    )
+    assert (
+        loggable_reason("field N value 'it's\nmany' is not a valid int")
+        == "field N: its value is not a valid int (the value is in _quarantine)"
+    )
     assert loggable_reason("unknown changeType 'X\n'") == "unknown changeType 'X\\n'"

@@ -30,8 +30,13 @@ def org(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
 @pytest.fixture
 def resource(org: Emulator) -> Iterator[SalesforceResource]:
     org.reset_request_counts()
-    yield SalesforceResource(instance_url=org.instance_url, access_token=org.token, ca_bundle=org.ca_file,
-                             retry_backoff_seconds=0.01, timeout_seconds=1.0)
+    yield SalesforceResource(
+        instance_url=org.instance_url,
+        access_token=org.token,
+        ca_bundle=org.ca_file,
+        retry_backoff_seconds=0.01,
+        timeout_seconds=1.0,
+    )
     org.clear_network_faults()
     org.fail_next_requests(0)
     org.set_request_budget(daily_request_limit=1_000_000, used=0)
@@ -45,8 +50,9 @@ def test_a_read_that_times_out_is_retried(resource: SalesforceResource, org: Emu
     assert org.request_counts()["describe"] == 2
 
 
-def test_a_connection_dropped_in_the_middle_of_a_bulk_page_is_retried(resource: SalesforceResource, org: Emulator,
-                                                                      caplog):
+def test_a_connection_dropped_in_the_middle_of_a_bulk_page_is_retried(
+    resource: SalesforceResource, org: Emulator, caplog
+):
     org.drop_next_responses(1, kind="bulk_results")
     with caplog.at_level(logging.WARNING):
         batches = list(resource.bulk_query_all("Account", ["Id", "Name"], page_size=1000))
@@ -62,8 +68,9 @@ def test_a_connection_dropped_in_the_middle_of_a_query_page_is_retried(resource:
     assert len({r["Id"] for r in rows}) == len(rows) == ACCOUNTS
 
 
-def test_request_limit_exceeded_fails_at_once_with_salesforces_error(resource: SalesforceResource, org: Emulator,
-                                                                    caplog):
+def test_request_limit_exceeded_fails_at_once_with_salesforces_error(
+    resource: SalesforceResource, org: Emulator, caplog
+):
     org.set_request_budget(daily_request_limit=100, used=100)
     with caplog.at_level(logging.WARNING), pytest.raises(SalesforceApiError) as err:
         resource.describe("Contact")

@@ -13,19 +13,24 @@ import pytest
 from resources.salesforce import InsecureUrlError, SalesforceResource, check_urls
 
 
-@pytest.mark.parametrize(("field", "url", "variable"), [
-    ("instance_url", "http://acme.my.salesforce.com", "SF_INSTANCE_URL"),
-    ("login_url", "http://login.salesforce.com", "SF_LOGIN_URL"),
-    ("instance_url", "ftp://acme.my.salesforce.com", "SF_INSTANCE_URL"),
-    ("instance_url", "acme.my.salesforce.com", "SF_INSTANCE_URL"),
-])
+@pytest.mark.parametrize(
+    ("field", "url", "variable"),
+    [
+        ("instance_url", "http://acme.my.salesforce.com", "SF_INSTANCE_URL"),
+        ("login_url", "http://login.salesforce.com", "SF_LOGIN_URL"),
+        ("instance_url", "ftp://acme.my.salesforce.com", "SF_INSTANCE_URL"),
+        ("instance_url", "acme.my.salesforce.com", "SF_INSTANCE_URL"),
+    ],
+)
 def test_a_url_that_is_not_https_is_refused_naming_its_variable(field, url, variable):
     with pytest.raises(InsecureUrlError, match=f"{variable} .* is not an https URL"):
         check_urls({field: url})
 
 
-@pytest.mark.parametrize("url", ["https://acme.my.salesforce.com", "http://127.0.0.1:8443", "http://localhost:8443",
-                                 "http://[::1]:8443", None])
+@pytest.mark.parametrize(
+    "url",
+    ["https://acme.my.salesforce.com", "http://127.0.0.1:8443", "http://localhost:8443", "http://[::1]:8443", None],
+)
 def test_https_and_loopback_urls_pass(url):
     check_urls({"instance_url": url, "login_url": url})
 

@@ -11,13 +11,26 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from resources.spark import (JVM_OPTIONS, LOCAL_RELATION_MAX_ROWS, LOOPBACK_DRIVER_CONF, SMALL_QUERY_CONF,
-                             SMALL_QUERY_MAX_ROWS, from_arrow, small_query, spark_config, to_arrow)
+from resources.spark import (
+    JVM_OPTIONS,
+    LOCAL_RELATION_MAX_ROWS,
+    LOOPBACK_DRIVER_CONF,
+    SMALL_QUERY_CONF,
+    SMALL_QUERY_MAX_ROWS,
+    from_arrow,
+    small_query,
+    spark_config,
+    to_arrow,
+)
 
 
 def _lines(n: int) -> pa.Table:
-    return pa.table({"source_line": pa.array(range(n), pa.int64()),
-                     "raw": pa.array([f'{{"line": {i}}}' for i in range(n)], pa.string())})
+    return pa.table(
+        {
+            "source_line": pa.array(range(n), pa.int64()),
+            "raw": pa.array([f'{{"line": {i}}}' for i in range(n)], pa.string()),
+        }
+    )
 
 
 def _plan(df) -> str:
@@ -105,21 +118,36 @@ def _jobs(spark) -> int:
 def _a_few_changes(spark, sample_dir):
     """Account's schema, a few change rows, one current row, and the fold's input size."""
     from event_lines import event
+
     from spark_ops.parse import parse_lines, to_change_rows
     from spark_ops.schema import ObjectSchema
 
     account = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
     a1, a2, t0 = "001000000000001AAA", "001000000000002AAA", 1_763_800_000_000
-    lines = [event("Account", "CREATE", [a1], t0, Name="Acme", Rating="Cold"),
-             event("Account", "UPDATE", [a1], t0 + 1000, Rating="Hot"),
-             event("Account", "UPDATE", [a2], t0 + 2000, Industry="Retail"),
-             event("Account", "DELETE", [a2], t0 + 3000)]
-    df = spark.createDataFrame([("f", i + 1, line) for i, line in enumerate(lines)],
-                               "source_file string, source_line long, raw string")
+    lines = [
+        event("Account", "CREATE", [a1], t0, Name="Acme", Rating="Cold"),
+        event("Account", "UPDATE", [a1], t0 + 1000, Rating="Hot"),
+        event("Account", "UPDATE", [a2], t0 + 2000, Industry="Retail"),
+        event("Account", "DELETE", [a2], t0 + 3000),
+    ]
+    df = spark.createDataFrame(
+        [("f", i + 1, line) for i, line in enumerate(lines)], "source_file string, source_line long, raw string"
+    )
     changes = to_change_rows(parse_lines(df, {"Account": account}))
     base = {f.name: None for f in account.spark_schema().fields}
-    current = spark.createDataFrame([{**base, "Id": a2, "Name": "Old", "_sf_deleted": False, "_sf_source": "cdc",
-                                      "_sf_bucket": a2[:account.bucket_chars]}], account.spark_schema())
+    current = spark.createDataFrame(
+        [
+            {
+                **base,
+                "Id": a2,
+                "Name": "Old",
+                "_sf_deleted": False,
+                "_sf_source": "cdc",
+                "_sf_bucket": a2[: account.bucket_chars],
+            }
+        ],
+        account.spark_schema(),
+    )
     return account, changes, current, len(lines) + 1
 
 
@@ -145,8 +173,10 @@ def test_a_fold_and_its_versions_over_new_rows_reuse_the_code_compiled_for_the_l
 
     def run():
         account, changes, current, _ = _a_few_changes(spark, sample_dir)
-        return (fold_changes(changes, current, account).toArrow(),
-                transaction_versions(changes, current, account).toArrow())
+        return (
+            fold_changes(changes, current, account).toArrow(),
+            transaction_versions(changes, current, account).toArrow(),
+        )
 
     first = run()
     compiled = _classes_compiled(spark)

@@ -18,16 +18,20 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cluster_workload import replicas, run_workload
-from demo import processes
 from settings import REPO, TEST_SPARK_CONF
+
+from demo import processes
 from demo.spark_cluster import can_unshare, start_spark_cluster
 
 CLIENT = "tests/resources/test_cluster_client.py"
 
-pytestmark = [pytest.mark.cluster, pytest.mark.skipif(not can_unshare(), reason=(
-    "the workers' unshared directory needs a mount namespace (root and `unshare`)"))]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.skipif(
+        not can_unshare(), reason=("the workers' unshared directory needs a mount namespace (root and `unshare`)")
+    ),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -41,26 +45,41 @@ def _only_when_asked(request):
 def _client(root: Path, env: dict[str, str]) -> None:
     """Run the cluster client tests in a process of their own; both must pass."""
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_MASTER")} | env
-    client = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", CLIENT],
-                            env=env | {"CDC_CLUSTER_CLIENT_ROOT": str(root)}, cwd=REPO, capture_output=True,
-                            text=True, timeout=900)
+    client = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", CLIENT],
+        env=env | {"CDC_CLUSTER_CLIENT_ROOT": str(root)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     summary = client.stdout.strip().splitlines()[-1] if client.stdout.strip() else client.stderr[-2000:]
-    assert client.returncode == 0 and re.search(r"\b2 passed", summary) and "skipped" not in summary, \
-        client.stdout[-6000:]
+    assert client.returncode == 0 and re.search(r"\b2 passed", summary) and "skipped" not in summary, client.stdout[
+        -6000:
+    ]
 
 
 def test_replicas_on_a_spark_cluster_equal_a_local_run(tmp_path, spark, sample_dir):
     shared, private = tmp_path / "shared", tmp_path / "private"
     cluster = start_spark_cluster(tmp_path / "cluster", workers=2, private=private)
     try:
-        _client(tmp_path / "direct", {"CDC_CLUSTER_SPARK_CONF": json.dumps(cluster.client_conf()),
-                                      "CDC_SPARK_STAGING": str(shared), "CDC_CLUSTER_PRIVATE": str(private)})
+        _client(
+            tmp_path / "direct",
+            {
+                "CDC_CLUSTER_SPARK_CONF": json.dumps(cluster.client_conf()),
+                "CDC_SPARK_STAGING": str(shared),
+                "CDC_CLUSTER_PRIVATE": str(private),
+            },
+        )
         server, url = processes.start_spark_connect(
             tmp_path / "spark_connect.log",
-            conf=cluster.client_conf() | {"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2"})
+            conf=cluster.client_conf() | {"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2"},
+        )
         try:
-            _client(tmp_path / "connect", {"SPARK_REMOTE": url, "CDC_SPARK_STAGING": shared.as_uri(),
-                                           "CDC_CLUSTER_PRIVATE": private.as_uri()})
+            _client(
+                tmp_path / "connect",
+                {"SPARK_REMOTE": url, "CDC_SPARK_STAGING": shared.as_uri(), "CDC_CLUSTER_PRIVATE": private.as_uri()},
+            )
         finally:
             processes.stop(server)
         state = cluster.state()

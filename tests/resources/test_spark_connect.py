@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 
 import pytest
+from settings import REPO, TEST_SPARK_CONF
 
 from demo import processes
 from resources import spark_connect
 from resources.network import is_loopback
 from resources.spark import JVM_SQL_CONF, spark_config
-from settings import REPO, TEST_SPARK_CONF
 
 CLIENT_TESTS = [
     "tests/cdc_assets/test_golden.py",
@@ -75,15 +75,21 @@ def test_what_is_printed_of_a_remote_hides_its_token():
     remote = spark_connect.url(15002, "s3cr3t-t0ken")
     assert remote == "sc://localhost:15002/;token=s3cr3t-t0ken"
     assert spark_connect.redacted(remote) == "sc://localhost:15002/;token=<hidden>"
-    assert spark_connect.redacted(spark_connect.url(443, "t", "spark.example.com", tls=True)) == \
-        "sc://spark.example.com:443/;use_ssl=true;token=<hidden>"
+    assert (
+        spark_connect.redacted(spark_connect.url(443, "t", "spark.example.com", tls=True))
+        == "sc://spark.example.com:443/;use_ssl=true;token=<hidden>"
+    )
 
 
 # What the process starting the server holds and the server must not: the org's credentials, the key file's path,
 # the hash salt.
-PARENT_SECRETS = {"SF_CLIENT_SECRET": "org-client-secret-1", "SF_PASSWORD": "org-password-1",
-                  "SF_ACCESS_TOKEN": "org-access-token-1", "SF_PRIVATE_KEY_FILE": "/secrets/org-key.pem",
-                  "CDC_HASH_SALT": "hash-salt-1"}
+PARENT_SECRETS = {
+    "SF_CLIENT_SECRET": "org-client-secret-1",
+    "SF_PASSWORD": "org-password-1",
+    "SF_ACCESS_TOKEN": "org-access-token-1",
+    "SF_PRIVATE_KEY_FILE": "/secrets/org-key.pem",
+    "CDC_HASH_SALT": "hash-salt-1",
+}
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +101,8 @@ def server(tmp_path_factory):
         for name, value in PARENT_SECRETS.items():
             env.setenv(name, value)
         process, url = processes.start_spark_connect(
-            log_file, conf={"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2"})
+            log_file, conf={"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2"}
+        )
     try:
         yield process, url, log_file
     finally:
@@ -119,8 +126,14 @@ def test_a_client_without_the_token_is_refused_and_one_with_it_works(server):
     assert re.fullmatch(r"sc://localhost:\d+/;token=[\w-]{40,}", url), spark_connect.redacted(url)
     without, wrong = url.split("/;")[0], url.split("token=")[0] + "token=not-the-token"
     env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", spark_connect.TOKEN_ENV)}
-    client = subprocess.run([sys.executable, "-c", CLIENT, without, wrong, url], env=env, cwd=REPO,
-                            capture_output=True, text=True, timeout=300)
+    client = subprocess.run(
+        [sys.executable, "-c", CLIENT, without, wrong, url],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     answers = [line.split(" ", 2)[1:] for line in client.stdout.splitlines() if line[:1].isdigit()]
     assert len(answers) == 3, client.stdout + client.stderr[-2000:]
     assert answers[0][0] == "refused" and "authentication token" in answers[0][1], answers[0]
@@ -170,7 +183,7 @@ def _listening(pids: list[int]) -> dict[int, str]:
 def _address(hex_address: str) -> str:
     """An address as /proc/net/tcp{,6} writes it: 32-bit words in little-endian order."""
     raw = bytes.fromhex(hex_address)
-    return str(ipaddress.ip_address(b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))))
+    return str(ipaddress.ip_address(b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))))
 
 
 def test_the_server_and_its_driver_listen_on_loopback_only(server):
@@ -188,8 +201,9 @@ def test_the_server_holds_no_org_credentials_nor_the_salt_and_never_shows_its_to
     assert len(pids) >= 2  # the server's Python and its JVM
     for pid in pids:
         try:
-            environ = dict(entry.split("=", 1) for entry in Path(f"/proc/{pid}/environ").read_text().split("\0")
-                           if "=" in entry)
+            environ = dict(
+                entry.split("=", 1) for entry in Path(f"/proc/{pid}/environ").read_text().split("\0") if "=" in entry
+            )
             command = Path(f"/proc/{pid}/cmdline").read_text()
         except OSError:  # a short-lived helper (the launcher's own `java` run) has ended
             continue
@@ -201,10 +215,15 @@ def test_the_server_holds_no_org_credentials_nor_the_salt_and_never_shows_its_to
 
 
 def test_golden_sample_and_checks_through_a_spark_connect_server(server):
-    process, url, log_file = server
+    _process, url, log_file = server
     client = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore", *CLIENT_TESTS],
-        env=os.environ | {"SPARK_REMOTE": url}, cwd=REPO, capture_output=True, text=True, timeout=900)
+        env=os.environ | {"SPARK_REMOTE": url},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     warmed = _wait_for(log_file, "Spark warmed up in", seconds=180)
     summary = client.stdout.strip().splitlines()[-1] if client.stdout.strip() else client.stderr[-2000:]
     assert client.returncode == 0, client.stdout[-4000:]

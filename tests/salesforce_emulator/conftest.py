@@ -32,7 +32,7 @@ def landed_events(emu: Emulator) -> list[dict[str, Any]]:
     """Every event line visible in the landing zone, in file-name order (flushes pending events first)."""
     assert emu.landing_dir is not None
     emu.flush_cdc()
-    assert not [p for p in emu.landing_dir.rglob("_*")], "no invisible file may remain after a flush"
+    assert not list(emu.landing_dir.rglob("_*")), "no invisible file may remain after a flush"
     return read_landed_events(emu.landing_dir)
 
 

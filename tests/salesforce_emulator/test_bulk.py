@@ -20,8 +20,15 @@ def big_org(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulator]:
     with Emulator(tmp_path_factory.mktemp("bulk") / "org") as emu:
         with emu.store.transaction() as txn:
             for n in range(RECORDS):
-                txn.create("Contact", {"LastName": f"Last {n}", "FirstName": None if n % 10 == 0 else f"First {n}",
-                                       "Email": f"c{n}@example.com", "Title": 'says "hi", twice' if n == 7 else None})
+                txn.create(
+                    "Contact",
+                    {
+                        "LastName": f"Last {n}",
+                        "FirstName": None if n % 10 == 0 else f"First {n}",
+                        "Email": f"c{n}@example.com",
+                        "Title": 'says "hi", twice' if n == 7 else None,
+                    },
+                )
         with emu.store.transaction() as txn:
             txn.delete("Contact", emu.store.ids("Contact")[:100])
         yield emu
@@ -42,8 +49,9 @@ def _run_job(emu: Emulator, session: CaPinnedSession, operation: str, soql: str)
 def test_bulk_query_all_of_50k_records_over_several_locator_pages(big_org: Emulator):
     session = CaPinnedSession(big_org.ca_file)
     session.headers["Authorization"] = f"Bearer {big_org.token}"
-    job_id = _run_job(big_org, session, "queryAll", "SELECT Id, FirstName, LastName, Title, SystemModstamp, "
-                                                    "IsDeleted FROM Contact")
+    job_id = _run_job(
+        big_org, session, "queryAll", "SELECT Id, FirstName, LastName, Title, SystemModstamp, IsDeleted FROM Contact"
+    )
     results = f"{big_org.instance_url}/services/data/v59.0/jobs/query/{job_id}/results"
     rows, locators, locator = [], [], None
     while True:
@@ -105,8 +113,14 @@ def test_bulk_results_are_rfc4180_csv_with_the_jobs_line_ending(tmp_path, line_e
         session = CaPinnedSession(emu.ca_file)
         session.headers["Authorization"] = f"Bearer {emu.token}"
         base = f"{emu.instance_url}/services/data/v59.0/jobs/query"
-        job = session.post(base, json={"operation": "queryAll", "lineEnding": line_ending,
-                                       "query": "SELECT Id, Description FROM Case ORDER BY Id"}).json()
+        job = session.post(
+            base,
+            json={
+                "operation": "queryAll",
+                "lineEnding": line_ending,
+                "query": "SELECT Id, Description FROM Case ORDER BY Id",
+            },
+        ).json()
         for _ in range(200):
             if session.get(f"{base}/{job['id']}").json()["state"] == "JobComplete":
                 break

@@ -13,8 +13,7 @@ EDITED = LONG.replace("Line 7:", "L7:") + "\r\nA closing line."
 
 
 def _emulator(tmp_path, **faults) -> Emulator:
-    return Emulator(tmp_path / "org", landing_dir=tmp_path / "landing", roll_seconds=3600,
-                    faults=FaultConfig(**faults))
+    return Emulator(tmp_path / "org", landing_dir=tmp_path / "landing", roll_seconds=3600, faults=FaultConfig(**faults))
 
 
 def _updates(emu: Emulator, landed_events, changes: list[tuple[str, dict]]) -> list[dict]:
@@ -45,8 +44,15 @@ def test_short_values_big_rewrites_and_disabled_knob_send_the_whole_value(tmp_pa
         with emu.store.transaction() as txn:
             account = txn.create("Account", {"Name": "A", "Description": "short"})
         rewritten = "\n".join(f"Completely new {i}" for i in range(80))
-        updates = _updates(emu, landed_events, [(account, {"Description": LONG}), (account, {"Description": EDITED}),
-                                                (account, {"Description": rewritten})])
+        updates = _updates(
+            emu,
+            landed_events,
+            [
+                (account, {"Description": LONG}),
+                (account, {"Description": EDITED}),
+                (account, {"Description": rewritten}),
+            ],
+        )
         emu.set_faults(diff_over_chars=None)
         later = _updates(emu, landed_events, [(account, {"Description": EDITED})])[-1:]
     bodies = [body(e)["Description"] for e in updates + later]

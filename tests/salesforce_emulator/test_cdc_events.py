@@ -12,9 +12,17 @@ FORBIDDEN = {"IsDeleted", "SystemModstamp", "Account_Score__c", "Id"}
 
 
 def test_scripted_account_lifecycle_produces_salesforce_events(sf: Salesforce, emulator: Emulator, landed_events):
-    record_id = sf.Account.create({"Name": "Acme Corp", "Industry": "Manufacturing", "AnnualRevenue": 1_200_000,
-                                   "NumberOfEmployees": 250, "BillingStreet": "1 Main St",
-                                   "BillingCity": "Springfield", "Phone": "+1 555 0100"})["id"]
+    record_id = sf.Account.create(
+        {
+            "Name": "Acme Corp",
+            "Industry": "Manufacturing",
+            "AnnualRevenue": 1_200_000,
+            "NumberOfEmployees": 250,
+            "BillingStreet": "1 Main St",
+            "BillingCity": "Springfield",
+            "Phone": "+1 555 0100",
+        }
+    )["id"]
     sf.Account.update(record_id, {"Industry": "Energy", "Rating": "Hot"})
     sf.Account.update(record_id, {"BillingCity": "Chicago"})
     sf.Account.update(record_id, {"Phone": None, "Description": "moved"})
@@ -22,8 +30,7 @@ def test_scripted_account_lifecycle_produces_salesforce_events(sf: Salesforce, e
     sf.restful(f"sobjects/Account/{record_id}/undelete", method="POST")
 
     events = landed_events(emulator)
-    assert [header(e)["changeType"] for e in events] == ["CREATE", "UPDATE", "UPDATE", "UPDATE", "DELETE",
-                                                          "UNDELETE"]
+    assert [header(e)["changeType"] for e in events] == ["CREATE", "UPDATE", "UPDATE", "UPDATE", "DELETE", "UNDELETE"]
     for event in events:
         assert event["channel"] == "/data/ChangeEvents" and set(event["data"]) == {"schema", "payload", "event"}
         assert header(event)["recordIds"] == [record_id] and header(event)["entityName"] == "Account"
@@ -58,8 +65,7 @@ def test_scripted_account_lifecycle_produces_salesforce_events(sf: Salesforce, e
     stamps = [header(e)["commitTimestamp"] for e in events]
     assert stamps == sorted(set(stamps))
     assert [header(e)["commitNumber"] for e in events] == sorted({header(e)["commitNumber"] for e in events})
-    assert [e["data"]["event"]["replayId"] for e in events] == sorted({e["data"]["event"]["replayId"]
-                                                                      for e in events})
+    assert [e["data"]["event"]["replayId"] for e in events] == sorted({e["data"]["event"]["replayId"] for e in events})
     assert len({header(e)["transactionKey"] for e in events}) == 6
     assert iso_to_ms(current["SystemModstamp"]) == stamps[-1]
     assert iso_to_ms(body(two_fields)["LastModifiedDate"]) == stamps[1]
@@ -79,10 +85,17 @@ def test_contact_name_components_nest_under_name(sf: Salesforce, emulator: Emula
 def test_one_update_of_several_records_is_one_event_naming_all(sf: Salesforce, emulator: Emulator, landed_events):
     first = sf.Account.create({"Name": "Globex 1"})["id"]
     second = sf.Account.create({"Name": "Globex 2", "Rating": "Cold"})["id"]
-    result = sf.restful("composite/sobjects", method="PATCH", json={"allOrNone": True, "records": [
-        {"attributes": {"type": "Account"}, "id": first, "Rating": "Hot"},
-        {"attributes": {"type": "Account"}, "id": second, "Rating": "Hot"},
-    ]})
+    result = sf.restful(
+        "composite/sobjects",
+        method="PATCH",
+        json={
+            "allOrNone": True,
+            "records": [
+                {"attributes": {"type": "Account"}, "id": first, "Rating": "Hot"},
+                {"attributes": {"type": "Account"}, "id": second, "Rating": "Hot"},
+            ],
+        },
+    )
     assert all(r["success"] for r in result)
     update = landed_events(emulator)[-1]
     assert header(update)["recordIds"] == [first, second]
@@ -92,10 +105,17 @@ def test_one_update_of_several_records_is_one_event_naming_all(sf: Salesforce, e
 def test_all_or_none_failure_rolls_back_and_sends_nothing(sf: Salesforce, emulator: Emulator, landed_events):
     first = sf.Account.create({"Name": "Keep"})["id"]
     before = len(landed_events(emulator))
-    result = sf.restful("composite/sobjects", method="PATCH", json={"allOrNone": True, "records": [
-        {"attributes": {"type": "Account"}, "id": first, "Rating": "Hot"},
-        {"attributes": {"type": "Account"}, "id": first[:3] + "0000000000ZZAAA", "Rating": "Hot"},
-    ]})
+    result = sf.restful(
+        "composite/sobjects",
+        method="PATCH",
+        json={
+            "allOrNone": True,
+            "records": [
+                {"attributes": {"type": "Account"}, "id": first, "Rating": "Hot"},
+                {"attributes": {"type": "Account"}, "id": first[:3] + "0000000000ZZAAA", "Rating": "Hot"},
+            ],
+        },
+    )
     assert [r["success"] for r in result] == [False, False]
     assert result[0]["errors"][0]["statusCode"] == "ALL_OR_NONE_OPERATION_ROLLED_BACK"
     assert sf.Account.get(first)["Rating"] is None
@@ -104,22 +124,58 @@ def test_all_or_none_failure_rolls_back_and_sends_nothing(sf: Salesforce, emulat
 
 def test_lead_conversion_is_one_transaction_spanning_objects(sf: Salesforce, emulator: Emulator, landed_events):
     lead = sf.Lead.create({"FirstName": "Grace", "LastName": "Hopper", "Company": "Navy", "City": "Arlington"})["id"]
-    response = sf.restful("composite", method="POST", json={"allOrNone": True, "compositeRequest": [
-        {"method": "POST", "url": "/services/data/v59.0/sobjects/Account", "referenceId": "acct",
-         "body": {"Name": "Navy"}},
-        {"method": "POST", "url": "/services/data/v59.0/sobjects/Contact", "referenceId": "contact",
-         "body": {"FirstName": "Grace", "LastName": "Hopper", "AccountId": "@{acct.id}"}},
-        {"method": "POST", "url": "/services/data/v59.0/sobjects/Opportunity", "referenceId": "opp",
-         "body": {"Name": "Navy deal", "StageName": "Prospecting", "CloseDate": "2026-01-31",
-                  "AccountId": "@{acct.id}"}},
-        {"method": "PATCH", "url": f"/services/data/v59.0/sobjects/Lead/{lead}", "referenceId": "lead",
-         "body": {"IsConverted": True, "Status": "Closed - Converted", "ConvertedAccountId": "@{acct.id}",
-                  "ConvertedContactId": "@{contact.id}", "ConvertedOpportunityId": "@{opp.id}"}},
-    ]})
+    response = sf.restful(
+        "composite",
+        method="POST",
+        json={
+            "allOrNone": True,
+            "compositeRequest": [
+                {
+                    "method": "POST",
+                    "url": "/services/data/v59.0/sobjects/Account",
+                    "referenceId": "acct",
+                    "body": {"Name": "Navy"},
+                },
+                {
+                    "method": "POST",
+                    "url": "/services/data/v59.0/sobjects/Contact",
+                    "referenceId": "contact",
+                    "body": {"FirstName": "Grace", "LastName": "Hopper", "AccountId": "@{acct.id}"},
+                },
+                {
+                    "method": "POST",
+                    "url": "/services/data/v59.0/sobjects/Opportunity",
+                    "referenceId": "opp",
+                    "body": {
+                        "Name": "Navy deal",
+                        "StageName": "Prospecting",
+                        "CloseDate": "2026-01-31",
+                        "AccountId": "@{acct.id}",
+                    },
+                },
+                {
+                    "method": "PATCH",
+                    "url": f"/services/data/v59.0/sobjects/Lead/{lead}",
+                    "referenceId": "lead",
+                    "body": {
+                        "IsConverted": True,
+                        "Status": "Closed - Converted",
+                        "ConvertedAccountId": "@{acct.id}",
+                        "ConvertedContactId": "@{contact.id}",
+                        "ConvertedOpportunityId": "@{opp.id}",
+                    },
+                },
+            ],
+        },
+    )
     assert [r["httpStatusCode"] for r in response["compositeResponse"]] == [201, 201, 201, 204]
     events = landed_events(emulator)[1:]
     assert [(header(e)["entityName"], header(e)["changeType"]) for e in events] == [
-        ("Account", "CREATE"), ("Contact", "CREATE"), ("Opportunity", "CREATE"), ("Lead", "UPDATE")]
+        ("Account", "CREATE"),
+        ("Contact", "CREATE"),
+        ("Opportunity", "CREATE"),
+        ("Lead", "UPDATE"),
+    ]
     assert len({header(e)["transactionKey"] for e in events}) == 1
     assert len({header(e)["commitTimestamp"] for e in events}) == 1
     assert [header(e)["sequenceNumber"] for e in events] == [1, 2, 3, 4]

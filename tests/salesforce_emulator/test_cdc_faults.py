@@ -49,8 +49,11 @@ def test_a_transaction_over_the_threshold_overflows_once_per_entity(tmp_path, la
             txn.create("Account", {"Name": "after"})
         events = landed_events(emu)
     kinds = [(header(e)["entityName"], header(e)["changeType"]) for e in events]
-    assert kinds == [("Account", "CREATE")] * 5 + [("Account", "GAP_OVERFLOW"), ("Contact", "GAP_OVERFLOW"),
-                                                   ("Account", "CREATE")]
+    assert kinds == [("Account", "CREATE")] * 5 + [
+        ("Account", "GAP_OVERFLOW"),
+        ("Contact", "GAP_OVERFLOW"),
+        ("Account", "CREATE"),
+    ]
     overflow = events[5]
     assert header(overflow)["recordIds"] == [DUMMY_ID] and body(overflow) == {}
     assert header(overflow)["sequenceNumber"] == 6 and header(events[6])["sequenceNumber"] == 9
@@ -72,7 +75,7 @@ def test_late_files_are_published_after_newer_files(tmp_path):
             with emu.store.transaction() as txn:
                 txn.create("Account", {"Name": f"A{n}"})
             emu.flush_cdc(include_late=False)
-        held_back = [p for p in (tmp_path / "landing").rglob("_*.jsonl")]
+        held_back = list((tmp_path / "landing").rglob("_*.jsonl"))
         published = emu.flush_cdc()
         events = read_landed_events(tmp_path / "landing")
     assert held_back, "some files were held back"

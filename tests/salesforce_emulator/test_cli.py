@@ -27,16 +27,25 @@ def test_generate_without_a_server_writes_the_store_and_events(tmp_path, capsys)
 def test_serve_then_generate_through_its_rest_api(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     args = ["--data-dir", str(tmp_path / "org"), "--landing-dir", str(tmp_path / "landing")]
-    server = subprocess.Popen([sys.executable, "-m", "salesforce_emulator", *args, "serve", "--port", "0",
-                               "--roll-seconds", "0.2"], env=env, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "salesforce_emulator", *args, "serve", "--port", "0", "--roll-seconds", "0.2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 20
         while not (tmp_path / "org" / "serve.json").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         info = json.loads((tmp_path / "org" / "serve.json").read_text())
         assert info["instance_url"].startswith("https://127.0.0.1:")
-        generated = subprocess.run([sys.executable, "-m", "salesforce_emulator", *args, "generate", "--accounts",
-                                    "5", "--changes", "30"], env=env, capture_output=True, text=True, timeout=60)
+        generated = subprocess.run(
+            [sys.executable, "-m", "salesforce_emulator", *args, "generate", "--accounts", "5", "--changes", "30"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert generated.returncode == 0, generated.stderr
         assert "through the REST API of " + info["instance_url"] in generated.stdout
     finally:

@@ -20,8 +20,7 @@ COUNT = 12
 
 
 def test_custom_objects_are_described_queried_and_publish_change_events(tmp_path: Path) -> None:
-    with Emulator(tmp_path / "org", landing_dir=tmp_path / "landing", roll_seconds=3600,
-                  custom_objects=COUNT) as emu:
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "landing", roll_seconds=3600, custom_objects=COUNT) as emu:
         workload = Workload(emu, seed=3, custom_objects=COUNT, custom_records=4)
         workload.build_org(accounts=5)
         assert workload.touch_each([custom_object_name(n) for n in range(1, COUNT + 1)]) == COUNT
@@ -50,15 +49,20 @@ def test_custom_objects_are_described_queried_and_publish_change_events(tmp_path
         entities = Counter(e["data"]["payload"]["ChangeEventHeader"]["entityName"] for e in events)
         for n in range(1, COUNT + 1):
             assert entities[custom_object_name(n)] == 5  # 4 creates, 1 update
-        update = next(e for e in events if e["data"]["payload"]["ChangeEventHeader"]["changeType"] == "UPDATE"
-                      and e["data"]["payload"]["ChangeEventHeader"]["entityName"] == "Thing_005__c")
+        update = next(
+            e
+            for e in events
+            if e["data"]["payload"]["ChangeEventHeader"]["changeType"] == "UPDATE"
+            and e["data"]["payload"]["ChangeEventHeader"]["entityName"] == "Thing_005__c"
+        )
         schema_id, payload = encode_event(update)  # the Pub/Sub API's Avro form of the same event
         assert schema_id == custom_object(5).schema_id
         decoded = fastavro.schemaless_reader(io.BytesIO(payload), fastavro.parse_schema(avro_schema("Thing_005__c")))
         assert decoded["ChangeEventHeader"]["recordIds"] == update["data"]["payload"]["ChangeEventHeader"]["recordIds"]
         changed = update["data"]["payload"]["ChangeEventHeader"]["changedFields"]
-        assert {f: decoded[f] for f in changed if f != "LastModifiedDate"} == \
-            {f: update["data"]["payload"][f] for f in changed if f != "LastModifiedDate"}
+        assert {f: decoded[f] for f in changed if f != "LastModifiedDate"} == {
+            f: update["data"]["payload"][f] for f in changed if f != "LastModifiedDate"
+        }
 
 
 def test_a_restarted_org_keeps_its_custom_objects_and_others_have_none(tmp_path: Path) -> None:

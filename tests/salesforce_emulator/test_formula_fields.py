@@ -33,14 +33,25 @@ def test_formula_fields_are_described_as_calculated_read_only_and_typed_by_their
 
 
 def test_a_parent_change_moves_a_cross_object_formula_on_every_read_path_and_sends_no_child_event(
-        sf: Salesforce, emulator: Emulator, landed_events):
+    sf: Salesforce, emulator: Emulator, landed_events
+):
     account = sf.Account.create({"Name": "Acme", "Industry": "Energy", "AnnualRevenue": 2_000_000})["id"]
     contact = sf.Contact.create({"LastName": "Ng", "AccountId": account})["id"]
-    opportunity = sf.Opportunity.create({"Name": "Deal", "StageName": "Prospecting", "CloseDate": "2025-01-30",
-                                         "Amount": 1000, "Probability": 25, "AccountId": account})["id"]
+    opportunity = sf.Opportunity.create(
+        {
+            "Name": "Deal",
+            "StageName": "Prospecting",
+            "CloseDate": "2025-01-30",
+            "Amount": 1000,
+            "Probability": 25,
+            "AccountId": account,
+        }
+    )["id"]
     assert sf.Account.get(account)["Revenue_Band__c"] == "Medium"
-    assert (sf.Opportunity.get(opportunity)["Expected_Amount__c"], sf.Opportunity.get(opportunity)["Follow_Up_Date__c"]) \
-        == (250.0, "2025-02-06")
+    assert (
+        sf.Opportunity.get(opportunity)["Expected_Amount__c"],
+        sf.Opportunity.get(opportunity)["Follow_Up_Date__c"],
+    ) == (250.0, "2025-02-06")
     before = len(landed_events(emulator))
     sf.Account.update(account, {"Industry": "Banking", "AnnualRevenue": 90_000_000})
     events = landed_events(emulator)[before:]
@@ -51,8 +62,11 @@ def test_a_parent_change_moves_a_cross_object_formula_on_every_read_path_and_sen
     rest = sf.query(soql)["records"][0]
     assert (rest["Account_Industry__c"], rest["Account_Revenue__c"]) == ("Banking", 90_000_000.0)
     assert sf.Contact.get(contact)["Account_Industry__c"] == "Banking"
-    assert bulk_rows(sf, soql)[contact] == {"Id": contact, "Account_Industry__c": "Banking",
-                                            "Account_Revenue__c": "90000000.0"}
+    assert bulk_rows(sf, soql)[contact] == {
+        "Id": contact,
+        "Account_Industry__c": "Banking",
+        "Account_Revenue__c": "90000000.0",
+    }
     assert bulk_rows(sf, "SELECT Id, Revenue_Band__c FROM Account")[account]["Revenue_Band__c"] == "Large"
     sf.Account.delete(account)  # no live parent: the cross-object formula is null
     assert bulk_rows(sf, soql)[contact]["Account_Industry__c"] == ""

@@ -24,7 +24,7 @@ def test_concurrent_clients_get_strictly_ordered_commits(emulator: Emulator, lan
         try:
             for n in range(40):
                 client.Account.update(ids[(worker + n) % 4], {"NumberOfEmployees": worker * 1000 + n})
-        except BaseException as exc:  # surfaced by the assertion below
+        except BaseException as exc:  # noqa: BLE001 surfaced by the assertion below
             errors.append(exc)
 
     threads = [threading.Thread(target=hammer, args=(w,)) for w in range(4)]
@@ -60,18 +60,24 @@ def test_soql_where_agrees_with_python(tmp_path_factory, rows, rating, employees
     directory: Path = tmp_path_factory.mktemp("soql")
     with Emulator(directory / "org") as emu:
         with emu.store.transaction() as txn:
-            created = [txn.create("Account", {"Name": f"A{n}", "Rating": r, "NumberOfEmployees": e})
-                       for n, (r, e, _) in enumerate(rows)]
+            created = [
+                txn.create("Account", {"Name": f"A{n}", "Rating": r, "NumberOfEmployees": e})
+                for n, (r, e, _) in enumerate(rows)
+            ]
             txn.delete("Account", [i for i, (_, _, gone) in zip(created, rows, strict=True) if gone] or [])
         literal = "null" if rating is None else f"'{rating.lower()}'"
-        soql = (f"SELECT Id FROM Account WHERE (Rating = {literal} OR NumberOfEmployees {op} {employees}) "
-                f"AND NOT Name = 'A0'")
+        soql = (
+            f"SELECT Id FROM Account WHERE (Rating = {literal} OR NumberOfEmployees {op} {employees}) "
+            f"AND NOT Name = 'A0'"
+        )
         got = {r["Id"] for r in simple_salesforce_client(emu).query_all(soql)["records"]}
 
     def number_matches(value: int) -> bool:
-        return {"=": value == employees, "!=": value != employees, "<": value < employees,
-                ">=": value >= employees}[op]
+        return {"=": value == employees, "!=": value != employees, "<": value < employees, ">=": value >= employees}[op]
 
-    expected = {record_id for n, (record_id, (r, e, gone)) in enumerate(zip(created, rows, strict=True))
-                if not gone and n != 0 and (r == rating or number_matches(e))}
+    expected = {
+        record_id
+        for n, (record_id, (r, e, gone)) in enumerate(zip(created, rows, strict=True))
+        if not gone and n != 0 and (r == rating or number_matches(e))
+    }
     assert got == expected

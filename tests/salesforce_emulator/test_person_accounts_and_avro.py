@@ -17,17 +17,33 @@ from salesforce_emulator.workload import Workload
 
 
 def test_a_person_accounts_name_is_derived_and_rest_returns_it_beside_its_parts(sf, emulator, landed_events):
-    person = sf.Account.create({"IsPersonAccount": True, "FirstName": "Ada", "LastName": "Lovelace",
-                                "Salutation": "Ms.", "PersonEmail": "ada@example.net"})["id"]
+    person = sf.Account.create(
+        {
+            "IsPersonAccount": True,
+            "FirstName": "Ada",
+            "LastName": "Lovelace",
+            "Salutation": "Ms.",
+            "PersonEmail": "ada@example.net",
+        }
+    )["id"]
     business = sf.Account.create({"Name": "Acme"})["id"]
     sf.Account.update(person, {"MiddleName": "King"})
     got = sf.Account.get(person)
     assert (got["Name"], got["FirstName"], got["LastName"], got["IsPersonAccount"]) == (
-        "Ada King Lovelace", "Ada", "Lovelace", True)
+        "Ada King Lovelace",
+        "Ada",
+        "Lovelace",
+        True,
+    )
     assert sf.Account.get(business)["Name"] == "Acme" and sf.Account.get(business)["FirstName"] is None
     describe = sf.Account.describe()["fields"]
     assert {f["name"] for f in describe if f["compoundFieldName"] == "Name"} == {
-        "Salutation", "FirstName", "LastName", "MiddleName", "Suffix"}
+        "Salutation",
+        "FirstName",
+        "LastName",
+        "MiddleName",
+        "Suffix",
+    }
     payloads = [e["data"]["payload"] for e in landed_events(emulator)]
     created, _, updated = payloads
     assert created["Name"] == {"Salutation": "Ms.", "FirstName": "Ada", "LastName": "Lovelace"}  # the record
@@ -71,14 +87,18 @@ def test_every_event_of_a_busy_org_encodes_to_avro_and_decodes_back_to_the_same_
         workload.build_org(accounts=10)
         workload.run(changes=300)
         events = [json.loads(e.line) for e in emu.events.read(0, emu.events.tip, None, 100_000)]
-        decoder = EventDecoder(lambda sid: schema_json(entity_for_schema(sid)),
-                               lambda entity: {f["name"]: f["type"] for f in emu.store.describe(entity)["fields"]})
+        decoder = EventDecoder(
+            lambda sid: schema_json(entity_for_schema(sid)),
+            lambda entity: {f["name"]: f["type"] for f in emu.store.describe(entity)["fields"]},
+        )
         for number, event in enumerate(events):
             schema, payload = encode_event(event)
-            consumer = pb.ConsumerEvent(event=pb.ProducerEvent(schema_id=schema, payload=payload),
-                                        replay_id=int_to_replay(number + 1))
+            consumer = pb.ConsumerEvent(
+                event=pb.ProducerEvent(schema_id=schema, payload=payload), replay_id=int_to_replay(number + 1)
+            )
             assert decoder.decode(consumer, event["channel"])["data"] == event["data"] | {
-                "event": {"replayId": number + 1}}
+                "event": {"replayId": number + 1}
+            }
     payloads = [e["data"]["payload"] for e in events]
     headers = [p["ChangeEventHeader"] for p in payloads]
     assert any(h["diffFields"] for h in headers), "a long text diff"

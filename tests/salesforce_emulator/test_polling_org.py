@@ -27,7 +27,9 @@ def test_same_timestamp_and_late_commits(emulator: Emulator, landed_events):
         third = txn.create("Account", {"Name": "third"})
     stamps = modstamps(emulator, "Account")
     assert stamps[first] == stamps[second] == stamps[third]
-    events = [e for e in landed_events(emulator) if e["data"]["payload"]["ChangeEventHeader"]["entityName"] == "Account"]
+    events = [
+        e for e in landed_events(emulator) if e["data"]["payload"]["ChangeEventHeader"]["entityName"] == "Account"
+    ]
     headers = [e["data"]["payload"]["ChangeEventHeader"] for e in events]
     assert len({h["commitTimestamp"] for h in headers}) == 1 and len({h["commitNumber"] for h in headers}) == 3
 
@@ -55,20 +57,30 @@ def test_a_bulk_job_by_systemmodstamp_resumes_from_a_locator(emulator: Emulator)
     with emulator.store.transaction() as txn:
         new = [txn.create("Account", {"Name": f"new {i}"}) for i in range(7)]
     since = modstamps(emulator, "Account")[new[0]]
-    sf = SalesforceResource(instance_url=emulator.instance_url, access_token=emulator.token,
-                            ca_bundle=str(emulator.ca_file))
+    sf = SalesforceResource(
+        instance_url=emulator.instance_url, access_token=emulator.token, ca_bundle=str(emulator.ca_file)
+    )
     emulator.reset_request_counts()
     positions: list[BulkPosition] = []
-    reader = sf.bulk_query_all("Account", ["Id"], page_size=3, where=f"SystemModstamp >= {since}",
-                               order_by="SystemModstamp, Id", on_page=positions.append)
+    reader = sf.bulk_query_all(
+        "Account",
+        ["Id"],
+        page_size=3,
+        where=f"SystemModstamp >= {since}",
+        order_by="SystemModstamp, Id",
+        on_page=positions.append,
+    )
     seen: list[str] = []
     for batch in reader:
         if positions:  # page 1 was handed over (and committed by a poller): the run dies here, the job stays
             break
         seen += batch.column(0).to_pylist()
     assert positions[0].locator is not None
-    resumed = [i for b in sf.bulk_query_all("Account", ["Id"], page_size=3, resume=positions[0])
-               for i in b.column(0).to_pylist()]
+    resumed = [
+        i
+        for b in sf.bulk_query_all("Account", ["Id"], page_size=3, resume=positions[0])
+        for i in b.column(0).to_pylist()
+    ]
     assert seen + resumed == sorted(new) and not set(old) & set(seen + resumed)
     assert emulator.request_counts()["bulk_query_job"] == 1  # one job created, read by two readers
     reader.close()
@@ -77,10 +89,13 @@ def test_a_bulk_job_by_systemmodstamp_resumes_from_a_locator(emulator: Emulator)
 def test_objects_without_systemmodstamp_or_isdeleted_are_shaped_as_in_a_real_org(emulator: Emulator):
     """AccountHistory has only CreatedDate, AccountShare LastModifiedDate, UserRole no IsDeleted (nor recycle bin):
     describe() leaves the others out, SOQL rejects them, queryAll returns no deleted UserRole; none has CDC."""
-    sf = SalesforceResource(instance_url=emulator.instance_url, access_token=emulator.token,
-                            ca_bundle=str(emulator.ca_file))
-    described = {name: {f["name"] for f in sf.describe(name)["fields"]}
-                 for name in ("AccountHistory", "AccountShare", "UserRole")}
+    sf = SalesforceResource(
+        instance_url=emulator.instance_url, access_token=emulator.token, ca_bundle=str(emulator.ca_file)
+    )
+    described = {
+        name: {f["name"] for f in sf.describe(name)["fields"]}
+        for name in ("AccountHistory", "AccountShare", "UserRole")
+    }
     assert "CreatedDate" in described["AccountHistory"] and "IsDeleted" in described["AccountHistory"]
     assert not {"SystemModstamp", "LastModifiedDate"} & described["AccountHistory"]
     assert "LastModifiedDate" in described["AccountShare"]

@@ -49,10 +49,15 @@ def test_each_auth_header_is_checked_on_every_call(org, stub, header: str, broke
     if broken == "missing":
         del metadata[header]
     else:
-        metadata[header] = {"accesstoken": "stale-token", "instanceurl": "https://other.my.salesforce.com",
-                            "tenantid": "00D000000000002AAA"}[header]
-    calls = [lambda: stub.GetTopic(pb.TopicRequest(topic_name="/data/ChangeEvents"), metadata=tuple(metadata.items())),
-             lambda: next(subscribe(stub, metadata, pb.FetchRequest(topic_name="/data/ChangeEvents", num_requested=1)))]
+        metadata[header] = {
+            "accesstoken": "stale-token",
+            "instanceurl": "https://other.my.salesforce.com",
+            "tenantid": "00D000000000002AAA",
+        }[header]
+    calls = [
+        lambda: stub.GetTopic(pb.TopicRequest(topic_name="/data/ChangeEvents"), metadata=tuple(metadata.items())),
+        lambda: next(subscribe(stub, metadata, pb.FetchRequest(topic_name="/data/ChangeEvents", num_requested=1))),
+    ]
     for call in calls:
         with pytest.raises(grpc.RpcError) as error:
             call()
@@ -71,8 +76,12 @@ def test_expired_and_never_issued_replay_ids_answer_the_documented_error_code(or
     create_accounts(org, 4)
     org.expire_events_through(org.events.tip - 2)
     for bad in (int_to_replay(org.events.tip - 3), int_to_replay(org.events.tip + 5), b"\x01"):
-        request = pb.FetchRequest(topic_name="/data/ChangeEvents", replay_preset=pb.ReplayPreset.Value("CUSTOM"),
-                                  replay_id=bad, num_requested=10)
+        request = pb.FetchRequest(
+            topic_name="/data/ChangeEvents",
+            replay_preset=pb.ReplayPreset.Value("CUSTOM"),
+            replay_id=bad,
+            num_requested=10,
+        )
         with pytest.raises(grpc.RpcError) as error:
             next(subscribe(stub, good(org), request))
         assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -82,8 +91,11 @@ def test_expired_and_never_issued_replay_ids_answer_the_documented_error_code(or
 def test_a_fetch_request_naming_another_topic_ends_the_stream(org, stub):
     create_accounts(org, 1)
     requests: queue.Queue = queue.Queue()
-    requests.put(pb.FetchRequest(topic_name="/data/AccountChangeEvent", num_requested=1,
-                                 replay_preset=pb.ReplayPreset.Value("EARLIEST")))
+    requests.put(
+        pb.FetchRequest(
+            topic_name="/data/AccountChangeEvent", num_requested=1, replay_preset=pb.ReplayPreset.Value("EARLIEST")
+        )
+    )
     call = stub.Subscribe(iter(requests.get, None), metadata=tuple(good(org).items()))
     assert len(next(call).events) == 1
     requests.put(pb.FetchRequest(num_requested=1))  # the topic may be omitted
@@ -99,8 +111,11 @@ def test_a_fetch_request_naming_another_topic_ends_the_stream(org, stub):
 def test_num_requested_counts_for_at_most_100_events(org, stub):
     create_accounts(org, 150)
     requests: queue.Queue = queue.Queue()
-    requests.put(pb.FetchRequest(topic_name="/data/ChangeEvents", num_requested=1000,
-                                 replay_preset=pb.ReplayPreset.Value("EARLIEST")))
+    requests.put(
+        pb.FetchRequest(
+            topic_name="/data/ChangeEvents", num_requested=1000, replay_preset=pb.ReplayPreset.Value("EARLIEST")
+        )
+    )
     call = stub.Subscribe(iter(requests.get, None), metadata=tuple(good(org).items()))
     received = 0
     for response in call:

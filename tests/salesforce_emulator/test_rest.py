@@ -17,8 +17,9 @@ from salesforce_emulator.client import CaPinnedSession, simple_salesforce_client
 
 
 def test_create_get_update_delete_roundtrip(sf: Salesforce):
-    created = sf.Account.create({"Name": "Acme", "BillingCity": "Springfield", "NumberOfEmployees": 250,
-                                 "AnnualRevenue": 1_200_000})
+    created = sf.Account.create(
+        {"Name": "Acme", "BillingCity": "Springfield", "NumberOfEmployees": 250, "AnnualRevenue": 1_200_000}
+    )
     record_id = created["id"]
     assert created["success"] and len(record_id) == 18 and record_id.startswith("001")
     assert ids.is_valid_id(record_id)
@@ -48,8 +49,13 @@ def test_contact_name_is_a_compound_of_first_and_last_name(sf: Salesforce):
 def test_unknown_and_read_only_fields_are_rejected_with_salesforce_errors(sf: Salesforce):
     with pytest.raises(SalesforceMalformedRequest) as err:
         sf.Account.create({"Name": "x", "NoSuchField__c": 1})
-    assert err.value.content == [{"message": "No such column 'NoSuchField__c' on sobject of type Account",
-                                  "errorCode": "INVALID_FIELD", "fields": ["NoSuchField__c"]}]
+    assert err.value.content == [
+        {
+            "message": "No such column 'NoSuchField__c' on sobject of type Account",
+            "errorCode": "INVALID_FIELD",
+            "fields": ["NoSuchField__c"],
+        }
+    ]
     with pytest.raises(SalesforceMalformedRequest) as err:
         sf.Account.create({"Name": "x", "SystemModstamp": "2025-01-01T00:00:00Z"})
     assert err.value.content[0]["errorCode"] == "INVALID_FIELD_FOR_INSERT_UPDATE"
@@ -66,8 +72,17 @@ def test_describe_lists_compound_formula_and_system_fields(sf: Salesforce):
     for f in fields.values():
         assert {"name", "type", "nillable", "compoundFieldName", "calculated", "filterable"} <= f.keys()
     prefixes = {o["name"]: o["keyPrefix"] for o in sf.describe()["sobjects"]}
-    assert prefixes == {"Account": "001", "Contact": "003", "Opportunity": "006", "Lead": "00Q", "Case": "500",
-                        "User": "005", "AccountHistory": "017", "AccountShare": "00r", "UserRole": "00E"}
+    assert prefixes == {
+        "Account": "001",
+        "Contact": "003",
+        "Opportunity": "006",
+        "Lead": "00Q",
+        "Case": "500",
+        "User": "005",
+        "AccountHistory": "017",
+        "AccountShare": "00r",
+        "UserRole": "00E",
+    }
 
 
 def test_delete_undelete_and_empty_recycle_bin(sf: Salesforce, emulator: Emulator):
@@ -124,8 +139,11 @@ def test_composite_retrieve_returns_null_for_unknown_and_deleted_ids(sf: Salesfo
     gone = sf.Account.create({"Name": "gone"})["id"]
     sf.Account.delete(gone)
     unknown = ids.make_id("001", 999_999)
-    result = sf.restful("composite/sobjects/Account", method="POST",
-                        json={"ids": [unknown, kept, gone], "fields": ["Id", "Name", "SystemModstamp"]})
+    result = sf.restful(
+        "composite/sobjects/Account",
+        method="POST",
+        json={"ids": [unknown, kept, gone], "fields": ["Id", "Name", "SystemModstamp"]},
+    )
     assert result[0] is None and result[2] is None
     assert result[1]["Id"] == kept and result[1]["Name"] == "kept"
     with pytest.raises(SalesforceMalformedRequest) as err:
@@ -137,8 +155,9 @@ def test_composite_retrieve_returns_null_for_unknown_and_deleted_ids(sf: Salesfo
 
 
 @pytest.mark.parametrize("malformed", ["001000000000001\n", "00100000000001", "001000000000001ZZZ"])
-def test_composite_retrieve_fails_whole_for_a_malformed_id_and_names_it(sf: Salesforce, emulator: Emulator,
-                                                                        malformed: str):
+def test_composite_retrieve_fails_whole_for_a_malformed_id_and_names_it(
+    sf: Salesforce, emulator: Emulator, malformed: str
+):
     """As Salesforce answers: not 15 or 18 letters and digits, or an 18-character id whose case-safe suffix does not
     match its first 15 characters, and the whole call fails with MALFORMED_ID naming the id (a well-formed id that
     names no record is null). A lower-case suffix is the same id."""
@@ -146,8 +165,9 @@ def test_composite_retrieve_fails_whole_for_a_malformed_id_and_names_it(sf: Sale
     with pytest.raises(SalesforceMalformedRequest) as err:
         sf.restful("composite/sobjects/Account", method="POST", json={"ids": [kept, malformed], "fields": ["Id"]})
     assert err.value.content == [{"errorCode": "MALFORMED_ID", "message": f"malformed id {malformed}"}]
-    [record] = sf.restful("composite/sobjects/Account", method="POST",
-                          json={"ids": [kept[:15] + kept[15:].lower()], "fields": ["Id"]})
+    [record] = sf.restful(
+        "composite/sobjects/Account", method="POST", json={"ids": [kept[:15] + kept[15:].lower()], "fields": ["Id"]}
+    )
     assert record["Id"] == kept
 
 
@@ -175,8 +195,9 @@ def test_exhausted_daily_budget_returns_request_limit_exceeded(tmp_path):
 
 def test_every_response_carries_sforce_limit_info(emulator: Emulator):
     session = CaPinnedSession(emulator.ca_file)
-    response = session.get(f"{emulator.instance_url}/services/data/v59.0/limits",
-                           headers={"Authorization": f"Bearer {emulator.token}"})
+    response = session.get(
+        f"{emulator.instance_url}/services/data/v59.0/limits", headers={"Authorization": f"Bearer {emulator.token}"}
+    )
     assert response.headers["Sforce-Limit-Info"] == "api-usage=1/1000000"
     missing = session.get(f"{emulator.instance_url}/services/data/v59.0/sobjects/Account/describe")
     assert missing.status_code == 401 and "Sforce-Limit-Info" in missing.headers
@@ -192,7 +213,8 @@ def test_plain_https_without_the_ca_is_refused(emulator: Emulator):
 def test_restart_keeps_the_org(tmp_path):
     with Emulator(tmp_path / "org") as emu:
         record_id = simple_salesforce_client(emu).Opportunity.create(
-            {"Name": "Big deal", "StageName": "Prospecting", "CloseDate": "2025-12-31", "Amount": 5000})["id"]
+            {"Name": "Big deal", "StageName": "Prospecting", "CloseDate": "2025-12-31", "Amount": 5000}
+        )["id"]
         before = emu.store.snapshot("Opportunity")
     with Emulator(tmp_path / "org") as emu:
         sf = simple_salesforce_client(emu)

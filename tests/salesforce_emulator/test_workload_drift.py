@@ -22,7 +22,7 @@ def _component_names(describe: dict[str, Any]) -> dict[tuple[str, str], str]:
         parent = fld["compoundFieldName"]
         if parent:
             prefix = parent[: -len("Address")] if parent.endswith("Address") else ""
-            names[(parent, fld["name"][len(prefix):])] = fld["name"]
+            names[(parent, fld["name"][len(prefix) :])] = fld["name"]
     return names
 
 
@@ -36,8 +36,9 @@ def _flatten(values: dict[str, Any], components: dict[tuple[str, str], str]) -> 
     return flat
 
 
-def fold(initial: dict[str, dict[str, Any]], events: list[dict[str, Any]],
-         components: dict[str, dict[tuple[str, str], str]]) -> dict[str, dict[str, Any]]:
+def fold(
+    initial: dict[str, dict[str, Any]], events: list[dict[str, Any]], components: dict[str, dict[tuple[str, str], str]]
+) -> dict[str, dict[str, Any]]:
     """Apply events in (commitTimestamp, commitNumber, sequenceNumber, replayId) order, Salesforce semantics."""
     state = {rid: dict(row) for rid, row in initial.items()}
     for event in sorted(events, key=event_order):
@@ -133,8 +134,9 @@ def test_same_seed_same_workload_and_recency_bias(tmp_path):
     for run in range(2):
         with Emulator(tmp_path / f"org{run}", landing_dir=tmp_path / f"landing{run}") as emu:
             workload = Workload(emu, seed=5, large_transaction=(5, 10))
-            workload.build_org(accounts=400, contacts_per_account=0, opportunities_per_account=0,
-                               cases_per_account=0, leads=0)
+            workload.build_org(
+                accounts=400, contacts_per_account=0, opportunities_per_account=0, cases_per_account=0, leads=0
+            )
             workload.run(changes=3_000)
             results.append([(r["Id"], r["Name"], r["Industry"]) for r in emu.store.snapshot("Account")])
             emu.flush_cdc()

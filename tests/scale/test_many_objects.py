@@ -10,16 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from cdc_assets.assets import replica_key
 from harness import Platform
 from org_compare import differences
+from settings import TEST_SPARK_CONF
+
+from cdc_assets.assets import replica_key
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.custom_objects import custom_object_name
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
-from settings import TEST_SPARK_CONF
 
 
 def _replicas(request) -> set[str]:
@@ -31,19 +31,21 @@ def _assert_equal_to_org(platform: Platform, emu: Emulator, names: list[str]) ->
         assert differences(emu, name, platform.rows(name)) == [], name
 
 
-@pytest.mark.parametrize("count", [pytest.param(4, id="4-objects"),
-                                   pytest.param(200, id="200-objects", marks=pytest.mark.scale)])
+@pytest.mark.parametrize(
+    "count", [pytest.param(4, id="4-objects"), pytest.param(200, id="200-objects", marks=pytest.mark.scale)]
+)
 def test_one_replication_yaml_replicates_every_object(tmp_path: Path, count: int) -> None:
     names = [custom_object_name(n) for n in range(1, count + 1)]
-    emu = Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing", roll_seconds=3600,
-                   custom_objects=count)
+    emu = Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing", roll_seconds=3600, custom_objects=count)
     workload = Workload(emu, seed=9, custom_objects=count, custom_records=2)
     workload.build_org(accounts=3)
     with emu:
-        salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                        ca_bundle=str(emu.ca_file))
-        platform = Platform(tmp_path / "p", None, names, TEST_SPARK_CONF, salesforce=salesforce,
-                            initial_load=True, close_after=0)
+        salesforce = SalesforceResource(
+            instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file)
+        )
+        platform = Platform(
+            tmp_path / "p", None, names, TEST_SPARK_CONF, salesforce=salesforce, initial_load=True, close_after=0
+        )
 
         # Every object at once: one run of every replica, loaded through Bulk API 2.0.
         loads = platform.run_sensor()

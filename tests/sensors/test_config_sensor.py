@@ -15,11 +15,11 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from settings import SAMPLE
 
 from cdc_assets.config import LOADED_CONFIG_ENV, ConfigError, load_location_config
 from definitions import build_defs
 from sensors.config import CONFIG_SENSOR
-from settings import SAMPLE
 
 TYPO = "objects:\n  - name: Account\n    pol_interval: 60\n"
 
@@ -44,8 +44,9 @@ def config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def _run_worker_replicas(queue) -> None:  # a spawned process: imports the definitions as a run worker does
     import definitions
 
-    queue.put(sorted(k.to_user_string() for k in definitions.defs().resolve_all_asset_keys()
-                     if k.path[0] == "salesforce"))
+    queue.put(
+        sorted(k.to_user_string() for k in definitions.defs().resolve_all_asset_keys() if k.path[0] == "salesforce")
+    )
 
 
 def _spawned_replicas() -> list[str]:

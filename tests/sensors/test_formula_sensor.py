@@ -7,14 +7,14 @@ import dagster as dg
 import pytest
 import yaml
 from dagster._core.test_utils import create_run_for_test
+from harness import write_config
+from subscriber_harness import resource
 
 from cdc_assets.assets import replica_key
 from definitions import build_defs
-from harness import write_config
 from salesforce_emulator import Emulator
 from sensors.formulas import sensor_name
 from sensors.work import TAG_MODE, object_tag
-from subscriber_harness import resource
 
 
 @pytest.fixture
@@ -28,13 +28,18 @@ def formula_defs(tmp_path, emu: Emulator) -> dg.Definitions:
     raw = yaml.safe_load(config.read_text())
     raw["objects"][1] |= {"formulas": {"refresh_every": "15m", "full_every": "1d"}}
     config.write_text(yaml.safe_dump(raw))
-    return build_defs(config_path=config, landing_path=str(tmp_path / "landing"),
-                      warehouse_root=str(tmp_path / "warehouse"), salesforce=resource(emu))
+    return build_defs(
+        config_path=config,
+        landing_path=str(tmp_path / "landing"),
+        warehouse_root=str(tmp_path / "warehouse"),
+        salesforce=resource(emu),
+    )
 
 
 def evaluate(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, cursor: str | None = None):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
-                                      resources={"salesforce": defs.resources["salesforce"]})  # no Spark
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=defs, resources={"salesforce": defs.resources["salesforce"]}
+    )  # no Spark
     return defs.get_sensor_def(name)(context)
 
 
@@ -43,7 +48,9 @@ def test_an_object_keeping_formulas_has_a_refresh_sensor_held_back_like_polling(
     instance = dg.DagsterInstance.ephemeral()
     names = {s.name for s in defs.sensors}
     assert sensor_name("Contact") in names and sensor_name("Account") not in names
-    specs = {c.name for checks in defs.asset_checks for c in checks.check_specs if c.asset_key == replica_key("Contact")}
+    specs = {
+        c.name for checks in defs.asset_checks for c in checks.check_specs if c.asset_key == replica_key("Contact")
+    }
     assert "formulas_fresh" in specs
 
     result = evaluate(defs, instance, sensor_name("Contact"))
@@ -53,8 +60,9 @@ def test_an_object_keeping_formulas_has_a_refresh_sensor_held_back_like_polling(
     assert request.run_config["ops"][replica_key("Contact").to_python_identifier()]["config"]["mode"] == "formulas"
     assert not evaluate(defs, instance, sensor_name("Contact"), cursor=result.cursor).run_requests  # same window
 
-    create_run_for_test(instance, job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED,
-                        tags={object_tag("Contact"): "1"})
+    create_run_for_test(
+        instance, job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED, tags={object_tag("Contact"): "1"}
+    )
     queued = evaluate(defs, instance, sensor_name("Contact"))
     assert not queued.run_requests and "in flight" in queued.skip_reason.skip_message
 

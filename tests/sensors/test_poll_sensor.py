@@ -6,14 +6,16 @@ import dagster as dg
 import pytest
 import yaml
 from dagster._core.test_utils import create_run_for_test
-
-from cdc_assets.assets import TAG_MODE as ASSET_TAG_MODE, replica_key
-from definitions import build_defs
 from harness import write_config
+
+from cdc_assets.assets import TAG_MODE as ASSET_TAG_MODE
+from cdc_assets.assets import replica_key
+from definitions import build_defs
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from sensors.poll import sensor_name
-from sensors.reconciliation import SENSOR_NAME as RECONCILE, TAG_MODE, object_tag
+from sensors.reconciliation import SENSOR_NAME as RECONCILE
+from sensors.reconciliation import TAG_MODE, object_tag
 
 
 @pytest.fixture
@@ -27,15 +29,20 @@ def poll_defs(tmp_path, emu: Emulator) -> dg.Definitions:
     raw = yaml.safe_load(config.read_text())
     raw["objects"][0] |= {"mode": "poll", "poll_interval": 60}
     config.write_text(yaml.safe_dump(raw))
-    return build_defs(config_path=config, landing_path=str(tmp_path / "landing"),
-                      warehouse_root=str(tmp_path / "warehouse"),
-                      salesforce=SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                                    ca_bundle=str(emu.ca_file)))
+    return build_defs(
+        config_path=config,
+        landing_path=str(tmp_path / "landing"),
+        warehouse_root=str(tmp_path / "warehouse"),
+        salesforce=SalesforceResource(
+            instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file)
+        ),
+    )
 
 
 def evaluate(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, cursor: str | None = None):
-    context = dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs,
-                                      resources={"salesforce": defs.resources["salesforce"]})  # no Spark
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, definitions=defs, resources={"salesforce": defs.resources["salesforce"]}
+    )  # no Spark
     return defs.get_sensor_def(name)(context)
 
 
@@ -57,8 +64,9 @@ def test_a_polled_object_has_its_own_sensor_tagged_poll_and_held_back_like_recon
     again = evaluate(defs, instance, sensor_name("Account"), cursor=result.cursor)  # the same window: no new run
     assert not again.run_requests
 
-    create_run_for_test(instance, job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED,
-                        tags={object_tag("Account"): "1"})
+    create_run_for_test(
+        instance, job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED, tags={object_tag("Account"): "1"}
+    )
     queued = evaluate(defs, instance, sensor_name("Account"))
     assert not queued.run_requests and "in flight" in queued.skip_reason.skip_message
 

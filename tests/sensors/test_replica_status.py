@@ -18,14 +18,14 @@ import pytest
 from dagster._core.events import DagsterEvent, DagsterEventType
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.test_utils import create_run_for_test
+from event_lines import event
+from harness import Platform
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.assets import replica_key
 from cdc_assets.checks import CHECKS
-from event_lines import event
-from harness import Platform
 from sensors.landing_zone import REASON_FILES, SENSOR_NAME
 from sensors.work import TAG_REASON
-from settings import TEST_SPARK_CONF
 
 NAME = "Account"
 ID = "001000000000001AAA"
@@ -37,8 +37,9 @@ def platform(tmp_path, spark, sample_dir):
 
 
 def tick(platform: Platform, cursor: str | None) -> dg.SensorResult:
-    context = dg.build_sensor_context(instance=platform.instance, cursor=cursor, definitions=platform.defs,
-                                      resources=platform.defs.resources)
+    context = dg.build_sensor_context(
+        instance=platform.instance, cursor=cursor, definitions=platform.defs, resources=platform.defs.resources
+    )
     return platform.defs.get_sensor_def(SENSOR_NAME)(context)
 
 
@@ -46,15 +47,23 @@ def submit(platform: Platform, request: dg.RunRequest) -> dg.DagsterRun:
     """The run the daemon creates for `request`, with its planned materializations and check evaluations (before
     it submits it to the queue: QUEUED would need a code location origin)."""
     job = platform.defs.resolve_implicit_global_asset_job_def()
-    return platform.instance.create_run_for_job(job, status=dg.DagsterRunStatus.NOT_STARTED, tags=request.tags,
-                                                asset_selection=frozenset(request.asset_selection))
+    return platform.instance.create_run_for_job(
+        job,
+        status=dg.DagsterRunStatus.NOT_STARTED,
+        tags=request.tags,
+        asset_selection=frozenset(request.asset_selection),
+    )
 
 
 def execute(platform: Platform, request: dg.RunRequest) -> dg.ExecuteInProcessResult:
     """`request` run by Dagster's materialize(), with the selected replicas' checks, as a daemon run has them."""
-    return dg.materialize([*platform.executable_assets(), *platform.defs.asset_checks],
-                          selection=request.asset_selection, resources=platform.defs.resources,
-                          instance=platform.instance, tags=request.tags)
+    return dg.materialize(
+        [*platform.executable_assets(), *platform.defs.asset_checks],
+        selection=request.asset_selection,
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        tags=request.tags,
+    )
 
 
 def checks_shown(platform: Platform) -> dict[str, str]:
@@ -85,8 +94,12 @@ def test_new_files_wait_for_the_landing_run_in_flight_so_the_replica_shows_its_c
     assert checks_shown(platform) == passed
 
     # The next landing run is running (created by an earlier tick) when more events land.
-    busy = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.STARTED,
-                               tags={TAG_REASON: REASON_FILES}, asset_selection=frozenset(request.asset_selection))
+    busy = create_run_for_test(
+        platform.instance,
+        status=dg.DagsterRunStatus.STARTED,
+        tags={TAG_REASON: REASON_FILES},
+        asset_selection=frozenset(request.asset_selection),
+    )
     platform.land([event(NAME, "UPDATE", [ID], now + 1000, Name="Acme Corp")])
     waiting = tick(platform, first.cursor)
     for queued in waiting.run_requests:  # what the daemon would create at once
@@ -96,7 +109,8 @@ def test_new_files_wait_for_the_landing_run_in_flight_so_the_replica_shows_its_c
     assert f"wait for landing run {busy.run_id[:8]} (STARTED)" in waiting.skip_reason.skip_message
 
     platform.instance.report_dagster_event(
-        DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=busy.job_name, message="done"), busy.run_id)
+        DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=busy.job_name, message="done"), busy.run_id
+    )
     again = tick(platform, waiting.cursor)
     [later] = again.run_requests  # the files that waited, in one run once the one in flight ended
     assert replica_key(NAME) in later.asset_selection

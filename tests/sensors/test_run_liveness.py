@@ -38,8 +38,9 @@ def worker():
     process.wait()
 
 
-def started_run(instance: dg.DagsterInstance, pid: int, *, status=dg.DagsterRunStatus.STARTED,
-                grpc_info: str = LOCAL) -> dg.DagsterRun:
+def started_run(
+    instance: dg.DagsterInstance, pid: int, *, status=dg.DagsterRunStatus.STARTED, grpc_info: str = LOCAL
+) -> dg.DagsterRun:
     """A run launched to a local code server, holding a slot of POOL, whose worker reported `pid` as Dagster's
     run worker does."""
     run = create_run_for_test(instance, status=status, tags={GRPC_INFO_TAG: grpc_info})
@@ -119,8 +120,8 @@ def test_a_step_the_pool_queue_left_unassigned_gets_the_free_slot(instance, work
     holder, waiter = started_run(instance, worker.pid), started_run(instance, worker.pid)
     storage.free_concurrency_slot_for_step(waiter.run_id, STEP)  # (started_run claims for every run it makes)
     assert claimed(instance) == 1
-    assert not storage.has_unassigned_slots(POOL)                   # the waiter's check: no free slot ...
-    storage.free_concurrency_slot_for_step(holder.run_id, STEP)     # ... the holder's step ends meanwhile ...
+    assert not storage.has_unassigned_slots(POOL)  # the waiter's check: no free slot ...
+    storage.free_concurrency_slot_for_step(holder.run_id, STEP)  # ... the holder's step ends meanwhile ...
     storage.add_pending_step(concurrency_key=POOL, run_id=waiter.run_id, step_key=WAITER, should_assign=False)
     assert not any(claim(instance, waiter, WAITER) for _ in range(3)), "stranded: every slot free, never claimed"
 

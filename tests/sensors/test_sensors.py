@@ -10,28 +10,36 @@ import uuid
 import dagster as dg
 import pytest
 from dagster._core.test_utils import create_run_for_test
-
-from cdc_assets.assets import CHANGE_EVENTS_KEY, ingest_keys, replica_key
-from settings import TEST_SPARK_CONF
 from event_lines import event
 from harness import Platform, load_lines
-from resources.salesforce import SalesforceResource
-from salesforce_emulator import Emulator
+from settings import TEST_SPARK_CONF
+
+from cdc_assets.assets import CHANGE_EVENTS_KEY, ingest_keys, replica_key
 from cdc_assets.run_cut import TAG_CUT
 from cdc_assets.run_tags import run_tags
-from sensors.landing_zone import REASON_FILES, SENSOR_NAME as LANDING
-from sensors.reconciliation import SENSOR_NAME as RECONCILE, TAG_MODE, object_tag
+from resources.salesforce import SalesforceResource
+from salesforce_emulator import Emulator
+from sensors.landing_zone import REASON_FILES
+from sensors.landing_zone import SENSOR_NAME as LANDING
+from sensors.reconciliation import SENSOR_NAME as RECONCILE
+from sensors.reconciliation import TAG_MODE, object_tag
 from sensors.work import TAG_REASON, work_tag
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
+
+
 def landing(*names: str) -> set[dg.AssetKey]:
     """A landing run's selection: change_events, and the slice and replica of each object it applies (only)."""
     return {*ingest_keys(names), *(replica_key(n) for n in names)}
 
 
 def evaluate(platform: Platform, name: str, cursor: str | None = None, resources=None):
-    context = dg.build_sensor_context(instance=platform.instance, cursor=cursor, definitions=platform.defs,
-                                      resources=resources or platform.defs.resources)
+    context = dg.build_sensor_context(
+        instance=platform.instance,
+        cursor=cursor,
+        definitions=platform.defs,
+        resources=resources or platform.defs.resources,
+    )
     return platform.defs.get_sensor_def(name)(context)
 
 
@@ -62,8 +70,12 @@ def test_landing_sensor_leaves_new_files_to_the_next_run_after_the_landing_run_i
     first = evaluate(platform, LANDING)
     [request] = first.run_requests
     # Not started yet (QUEUED would need a code location origin; the sensor treats both alike).
-    queued = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.NOT_STARTED, tags=request.tags,
-                                 asset_selection=frozenset(request.asset_selection))
+    queued = create_run_for_test(
+        platform.instance,
+        status=dg.DagsterRunStatus.NOT_STARTED,
+        tags=request.tags,
+        asset_selection=frozenset(request.asset_selection),
+    )
 
     platform.land([event("Contact", "UPDATE", ["003000000000001AAA"], 2, LastName="King")], name="b.jsonl")
     covered = evaluate(platform, LANDING, cursor=first.cursor)
@@ -98,8 +110,11 @@ def test_closing_waits_for_the_landing_run_in_flight(platform, sample_dir):
     platform.land(load_lines(sample_dir / "events.jsonl"))
     platform.run()
     platform.replication_close_after(0)
-    running = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.STARTED,
-                                  tags=run_tags(mode="apply", reason=REASON_FILES, objects=["Account"]))
+    running = create_run_for_test(
+        platform.instance,
+        status=dg.DagsterRunStatus.STARTED,
+        tags=run_tags(mode="apply", reason=REASON_FILES, objects=["Account"]),
+    )
     waiting = evaluate(platform, LANDING)
     assert not waiting.run_requests and f"closing waits for landing run {running.run_id[:8]}" in skipped(waiting)
     platform.instance.report_run_canceled(running)
@@ -107,20 +122,24 @@ def test_closing_waits_for_the_landing_run_in_flight(platform, sample_dir):
     assert request.run_key.startswith("close-")
 
 
-def test_reconciliation_sensor_requests_reconcile_and_resync_and_respects_the_budget(platform, sample_dir,
-                                                                                     tmp_path):
+def test_reconciliation_sensor_requests_reconcile_and_resync_and_respects_the_budget(platform, sample_dir, tmp_path):
     platform.land(load_lines(sample_dir / "events.jsonl"))
     platform.run()
     with Emulator(tmp_path / "org") as emu:
-        org = {"salesforce": SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                                ca_bundle=str(emu.ca_file))}
+        org = {
+            "salesforce": SalesforceResource(
+                instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file)
+            )
+        }
         resources = {**platform.defs.resources, **org}
         result = evaluate(platform, RECONCILE, resources=resources)
         [request] = result.run_requests  # one run for every replica that needs work: one process, one Spark
         assert set(request.asset_selection) == {replica_key("Contact"), replica_key("Opportunity")}
         modes = {op: c["config"]["mode"] for op, c in request.run_config["ops"].items()}
-        assert modes == {replica_key("Contact").to_python_identifier(): "reconcile",
-                         replica_key("Opportunity").to_python_identifier(): "resync"}
+        assert modes == {
+            replica_key("Contact").to_python_identifier(): "reconcile",
+            replica_key("Opportunity").to_python_identifier(): "resync",
+        }
         assert request.tags[TAG_MODE] == "reconcile+resync"
         assert request.tags[object_tag("Contact")] == request.tags[object_tag("Opportunity")] == "1"
 
@@ -134,17 +153,30 @@ def skipped(result) -> str:
 
 
 def org_resources(platform: Platform, emu: Emulator) -> dict:
-    return {**platform.defs.resources, "salesforce": SalesforceResource(
-        instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file))}
+    return {
+        **platform.defs.resources,
+        "salesforce": SalesforceResource(
+            instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file)
+        ),
+    }
 
 
 def test_a_replica_without_a_table_is_loaded_at_once_and_a_failed_load_is_retried_after_the_backoff(
-        tmp_path, spark, sample_dir, monkeypatch):
+    tmp_path, spark, sample_dir, monkeypatch
+):
     with Emulator(tmp_path / "org") as emu:
-        salesforce = SalesforceResource(instance_url=emu.instance_url, access_token=emu.token,
-                                        ca_bundle=str(emu.ca_file))
-        platform = Platform(tmp_path / "p", sample_dir / "describe", OBJECTS, TEST_SPARK_CONF, salesforce=salesforce,
-                            initial_load=True, retry_backoff_seconds=300)
+        salesforce = SalesforceResource(
+            instance_url=emu.instance_url, access_token=emu.token, ca_bundle=str(emu.ca_file)
+        )
+        platform = Platform(
+            tmp_path / "p",
+            sample_dir / "describe",
+            OBJECTS,
+            TEST_SPARK_CONF,
+            salesforce=salesforce,
+            initial_load=True,
+            retry_backoff_seconds=300,
+        )
         [request] = evaluate(platform, RECONCILE).run_requests  # no landing file, no event: loaded all the same
         assert set(request.asset_selection) == {replica_key(n) for n in OBJECTS}
         assert {request.tags[work_tag(n)] for n in OBJECTS} == {"initial_load"}
@@ -155,8 +187,7 @@ def test_a_replica_without_a_table_is_loaded_at_once_and_a_failed_load_is_retrie
         assert not failed.success and platform.table_version("Account") is None
         later = evaluate(platform, RECONCILE)
         assert not later.run_requests  # not before the backoff, and the skip reason says when
-        assert f"retry 1 of initial load of Account after run {failed.run_id[:8]} failed, in 300 s" \
-            in skipped(later)
+        assert f"retry 1 of initial load of Account after run {failed.run_id[:8]} failed, in 300 s" in skipped(later)
 
         platform.set_options(retry_backoff_seconds=0)
         [retry] = evaluate(platform, RECONCILE).run_requests
@@ -186,20 +217,28 @@ def test_landing_files_whose_run_failed_are_requested_again_after_the_backoff(pl
     assert [r["record_id"] for r in platform.change_events()] == ["003000000000001AAA"]
 
 
-def test_work_does_not_wait_behind_landing_runs_and_the_skip_reason_says_what_it_waits_for(platform, sample_dir,
-                                                                                           tmp_path):
+def test_work_does_not_wait_behind_landing_runs_and_the_skip_reason_says_what_it_waits_for(
+    platform, sample_dir, tmp_path
+):
     platform.land(load_lines(sample_dir / "events.jsonl"))
     platform.run()  # Contact has dirty records, Opportunity a pending resync
     with Emulator(tmp_path / "org") as emu:
         resources = org_resources(platform, emu)
         # Steady traffic: a landing run of every object is always queued.
-        create_run_for_test(platform.instance, status=dg.DagsterRunStatus.NOT_STARTED,
-                            tags={TAG_REASON: REASON_FILES, **{object_tag(n): "1" for n in OBJECTS}})
+        create_run_for_test(
+            platform.instance,
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags={TAG_REASON: REASON_FILES, **{object_tag(n): "1" for n in OBJECTS}},
+        )
         [request] = evaluate(platform, RECONCILE, resources=resources).run_requests
         assert set(request.asset_selection) == {replica_key("Contact"), replica_key("Opportunity")}
 
-        queued = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.NOT_STARTED, tags=request.tags,
-                                     asset_selection=frozenset(request.asset_selection))
+        queued = create_run_for_test(
+            platform.instance,
+            status=dg.DagsterRunStatus.NOT_STARTED,
+            tags=request.tags,
+            asset_selection=frozenset(request.asset_selection),
+        )
         waiting = evaluate(platform, RECONCILE, resources=resources)
         assert not waiting.run_requests
         assert f"resync of Opportunity waiting for run {queued.run_id[:8]} (NOT_STARTED)" in skipped(waiting)
@@ -213,8 +252,12 @@ def test_work_does_not_wait_behind_landing_runs_and_the_skip_reason_says_what_it
 
 def transaction_across_objects(platform: Platform) -> str | None:
     """Land transaction TX creating an Account and a Contact; run what the landing sensor asks: both hold TX."""
-    platform.land([event("Account", "CREATE", ["001000000000001AAA"], 1_000, tx="TX", seq=1, Name="Acme"),
-                   event("Contact", "CREATE", ["003000000000001AAA"], 1_000, tx="TX", seq=2, LastName="Lovelace")])
+    platform.land(
+        [
+            event("Account", "CREATE", ["001000000000001AAA"], 1_000, tx="TX", seq=1, Name="Acme"),
+            event("Contact", "CREATE", ["003000000000001AAA"], 1_000, tx="TX", seq=2, LastName="Lovelace"),
+        ]
+    )
     result = evaluate(platform, LANDING)
     [request] = result.run_requests
     assert platform.execute(request).success
@@ -260,8 +303,12 @@ def test_every_replica_of_a_run_applies_through_the_pinned_cut_even_after_anothe
     run_id = str(uuid.uuid4())
     pinned = {"run": run_id, "through": 1, "open_key": "TX", "clock": "2026-01-01T00:00:00+00:00", "reason": "test"}
     job = platform.defs.get_implicit_global_asset_job_def()
-    result = job.execute_in_process(instance=platform.instance, run_id=run_id, tags={TAG_CUT: json.dumps(pinned)},
-                                    asset_selection=[replica_key("Account"), replica_key("Contact")])
+    result = job.execute_in_process(
+        instance=platform.instance,
+        run_id=run_id,
+        tags={TAG_CUT: json.dumps(pinned)},
+        asset_selection=[replica_key("Account"), replica_key("Contact")],
+    )
     for name in ("Account", "Contact"):  # as the run's first step decided, not the newer ingest
         meta = platform.materialization(result, name)
         assert (meta["applied_through"], meta["held_transactions"]) == (1, ["TX"]), name
@@ -289,8 +336,15 @@ def test_landing_sensor_reports_what_the_zone_holds_but_never_reads_and_fails_a_
     assert observation.asset_key == check.asset_key == dg.AssetKey("landing_zone")
     assert check.check_name == "landing_zone_files_read" and not check.passed
     counts = {k: v.value for k, v in observation.metadata.items()}
-    assert counts == {"event_files": 1, "entries_not_read": 7, "files_not_events": 4, "symlinks": 1,
-                      "not_regular_files": 1, "names_not_utf8": 0, "inflight_stale": 1}
+    assert counts == {
+        "event_files": 1,
+        "entries_not_read": 7,
+        "files_not_events": 4,
+        "symlinks": 1,
+        "not_regular_files": 1,
+        "names_not_utf8": 0,
+        "inflight_stale": 1,
+    }
     assert "bad\\nname.jsonl.txt (not *.jsonl or *.jsonl.gz)" in check.description
     assert "\n" not in check.description and "and 2 more" in check.description
     [request] = first.run_requests  # the event file still flows

@@ -9,23 +9,24 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
+from harness import write_config
 
 from cdc_assets.assets import LANDING_ZONE
-from definitions import build_defs
 from cdc_subscriber.cli import main as cli_main
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, letters_folder, salvage
 from cdc_subscriber.position import topic_slug
 from cdc_subscriber.status import StatusReporter
-from harness import write_config
+from definitions import build_defs
 from sensors.subscriber_status import CHECK_NAME, DEAD_LETTERS_CHECK, SENSOR_NAME
 
 
 @pytest.fixture
 def defs(tmp_path, sample_dir, spark):  # Spark started first: on a busy machine the sensor's resources starting it
     # took longer than STALE_AFTER_SECONDS, and the status written before read as a stopped subscriber's
-    config = write_config(tmp_path / "replication.yaml", sample_dir / "describe", ["Account"],
-                          subscriber_max_lag_seconds=60)
+    config = write_config(
+        tmp_path / "replication.yaml", sample_dir / "describe", ["Account"], subscriber_max_lag_seconds=60
+    )
     return build_defs(config_path=config, landing_path=str(tmp_path / "landing"), warehouse_root=str(tmp_path / "w"))
 
 
@@ -64,8 +65,13 @@ def test_a_running_stream_is_observed_with_lag_and_throughput_and_passes(defs, t
 
 def test_a_failed_stream_fails_the_check_with_its_last_error(defs, tmp_path):
     report(tmp_path, state="RUNNING", lag_seconds=1.0)
-    report(tmp_path, topic="/data/AccountChangeEvent", state="FAILED", last_error="UNAVAILABLE: connection reset",
-           last_error_at="2026-01-01T00:00:00+00:00")
+    report(
+        tmp_path,
+        topic="/data/AccountChangeEvent",
+        state="FAILED",
+        last_error="UNAVAILABLE: connection reset",
+        last_error_at="2026-01-01T00:00:00+00:00",
+    )
     observation, check = events(evaluate(defs))
     assert not check.passed and "FAILED" in check.description and "connection reset" in check.description
     assert observation.metadata["stream_state"].value == "FAILED"
@@ -78,8 +84,12 @@ def test_lag_over_the_threshold_fails_the_check(defs, tmp_path):
 
 
 def test_a_subscriber_that_stopped_reporting_reads_as_failed(defs, tmp_path):
-    report(tmp_path, state="RUNNING", lag_seconds=0.0,
-           updated_at=(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)).isoformat())
+    report(
+        tmp_path,
+        state="RUNNING",
+        lag_seconds=0.0,
+        updated_at=(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)).isoformat(),
+    )
     _, check = events(evaluate(defs))
     assert not check.passed and "FAILED" in check.description
 
@@ -87,19 +97,36 @@ def test_a_subscriber_that_stopped_reporting_reads_as_failed(defs, tmp_path):
 def test_no_subscriber_of_ours_is_skipped_and_the_check_passes(defs):
     assert evaluate(defs).skip_reason is not None
     check = next(c for c in defs.asset_checks if CHECK_NAME in {k.name for k in c.check_keys})
-    result = dg.materialize([check], resources=defs.resources, instance=dg.DagsterInstance.ephemeral(),
-                            selection=dg.AssetSelection.checks(check))
+    result = dg.materialize(
+        [check],
+        resources=defs.resources,
+        instance=dg.DagsterInstance.ephemeral(),
+        selection=dg.AssetSelection.checks(check),
+    )
     evaluations = result.get_asset_check_evaluations()
     assert {e.check_name for e in evaluations} == {CHECK_NAME, DEAD_LETTERS_CHECK}
     assert all(e.passed for e in evaluations)
 
 
 def dead_letter(tmp_path, replay_id: bytes = b"\x5f\x0e\x2a\xcf") -> None:
-    found = salvage(replay_id=replay_id, schema_id="poison-1", payload=b"\xff" * 8, schema_text=None,
-                    channel="/data/ChangeEvents", entities=("Account",))
+    found = salvage(
+        replay_id=replay_id,
+        schema_id="poison-1",
+        payload=b"\xff" * 8,
+        schema_text=None,
+        channel="/data/ChangeEvents",
+        entities=("Account",),
+    )
     DeadLetterStore(state_dir_for(tmp_path / "landing"), "/data/ChangeEvents").record(
-        DeadLetter.of("/data/ChangeEvents", replay_id, "poison-1", b"\xff" * 8, "schema poison-1 cannot be fetched: "
-                      "NOT_FOUND", found))
+        DeadLetter.of(
+            "/data/ChangeEvents",
+            replay_id,
+            "poison-1",
+            b"\xff" * 8,
+            "schema poison-1 cannot be fetched: NOT_FOUND",
+            found,
+        )
+    )
 
 
 def test_dead_letters_fail_their_check_until_acknowledged(defs, tmp_path):
@@ -128,8 +155,12 @@ def test_dead_letters_fail_their_check_until_acknowledged(defs, tmp_path):
 def test_the_dead_letters_check_runs_on_demand(defs, tmp_path):
     dead_letter(tmp_path)
     check = next(c for c in defs.asset_checks if DEAD_LETTERS_CHECK in {k.name for k in c.check_keys})
-    result = dg.materialize([check], resources=defs.resources, instance=dg.DagsterInstance.ephemeral(),
-                            selection=dg.AssetSelection.checks(check))
+    result = dg.materialize(
+        [check],
+        resources=defs.resources,
+        instance=dg.DagsterInstance.ephemeral(),
+        selection=dg.AssetSelection.checks(check),
+    )
     evaluations = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert not evaluations[DEAD_LETTERS_CHECK].passed and evaluations[CHECK_NAME].passed
 
@@ -156,12 +187,20 @@ def test_text_from_the_stream_reaches_descriptions_and_metadata_escaped(defs, tm
     start a line of their own in the check's description or the observation's text metadata."""
     forged = "\n2026-01-01 INFO forged"
     report(tmp_path, state="FAILED", last_error=f"boom{forged}", last_error_at="now")
-    DeadLetterStore(state_dir_for(tmp_path / "landing"), "/data/ChangeEvents").record(DeadLetter(
-        "/data/ChangeEvents", "0a", "schema-1", "", f"cannot decode{forged}", f"resync{forged}", f"Account{forged}"))
+    DeadLetterStore(state_dir_for(tmp_path / "landing"), "/data/ChangeEvents").record(
+        DeadLetter(
+            "/data/ChangeEvents", "0a", "schema-1", "", f"cannot decode{forged}", f"resync{forged}", f"Account{forged}"
+        )
+    )
     result = evaluate(defs)
     observation, stream = events(result)
     letters = dead_letters_check(result)
-    texts = [stream.description, letters.description, observation.description,
-             observation.metadata["last_error"].value, observation.metadata["last_dead_letter"].value]
+    texts = [
+        stream.description,
+        letters.description,
+        observation.description,
+        observation.metadata["last_error"].value,
+        observation.metadata["last_dead_letter"].value,
+    ]
     assert all("\\n2026-01-01 INFO forged" in t for t in texts[:2] + texts[3:])
     assert not [t for t in texts if t and "\n" in t]

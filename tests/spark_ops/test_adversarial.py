@@ -5,28 +5,52 @@ from __future__ import annotations
 
 import json
 
+from event_lines import event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from event_lines import event
 from spark_ops.parse import parse_lines, quarantined, to_change_rows
 from spark_ops.schema import ObjectSchema
 
 GOOD = json.loads(event("Account", "UPDATE", ["001000000000001AAA"], 1_763_800_000_000, Name="Acme"))
 HEADER_KEYS = list(GOOD["data"]["payload"]["ChangeEventHeader"])
 json_scalars = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=20))
-json_values = st.recursive(json_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)), max_leaves=6)
-nasty_ids = st.sampled_from(["001' OR '1'='1", "001000000000001AA\"", "../../etc/passwd", "", "001*", "x" * 200,
-                             "001000000000001AAA; DROP TABLE"])
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=8), inner, max_size=3)),
+    max_leaves=6,
+)
+nasty_ids = st.sampled_from(
+    [
+        "001' OR '1'='1",
+        '001000000000001AA"',
+        "../../etc/passwd",
+        "",
+        "001*",
+        "x" * 200,
+        "001000000000001AAA; DROP TABLE",
+    ]
+)
 
 
 @st.composite
 def adversarial_line(draw) -> str:
     line = json.loads(json.dumps(GOOD))
     header = line["data"]["payload"]["ChangeEventHeader"]
-    kind = draw(st.sampled_from(["drop_header_key", "wrong_type", "bad_id", "unknown_type", "unknown_entity",
-                                 "field_value", "raw_text", "truncate"]))
+    kind = draw(
+        st.sampled_from(
+            [
+                "drop_header_key",
+                "wrong_type",
+                "bad_id",
+                "unknown_type",
+                "unknown_entity",
+                "field_value",
+                "raw_text",
+                "truncate",
+            ]
+        )
+    )
     if kind == "drop_header_key":
         header.pop(draw(st.sampled_from(HEADER_KEYS)))
     elif kind == "wrong_type":
@@ -38,20 +62,25 @@ def adversarial_line(draw) -> str:
     elif kind == "unknown_entity":
         header["entityName"] = draw(st.text(min_size=1, max_size=12))
     elif kind == "field_value":
-        line["data"]["payload"][draw(st.sampled_from(["NumberOfEmployees", "CreatedDate", "AnnualRevenue",
-                                                      "BillingAddress", "Name"]))] = draw(json_values)
+        line["data"]["payload"][
+            draw(st.sampled_from(["NumberOfEmployees", "CreatedDate", "AnnualRevenue", "BillingAddress", "Name"]))
+        ] = draw(json_values)
     elif kind == "raw_text":
         return draw(st.text(max_size=60))
     text = json.dumps(line)
     return text[: draw(st.integers(1, len(text)))] if kind == "truncate" else text
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=6,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(lines=st.lists(adversarial_line(), min_size=20, max_size=40))
 def test_every_adversarial_line_is_accounted_for(spark, sample_dir, lines):
-    schemas = {"Account": ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json")
-                                                                .read_text()))}
+    schemas = {
+        "Account": ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
+    }
     rows = [("f.jsonl", i + 1, line) for i, line in enumerate(lines) if line.strip()]
     df = spark.createDataFrame(rows, "source_file string, source_line long, raw string")
     parsed = parse_lines(df, schemas).cache()

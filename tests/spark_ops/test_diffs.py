@@ -20,8 +20,10 @@ def roundtrip(old: str, new: str) -> str:
 def test_salesforce_documented_shape_is_applied():
     old = "Intro\nBusiness applications are moving to the cloud.\nMiddle\nEnd"
     new = "Intro\nBusiness apps are moving to the cloud.\nMiddle\nEnd"
-    diff = (f"--- \n+++ {sha256_hex(new)}\n@@ -2,1 +2,1 @@\n-Business applications are moving to the cloud.\n"
-            f"+Business apps are moving to the cloud.")
+    diff = (
+        f"--- \n+++ {sha256_hex(new)}\n@@ -2,1 +2,1 @@\n-Business applications are moving to the cloud.\n"
+        f"+Business apps are moving to the cloud."
+    )
     assert apply_diff(old, diff) == new
 
 
@@ -37,7 +39,7 @@ def test_multi_line_edit_insert_and_delete():
 
 
 def test_unicode_lines():
-    old = "\n".join(["Überblick: Café, naïve, 東京, emoji 🚀"] + PARAGRAPHS)
+    old = "\n".join(["Überblick: Café, naïve, 東京, emoji 🚀", *PARAGRAPHS])
     new = old.replace("🚀", "🛰️").replace("Paragraph 7:", "Абзац 7:")
     assert roundtrip(old, new) == new
 
@@ -117,8 +119,12 @@ def test_diff_text_reads_both_event_shapes():
 
 
 def change(change_type: str, fields: dict, diffs: tuple[str, ...] = ()) -> dict:
-    return {"change_type": change_type, "fields": dict(fields), "set_fields": sorted(fields),
-            "diff_fields": list(diffs)}
+    return {
+        "change_type": change_type,
+        "fields": dict(fields),
+        "set_fields": sorted(fields),
+        "diff_fields": list(diffs),
+    }
 
 
 def as_diff(old: str, new: str) -> str:
@@ -129,8 +135,10 @@ def test_resolve_record_chains_diffs_over_stored_and_earlier_values():
     v0 = "\n".join(PARAGRAPHS)
     v1 = v0.replace("Paragraph 1:", "P1:")
     v2 = v1.replace("Paragraph 2:", "P2:")
-    rows = [change("UPDATE", {"Description": as_diff(v0, v1)}, ("Description",)),
-            change("UPDATE", {"Description": as_diff(v1, v2), "Name": "x"}, ("Description",))]
+    rows = [
+        change("UPDATE", {"Description": as_diff(v0, v1)}, ("Description",)),
+        change("UPDATE", {"Description": as_diff(v1, v2), "Name": "x"}, ("Description",)),
+    ]
     assert resolve_record(rows, {"Description": v0}, {"Description"}) == (2, None)
     assert [r["fields"]["Description"] for r in rows] == [v1, v2]
 
@@ -138,16 +146,20 @@ def test_resolve_record_chains_diffs_over_stored_and_earlier_values():
 def test_resolve_record_after_a_create_in_the_batch_and_unknown_or_null_bases():
     v0 = "\n".join(PARAGRAPHS)
     v1 = v0.replace("Paragraph 1:", "P1:")
-    created = [change("CREATE", {"Description": v0}), change("UPDATE", {"Description": as_diff(v0, v1)},
-                                                             ("Description",))]
+    created = [
+        change("CREATE", {"Description": v0}),
+        change("UPDATE", {"Description": as_diff(v0, v1)}, ("Description",)),
+    ]
     assert resolve_record(created, None, {"Description"}) == (1, None)
 
     unknown = [change("UPDATE", {"Description": as_diff(v0, v1)}, ("Description",))]
     done, failed = resolve_record(unknown, None, {"Description"})
     assert (done, failed[0], unknown[0]["change_type"]) == (0, "Description", "GAP_UPDATE")
 
-    nulled = [change("UPDATE", {"Description": None}), change("UPDATE", {"Description": as_diff(v0, v1)},
-                                                               ("Description",))]
+    nulled = [
+        change("UPDATE", {"Description": None}),
+        change("UPDATE", {"Description": as_diff(v0, v1)}, ("Description",)),
+    ]
     done, failed = resolve_record(nulled, {"Description": v0}, {"Description"})
     assert failed == ("Description", "the stored value is null") and nulled[1]["change_type"] == "GAP_UPDATE"
 
@@ -155,8 +167,10 @@ def test_resolve_record_after_a_create_in_the_batch_and_unknown_or_null_bases():
 def test_resolve_record_stops_at_the_first_failure():
     v0 = "\n".join(PARAGRAPHS)
     v1 = v0.replace("Paragraph 1:", "P1:")
-    rows = [change("UPDATE", {"Description": json.dumps({"diff": corrupted(v0, v1, "hash")})}, ("Description",)),
-            change("UPDATE", {"Description": as_diff(v1, v0)}, ("Description",))]
+    rows = [
+        change("UPDATE", {"Description": json.dumps({"diff": corrupted(v0, v1, "hash")})}, ("Description",)),
+        change("UPDATE", {"Description": as_diff(v1, v0)}, ("Description",)),
+    ]
     done, failed = resolve_record(rows, {"Description": v0}, {"Description"})
     assert done == 0 and "SHA-256" in failed[1]
     assert [r["change_type"] for r in rows] == ["GAP_UPDATE", "UPDATE"]  # the fold skips the second (dirty)

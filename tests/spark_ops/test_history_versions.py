@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC
 
 import pytest
-
 from event_lines import event
+
 from spark_ops.fold import fold_changes
 from spark_ops.history import CHANGE_TYPE, TRANSACTION_KEY, transaction_versions
 from spark_ops.parse import parse_lines, to_change_rows
@@ -22,10 +23,12 @@ def account(sample_dir) -> ObjectSchema:
 
 
 def frames(spark, schema, lines, current=()):
-    df = spark.createDataFrame([("f", i + 1, line) for i, line in enumerate(lines)],
-                               "source_file string, source_line long, raw string")
-    return to_change_rows(parse_lines(df, {schema.name: schema})), spark.createDataFrame(list(current),
-                                                                                          schema.spark_schema())
+    df = spark.createDataFrame(
+        [("f", i + 1, line) for i, line in enumerate(lines)], "source_file string, source_line long, raw string"
+    )
+    return to_change_rows(parse_lines(df, {schema.name: schema})), spark.createDataFrame(
+        list(current), schema.spark_schema()
+    )
 
 
 def versions(spark, schema, lines, current=()) -> list[dict]:
@@ -40,12 +43,16 @@ def row(schema, **values):
 
 
 def test_one_version_per_transaction_in_commit_order_and_twice_in_one_transaction_is_one(spark, account):
-    out = versions(spark, account, [
-        event("Account", "CREATE", [A1], T0, tx="t1", Name="Acme", Industry="Retail"),
-        event("Account", "UPDATE", [A1], T0 + 1000, tx="t2", seq=1, Rating="Hot"),
-        event("Account", "UPDATE", [A1], T0 + 1000, tx="t2", seq=2, Rating="Warm", Industry="Energy"),
-        event("Account", "UPDATE", [A1], T0 + 2000, tx="t3", nulled=["Industry"], Industry=None),
-    ])
+    out = versions(
+        spark,
+        account,
+        [
+            event("Account", "CREATE", [A1], T0, tx="t1", Name="Acme", Industry="Retail"),
+            event("Account", "UPDATE", [A1], T0 + 1000, tx="t2", seq=1, Rating="Hot"),
+            event("Account", "UPDATE", [A1], T0 + 1000, tx="t2", seq=2, Rating="Warm", Industry="Energy"),
+            event("Account", "UPDATE", [A1], T0 + 2000, tx="t3", nulled=["Industry"], Industry=None),
+        ],
+    )
     assert [(v[TRANSACTION_KEY], v[CHANGE_TYPE], v["Name"], v["Industry"], v["Rating"]) for v in out] == [
         ("t1", "CREATE", "Acme", "Retail", None),
         ("t2", "UPDATE", "Acme", "Energy", "Warm"),  # the state after the whole transaction, not after seq 1
@@ -71,39 +78,58 @@ def test_the_last_version_equals_the_folded_row(spark, account):
             assert last[rid][column] == folded[rid][column], (rid, column)
     a1 = [v for v in out if v["Id"] == A1]
     assert [(v[CHANGE_TYPE], v["_sf_deleted"], v["Name"], v["Industry"]) for v in a1] == [
-        ("CREATE", False, "Acme", "Retail"), ("DELETE", True, "Acme", "Retail"),
-        ("UNDELETE", False, "Acme 2", None), ("UPDATE", False, "Acme 2", None)]
+        ("CREATE", False, "Acme", "Retail"),
+        ("DELETE", True, "Acme", "Retail"),
+        ("UNDELETE", False, "Acme 2", None),
+        ("UPDATE", False, "Acme 2", None),
+    ]
     assert a1[1]["_sf_deleted_at"] is not None and a1[2]["_sf_deleted_at"] is None
     assert [v["Industry"] for v in out if v["Id"] == A2] == ["Tech"]  # untouched fields keep the stored value
 
 
 def test_gap_late_and_unknown_records_never_invent_a_version(spark, account):
     current = [row(account, Id=A2, Name="Beta", _sf_commit_ts=None, _sf_bucket=A2[:13])]
-    out = versions(spark, account, [
-        event("Account", "UPDATE", [A1], T0, tx="t1", Rating="Hot"),  # never seen: only its given fields known
-        event("Account", "UPDATE", [A1], T0 + 1000, tx="t2", Rating="Cold"),
-        event("Account", "UPDATE", [A2], T0, tx="t3", Rating="Warm"),
-        event("Account", "GAP_UPDATE", [A2], T0 + 1000, tx="t4"),
-        event("Account", "UPDATE", [A2], T0 + 2000, tx="t5", Rating="Cold"),
-    ], current)
+    out = versions(
+        spark,
+        account,
+        [
+            event("Account", "UPDATE", [A1], T0, tx="t1", Rating="Hot"),  # never seen: only its given fields known
+            event("Account", "UPDATE", [A1], T0 + 1000, tx="t2", Rating="Cold"),
+            event("Account", "UPDATE", [A2], T0, tx="t3", Rating="Warm"),
+            event("Account", "GAP_UPDATE", [A2], T0 + 1000, tx="t4"),
+            event("Account", "UPDATE", [A2], T0 + 2000, tx="t5", Rating="Cold"),
+        ],
+        current,
+    )
     assert [(v["Id"], v[TRANSACTION_KEY]) for v in out] == [(A2, "t3")]
 
 
 def test_a_gap_inside_a_transaction_makes_no_version_of_that_transaction(spark, account):
     current = [row(account, Id=A1, Name="Acme", _sf_bucket=A1[:13])]
-    out = versions(spark, account, [
-        event("Account", "UPDATE", [A1], T0, tx="t1", seq=1, Rating="Hot"),
-        event("Account", "GAP_UPDATE", [A1], T0, tx="t1", seq=2),
-    ], current)
+    out = versions(
+        spark,
+        account,
+        [
+            event("Account", "UPDATE", [A1], T0, tx="t1", seq=1, Rating="Hot"),
+            event("Account", "GAP_UPDATE", [A1], T0, tx="t1", seq=2),
+        ],
+        current,
+    )
     assert out == []
 
 
 def test_superseded_changes_make_no_version(spark, account):
-    from datetime import datetime, timezone
-    stamp = datetime.fromtimestamp((T0 + 1000) / 1000, timezone.utc).replace(tzinfo=None)
+    from datetime import datetime
+
+    stamp = datetime.fromtimestamp((T0 + 1000) / 1000, UTC).replace(tzinfo=None)
     current = [row(account, Id=A1, Name="Acme", _sf_commit_ts=stamp, _sf_source="snapshot", _sf_bucket=A1[:13])]
-    out = versions(spark, account, [
-        event("Account", "UPDATE", [A1], T0, tx="t1", Rating="Hot"),
-        event("Account", "UPDATE", [A1], T0 + 2000, tx="t2", Rating="Cold"),
-    ], current)
+    out = versions(
+        spark,
+        account,
+        [
+            event("Account", "UPDATE", [A1], T0, tx="t1", Rating="Hot"),
+            event("Account", "UPDATE", [A1], T0 + 2000, tx="t2", Rating="Cold"),
+        ],
+        current,
+    )
     assert [(v[TRANSACTION_KEY], v["Rating"], v["Name"]) for v in out] == [("t2", "Cold", "Acme")]

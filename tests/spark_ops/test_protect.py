@@ -12,9 +12,9 @@ import json
 
 import pyarrow as pa
 import pytest
-
 from event_lines import event
 from settings import SAMPLE
+
 from spark_ops.datastream import parse_datastream
 from spark_ops.parse import parse_lines
 from spark_ops.protect import SALT_ENV, hash_arrow, hash_text, hashed_sql, salt_frame
@@ -55,13 +55,24 @@ def test_the_salt_is_in_no_query_text_or_plan_and_digests_are_unchanged(spark, m
     monkeypatch.setenv(SALT_ENV, SALT)
     schemas = {"Account": ObjectSchema.from_describe(_account(), hashed=["Name"])}
     if kind == "cometd":
-        line, parse = event("Account", "UPDATE", [ID], 1_700_000_000_000, Name="Secret Corp", Industry="Energy"), \
-            parse_lines
+        line, parse = (
+            event("Account", "UPDATE", [ID], 1_700_000_000_000, Name="Secret Corp", Industry="Energy"),
+            parse_lines,
+        )
     else:
-        line, parse = json.dumps({"uuid": "u1", "read_method": "salesforce-cdc", "object": "Account",
-                                  "source_timestamp": 1_700_000_000_000, "source_metadata": {"object_name": "Account"},
-                                  "payload": {"Id": ID, "Name": "Secret Corp", "Industry": "Energy"}}), \
-            parse_datastream
+        line, parse = (
+            json.dumps(
+                {
+                    "uuid": "u1",
+                    "read_method": "salesforce-cdc",
+                    "object": "Account",
+                    "source_timestamp": 1_700_000_000_000,
+                    "source_metadata": {"object_name": "Account"},
+                    "payload": {"Id": ID, "Name": "Secret Corp", "Industry": "Energy"},
+                }
+            ),
+            parse_datastream,
+        )
     lines = spark.createDataFrame([("f.jsonl", 1, line)], "source_file string, source_line long, raw string")
     parsed = parse(lines, schemas)
     [row] = parsed.select("quarantine_reason", "fields").collect()
@@ -89,12 +100,15 @@ def test_exclude_drops_columns_and_org_fields():
     assert schema.with_columns({"Industry": "picklist"}).column_names == schema.column_names
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"hashed": ["AnnualRevenue"]}, "only text fields other than Id can be hashed"),
-    ({"hashed": ["Id"]}, "only text fields other than Id can be hashed"),
-    ({"exclude": ["Nmae"]}, "describe\\(\\) does not have"),
-    ({"include": ["Name"], "hashed": ["Industry"]}, "which `fields` leaves out"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"hashed": ["AnnualRevenue"]}, "only text fields other than Id can be hashed"),
+        ({"hashed": ["Id"]}, "only text fields other than Id can be hashed"),
+        ({"exclude": ["Nmae"]}, "describe\\(\\) does not have"),
+        ({"include": ["Name"], "hashed": ["Industry"]}, "which `fields` leaves out"),
+    ],
+)
 def test_selection_refuses_what_it_cannot_do(kwargs, message):
     with pytest.raises(ValueError, match=message):
         ObjectSchema.from_describe(_account(), **kwargs)

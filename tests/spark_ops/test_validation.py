@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyspark.sql.functions as F
 import pytest
@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 from spark_ops.schema import ObjectSchema
 from spark_ops.validation import NOT_NULL, SOURCES, replica_schema, schema_errors
 
-SYNCED = datetime(2025, 11, 22, 8, 40, tzinfo=timezone.utc)
+SYNCED = datetime(2025, 11, 22, 8, 40, tzinfo=UTC)
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +27,18 @@ def loose(account) -> T.StructType:
 
 
 def _row(account: ObjectSchema, **values) -> dict:
-    row = {c: None for c in account.spark_schema().names}
-    row |= {"Id": "001000000000001AAA", "Name": "Acme", "NumberOfEmployees": 250, "AnnualRevenue": 1.5e6,
-            "CreatedDate": SYNCED, "_sf_deleted": False, "_sf_source": "cdc", "_sf_synced_at": SYNCED,
-            "_sf_bucket": "001000000000001"}
+    row = dict.fromkeys(account.spark_schema().names)
+    row |= {
+        "Id": "001000000000001AAA",
+        "Name": "Acme",
+        "NumberOfEmployees": 250,
+        "AnnualRevenue": 1.5e6,
+        "CreatedDate": SYNCED,
+        "_sf_deleted": False,
+        "_sf_source": "cdc",
+        "_sf_synced_at": SYNCED,
+        "_sf_bucket": "001000000000001",
+    }
     return row | values
 
 
@@ -47,8 +55,12 @@ def test_schema_covers_every_replica_column_with_its_type(account):
 
 
 def test_valid_rows_pass_including_partial_rows(spark, account, loose):
-    rows = [_row(account), _row(account, Id="001000000000002AAA", Name=None, CreatedDate=None, _sf_source="snapshot",
-                                _sf_dirty_since=SYNCED)]
+    rows = [
+        _row(account),
+        _row(
+            account, Id="001000000000002AAA", Name=None, CreatedDate=None, _sf_source="snapshot", _sf_dirty_since=SYNCED
+        ),
+    ]
     assert schema_errors(spark.createDataFrame(rows, loose), replica_schema(account)) == []
 
 
@@ -66,7 +78,9 @@ def test_unknown_source_and_missing_system_value_fail(spark, account, loose):
     assert "bulk" not in SOURCES
     df = spark.createDataFrame([_row(account, _sf_source="bulk", _sf_deleted=None)], loose)
     assert _failures(schema_errors(df, replica_schema(account))) == {
-        ("_sf_source", "DATAFRAME_CHECK"), ("_sf_deleted", "SERIES_CONTAINS_NULLS")}
+        ("_sf_source", "DATAFRAME_CHECK"),
+        ("_sf_deleted", "SERIES_CONTAINS_NULLS"),
+    }
 
 
 def test_missing_column_fails_and_extra_column_passes(spark, account, loose):
@@ -82,8 +96,13 @@ def test_a_time_column_holds_times_of_day_as_salesforce_returns_them(spark):
     contact = ObjectSchema.from_describe(OBJECTS["Contact"].describe())
     names = contact.spark_schema().names
     loose_schema = T.StructType([T.StructField(f.name, f.dataType, True) for f in contact.spark_schema().fields])
-    base = {c: None for c in names} | {"Id": "003000000000001AAA", "_sf_deleted": False, "_sf_source": "cdc",
-                                       "_sf_synced_at": SYNCED, "_sf_bucket": "003000000000001"}
+    base = dict.fromkeys(names) | {
+        "Id": "003000000000001AAA",
+        "_sf_deleted": False,
+        "_sf_source": "cdc",
+        "_sf_synced_at": SYNCED,
+        "_sf_bucket": "003000000000001",
+    }
     good = spark.createDataFrame([base | {"Best_Time_To_Call__c": "08:30:00.000Z"}], loose_schema)
     bad = spark.createDataFrame([base | {"Best_Time_To_Call__c": "8:30 AM"}], loose_schema)
     broken = spark.createDataFrame([base | {"Best_Time_To_Call__c": "08:30:00.000Z\n"}], loose_schema)

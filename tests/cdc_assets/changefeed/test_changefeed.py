@@ -5,41 +5,65 @@ append on create, merge, overwrite as a resync does), without an org: netting, m
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import jsonschema
 import pyarrow as pa
 import pytest
 import yaml
+from settings import REPO
 
 from cdc_assets.changefeed import DEBEZIUM_SCHEMA
+from cdc_assets.changefeed.config import MODES, ChangefeedConfig
 from cdc_assets.changefeed.export import RecreatedReplicaError, export_changefeed
-from cdc_assets.changefeed.config import ChangefeedConfig, MODES
 from cdc_assets.changefeed.reader import ChangefeedReader, replay
 from cdc_assets.changefeed.rows import net_changes
 from cdc_assets.config import load_config
 from cdc_assets.faults import InjectedFault
 from cdc_assets.state import REPLICA_STATE
 from resources.changefeed_store import IDENTITY, RESOLVED
-from settings import REPO
 from resources.delta import CHANGE_FEED, DeltaWarehouse, read_table, table_configuration
 
 SCHEMA = json.loads(DEBEZIUM_SCHEMA.read_text())
 TS = pa.timestamp("us", tz="UTC")
-T0 = datetime(2025, 3, 1, tzinfo=timezone.utc)
-ARROW = pa.schema([("Id", pa.string()), ("Name", pa.string()), ("Amount", pa.float64()), ("Born", pa.date32()),
-                   ("_sf_deleted", pa.bool_()), ("_sf_commit_ts", TS), ("_sf_replay_id", pa.int64()),
-                   ("_sf_source", pa.string()), ("_sf_synced_at", TS), ("_sf_bucket", pa.string())])
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+ARROW = pa.schema(
+    [
+        ("Id", pa.string()),
+        ("Name", pa.string()),
+        ("Amount", pa.float64()),
+        ("Born", pa.date32()),
+        ("_sf_deleted", pa.bool_()),
+        ("_sf_commit_ts", TS),
+        ("_sf_replay_id", pa.int64()),
+        ("_sf_source", pa.string()),
+        ("_sf_synced_at", TS),
+        ("_sf_bucket", pa.string()),
+    ]
+)
 
 
 def rows(*records: tuple, synced: int = 0, source: str = "cdc") -> pa.Table:
     """(Id, Name, Amount, deleted, commit second) records as replica rows; `synced` moves the bookkeeping time."""
-    return pa.Table.from_pylist([{
-        "Id": i, "Name": n, "Amount": a, "Born": T0.date() if a else None, "_sf_deleted": d,
-        "_sf_commit_ts": T0 + timedelta(seconds=s), "_sf_replay_id": 100 + s, "_sf_source": source,
-        "_sf_synced_at": T0 + timedelta(days=1, seconds=synced), "_sf_bucket": i[:3]} for i, n, a, d, s in records],
-        schema=ARROW)
+    return pa.Table.from_pylist(
+        [
+            {
+                "Id": i,
+                "Name": n,
+                "Amount": a,
+                "Born": T0.date() if a else None,
+                "_sf_deleted": d,
+                "_sf_commit_ts": T0 + timedelta(seconds=s),
+                "_sf_replay_id": 100 + s,
+                "_sf_source": source,
+                "_sf_synced_at": T0 + timedelta(days=1, seconds=synced),
+                "_sf_bucket": i[:3],
+            }
+            for i, n, a, d, s in records
+        ],
+        schema=ARROW,
+    )
 
 
 class Replica:
@@ -55,20 +79,41 @@ class Replica:
         return {"applied_through": version if applied is None else applied, "held": held}
 
     def create(self, data: pa.Table, applied: int | None = None) -> None:
-        self.warehouse.append(self.name, data, read=None, partition_by=["_sf_bucket"], key=REPLICA_STATE,
-                              state=self._state(None, applied), txns={})
+        self.warehouse.append(
+            self.name,
+            data,
+            read=None,
+            partition_by=["_sf_bucket"],
+            key=REPLICA_STATE,
+            state=self._state(None, applied),
+            txns={},
+        )
 
     def merge(self, data: pa.Table, applied: int | None = None, held: dict | None = None) -> None:
         read = self.warehouse.table(self.name)
-        self.warehouse.upsert(self.name, data, read=read, key_column="Id", partition_column="_sf_bucket",
-                              partition_values=data["_sf_bucket"].to_pylist(), key=REPLICA_STATE,
-                              state=self._state(read, applied, held), txns={})
+        self.warehouse.upsert(
+            self.name,
+            data,
+            read=read,
+            key_column="Id",
+            partition_column="_sf_bucket",
+            partition_values=data["_sf_bucket"].to_pylist(),
+            key=REPLICA_STATE,
+            state=self._state(read, applied, held),
+            txns={},
+        )
 
     def resync(self, data: pa.Table, applied: int | None = None) -> None:
         read = self.warehouse.table(self.name)
-        self.warehouse.overwrite(self.name, pa.RecordBatchReader.from_batches(data.schema, data.to_batches()),
-                                 read=read, partition_by=["_sf_bucket"], key=REPLICA_STATE,
-                                 state=self._state(read, applied), txns={})
+        self.warehouse.overwrite(
+            self.name,
+            pa.RecordBatchReader.from_batches(data.schema, data.to_batches()),
+            read=read,
+            partition_by=["_sf_bucket"],
+            key=REPLICA_STATE,
+            state=self._state(read, applied),
+            txns={},
+        )
 
     def live(self) -> dict[str, dict]:
         """The replica's live rows, data columns only, as the feed renders values."""
@@ -76,8 +121,11 @@ class Replica:
         out = {}
         for r in table.to_pylist():
             if not r["_sf_deleted"]:
-                out[r["Id"]] = {"Name": r["Name"], "Amount": r["Amount"],
-                                "Born": r["Born"].isoformat() if r["Born"] else None}
+                out[r["Id"]] = {
+                    "Name": r["Name"],
+                    "Amount": r["Amount"],
+                    "Born": r["Born"].isoformat() if r["Born"] else None,
+                }
         return out
 
 
@@ -101,8 +149,15 @@ def workload(replica: Replica) -> None:
     replica.merge(rows(("001B", "Globex", 2.0, True, 12)))  # soft delete
     replica.merge(rows(("001B", "Globex", 3.0, False, 13)))  # undelete (with a value changed meanwhile)
     # A resync: one value differs, one record gone from the org (marked deleted), the rest identical.
-    replica.resync(rows(("001A", "Acme\u20283", 10.0, False, 14), ("001B", "Globex", 3.0, False, 13),
-                        ("001C", "Cyberdyne", None, True, 14), synced=99, source="snapshot"))
+    replica.resync(
+        rows(
+            ("001A", "Acme\u20283", 10.0, False, 14),
+            ("001B", "Globex", 3.0, False, 13),
+            ("001C", "Cyberdyne", None, True, 14),
+            synced=99,
+            source="snapshot",
+        )
+    )
 
 
 @pytest.fixture
@@ -115,6 +170,7 @@ def replica(tmp_path) -> Replica:
 def test_replicas_are_created_with_a_change_data_feed_and_old_ones_get_it_once(tmp_path, replica):
     assert replica.warehouse.table("Account").metadata().configuration[CHANGE_FEED] == "true"
     from deltalake import write_deltalake
+
     write_deltalake(str(tmp_path / "warehouse" / "Old"), rows(("001X", "x", 1.0, False, 1)))
     old = DeltaWarehouse(root=str(tmp_path / "warehouse"))
     assert old.enable_change_feed("Old").metadata().configuration[CHANGE_FEED] == "true"
@@ -130,14 +186,18 @@ def test_feed_nets_each_version_and_replays_to_the_replica(tmp_path, replica):
     export_changefeed(replica.warehouse, "Account", config)
     got = [(r["ts"][0], r["key"][0], "erase" if "erase" in r else "update") for r in changes(config)]
     assert got == [
-        (0, "001A", "update"), (0, "001B", "update"),  # initial scan
-        (1, "001A", "update"), (1, "001C", "update"),  # version 2 (bookkeeping only) emits nothing
-        (3, "001B", "erase"), (4, "001B", "update"),  # soft delete, undelete
-        (5, "001A", "update"), (5, "001C", "erase"),  # the resync: only the difference it made
+        (0, "001A", "update"),
+        (0, "001B", "update"),  # initial scan
+        (1, "001A", "update"),
+        (1, "001C", "update"),  # version 2 (bookkeeping only) emits nothing
+        (3, "001B", "erase"),
+        (4, "001B", "update"),  # soft delete, undelete
+        (5, "001A", "update"),
+        (5, "001C", "erase"),  # the resync: only the difference it made
     ]
-    updated = [r for r in changes(config) if r["ts"][0] == 5 and "update" in r][0]
+    updated = next(r for r in changes(config) if r["ts"][0] == 5 and "update" in r)
     assert updated["oldImage"]["Name"] == "Acme 2" and updated["newImage"]["Name"] == "Acme\u20283"
-    undeleted = [r for r in changes(config) if r["ts"][0] == 4][0]
+    undeleted = next(r for r in changes(config) if r["ts"][0] == 4)
     assert "oldImage" not in undeleted and undeleted["newImage"]["Amount"] == 3.0
     assert replay(records(config)) == replica.live()
 
@@ -153,7 +213,7 @@ def test_each_mode_of_ydb_json(tmp_path, replica, mode):
     if mode in ("NEW_IMAGE", "NEW_AND_OLD_IMAGES", "UPDATES"):
         assert state == replica.live()  # these carry what a copy needs
     if mode == "UPDATES":
-        update = [r for r in changes(config) if r["ts"][0] == 1 and r["key"] == ["001A"]][0]
+        update = next(r for r in changes(config) if r["ts"][0] == 1 and r["key"] == ["001A"])
         assert update["update"] == {"Name": "Acme 2", "Amount": 10.0}  # the changed columns only
 
 
@@ -195,17 +255,42 @@ def test_debezium_json_refuses_modes_without_both_images(mode):
 
 def test_envelope_schema_rejects_a_malformed_record():
     validator = jsonschema.Draft202012Validator(SCHEMA)
-    source = {"version": "2", "connector": "salesforce-delta", "name": "salesforce", "ts_ms": 1, "snapshot": "false",
-              "db": "salesforce", "sequence": "[1,0]", "table": "Account", "txId": None, "replay_id": None,
-              "commit_number": None, "sequence_number": None, "origin": "cdc", "commit_ts": None,
-              "delta_version": 1, "delta_commit_ms": 1}
-    good = {"key": {"Id": "001A"}, "value": {"before": {"Id": "001A"}, "after": None, "source": source, "op": "d",
-                                             "ts_ms": 1, "transaction": None}}
+    source = {
+        "version": "2",
+        "connector": "salesforce-delta",
+        "name": "salesforce",
+        "ts_ms": 1,
+        "snapshot": "false",
+        "db": "salesforce",
+        "sequence": "[1,0]",
+        "table": "Account",
+        "txId": None,
+        "replay_id": None,
+        "commit_number": None,
+        "sequence_number": None,
+        "origin": "cdc",
+        "commit_ts": None,
+        "delta_version": 1,
+        "delta_commit_ms": 1,
+    }
+    good = {
+        "key": {"Id": "001A"},
+        "value": {
+            "before": {"Id": "001A"},
+            "after": None,
+            "source": source,
+            "op": "d",
+            "ts_ms": 1,
+            "transaction": None,
+        },
+    }
     assert not list(validator.iter_errors(good))
-    for bad in ({**good, "value": {**good["value"], "after": {"Id": "001A"}}},  # a delete with an after image
-                {**good, "value": {**good["value"], "op": "u", "before": None, "after": {"Id": "001A"}}},
-                {"key": {"Id": "001A"}, "payload": good["value"]},  # the old single-object line
-                {"resolved": [1, 0]}):
+    for bad in (
+        {**good, "value": {**good["value"], "after": {"Id": "001A"}}},  # a delete with an after image
+        {**good, "value": {**good["value"], "op": "u", "before": None, "after": {"Id": "001A"}}},
+        {"key": {"Id": "001A"}, "payload": good["value"]},  # the old single-object line
+        {"resolved": [1, 0]},
+    ):
         assert list(validator.iter_errors(bad)), bad
 
 
@@ -229,9 +314,11 @@ def test_files_are_split_by_max_versions_and_read_in_order(tmp_path, replica):
     export_changefeed(replica.warehouse, "Account", config)
     workload(replica)
     result = export_changefeed(replica.warehouse, "Account", config)
-    assert result.files == ["00000000000000000001-00000000000000000002-00000000000000000002.jsonl",
-                            "00000000000000000003-00000000000000000004-00000000000000000004.jsonl",
-                            "00000000000000000005-00000000000000000005-00000000000000000005.jsonl"]
+    assert result.files == [
+        "00000000000000000001-00000000000000000002-00000000000000000002.jsonl",
+        "00000000000000000003-00000000000000000004-00000000000000000004.jsonl",
+        "00000000000000000005-00000000000000000005-00000000000000000005.jsonl",
+    ]
     stamps = [r["ts"] if "ts" in r else r["resolved"] for r in records(config)]
     assert [s[0] for s in stamps] == sorted(s[0] for s in stamps)
 
@@ -270,8 +357,11 @@ def test_exporter_crash_then_rerun_writes_identical_files(tmp_path, replica, mon
     export_changefeed(replica.warehouse, "Account", crashed)
 
     def files(config):
-        return {p.name: p.read_bytes() for p in Path(config.object_uri("Account")).iterdir()
-                if p.name not in (RESOLVED, IDENTITY)}
+        return {
+            p.name: p.read_bytes()
+            for p in Path(config.object_uri("Account")).iterdir()
+            if p.name not in (RESOLVED, IDENTITY)
+        }
 
     assert files(crashed) == files(clean)
     assert len(files(clean)) == 2
@@ -279,11 +369,18 @@ def test_exporter_crash_then_rerun_writes_identical_files(tmp_path, replica, mon
 
 def test_config_section_defaults_overrides_and_errors(tmp_path):
     path = tmp_path / "replication.yaml"
-    path.write_text(yaml.safe_dump({
-        "options": {"changefeed": {"uri": "feeds", "mode": "NEW_IMAGE", "initial_scan": True}},
-        "objects": [{"name": "Account"}, {"name": "Contact", "changefeed": {"mode": "keys_only",
-                                                                           "format": "debezium_json"}},
-                    {"name": "Case", "changefeed": False}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "options": {"changefeed": {"uri": "feeds", "mode": "NEW_IMAGE", "initial_scan": True}},
+                "objects": [
+                    {"name": "Account"},
+                    {"name": "Contact", "changefeed": {"mode": "keys_only", "format": "debezium_json"}},
+                    {"name": "Case", "changefeed": False},
+                ],
+            }
+        )
+    )
     with pytest.raises(ValueError, match=r"objects\[1\].*debezium_json needs mode NEW_AND_OLD_IMAGES"):
         load_config(path)  # Contact's own section over the default would be KEYS_ONLY Debezium
     path.write_text(path.read_text().replace("keys_only", "new_and_old_images"))
@@ -311,6 +408,7 @@ def test_hard_delete_is_an_erase_with_the_old_image(tmp_path, replica):
 
 def test_a_replica_created_without_a_feed_gets_one_and_the_feed_starts_there(tmp_path):
     from deltalake import write_deltalake
+
     warehouse = DeltaWarehouse(root=str(tmp_path / "warehouse"))
     write_deltalake(warehouse.uri("Account"), rows(("001A", "Acme", 1.0, False, 1)), partition_by=["_sf_bucket"])
     replica = Replica(tmp_path / "warehouse")
@@ -342,12 +440,18 @@ def test_exporter_killed_then_rerun_writes_identical_files(tmp_path, replica, po
     import signal
     import subprocess
     import sys
+
     clean, crashed = feed(tmp_path / "clean", initial_scan=True), feed(tmp_path / "crashed", initial_scan=True)
     warehouse = str(tmp_path / "warehouse")
 
     def run(config, env=None):
-        return subprocess.run([sys.executable, "-c", KILLED_EXPORT, warehouse, config.uri], capture_output=True,
-                              cwd=REPO, env={**os.environ, **(env or {})}, timeout=120)
+        return subprocess.run(
+            [sys.executable, "-c", KILLED_EXPORT, warehouse, config.uri],
+            capture_output=True,
+            cwd=REPO,
+            env={**os.environ, **(env or {})},
+            timeout=120,
+        )
 
     assert run(clean).returncode == 0 and run(crashed).returncode == 0
     workload(replica)
@@ -357,14 +461,18 @@ def test_exporter_killed_then_rerun_writes_identical_files(tmp_path, replica, po
     assert run(crashed).returncode == 0
 
     def files(config):
-        return {p.name: p.read_bytes() for p in Path(config.object_uri("Account")).iterdir()
-                if p.name not in (RESOLVED, IDENTITY)}
+        return {
+            p.name: p.read_bytes()
+            for p in Path(config.object_uri("Account")).iterdir()
+            if p.name not in (RESOLVED, IDENTITY)
+        }
 
     assert files(crashed) == files(clean) and len(files(clean)) == 2
 
 
 def test_a_recreated_replica_stops_the_feed_with_what_to_do(tmp_path, replica):
     import shutil
+
     config = feed(tmp_path)
     replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)))
     export_changefeed(replica.warehouse, "Account", config)
@@ -379,6 +487,7 @@ def test_a_recreated_replica_whose_versions_caught_up_still_stops_the_feed(tmp_p
     used to be exported from the old position (a version comparison cannot tell). The feed records the Delta
     table id, so it stops and says to re-export with an initial scan; nothing is written."""
     import shutil
+
     config = feed(tmp_path)
     replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)))
     export_changefeed(replica.warehouse, "Account", config)  # position: version 1
@@ -400,8 +509,9 @@ def test_a_resync_overwrite_keeps_the_table_and_the_feed(tmp_path, replica):
     replica.resync(rows(("001A", "Acme 9", 1.0, False, 9)))
     export_changefeed(replica.warehouse, "Account", config)
     assert identity["table_id"] == replica.warehouse.table("Account").metadata().id
-    assert replay(records(config), {"001A": {}, "001B": {}}) == {"001A": {"Name": "Acme 9", "Amount": 1.0,
-                                                                          "Born": "2025-03-01"}}
+    assert replay(records(config), {"001A": {}, "001B": {}}) == {
+        "001A": {"Name": "Acme 9", "Amount": 1.0, "Born": "2025-03-01"}
+    }
 
 
 def test_a_feed_written_before_the_table_was_recorded_adopts_it(tmp_path, replica):
@@ -428,11 +538,21 @@ def test_compaction_and_property_commits_emit_nothing_but_advance_the_feed(tmp_p
 def events(*rows: tuple) -> pa.Table:
     """change_events rows (entity, record Id, commit number, transaction key, ingest sequence): the columns the
     feeds' clock reads."""
-    return pa.Table.from_pylist([{"entity": e, "record_id": i, "commit_number": n, "transaction_key": k,
-                                  "_ingest_seq": s} for e, i, n, k, s in rows],
-                                schema=pa.schema([("entity", pa.string()), ("record_id", pa.string()),
-                                                  ("commit_number", pa.int64()), ("transaction_key", pa.string()),
-                                                  ("_ingest_seq", pa.int64())]))
+    return pa.Table.from_pylist(
+        [
+            {"entity": e, "record_id": i, "commit_number": n, "transaction_key": k, "_ingest_seq": s}
+            for e, i, n, k, s in rows
+        ],
+        schema=pa.schema(
+            [
+                ("entity", pa.string()),
+                ("record_id", pa.string()),
+                ("commit_number", pa.int64()),
+                ("transaction_key", pa.string()),
+                ("_ingest_seq", pa.int64()),
+            ]
+        ),
+    )
 
 
 def applied(*records: tuple) -> pa.Table:
@@ -447,6 +567,7 @@ def test_feeds_of_two_objects_merge_in_commit_order_and_cut_transactions_whole(t
     resolved step holds a transaction that spans both objects in both or in neither."""
     from cdc_assets.changefeed.reader import read_consistent
     from resources.delta import CHANGE_EVENTS
+
     warehouse = DeltaWarehouse(root=str(tmp_path / "warehouse"))
     account, contact = Replica(tmp_path / "warehouse", "Account"), Replica(tmp_path / "warehouse", "Contact")
     account.create(applied(("001A", "Acme", 400)), applied=0)
@@ -456,9 +577,20 @@ def test_feeds_of_two_objects_merge_in_commit_order_and_cut_transactions_whole(t
     for name in uris:
         export_changefeed(warehouse, name, config)
     # Three transactions in commit order; TX2 changes an Account and a Contact.
-    warehouse.append(CHANGE_EVENTS, events(("Contact", "003A", 501, "TX1", 1), ("Account", "001B", 502, "TX2", 2),
-                                           ("Contact", "003X", 502, "TX2", 2), ("Account", "001C", 503, "TX3", 3)),
-                     read=None, partition_by=["entity"], key="cdc.change_events", state={}, txns={})
+    warehouse.append(
+        CHANGE_EVENTS,
+        events(
+            ("Contact", "003A", 501, "TX1", 1),
+            ("Account", "001B", 502, "TX2", 2),
+            ("Contact", "003X", 502, "TX2", 2),
+            ("Account", "001C", 503, "TX3", 3),
+        ),
+        read=None,
+        partition_by=["entity"],
+        key="cdc.change_events",
+        state={},
+        txns={},
+    )
     account.merge(applied(("001B", "Bravo", 502), ("001C", "Charlie", 503)), applied=3)  # one run: through 3
     contact.merge(applied(("003A", "Alpha", 501)), applied=1)  # Contact's run stopped at ingest 1
     for name in uris:
@@ -475,8 +607,10 @@ def test_feeds_of_two_objects_merge_in_commit_order_and_cut_transactions_whole(t
     cut, got = read_consistent(uris, after=cut)
     assert cut == 3
     assert [(n, r["key"][0], r["ts"]) for n, r in got] == [
-        ("Account", "001B", [2, 502]), ("Contact", "003X", [2, 502]),  # TX2: one ts in both feeds, whole
-        ("Account", "001C", [3, 503])]
+        ("Account", "001B", [2, 502]),
+        ("Contact", "003X", [2, 502]),  # TX2: one ts in both feeds, whole
+        ("Account", "001C", [3, 503]),
+    ]
 
 
 def test_a_held_transaction_keeps_the_resolved_step_below_it(tmp_path, replica):
@@ -500,8 +634,9 @@ def resynced_replica(root: Path, size: int) -> tuple[Replica, list[tuple]]:
     replica = Replica(root)
     everyone = [(f"001{i:05d}", f"n{i}", float(i), False, 1) for i in range(size)]
     replica.create(rows(*everyone))
-    changed = [(i, n + " resynced" if k % 50 == 0 else n, a, k % 97 == 0, s)
-               for k, (i, n, a, d, s) in enumerate(everyone)]
+    changed = [
+        (i, n + " resynced" if k % 50 == 0 else n, a, k % 97 == 0, s) for k, (i, n, a, d, s) in enumerate(everyone)
+    ]
     return replica, changed
 
 
@@ -510,12 +645,12 @@ def by_key(config: ChangefeedConfig) -> list[dict]:
 
 
 @pytest.mark.parametrize("fan_out", [64, 3])
-def test_a_resync_larger_than_a_batch_is_netted_in_bounded_parts_with_the_same_records(tmp_path, monkeypatch,
-                                                                                       fan_out):
+def test_a_resync_larger_than_a_batch_is_netted_in_bounded_parts_with_the_same_records(tmp_path, monkeypatch, fan_out):
     """Issue 18 item 9: a resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
     smaller than that, the export partitions it by a hash of Id into parts of at most a batch (every key's rows in
     one; with a fan-out of 3, in two levels of spill files), and writes the same records as one pass."""
     from cdc_assets.changefeed import parts as parts_module
+
     monkeypatch.setattr(parts_module, "FAN_OUT", fan_out)
     replica, changed = resynced_replica(tmp_path / "warehouse", 600)
     small, big = feed(tmp_path / "small", initial_scan=True, batch_rows=100), feed(tmp_path / "big", initial_scan=True)
@@ -528,10 +663,12 @@ def test_a_resync_larger_than_a_batch_is_netted_in_bounded_parts_with_the_same_r
         sizes.append(part.num_rows)
         keys.append(set(part["Id"].to_pylist()))
     assert sum(sizes) == 1200 and max(sizes) <= 100 and len(sizes) >= 12  # 1200 CDF rows: each old and new row
-    assert all(a.isdisjoint(b) for n, a in enumerate(keys) for b in keys[n + 1:])  # a key in one part only
+    assert all(a.isdisjoint(b) for n, a in enumerate(keys) for b in keys[n + 1 :])  # a key in one part only
     for config in (small, big):
         export_changefeed(replica.warehouse, "Account", config)
-    assert by_key(small) == by_key(big) and len(changes(big)) == 600 + 11 + 7  # scan, 11 updates, 7 erases (row 0 is both)
+    assert (
+        by_key(small) == by_key(big) and len(changes(big)) == 600 + 11 + 7
+    )  # scan, 11 updates, 7 erases (row 0 is both)
     assert replay(records(small)) == replica.live()
 
 
@@ -539,7 +676,9 @@ def test_the_export_reads_the_replica_and_its_changes_in_batches_of_at_most_batc
     """The initial scan and a resync's export take the replica's rows from the readers (resources/delta_changes.py)
     at most `batch_rows` at a time, and net them in parts of at most that many, although the replica is one row
     group of 600 rows and its resync's CDF 1,200: seen through the batches and parts the export is handed."""
-    from cdc_assets.changefeed import export as export_module, parts as parts_module
+    from cdc_assets.changefeed import export as export_module
+    from cdc_assets.changefeed import parts as parts_module
+
     handed: dict[str, list[int]] = {"scan": [], "cdf": [], "parts": []}
 
     def counted(kind, reader):
@@ -547,12 +686,14 @@ def test_the_export_reads_the_replica_and_its_changes_in_batches_of_at_most_batc
             for batch in reader(*args, **kw):
                 handed[kind].append(batch.num_rows)
                 yield batch
+
         return read
 
     monkeypatch.setattr(export_module, "snapshot_batches", counted("scan", export_module.snapshot_batches))
     monkeypatch.setattr(parts_module, "change_batches", counted("cdf", parts_module.change_batches))
-    monkeypatch.setattr(export_module, "net_changes", lambda part: (handed["parts"].append(part.num_rows),
-                                                                     net_changes(part))[1])
+    monkeypatch.setattr(
+        export_module, "net_changes", lambda part: (handed["parts"].append(part.num_rows), net_changes(part))[1]
+    )
     replica, changed = resynced_replica(tmp_path / "warehouse", 600)
     config = feed(tmp_path, initial_scan=True, batch_rows=50)
     export_changefeed(replica.warehouse, "Account", config)

@@ -15,19 +15,19 @@ import dagster as dg
 import jsonschema
 import pytest
 from deltalake import DeltaTable
-
-from cdc_assets.changefeed.export import changefeed_key, export_changefeed
-from cdc_assets.changefeed import DEBEZIUM_SCHEMA
-from cdc_assets.changefeed.config import ChangefeedConfig
-from cdc_assets.changefeed.reader import ChangefeedReader, read_consistent, record_ts, replay
 from harness import Platform
 from org_compare import live_rows
+from settings import TEST_SPARK_CONF
+
+from cdc_assets.changefeed import DEBEZIUM_SCHEMA
+from cdc_assets.changefeed.config import ChangefeedConfig
+from cdc_assets.changefeed.export import changefeed_key, export_changefeed
+from cdc_assets.changefeed.reader import ChangefeedReader, read_consistent, record_ts, replay
 from resources.delta import DeltaWarehouse
+from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
-from resources.salesforce import SalesforceResource
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
-from settings import TEST_SPARK_CONF
 
 OBJECTS = ["Account", "Contact"]
 SCHEMA = json.loads(DEBEZIUM_SCHEMA.read_text())
@@ -51,8 +51,9 @@ def resource(emu: Emulator) -> SalesforceResource:
 def sensor_requests(platform: Platform) -> list[dg.RunRequest]:
     """What the reconciliation sensor requests now (not run)."""
     sensor = platform.defs.get_sensor_def(RECONCILIATION_SENSOR)
-    context = dg.build_sensor_context(instance=platform.instance, resources=platform.defs.resources,
-                                      definitions=platform.defs)
+    context = dg.build_sensor_context(
+        instance=platform.instance, resources=platform.defs.resources, definitions=platform.defs
+    )
     return sensor(context).run_requests or []
 
 
@@ -66,10 +67,19 @@ def changefeed_sensor_run(platform: Platform) -> list[dg.AssetKey]:
 
 def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_resync(tmp_path, org):
     main = ChangefeedConfig(uri=str(tmp_path / "feed"), initial_scan=True, max_versions_per_file=3)
-    others = [ChangefeedConfig(uri=str(tmp_path / f"feed-{m}-{f}"), mode=m, format=f, initial_scan=True)
-              for m, f in (("UPDATES", "json"), ("NEW_AND_OLD_IMAGES", "debezium_json"), ("KEYS_ONLY", "json"))]
-    platform = Platform(tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org), initial_load=True,
-                        changefeed={"uri": main.uri, "initial_scan": True, "max_versions_per_file": 3})
+    others = [
+        ChangefeedConfig(uri=str(tmp_path / f"feed-{m}-{f}"), mode=m, format=f, initial_scan=True)
+        for m, f in (("UPDATES", "json"), ("NEW_AND_OLD_IMAGES", "debezium_json"), ("KEYS_ONLY", "json"))
+    ]
+    platform = Platform(
+        tmp_path / "p",
+        None,
+        OBJECTS,
+        TEST_SPARK_CONF,
+        salesforce=resource(org),
+        initial_load=True,
+        changefeed={"uri": main.uri, "initial_scan": True, "max_versions_per_file": 3},
+    )
     warehouse = DeltaWarehouse(root=str(platform.warehouse))
     workload = Workload(org, seed=11, large_transaction=(60, 80))
     workload.build_org(accounts=15)
@@ -130,8 +140,9 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
         assert "erase" in ops, f"{name}: the workload deletes records"
         for config in others:
             got = replay(feed_records(config, name))
-            assert (set(got) if config.mode == "KEYS_ONLY" else got) == \
-                (set(live) if config.mode == "KEYS_ONLY" else live), (name, config.mode)
+            assert (set(got) if config.mode == "KEYS_ONLY" else got) == (
+                set(live) if config.mode == "KEYS_ONLY" else live
+            ), (name, config.mode)
         debezium = next(c for c in others if c.format == "debezium_json")
         validator = jsonschema.Draft202012Validator(SCHEMA)
         for record in feed_records(debezium, name):
@@ -146,15 +157,20 @@ def test_feed_replays_to_the_replica_through_deletes_undeletes_reconciles_and_a_
 
     # The resync emitted only the difference it made: count it independently from the two table versions.
     contact = DeltaTable(str(platform.warehouse / "Contact"))
-    overwrite = next(h["version"] for h in contact.history()
-                     if h["version"] > before["Contact"] and (h.get("operationParameters") or {}).get("mode")
-                     == "Overwrite")
+    overwrite = next(
+        h["version"]
+        for h in contact.history()
+        if h["version"] > before["Contact"] and (h.get("operationParameters") or {}).get("mode") == "Overwrite"
+    )
     old = live_rows(DeltaTable(str(platform.warehouse / "Contact"), version=overwrite - 1))
     new = live_rows(DeltaTable(str(platform.warehouse / "Contact"), version=overwrite))
     differs = {i for i in set(old) | set(new) if old.get(i) != new.get(i)}
     debezium = next(c for c in others if c.format == "debezium_json")
-    emitted = [r for r in feed_records(debezium, "Contact") if r["value"]
-               and r["value"]["source"]["delta_version"] == overwrite]
+    emitted = [
+        r
+        for r in feed_records(debezium, "Contact")
+        if r["value"] and r["value"]["source"]["delta_version"] == overwrite
+    ]
     assert 0 < len(emitted) == len(differs) < len(new)
     assert {r["key"]["Id"] for r in emitted} == differs
 

@@ -13,16 +13,16 @@ import time
 
 import dagster as dg
 import pytest
+from harness import Platform, comparable
+from org_compare import differences, formula_differences
+from settings import TEST_SPARK_CONF
+from subscriber_harness import resource
 
 from cdc_assets.assets import replica_key
 from cdc_assets.formulas.freshness import FORMULAS_FRESH
-from harness import Platform, comparable
-from org_compare import differences, formula_differences
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
-from settings import TEST_SPARK_CONF
 from spark_ops.schema import FORMULAS_AT, ObjectSchema
-from subscriber_harness import resource
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
@@ -34,8 +34,15 @@ def org(tmp_path):
 
 
 def formula_platform(tmp_path, emu: Emulator, **formulas) -> Platform:
-    return Platform(tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(emu), initial_load=True,
-                    formulas={"refresh_every": 3600, **formulas})
+    return Platform(
+        tmp_path / "p",
+        None,
+        OBJECTS,
+        TEST_SPARK_CONF,
+        salesforce=resource(emu),
+        initial_load=True,
+        formulas={"refresh_every": 3600, **formulas},
+    )
 
 
 def formula_names(emu: Emulator, name: str) -> list[str]:
@@ -56,8 +63,9 @@ def assert_equal_to_org(platform: Platform, emu: Emulator) -> None:
         assert formula_differences(emu, name, rows) == [], name
 
 
-def run_replica(platform: Platform, name: str, *, mode: str = "apply", full: bool = False,
-                checks: bool = False) -> dg.ExecuteInProcessResult:
+def run_replica(
+    platform: Platform, name: str, *, mode: str = "apply", full: bool = False, checks: bool = False
+) -> dg.ExecuteInProcessResult:
     """One run of one replica in `mode` (formulas: as the sensor requests it; `full`: a forced full pass), with its
     asset checks right after it when `checks`."""
     key = replica_key(name)
@@ -65,8 +73,13 @@ def run_replica(platform: Platform, name: str, *, mode: str = "apply", full: boo
     if checks:
         assets += [c for c in platform.defs.asset_checks or [] if key in {k.asset_key for k in c.check_keys}]
     config = {"mode": mode, **({"formulas_full": True} if full else {})}
-    result = dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance, selection=[key],
-                            run_config={"ops": {key.to_python_identifier(): {"config": config}}})
+    result = dg.materialize(
+        assets,
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=[key],
+        run_config={"ops": {key.to_python_identifier(): {"config": config}}},
+    )
     assert result.success
     return result
 
@@ -115,8 +128,9 @@ def test_a_refresh_makes_formula_columns_equal_the_org_and_cdc_never_writes_them
     for name in OBJECTS:  # an update keeps the formula values it found, an insert leaves them null
         for rid, row in applied[name].items():
             kept = loaded[name].get(rid, dict.fromkeys([*formula_names(org, name), FORMULAS_AT]))
-            assert {f: row[f] for f in [*formula_names(org, name), FORMULAS_AT]} == \
-                   {f: kept[f] for f in [*formula_names(org, name), FORMULAS_AT]}, (name, rid)
+            assert {f: row[f] for f in [*formula_names(org, name), FORMULAS_AT]} == {
+                f: kept[f] for f in [*formula_names(org, name), FORMULAS_AT]
+            }, (name, rid)
     assert applied["Contact"][new_contact]["Account_Industry__c"] is None
     assert {applied["Contact"][c]["Account_Industry__c"] for c in children} == {loaded["Account"][account]["Industry"]}
     assert formula_differences(org, "Contact", applied["Contact"]), "the contacts' formulas should be stale now"
@@ -141,7 +155,8 @@ def test_a_refresh_makes_formula_columns_equal_the_org_and_cdc_never_writes_them
 
 
 def test_an_incremental_pass_reads_moved_records_and_late_inserts_and_a_full_pass_the_cross_object_changes(
-        tmp_path, org):
+    tmp_path, org
+):
     Workload(org, seed=12).build_org(accounts=10)
     platform = formula_platform(tmp_path, org, full_every=86400, overlap=0)
     assert platform.run().success
@@ -200,9 +215,10 @@ def test_formulas_fresh_fails_when_values_are_older_than_twice_the_refresh_inter
 
 
 def test_the_changefeed_carries_formula_changes_and_nothing_for_a_refresh_that_finds_them_unchanged(tmp_path, org):
-    from cdc_assets.changefeed.reader import ChangefeedReader, replay
     from deltalake import DeltaTable
     from org_compare import live_rows
+
+    from cdc_assets.changefeed.reader import ChangefeedReader, replay
 
     Workload(org, seed=14).build_org(accounts=5)
     feed = tmp_path / "feed"

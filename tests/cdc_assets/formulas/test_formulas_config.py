@@ -41,8 +41,9 @@ def test_a_schema_keeps_formula_columns_apart_from_the_cdc_columns():
 
 
 def test_formula_fields_that_describe_does_not_list_are_an_error():
-    config = parse_config(YAML.replace("{full_every: 1d}", "{fields: [Account_Industry__c, Title]}"),
-                          Path("replication.yaml"))
+    config = parse_config(
+        YAML.replace("{full_every: 1d}", "{fields: [Account_Industry__c, Title]}"), Path("replication.yaml")
+    )
     with pytest.raises(ConfigError, match="Title"):
         config.objects[0].schema_of(CONTACT.describe())
     with pytest.raises(ConfigError, match="refresh_every"):

@@ -13,15 +13,15 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from cdc_assets.faults import FORMULA_POINTS
 from crash_runner import run_mode
 from harness import Platform, comparable
 from org_compare import differences, formula_differences
+from settings import REPO, TEST_SPARK_CONF
+
+from cdc_assets.faults import FORMULA_POINTS
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
-from settings import REPO, TEST_SPARK_CONF
 from spark_ops.schema import FORMULAS_AT
 
 OBJECTS = ["Account", "Contact"]
@@ -30,15 +30,18 @@ OPTIONS = {"formulas": {"refresh_every": 3600, "merge_rows": 10}, "bulk_page_siz
 
 
 def platform_at(root: Path, env: dict) -> Platform:
-    salesforce = SalesforceResource(instance_url=env["SF_INSTANCE_URL"], access_token=env["SF_ACCESS_TOKEN"],
-                                    ca_bundle=env["SF_CA_BUNDLE"])
+    salesforce = SalesforceResource(
+        instance_url=env["SF_INSTANCE_URL"], access_token=env["SF_ACCESS_TOKEN"], ca_bundle=env["SF_CA_BUNDLE"]
+    )
     return Platform(root, None, OBJECTS, TEST_SPARK_CONF, initial_load=True, salesforce=salesforce, **OPTIONS)
 
 
 def tables(platform: Platform) -> dict:
     """The replicas without the times a run writes (`_sf_synced_at`, `_sf_formulas_at`: when it read the org)."""
-    return {o: comparable({i: {k: v for k, v in r.items() if k != FORMULAS_AT} for i, r in platform.rows(o).items()})
-            for o in OBJECTS}
+    return {
+        o: comparable({i: {k: v for k, v in r.items() if k != FORMULAS_AT} for i, r in platform.rows(o).items()})
+        for o in OBJECTS
+    }
 
 
 @pytest.fixture(scope="module")
@@ -70,11 +73,22 @@ def kill_refresh(spark, root: Path, point: str, env: dict) -> None:
     """A formula refresh of every replica in a subprocess (tests/crash_runner.py) on this process's Spark JVM,
     SIGKILLed at `point`."""
     gateway = spark.sparkContext._gateway.gateway_parameters
-    env = {**os.environ, **env, "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill",
-           "CRASH_RUNNER_OPTIONS": json.dumps(OPTIONS),
-           "PYSPARK_GATEWAY_PORT": str(gateway.port), "PYSPARK_GATEWAY_SECRET": gateway.auth_token}
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "crash_runner.py"), str(root), "-", ",".join(OBJECTS),
-                           "formulas"], env=env, cwd=REPO, capture_output=True, timeout=600)
+    env = {
+        **os.environ,
+        **env,
+        "CDC_FAULT_POINT": point,
+        "CDC_FAULT_ACTION": "kill",
+        "CRASH_RUNNER_OPTIONS": json.dumps(OPTIONS),
+        "PYSPARK_GATEWAY_PORT": str(gateway.port),
+        "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(root), "-", ",".join(OBJECTS), "formulas"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        timeout=600,
+    )
     spark.catalog.clearCache()
     assert proc.returncode == -signal.SIGKILL, f"{point} was not reached: {proc.stderr.decode()[-2000:]}"
 

@@ -15,16 +15,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+from crash_runner import kill_run, run_mode
+from harness import Platform, comparable, load_lines
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.faults import HISTORY_POINTS
 from cdc_assets.history.stage import history_name
-from crash_runner import kill_run, run_mode
-from harness import Platform, comparable, load_lines
 from resources.salesforce import SalesforceResource
 from resources.staged import STAGED
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
-from settings import TEST_SPARK_CONF
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 OPTIONS = {"history": True}
@@ -40,7 +40,8 @@ def histories(platform: Platform, objects=OBJECTS) -> dict:
         rows = platform.table(history_name(name))
         out[name] = sorted(
             ({k: v for k, v in r.items() if k in HISTORY_KEYS or not k.startswith("_")} for r in rows),
-            key=lambda r: (r["Id"], r["_version"]))
+            key=lambda r: (r["Id"], r["_version"]),
+        )
     return json.loads(json.dumps(out, default=str))
 
 
@@ -70,8 +71,9 @@ def clean(tmp_path_factory, spark, sample_dir):
 def test_sigkill_at_a_history_point_then_rerun_gives_the_same_history(point, tmp_path, spark, sample_dir, clean):
     lines, expected = clean
     platform = sample_platform(tmp_path, sample_dir, lines)
-    kill_run(spark, tmp_path, point, str(sample_dir / "describe"), OBJECTS,
-             env={"CRASH_RUNNER_OPTIONS": json.dumps(OPTIONS)})
+    kill_run(
+        spark, tmp_path, point, str(sample_dir / "describe"), OBJECTS, env={"CRASH_RUNNER_OPTIONS": json.dumps(OPTIONS)}
+    )
     assert platform.run().success
     assert state(platform) == expected
     staged = platform.warehouse / STAGED
@@ -81,9 +83,15 @@ def test_sigkill_at_a_history_point_then_rerun_gives_the_same_history(point, tmp
 def test_a_staged_file_no_commit_names_is_never_landed(tmp_path, spark, sample_dir, clean):
     lines, expected = clean
     platform = sample_platform(tmp_path, sample_dir, lines)
-    kill_run(spark, tmp_path, "history.after_stage", str(sample_dir / "describe"), OBJECTS,
-             env={"CRASH_RUNNER_OPTIONS": json.dumps(OPTIONS)})
-    orphans = [p for p in (platform.warehouse / STAGED).rglob("*.parquet")]
+    kill_run(
+        spark,
+        tmp_path,
+        "history.after_stage",
+        str(sample_dir / "describe"),
+        OBJECTS,
+        env={"CRASH_RUNNER_OPTIONS": json.dumps(OPTIONS)},
+    )
+    orphans = list((platform.warehouse / STAGED).rglob("*.parquet"))
     assert orphans, "the killed run staged its versions"
     platform.land(lines[6:], name="b-again.jsonl")  # the same events again: counted duplicates, nothing new
     assert platform.run().success
@@ -91,6 +99,7 @@ def test_a_staged_file_no_commit_names_is_never_landed(tmp_path, spark, sample_d
 
 
 # -- a resync: versions read from the replica's Change Data Feed ----------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def org_world(tmp_path_factory, spark):
@@ -115,10 +124,12 @@ def org_world(tmp_path_factory, spark):
 
 
 def org_platform(root: Path, env: dict) -> Platform:
-    salesforce = SalesforceResource(instance_url=env["SF_INSTANCE_URL"], access_token=env["SF_ACCESS_TOKEN"],
-                                    ca_bundle=env["SF_CA_BUNDLE"])
-    return Platform(root, None, ["Account", "Contact"], TEST_SPARK_CONF, initial_load=True, salesforce=salesforce,
-                    **OPTIONS)
+    salesforce = SalesforceResource(
+        instance_url=env["SF_INSTANCE_URL"], access_token=env["SF_ACCESS_TOKEN"], ca_bundle=env["SF_CA_BUNDLE"]
+    )
+    return Platform(
+        root, None, ["Account", "Contact"], TEST_SPARK_CONF, initial_load=True, salesforce=salesforce, **OPTIONS
+    )
 
 
 def copy_platform(start: Path, root: Path, env: dict) -> Platform:
@@ -135,4 +146,3 @@ def test_sigkill_while_landing_a_resync_then_rerun_gives_the_same_history(point,
     got = state(platform, ["Account", "Contact"])
     assert got == org_world["clean"]
     assert any(v["_sf_source"] == "snapshot" and v["_version"] > 1 for v in got["histories"]["Contact"])
-

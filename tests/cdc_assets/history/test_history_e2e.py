@@ -10,17 +10,18 @@ state at its SystemModstamp. While no gap hid them, every transaction of a recor
 from __future__ import annotations
 
 import pytest
+from harness import Platform
+from org_compare import differences
+from org_compare import history_differences as org_history_differences
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.history.checks import HISTORY_MATCHES_REPLICA, history_differences
 from cdc_assets.history.stage import history_name
-from harness import Platform
-from org_compare import differences, history_differences as org_history_differences
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
-from settings import TEST_SPARK_CONF
 from spark_ops.schema import ObjectSchema
 
 OBJECTS = ["Account", "Contact"]
@@ -54,12 +55,21 @@ def test_history_under_the_sensors_holds_every_transaction_the_org_went_through(
     with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing", keep_states=True) as org:
         workload = Workload(org, seed=21, large_transaction=(60, 80), person_accounts=False)
         workload.build_org(accounts=15)
-        platform = Platform(tmp_path / "p", None, OBJECTS, TEST_SPARK_CONF, salesforce=resource(org),
-                            initial_load=True, history=True, close_after=0)
+        platform = Platform(
+            tmp_path / "p",
+            None,
+            OBJECTS,
+            TEST_SPARK_CONF,
+            salesforce=resource(org),
+            initial_load=True,
+            history=True,
+            close_after=0,
+        )
         assert platform.run_sensor()  # no table yet: the initial loads, at once
         loaded = {n: {v["Id"] for v in platform.table(history_name(n))} for n in OBJECTS}
-        assert all(loaded.values()) and all(v["_sf_source"] == "snapshot"
-                                            for n in OBJECTS for v in platform.table(history_name(n)))
+        assert all(loaded.values()) and all(
+            v["_sf_source"] == "snapshot" for n in OBJECTS for v in platform.table(history_name(n))
+        )
 
         # 1. Clean changes: one cdc version per transaction, every one of them.
         first = {n: {s["transaction_key"] for s in org.store.record_states(n)} for n in OBJECTS}
@@ -69,8 +79,11 @@ def test_history_under_the_sensors_holds_every_transaction_the_org_went_through(
         versions = assert_history_is_the_orgs(platform, org)
         for name in OBJECTS:
             made = {(v["Id"], v["_transaction_key"]) for v in versions[name] if v["_sf_source"] == "cdc"}
-            org_changes = {(s["Id"], s["transaction_key"]) for s in org.store.record_states(name)
-                           if s["transaction_key"] not in first[name] and s["state"] is not None}
+            org_changes = {
+                (s["Id"], s["transaction_key"])
+                for s in org.store.record_states(name)
+                if s["transaction_key"] not in first[name] and s["state"] is not None
+            }
             assert org_changes and org_changes <= made, (name, sorted(org_changes - made)[:5])
         kinds = {v["_change_type"] for n in OBJECTS for v in versions[n]}
         assert {"CREATE", "UPDATE", "DELETE", "UNDELETE"} <= kinds, kinds

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from docs_pages import code_blocks
 from harness import Platform, load_lines
 from settings import REPO, TEST_SPARK_CONF

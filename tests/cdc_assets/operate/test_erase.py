@@ -12,15 +12,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
+from event_lines import event
+from harness import Platform, load_lines
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.config import UpkeepConfig
 from cdc_assets.operate.erase import erase_job_name, erase_keys
 from cdc_assets.upkeep.jobs import upkeep_table
-from event_lines import event
-from harness import Platform, load_lines
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
-from settings import TEST_SPARK_CONF
 
 ERASED, KEPT = "003000000000001AAA", "003000000000002AAA"
 ERASED_VALUES = ["003000000000001", "ada@acme.example", "ada.l@acme.example", "Lovelace"]  # its Id and values
@@ -48,24 +48,45 @@ def data_file_text(path: Path) -> str:
 
 
 def text_below(folder: Path) -> str:
-    return "\n".join((gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes()).decode()
-                     for f in folder.rglob("*") if f.is_file())
+    return "\n".join(
+        (gzip.decompress(f.read_bytes()) if f.suffix == ".gz" else f.read_bytes()).decode()
+        for f in folder.rglob("*")
+        if f.is_file()
+    )
 
 
 def other_rows(platform: Platform, name: str) -> list[dict]:
     drop = {"_sf_synced_at"}
-    return sorted(({k: v for k, v in r.items() if k not in drop} for r in platform.table(name)
-                   if "003000000000001" not in json.dumps(r, default=str)), key=lambda r: json.dumps(r, default=str))
+    return sorted(
+        (
+            {k: v for k, v in r.items() if k not in drop}
+            for r in platform.table(name)
+            if "003000000000001" not in json.dumps(r, default=str)
+        ),
+        key=lambda r: json.dumps(r, default=str),
+    )
 
 
 @pytest.fixture
 def platform(tmp_path, spark, sample_dir) -> Platform:
     feed = tmp_path / "feed"
-    p = Platform(tmp_path, sample_dir / "describe", ["Account", "Contact"], TEST_SPARK_CONF, close_after=0,
-                 history=True, changefeed={"uri": str(feed), "initial_scan": True})
+    p = Platform(
+        tmp_path,
+        sample_dir / "describe",
+        ["Account", "Contact"],
+        TEST_SPARK_CONF,
+        close_after=0,
+        history=True,
+        changefeed={"uri": str(feed), "initial_scan": True},
+    )
     p.land(load_lines(sample_dir / "events.jsonl"), name="events.jsonl")
-    p.land([event("Contact", "CREATE", [KEPT], T1, tx="k", LastName="Hopper", Email="grace@navy.example"),
-            event("Contact", "UPDATE", [ERASED], T1 + 1000, tx="e", Birthdate="not a date")], name="more.jsonl")
+    p.land(
+        [
+            event("Contact", "CREATE", [KEPT], T1, tx="k", LastName="Hopper", Email="grace@navy.example"),
+            event("Contact", "UPDATE", [ERASED], T1 + 1000, tx="e", Birthdate="not a date"),
+        ],
+        name="more.jsonl",
+    )
     assert p.run(close_after=0).success
     warehouse, landing = DeltaWarehouse(root=str(p.warehouse)), LandingZone(path=str(p.landing))
     upkeep_table(warehouse, CHANGE_EVENTS, UpkeepConfig(), replicated=p.objects, landing=landing)  # archived
@@ -83,8 +104,9 @@ def test_erasure_purges_a_record_everywhere_and_leaves_every_other_as_it_was(pla
     archived_lines = (text_below(archive) + text_below(set_aside)).count("\n")
 
     job = platform.defs.resolve_job_def(erase_job_name("Contact"))
-    result = job.execute_in_process(instance=platform.instance, run_config={
-        "ops": {"erase_Contact_events": {"config": {"ids": [ERASED]}}}})
+    result = job.execute_in_process(
+        instance=platform.instance, run_config={"ops": {"erase_Contact_events": {"config": {"ids": [ERASED]}}}}
+    )
     assert result.success
 
     for name in TABLES:
@@ -112,15 +134,22 @@ def test_erasure_purges_a_record_everywhere_and_leaves_every_other_as_it_was(pla
 
 def test_erasure_refuses_what_is_not_a_record_id_and_fails_while_a_landing_file_still_names_it(platform):
     job = platform.defs.resolve_job_def(erase_job_name("Contact"))
-    bad = job.execute_in_process(instance=platform.instance, raise_on_error=False, run_config={
-        "ops": {"erase_Contact_events": {"config": {"ids": ["003' OR true --"]}}}})
+    bad = job.execute_in_process(
+        instance=platform.instance,
+        raise_on_error=False,
+        run_config={"ops": {"erase_Contact_events": {"config": {"ids": ["003' OR true --"]}}}},
+    )
     assert not bad.success and len(platform.table("Contact")) == 2  # nothing was touched
     assert erase_keys([ERASED, ERASED[:15]]) == [ERASED[:15]]
 
-    platform.land([event("Contact", "UPDATE", [ERASED], T1 + 9000, tx="late", LastName="Again")],
-                  name="pending.jsonl")  # landed, not ingested yet
-    run = job.execute_in_process(instance=platform.instance, raise_on_error=False, run_config={
-        "ops": {"erase_Contact_events": {"config": {"ids": [ERASED]}}}})
+    platform.land(
+        [event("Contact", "UPDATE", [ERASED], T1 + 9000, tx="late", LastName="Again")], name="pending.jsonl"
+    )  # landed, not ingested yet
+    run = job.execute_in_process(
+        instance=platform.instance,
+        raise_on_error=False,
+        run_config={"ops": {"erase_Contact_events": {"config": {"ids": [ERASED]}}}},
+    )
     failure = [e for e in run.all_events if e.is_step_failure]
     assert not run.success and failure and "pending.jsonl" in failure[0].event_specific_data.error.message
     assert ERASED not in {r["Id"] for r in platform.table("Contact")}  # the rest was done

@@ -11,19 +11,20 @@ import pyarrow as pa
 import pytest
 from dagster._core.test_utils import create_run_for_test
 from deltalake import DeltaTable, QueryBuilder
+from event_lines import event
+from harness import Platform
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, ingest_keys, replica_key
 from cdc_assets.checks import check_quarantine_empty
-from cdc_assets.operate.jobs import ACK_JOB, PAUSE_JOB, RESUME_JOB, STATUS_SENSOR, last_error, status_of
-from cdc_assets.operate.pause import paused_objects
-from event_lines import event
-from harness import Platform
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-from sensors.landing_zone import REASON_RESUME, SENSOR_NAME as LANDING
-from sensors.reconciliation import SENSOR_NAME as RECONCILE
 from cdc_assets.config import load_config
+from cdc_assets.operate.jobs import ACK_JOB, PAUSE_JOB, RESUME_JOB, last_error, status_of
+from cdc_assets.operate.pause import paused_objects
+from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from sensors.landing_zone import REASON_RESUME
+from sensors.landing_zone import SENSOR_NAME as LANDING
+from sensors.reconciliation import SENSOR_NAME as RECONCILE
 from sensors.work import TAG_REASON, object_tag, plan, work_tag
-from settings import TEST_SPARK_CONF
 
 T0 = 1_763_800_000_000
 ACC, CON = "001000000000001AAA", "003000000000001AAA"
@@ -37,14 +38,19 @@ def names(path) -> dict[str, str]:
 
 
 def ce_entities(platform: Platform) -> list[str]:
-    rows = QueryBuilder().register("t", DeltaTable(str(platform.warehouse / CHANGE_EVENTS))).execute(
-        "select entity from t").read_all()
+    rows = (
+        QueryBuilder()
+        .register("t", DeltaTable(str(platform.warehouse / CHANGE_EVENTS)))
+        .execute("select entity from t")
+        .read_all()
+    )
     return sorted(pa.table(rows)["entity"].to_pylist())
 
 
 def evaluate(platform: Platform, name: str, cursor: str | None = None):
-    context = dg.build_sensor_context(instance=platform.instance, cursor=cursor, definitions=platform.defs,
-                                      resources=platform.defs.resources)
+    context = dg.build_sensor_context(
+        instance=platform.instance, cursor=cursor, definitions=platform.defs, resources=platform.defs.resources
+    )
     return platform.defs.get_sensor_def(name)(context)
 
 
@@ -63,8 +69,12 @@ def platform(tmp_path, spark, sample_dir):
 def test_a_paused_object_is_left_out_its_events_land_and_resume_applies_them(platform):
     launch(platform, PAUSE_JOB, {"ops": {"pause_replication_op": {"config": {"objects": ["Account"]}}}})
     assert paused_objects(platform.instance, ["Account", "Contact"]) == {"Account"}
-    platform.land([event("Account", "CREATE", [ACC], T0, tx="a", Name="Acme"),
-                   event("Contact", "CREATE", [CON], T0 + 1, tx="c", LastName="Lovelace")])
+    platform.land(
+        [
+            event("Account", "CREATE", [ACC], T0, tx="a", Name="Acme"),
+            event("Contact", "CREATE", [CON], T0 + 1, tx="c", LastName="Lovelace"),
+        ]
+    )
     tick = evaluate(platform, LANDING)
     [request] = tick.run_requests
     assert set(request.asset_selection) == {*ingest_keys(["Contact"]), replica_key("Contact")}
@@ -84,18 +94,25 @@ def test_a_paused_object_is_left_out_its_events_land_and_resume_applies_them(pla
     assert request.tags[TAG_REASON] == REASON_RESUME and request.asset_selection == [replica_key("Account")]
     assert platform.execute(request).success
     assert names(platform.warehouse / "Account") == {ACC: "Acme"}  # nothing lost while paused
-    assert not any(r.tags.get(TAG_REASON) == REASON_RESUME
-                   for r in evaluate(platform, LANDING, catch_up.cursor).run_requests)  # asked once
+    assert not any(
+        r.tags.get(TAG_REASON) == REASON_RESUME for r in evaluate(platform, LANDING, catch_up.cursor).run_requests
+    )  # asked once
 
 
 def test_pausing_an_unknown_object_fails_and_says_which_objects_exist(platform):
-    result = launch(platform, PAUSE_JOB, {"ops": {"pause_replication_op": {"config": {"objects": ["Acount"]}}}},
-                    raise_on_error=False)
+    result = launch(
+        platform,
+        PAUSE_JOB,
+        {"ops": {"pause_replication_op": {"config": {"objects": ["Acount"]}}}},
+        raise_on_error=False,
+    )
     assert not result.success
     message = result.all_events[-1].message if result.all_events else ""
     failure = next(e for e in result.all_events if e.is_step_failure)
-    assert "Acount" in failure.step_failure_data.error.message and "Account, Contact" in \
-        failure.step_failure_data.error.message, message
+    assert (
+        "Acount" in failure.step_failure_data.error.message
+        and "Account, Contact" in failure.step_failure_data.error.message
+    ), message
 
 
 def test_the_reconciliation_sensor_asks_nothing_of_a_paused_object(platform):
@@ -135,8 +152,12 @@ def test_acknowledge_quarantine_job_makes_the_check_pass(platform):
 
 
 def test_status_reports_lag_dirty_last_error_api_calls_and_pause(platform):
-    platform.land([event("Account", "CREATE", ["001000000000002AAA"], T0, tx="a", Name="Acme"),
-                   event("Account", "GAP_UPDATE", [ACC], T0 + 1, tx="g")])
+    platform.land(
+        [
+            event("Account", "CREATE", ["001000000000002AAA"], T0, tx="a", Name="Acme"),
+            event("Account", "GAP_UPDATE", [ACC], T0 + 1, tx="g"),
+        ]
+    )
     platform.run()
     warehouse = DeltaWarehouse(root=str(platform.warehouse))
     status = status_of(platform.instance, warehouse, "Account", paused=False, usage={"used": 7, "limit": 1000})
@@ -144,8 +165,9 @@ def test_status_reports_lag_dirty_last_error_api_calls_and_pause(platform):
     assert status["lag_seconds"].value > 3600  # events of 2025
     assert status["last_error"].value == "" and status["api_used_today"].value == 7
     time.sleep(1.1)  # run records keep whole seconds: the failure must come after the materialization
-    failed = create_run_for_test(platform.instance, status=dg.DagsterRunStatus.FAILURE,
-                                 tags={object_tag("Account"): "1"})
+    failed = create_run_for_test(
+        platform.instance, status=dg.DagsterRunStatus.FAILURE, tags={object_tag("Account"): "1"}
+    )
     assert last_error(platform.instance, "Account").startswith(failed.run_id[:8])
     assert last_error(platform.instance, "Contact") == ""
 

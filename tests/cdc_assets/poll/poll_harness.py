@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import dagster as dg
 import yaml
+from harness import Platform
+from org_compare import differences
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.assets import replica_key
 from cdc_assets.poll.run import poll_state as read_poll_state
 from cdc_assets.state import PollState
 from definitions import build_defs
-from harness import Platform
-from org_compare import differences
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
-from settings import TEST_SPARK_CONF
 
 POLLED = ["Account", "Contact"]
 # Small pages so that bursts span several REST limits and Bulk pages; every run compares Ids (purges).
@@ -31,20 +31,32 @@ def set_modes(platform: Platform, modes: dict[str, str]) -> None:
     for entry in config["objects"]:
         entry["mode"] = modes.get(entry["name"], entry.get("mode", "cdc"))
     platform.config.write_text(yaml.safe_dump(config))
-    platform.defs = build_defs(config_path=platform.config, landing_path=str(platform.landing),
-                               warehouse_root=str(platform.warehouse), spark_conf=platform.spark_conf,
-                               salesforce=platform.salesforce)
+    platform.defs = build_defs(
+        config_path=platform.config,
+        landing_path=str(platform.landing),
+        warehouse_root=str(platform.warehouse),
+        spark_conf=platform.spark_conf,
+        salesforce=platform.salesforce,
+    )
 
 
 def poll_platform(tmp_path, emu: Emulator, objects=POLLED, **options) -> Platform:
-    platform = Platform(tmp_path / "p", None, objects, TEST_SPARK_CONF, salesforce=resource(emu), initial_load=True,
-                        **(OPTIONS | options))
-    set_modes(platform, {o: "poll" for o in objects})
+    platform = Platform(
+        tmp_path / "p",
+        None,
+        objects,
+        TEST_SPARK_CONF,
+        salesforce=resource(emu),
+        initial_load=True,
+        **(OPTIONS | options),
+    )
+    set_modes(platform, dict.fromkeys(objects, "poll"))
     return platform
 
 
-def run_replicas(platform: Platform, objects=POLLED, *, raise_on_error: bool = True, checks: bool = False,
-                 **config) -> dg.ExecuteInProcessResult:
+def run_replicas(
+    platform: Platform, objects=POLLED, *, raise_on_error: bool = True, checks: bool = False, **config
+) -> dg.ExecuteInProcessResult:
     """One run of the replicas alone (what a poll sensor requests): no change_events, no Spark; with `checks`, their
     asset checks too."""
     keys = [replica_key(o) for o in objects]
@@ -52,8 +64,14 @@ def run_replicas(platform: Platform, objects=POLLED, *, raise_on_error: bool = T
     if checks:
         assets += [c for c in platform.defs.asset_checks or [] if {k.asset_key for k in c.check_keys} & set(keys)]
     ops = {replica_key(o).to_python_identifier(): {"config": config} for o in objects} if config else {}
-    return dg.materialize(assets, resources=platform.defs.resources, instance=platform.instance,
-                          selection=keys, run_config={"ops": ops}, raise_on_error=raise_on_error)
+    return dg.materialize(
+        assets,
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=keys,
+        run_config={"ops": ops},
+        raise_on_error=raise_on_error,
+    )
 
 
 def assert_equal_to_org(platform: Platform, emu: Emulator, objects=POLLED) -> None:

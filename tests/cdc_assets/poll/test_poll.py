@@ -16,12 +16,20 @@ import time
 
 import pytest
 import yaml
-
-from settings import REPO
 from org_compare import differences
+from poll_harness import (
+    OPTIONS,
+    POLLED,
+    assert_equal_to_org,
+    poll_platform,
+    poll_state,
+    run_replicas,
+    set_modes,
+    update,
+)
+from settings import REPO
+
 from cdc_assets.faults import POLL_POINTS
-from poll_harness import (OPTIONS, POLLED, assert_equal_to_org, poll_platform, poll_state, run_replicas, set_modes,
-                          update)
 from salesforce_emulator.workload import Workload
 
 
@@ -94,7 +102,9 @@ def test_a_late_commit_older_than_the_overlap_is_what_the_overlap_is_for(tmp_pat
     platform.config.write_text(yaml.safe_dump(set_overlap))
     set_modes(platform, {})
     caught = run_replicas(platform, ["Account"])
-    assert platform.materialization(caught, "Account")["poll_rows_written"] == 1, platform.materialization(caught, "Account")
+    assert platform.materialization(caught, "Account")["poll_rows_written"] == 1, platform.materialization(
+        caught, "Account"
+    )
     assert differences(org, "Account", platform.rows("Account")) == []
 
 
@@ -116,12 +126,24 @@ def test_sigkill_during_a_poll_then_rerun_equals_the_org(point, tmp_path, org, s
         txn.purge("Contact", [purged])
 
     gateway = spark.sparkContext._gateway.gateway_parameters
-    env = {**os.environ, "CDC_FAULT_POINT": point, "CDC_FAULT_ACTION": "kill",
-           "PYSPARK_GATEWAY_PORT": str(gateway.port), "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
-           "SF_INSTANCE_URL": org.instance_url, "SF_ACCESS_TOKEN": org.token, "SF_CA_BUNDLE": str(org.ca_file),
-           "CRASH_RUNNER_OPTIONS": json.dumps(options)}
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "crash_runner.py"), str(platform.root), "-",
-                           "Contact", "poll"], env=env, cwd=REPO, capture_output=True, timeout=300)
+    env = {
+        **os.environ,
+        "CDC_FAULT_POINT": point,
+        "CDC_FAULT_ACTION": "kill",
+        "PYSPARK_GATEWAY_PORT": str(gateway.port),
+        "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
+        "SF_INSTANCE_URL": org.instance_url,
+        "SF_ACCESS_TOKEN": org.token,
+        "SF_CA_BUNDLE": str(org.ca_file),
+        "CRASH_RUNNER_OPTIONS": json.dumps(options),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(platform.root), "-", "Contact", "poll"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        timeout=300,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
     state = poll_state(platform, "Contact")
     if bulk:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from org_compare import differences
 from poll_harness import OPTIONS, poll_platform, poll_state, run_replicas, update
+
 from salesforce_emulator.workload import Workload
 
 
-def test_a_poll_run_that_fails_between_bulk_pages_keeps_the_job_and_the_next_run_resumes_it(tmp_path, org,
-                                                                                           monkeypatch):
+def test_a_poll_run_that_fails_between_bulk_pages_keeps_the_job_and_the_next_run_resumes_it(tmp_path, org, monkeypatch):
     Workload(org, seed=8).build_org(accounts=40)
     platform = poll_platform(tmp_path, org, objects=["Contact"], hard_delete_check_every=86400)
     run_replicas(platform, ["Contact"])

@@ -4,9 +4,10 @@ org is restored."""
 
 from __future__ import annotations
 
-from cdc_assets.checks import POLL_HARD_DELETES, POLL_OVERLAP
 from org_compare import differences
 from poll_harness import poll_platform, poll_state, run_replicas, update
+
+from cdc_assets.checks import POLL_HARD_DELETES, POLL_OVERLAP
 from salesforce_emulator.schema import get_object
 from salesforce_emulator.workload import Workload
 
@@ -16,7 +17,8 @@ def checks_of(platform, result, name="Account") -> dict:
 
 
 def test_a_record_committed_further_behind_the_cursor_than_the_overlap_is_found_by_the_next_comparison(
-        tmp_path, org, spark):
+    tmp_path, org, spark
+):
     Workload(org, seed=3).build_org(accounts=10)
     platform = poll_platform(tmp_path, org, objects=["Account"], poll_overlap=2, hard_delete_check_every=86400)
     run_replicas(platform, ["Account"])
@@ -44,7 +46,8 @@ def test_a_record_committed_further_behind_the_cursor_than_the_overlap_is_found_
 
 
 def test_a_comparison_deleting_too_many_records_waits_for_a_confirmation_and_a_record_that_reappears_is_restored(
-        tmp_path, org, spark):
+    tmp_path, org, spark
+):
     Workload(org, seed=9).build_org(accounts=20)
     platform = poll_platform(tmp_path, org, objects=["Account"], hard_delete_check_every=0)  # every run compares
     run_replicas(platform, ["Account"])

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-
 from event_lines import event
 from org_compare import differences
 from poll_harness import poll_platform, poll_state, run_replicas, update
+
 from salesforce_emulator.workload import Workload
 
 
@@ -55,18 +55,29 @@ def test_a_reconcile_run_of_a_polled_object_keeps_its_cursor(tmp_path, org, spar
 
 def _history(txn, account: str, n: int) -> None:
     for i in range(n):
-        txn.create("AccountHistory", {"AccountId": account, "Field": "Name", "DataType": "Text",
-                                      "OldValue": f"old {i}", "NewValue": f"new {i}"})
+        txn.create(
+            "AccountHistory",
+            {"AccountId": account, "Field": "Name", "DataType": "Text", "OldValue": f"old {i}", "NewValue": f"new {i}"},
+        )
 
 
 def _share(txn, account: str, user: str) -> str:
-    return txn.create("AccountShare", {"AccountId": account, "UserOrGroupId": user, "AccountAccessLevel": "Read",
-                                       "OpportunityAccessLevel": "None", "RowCause": "Manual"})
+    return txn.create(
+        "AccountShare",
+        {
+            "AccountId": account,
+            "UserOrGroupId": user,
+            "AccountAccessLevel": "Read",
+            "OpportunityAccessLevel": "None",
+            "RowCause": "Manual",
+        },
+    )
 
 
-@pytest.mark.parametrize(("name", "cursor"), [("AccountHistory", "CreatedDate"),
-                                              ("AccountShare", "LastModifiedDate"),
-                                              ("UserRole", "SystemModstamp")])
+@pytest.mark.parametrize(
+    ("name", "cursor"),
+    [("AccountHistory", "CreatedDate"), ("AccountShare", "LastModifiedDate"), ("UserRole", "SystemModstamp")],
+)
 def test_objects_without_systemmodstamp_or_isdeleted_are_polled_by_the_field_they_have(tmp_path, org, name, cursor):
     """A field history object (only CreatedDate), a share object (LastModifiedDate, no SystemModstamp) and a setup
     object without IsDeleted: loaded, then polled, each by its own cursor field, equal to the org."""

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from event_lines import event
+from harness import Platform
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.config import UpkeepConfig
 from cdc_assets.ingest import file_app_id, pending_files
 from cdc_assets.upkeep.jobs import upkeep_table
-from event_lines import event
-from harness import Platform
 from resources.delta import CHANGE_EVENTS, TXN_RETENTION, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.storage import Folder
-from settings import TEST_SPARK_CONF
 
 T0 = 1_763_800_000_000
 IDS = [f"001{n:012d}AAA" for n in range(1, 4)]
@@ -74,8 +74,9 @@ def test_a_retired_file_landed_again_is_skipped_then_all_duplicates_once_forgott
     assert pending_files(warehouse, landing) == []  # remembered: skipped unread
     # A 2 s ledger: the file's app transaction, stamped when it was ingested, is older than that.
     time.sleep(2.1)
-    values = upkeep_table(warehouse, CHANGE_EVENTS, settings(landing_ledger_hours=2 / 3600), replicated=["Account"],
-                          landing=landing)
+    values = upkeep_table(
+        warehouse, CHANGE_EVENTS, settings(landing_ledger_hours=2 / 3600), replicated=["Account"], landing=landing
+    )
     assert values["landing_files_retired"] == 0 and values["landing_files_pending"] == 1
     table = warehouse.table(CHANGE_EVENTS)
     known = warehouse.app_transactions(table)
@@ -92,8 +93,9 @@ def test_a_retired_file_landed_again_is_skipped_then_all_duplicates_once_forgott
 def test_keep_leaves_the_landing_zone_as_it_is(platform):
     warehouse, landing = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
     files = visible(landing)
-    values = upkeep_table(warehouse, CHANGE_EVENTS, settings(landing_after_ingest="keep"), replicated=["Account"],
-                          landing=landing)
+    values = upkeep_table(
+        warehouse, CHANGE_EVENTS, settings(landing_after_ingest="keep"), replicated=["Account"], landing=landing
+    )
     assert values["landing_files_retired"] == 0 and visible(landing) == files
     assert TXN_RETENTION not in warehouse.table(CHANGE_EVENTS).metadata().configuration
 
@@ -114,12 +116,18 @@ def test_the_archive_never_replaces_a_file_it_holds(tmp_path, request, where):
     land_and_retire(landing, "b.jsonl.gz", ["gz one", "gz two"])
     archive = Folder(landing.archive_path)
     assert {name: archive.read_text(name) for name, _ in archive.walk()} == {
-        "2026/01/a.jsonl": "first\n", "2026/01/a-1.jsonl": "second\n", "2026/01/a-2.jsonl": "third\n",
-        "b.jsonl.gz": "gz one", "b-1.jsonl.gz": "gz two"}
+        "2026/01/a.jsonl": "first\n",
+        "2026/01/a-1.jsonl": "second\n",
+        "2026/01/a-2.jsonl": "third\n",
+        "b.jsonl.gz": "gz one",
+        "b-1.jsonl.gz": "gz two",
+    }
     land_and_retire(landing, "c.jsonl", ["set aside\n", "again\n"], to=landing.quarantined_path)
     aside = Folder(landing.quarantined_path)
-    assert {name: aside.read_text(name) for name, _ in aside.walk()} == {"c.jsonl": "set aside\n",
-                                                                         "c-1.jsonl": "again\n"}
+    assert {name: aside.read_text(name) for name, _ in aside.walk()} == {
+        "c.jsonl": "set aside\n",
+        "c-1.jsonl": "again\n",
+    }
     assert landing.list_files() == []
 
 

@@ -5,20 +5,20 @@ from the files too; what nobody acknowledged stays."""
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from event_lines import event
+from harness import Platform
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.checks import acknowledge_quarantine
 from cdc_assets.config import UpkeepConfig, load_config
 from cdc_assets.upkeep.jobs import upkeep_table
-from event_lines import event
-from harness import Platform
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingZone
-from settings import TEST_SPARK_CONF
 
 T0 = 1_763_800_000_000
 DAY = 86400
@@ -55,14 +55,15 @@ def platform(tmp_path, spark, sample_dir) -> Platform:
 
 def test_the_landing_archive_keeps_files_for_landing_archive_days(platform):
     warehouse, landing = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     upkeep_table(warehouse, CHANGE_EVENTS, settings(), replicated=["Account"], landing=landing, now=now)
     assert archived(landing) == ["new.jsonl", "old.jsonl"]
     old = Path(landing.archive_path) / "old.jsonl"
     os.utime(old, (old.stat().st_atime, (now - timedelta(days=31)).timestamp()))
 
-    kept = upkeep_table(warehouse, CHANGE_EVENTS, settings(landing_archive_days=None), replicated=["Account"],
-                        landing=landing, now=now)
+    kept = upkeep_table(
+        warehouse, CHANGE_EVENTS, settings(landing_archive_days=None), replicated=["Account"], landing=landing, now=now
+    )
     assert kept["archive_files_deleted"] == 0 and archived(landing) == ["new.jsonl", "old.jsonl"]
     values = upkeep_table(warehouse, CHANGE_EVENTS, settings(), replicated=["Account"], landing=landing, now=now)
     assert values["archive_files_deleted"] == 1 and archived(landing) == ["new.jsonl"]
@@ -81,7 +82,7 @@ def test_acknowledged_quarantine_rows_past_quarantine_days_are_deleted_and_vacuu
     values = upkeep_table(warehouse, CHANGE_EVENTS, quick, replicated=["Account"], landing=landing, now=soon)
     assert values["quarantine_rows_deleted"] == 0 and len(platform.quarantine()) == 2
 
-    later = datetime.now(timezone.utc) + timedelta(days=365)  # past both rows' retention; one is acknowledged
+    later = datetime.now(UTC) + timedelta(days=365)  # past both rows' retention; one is acknowledged
     values = upkeep_table(warehouse, CHANGE_EVENTS, quick, replicated=["Account"], landing=landing, now=later)
     assert values["quarantine_rows_deleted"] == 1 and values["quarantine_files_vacuumed"] >= 1
     assert [q["raw"] for q in platform.quarantine()] == ["not json SECRET-WAITING"]

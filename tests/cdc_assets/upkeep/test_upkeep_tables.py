@@ -4,11 +4,14 @@ only rows every reader is done with and keeps their identity."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
+from event_lines import event
+from harness import Platform
+from settings import TEST_SPARK_CONF
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.config import UpkeepConfig
@@ -19,10 +22,7 @@ from cdc_assets.upkeep.compact import Footprint, compact
 from cdc_assets.upkeep.jobs import upkeep_job_name, upkeep_table
 from cdc_assets.upkeep.retention import replay_floor, trim_payloads
 from cdc_assets.upkeep.vacuum import vacuum
-from event_lines import event
-from harness import Platform
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-from settings import TEST_SPARK_CONF
 
 T0 = 1_763_800_000_000  # Nov 2025: far older than any retention horizon
 IDS = [f"001{n:012d}AAA" for n in range(1, 5)]  # one layout bucket: each run adds a file to it
@@ -33,8 +33,7 @@ def rows(path, sql: str = "select * from t") -> list[dict]:
 
 
 def replica(platform: Platform) -> dict[str, dict]:
-    return {r["Id"]: {k: v for k, v in r.items() if k != "_sf_synced_at"}
-            for r in rows(platform.warehouse / "Account")}
+    return {r["Id"]: {k: v for k, v in r.items() if k != "_sf_synced_at"} for r in rows(platform.warehouse / "Account")}
 
 
 @pytest.fixture
@@ -107,7 +106,7 @@ def test_retention_trims_payloads_below_the_floor_and_keeps_identities(platform)
     assert floor == len(IDS)
     ce = platform.warehouse / CHANGE_EVENTS
     total = rows(ce, "select count(*) as n from t")[0]["n"]
-    trimmed = trim_payloads(warehouse, ["Account"], retention_hours=84, now=datetime.now(timezone.utc))
+    trimmed = trim_payloads(warehouse, ["Account"], retention_hours=84, now=datetime.now(UTC))
     assert trimmed.floors == {"Account": floor}
     after = rows(ce, "select transaction_key, _ingest_seq, fields, set_fields, event_key from t")
     assert len(after) == total  # no row removed
@@ -117,8 +116,12 @@ def test_retention_trims_payloads_below_the_floor_and_keeps_identities(platform)
     assert all(r["event_key"] and r["set_fields"] for r in after)  # identities and field names stay
 
     # Nothing newer than the horizon is touched, whatever the floor.
-    assert trim_payloads(warehouse, ["Account"], retention_hours=84,
-                         now=datetime.fromtimestamp(T0 / 1000, timezone.utc)).rows_trimmed == 0
+    assert (
+        trim_payloads(
+            warehouse, ["Account"], retention_hours=84, now=datetime.fromtimestamp(T0 / 1000, UTC)
+        ).rows_trimmed
+        == 0
+    )
 
     # Dedup stays exact: the first file landed again after its payloads were trimmed is all duplicates.
     state = replica(platform)
@@ -128,18 +131,19 @@ def test_retention_trims_payloads_below_the_floor_and_keeps_identities(platform)
     assert platform.materialization(result, "change_events")["ingested"] == 0
     after_run = replica(platform)
     assert after_run[IDS[2]]["Name"] == "held"  # the held transaction applied from its kept payload
-    assert {k: v for k, v in after_run.items() if k != IDS[2]} == \
-        {k: v for k, v in state.items() if k != IDS[2]}
+    assert {k: v for k, v in after_run.items() if k != IDS[2]} == {k: v for k, v in state.items() if k != IDS[2]}
 
 
 def test_no_table_means_no_floor_and_no_trim(tmp_path, platform):
     warehouse = DeltaWarehouse(root=str(platform.warehouse))
     # A replicated object whose replica does not exist yet may replay every event: its rows keep their payloads.
     assert replay_floor(warehouse, "Contact") == 0
-    trimmed = trim_payloads(warehouse, ["Account"], retention_hours=84, now=datetime.now(timezone.utc))
+    trimmed = trim_payloads(warehouse, ["Account"], retention_hours=84, now=datetime.now(UTC))
     assert trimmed.rows_trimmed > 0
-    assert trim_payloads(DeltaWarehouse(root=str(tmp_path / "none")), [], retention_hours=84,
-                         now=datetime.now(timezone.utc)) is None
+    assert (
+        trim_payloads(DeltaWarehouse(root=str(tmp_path / "none")), [], retention_hours=84, now=datetime.now(UTC))
+        is None
+    )
 
 
 def test_upkeep_table_reports_what_it_did(platform):
@@ -168,8 +172,11 @@ def test_the_upkeep_job_of_an_object_with_history_keeps_its_history_table_up_too
     result = p.defs.resolve_job_def(upkeep_job_name("Account")).execute_in_process(instance=p.instance)
 
     assert result.success
-    observed = {e.asset_observation_data.asset_observation.asset_key: e.asset_observation_data.asset_observation
-                for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"}
+    observed = {
+        e.asset_observation_data.asset_observation.asset_key: e.asset_observation_data.asset_observation
+        for e in result.all_events
+        if e.event_type_value == "ASSET_OBSERVATION"
+    }
     kept = {k: v.value for k, v in observed[history_key("Account")].metadata.items()}
     assert kept["files_before"] == files_before >= len(IDS) and kept["files_after"] < files_before
     assert Footprint.of(warehouse.table(history)).files == kept["files_after"]

@@ -56,7 +56,7 @@ def test_the_shipped_dagster_yaml_ends_runs_left_by_a_crash_but_never_a_slow_one
     home = write_dagster_home(tmp_path / "home")
     with open_instance(home) as instance:
         assert instance.run_monitoring_enabled
-        assert instance.run_monitoring_start_timeout_seconds == 60
+        assert instance.run_monitoring_start_timeout_seconds == 180
         assert instance.run_monitoring_max_runtime_seconds == 0
         assert instance.run_monitoring_settings["free_slots_after_run_end_seconds"] > 0
         assert instance.run_monitoring_poll_interval_seconds <= 15

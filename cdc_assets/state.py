@@ -291,8 +291,8 @@ class QuarantineState(_State):
 
 @dataclass(frozen=True)
 class QuarantineAck(_CommitState):
-    """Quarantined lines up to `until` (ISO) are reviewed. The app transaction `QUARANTINE_ACK` holds the same
-    instant in microseconds; this is how tables acknowledged before that read it."""
+    """Quarantined lines up to `until` (ISO) are reviewed: what a reader of the table's history sees. The check reads
+    the app transaction `QUARANTINE_ACK`, which holds the same instant in microseconds (cdc_assets/checks.py)."""
 
     KEY: ClassVar[str] = QUARANTINE_ACK
     until: str | None = None

@@ -17,8 +17,8 @@ Either the data and its checkpoint commit together, or neither does.
 asks the snapshot for that version (app transactions survive log checkpoints) and reads that one commit's JSON
 from `_delta_log`, whatever other writers (OPTIMIZE, VACUUM, table properties) committed since: no window of
 recent commits to fall out of. If delta-rs retried the commit past a foreign commit that did not conflict, the
-state is in the first commit after it that carries `key`. Tables written before this read the newest
-`HISTORY_SCAN` commits instead.
+state is in the first commit after it that carries `key`. A table whose commit of that version has left
+`_delta_log` (log retention) is read from its newest `HISTORY_SCAN` commits, with a warning.
 
 **One writer per table, enforced.** A writer reads its checkpoint from a snapshot and must commit against *that*
 snapshot (`read=`), never against a table reloaded just before the commit. delta-rs then checks every commit made
@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 CHANGE_EVENTS = "_change_events"
 QUARANTINE = "_quarantine"
-HISTORY_SCAN = 50  # commits searched backwards for state written before it carried its app transaction
+HISTORY_SCAN = 50  # commits searched backwards for state whose located commit has left _delta_log
 STATE_APP_PREFIX = "cdc_state."
 # A log checkpoint every this many commits: loading a table then replays at most this many JSON commits. A run
 # loads each table several times; measured at 90 commits, one load took 65 ms without a checkpoint, 6 ms with.
@@ -252,8 +252,8 @@ class DeltaWarehouse(dg.ConfigurableResource):
         if table is None:
             return {}
         located = table.transaction_version(state_app(key))
-        if located is None:  # written before state commits carried their app transaction
-            return self._scanned_state(table, key)
+        if located is None:  # no commit ever stored state under `key` (every one carries the app transaction)
+            return {}
         log_files = pafs.PyFileSystem(DeltaStorageHandler(table.table_uri, self._options()))
         for version in range(located, table.version() + 1):
             info = self._commit_info(log_files, version)

@@ -59,7 +59,7 @@ from cdc_assets.changefeed.rows import data_columns, line, net_changes, render, 
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.faults import fault_point
 from cdc_assets.state import REPLICA_STATE
-from resources.changefeed_store import FeedFile, FeedStore, feed_file_name
+from resources.changefeed_store import IDENTITY, FeedFile, FeedStore, feed_file_name
 from resources.delta import DeltaWarehouse
 from resources.delta_changes import snapshot_batches
 from resources.pool_lock import exclusive
@@ -94,25 +94,31 @@ def table_identity(table: DeltaTable) -> dict:
 
 
 def _check_identity(store: FeedStore, table: DeltaTable, name: str, newest: FeedFile | None) -> None:
-    """Stop when the replica is not the table the feed follows; record the table before the feed's first file."""
+    """Stop when the replica is not the table the feed follows, or the feed cannot tell (files but no `table.json`:
+    it is written before the first file, so it was removed); record the table before the feed's first file."""
     recorded, current = store.read_identity(), table_identity(table)
     if recorded == current:
         return
-    if newest is None or (recorded is None and newest.last <= table.version()):
-        store.write_identity(current)  # a new feed, or one written before the table was recorded
+    if newest is None:
+        store.write_identity(current)  # a new feed
         return
-    was = (
-        f"Delta table {recorded['table_id']} (created at {recorded['created_ms']} ms)"
-        if recorded
-        else f"a table that had reached version {newest.last}"
+    remedy = (
+        f"Re-export with an initial scan: move the folder {store.uri} away, set `initial_scan: true` in {name}'s "
+        f"changefeed section, and re-run changefeed/{name}; consumers start again from the new feed."
     )
+    if recorded is None:
+        raise RecreatedReplicaError(
+            f"{name} changefeed at {store.uri} holds replica versions through {newest.last} but no {IDENTITY} "
+            f"naming the Delta table they came from, so it cannot tell whether the replica at {table.table_uri} "
+            f"(Delta table {current['table_id']}, now at version {table.version()}) is that table: continuing could "
+            f"keep records that no longer exist and miss others. {remedy}"
+        )
     raise RecreatedReplicaError(
-        f"{name} changefeed at {store.uri} follows {was}, but the replica at {table.table_uri} is Delta table "
+        f"{name} changefeed at {store.uri} follows Delta table {recorded['table_id']} (created at "
+        f"{recorded['created_ms']} ms), but the replica at {table.table_uri} is Delta table "
         f"{current['table_id']} (created at {current['created_ms']} ms, now at version {table.version()}): it was "
         f"deleted and re-made, so its versions are not the feed's, and continuing would keep records that no "
-        f"longer exist and miss others. Re-export with an initial scan: move the folder {store.uri} away, set "
-        f"`initial_scan: true` in {name}'s changefeed section, and re-run changefeed/{name}; consumers start "
-        f"again from the new feed."
+        f"longer exist and miss others. {remedy}"
     )
 
 

@@ -514,14 +514,18 @@ def test_a_resync_overwrite_keeps_the_table_and_the_feed(tmp_path, replica):
     }
 
 
-def test_a_feed_written_before_the_table_was_recorded_adopts_it(tmp_path, replica):
+def test_a_feed_whose_table_record_is_gone_stops_and_writes_nothing(tmp_path, replica):
+    """`table.json` is written before a feed's first file: files without it cannot say which table they follow,
+    so the export stops rather than guess that the replica is that table."""
     config = feed(tmp_path)
     export_changefeed(replica.warehouse, "Account", config)
     (Path(config.object_uri("Account")) / IDENTITY).unlink()
+    files = ChangefeedReader(config.object_uri("Account")).store.files()
     replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)))
-    export_changefeed(replica.warehouse, "Account", config)
-    assert (Path(config.object_uri("Account")) / IDENTITY).exists()
-    assert [r["key"] for r in changes(config)] == [["001A"]]
+    with pytest.raises(RecreatedReplicaError, match=r"no table\.json.*initial_scan: true"):
+        export_changefeed(replica.warehouse, "Account", config)
+    assert ChangefeedReader(config.object_uri("Account")).store.files() == files
+    assert not (Path(config.object_uri("Account")) / IDENTITY).exists()
 
 
 def test_compaction_and_property_commits_emit_nothing_but_advance_the_feed(tmp_path, replica):

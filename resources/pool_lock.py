@@ -56,7 +56,7 @@ def host_lock(instance: dg.DagsterInstance, pool: str, logger=None) -> Iterator[
 
 def exclusive(pool: str) -> Callable:
     """Decorator of an op's or asset's compute function (`context` first): its body runs holding `pool`'s host
-    lock. Keeps the function's signature, so Dagster sees its context and resources as before."""
+    lock. Keeps the function's signature, so Dagster sees the context and resources the function declares."""
 
     def wrap(fn: Callable) -> Callable:
         if inspect.isgeneratorfunction(fn):

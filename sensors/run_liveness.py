@@ -1,4 +1,4 @@
-"""run_liveness_sensor: runs whose run worker is gone are ended, so their work is requested again (issue 24).
+"""run_liveness_sensor: runs whose run worker is gone are ended, so their work is requested again.
 
 Why a sensor of our own. Dagster's run monitoring (dagster.yaml `run_monitoring`, the daemon's MONITORING loop)
 ends a run stuck in STARTING after `start_timeout_seconds` and one stuck in CANCELING after

@@ -218,7 +218,7 @@ def test_each_mode_of_ydb_json(tmp_path, replica, mode):
 
 
 def test_debezium_json_is_debeziums_key_and_value_envelope(tmp_path, replica):
-    """Issue 18 item 7: each line is one Kafka record as Debezium's JsonConverter writes it (key, value), the
+    """Each line is one Kafka record as Debezium's JsonConverter writes it (key, value), the
     value Debezium's envelope with whole before and after rows, `source` with `db` and the snapshot's last record
     marked "last", a tombstone after each delete, and no resolved lines in the record stream."""
     config = feed(tmp_path, fmt="debezium_json", initial_scan=True)
@@ -288,7 +288,7 @@ def test_envelope_schema_rejects_a_malformed_record():
     for bad in (
         {**good, "value": {**good["value"], "after": {"Id": "001A"}}},  # a delete with an after image
         {**good, "value": {**good["value"], "op": "u", "before": None, "after": {"Id": "001A"}}},
-        {"key": {"Id": "001A"}, "payload": good["value"]},  # the old single-object line
+        {"key": {"Id": "001A"}, "payload": good["value"]},  # one object holding the envelope: not a Kafka record
         {"resolved": [1, 0]},
     ):
         assert list(validator.iter_errors(bad)), bad
@@ -483,9 +483,9 @@ def test_a_recreated_replica_stops_the_feed_with_what_to_do(tmp_path, replica):
 
 
 def test_a_recreated_replica_whose_versions_caught_up_still_stops_the_feed(tmp_path, replica):
-    """Issue 18 item 6: a replica deleted and re-made, then written until its version passed the feed's position,
-    used to be exported from the old position (a version comparison cannot tell). The feed records the Delta
-    table id, so it stops and says to re-export with an initial scan; nothing is written."""
+    """A replica deleted and re-made, then written until its version passed the feed's position: a version
+    comparison cannot tell it from the table the feed follows. The feed records the Delta table id, so it stops
+    and says to re-export with an initial scan; nothing is written."""
     import shutil
 
     config = feed(tmp_path)
@@ -566,7 +566,7 @@ def applied(*records: tuple) -> pa.Table:
 
 
 def test_feeds_of_two_objects_merge_in_commit_order_and_cut_transactions_whole(tmp_path):
-    """Issue 18 item 8: ts comes from change_events' ingest sequence, which every replica shares, not from each
+    """ts comes from change_events' ingest sequence, which every replica shares, not from each
     replica's own version, so Account's and Contact's feeds merge in commit order, and a cut at their common
     resolved step holds a transaction that spans both objects in both or in neither."""
     from cdc_assets.changefeed.reader import read_consistent
@@ -650,7 +650,7 @@ def by_key(config: ChangefeedConfig) -> list[dict]:
 
 @pytest.mark.parametrize("fan_out", [64, 3])
 def test_a_resync_larger_than_a_batch_is_netted_in_bounded_parts_with_the_same_records(tmp_path, monkeypatch, fan_out):
-    """Issue 18 item 9: a resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
+    """A resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
     smaller than that, the export partitions it by a hash of Id into parts of at most a batch (every key's rows in
     one; with a fan-out of 3, in two levels of spill files), and writes the same records as one pass."""
     from cdc_assets.changefeed import parts as parts_module

@@ -33,9 +33,8 @@ on an object store a conditional put, which `setup_for_execution` verifies befor
 (`resources/commit_safety.py`).
 
 **Change Data Feed on replicas.** A replica (a table whose name does not start with `_`) is created with
-`delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`);
-`enable_change_feed` sets the property once on a replica created before that (the changefeed exporter calls it
-from the replica's own pool: cdc_assets/changefeed/export.py). The property survives overwrites.
+`delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`),
+which the changefeeds and history tables read. The property survives overwrites.
 """
 
 from __future__ import annotations
@@ -414,14 +413,6 @@ class DeltaWarehouse(dg.ConfigurableResource):
     def _created_with(name: str, configuration: dict[str, str] | None) -> dict[str, str] | None:
         """Table properties of a new table: the writer's, plus a Change Data Feed for a replica."""
         return {**(table_configuration(name) or {}), **(configuration or {})} or None
-
-    def enable_change_feed(self, name: str) -> DeltaTable | None:
-        """The table with its Change Data Feed on: set once (its own commit) if it was created without it."""
-        table = self.table(name)
-        if table is not None and table.metadata().configuration.get(CHANGE_FEED) != "true":
-            table.alter.set_table_properties({CHANGE_FEED: "true"})
-            table = self._checkpointed(name, table)
-        return table
 
     def overwrite(
         self,

@@ -19,8 +19,7 @@ nothing, and a resync's overwrite only the difference it made), stamps them with
   `RecreatedReplicaError`, which says what to do: its versions are not the feed's.
 - *Initial scan* (`initial_scan: true`): the first export writes every live row of the replica at the version it
   starts from (op `r`; YDB: an update with its image; Debezium: `snapshot` "true", the last one "last"). Without
-  it the feed starts with the changes after that version. A replica created before its CDF was on gets it here
-  (one commit; the asset runs in the replica's pool, so it never races the replica's writer).
+  it the feed starts with the changes after that version.
 - *Virtual and resolved timestamps* `[step, txId]` from change_events' ingest sequence, the same for every
   replica's feed (clock.py). YDB JSON files end with `{"resolved": [R, 0]}`; the resolved step is also in every
   file's name (so Debezium files, whose record stream holds only change records, carry it too), and every export,
@@ -167,7 +166,7 @@ def export_changefeed(
     result = ExportResult()
     if left := store.drop_leftovers():
         log.info("%s changefeed: removed %d files a crashed export left: %s", name, len(left), left)
-    table = warehouse.enable_change_feed(name)
+    table = warehouse.table(name)
     if table is None:
         return result
     latest, newest = table.version(), store.newest()
@@ -239,8 +238,8 @@ def export_changefeed(
 # materialization then wins over it (Dagster cannot order the two), leaving that materialization unexported until
 # the replica's next one. `newly_requested()` is true on the tick *after* the request, so a replica update between
 # those two ticks (after the export ran, or while it ran) would be reset by it as well and stay unexported: the
-# reset does not count on a tick that also sees a replica update (at worst one more export, of nothing; found under
-# the daemon, tests/cdc_assets/test_dagster_conventions.py). A request counts as done whatever its run does, so a
+# reset does not count on a tick that also sees a replica update (at worst one more export, of nothing; the daemon
+# meets this case, tests/cdc_assets/test_dagster_conventions.py). A request counts as done whatever its run does, so a
 # failed export (a run that could not even start on a loaded host) is asked again every RETRY_CRON tick while it
 # stays failed: the exporter is idempotent.
 RETRY_CRON = "*/5 * * * *"
@@ -267,7 +266,7 @@ def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
         group_name=GROUP,
         automation_condition=FOLLOWS_REPLICA,
         kinds={"delta", "json"},
-        pool=replica_pool(sobject.name),  # the replica's pool: see enable_change_feed
+        pool=replica_pool(sobject.name),  # the replica's pool: an export never runs beside a write of the replica
         description=f"Changefeed of the {sobject.name} replica ({feed.mode}, {feed.format}) at "
         f"{feed.object_uri(sobject.name)}: its changes since the feed's position as JSON lines, exactly "
         f"once, per-key ordered, with virtual and resolved timestamps (cdc_assets/changefeed/export.py).",

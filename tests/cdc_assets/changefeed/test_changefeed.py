@@ -167,15 +167,8 @@ def replica(tmp_path) -> Replica:
     return replica
 
 
-def test_replicas_are_created_with_a_change_data_feed_and_old_ones_get_it_once(tmp_path, replica):
+def test_replicas_are_created_with_a_change_data_feed(replica):
     assert replica.warehouse.table("Account").metadata().configuration[CHANGE_FEED] == "true"
-    from deltalake import write_deltalake
-
-    write_deltalake(str(tmp_path / "warehouse" / "Old"), rows(("001X", "x", 1.0, False, 1)))
-    old = DeltaWarehouse(root=str(tmp_path / "warehouse"))
-    assert old.enable_change_feed("Old").metadata().configuration[CHANGE_FEED] == "true"
-    version = old.table("Old").version()
-    assert old.enable_change_feed("Old").version() == version  # set once
     assert table_configuration("_change_events") is None  # only replicas keep a feed
 
 
@@ -404,24 +397,6 @@ def test_hard_delete_is_an_erase_with_the_old_image(tmp_path, replica):
     assert erase["op"] == "d" and erase["before"]["Name"] == "Globex"
     assert erase["source"]["replay_id"] == 102  # the row's last position: the delete carries none
     assert replay(records(config), {"001A": {}, "001B": {}}) == {"001A": {}}
-
-
-def test_a_replica_created_without_a_feed_gets_one_and_the_feed_starts_there(tmp_path):
-    from deltalake import write_deltalake
-
-    warehouse = DeltaWarehouse(root=str(tmp_path / "warehouse"))
-    write_deltalake(warehouse.uri("Account"), rows(("001A", "Acme", 1.0, False, 1)), partition_by=["_sf_bucket"])
-    replica = Replica(tmp_path / "warehouse")
-    replica.merge(rows(("001A", "Acme 2", 1.0, False, 2)))  # version 1: before the feed, no CDF
-    config = feed(tmp_path, initial_scan=True)
-    result = export_changefeed(warehouse, "Account", config)
-    assert result.position == 2 and warehouse.table("Account").metadata().configuration[CHANGE_FEED] == "true"
-    replica.merge(rows(("001A", "Acme 3", 1.0, False, 3), ("001B", "Globex", 2.0, False, 3)))
-    export_changefeed(warehouse, "Account", config)
-    # The scan's ts is the replica state in force at version 2 (version 1's: applied through 1; the property
-    # commit carries none); the merge at version 3 applied through 3.
-    assert [r["ts"][0] for r in changes(config)] == [1, 3, 3]
-    assert replay(records(config)) == replica.live()
 
 
 KILLED_EXPORT = """

@@ -1,4 +1,4 @@
-"""The fixed cost of a run (issue 23 item 4): a landing run with nothing to do, as a run worker runs it.
+"""The fixed cost of a run: a landing run with nothing to do, as a run worker runs it.
 
 The 5-object platform (the catch-up workload's describe files) over a landing zone of one small file, a
 DAGSTER_HOME instance (the repository's dagster.yaml: SQLite storage) and a warm Spark Connect server, as `make run`

@@ -1,4 +1,4 @@
-"""The fixed cost of one replica step: what a step costs when it has little or nothing to do (issues 22, 23).
+"""The fixed cost of one replica step: what a step costs when it has little or nothing to do.
 
 An org of N generated custom objects (`Thing_001__c` ..., 3 records each) in the emulator; the platform's real
 Definitions and Dagster's `materialize()` in this process, with one warm Spark session (`local[2]`, the tests'

@@ -2,7 +2,7 @@
 Dagster UI's pages take to load for a given set of replicated objects, measured as the GraphQL queries the UI sends.
 
 The webserver (`dagster-webserver`, no daemon) serves the platform's code location for `--config` (the number of
-objects is the number of entries in it: the scale issue's 200 are a generated replication.yaml). The queries are
+objects is the number of entries in it; a generated replication.yaml gives 200 or more). The queries are
 the UI's own: their text is read from the installed dagster-webserver's bundled JavaScript (each operation with
 the fragments it spreads), so the figures follow the installed version. Three pages, each query sent as the UI
 sends it (live data in batches of `LIVE_BATCH` asset keys, `LIVE_PARALLEL` at a time; health in batches of

@@ -1,6 +1,6 @@
 """Steady state with table upkeep on: many small runs into one warehouse, upkeep every `every` runs.
 
-Issue 19 asks whether run time and table load time stay flat over 1,000 steady runs once upkeep compacts and
+It answers whether run time and table load time stay flat over 1,000 steady runs once upkeep compacts and
 vacuums. Each run lands the events the emulator's workload made since the last one (about `events` of them) and
 materializes change_events + the 5 replicas **in this process** (one Spark session for all runs, as a Spark
 Connect server gives the daemon's runs; the per-process start the `steady` workload measures is left out, so

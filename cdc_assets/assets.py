@@ -244,8 +244,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         sync: SyncResult | None = None
         polled = config.mode == "poll" or (sobject.mode == "poll" and config.mode in ("apply", FORMULAS))
         # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
-        # A history reads the replica's Change Data Feed: on from here if the replica was made without one.
-        table = warehouse.enable_change_feed(sobject.name) if sobject.history else warehouse.table(sobject.name)
+        table = warehouse.table(sobject.name)
         # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
         initial = table is None and (replication.initial_load or polled)
         schema, describe = resolve_schema(

@@ -250,12 +250,10 @@ def check_no_stale_dirty(
 
 
 def acknowledged_until(warehouse: DeltaWarehouse, table: DeltaTable) -> datetime | None:
-    """The newest acknowledgement: the app transaction survives log checkpoints; commit metadata is the fallback."""
+    """The newest acknowledgement, read from its app transaction (it survives log checkpoints and log retention,
+    which the commit metadata beside it does not); None if nothing was acknowledged."""
     micros = table.transaction_version(QUARANTINE_ACK)
-    if micros is not None:
-        return EPOCH + timedelta(microseconds=micros)
-    until = QuarantineAck.read(warehouse, table).until
-    return datetime.fromisoformat(until) if until else None
+    return EPOCH + timedelta(microseconds=micros) if micros is not None else None
 
 
 def acknowledge_quarantine(warehouse: DeltaWarehouse, until: datetime) -> int | None:

@@ -95,7 +95,7 @@ def ingest_progress(previous: IngestState, fresh: pa.Table, seq: int, now: datet
     if newest is not None and fresh.num_rows:
         same = before is not None and before.transaction_key == newest.transaction_key
         known = set(before.entities or []) if same else set()
-        # Unknown (written before entities were recorded, or too many) stays unknown: every replica may hold it.
+        # Unknown (too many to name) stays unknown: every replica may hold it.
         if not same or before.entities is not None:
             entities = known | _entities_of(fresh, newest.transaction_key)
             newest = replace(newest, entities=sorted(entities) if len(entities) <= MAX_TRACKED_ENTITIES else None)
@@ -136,7 +136,7 @@ def _entity_seq(previous: dict[str, int], fresh: pa.Table, seq: int) -> tuple[di
 
 def holders(ce_state: IngestState, replicated: set[str]) -> set[str]:
     """The replicas that may hold rows of the newest transaction: its entities that replicate, or every replica
-    when they are unknown (state written before they were recorded)."""
+    when they are unknown (more than `MAX_TRACKED_ENTITIES`)."""
     newest = ce_state.newest
     if newest is None:
         return set()

@@ -543,8 +543,8 @@ def load_location_config(path: str | Path | None = None) -> LoadedConfig:
 
     Dagster starts each run in a new process that imports the definitions again (the code server spawns it, with
     the server's environment). Reading replication.yaml there would give runs whatever the file holds by then,
-    not what the location loaded: a typo saved before the reload failed them with only "Could not load job
-    definition", a valid edit ran jobs the UI had never shown. So the location keeps the text it validated in
+    not what the location loaded: a typo saved before the reload would fail them with only "Could not load job
+    definition", a valid edit would run jobs the UI had never shown. So the location keeps the text it validated in
     its own environment (`LOADED_CONFIG_ENV`), which the processes it spawns inherit and use instead of the
     file. Reloading the location starts a new server from a clean environment, which reads the file again (and
     shows a bad file's error in the reload dialog). Only the loading process's own children (run workers) take the

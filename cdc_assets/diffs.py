@@ -43,8 +43,6 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
     """`changes` with every diff the fold will apply replaced by its new text (or its change made a gap), and the
     counts `diffs_applied`, `diffs_unresolved`. `current`: the replica rows the fold will fold over."""
     counts = dict.fromkeys(DIFF_COUNTS, 0)
-    if "diff_fields" not in changes.column_names:  # change_events written before diffs were kept
-        return changes, counts
     has_diff = pc.fill_null(pc.greater(pc.list_value_length(changes["diff_fields"]), 0), False)
     if not pc.any(has_diff).as_py():
         return changes, counts

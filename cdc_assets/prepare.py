@@ -51,8 +51,6 @@ def normalized(
     `also` (columns whose values nobody has checked yet), derived again with `schema`; and the quarantine entries
     (`source_file, source_line, raw, reason`) of the lines whose values do not fit, one per line; and how many rows
     became gap rows for it."""
-    if "typed" not in rows.column_names:  # stored before change_events had the column: none of them typed
-        rows = rows.append_column(pa.field("typed", pa.bool_()), pa.nulls(rows.num_rows, pa.bool_()))
     needs = _untyped(rows)
     if also:
         sets_new = pc.is_in(pc.list_flatten(rows["set_fields"]), value_set=pa.array(sorted(also), pa.string()))

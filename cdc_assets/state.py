@@ -16,10 +16,10 @@ under its `KEY`, and located through an app transaction (`resources/delta.py`, "
 - `QuarantineState` (`cdc.quarantine`, `cdc.quarantine.apply`: the run that quarantined lines) and
   `QuarantineAck` (`cdc.quarantine_ack`: lines reviewed up to `until`).
 
-`to_dict` / `from_dict` are the one JSON form: field names are the JSON keys, nested states are objects, and keys
-this code no longer knows (`row_count`, `dirty_records`: counts now derived from the table, `cdc_assets/counts.py`)
-are ignored, so tables written by older versions read as before. What is *derived* from the table's rows or log
-(row and dirty counts) is not state: a counter kept beside the rows could only drift from them.
+`to_dict` / `from_dict` are the one JSON form: field names are the JSON keys, nested states are objects, a field
+a commit lacks takes its default, and a key no field names is ignored. What is *derived* from the table's rows or
+log (row and dirty counts, `cdc_assets/counts.py`) is not state: a counter kept beside the rows could only drift
+from them.
 """
 
 from __future__ import annotations
@@ -256,8 +256,8 @@ class FormulaState(_CommitState):
 @dataclass(frozen=True)
 class Newest(_State):
     """The newest event ingested (in commit order, docs/design/contract.md §4): its transaction and position
-    `[commit micros, commit number, sequence number, replay id]`; `entities` that transaction touched (None:
-    unknown, written before they were recorded: every replica may hold it)."""
+    `[commit micros, commit number, sequence number, replay id]`; `entities` that transaction touched (None: more
+    than `MAX_TRACKED_ENTITIES`, cdc_assets/closure.py, so every replica may hold it)."""
 
     transaction_key: str
     position: list[int]
@@ -291,8 +291,8 @@ class QuarantineState(_State):
 
 @dataclass(frozen=True)
 class QuarantineAck(_CommitState):
-    """Quarantined lines up to `until` (ISO) are reviewed. The app transaction `QUARANTINE_ACK` holds the same
-    instant in microseconds; this is how tables acknowledged before that read it."""
+    """Quarantined lines up to `until` (ISO) are reviewed: what a reader of the table's history sees. The check reads
+    the app transaction `QUARANTINE_ACK`, which holds the same instant in microseconds (cdc_assets/checks.py)."""
 
     KEY: ClassVar[str] = QUARANTINE_ACK
     until: str | None = None

@@ -28,8 +28,8 @@ TOPIC = re.compile(r"(?:/[A-Za-z0-9_]+)+")  # /data/ChangeEvents, /data/ns__Invo
 def topic_slug(topic: str) -> str:
     """A topic in file names (positions, status, dead letters, spool), one slug per topic and readable:
     ``/data/ns__Obj__ChangeEvent`` -> ``data.ns__Obj__ChangeEvent``. Names keep their underscores (a slug that
-    folded ``__`` into ``_`` gave ``/data/ns_Obj__ChangeEvent`` the same files) and ``/`` becomes ``.``, which no
-    topic holds (``TOPIC``), so two topics never share a slug."""
+    folded ``__`` into ``_`` would give ``/data/ns_Obj__ChangeEvent`` the same files) and ``/`` becomes ``.``, which
+    no topic holds (``TOPIC``), so two topics never share a slug."""
     if not TOPIC.fullmatch(topic):
         raise ValueError(
             f"{topic!r} is not a Pub/Sub API topic name (/data/ChangeEvents, /data/<Object>ChangeEvent, "

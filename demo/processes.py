@@ -88,8 +88,8 @@ class StopOnSignal:
     """Set by SIGINT or SIGTERM (handlers installed at creation); what the demo's main loop waits on.
 
     Not a `threading.Event`: its `set()` takes the lock that `Event.wait()` holds while it wakes up, and a signal
-    handler runs in the main thread, the very one waiting, so a signal arriving at that moment deadlocked
-    `python -m demo` for good (seen: SIGTERM during the status loop's wait; the demo and its children hung). Here the
+    handler runs in the main thread, the very one waiting, so a signal arriving at that moment deadlocks
+    `python -m demo` for good (SIGTERM during the status loop's wait: the demo and its children hang). Here the
     handler only stores the signal number.
     """
 

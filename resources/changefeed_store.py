@@ -11,8 +11,7 @@ A file is named by the replica versions it covers and the resolved step it ends 
 so that name order is feed order. It is written under `_<name>.tmp` and renamed into place (atomic on a local
 disk; on an object store the upload itself is all-or-nothing), so a reader never sees half a file and a visible
 file never changes. The exporter's checkpoint is the newest file's name (last version, resolved step) and
-`table.json` (which table those versions belong to). Files named `<first>-<last>.jsonl` (feeds written before the
-resolved step was in the name) read as resolved at step 0.
+`table.json` (which table those versions belong to).
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import pyarrow.fs as pafs
 
 from resources.storage import filesystem
 
-FILE = re.compile(r"^(\d{20})-(\d{20})(?:-(\d{20}))?\.jsonl$")
+FILE = re.compile(r"^(\d{20})-(\d{20})-(\d{20})\.jsonl$")
 RESOLVED = "resolved.json"
 IDENTITY = "table.json"
 
@@ -40,7 +39,7 @@ class FeedFile:
     name: str
     first: int
     last: int
-    resolved: int = 0  # the feed's resolved step at the end of this file
+    resolved: int  # the feed's resolved step at the end of this file
 
 
 class FeedStore:
@@ -59,7 +58,7 @@ class FeedStore:
 
     def files(self) -> list[FeedFile]:
         """The visible feed files, in feed order."""
-        found = [FeedFile(n, int(m[1]), int(m[2]), int(m[3] or 0)) for n in self._names() if (m := FILE.match(n))]
+        found = [FeedFile(n, int(m[1]), int(m[2]), int(m[3])) for n in self._names() if (m := FILE.match(n))]
         return sorted(found, key=lambda f: (f.first, f.last))
 
     def newest(self) -> FeedFile | None:
@@ -116,7 +115,7 @@ class FeedStore:
         self.write(IDENTITY, [json.dumps(identity, sort_keys=True) + "\n"])
 
     def read_identity(self) -> dict | None:
-        """The table the feed follows (None: a feed written before it was recorded, or no feed yet)."""
+        """The table the feed follows (None: no feed yet, or its `table.json` is gone)."""
         return self._read_json(IDENTITY)
 
     def _read_json(self, name: str) -> dict | None:

@@ -17,8 +17,8 @@ Either the data and its checkpoint commit together, or neither does.
 asks the snapshot for that version (app transactions survive log checkpoints) and reads that one commit's JSON
 from `_delta_log`, whatever other writers (OPTIMIZE, VACUUM, table properties) committed since: no window of
 recent commits to fall out of. If delta-rs retried the commit past a foreign commit that did not conflict, the
-state is in the first commit after it that carries `key`. Tables written before this read the newest
-`HISTORY_SCAN` commits instead.
+state is in the first commit after it that carries `key`. A table whose commit of that version has left
+`_delta_log` (log retention) is read from its newest `HISTORY_SCAN` commits, with a warning.
 
 **One writer per table, enforced.** A writer reads its checkpoint from a snapshot and must commit against *that*
 snapshot (`read=`), never against a table reloaded just before the commit. delta-rs then checks every commit made
@@ -33,9 +33,8 @@ on an object store a conditional put, which `setup_for_execution` verifies befor
 (`resources/commit_safety.py`).
 
 **Change Data Feed on replicas.** A replica (a table whose name does not start with `_`) is created with
-`delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`);
-`enable_change_feed` sets the property once on a replica created before that (the changefeed exporter calls it
-from the replica's own pool: cdc_assets/changefeed/export.py). The property survives overwrites.
+`delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`),
+which the changefeeds and history tables read. The property survives overwrites.
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ log = logging.getLogger(__name__)
 
 CHANGE_EVENTS = "_change_events"
 QUARANTINE = "_quarantine"
-HISTORY_SCAN = 50  # commits searched backwards for state written before it carried its app transaction
+HISTORY_SCAN = 50  # commits searched backwards for state whose located commit has left _delta_log
 STATE_APP_PREFIX = "cdc_state."
 # A log checkpoint every this many commits: loading a table then replays at most this many JSON commits. A run
 # loads each table several times; measured at 90 commits, one load took 65 ms without a checkpoint, 6 ms with.
@@ -252,8 +251,8 @@ class DeltaWarehouse(dg.ConfigurableResource):
         if table is None:
             return {}
         located = table.transaction_version(state_app(key))
-        if located is None:  # written before state commits carried their app transaction
-            return self._scanned_state(table, key)
+        if located is None:  # no commit ever stored state under `key` (every one carries the app transaction)
+            return {}
         log_files = pafs.PyFileSystem(DeltaStorageHandler(table.table_uri, self._options()))
         for version in range(located, table.version() + 1):
             info = self._commit_info(log_files, version)
@@ -275,10 +274,10 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """Every app transaction of the snapshot (`appId -> version`), read from `_delta_log` in one pass.
 
         `table.transaction_version(app_id)` replays the log for each id it is asked: asking it for every landing
-        file made a run's cost grow with the landing zone (measured: 6 ms a call at 6,800 files, so 40 s a run).
-        This reads the newest checkpoint's `txn` column and the JSON commits after it up to the snapshot's
-        version, once. Log layouts it does not read (a checkpoint newer than the snapshot, v2 checkpoints) fall
-        back to nothing: callers then ask `transaction_version` per id, as before.
+        file would make a run's cost grow with the landing zone (6 ms a call at 6,800 files: 40 s a run). This
+        reads the newest checkpoint's `txn` column and the JSON commits after it up to the snapshot's version,
+        once. Log layouts it does not read (a checkpoint newer than the snapshot, v2 checkpoints) fall back to
+        nothing: callers then ask `transaction_version` per id.
         """
         log_files = pafs.PyFileSystem(DeltaStorageHandler(table.table_uri, self._options()))
         version = table.version()
@@ -414,14 +413,6 @@ class DeltaWarehouse(dg.ConfigurableResource):
     def _created_with(name: str, configuration: dict[str, str] | None) -> dict[str, str] | None:
         """Table properties of a new table: the writer's, plus a Change Data Feed for a replica."""
         return {**(table_configuration(name) or {}), **(configuration or {})} or None
-
-    def enable_change_feed(self, name: str) -> DeltaTable | None:
-        """The table with its Change Data Feed on: set once (its own commit) if it was created without it."""
-        table = self.table(name)
-        if table is not None and table.metadata().configuration.get(CHANGE_FEED) != "true":
-            table.alter.set_table_properties({CHANGE_FEED: "true"})
-            table = self._checkpointed(name, table)
-        return table
 
     def overwrite(
         self,

@@ -2,8 +2,8 @@
 
 Every step that writes a table runs in the table's Dagster pool (`replica_<Object>`, `change_events`), one slot
 each. Dagster's slot claim is not atomic on its SQLite storage: two steps of different runs that claim the same free
-slot within milliseconds can both be given it (each sees the slot free, each writes itself into it; `make e2e`
-met two `salesforce__Account` steps started 3 ms apart). Delta's optimistic commit then fails the second writer
+slot within milliseconds can both be given it (each sees the slot free, each writes itself into it: under
+`make e2e`, two `salesforce__Account` steps started 3 ms apart). Delta's optimistic commit then fails the second writer
 (`ConcurrentWriteError`: nothing lost, the sensors run its work again), but a failed run is noise a person has to
 read. So a step also holds an OS file lock named after its pool, on the host where run workers live (the
 `DefaultRunLauncher`: every run is a process of this host): the second step waits for the first to end instead of
@@ -56,7 +56,7 @@ def host_lock(instance: dg.DagsterInstance, pool: str, logger=None) -> Iterator[
 
 def exclusive(pool: str) -> Callable:
     """Decorator of an op's or asset's compute function (`context` first): its body runs holding `pool`'s host
-    lock. Keeps the function's signature, so Dagster sees its context and resources as before."""
+    lock. Keeps the function's signature, so Dagster sees the context and resources the function declares."""
 
     def wrap(fn: Callable) -> Callable:
         if inspect.isgeneratorfunction(fn):

@@ -31,22 +31,22 @@ REQUIRED_CONF = {
     "spark.sql.mapKeyDedupPolicy": "LAST_WIN",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # A stage whose generated code has a method over 4,000 bytes of bytecode runs as per-operator code instead (its
-    # expressions split into small methods). HotSpot never compiles a method over 8,000 bytes (measured: parse 2.6x,
-    # fold 1.8x faster with the fallback), and one of 4-8 KB costs its optimizing compiler seconds: the fold's last
-    # stage (a cast per column of a wide object, 5.7-10 KB) took 2.6-4.6 s of a core to compile, often after its loop
-    # had ended. At 4,000 only that stage falls back: 1M-event catch-up -6 % cold, -7 % warm (bench/RESULTS.md).
+    # expressions split into small methods). HotSpot never compiles a method over 8,000 bytes, and one of 4-8 KB
+    # costs its optimizing compiler seconds of a core, often after the loop it was compiled for has ended: the
+    # fold's last stage (a cast per column of a wide object, 5.7-10 KB) is such a method. At 4,000 only that stage
+    # falls back, and the catch-up is faster cold and warm (docs/design/decisions.md, "The JVM's settings").
     "spark.sql.codegen.hugeMethodLimit": "4000",
 }
-# Options of the JVM the platform starts, each measured on the catch-up (bench/RESULTS.md):
+# Options of the JVM the platform starts, each chosen on the catch-up benchmark (docs/design/decisions.md, "The
+# JVM's settings", has the figures):
 JVM_OPTIONS = (
     # The throughput collector for a batch engine on few cores (JDK 17's default, G1, spends them on concurrent
-    # marking): cold pass -7 % (24.4 -> 22.7 s), warm -8 %, 1M events -9 % (61.7 -> 55.9 s).
+    # marking): the catch-up is 7-9 % faster, cold, warm and at 1M events.
     "-XX:+UseParallelGC",
     # Smaller inlining budgets for HotSpot's optimizing compiler. On two cores the JIT competes with the tasks, and
     # every new query plan brings generated classes to compile: during a fold of a warm JVM the compiler threads
-    # used 2-3x the CPU of Spark's tasks. With these limits the first pass of a fresh JVM is 10-16 % shorter
-    # (issue-size catch-up 20.7 -> 17.4-17.7 s, 1M events 47.4-49.0 -> 44.2 s) and the steady state no slower
-    # (a warm JVM's second 1M pass 33.5 / 33.6 s).
+    # use 2-3x the CPU of Spark's tasks. With these limits the first pass of a fresh JVM is 10-16 % shorter and the
+    # steady state no slower.
     "-XX:MaxInlineLevel=6",
     "-XX:InlineSmallCode=1000",
     "-XX:MaxInlineSize=20",
@@ -55,10 +55,10 @@ JVM_OPTIONS = (
 # Static settings of the SQL engine, read when the JVM starts: a Connect client cannot set them (`spark_config`).
 JVM_SQL_CONF = {
     # Spark keeps the classes it generates for a plan in a cache and reuses them (with the machine code the JIT made
-    # of them) when the same plan comes again. The catch-up of five objects generates ~116 classes; with the default
-    # 100 entries each run evicted what the next one needed, and a warm JVM (the Spark Connect server) generated,
-    # compiled and optimized 71-75 classes again every run. With room for them it compiles none: the issue-size
-    # catch-up's second run in one JVM 9.5 -> 8.4 s (bench/RESULTS.md).
+    # of them) when the same plan comes again. The catch-up of five objects generates ~116 classes: with the default
+    # 100 entries each run evicts what the next one needs, and a warm JVM (the Spark Connect server) generates,
+    # compiles and optimizes 71-75 classes again every run. With room for them it compiles none, and a second
+    # catch-up in one JVM is ~12 % faster (docs/design/decisions.md, "The JVM's settings").
     "spark.sql.codegen.cache.maxEntries": "1000",
 }
 DEFAULT_CONF = {
@@ -67,8 +67,8 @@ DEFAULT_CONF = {
     "spark.ui.enabled": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.adaptive.enabled": "true",
-    # Measured on the 1M-event catch-up: the same wall time at 2g as at 4g, and the JVM fills whatever it is
-    # given (peak RSS 3.9 GB against 6.0 GB). Raise it for very wide objects or larger ingest batches.
+    # The 1M-event catch-up takes the same wall time at 2g as at 4g, and the JVM fills whatever it is given (peak
+    # RSS 3.9 GB against 6.0 GB). Raise it for very wide objects or larger ingest batches.
     "spark.driver.memory": "2g",
     # Applies to the JVM this process starts (a local session, the Spark Connect server); a cluster's executors keep
     # their own settings. See `JVM_OPTIONS`.
@@ -142,20 +142,19 @@ def from_arrow(spark: SparkSession, table: pa.Table) -> DataFrame:
     """An Arrow table as a DataFrame.
 
     `createDataFrame` makes a LocalRelation: every row lives inside the query plan, and every analysis, cache
-    lookup and temp view walks it (measured: 17-41 s of plan building for 40,000 landing lines, against 1.6-2.9 s
-    from a checkpoint; the whole parse 2x faster), and every task scanning it carries its share of the rows (Spark
-    warns: "task of very large size").
+    lookup and temp view walks it (17-41 s of plan building for 40,000 landing lines, against 1.6-2.9 s from a
+    checkpoint; the whole parse takes half the time), and every task scanning it carries its share of the rows
+    (Spark warns: "task of very large size").
 
     So past `STAGED_MIN_BYTES` the table is written as Parquet where Spark's executors read it
     (`resources.spark_staging`) and the plan only names the file: no rows in the plan, in the tasks or in the
     JVM's heap, nothing a session can lose. With a local Spark that is this process's temporary directory
-    (`local_staging`; measured against a checkpoint of the same rows in the heap: the 1M-event catch-up 12 %
-    faster, 18 % less peak memory, bench/RESULTS.md). When Spark is outside this process (a Spark Connect client, or
-    a cluster master) it is `CDC_SPARK_STAGING`, proven shared once per process, else a clear `StagingNotShared`.
-    (As a Connect client a checkpoint is a DataFrame cached in the server session by id, and under the daemon runs
-    failed with `CONNECT_INVALID_PLAN.DATAFRAME_NOT_FOUND` on such DataFrames once batches passed the threshold,
-    `make e2e` 2026-11-23.) With no staging location the rows go in the plan, checkpointed on a cluster's
-    executors. Smaller tables past `LOCAL_RELATION_MAX_ROWS` are checkpointed (stored once in the block manager);
+    (`local_staging`; against a checkpoint of the same rows in the heap, the 1M-event catch-up is 12 % faster with
+    18 % less peak memory, bench/RESULTS.md). When Spark is outside this process (a Spark Connect client, or a
+    cluster master) it is `CDC_SPARK_STAGING`, proven shared once per process, else a clear `StagingNotShared`.
+    (As a Connect client a checkpoint is a DataFrame cached in the server session by id, and runs under the daemon
+    can fail with `CONNECT_INVALID_PLAN.DATAFRAME_NOT_FOUND` on such DataFrames once batches pass the threshold.)
+    With no staging location the rows go in the plan, checkpointed on a cluster's executors. Smaller tables past `LOCAL_RELATION_MAX_ROWS` are checkpointed (stored once in the block manager);
     small ones stay in the plan, which saves that extra job.
     """
     if not table.num_rows:  # Spark Connect cannot take the schema from an empty Arrow table
@@ -191,9 +190,9 @@ def small_query(spark: SparkSession, rows: int) -> Iterator[None]:
     """Run the queries inside with `SMALL_QUERY_CONF` when their inputs hold at most `SMALL_QUERY_MAX_ROWS` rows
     (`rows`); the session's own settings are restored after.
 
-    Why: a replica step with a handful of changes paid ~1 s for its fold, nearly all of it fixed cost per query
-    (three jobs, code generation and compilation for a plan used once, a task per shuffle partition), not rows;
-    bench/step.py measures it. None of these settings changes what a query returns. The settings are read when a
+    Why: with the session's settings a replica step with a handful of changes pays ~1 s for its fold, nearly all
+    of it fixed cost per query (three jobs, code generation and compilation for a plan used once, a task per
+    shuffle partition), not rows; bench/step.py measures it. None of these settings changes what a query returns. The settings are read when a
     query is planned and run, so the action (`toArrow`, `collect`) must be inside. Above the limit nothing changes:
     generated code pays for itself over many rows.
     """

@@ -15,7 +15,8 @@ file. Every executor must then read what this process wrote, at the same path or
 A Spark inside the run's process (a local master) reads large tables the same way, from the temporary directory
 (`local_staging`; `CDC_SPARK_STAGING` is for executors elsewhere): its executors are threads of this machine's JVM,
 so there is nothing to prove, and Parquet read back in columnar batches costs less than a checkpoint of the rows held
-in the JVM's heap (bench/RESULTS.md: the 1M-event catch-up 55.7 -> 48.8 s, peak memory 3.9 -> 3.2 GB).
+in the JVM's heap (bench/RESULTS.md: the 1M-event catch-up in 48.8 s against 55.7 s, peak memory 3.2 against
+3.9 GB).
 
 A location that is not shared shows up only on an executor, as a `FileNotFoundException` that Spark retries on
 another executor (which may see it) or reports as a task failure deep in a stack trace. So before its first

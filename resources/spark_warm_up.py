@@ -4,7 +4,7 @@ A fresh JVM runs the platform's queries about twice as slowly as one that has ru
 interprets and JIT-compiles Spark's and Jackson's own code (bench/RESULTS.md: a catch-up of 145k events takes
 ~22 s in a fresh JVM, ~11 s in the same JVM the second time; Janino's code generation is ~1.5 s of the gap). The
 Spark Connect server (`resources.spark_connect`) is one JVM for every run, so its first runs (the backlog after a
-restart) paid that. `warm_up` runs the platform's own parse and fold, the same functions a run calls, over a
+restart) would pay that. `warm_up` runs the platform's own parse and fold, the same functions a run calls, over a
 synthetic batch generated inside Spark (an object no org has: nothing is read or written but the JVM's code
 caches), so the JIT has compiled those paths before a run arrives.
 """

@@ -75,10 +75,10 @@ REASON_CLOSE = "newest transaction closed by timeout"
 TAG_CLOSE_SEQ = hidden_tag("close_seq")
 # Tick at every look of the sensor daemon, which looks at its sensors every 5 s
 # (dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME). Not 5: a tick's timestamp is taken a moment after the loop
-# starts, so 5 s later the interval has not quite passed and the sensor waits for the loop after (measured: 10 s
+# starts, so 5 s later the interval has not quite passed and the sensor waits for the loop after (ticks come 10 s
 # apart with 5, 15 s with 10). A tick that finds no new file is cheap (a listing and change_events' last commit),
 # and the wait it bounds (files landed while a landing run was in flight, until the next run is requested) is part
-# of every change's latency (README "Latency", issue 23).
+# of every change's latency (docs/concepts/latency.md).
 INTERVAL_SECONDS = 4
 SURVEY_SECONDS = 60  # a survey lists the whole zone once more (on an object store: requests that cost)
 FILES_READ_CHECK = "landing_zone_files_read"

@@ -1,4 +1,4 @@
-"""run_liveness_sensor: runs whose run worker is gone are ended, so their work is requested again (issue 24).
+"""run_liveness_sensor: runs whose run worker is gone are ended, so their work is requested again.
 
 Why a sensor of our own. Dagster's run monitoring (dagster.yaml `run_monitoring`, the daemon's MONITORING loop)
 ends a run stuck in STARTING after `start_timeout_seconds` and one stuck in CANCELING after
@@ -28,8 +28,8 @@ The pid check reads `/proc` (Linux); elsewhere the sensor checks nothing and say
 step: a step that finds no free slot is queued unassigned, and a slot freed later assigns the oldest unassigned step.
 The two are separate statements, not one transaction: when the holder frees its slot between the waiting step's
 "no free slot" check and its insert into the queue, the free finds nobody to assign, the step is queued after it,
-and nothing ever assigns it; its run waits for that pool for good with every slot free (`make e2e` caught a
-changefeed step so, 20 ms after the replica step it waited for had ended). Each evaluation also gives every
+and nothing ever assigns it; its run waits for that pool for good with every slot free (under `make e2e`, a
+changefeed step queued 20 ms after the replica step it waited for had ended). Each evaluation also gives every
 pool whose slots are neither claimed nor promised to a step its waiting steps (`assign_stranded`), as the free
 would have. Should a free assign a step at the same moment, two steps may hold the pool's slot: the pool's host
 lock (resources/pool_lock.py) still runs them one after the other, so only liveness is restored, never exclusivity

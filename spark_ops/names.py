@@ -2,9 +2,10 @@
 subscriber, the reconcile) and as the same rule in Spark SQL's regex dialect, Java's (the parsers' `RLIKE`).
 
 **Anchors.** Both dialects' `$` also match *before* a final line terminator, so `^[A-Za-z0-9]{15}$` accepts
-`"001000000000001\\n"`: such an id became a replica row, and the org refused it (MALFORMED_ID) in every reconcile of
-its object. The SQL forms are anchored `\\A...\\z` (Java's absolute start and end; its `\\Z` still allows a final line
-terminator), the Python ones `\\A...\\Z` (Python's `\\Z` is the absolute end) and used with `fullmatch`.
+`"001000000000001\\n"`: such an id would become a replica row, and the org would refuse it (MALFORMED_ID) in every
+reconcile of its object. The SQL forms are anchored `\\A...\\z` (Java's absolute start and end; its `\\Z` still
+allows a final line terminator), the Python ones `\\A...\\Z` (Python's `\\Z` is the absolute end) and used with
+`fullmatch`.
 
 **API names** (`API_NAME`): what Salesforce allows for an object name, as its object reference states it for the
 developer name of a component: it begins with a letter, holds only letters, digits and underscores, does not end with

@@ -1,4 +1,4 @@
-"""Column hashing: one definition of the hash, applied on every path that writes a value (issue 19).
+"""Column hashing: one definition of the hash, applied on every path that writes a value.
 
 `hash:` in replication.yaml names text fields whose values are stored as a digest instead, as Fivetran's column
 hashing does: `sha256(salt || value)` as 64 lowercase hex characters, with `salt` the secret in `CDC_HASH_SALT`.

@@ -7,7 +7,7 @@ of each, and how compound fields nested in an event (`BillingAddress: {"City": .
 This is the one answer to "which fields replicate": parsing (spark_ops/parse.py), the fields asked of the org
 (`org_fields`: resync, reconcile, poll) and the check for fields describe() does not know (`knows`) all read it.
 
-**Field selection and hashing** (replication.yaml `fields: {include | exclude}`, `hash:`; issue 19) are decided
+**Field selection and hashing** (replication.yaml `fields: {include | exclude}`, `hash:`) are decided
 here too, once, from describe(): a field not selected is no column, is never asked of the org, and is dropped from
 events (`selects`; it still counts as known, so it triggers no describe refresh); `Id` and the record's position
 field are always selected; a compound parent name stands for its components. `hashed` names text columns whose

@@ -19,8 +19,7 @@ nothing, and a resync's overwrite only the difference it made), stamps them with
   `RecreatedReplicaError`, which says what to do: its versions are not the feed's.
 - *Initial scan* (`initial_scan: true`): the first export writes every live row of the replica at the version it
   starts from (op `r`; YDB: an update with its image; Debezium: `snapshot` "true", the last one "last"). Without
-  it the feed starts with the changes after that version. A replica created before its CDF was on gets it here
-  (one commit; the asset runs in the replica's pool, so it never races the replica's writer).
+  it the feed starts with the changes after that version.
 - *Virtual and resolved timestamps* `[step, txId]` from change_events' ingest sequence, the same for every
   replica's feed (clock.py). YDB JSON files end with `{"resolved": [R, 0]}`; the resolved step is also in every
   file's name (so Debezium files, whose record stream holds only change records, carry it too), and every export,
@@ -59,7 +58,7 @@ from cdc_assets.changefeed.rows import data_columns, line, net_changes, render, 
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.faults import fault_point
 from cdc_assets.state import REPLICA_STATE
-from resources.changefeed_store import FeedFile, FeedStore, feed_file_name
+from resources.changefeed_store import IDENTITY, FeedFile, FeedStore, feed_file_name
 from resources.delta import DeltaWarehouse
 from resources.delta_changes import snapshot_batches
 from resources.pool_lock import exclusive
@@ -94,25 +93,31 @@ def table_identity(table: DeltaTable) -> dict:
 
 
 def _check_identity(store: FeedStore, table: DeltaTable, name: str, newest: FeedFile | None) -> None:
-    """Stop when the replica is not the table the feed follows; record the table before the feed's first file."""
+    """Stop when the replica is not the table the feed follows, or the feed cannot tell (files but no `table.json`:
+    it is written before the first file, so it was removed); record the table before the feed's first file."""
     recorded, current = store.read_identity(), table_identity(table)
     if recorded == current:
         return
-    if newest is None or (recorded is None and newest.last <= table.version()):
-        store.write_identity(current)  # a new feed, or one written before the table was recorded
+    if newest is None:
+        store.write_identity(current)  # a new feed
         return
-    was = (
-        f"Delta table {recorded['table_id']} (created at {recorded['created_ms']} ms)"
-        if recorded
-        else f"a table that had reached version {newest.last}"
+    remedy = (
+        f"Re-export with an initial scan: move the folder {store.uri} away, set `initial_scan: true` in {name}'s "
+        f"changefeed section, and re-run changefeed/{name}; consumers start again from the new feed."
     )
+    if recorded is None:
+        raise RecreatedReplicaError(
+            f"{name} changefeed at {store.uri} holds replica versions through {newest.last} but no {IDENTITY} "
+            f"naming the Delta table they came from, so it cannot tell whether the replica at {table.table_uri} "
+            f"(Delta table {current['table_id']}, now at version {table.version()}) is that table: continuing could "
+            f"keep records that no longer exist and miss others. {remedy}"
+        )
     raise RecreatedReplicaError(
-        f"{name} changefeed at {store.uri} follows {was}, but the replica at {table.table_uri} is Delta table "
+        f"{name} changefeed at {store.uri} follows Delta table {recorded['table_id']} (created at "
+        f"{recorded['created_ms']} ms), but the replica at {table.table_uri} is Delta table "
         f"{current['table_id']} (created at {current['created_ms']} ms, now at version {table.version()}): it was "
         f"deleted and re-made, so its versions are not the feed's, and continuing would keep records that no "
-        f"longer exist and miss others. Re-export with an initial scan: move the folder {store.uri} away, set "
-        f"`initial_scan: true` in {name}'s changefeed section, and re-run changefeed/{name}; consumers start "
-        f"again from the new feed."
+        f"longer exist and miss others. {remedy}"
     )
 
 
@@ -161,7 +166,7 @@ def export_changefeed(
     result = ExportResult()
     if left := store.drop_leftovers():
         log.info("%s changefeed: removed %d files a crashed export left: %s", name, len(left), left)
-    table = warehouse.enable_change_feed(name)
+    table = warehouse.table(name)
     if table is None:
         return result
     latest, newest = table.version(), store.newest()
@@ -233,8 +238,8 @@ def export_changefeed(
 # materialization then wins over it (Dagster cannot order the two), leaving that materialization unexported until
 # the replica's next one. `newly_requested()` is true on the tick *after* the request, so a replica update between
 # those two ticks (after the export ran, or while it ran) would be reset by it as well and stay unexported: the
-# reset does not count on a tick that also sees a replica update (at worst one more export, of nothing; found under
-# the daemon, tests/cdc_assets/test_dagster_conventions.py). A request counts as done whatever its run does, so a
+# reset does not count on a tick that also sees a replica update (at worst one more export, of nothing; the daemon
+# meets this case, tests/cdc_assets/test_dagster_conventions.py). A request counts as done whatever its run does, so a
 # failed export (a run that could not even start on a loaded host) is asked again every RETRY_CRON tick while it
 # stays failed: the exporter is idempotent.
 RETRY_CRON = "*/5 * * * *"
@@ -261,7 +266,7 @@ def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
         group_name=GROUP,
         automation_condition=FOLLOWS_REPLICA,
         kinds={"delta", "json"},
-        pool=replica_pool(sobject.name),  # the replica's pool: see enable_change_feed
+        pool=replica_pool(sobject.name),  # the replica's pool: an export never runs beside a write of the replica
         description=f"Changefeed of the {sobject.name} replica ({feed.mode}, {feed.format}) at "
         f"{feed.object_uri(sobject.name)}: its changes since the feed's position as JSON lines, exactly "
         f"once, per-key ordered, with virtual and resolved timestamps (cdc_assets/changefeed/export.py).",

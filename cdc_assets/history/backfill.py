@@ -117,11 +117,7 @@ def _events(
     trimmed = pc.and_(
         pc.equal(pc.list_value_length(rows["fields"]), 0), pc.greater(pc.list_value_length(rows["set_fields"]), 0)
     )
-    untyped = (
-        pc.invert(pc.fill_null(rows["typed"], False))
-        if "typed" in rows.column_names
-        else pa.repeat(True, rows.num_rows)
-    )
+    untyped = pc.invert(pc.fill_null(rows["typed"], False))
     lost = pc.fill_null(pc.and_(with_fields, pc.or_(trimmed, untyped)), False)
     if pc.any(lost).as_py():
         rows = rows.set_column(

@@ -39,7 +39,8 @@ log = logging.getLogger(__name__)
 
 HISTORY_APP = "cdc_history"
 # Operations that write rows: a resync or initial load that swaps staged files in commits WRITE (overwrite) or CREATE
-# TABLE (a new table made from its files, cdc_assets/snapshot.py); older tables hold CREATE TABLE AS SELECT.
+# TABLE (a new table made from its files, cdc_assets/snapshot.py); CREATE TABLE AS SELECT is the name Delta writers
+# such as Spark give a table created with its rows.
 DATA_OPERATIONS = frozenset({"WRITE", "MERGE", "UPDATE", "DELETE", "CREATE TABLE", "CREATE TABLE AS SELECT"})
 POST_IMAGES = ("insert", "update_postimage")
 

@@ -1,4 +1,4 @@
-"""Table upkeep (issue 19): compaction, vacuum and change_events payload retention, as scheduled Dagster jobs.
+"""Table upkeep: compaction, vacuum and change_events payload retention, as scheduled Dagster jobs.
 
 Every run of the platform adds files: change_events a few per run, each replica merge rewrites the files of the
 partitions it touched and leaves the old ones behind. Left alone, loading and reading a table slows with its age.

@@ -19,8 +19,7 @@ tick and run lists, and the app transactions, which every load of change_events 
   tables stay exact either way.
 
 A crash between the ingest commit and the retirement leaves the file visible and remembered: the next upkeep
-retires it. Files ingested before their transactions carried a time never expire (older tables): only the
-listing shrinks for them.
+retires it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""An apply that writes no row still commits its checkpoint (issue 18 item 5): the real ingest, apply and Delta."""
+"""An apply that writes no row still commits its checkpoint: the real ingest, apply and Delta."""
 
 from __future__ import annotations
 

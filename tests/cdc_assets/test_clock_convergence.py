@@ -1,4 +1,4 @@
-"""Replicas converge under the org's real clock (issue 25.6): timestamps repeating across transactions, late commits
+"""Replicas converge under the org's real clock: timestamps repeating across transactions, late commits
 (rows stamped behind rows already visible), and a reconcile whose fetched SystemModstamp is older than the replica
 row. The org is the real HTTPS emulator; runs are Dagster's materialize() over real Spark and Delta tables."""
 
@@ -24,7 +24,7 @@ def update(emu: Emulator, record_id: str, **values) -> None:
 
 def move_stamp_back(emu: Emulator, record_id: str, to_ms: int) -> None:
     """What the emulator never does by itself (Salesforce documents no such case): the org's SystemModstamp of a
-    record goes back, as in the issue's reproduction (01:52:25.209 -> 01:52:22.795)."""
+    record goes back, as in a reported reproduction (01:52:25.209 -> 01:52:22.795)."""
     with emu.store.lock:
         emu.store.update_row(resolve_object("Account"), record_id, {"SystemModstamp": ms_to_iso(to_ms)})
 

@@ -196,7 +196,7 @@ def test_freshness_from_replication_yaml_becomes_each_replicas_freshness_policy(
 def test_a_replica_update_between_the_feeds_request_and_the_next_evaluation_is_still_exported(platform):
     """The daemon's tick requests the feed; its export runs and ends; the replica then changes before the next
     tick. That tick sees both "the feed was newly requested" and "its replica was updated": the update is newer than
-    the export and must make the feed due (found under the daemon: the feed stayed one version behind for good)."""
+    the export and must make the feed due (else, under the daemon, the feed stays one version behind for good)."""
     _, _first = landing_run(platform, [event("Account", "CREATE", [ACC], 1, tx="a", Name="Acme")])
     requested, cursor = automation_requests(platform)
     assert requested == {changefeed_key("Account")}

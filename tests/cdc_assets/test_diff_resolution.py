@@ -114,5 +114,3 @@ def test_rows_without_diffs_of_replicated_fields_pass_through_untouched(spark, a
     current = spark.createDataFrame([], account.spark_schema())
     resolved, counts = resolve_diffs(changes, current, account)
     assert resolved is changes and counts == {"diffs_applied": 0, "diffs_unresolved": 0}
-    old_rows = changes.drop_columns(["diff_fields"])  # change_events written before diff_fields existed
-    assert resolve_diffs(old_rows, current, account)[0] is old_rows

@@ -1,18 +1,12 @@
-"""Long text fields sent as diffs, end to end: emulator org -> landing -> Dagster materialize() -> reconcile;
-and change_events from before `diff_fields` existed."""
+"""Long text fields sent as diffs, end to end: emulator org -> landing -> Dagster materialize() -> reconcile."""
 
 from __future__ import annotations
 
 import pytest
-from event_lines import event
-from harness import Platform
 from org_compare import differences
-from settings import TEST_SPARK_CONF
 from test_sync import assert_equal_to_org, catch_up, make_platform, run_sensor_requests
 
-from cdc_assets import ingest
 from salesforce_emulator import Emulator, FaultConfig
-from salesforce_emulator.text_diff import unified_diff
 from salesforce_emulator.workload import Workload
 
 OBJECTS = ["Account", "Opportunity"]
@@ -71,31 +65,3 @@ def test_descriptions_sent_as_diffs_equal_the_org_and_corrupt_ones_are_reconcile
     catch_up(platform, org)
     assert total(platform, "diffs_applied") > 0 and total(platform, "diffs_unresolved") == 0
     assert_equal_to_org(platform, org, OBJECTS)
-
-
-def test_change_events_written_before_diff_fields_evolve_and_diffs_apply(tmp_path, sample_dir, monkeypatch):
-    record, t0 = "001000000000001AAA", 1_763_800_000_000
-    v0 = "\r\n".join(f"Note {i}: renewal pricing — café" for i in range(40))
-    v1 = v0.replace("Note 9:", "N9:")
-    platform = Platform(tmp_path / "p", sample_dir / "describe", ["Account"], TEST_SPARK_CONF)
-    with monkeypatch.context() as old_code:  # change_events as written before diff_fields existed
-        old_code.setattr(ingest, "CHANGE_COLUMNS", [c for c in ingest.CHANGE_COLUMNS if c != "diff_fields"])
-        platform.land([event("Account", "CREATE", [record], t0, Name="A", Description=v0)])
-        platform.run(close_after=0)
-    assert "diff_fields" not in platform.change_events()[0]
-    platform.land(
-        [
-            event(
-                "Account",
-                "UPDATE",
-                [record],
-                t0 + 1000,
-                diffs=["Description"],
-                Description={"diff": unified_diff(v0, v1)},
-            )
-        ]
-    )
-    result = platform.run(close_after=0)
-    assert sorted(str(r["diff_fields"]) for r in platform.change_events()) == ["None", "['Description']"]
-    assert platform.rows("Account")[record]["Description"] == v1
-    assert platform.materialization(result, "Account")["diffs_applied"] == 1

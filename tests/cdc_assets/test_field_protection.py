@@ -1,4 +1,4 @@
-"""`fields` and `hash` in replication.yaml, through every path that writes a value (issue 19 item 4).
+"""`fields` and `hash` in replication.yaml, through every path that writes a value.
 
 Against the real HTTPS emulator, with Dagster's real materialize(), real Spark and Delta: Account replicates only
 some fields (`include`; its Website is the left-out value looked for: Description texts repeat in Opportunity and

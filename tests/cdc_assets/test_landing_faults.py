@@ -178,7 +178,7 @@ def test_a_file_that_breaks_ingest_is_quarantined_whole_and_holds_back_no_other(
 
 def test_a_file_is_not_blamed_when_the_environment_fails_with_it(platform, monkeypatch):
     """The poisoned file fails alone, but `_quarantine` cannot be loaded either (a store that fails): the run
-    fails as before, nothing is quarantined, and the file stays pending until the store is back; then it is."""
+    fails, nothing is quarantined, and the file stays pending until the store is back; then it is."""
     land_four_with_one_poisoned(platform)
     log = platform.warehouse / "_quarantine" / "_delta_log"
     log.mkdir(parents=True)

@@ -193,9 +193,9 @@ def test_reference_fold_reproduces_the_golden_sample(sample_dir):
                 ), f"{name} {want['Id']} {column}"
 
 
-# Regression tests from minimal counterexamples: the first is what the property found with the process outside UTC
-# (TZ=America/New_York: dedup bounds were read as local time); the second needs a duplicate from a second channel,
-# which the streams above do not generate (the guard compared replay ids, which differ between channels).
+# Minimal counterexamples kept as tests: the first runs with the process outside UTC (TZ=America/New_York: dedup
+# bounds must not be read as local time); the second needs a duplicate from a second channel, which the streams
+# above do not generate (the guard must not compare replay ids, which differ between channels).
 
 ACME = "001000000000001AAA"
 T0 = 1_763_800_000_000

@@ -1,4 +1,4 @@
-"""`redact_quarantine`: a quarantined line keeps no hashed or left-out value of its object (issue 19 item 4).
+"""`redact_quarantine`: a quarantined line keeps no hashed or left-out value of its object.
 
 `_quarantine.raw` is the line as landed; with the option on, `redacted` rewrites the payload of a CometD or
 Datastream line of a protected object, replaces a line that is not JSON whole (it cannot tell whose it is), and

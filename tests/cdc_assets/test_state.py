@@ -1,6 +1,6 @@
 """Checkpoint state (cdc_assets/state.py, resources/delta.py `commit_state`): found through its app transaction
-whatever other writers commit after it, read the same from tables written before it was typed; and the counts a
-replica reports are derived from its table (cdc_assets/counts.py)."""
+whatever other writers commit after it; and the counts a replica reports are derived from its table
+(cdc_assets/counts.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from deltalake import CommitProperties, DeltaTable, write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from event_lines import event
 
 from cdc_assets.apply import apply_changes
@@ -22,7 +22,7 @@ from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
 T0 = 1_763_800_000_000
-FOREIGN = HISTORY_SCAN + 10  # commits by other writers after the last state commit: more than the old scan window
+FOREIGN = HISTORY_SCAN + 10  # commits by other writers after the last state commit: more than table.history scans
 
 
 def rows(ids: list[str], dirty: list[bool]) -> pa.Table:
@@ -51,7 +51,7 @@ def foreign_commits(uri: str, n: int) -> None:
                 write_deltalake(table, pa.schema(empty).empty_table(), mode="append")
 
 
-def test_the_state_is_found_after_more_foreign_commits_than_the_old_scan_window(tmp_path):
+def test_the_state_is_found_after_more_foreign_commits_than_a_history_scan_reads(tmp_path):
     warehouse = DeltaWarehouse(root=str(tmp_path))
     state = ReplicaState(
         applied_through=7,
@@ -79,7 +79,7 @@ def test_the_state_is_found_after_more_foreign_commits_than_the_old_scan_window(
     foreign_commits(warehouse.uri("T"), FOREIGN)
     table = warehouse.table("T")
     assert table.version() >= 1 + FOREIGN
-    assert not any(state.KEY in c for c in table.history(HISTORY_SCAN))  # out of the old window
+    assert not any(state.KEY in c for c in table.history(HISTORY_SCAN))  # a scan of recent commits misses it
     assert ReplicaState.read(warehouse, table) == state
 
 
@@ -102,26 +102,6 @@ def test_a_state_commit_retried_past_a_foreign_commit_is_still_found(tmp_path):
     assert IngestState.read(warehouse, table) == second
 
 
-def test_tables_written_before_state_carried_its_app_transaction_read_as_before(tmp_path):
-    """Old commits: state in the commit metadata only, with keys this code no longer keeps (derived counts)."""
-    uri = str(tmp_path / "T")
-    old = {
-        "applied_through": 4,
-        "held": None,
-        "dirty_records": 3,
-        "row_count": 10,
-        "last_commit_ts": "2026-01-01",
-        "resync_pending": {"since": "2026-01-01", "from_seq": 2, "reason": "GAP_OVERFLOW at commit x"},
-    }
-    write_deltalake(
-        uri, rows([A1], [True]), commit_properties=CommitProperties(custom_metadata={"cdc.replica": json.dumps(old)})
-    )
-    state = ReplicaState.read(DeltaWarehouse(root=str(tmp_path)), DeltaTable(uri))
-    assert state.applied_through == 4 and state.last_commit_ts == "2026-01-01" and state.held is None
-    assert state.resync_pending == ResyncPending(since="2026-01-01", from_seq=2, reason="GAP_OVERFLOW at commit x")
-    assert ReplicaState.read(DeltaWarehouse(root=str(tmp_path)), None) == ReplicaState()
-
-
 @pytest.mark.parametrize("stats", ["with statistics", "without statistics"])
 def test_row_and_dirty_counts_come_from_the_table(tmp_path, stats):
     """From the Delta log's per-file statistics; files without them are counted from their data."""
@@ -142,8 +122,8 @@ def test_row_and_dirty_counts_come_from_the_table(tmp_path, stats):
 
 
 def test_a_pending_resync_survives_foreign_commits_and_the_next_apply(tmp_path, spark, sample_dir):
-    """The real ingest and apply: an overflow leaves a pending resync; other writers then commit more than the old
-    scan window to the replica; the next apply must still know the resync is pending (and keep it)."""
+    """The real ingest and apply: an overflow leaves a pending resync; other writers then commit more than
+    `HISTORY_SCAN` commits to the replica; the next apply must still know the resync is pending (and keep it)."""
     schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
     landing = tmp_path / "landing"
     landing.mkdir()

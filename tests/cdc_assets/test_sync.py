@@ -194,10 +194,11 @@ def test_a_field_added_in_the_org_is_found_by_refreshing_describe_and_backfilled
 
 
 def test_ids_the_org_refuses_or_does_not_know_leave_reconciliation_counted_and_fail_a_check(tmp_path, org):
-    """Gap events are the landing zone's word: an id with a wrong case-safe suffix failed every sObject Collections
-    call of its object (MALFORMED_ID for the whole batch, as Salesforce answers), so the object's reconcile failed
-    for good; 101 invented ids became rows. Now the refused id is isolated, the real record reconciles, the
-    invented ids end deleted as docs/design/contract.md §6 says, and the org_knows_ids check names both."""
+    """Gap events are the landing zone's word: an id with a wrong case-safe suffix fails a whole sObject
+    Collections call (MALFORMED_ID for the batch, as Salesforce answers), which must not stop the object's
+    reconcile for good, and 101 invented ids must not stay rows. The refused id is isolated, the real record
+    reconciles, the invented ids end deleted as docs/design/contract.md §6 says, and the org_knows_ids check names
+    both."""
     from event_lines import event
 
     from salesforce_emulator.ids import make_id

@@ -1,4 +1,4 @@
-"""Crashes of the orchestrator under a busy workload, with nothing done by hand (issue 24).
+"""Crashes of the orchestrator under a busy workload, with nothing done by hand.
 
 `dagster-daemon run` runs alone, as a supervisor (systemd, Kubernetes) runs it; it starts the code server, whose
 children are the run workers. While the workload lands files:

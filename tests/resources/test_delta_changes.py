@@ -1,6 +1,6 @@
 """resources.delta_changes: a Delta table's change rows read from its log and files are the rows delta-rs' own
 Change Data Feed reader (`load_cdf`) gives, and both readers hand out at most `batch_rows` rows at a time even from
-a row group many times that size (issue 18 item 9)."""
+a row group many times that size."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """replication.yaml: runs use what their code location loaded; an edit since shows on the config sensor's tick.
 
-Issue 19 item 5: a typo saved in replication.yaml before the definitions were reloaded made runs fail with only
-"Could not load job definition" (each run re-imported the definitions, which re-read the file). Now a location
-keeps the text it loaded (cdc_assets.config.load_location_config) and the processes it spawns use it; the
+A typo saved in replication.yaml before the definitions are reloaded must not fail runs with only "Could not load
+job definition" (a run that re-imported the definitions would re-read the file): a location keeps the text it
+loaded (cdc_assets.config.load_location_config) and the processes it spawns use it; the
 sensor `replication_config_sensor` (sensors/config.py) fails its tick with the file's errors, or asks for a
 reload after a valid edit. The run-worker test spawns a process the way Dagster's code server starts a run
 (multiprocessing, spawn) and imports `definitions` there, as a run worker does.

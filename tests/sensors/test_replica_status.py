@@ -2,9 +2,9 @@
 
 The asset graph reads a replica's state from the instance: "Materializing…" while any run selecting it is queued or
 in flight, and its checks as the latest execution of each (Dagster records a run's planned check evaluations when
-the run is created, so a queued run turns all six "in progress": "0 / 6 Passed"). The landing sensor used to
-request the next landing run while one was running, so under a steady landing rate one run always sat queued and
-no replica ever showed its checks. Runs here are created as the daemon creates them (`create_run_for_job`, which
+the run is created, so a queued run turns all six "in progress": "0 / 6 Passed"). A landing sensor that
+requested the next landing run while one was running would keep one run queued under a steady landing rate, and
+no replica would ever show its checks. Runs here are created as the daemon creates them (`create_run_for_job`, which
 records the plan) and executed with Dagster's real `materialize()`; the statuses are read from the event log the UI
 reads.
 """

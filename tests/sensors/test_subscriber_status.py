@@ -23,7 +23,7 @@ from sensors.subscriber_status import CHECK_NAME, DEAD_LETTERS_CHECK, SENSOR_NAM
 
 @pytest.fixture
 def defs(tmp_path, sample_dir, spark):  # Spark started first: on a busy machine the sensor's resources starting it
-    # took longer than STALE_AFTER_SECONDS, and the status written before read as a stopped subscriber's
+    # can take longer than STALE_AFTER_SECONDS, and the status written before would read as a stopped subscriber's
     config = write_config(
         tmp_path / "replication.yaml", sample_dir / "describe", ["Account"], subscriber_max_lag_seconds=60
     )

@@ -292,8 +292,8 @@ def test_api_names_with_namespaces_and_suffixes_are_accepted(spark, schemas):
 
 @pytest.mark.parametrize("record_id", ["001000000000001\n", "001000000000001AAA\n", "001000000000001\r\n", "001*\n"])
 def test_a_record_id_with_a_trailing_line_break_is_not_an_id(spark, schemas, record_id):
-    """Java's `$` matches before a final line terminator: such an id became a phantom row that no reconcile of its
-    object could fetch (the org answers MALFORMED_ID for the whole batch)."""
+    """Java's `$` matches before a final line terminator: such an id would become a phantom row that no reconcile of
+    its object could fetch (the org answers MALFORMED_ID for the whole batch)."""
     rows, bad = parse(spark, schemas, [event("Account", "GAP_UPDATE", [record_id], 1)])
     assert rows == [] and bad == {1: "header recordIds holds a value that is not a Salesforce id"}
 
@@ -305,8 +305,8 @@ def test_a_value_with_a_trailing_line_break_does_not_fit_its_type(spark, schemas
 
 
 def test_an_event_naming_more_records_than_one_transaction_can_change_is_an_overflow(spark, schemas):
-    """One change row per record id, each with the whole field map: 200,000 ids made 200,000 rows of one line. Past
-    Salesforce's 10,000 records a transaction, the event is taken as an overflow: one row, a full resync."""
+    """One change row per record id, each with the whole field map: 200,000 ids would make 200,000 rows of one line.
+    Past Salesforce's 10,000 records a transaction, the event is taken as an overflow: one row, a full resync."""
     many = [f"001{i:012d}AAA" for i in range(1, 10_002)]
     rows, bad = parse(
         spark,
@@ -323,7 +323,7 @@ def test_an_event_naming_more_records_than_one_transaction_can_change_is_an_over
     assert bad[1].startswith(
         "header recordIds names 10001 records with 9 bytes of fields each (at most 10000 records"
     ) and bad[1].endswith("taken as an overflow, Account is resynced in full")
-    assert len(rows) - 1 == 10_000 and set(bad) == {1}  # at the limit: one row per id, as before
+    assert len(rows) - 1 == 10_000 and set(bad) == {1}  # at the limit: one row per id
 
 
 def test_an_event_whose_change_rows_would_be_too_large_is_an_overflow(spark, schemas, monkeypatch):

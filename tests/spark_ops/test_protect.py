@@ -1,4 +1,4 @@
-"""The hash's three forms agree value for value, and field selection refuses what it cannot do (issue 19 item 4).
+"""The hash's three forms agree value for value, and field selection refuses what it cannot do.
 
 `hash_text` (hashlib) is the definition; `hashed_sql` (Spark's sha2) writes the CDC and Datastream paths and
 `hash_arrow` the resync, reconcile and poll paths: a digest of one value must be the same whichever path wrote

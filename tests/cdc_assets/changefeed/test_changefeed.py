@@ -167,15 +167,8 @@ def replica(tmp_path) -> Replica:
     return replica
 
 
-def test_replicas_are_created_with_a_change_data_feed_and_old_ones_get_it_once(tmp_path, replica):
+def test_replicas_are_created_with_a_change_data_feed(replica):
     assert replica.warehouse.table("Account").metadata().configuration[CHANGE_FEED] == "true"
-    from deltalake import write_deltalake
-
-    write_deltalake(str(tmp_path / "warehouse" / "Old"), rows(("001X", "x", 1.0, False, 1)))
-    old = DeltaWarehouse(root=str(tmp_path / "warehouse"))
-    assert old.enable_change_feed("Old").metadata().configuration[CHANGE_FEED] == "true"
-    version = old.table("Old").version()
-    assert old.enable_change_feed("Old").version() == version  # set once
     assert table_configuration("_change_events") is None  # only replicas keep a feed
 
 
@@ -218,7 +211,7 @@ def test_each_mode_of_ydb_json(tmp_path, replica, mode):
 
 
 def test_debezium_json_is_debeziums_key_and_value_envelope(tmp_path, replica):
-    """Issue 18 item 7: each line is one Kafka record as Debezium's JsonConverter writes it (key, value), the
+    """Each line is one Kafka record as Debezium's JsonConverter writes it (key, value), the
     value Debezium's envelope with whole before and after rows, `source` with `db` and the snapshot's last record
     marked "last", a tombstone after each delete, and no resolved lines in the record stream."""
     config = feed(tmp_path, fmt="debezium_json", initial_scan=True)
@@ -288,7 +281,7 @@ def test_envelope_schema_rejects_a_malformed_record():
     for bad in (
         {**good, "value": {**good["value"], "after": {"Id": "001A"}}},  # a delete with an after image
         {**good, "value": {**good["value"], "op": "u", "before": None, "after": {"Id": "001A"}}},
-        {"key": {"Id": "001A"}, "payload": good["value"]},  # the old single-object line
+        {"key": {"Id": "001A"}, "payload": good["value"]},  # one object holding the envelope: not a Kafka record
         {"resolved": [1, 0]},
     ):
         assert list(validator.iter_errors(bad)), bad
@@ -406,24 +399,6 @@ def test_hard_delete_is_an_erase_with_the_old_image(tmp_path, replica):
     assert replay(records(config), {"001A": {}, "001B": {}}) == {"001A": {}}
 
 
-def test_a_replica_created_without_a_feed_gets_one_and_the_feed_starts_there(tmp_path):
-    from deltalake import write_deltalake
-
-    warehouse = DeltaWarehouse(root=str(tmp_path / "warehouse"))
-    write_deltalake(warehouse.uri("Account"), rows(("001A", "Acme", 1.0, False, 1)), partition_by=["_sf_bucket"])
-    replica = Replica(tmp_path / "warehouse")
-    replica.merge(rows(("001A", "Acme 2", 1.0, False, 2)))  # version 1: before the feed, no CDF
-    config = feed(tmp_path, initial_scan=True)
-    result = export_changefeed(warehouse, "Account", config)
-    assert result.position == 2 and warehouse.table("Account").metadata().configuration[CHANGE_FEED] == "true"
-    replica.merge(rows(("001A", "Acme 3", 1.0, False, 3), ("001B", "Globex", 2.0, False, 3)))
-    export_changefeed(warehouse, "Account", config)
-    # The scan's ts is the replica state in force at version 2 (version 1's: applied through 1; the property
-    # commit carries none); the merge at version 3 applied through 3.
-    assert [r["ts"][0] for r in changes(config)] == [1, 3, 3]
-    assert replay(records(config)) == replica.live()
-
-
 KILLED_EXPORT = """
 import sys
 from cdc_assets.changefeed.export import export_changefeed
@@ -483,9 +458,9 @@ def test_a_recreated_replica_stops_the_feed_with_what_to_do(tmp_path, replica):
 
 
 def test_a_recreated_replica_whose_versions_caught_up_still_stops_the_feed(tmp_path, replica):
-    """Issue 18 item 6: a replica deleted and re-made, then written until its version passed the feed's position,
-    used to be exported from the old position (a version comparison cannot tell). The feed records the Delta
-    table id, so it stops and says to re-export with an initial scan; nothing is written."""
+    """A replica deleted and re-made, then written until its version passed the feed's position: a version
+    comparison cannot tell it from the table the feed follows. The feed records the Delta table id, so it stops
+    and says to re-export with an initial scan; nothing is written."""
     import shutil
 
     config = feed(tmp_path)
@@ -514,14 +489,18 @@ def test_a_resync_overwrite_keeps_the_table_and_the_feed(tmp_path, replica):
     }
 
 
-def test_a_feed_written_before_the_table_was_recorded_adopts_it(tmp_path, replica):
+def test_a_feed_whose_table_record_is_gone_stops_and_writes_nothing(tmp_path, replica):
+    """`table.json` is written before a feed's first file: files without it cannot say which table they follow,
+    so the export stops rather than guess that the replica is that table."""
     config = feed(tmp_path)
     export_changefeed(replica.warehouse, "Account", config)
     (Path(config.object_uri("Account")) / IDENTITY).unlink()
+    files = ChangefeedReader(config.object_uri("Account")).store.files()
     replica.merge(rows(("001A", "Acme 2", 1.0, False, 3)))
-    export_changefeed(replica.warehouse, "Account", config)
-    assert (Path(config.object_uri("Account")) / IDENTITY).exists()
-    assert [r["key"] for r in changes(config)] == [["001A"]]
+    with pytest.raises(RecreatedReplicaError, match=r"no table\.json.*initial_scan: true"):
+        export_changefeed(replica.warehouse, "Account", config)
+    assert ChangefeedReader(config.object_uri("Account")).store.files() == files
+    assert not (Path(config.object_uri("Account")) / IDENTITY).exists()
 
 
 def test_compaction_and_property_commits_emit_nothing_but_advance_the_feed(tmp_path, replica):
@@ -562,7 +541,7 @@ def applied(*records: tuple) -> pa.Table:
 
 
 def test_feeds_of_two_objects_merge_in_commit_order_and_cut_transactions_whole(tmp_path):
-    """Issue 18 item 8: ts comes from change_events' ingest sequence, which every replica shares, not from each
+    """ts comes from change_events' ingest sequence, which every replica shares, not from each
     replica's own version, so Account's and Contact's feeds merge in commit order, and a cut at their common
     resolved step holds a transaction that spans both objects in both or in neither."""
     from cdc_assets.changefeed.reader import read_consistent
@@ -646,7 +625,7 @@ def by_key(config: ChangefeedConfig) -> list[dict]:
 
 @pytest.mark.parametrize("fan_out", [64, 3])
 def test_a_resync_larger_than_a_batch_is_netted_in_bounded_parts_with_the_same_records(tmp_path, monkeypatch, fan_out):
-    """Issue 18 item 9: a resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
+    """A resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
     smaller than that, the export partitions it by a hash of Id into parts of at most a batch (every key's rows in
     one; with a fan-out of 3, in two levels of spill files), and writes the same records as one pass."""
     from cdc_assets.changefeed import parts as parts_module

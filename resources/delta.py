@@ -282,7 +282,9 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """
         log_files = pafs.PyFileSystem(DeltaStorageHandler(table.table_uri, self._options()))
         version = table.version()
-        start, txns, stamps = 0, {}, {}
+        start = 0
+        txns: dict[str, int] = {}
+        stamps: dict[str, int | None] = {}  # lastUpdated, when the writer stamped one
         try:
             with log_files.open_input_stream("_delta_log/_last_checkpoint") as f:
                 last = json.loads(f.read().decode())
@@ -314,7 +316,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         retention = txn_retention_ms(table)
         if retention is not None:  # as delta-rs reads them: stamped ones older than the retention are gone
             oldest = int(time.time() * 1000) - retention
-            txns = {a: v for a, v in txns.items() if stamps.get(a) is None or stamps[a] >= oldest}
+            txns = {a: v for a, v in txns.items() if (stamp := stamps.get(a)) is None or stamp >= oldest}
         return txns
 
     @staticmethod
@@ -485,7 +487,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 )
             else:
                 read.create_write_transaction(
-                    actions,
+                    actions,  # type: ignore[arg-type]  # delta-rs types the list invariant: adds alone are valid
                     mode="overwrite",
                     schema=Schema.from_arrow(schema),
                     partition_by=partition_by,

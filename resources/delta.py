@@ -198,6 +198,12 @@ class DeltaWarehouse(dg.ConfigurableResource):
         except TableNotFoundError:
             return None
 
+    def reloaded(self, name: str) -> DeltaTable:
+        """The latest snapshot of a table this run has just read or written, so one that exists."""
+        table = self.table(name)
+        assert table is not None, f"Delta table {self.uri(name)} vanished while this run was using it"
+        return table
+
     def exists(self, name: str) -> bool:
         """Whether the table exists, without loading its log (a load costs ~0.1 s; a sensor asks for every object)."""
         return DeltaTable.is_deltatable(self.uri(name), storage_options=self._options())

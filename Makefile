@@ -5,6 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.installed-e2e
 DOCS_STAMP := $(VENV)/.installed-docs
+LINT_STAMP := $(VENV)/.installed-lint
 
 .PHONY: run run-org test test-cluster test-scale install bench clean browser e2e
 
@@ -62,6 +63,20 @@ install-docs: $(DOCS_STAMP)
 
 docs: $(DOCS_STAMP)
 	$(BIN)/mkdocs build --strict
+
+## ruff (lint, then the format check) over the repository, mypy over the product packages (pyproject.toml [tool.ruff],
+## [tool.mypy]; the `lint` extra pins both). CI runs it before the tests. `ruff format .` fixes what the check finds.
+.PHONY: lint install-lint
+$(LINT_STAMP): $(STAMP)
+	$(BIN)/pip install --quiet -e '.[test,emulator,lint]'
+	touch $(LINT_STAMP)
+
+install-lint: $(LINT_STAMP)
+
+lint: $(LINT_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

@@ -69,7 +69,7 @@ def build_defs(
     `loaded`, the configuration a code location loaded (`defs` below: its runs use that text, not the file)."""
     loaded = loaded or read_config(config_path)
     replication = loaded.config
-    assets = [
+    assets: list[dg.AssetsDefinition | dg.AssetSpec] = [
         landing_zone,
         build_change_events_asset(replication=replication),
         *[build_replica_asset(sobject=o, replication=replication) for o in replication.objects],

@@ -70,10 +70,10 @@ def read_changes(
 ) -> pa.Table | None:
     """Change rows of `entity` ingested after `applied` (through `ce_seq`), plus those of held transactions."""
     table = warehouse.table(CHANGE_EVENTS)
-    holding = bool(held and held.transactions)
-    if table is None or (ce_seq <= applied and not holding):
+    holding = held if held is not None and held.transactions else None  # None: no transaction to read again
+    if table is None or (ce_seq <= applied and holding is None):
         return None
-    lowest = min(applied + 1, held.from_seq) if holding else applied + 1
+    lowest = min(applied + 1, holding.from_seq) if holding is not None else applied + 1
     return warehouse.read(
         table,
         partitions=[("entity", "=", entity)],

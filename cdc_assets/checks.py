@@ -508,11 +508,12 @@ def reused_result(
     `fingerprint`, the same expected schema); else None: the check must run."""
     if table is None:
         return None
-    [record, *_] = instance.event_log_storage.get_asset_check_execution_history(
+    history = instance.event_log_storage.get_asset_check_execution_history(
         key, limit=1, status={AssetCheckExecutionRecordStatus.SUCCEEDED}
-    ) or [None]
+    )
+    record = history[0] if history else None
     evaluation = record.evaluation if record else None
-    if evaluation is None or not evaluation.passed:
+    if record is None or evaluation is None or not evaluation.passed:
         return None
     meta = dict(evaluation.metadata)
     value = lambda name: meta[name].value if name in meta else None  # noqa: E731
@@ -522,7 +523,7 @@ def reused_result(
         fingerprint,
     ):
         return None
-    first = value(REUSED_FROM) or record.run_id
+    first = str(value(REUSED_FROM) or record.run_id)  # a run id, kept as text
     description = (evaluation.description or "").split(" (table version ")[0]
     return _result(
         key.name,
@@ -567,10 +568,14 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
             if fingerprint is None:
                 return result
             return (
-                result._replace(metadata={**result.metadata, SCHEMA_FINGERPRINT: fingerprint})
+                result._replace(metadata={**result.metadata, SCHEMA_FINGERPRINT: dg.MetadataValue.text(fingerprint)})
                 if result.passed
                 else result
             )
+
+        def formulas_fresh() -> dg.AssetCheckResult:
+            assert sobject.formulas is not None, "the check is built only for an object with formulas"
+            return check_formulas_fresh(table, sobject.name, sobject.formulas, now)
 
         run = {
             SCHEMA: lambda: check_schema(
@@ -586,7 +591,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
             ORG_KNOWS_IDS: lambda: check_org_knows_ids(state, sobject.name),
             POLL_HARD_DELETES: lambda: check_poll_hard_deletes(state, sobject.name),
             POLL_OVERLAP: lambda: check_poll_overlap(state, sobject.name, sobject.poll.overlap),
-            FORMULAS_FRESH: lambda: check_formulas_fresh(table, sobject.name, sobject.formulas, now),
+            FORMULAS_FRESH: formulas_fresh,
         }
         for name in names:
             if name in selected:

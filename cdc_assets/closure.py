@@ -93,10 +93,10 @@ def ingest_progress(previous: IngestState, fresh: pa.Table, seq: int, now: datet
     moved = candidate is not None and (not before or candidate.position > before.position)
     newest = candidate if moved else before
     if newest is not None and fresh.num_rows:
-        same = before is not None and before.transaction_key == newest.transaction_key
-        known = set(before.entities or []) if same else set()
+        same = before if before is not None and before.transaction_key == newest.transaction_key else None
+        known = set(same.entities or []) if same is not None else set()
         # Unknown (too many to name) stays unknown: every replica may hold it.
-        if not same or before.entities is not None:
+        if same is None or same.entities is not None:
             entities = known | _entities_of(fresh, newest.transaction_key)
             newest = replace(newest, entities=sorted(entities) if len(entities) <= MAX_TRACKED_ENTITIES else None)
     entity_seq, untracked = _entity_seq(previous.entity_seq, fresh, seq)

@@ -510,7 +510,7 @@ def _inherit(sobject: SObjectConfig, options: ReplicationOptions) -> SObjectConf
 
 def _located(sobject: SObjectConfig, base: Path) -> SObjectConfig:
     """`sobject` with its file paths resolved against the YAML file's folder."""
-    update = {}
+    update: dict[str, Any] = {}
     if sobject.describe_path:
         update["describe_path"] = (base / sobject.describe_path).resolve()
     if sobject.changefeed:

@@ -290,6 +290,7 @@ def _ingest_batch(
     events = warehouse.table(CHANGE_EVENTS)
     done = [f for f in files if events is not None and events.transaction_version(file_app_id(f)) is not None]
     if done:
+        assert events is not None, "a file is found ingested only in an existing change_events"
         log.warning("%d landing files were ingested by another run meanwhile; skipped", len(done))
         files = [f for f in files if f not in done]
         failed = {f: reason for f, reason in failed.items() if f in files}

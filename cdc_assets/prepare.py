@@ -45,7 +45,7 @@ def _untyped(rows: pa.Table) -> pa.Array:
 
 
 def normalized(
-    spark: SparkSession, rows: pa.Table, schema: ObjectSchema, *, also: set[str] = frozenset()
+    spark: SparkSession, rows: pa.Table, schema: ObjectSchema, *, also: set[str] | frozenset[str] = frozenset()
 ) -> tuple[pa.Table, pa.Table, int]:
     """`rows` (stored change rows of `schema`'s object) with every untyped row, and every row setting a field in
     `also` (columns whose values nobody has checked yet), derived again with `schema`; and the quarantine entries
@@ -64,7 +64,7 @@ def normalized(
     bad = derived.filter(pc.is_valid(derived["value_error"]))
     derived = derived.drop_columns(["value_error"]).cast(rows.schema)
     out = pa.concat_tables([rows.filter(pc.invert(needs)), derived])
-    entries = {}
+    entries: dict[tuple[str, int], tuple[str, str]] = {}  # (source_file, source_line) -> (raw, reason)
     for r in bad.select(
         ["source_file", "source_line", "entity", "transaction_key", "sequence_number", "value_error"]
     ).to_pylist():

@@ -32,11 +32,11 @@ REDACTED_LINE = "<redacted: a quarantined line that does not read as one object'
 
 def _payloads(event: dict) -> tuple[str | None, list[dict]]:
     """The object a landed event names and the mappings holding its field values (CometD or Datastream)."""
-    data = event.get("data") if isinstance(event.get("data"), dict) else event
+    data = inner if isinstance(inner := event.get("data"), dict) else event
     payload = data.get("payload")
     if isinstance(payload, dict) and isinstance(payload.get("ChangeEventHeader"), dict):
         return payload["ChangeEventHeader"].get("entityName"), [payload]
-    meta = event.get("source_metadata") if isinstance(event.get("source_metadata"), dict) else {}
+    meta = source if isinstance(source := event.get("source_metadata"), dict) else {}
     name = event.get("object") or meta.get("object_name")
     return name, [payload] if isinstance(payload, dict) else []
 

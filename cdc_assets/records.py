@@ -20,7 +20,7 @@ SYNCED_AT = "_sf_synced_at"
 
 
 def _as_text(values: list) -> pa.Array:
-    out = []
+    out: list[str | None] = []
     for v in values:
         if v is None or v == "":
             out.append(None)

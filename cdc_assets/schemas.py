@@ -62,7 +62,9 @@ def resolve_describe(
 ) -> dict:
     """describe() of `sobject`: its file if configured, else (unless `fresh`) the table's copy, else the org's."""
     if sobject.describe_path:
-        return sobject.load_describe()
+        describe = sobject.load_describe()
+        assert describe is not None, "load_describe reads describe_path, which is set"
+        return describe
     if not fresh and (kept := stored_describe(warehouse, sobject.name, table=table)):
         return kept
     if salesforce is None:
@@ -169,7 +171,9 @@ class DescribeRefresh:
         table = self.warehouse.table(self.sobject.name)
         if table is None:
             return False
-        table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(self.describe)}, raise_if_not_exists=False)
+        note = describe_note(self.describe)
+        assert note is not None, "None only for an empty describe(), and the org's never is"
+        table.alter.set_table_properties({DESCRIBE_PROPERTY: note}, raise_if_not_exists=False)
         return True
 
 

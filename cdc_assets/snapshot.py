@@ -84,6 +84,7 @@ def stage_snapshot(
     stage = warehouse.table(stage_name(name))
     state = StageState.read(warehouse, stage)
     if state.fetched:
+        assert stage is not None, "a fetched state is read from the stage's own log"
         return stage, state
     resume = BulkPosition(state.job_id, state.locator) if stage is not None and state.job_id else None
     if resume is not None:
@@ -132,6 +133,7 @@ def stage_snapshot(
         log.warning("%s: the Bulk job %s of the staged resync is gone from the org; staging again", name, state.job_id)
         discard_stage(warehouse, name)
         return stage_snapshot(warehouse, name, target, run_id=run_id, pages=pages, batch_records=batch_records)
+    assert stage is not None, "the last page's on_page (locator None) commits the stage"
     return stage, state
 
 
@@ -183,7 +185,8 @@ def _bucket_chunks(table: DeltaTable, chunk_records: int) -> Iterator[list[str]]
     if not actions.num_rows:
         return
     sizes = actions.group_by(f"partition.{BUCKET_COLUMN}").aggregate([("num_records", "sum")])
-    chunk, held = [], 0
+    chunk: list[str] = []
+    held = 0
     for bucket, records in zip(sizes[f"partition.{BUCKET_COLUMN}"].to_pylist(), sizes["num_records_sum"].to_pylist()):
         if chunk and held + (records or 0) > chunk_records:
             yield chunk

@@ -28,7 +28,7 @@ import dataclasses
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import ClassVar, Self
+from typing import Any, ClassVar, Self
 
 from deltalake import DeltaTable
 
@@ -50,7 +50,7 @@ def _decode(kind, value):
     if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
         kinds = [k for k in typing.get_args(kind) if k is not type(None)]
         kind = kinds[0] if len(kinds) == 1 else object
-    if dataclasses.is_dataclass(kind) and isinstance(value, dict):
+    if isinstance(kind, type) and issubclass(kind, _State) and isinstance(value, dict):
         return kind.from_dict(value)
     return value
 
@@ -58,15 +58,17 @@ def _decode(kind, value):
 class _State:
     """JSON form of a state dataclass (module docstring)."""
 
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]  # every subclass is a @dataclass
+
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)  # type: ignore[arg-type]
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, raw: dict | None) -> Self:
         """The state `raw` holds; a field it lacks (or holds as null) takes its default."""
         raw, hints = raw or {}, typing.get_type_hints(cls)
         values = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        for f in dataclasses.fields(cls):
             defaulted = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
             if f.name in raw and not (raw[f.name] is None and defaulted):
                 values[f.name] = _decode(hints[f.name], raw[f.name])

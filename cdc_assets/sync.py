@@ -119,6 +119,7 @@ def resync(
     if stage is not None and (at := swapped_at(replica, stage)) is not None:  # swapped in; its cleanup was not done
         counts = dict(StageState.read(warehouse, stage).counts or {})  # read before its log goes
         discard_stage(warehouse, schema.name)
+        assert replica is not None, "swapped_at finds a swap only in an existing replica"
         if _only_properties_since(replica, at):  # this resync's own swap, killed before the cleanup: it is done
             return SyncResult(mode, counts, 0)
         # An earlier resync's, and the replica has moved on since: this resync stages its own snapshot.
@@ -151,7 +152,9 @@ def resync(
         configuration=schema.table_properties(),
     )
     if replica is not None and describe and stored_describe(warehouse, schema.name, table=table) != describe:
-        table.alter.set_table_properties({DESCRIBE_PROPERTY: describe_note(describe)}, raise_if_not_exists=False)
+        note = describe_note(describe)
+        assert note is not None, "None only for an empty describe(), and this one is not"
+        table.alter.set_table_properties({DESCRIBE_PROPERTY: note}, raise_if_not_exists=False)
     fault_point("resync.after_commit")
     discard_stage(warehouse, schema.name)
     counts = dict(staged.counts or {})
@@ -263,7 +266,7 @@ def reconcile(
 
 def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: list[str]) -> list[dict]:
     """Records among `ids` that queryAll still returns (deleted, in the recycle bin)."""
-    found = []
+    found: list[dict] = []
     fields = list(schema.org_fields)
     for start in range(0, len(ids), QUERY_ALL_CHUNK):
         where = format_soql("Id IN {}", ids[start : start + QUERY_ALL_CHUNK])

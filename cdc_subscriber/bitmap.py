@@ -86,8 +86,8 @@ def decode(bitmaps: list[str] | None, schema: Schema, named: dict[str, Schema] |
         if not item:
             continue
         if "-" in item:
-            pos, _, bitmap = item.partition("-")
-            nested[int(pos)] = _bits(bitmap)
+            position, _, bitmap = item.partition("-")
+            nested[int(position)] = _bits(bitmap)
         else:
             top |= set(_bits(item))
     names: list[str] = []

@@ -34,6 +34,7 @@ import sys
 import threading
 from dataclasses import asdict
 from pathlib import Path
+from typing import overload
 
 from cdc_subscriber.dead_letters import acknowledge, scan
 from cdc_subscriber.position import topic_slug
@@ -54,6 +55,10 @@ def location(text: str) -> Path | str:
     return text if is_uri(text) else Path(text)
 
 
+@overload
+def state_dir_for(landing_dir: Path) -> Path: ...  # a Path is never a URI: it folds `s3://` into `s3:/`
+@overload
+def state_dir_for(landing_dir: Path | str) -> Path | str: ...
 def state_dir_for(landing_dir: Path | str) -> Path | str:
     """The default state folder of a landing zone: ``<zone>-subscriber`` beside it (``.demo/landing`` ->
     ``.demo/landing-subscriber``, ``s3://bucket/cdc/landing`` -> ``s3://bucket/cdc/landing-subscriber``)."""
@@ -169,7 +174,7 @@ def cdc_entities(config_path: str | Path) -> tuple[str, ...]:
     return tuple(o.name for o in load_config(config_path).objects if o.mode == "cdc")
 
 
-def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
+def subscribe(args: argparse.Namespace, state_dir: Path | str) -> int:
     from resources.salesforce import salesforce_resource_from_env
 
     subscribers: list[Subscriber] = []
@@ -230,7 +235,7 @@ def subscribe(args: argparse.Namespace, state_dir: Path) -> int:
     return 1 if "FAILED_PERMANENTLY" in results.values() else 0
 
 
-def show_status(args: argparse.Namespace, state_dir: Path) -> int:
+def show_status(args: argparse.Namespace, state_dir: Path | str) -> int:
     statuses = read_statuses(state_dir)
     now = dt.datetime.now(dt.UTC)
     if args.json:
@@ -255,7 +260,7 @@ def show_status(args: argparse.Namespace, state_dir: Path) -> int:
     return 0
 
 
-def show_dead_letters(args: argparse.Namespace, state_dir: Path) -> int:
+def show_dead_letters(args: argparse.Namespace, state_dir: Path | str) -> int:
     found = scan(state_dir)
     open_ = {x.key for x in found.waiting}
     if args.json:

@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 import grpc
@@ -79,7 +79,7 @@ SCHEMA_UNAVAILABLE = {grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMEN
 def schema_unavailable(exc: grpc.RpcError) -> bool:
     """``GetSchema`` said this schema id does not exist (or is malformed): asking again cannot help. Any other
     failure (unavailable, session expired) is the stream's, retried with backoff, not the event's."""
-    return exc.code() in SCHEMA_UNAVAILABLE  # type: ignore[attr-defined]
+    return exc.code() in SCHEMA_UNAVAILABLE
 
 
 def entity_of(name: str) -> str | None:
@@ -109,7 +109,9 @@ def read_header(schema_text: str | None, payload: bytes) -> tuple[dict[str, Any]
             "namespace": schema.get("namespace", ""),
             "fields": [first],
         }
-        header = fastavro.schemaless_reader(io.BytesIO(payload), fastavro.parse_schema(header_only), None)[HEADER_FIELD]
+        # A record schema reads as a dict (fastavro's return type is the union of every Avro value).
+        parsed = fastavro.parse_schema(header_only)
+        header = cast(dict[str, Any], fastavro.schemaless_reader(io.BytesIO(payload), parsed, None))[HEADER_FIELD]
     except Exception as exc:  # noqa: BLE001 whatever corrupt bytes or an odd schema raise: the reason is kept, the event resyncs
         return None, f"{type(exc).__name__}: {exc}"
     wrong = [name for name, kind in FIELD_TYPES.items() if not isinstance(header.get(name), kind)]
@@ -348,7 +350,8 @@ class DeadLetters:
 def scan(state_dir: str | Path) -> DeadLetters:
     """Read every topic's dead letters in a state folder (a local path or an object-store URI); never raises on
     what a file holds."""
-    state, unreadable = Folder(state_dir), []
+    state = Folder(state_dir)
+    unreadable: list[str] = []
     letters: list[DeadLetter] = []
     dropped: dict[str, int] = {}
     for name in _letter_folders(state):

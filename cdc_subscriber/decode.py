@@ -27,7 +27,7 @@ import datetime as dt
 import io
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import fastavro
 
@@ -97,7 +97,8 @@ class EventDecoder:
         """A ``ConsumerEvent`` -> the CometD event ``{"channel", "data": {"schema", "payload", "event"}}``; raises
         ``InvalidHeader`` for a header that decodes but cannot be landed (``header.py``)."""
         schema, parsed, named = self.schema(event.event.schema_id)
-        record = fastavro.schemaless_reader(io.BytesIO(event.event.payload), parsed, None)
+        # A record schema reads as a dict (fastavro's return type is the union of every Avro value).
+        record = cast(dict[str, Any], fastavro.schemaless_reader(io.BytesIO(event.event.payload), parsed, None))
         header = dict(record["ChangeEventHeader"])
         check_header(header)  # before describe() is asked about its entity or a file is named by its time
         names = {

@@ -74,9 +74,12 @@ class LandingFileWriter:
         spool_dir: Path | None = None,
     ):
         self.zone = None if not is_uri(root) else Folder(root)  # None: a local zone, landed by rename
-        if self.zone is not None and spool_dir is None:
+        if self.zone is None:
+            self.root = Path(root)  # where open files are written
+        elif spool_dir is None:
             raise ValueError(f"landing zone {root} is on an object store: give a local spool_dir for open files")
-        self.root = Path(root) if self.zone is None else Path(spool_dir)  # where open files are written
+        else:
+            self.root = Path(spool_dir)
         private_dirs(self.root)
         self.on_landed = on_landed
         self.max_bytes, self.max_age_seconds, self.quiet_seconds = max_bytes, max_age_seconds, quiet_seconds

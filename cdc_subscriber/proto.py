@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -19,7 +20,7 @@ _HERE = str(Path(__file__).resolve().parent)
 _LOCK = threading.Lock()
 
 
-def _load():  # type: ignore[no-untyped-def]
+def _load() -> tuple[Any, Any]:  # (messages, services): modules built at run time, nothing static to type
     # protos_and_services resolves the file against sys.path: put this directory first, only for the call.
     with _LOCK:
         sys.path.insert(0, _HERE)

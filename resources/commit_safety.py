@@ -114,7 +114,8 @@ def probe_conditional_put(root: str, options: Mapping[str, str]) -> None:
     config = {k: v for k, v in options.items() if k.lower() not in DELTA_RS_ONLY}
     name = f"{PROBE_FOLDER}/{uuid.uuid4().hex}"
     try:
-        store = obstore.store.from_url(root, config=config or None)
+        # The user's storage options, checked by obstore at run time; its stubs want one store's TypedDict.
+        store = obstore.store.from_url(root, config=config or None)  # type: ignore[arg-type]
         obstore.put(store, name, b"first writer", mode="create")
     except (obstore.exceptions.BaseError, ValueError, OSError) as exc:
         raise UnsafeCommitsError(

@@ -197,6 +197,12 @@ class DeltaWarehouse(dg.ConfigurableResource):
         except TableNotFoundError:
             return None
 
+    def reloaded(self, name: str) -> DeltaTable:
+        """The latest snapshot of a table this run has just read or written, so one that exists."""
+        table = self.table(name)
+        assert table is not None, f"Delta table {self.uri(name)} vanished while this run was using it"
+        return table
+
     def exists(self, name: str) -> bool:
         """Whether the table exists, without loading its log (a load costs ~0.1 s; a sensor asks for every object)."""
         return DeltaTable.is_deltatable(self.uri(name), storage_options=self._options())
@@ -281,7 +287,9 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """
         log_files = pafs.PyFileSystem(DeltaStorageHandler(table.table_uri, self._options()))
         version = table.version()
-        start, txns, stamps = 0, {}, {}
+        start = 0
+        txns: dict[str, int] = {}
+        stamps: dict[str, int | None] = {}  # lastUpdated, when the writer stamped one
         try:
             with log_files.open_input_stream("_delta_log/_last_checkpoint") as f:
                 last = json.loads(f.read().decode())
@@ -313,7 +321,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         retention = txn_retention_ms(table)
         if retention is not None:  # as delta-rs reads them: stamped ones older than the retention are gone
             oldest = int(time.time() * 1000) - retention
-            txns = {a: v for a, v in txns.items() if stamps.get(a) is None or stamps[a] >= oldest}
+            txns = {a: v for a, v in txns.items() if (stamp := stamps.get(a)) is None or stamp >= oldest}
         return txns
 
     @staticmethod
@@ -476,7 +484,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 )
             else:
                 read.create_write_transaction(
-                    actions,
+                    actions,  # type: ignore[arg-type]  # delta-rs types the list invariant: adds alone are valid
                     mode="overwrite",
                     schema=Schema.from_arrow(schema),
                     partition_by=partition_by,

@@ -121,7 +121,7 @@ def change_batches(table: DeltaTable, files: list[ChangeFile], batch_rows: int) 
     filesystem, root = table_files(table)
     schema = change_schema(table)
     for file in files:
-        constants = {COMMIT_VERSION: file.version, COMMIT_TIMESTAMP: file.commit_ms}
+        constants: dict[str, int | str] = {COMMIT_VERSION: file.version, COMMIT_TIMESTAMP: file.commit_ms}
         if file.change_type is not None:
             constants[CHANGE_TYPE] = file.change_type
         yield from _file_batches(

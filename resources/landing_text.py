@@ -49,7 +49,7 @@ class Unreadable(Exception):
 class Text:
     data: bytes | bytearray  # the text of every line that could be read whole
     lost: str | None = None  # why the rest of the file is missing (a truncated gzip); its lines are then unknown
-    tail: bytes = b""  # the incomplete line at the cut
+    tail: bytes | bytearray = b""  # the incomplete line at the cut
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Lines:
     undecodable: dict[int, tuple[bytes, str]] = field(default_factory=dict)  # line number -> (raw, reason)
 
 
-def peek(stream: BinaryIO, *, gz: bool, limit: int) -> bytes:
+def peek(stream: BinaryIO, *, gz: bool, limit: int) -> bytes | bytearray:
     """At most `limit` bytes of the file's text from its start (of a truncated gzip, what it has); `Unreadable` if
     it is a corrupt gzip."""
     return _inflate(stream, limit, float("inf"), prefix=True).data if gz else stream.read(limit)
@@ -84,7 +84,8 @@ def _too_large(max_bytes: int, what: str) -> str:
 def _read_plain(stream: BinaryIO, size: int, max_bytes: int) -> bytes:
     if size > max_bytes:
         raise Unreadable(_too_large(max_bytes, ""))
-    parts, total, want = [], 0, size + 1  # one read of the listed size, one more to see the end
+    parts: list[bytes] = []
+    total, want = 0, size + 1  # one read of the listed size, one more to see the end
     while piece := stream.read(want):
         total += len(piece)
         if total > max_bytes:  # it grew since it was listed

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import parse_qs, urlsplit
 
 import dagster as dg
@@ -118,7 +118,7 @@ class BulkJobFailed(SalesforceApiError):
 class _LoggedRetry(Retry):
     """urllib3's Retry, saying each retry as a warning (urllib3 logs them at debug level only)."""
 
-    def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> Retry:
+    def increment(self, method: str | None = None, url: str | None = None, *args: Any, **kwargs: Any) -> Self:
         retry = super().increment(method, url, *args, **kwargs)  # raises MaxRetryError once the retries are spent
         last = retry.history[-1]
         reason = f"HTTP {last.status}" if last.status else type(last.error).__name__
@@ -548,7 +548,8 @@ class SalesforceResource(dg.ConfigurableResource):
 
 def _locator_of(url: str) -> str | None:
     """The `locator` parameter of a results URI (None: the first page's, which has none)."""
-    return (parse_qs(urlsplit(url).query).get("locator") or [None])[0]
+    locators = parse_qs(urlsplit(url).query).get("locator")
+    return locators[0] if locators else None
 
 
 def select_soql(

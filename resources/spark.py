@@ -115,6 +115,7 @@ class SparkResource(PySparkResource):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         super().setup_for_execution(context)
         if is_remote():
+            assert self._spark_session is not None, "PySparkResource.setup_for_execution builds the session"
             atexit.register(self._spark_session.stop)
 
 
@@ -205,8 +206,8 @@ def small_query(spark: SparkSession, rows: int) -> Iterator[None]:
     try:
         yield
     finally:
-        for key, value in before.items():
-            spark.conf.set(key, value)
+        for key, setting in before.items():
+            spark.conf.set(key, setting)  # type: ignore[arg-type]  # get() without a default returns str or raises
 
 
 def to_arrow(df: DataFrame, *, rows: int) -> pa.Table:
@@ -217,4 +218,6 @@ def to_arrow(df: DataFrame, *, rows: int) -> pa.Table:
 
 
 def _local_master(spark: SparkSession) -> bool:
-    return spark.sparkContext.master.startswith("local")
+    master = spark.sparkContext.master
+    assert master is not None, "a running SparkContext always has a master URL"
+    return master.startswith("local")

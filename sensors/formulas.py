@@ -33,6 +33,7 @@ def build_formula_sensors(
 def _formula_sensor(
     sobject: SObjectConfig, reserve: float, default_status: dg.DefaultSensorStatus
 ) -> dg.SensorDefinition:
+    assert sobject.formulas is not None, "build_formula_sensors builds one only for an object with formulas"
     name, every = sobject.name, sobject.formulas.refresh_every
 
     @dg.sensor(

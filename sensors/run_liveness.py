@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
+from dagster._core.storage.event_log import SqlEventLogStorage
 from dagster._core.storage.tags import GRPC_INFO_TAG
 
 SENSOR_NAME = "run_liveness_sensor"
@@ -75,7 +76,7 @@ def run_worker(instance: dg.DagsterInstance, run_id: str) -> Worker | None:
         if event is None or not (event.message or "").startswith(WORKER_STARTED):
             continue
         if (pid := event.engine_event_data.metadata.get("pid")) is not None:
-            worker = Worker(int(pid.value), entry.timestamp)
+            worker = Worker(int(str(pid.value)), entry.timestamp)  # Dagster writes the pid as text
     return worker
 
 
@@ -157,7 +158,8 @@ def assign_stranded(instance: dg.DagsterInstance) -> dict[str, int]:
     """Assign waiting steps of every pool with a slot nobody claims or was assigned (module docstring); how many
     steps were assigned, per pool."""
     storage = instance.event_log_storage
-    if not storage.supports_global_concurrency_limits:
+    # Dagster's pool queue, and `assign_pending_steps`, are its SQL event log storage's (SQLite, Postgres).
+    if not (isinstance(storage, SqlEventLogStorage) and storage.supports_global_concurrency_limits):
         return {}
     assigned = {}
     for pool in sorted(storage.get_concurrency_keys()):

@@ -96,7 +96,7 @@ def summarize(
     return not problems, description, metadata
 
 
-def dead_letter_report(state: Path) -> tuple[bool, str, dict[str, Any]]:
+def dead_letter_report(state: Path | str) -> tuple[bool, str, dict[str, Any]]:
     """(no unacknowledged dead letters, description, metadata) of a subscriber state folder; a file in the
     dead-letter store that is not a letter is skipped and named (it fails the check), never raised."""
     found = scan(state)

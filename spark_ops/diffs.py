@@ -198,9 +198,9 @@ def resolve_record(
             try:
                 if values is None:
                     raise DiffError("the record is not in the replica, so there is no stored value to patch")
-                if values.get(name) is None:
+                if (value := values.get(name)) is None:
                     raise DiffError("the stored value is null")
-                fields[name] = apply_diff(values[name], diff_text(fields.get(name)))
+                fields[name] = apply_diff(value, diff_text(fields.get(name)))
             except DiffError as exc:
                 change["change_type"] = f"GAP_{change['change_type']}"
                 return applied, (name, str(exc))

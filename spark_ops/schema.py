@@ -150,7 +150,7 @@ class ObjectSchema:
                 )
             return frozenset(c for n in names for c in (self.compound[n].values() if n in self.compound else [n]))
 
-        required = {"Id"} | ({self.position_field} & set(self.column_names))
+        required = {"Id"} | set(self.column_names).intersection({self.position_field})
         keep = None if include is None else expand(include, "fields.include") | required
         drop = expand(exclude, "fields.exclude") - required
         protect = expand(hashed, "hash")

@@ -30,4 +30,4 @@ def run_sql(spark: SparkSession, query: str, **frames: DataFrame) -> DataFrame:
     escaped = query.replace("{", "{{").replace("}", "}}")
     for name in frames:
         escaped = escaped.replace("{{" + name + "}}", "{" + name + "}")
-    return spark.sql(escaped, **frames)
+    return spark.sql(escaped, args=None, **frames)

@@ -18,7 +18,7 @@ Pure: a schema in, a pandera schema out; `schema_errors` validates a DataFrame i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 
@@ -49,12 +49,13 @@ def replica_schema(schema: ObjectSchema) -> DataFrameSchema:
     from pandera.pyspark import Check, Column, DataFrameSchema
 
     columns = {
-        name: Column(spark_type(sf_type), checks=_value_checks(sf_type), nullable=name not in NOT_NULL)
+        # pandera's annotation lists pyspark's concrete types, not their base DataType (which it accepts).
+        name: Column(spark_type(sf_type), checks=_value_checks(sf_type), nullable=name not in NOT_NULL)  # type: ignore[arg-type]
         for name, sf_type in schema.columns
     }
     for name, dtype in SYSTEM_COLUMNS:
         checks = [Check.isin(list(SOURCES))] if name == "_sf_source" else []
-        columns[name] = Column(dtype, checks=checks, nullable=name not in NOT_NULL)
+        columns[name] = Column(dtype, checks=checks, nullable=name not in NOT_NULL)  # type: ignore[arg-type]  # as above
     return DataFrameSchema(columns, name=f"replica_{schema.name}", strict=False, coerce=False)
 
 
@@ -67,7 +68,7 @@ def schema_errors(df: DataFrame, schema: DataFrameSchema) -> list[dict]:
 
     with config_context(validation_depth=ValidationDepth.SCHEMA_AND_DATA):
         validated = schema.validate(df, lazy=True)
-    errors = validated.pandera.errors or {}
+    errors: dict[str, dict[str, list[dict[str, Any]]]] = validated.pandera.errors or {}
     return [
         {"column": e.get("column"), "check": e.get("check"), "error": reason, "message": e.get("error")}
         for by_reason in errors.values()

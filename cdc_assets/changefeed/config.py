@@ -77,6 +77,9 @@ class ChangefeedConfig(BaseModel):
 
     @model_validator(mode="after")
     def _debezium_has_both_images(self) -> ChangefeedConfig:
+        return self._require_both_images()
+
+    def _require_both_images(self) -> ChangefeedConfig:
         """Debezium's envelope carries the whole row before and after every change (`before`, `after`): only
         NEW_AND_OLD_IMAGES has both. Other modes would need fields Debezium never leaves out."""
         if self.format == "debezium_json" and self.mode != "NEW_AND_OLD_IMAGES":
@@ -91,7 +94,7 @@ class ChangefeedConfig(BaseModel):
         if default is None:
             return self
         merged = default.model_copy(update={k: getattr(self, k) for k in self.model_fields_set})
-        return merged._debezium_has_both_images()
+        return merged._require_both_images()  # a plain method: the validator itself is pydantic's proxy
 
     def located(self, base: Path) -> ChangefeedConfig:
         """With `uri` resolved: the environment's default when unset, a relative folder against the YAML's."""

@@ -199,7 +199,7 @@ def render(change: dict, columns: list[str], *, mode: str, fmt: str, name: str, 
         "ts_ms": change["commit_ms"],
         "transaction": None,
     }
-    records = [{"key": {KEY: key}, "value": value}]
+    records: list[dict] = [{"key": {KEY: key}, "value": value}]
     if op == ERASE:
         records.append({"key": {KEY: key}, "value": None})  # the tombstone (Debezium's tombstones.on.delete)
     return records
@@ -212,6 +212,7 @@ def _ydb(change: dict, mode: str, new: dict | None, old: dict | None) -> dict:
     if change["op"] == ERASE:
         record["erase"] = {}
     elif mode == "UPDATES":
+        assert new is not None, "every change but an erase has its new image"
         changed = new if old is None else {c: v for c, v in new.items() if v != old.get(c)}
         record["update"] = {c: v for c, v in changed.items() if c != KEY}
     else:

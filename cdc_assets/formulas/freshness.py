@@ -65,7 +65,7 @@ def check_formulas_fresh(
 ) -> dg.AssetCheckResult:
     age = formula_age(table)
     seconds, limit = age.seconds(now), options.max_age
-    meta = {
+    meta: dict[str, float | int | str] = {
         META_AGE: seconds,
         META_MISSING: age.missing,
         "live_rows": age.live,

@@ -113,7 +113,7 @@ class FormulaWriter:
             state = replace(
                 state, refreshed_at=job.read_at, full_at=job.read_at if job.where is None else state.full_at
             )
-        table = self.warehouse.table(self.schema.name)  # the snapshot this commit is made against
+        table = self.warehouse.reloaded(self.schema.name)  # the snapshot this commit is made against
         txns = {APPLY_APP: table.transaction_version(APPLY_APP) or 0}  # a concurrent replica writer conflicts
         rows = rows.sort_by("Id")  # Id-ordered files: a sorted batch touches those of its Id range
         _, updated = self.warehouse.update_columns(
@@ -162,6 +162,7 @@ def refresh_formulas(
         job = None
     if job:
         writer.counts["formulas_resumed"] = 1
+        assert job.id is not None, "a job is committed to the state with the id the org gave it (on_page)"
         resume = BulkPosition(job.id, job.locator)
     else:
         # Without full_every every refresh is a full pass (not "when refresh_every has passed": runs start early).

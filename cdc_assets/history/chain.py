@@ -16,6 +16,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -125,7 +127,7 @@ def chain(current: pa.Table, versions: pa.Table, target: pa.Schema) -> pa.Table:
     }
     for name, values in columns.items():
         versions = versions.set_column(target.get_field_index(name), target.field(name), values)
-    first = {}
+    first: dict[str, datetime | None] = {}  # valid_from of each record's first new version
     for rid, start in zip(ids, valid_from):
         first.setdefault(rid, start)
     touched = current.filter(pc.is_in(current["Id"], value_set=pa.array(list(first), pa.string())))

@@ -77,7 +77,7 @@ def _delete(warehouse: DeltaWarehouse, name: str, predicate: str) -> int:
     if table is None:
         return 0
     deleted = int(table.delete(predicate).get("num_deleted_rows", 0))
-    checkpoint_if_moved(warehouse.table(name), deleted)
+    checkpoint_if_moved(warehouse.reloaded(name), deleted)
     return deleted
 
 

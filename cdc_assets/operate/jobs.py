@@ -13,6 +13,7 @@
 """
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -84,7 +85,7 @@ class ObjectsConfig(dg.Config):
     objects: list[str]  # object names as in replication.yaml, e.g. [Account]
 
 
-def _pause_op(name: str, paused: bool, replication: ReplicationConfig) -> dg.OpDefinition:
+def _pause_op(name: str, paused: bool, replication: ReplicationConfig) -> dg.JobDefinition:
     verb = "pause" if paused else "resume"
 
     @dg.op(name=f"{verb}_replication_op", description=f"{verb.capitalize()} replication of the given objects.")
@@ -149,14 +150,22 @@ def _today_start() -> float:
     return now.replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
 
 
+def _number(metadata: Mapping[str, dg.MetadataValue], key: str) -> float:
+    """A count or measure a materialization reported (`dg.MetadataValue.int` / `.float`); 0 when it has none."""
+    value = metadata[key].value if key in metadata else 0
+    assert isinstance(value, int | float), f"materialization metadata {key} is {value!r}, not a number"
+    return value
+
+
 def api_calls_today(instance: dg.DagsterInstance, name: str, limit: int = 500) -> int:
     """API calls the object's materializations reported since 00:00 UTC (metadata `api_calls`)."""
     since, total = _today_start(), 0
     for record in instance.fetch_materializations(replica_key(name), limit=limit).records:
         if record.timestamp < since:
             break
-        value = record.asset_materialization.metadata.get(META_API_CALLS)
-        total += int(value.value) if value is not None else 0
+        materialization = record.asset_materialization
+        assert materialization is not None, "a materialization record holds its materialization"
+        total += int(_number(materialization.metadata, META_API_CALLS))
     return total
 
 
@@ -191,10 +200,10 @@ def status_of(
     meta = event.asset_materialization.metadata if event and event.asset_materialization else {}
     # The lag the last materialization reported, aged since: every commit that moves the replica's newest applied
     # change materializes it, so no table load is needed (~0.1 s each, times hundreds of objects a tick).
-    lag = float(meta[META_LAG].value) + max(time.time() - event.timestamp, 0.0) if META_LAG in meta else 0.0
+    lag = _number(meta, META_LAG) + max(time.time() - event.timestamp, 0.0) if event and META_LAG in meta else 0.0
     return {
         "lag_seconds": dg.MetadataValue.float(round(lag, 1)),
-        META_DIRTY: dg.MetadataValue.int(int(meta[META_DIRTY].value) if META_DIRTY in meta else 0),
+        META_DIRTY: dg.MetadataValue.int(int(_number(meta, META_DIRTY))),
         META_LAST_ERROR: dg.MetadataValue.text(last_error(instance, name)),
         "api_calls_today": dg.MetadataValue.int(api_calls_today(instance, name)),
         "api_used_today": dg.MetadataValue.int(usage.get("used", 0)),

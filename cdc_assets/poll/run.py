@@ -154,9 +154,10 @@ class PollWriter:
         `poll` as the new cursor state (also with nothing to write when `force`). Returns the rows written and
         counts (`inserted`: new records, `cleaned`: dirty rows made clean)."""
         self.watch.lap("org")
-        fresh, c = rows, {}
+        fresh = rows
+        c: dict[str, int] = {}
         # One snapshot for the current rows, the state and the commit: a writer racing this one fails safely.
-        table = self.warehouse.table(self.schema.name)
+        table = self.warehouse.reloaded(self.schema.name)  # poll() refuses an object with no replica
         if rows.num_rows:
             current = self.current(table, rows["Id"].to_pylist())
             if guard:
@@ -254,6 +255,7 @@ def poll(
     if job:
         writer.counts["poll_resumed"] = 1
         try:
+            assert job.id is not None, "a job is committed to the state with the id the org gave it (on_page)"
             _read_bulk(salesforce, schema, fields, job, writer, base, options, resume=BulkPosition(job.id, job.locator))
         except SalesforceApiError as exc:  # gone (expired, deleted: 404, or 400) or failed in the org
             if exc.status not in (400, 404) and not isinstance(exc, BulkJobFailed):
@@ -375,7 +377,7 @@ def _compare(
     confirm: bool,
 ) -> None:
     """The Id comparison (cdc_assets/poll/compare.py), committed with its poll state."""
-    table = writer.warehouse.table(schema.name)
+    table = writer.warehouse.reloaded(schema.name)  # poll() refuses an object with no replica
     result = compare_ids(
         salesforce,
         schema,

@@ -58,7 +58,7 @@ def compact(warehouse: DeltaWarehouse, name: str, *, z_order_by: list[str] | Non
         return None
     before = Footprint.of(table)
     metrics = table.optimize.z_order(z_order_by) if z_order_by else table.optimize.compact()
-    table = warehouse.table(name)
+    table = warehouse.reloaded(name)
     checkpoint_if_moved(table, metrics["numFilesAdded"] or metrics["numFilesRemoved"])
     return Compacted(
         before, Footprint.of(table), int(metrics["numFilesRemoved"]), int(metrics["numFilesAdded"]), table.version()

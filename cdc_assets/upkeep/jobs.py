@@ -63,6 +63,7 @@ def upkeep_table(
     out: dict[str, float] = {"files_before": before.files, "bytes_before": before.bytes}
     if name == CHANGE_EVENTS and landing is not None:
         retired = retire_landing(warehouse, landing, settings)
+        assert retired is not None, "None only when change_events does not exist, and it does (read above)"
         out |= {
             "landing_files_retired": retired.files_retired,
             "landing_files_pending": retired.files_pending,
@@ -82,11 +83,11 @@ def upkeep_table(
         out |= {"files_compacted": done.files_removed, "files_written": done.files_added} if done else {}
     vacuumed = vacuum(warehouse, name, retention_hours=settings.vacuum_retention_hours)
     out["files_vacuumed"] = vacuumed.files_deleted if vacuumed else 0
-    after = Footprint.of(warehouse.table(name))
+    after = Footprint.of(warehouse.reloaded(name))
     return out | {
         "files_after": after.files,
         "bytes_after": after.bytes,
-        "delta_version": warehouse.table(name).version(),
+        "delta_version": warehouse.reloaded(name).version(),
         "seconds_upkeep": round(time.perf_counter() - started, 3),
     }
 

@@ -123,7 +123,7 @@ def trim_payloads(
             continue
         metrics = table.update(updates={TRIMMED: "map([], [])"}, predicate=trim_predicate(entity, floor, horizon))
         trimmed += int(metrics.get("num_updated_rows", 0))
-    checkpoint_if_moved(warehouse.table(CHANGE_EVENTS), trimmed)
+    checkpoint_if_moved(warehouse.reloaded(CHANGE_EVENTS), trimmed)
     return Trimmed(trimmed, horizon.isoformat(), per_entity)
 
 
@@ -151,7 +151,9 @@ def prune_quarantine(warehouse: DeltaWarehouse, *, days: float | None, now: date
     again on the new version."""
     for attempt in range(attempts):
         table = warehouse.table(QUARANTINE)
-        acked = acknowledged_until(warehouse, table) if table is not None and days is not None else None
+        if table is None or days is None:
+            return 0
+        acked = acknowledged_until(warehouse, table)
         if acked is None:
             return 0
         until = min(acked, now - timedelta(days=days))
@@ -162,6 +164,6 @@ def prune_quarantine(warehouse: DeltaWarehouse, *, days: float | None, now: date
                 raise
             continue
         deleted = int(metrics.get("num_deleted_rows", 0))
-        checkpoint_if_moved(warehouse.table(QUARANTINE), deleted)
+        checkpoint_if_moved(warehouse.reloaded(QUARANTINE), deleted)
         return deleted
     return 0

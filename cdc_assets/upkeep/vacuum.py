@@ -31,5 +31,5 @@ def vacuum(warehouse: DeltaWarehouse, name: str, *, retention_hours: float) -> V
         return None
     hours = int(retention_hours)
     deleted = table.vacuum(retention_hours=hours, dry_run=False, enforce_retention_duration=False)
-    checkpoint_if_moved(warehouse.table(name), len(deleted))
+    checkpoint_if_moved(warehouse.reloaded(name), len(deleted))
     return Vacuumed(len(deleted), hours)

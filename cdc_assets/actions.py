@@ -83,6 +83,8 @@ class Step:
 
 @dataclass(frozen=True)
 class Action:
+    """One run action: its name, its step, what it needs and covers, its operator job (module docstring)."""
+
     name: str  # op config `mode`, run tag `cdc/mode`, materialization `mode`
     summary: str  # what it does, in a few words (the replica's description in the UI)
     step: Callable[[ActionRun], Step]

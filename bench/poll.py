@@ -1,4 +1,4 @@
-"""Polling (`mode: poll`): API calls and seconds of one poll that finds 1k changed records in a large object,
+"""Polling (`source: poll`): API calls and seconds of one poll that finds 1k changed records in a large object,
 against a full re-query of the object (a `resync` run: Bulk API 2.0 `queryAll` of every record), from the emulator
 over HTTPS, each one `materialize()` of the replica asset.
 
@@ -27,7 +27,7 @@ OVERLAP = 1  # seconds: a poll also re-reads the last second of the previous rou
 
 
 def _defs(work: Path, conf: dict, salesforce: SalesforceResource, **poll) -> dg.Definitions:
-    return one_object_defs(work, conf, salesforce, {"name": OBJECT, "mode": "poll", "poll_overlap": OVERLAP, **poll})
+    return one_object_defs(work, conf, salesforce, {"name": OBJECT, "source": "poll", "poll_overlap": OVERLAP, **poll})
 
 
 def _run(defs: dg.Definitions, instance: dg.DagsterInstance, emu: Emulator, **config) -> tuple[float, int, dict]:

@@ -1,6 +1,7 @@
 """Dagster assets: the landing zone (external), change_events, and one replica asset per Salesforce object.
 
-The asset functions only wire resources to `ingest` / `apply_changes`; the logic lives there and in spark_ops.
+The asset functions only wire resources to `ingest`, the run's action (cdc_assets/actions.py) and `apply_changes`;
+the logic lives there and in spark_ops.
 Metadata keys are module constants so sensors and checks read what assets write.
 
 **What "unsynced" means here.** The ingest step materializes `change_events` (the whole table) and one slice per
@@ -18,23 +19,21 @@ has several groups, so the global lineage opens as the graph itself; the key pre
 
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Literal
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
 
+from cdc_assets.actions import ACTIONS, ActionRun, ReplicaRunConfig, Step, loads_first, run_step
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.formulas.freshness import formula_metadata
-from cdc_assets.formulas.refresh import MODE as FORMULAS
-from cdc_assets.formulas.refresh import FormulaResult, refresh_formulas
+from cdc_assets.formulas.refresh import FormulaResult
 from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
-from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
+from cdc_assets.poll.run import PollResult, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
-from cdc_assets.sync import SyncResult, reconcile, resync
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
@@ -66,7 +65,7 @@ META_POLL_CURSOR_FIELD = "poll_cursor_field"  # SystemModstamp, LastModifiedDate
 META_FAILED_FILES = "failed_files"  # on change_events: files of the run that failed on their own (quarantined whole)
 META_LISTED = 20  # file names a log or metadata entry lists at most (the table has them all)
 NO_FAILED_FILES = "no_failed_landing_files"  # the check on change_events (cdc_assets/checks.py)
-TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's mode in replication.yaml); on runs: the run's modes
+TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's source in replication.yaml); on runs: the run's modes
 
 
 CHANGE_EVENTS_POOL = "change_events"
@@ -185,18 +184,6 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
     return change_events
 
 
-class ReplicaRunConfig(dg.Config):
-    # apply: the object's own (cdc or poll); formulas: refresh the formula columns (cdc_assets/formulas/), then apply
-    mode: Literal["apply", "reconcile", "resync", "poll", "formulas"] = "apply"
-    formulas_full: bool = False  # formulas: read every record's formula values, whatever full_every says
-    compare_ids: bool = False  # poll: compare Ids with the org now (hard deletes), whatever the schedule
-    # poll: compare Ids now and apply its deletes even beyond poll_max_delete_share (check poll_hard_deletes failed
-    # and the org really lost those records)
-    confirm_deletes: bool = False
-    # Overrides replication.yaml for this run (the run's first replica step decides for all: cdc_assets/closure.py).
-    transaction_close_after: float | None = None
-
-
 def column_schema(schema: ObjectSchema) -> dg.TableSchema:
     formulas = [(c, spark_type(t).simpleString()) for c, t in schema.formulas] + (
         [(FORMULAS_AT, "timestamp")] if schema.formulas else []
@@ -220,17 +207,15 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         kinds=KINDS,
         pool=replica_pool(sobject.name),
         metadata=static_metadata,
-        tags={TAG_MODE: sobject.mode},
+        tags={TAG_MODE: sobject.source},
         # How old its latest materialization may get (replication.yaml `freshness`): the UI marks it stale past it.
         freshness_policy=dg.FreshnessPolicy.time_window(
             fail_window=timedelta(seconds=replication.freshness_of(sobject))
         ),
         description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
         f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
-        f"reconciliation. Modes: apply (CDC), reconcile (fetch dirty records), resync (Bulk API 2.0), "
-        f"poll (records changed since a SystemModstamp cursor, for objects without CDC), formulas "
-        f"(refresh the formula columns, when replication.yaml keeps them). This "
-        f"object: {sobject.mode}.",
+        f"reconciliation. Modes: {', '.join(f'{a.name} ({a.summary})' for a in ACTIONS.values())}. This "
+        f"object: {sobject.source}.",
     )
     @exclusive(replica_pool(sobject.name))
     def replica(
@@ -241,67 +226,35 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         salesforce: SalesforceResource,
     ) -> dg.MaterializeResult:
         now, run_id = datetime.now(UTC), context.run.run_id
-        sync: SyncResult | None = None
-        polled = config.mode == "poll" or (sobject.mode == "poll" and config.mode in ("apply", FORMULAS))
+        action = ACTIONS[config.mode]
+        events = action.applies_events_to(sobject)  # whether the apply step (Spark) follows the action's step
         # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
         table = warehouse.table(sobject.name)
-        # A polled object always starts from a full copy: its cursor begins where the snapshot ends.
-        initial = table is None and (replication.initial_load or polled)
-        schema, describe = resolve_schema(
-            sobject, warehouse, salesforce, fresh=config.mode == "resync" or initial, table=table
-        )
-        if not (config.mode == "resync" or initial):
+        initial = loads_first(action, sobject, table, replication.options)
+        full_copy = initial or action.full_copy
+        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=full_copy, table=table)
+        if not full_copy:
             refuse_clear_hashes(table, schema)  # `hash:` added to an existing replica: a resync comes first
         # Before anything commits: a history turned on for an existing replica is backfilled through its version.
         history = history_step(sobject, warehouse, schema, replica=table, run_id=run_id, spark=lambda: session(pyspark))
-        if config.mode == "resync" or initial:
-            sync = resync(
-                warehouse,
-                salesforce,
-                schema,
-                run_id=run_id,
-                now=now,
-                describe=describe,
-                page_size=replication.options.bulk_page_size,
-                parallel_pages=replication.options.bulk_parallel_pages,
-                batch_records=replication.options.resync_batch_records,
-            )
-        elif config.mode == FORMULAS:
-            if not sobject.formulas:
-                raise dg.Failure(
-                    f"{sobject.name} keeps no formula fields: add a `formulas` section for it in "
-                    "replication.yaml (README 'Formula fields') and reload the code location"
-                )
-            sync = refresh_formulas(
-                warehouse,
-                salesforce,
-                schema,
-                options=sobject.formulas,
-                run_id=run_id,
-                now=now,
-                full=config.formulas_full,
-                page_size=replication.options.bulk_page_size,
-            )
-        elif polled or (sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active):
-            # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
-            sync = poll(
-                warehouse,
-                salesforce,
-                schema,
-                options=sobject.poll,
-                run_id=run_id,
-                now=now,
-                compare_ids=config.compare_ids,
-                confirm_deletes=config.confirm_deletes,
-                handoff=not polled,
-            )
-        elif config.mode == "reconcile":
-            sync = reconcile(warehouse, salesforce, schema, run_id=run_id, now=now)
-        if polled:  # no change events to apply: no Spark either
+        run = ActionRun(
+            sobject=sobject,
+            options=replication.options,
+            config=config,
+            warehouse=warehouse,
+            salesforce=salesforce,
+            schema=schema,
+            describe=describe,
+            table=table,
+            run_id=run_id,
+            now=now,
+        )
+        step = run_step(action, run, initial=initial)
+        if not events:  # no change events to apply: no Spark either
             return dg.MaterializeResult(
                 metadata=record_history(context, history, sobject, warehouse, schema, run_id)
                 | replica_metadata(
-                    context, sobject, schema, warehouse, polled_result(warehouse, schema.name, sync), sync
+                    context, sobject, schema, warehouse, polled_result(warehouse, schema.name, step.sync), step
                 )
             )
         spark = session(pyspark)
@@ -323,7 +276,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             now=now,
             description=describe_note(describe),
             refresh_schema=refresh,
-            replica=warehouse.table(sobject.name) if sync else table,
+            replica=warehouse.table(sobject.name) if step.sync else table,
             history=sobject.history,
         )
         if refresh.keep():
@@ -331,7 +284,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         schema = result.schema or schema
         return dg.MaterializeResult(
             metadata=record_history(context, history, sobject, warehouse, schema, run_id)
-            | replica_metadata(context, sobject, schema, warehouse, result, sync)
+            | replica_metadata(context, sobject, schema, warehouse, result, step)
         )
 
     return replica
@@ -343,9 +296,9 @@ def replica_metadata(
     schema: ObjectSchema,
     warehouse: DeltaWarehouse,
     result: ApplyResult,
-    sync: SyncResult | None,
+    step: Step,
 ) -> dict:
-    c, s = result.counts, result.state
+    c, s, sync = result.counts, result.state, step.sync
     context.log.info(
         f"{sobject.name}: {c['applied']} changes applied, {c['held']} held (open transaction), "
         f"{c['gaps']} gaps, {c['late']} late, {c['dirty_skipped']} skipped while dirty, {c['overflow']} "
@@ -356,7 +309,7 @@ def replica_metadata(
     table = result.table
     metadata = {
         **{k: dg.MetadataValue.int(v) for k, v in c.items()},
-        "mode": dg.MetadataValue.text(sync.mode if sync else "apply"),
+        "mode": dg.MetadataValue.text(step.mode),
         "dagster/row_count": dg.MetadataValue.int(row_count(table)),
         "dagster/column_schema": column_schema(schema),
         META_DELTA_VERSION: dg.MetadataValue.int(table.version() if table is not None else -1),

@@ -51,7 +51,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, NO_FAILED_FILES, replica_key
-from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
 from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
 from cdc_assets.ingest import FAILED_FILE
@@ -541,7 +541,11 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
     """
     key = replica_key(sobject.name)
     dirty_threshold, freshness = replication.options.dirty_threshold_seconds, replication.freshness_of(sobject)
-    names = CHECKS + (POLL_CHECKS if sobject.mode == "poll" else ()) + ((FORMULAS_FRESH,) if sobject.formulas else ())
+    names = (
+        CHECKS
+        + (POLL_CHECKS if sobject.source == POLL_SOURCE else ())
+        + ((FORMULAS_FRESH,) if sobject.formulas else ())
+    )
     specs = [
         dg.AssetCheckSpec(name, asset=key, blocking=name in BLOCKING, description=DESCRIPTIONS[name]) for name in names
     ]

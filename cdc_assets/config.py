@@ -9,7 +9,7 @@ options:                        # ReplicationOptions: platform-wide settings
 objects:                        # SObjectConfig each: a name, or a mapping
   - Account
   - name: Campaign
-    mode: poll
+    source: poll
     poll_interval: 60           # ... and in an object's entry it overrides that default
 ```
 
@@ -17,6 +17,9 @@ The file is validated when the definitions load: a key that is not an option (a 
 `options`, in an object) or a value of the wrong type stops loading with an error naming the file, the path of the
 key in it (`objects[1].pol_interval`) and the closest option. `describe` paths are relative to the YAML file;
 `CDC_CONFIG` names the file (default `replication.yaml`).
+
+A key renamed keeps working under its old name, with a logged warning naming the file, the object and the new key
+(`mode: poll` is now `source: poll`).
 
 The models are frozen and are what the code reads (`replication.options.freshness_seconds`, `sobject.poll.overlap`).
 A new section is a nested model and one field: in `ReplicationOptions` (platform-wide) and, when objects may
@@ -27,13 +30,23 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from cdc_assets.api_name import ApiName
 from cdc_assets.changefeed.config import ChangefeedConfig
@@ -41,7 +54,13 @@ from cdc_assets.formulas.config import FormulasConfig
 from spark_ops.protect import SALT_ENV
 from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
 
+log = logging.getLogger(__name__)
+
 LOADED_CONFIG_ENV = "CDC_CONFIG_LOADED"  # the text a code location loaded, for the runs it starts (JSON)
+# Where an object's rows come from: Change Data Capture events, or polling the org (objects without CDC).
+Source = Literal["cdc", "poll"]
+CDC_SOURCE, POLL_SOURCE = get_args(Source)
+RENAMED_OBJECT_KEYS = {"mode": "source"}  # old key -> new: still read, with a warning (`_renamed_keys`)
 
 
 class ConfigError(ValueError):
@@ -56,7 +75,7 @@ class _Section(BaseModel):
 
 class ObjectOptions(_Section):
     """Settings of one object. Under `options` each is the default for every object; an object's entry overrides
-    it. The poll keys apply to `mode: poll` objects (cdc_assets/poll/run.py)."""
+    it. The poll keys apply to `source: poll` objects (cdc_assets/poll/run.py)."""
 
     bucket_chars: int = Field(
         DEFAULT_BUCKET_CHARS,
@@ -356,7 +375,7 @@ class FieldSelection(_Section):
 
 @dataclass(frozen=True)
 class PollOptions:
-    """How a `mode: poll` object is polled (seconds; see cdc_assets/poll/run.py): its ObjectOptions poll keys."""
+    """How a `source: poll` object is polled (seconds; see cdc_assets/poll/run.py): its ObjectOptions poll keys."""
 
     interval: float
     overlap: float
@@ -375,10 +394,12 @@ class SObjectConfig(ObjectOptions):
         alias="describe",
         description=("A describe() JSON file to use instead of asking the org (relative to the YAML file)."),
     )
-    mode: Literal["cdc", "poll"] = Field(
-        "cdc",
+    source: Source = Field(
+        CDC_SOURCE,
+        validation_alias=AliasChoices("source", "mode"),  # its old name (RENAMED_OBJECT_KEYS)
         description=(
-            "cdc: follow Change Data Capture events; poll: read records changed since a cursor (objects without CDC)."
+            "cdc: follow Change Data Capture events; poll: read records changed since a cursor (objects without CDC). "
+            "Formerly `mode` (still read, with a warning)."
         ),
     )
     field_selection: FieldSelection | None = Field(
@@ -401,6 +422,29 @@ class SObjectConfig(ObjectOptions):
     @classmethod
     def _name_alone(cls, entry: Any) -> Any:
         return {"name": entry} if isinstance(entry, str) else entry
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed_keys(cls, entry: Any, info: ValidationInfo) -> Any:
+        """An old key name is read as its new one (the field's alias), with a warning; both at once is an error."""
+        if not isinstance(entry, dict):
+            return entry
+        for old, new in RENAMED_OBJECT_KEYS.items():
+            if old not in entry:
+                continue
+            if new in entry:
+                raise ValueError(f"`{old}` is the old name of `{new}`: give `{new}` only")
+            path = (info.context or {}).get("path", "replication.yaml")
+            log.warning(
+                "%s: object %s: `%s` is deprecated, rename it to `%s` (`%s: %s`)",
+                path,
+                entry.get("name", "?"),
+                old,
+                new,
+                new,
+                entry[old],
+            )
+        return entry
 
     @property
     def poll(self) -> PollOptions:
@@ -574,7 +618,7 @@ def parse_config(text: str, path: Path) -> ReplicationConfig:
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     try:
-        config = ReplicationConfig.model_validate({} if raw is None else raw)
+        config = ReplicationConfig.model_validate({} if raw is None else raw, context={"path": path})
     except ValidationError as e:
         raise ConfigError(describe_errors(path, e)) from None
     return config.model_copy(update={"objects": tuple(_located(o, path.parent) for o in config.objects)})

@@ -15,7 +15,9 @@ import pyarrow.compute as pc
 from spark_ops.protect import hash_arrow, hash_salt
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
-SNAPSHOT, RECONCILE = "snapshot", "reconcile"
+# `_sf_source`, where a row's values came from (spark_ops/validation.py lists them; change events write "cdc"): a
+# Bulk snapshot, a reconcile's fetch, a poll. Row origins, not run actions (those are cdc_assets/actions.py).
+SNAPSHOT, RECONCILE, POLL = "snapshot", "reconcile", "poll"
 SYNCED_AT = "_sf_synced_at"
 
 

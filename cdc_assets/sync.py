@@ -74,7 +74,9 @@ BULK_PAGE_SIZE = 50_000  # records per Bulk API 2.0 result page (maxRecords); re
 
 @dataclass
 class SyncResult:
-    mode: str
+    """What a step that reads the org did: its counts and the API calls it spent. Which step it was (the
+    materialization's `mode`) is the run action's to say (cdc_assets/actions.py)."""
+
     counts: dict[str, int] = field(default_factory=dict)
     api_calls: int = 0
 
@@ -105,7 +107,6 @@ def resync(
     replay = replay_from(prev, (replica.transaction_version(APPLY_APP) or 0) if replica is not None else None)
     target = schema.table_arrow_schema()  # with formula columns (formulas on): read with the snapshot
     fields = [*schema.org_fields, *schema.formula_names]
-    mode = "initial_load" if replica is None else "resync"
 
     def pages(resume: BulkPosition | None, on_page) -> Iterator[pa.Table]:
         for batch in salesforce.bulk_query_all(
@@ -121,7 +122,7 @@ def resync(
         discard_stage(warehouse, schema.name)
         assert replica is not None, "swapped_at finds a swap only in an existing replica"
         if _only_properties_since(replica, at):  # this resync's own swap, killed before the cleanup: it is done
-            return SyncResult(mode, counts, 0)
+            return SyncResult(counts, 0)
         # An earlier resync's, and the replica has moved on since: this resync stages its own snapshot.
     stage, staged = stage_snapshot(
         warehouse, schema.name, target, run_id=run_id, pages=pages, batch_records=batch_records
@@ -165,7 +166,7 @@ def resync(
         counts.get("snapshot_deleted", 0),
         counts.get("missing_marked_deleted", 0),
     )
-    return SyncResult(mode, counts, _api_used(salesforce) - used_before)
+    return SyncResult(counts, _api_used(salesforce) - used_before)
 
 
 def _only_properties_since(table: DeltaTable, version: int) -> bool:
@@ -180,11 +181,11 @@ def reconcile(
     """Fetch dirty records from the org and write them as they are there, clearing the flags: one merge commit."""
     replica = warehouse.table(schema.name)
     if replica is None:
-        return SyncResult("reconcile", {"dirty_fetched": 0})
+        return SyncResult({"dirty_fetched": 0})
     target = schema.arrow_schema()
     dirty = aligned_arrow(warehouse.read(replica, filter=pc.field("_sf_dirty_since").is_valid()), target)
     if not dirty.num_rows:
-        return SyncResult("reconcile", {"dirty_fetched": 0})
+        return SyncResult({"dirty_fetched": 0})
     used_before = _api_used(salesforce)
     ids = dirty["Id"].to_pylist()
     fault_point("reconcile.after_dirty_read")
@@ -261,7 +262,7 @@ def reconcile(
         len(gone),
         len(refused),
     )
-    return SyncResult("reconcile", counts, _api_used(salesforce) - used_before)
+    return SyncResult(counts, _api_used(salesforce) - used_before)
 
 
 def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: list[str]) -> list[dict]:

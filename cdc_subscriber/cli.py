@@ -3,8 +3,8 @@
 ``subscribe`` streams change events from the org (``SF_*`` variables, as for Dagster; ``SF_PUBSUB_ENDPOINT`` is
 the Pub/Sub API, ``api.pubsub.salesforce.com:7443`` by default) into the landing zone (``CDC_LANDING_ZONE``) until
 SIGTERM/SIGINT, one stream per topic: ``/data/ChangeEvents`` by default, or ``--per-object`` for one
-``/data/<Object>ChangeEvent`` channel per CDC object of ``replication.yaml``. Only objects in ``mode: cdc`` (the
-default) are subscribed to and named by resync markers: a ``mode: poll`` object has no change events to follow
+``/data/<Object>ChangeEvent`` channel per CDC object of ``replication.yaml``. Only objects in ``source: cdc`` (the
+default) are subscribed to and named by resync markers: a ``source: poll`` object has no change events to follow
 (CDC may not even be enabled for it in the org) and its replica is kept by polling, so a marker would resync it
 for nothing. State (positions, status, dead letters) lives in ``<landing zone>-subscriber`` unless
 ``--state-dir`` says otherwise. ``status`` prints every stream's status; ``dead-letters`` lists the events that
@@ -125,12 +125,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_argument(
         "--config",
         default=os.environ.get("CDC_CONFIG", "replication.yaml"),
-        help="replication.yaml: its mode: cdc objects are the ones a resync marker names (and the "
+        help="replication.yaml: its source: cdc objects are the ones a resync marker names (and the "
         "--per-object channels)",
     )
     sub.add_argument("--topic", action="append", help=f"a channel (repeatable; default {ALL_CHANGES})")
     sub.add_argument(
-        "--per-object", action="store_true", help="one /data/<Object>ChangeEvent stream per mode: cdc object"
+        "--per-object", action="store_true", help="one /data/<Object>ChangeEvent stream per source: cdc object"
     )
     sub.add_argument(
         "--initial-replay",
@@ -166,12 +166,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def cdc_entities(config_path: str | Path) -> tuple[str, ...]:
-    """The objects of replication.yaml that follow CDC (``mode: cdc``, the default); none without the file."""
-    from cdc_assets.config import load_config
+    """The objects of replication.yaml that follow CDC (``source: cdc``, the default); none without the file."""
+    from cdc_assets.config import CDC_SOURCE, load_config
 
     if not Path(config_path).exists():
         return ()
-    return tuple(o.name for o in load_config(config_path).objects if o.mode == "cdc")
+    return tuple(o.name for o in load_config(config_path).objects if o.source == CDC_SOURCE)
 
 
 def subscribe(args: argparse.Namespace, state_dir: Path | str) -> int:
@@ -190,7 +190,7 @@ def subscribe(args: argparse.Namespace, state_dir: Path | str) -> int:
     entities = cdc_entities(args.config)
     if args.per_object and not args.topic and not entities:
         print(
-            f"--per-object: {args.config} lists no mode: cdc object to subscribe to; list objects there (or "
+            f"--per-object: {args.config} lists no source: cdc object to subscribe to; list objects there (or "
             "pass --topic)",
             file=sys.stderr,
         )

@@ -79,7 +79,7 @@ def help_text(module: str, *args: str) -> str:
     return f"```text\n{text}\n```"
 
 
-# The definitions for two objects, one per mode, with each per-object capability switched on in turn: what appears
+# The definitions for two objects, one per source, with each per-object capability switched on in turn: what appears
 # only with a capability is made for the objects that have it.
 OBJECTS = {"Account": "cdc", "Campaign": "poll"}
 CAPABILITIES = {"": {}, "history": {"history": True}, "changefeed": {"changefeed": {}}, "formulas": {"formulas": {}}}
@@ -92,17 +92,17 @@ class Definition:
     kind: str
     name: str
     columns: dict[str, str]
-    found: set[tuple[str, str]] = field(default_factory=set)  # (capability, mode or "") it was made for
+    found: set[tuple[str, str]] = field(default_factory=set)  # (capability, source or "") it was made for
 
     def made_for(self) -> str:
         capability = sorted({c for c, _ in self.found}, key=list(CAPABILITIES).index)[0]
-        modes = {m for c, m in self.found if c == capability}
+        sources = {m for c, m in self.found if c == capability}
         who = (
             "once"
-            if modes == {""}
+            if sources == {""}
             else "every object"
-            if modes == set(OBJECTS.values())
-            else " / ".join(f"`mode: {m}` objects" for m in sorted(modes))
+            if sources == set(OBJECTS.values())
+            else " / ".join(f"`source: {m}` objects" for m in sorted(sources))
         )
         if not capability:
             return who
@@ -122,14 +122,14 @@ def dagster_definitions() -> str:
                 yaml.safe_dump(
                     {
                         "options": {"initial_load": True},
-                        "objects": [{"name": name, "mode": mode, **settings} for name, mode in OBJECTS.items()],
+                        "objects": [{"name": name, "source": source, **settings} for name, source in OBJECTS.items()],
                     }
                 )
             )
-            for definition, mode in _definitions(config, tmp):
+            for definition, source in _definitions(config, tmp):
                 known = found.setdefault((definition.kind, definition.name), definition)
                 known.columns = {k: _common(v, definition.columns[k]) for k, v in known.columns.items()}
-                known.found.add((capability, mode))
+                known.found.add((capability, source))
     out = []
     for kind, title in (
         ("asset", "Assets"),

@@ -10,9 +10,9 @@ since the epoch // refresh_every), so a tick evaluated twice requests one run. W
 
 import dagster as dg
 
+from cdc_assets.actions import FORMULAS
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
-from cdc_assets.formulas.refresh import MODE
 from resources.salesforce import SalesforceResource
 from sensors.windowed import window_request
 
@@ -49,7 +49,7 @@ def _formula_sensor(
             context,
             salesforce,
             name=name,
-            mode=MODE,
+            mode=FORMULAS.name,
             every=every,
             reason=f"formula refresh every {every:g} s",
             done="formulas already refreshed",

@@ -46,6 +46,7 @@ from typing import Any
 
 import dagster as dg
 
+from cdc_assets.actions import APPLY
 from cdc_assets.assets import LANDING_ZONE, ingest_keys, replica_key
 from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
@@ -69,7 +70,7 @@ from resources.printable import printable
 from sensors.work import IN_FLIGHT, TAG_REASON, Backoff, hidden_tag, replicas_to_include, retry_state, run_tags
 
 SENSOR_NAME = "landing_zone_sensor"
-MODE_APPLY = "apply"  # the replicas' own mode (ReplicaRunConfig): apply what change_events holds
+MODE_APPLY = APPLY.name  # the replicas' own action: apply what change_events holds
 REASON_FILES = "new landing files"
 REASON_CLOSE = "newest transaction closed by timeout"
 TAG_CLOSE_SEQ = hidden_tag("close_seq")

@@ -1,4 +1,4 @@
-"""poll sensors: one per `mode: poll` object in replication.yaml, each requesting a poll run of its replica every
+"""poll sensors: one per `source: poll` object in replication.yaml, each requesting a poll run of its replica every
 `poll_interval` seconds (cdc_assets/poll/ does the work).
 
 A sensor rather than a schedule, so that each tick can decide like the reconciliation sensor does: no run while one
@@ -11,8 +11,9 @@ from the replica's own commit state (`hard_delete_check_every`).
 
 import dagster as dg
 
+from cdc_assets.actions import POLL
 from cdc_assets.assets import replica_key
-from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
 from resources.salesforce import SalesforceResource
 from sensors.windowed import window_request
 
@@ -25,7 +26,7 @@ def build_poll_sensors(
     *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
 ) -> list[dg.SensorDefinition]:
     reserve = replication.options.api_budget_reserve
-    return [_poll_sensor(o, reserve, default_status) for o in replication.objects if o.mode == "poll"]
+    return [_poll_sensor(o, reserve, default_status) for o in replication.objects if o.source == POLL_SOURCE]
 
 
 def _poll_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.DefaultSensorStatus) -> dg.SensorDefinition:
@@ -44,7 +45,7 @@ def _poll_sensor(sobject: SObjectConfig, reserve: float, default_status: dg.Defa
             context,
             salesforce,
             name=name,
-            mode="poll",
+            mode=POLL.name,
             every=interval,
             reason=f"poll every {interval:g} s",
             done="already polled",

@@ -22,6 +22,7 @@ import hashlib
 
 import dagster as dg
 
+from cdc_assets.actions import INITIAL_LOAD
 from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.operate.pause import paused_objects
@@ -29,7 +30,6 @@ from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from sensors.budget import budget_hold_back
 from sensors.work import (
-    INITIAL_LOAD,
     TAG_REASON,
     Planned,
     hidden_tag,

@@ -3,14 +3,15 @@ sensors/formulas.py).
 
 The run key names the window (`<mode>-<Object>-<n>`, n = seconds since the epoch // `every`), so a tick evaluated
 twice requests one run. No run while the object is paused, while one of its runs is queued or in flight (its hidden
-object tag, which every run carries: cdc_assets/run_tags.py), or while the org's daily API budget is nearly spent
-(`api_budget_reserve`).
+object tag, which every run carries: cdc_assets/run_tags.py), or, for an action that spends it (`api_budget` in
+cdc_assets/actions.py), while the org's daily API budget is nearly spent (`api_budget_reserve`).
 """
 
 import time
 
 import dagster as dg
 
+from cdc_assets.actions import ACTIONS
 from cdc_assets.assets import replica_key
 from cdc_assets.operate.pause import paused_objects
 from resources.salesforce import SalesforceResource
@@ -38,7 +39,7 @@ def window_request(
         return dg.SensorResult(skip_reason=f"{name} is paused (resume_replication resumes it)")
     if in_flight(context.instance, name):
         return dg.SensorResult(skip_reason=f"a run of {name} is queued or in flight")
-    if hold := budget_hold_back(salesforce, reserve):
+    if ACTIONS[mode].api_budget and (hold := budget_hold_back(salesforce, reserve)):
         return dg.SensorResult(skip_reason=hold)
     request = dg.RunRequest(
         run_key=f"{mode}-{name}-{window}",

@@ -4,6 +4,8 @@
 - `resync`: an overflow left a pending resync (`resync_pending`);
 - `reconcile`: the replica has dirty records (`dirty_records`);
 - `initial_load`: no table yet and `initial_load: true` (needs no events: nothing else would start it).
+Which run action does each, and which runs also do it, is the actions' registry's to say (cdc_assets/actions.py:
+`asked_for`, `covers`).
 
 **When** (`plan`): the runs that did or do this work are found in the instance by their tags (every run the
 sensors request tags each object it includes and the work it does for it, hidden tags of
@@ -29,6 +31,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from cdc_assets.actions import ASKED_FOR, DIRTY_RECORDS, INITIAL_LOAD, PENDING_RESYNC, carried_by
 from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.closure import holders
 from cdc_assets.config import ReplicationConfig, ReplicationOptions
@@ -44,8 +47,6 @@ IN_FLIGHT = [
     dg.DagsterRunStatus.CANCELING,
 ]
 FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
-RESYNC, RECONCILE, INITIAL_LOAD = "resync", "reconcile", "initial_load"
-COVERS = {RECONCILE: {RECONCILE, RESYNC}, RESYNC: {RESYNC}}  # a resync rewrites every row, dirty ones too
 
 
 def in_flight(instance: dg.DagsterInstance, name: str) -> bool:
@@ -122,15 +123,15 @@ def retry_state(
 @dataclass(frozen=True)
 class Work:
     name: str
-    kind: str  # resync | reconcile | initial_load
+    kind: str  # PENDING_RESYNC | DIRTY_RECORDS | INITIAL_LOAD (cdc_assets/actions.py)
     reason: str
     source: str  # the run whose materialization asked for it ("" when there is none)
     dirty: int = 0
 
     @property
     def mode(self) -> str:
-        """The replica's op config mode: an initial load is what apply does on a replica with no table."""
-        return "apply" if self.kind == INITIAL_LOAD else self.kind
+        """The replica's op config mode: the action asked for this work."""
+        return ASKED_FOR[self.kind].name
 
     def describe(self) -> str:
         return f"{self.name}: {self.kind.replace('_', ' ')} ({self.reason})"
@@ -175,17 +176,15 @@ def needed_work(
     if replication.initial_load and not warehouse.exists(name):
         return Work(name, INITIAL_LOAD, "no table yet", run_id or "")
     if meta.get(META_RESYNC):
-        return Work(name, RESYNC, str(meta[META_RESYNC]), run_id or "")
+        return Work(name, PENDING_RESYNC, str(meta[META_RESYNC]), run_id or "")
     if dirty := int(meta.get(META_DIRTY) or 0):
-        return Work(name, RECONCILE, f"{dirty} dirty records", run_id or "", dirty)
+        return Work(name, DIRTY_RECORDS, f"{dirty} dirty records", run_id or "", dirty)
     return None
 
 
 def runs_carrying(instance: dg.DagsterInstance, work: Work, limit: int = 20) -> list[dg.RunRecord]:
     """Runs that did or do `work`, newest first. Every run that includes a replica with no table loads it."""
-    tags = (
-        {object_tag(work.name): "1"} if work.kind == INITIAL_LOAD else {work_tag(work.name): sorted(COVERS[work.kind])}
-    )
+    tags = {object_tag(work.name): "1"} if work.kind == INITIAL_LOAD else {work_tag(work.name): carried_by(work.kind)}
     return list(instance.get_run_records(filters=dg.RunsFilter(tags=tags), limit=limit))
 
 

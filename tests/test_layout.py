@@ -61,3 +61,38 @@ def test_the_product_package_ships_no_development_tools():
     find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = setuptools.find_packages(where=REPO, include=find["include"])
     assert {p.split(".")[0] for p in shipped} == {"cdc_assets", "resources", "sensors", "spark_ops", "cdc_subscriber"}
+
+
+# Files besides the registry (cdc_assets/actions.py) that may hold a run action's name as a string, each for another
+# thing the same word names: an object's source in the config model (`source: poll`) and its `formulas` key, and
+# a row's origin (`_sf_source`, cdc_assets/records.py).
+OTHER_MEANINGS = {
+    "cdc_assets/config.py": {"poll", "formulas"},
+    "cdc_assets/records.py": {"reconcile", "poll"},
+}
+
+
+def action_words() -> set[str]:
+    from cdc_assets.actions import ACTIONS, DIRTY_RECORDS, INITIAL_LOAD, PENDING_RESYNC, POLL_HANDOFF
+
+    return {*ACTIONS, PENDING_RESYNC, DIRTY_RECORDS, INITIAL_LOAD, POLL_HANDOFF}
+
+
+def test_run_action_names_are_written_in_the_registry_only():
+    """A run action, the work a sensor asks it for and the mode a run reports are named in cdc_assets/actions.py:
+    every other module uses its entries (`APPLY.name`, `ACTIONS`), so an action is added or renamed in one place."""
+    words = action_words()
+    found = {}
+    for folder in ("cdc_assets", "sensors", "resources"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            where = str(path.relative_to(REPO))
+            if where == "cdc_assets/actions.py":
+                continue
+            literals = {
+                node.value
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            }
+            if wrong := (literals & words) - OTHER_MEANINGS.get(where, set()):
+                found[where] = sorted(wrong)
+    assert found == {}

@@ -52,7 +52,7 @@ def test_the_generated_definitions_name_every_kind(definitions: str):
         assert title in definitions
     for name in ("`salesforce/<Object>`", "`landing_zone_sensor`", "`resync_<Object>`", "`poll_<Object>`"):
         assert name in definitions
-    assert "| `salesforce/<Object>: poll_overlap` | no |" in definitions and "`mode: poll` objects |" in definitions
+    assert "| `salesforce/<Object>: poll_overlap` | no |" in definitions and "`source: poll` objects |" in definitions
 
 
 def test_the_runbook_has_an_entry_for_every_check(definitions: str):

@@ -4,7 +4,7 @@ Change events never carry formula fields (Change Data Capture Developer Guide: "
 Change Data Capture"), and a cross-object formula (Contact `Account_Industry__c` = `TEXT(Account.Industry)`)
 changes when another record changes, with no event on its own record at all. So formula values are read from the
 org on a schedule (`formulas: {refresh_every, full_every}` in replication.yaml; the sensor `formulas_<Object>`
-requests the runs, as a `formulas` mode of the replica asset, in its pool):
+requests the runs, the replica asset's `formulas` action (cdc_assets/actions.py), in its pool):
 
 - **The query.** `SELECT Id, <formula fields> FROM X [WHERE SystemModstamp >= :since]` through a Bulk API 2.0
   `query` job (live records: a deleted row keeps the values it had, as it keeps its other fields). A **full pass**
@@ -60,7 +60,6 @@ COUNTS = (
     "formulas_merges",
     "formulas_resumed",
 )
-MODE = "formulas"  # the replica run mode (ReplicaRunConfig.mode), and the SyncResult mode
 
 
 @dataclass
@@ -153,7 +152,7 @@ def refresh_formulas(
     table = warehouse.table(schema.name)
     if table is None or not schema.formulas:
         log.info("%s: no %s to refresh formulas of", schema.name, "formula fields" if table else "replica yet")
-        return FormulaResult(MODE, dict.fromkeys(COUNTS, 0))
+        return FormulaResult(dict.fromkeys(COUNTS, 0))
     state = FormulaState.read(warehouse, table)
     writer = FormulaWriter(warehouse, schema, state, run_id=run_id)
     job, resume = state.job, None
@@ -191,7 +190,6 @@ def refresh_formulas(
     )
     writer.watch.lap("org")
     return FormulaResult(
-        MODE,
         dict(c),
         int(salesforce.api_usage().get("used", 0)) - used_before,
         where=job.where,

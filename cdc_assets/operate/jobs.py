@@ -1,9 +1,10 @@
 """Operating from the Dagster UI: every action a person needs is a job launched from the launchpad, no file edited.
 
-- `resync_<Object>` / `reconcile_<Object>`: the replica asset in that mode (the op config is preset: open the job,
-  Launchpad, Launch). Tagged like the reconciliation sensor's runs (cdc_assets/run_tags.py: mode, object and
-  work tags), so the sensors see the work as carried and do not ask for it again meanwhile; the run is
-  in the replica's pool like any writer of it.
+- `<action>_<Object>` (`resync_<Object>`, `reconcile_<Object>`): the replica asset doing that run action, for each
+  action with a `job` in cdc_assets/actions.py (the op config is preset: open the job, Launchpad, Launch). Tagged
+  like the reconciliation sensor's runs (cdc_assets/run_tags.py: mode, object and work tags), so the sensors see
+  the work as carried and do not ask for it again meanwhile; the run is in the replica's pool like any writer of
+  it.
 - `acknowledge_quarantine`: marks quarantined lines reviewed up to `until` (ISO instant; empty: the newest
   quarantined line), so the checks `quarantine_empty` pass again (cdc_assets/checks.py).
 - `pause_replication` / `resume_replication` (config `objects: [Account]`): the flag of pause.py.
@@ -18,6 +19,7 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
+from cdc_assets.actions import ACTIONS
 from cdc_assets.assets import META_API_CALLS, META_DIRTY, META_LAG, replica_key
 from cdc_assets.checks import acknowledge_quarantine, newest_quarantined_at
 from cdc_assets.config import ReplicationConfig
@@ -31,7 +33,6 @@ ACK_JOB, PAUSE_JOB, RESUME_JOB = "acknowledge_quarantine", "pause_replication", 
 STATUS_SENSOR = "replica_status_sensor"
 STATUS_BATCH = 50  # objects the status sensor observes a tick (in turn: each every ceil(N / 50) ticks)
 META_PAUSED, META_LAST_ERROR = "paused", "last_error"
-MODES = ("resync", "reconcile")
 
 
 def mode_job_name(mode: str, name: str) -> str:
@@ -39,30 +40,28 @@ def mode_job_name(mode: str, name: str) -> str:
 
 
 def build_mode_jobs(*, replication: ReplicationConfig) -> list:
-    """`resync_<Object>` and `reconcile_<Object>` for every object (cdc objects; a polled one resyncs only)."""
-    jobs = []
-    for o in replication.objects:
-        for mode in MODES if o.mode == "cdc" else ("resync",):
-            jobs.append(
-                dg.define_asset_job(
-                    name=mode_job_name(mode, o.name),
-                    selection=[replica_key(o.name)],
-                    config={"ops": {replica_key(o.name).to_python_identifier(): {"config": {"mode": mode}}}},
-                    tags=run_tags(
-                        mode=mode,
-                        reason=f"{mode} of {o.name} from the UI",
-                        objects=[o.name],
-                        hidden={TAG_OPERATOR: mode, work_tag(o.name): mode},
-                    ),
-                    description=f"{mode.capitalize()} Salesforce {o.name} now: "
-                    + (
-                        "a Bulk API 2.0 snapshot replaces the replica, then the events after it apply."
-                        if mode == "resync"
-                        else "fetch its dirty records by id, then apply the events."
-                    ),
-                )
-            )
-    return jobs
+    """`<action>_<Object>` for every action with a job and every object of its `job_sources` (resync: every object;
+    reconcile: cdc objects)."""
+    return [
+        dg.define_asset_job(
+            name=mode_job_name(action.name, o.name),
+            selection=[replica_key(o.name)],
+            config={"ops": {replica_key(o.name).to_python_identifier(): {"config": {"mode": action.name}}}},
+            tags=run_tags(
+                mode=action.name,
+                reason=f"{action.name} of {o.name} from the UI",
+                objects=[o.name],
+                hidden={
+                    TAG_OPERATOR: action.name,
+                    **({work_tag(o.name): action.asked_for} if action.asked_for else {}),
+                },
+            ),
+            description=f"{action.name.capitalize()} Salesforce {o.name} now: {action.job}",
+        )
+        for o in replication.objects
+        for action in ACTIONS.values()
+        if action.job and o.source in action.job_sources
+    ]
 
 
 class AcknowledgeConfig(dg.Config):

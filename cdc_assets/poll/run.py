@@ -1,4 +1,4 @@
-"""Polling replication for objects without Change Data Capture (`mode: poll` in replication.yaml).
+"""Polling replication for objects without Change Data Capture (`source: poll` in replication.yaml).
 
 The same replica table, columns and checks as a CDC object; only where the rows come from differs. Each run reads
 the records changed since a cursor, `SELECT <fields>, IsDeleted, SystemModstamp FROM X WHERE SystemModstamp >=
@@ -29,7 +29,7 @@ that field.
   bin vanish from `queryAll` without a trace: every `hard_delete_check_every` seconds a run compares the replica's
   Ids with the org's, both ways (cdc_assets/poll/compare.py): purged records are soft-deleted (bounded by
   `poll_max_delete_share`), records committed later than the overlap and records that reappeared are fetched.
-- **Switching modes.** cdc -> poll: with no cursor yet, polling starts at the replica's newest `_sf_commit_ts`
+- **Switching sources.** cdc -> poll: with no cursor yet, polling starts at the replica's newest `_sf_commit_ts`
   minus the overlap. poll -> cdc: the first cdc run polls once more (`handoff`) and then applies the change events
   ingested since the apply checkpoint; those at or before a polled row's SystemModstamp are superseded, newer ones
   applied. No reload either way.
@@ -52,7 +52,7 @@ from cdc_assets.faults import fault_point
 from cdc_assets.poll.compare import COUNTS as COMPARE_COUNTS
 from cdc_assets.poll.compare import compare_ids
 from cdc_assets.poll.rows import newer_rows, newest_position
-from cdc_assets.records import records_to_text, replica_rows
+from cdc_assets.records import POLL, records_to_text, replica_rows
 from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
 from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
@@ -61,8 +61,6 @@ from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError
 from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
-
-POLL = "poll"  # _sf_source of polled rows
 
 
 def cursor_field(schema: ObjectSchema) -> str:
@@ -303,7 +301,6 @@ def poll(
     )
     writer.watch.lap("org")
     return PollResult(
-        "poll_handoff" if handoff else "poll",
         writer.counts,
         int(salesforce.api_usage().get("used", 0)) - used_before,
         cursor=after.cursor,

@@ -4,6 +4,7 @@ the models' own."""
 
 from __future__ import annotations
 
+import logging
 import re
 import textwrap
 from pathlib import Path
@@ -111,18 +112,38 @@ def test_objects_take_object_settings_from_options_unless_they_set_them(tmp_path
         options: {poll_overlap: 7, bucket_chars: 10, transaction_close_after: 5}
         objects:
           - Account
-          - {name: Campaign, mode: poll, poll_interval: 60, bucket_chars: 12, describe: d/Campaign.json}
+          - {name: Campaign, source: poll, poll_interval: 60, bucket_chars: 12, describe: d/Campaign.json}
     """,
         )
     )
     account, campaign = config.objects
-    assert (account.mode, account.bucket_chars, account.describe_path) == ("cdc", 10, None)
+    assert (account.source, account.bucket_chars, account.describe_path) == ("cdc", 10, None)
     assert account.poll == PollOptions(
         interval=300.0, overlap=7.0, hard_delete_check_every=86400.0, rest_max_records=2000, page_size=50_000
     )
-    assert (campaign.mode, campaign.bucket_chars, campaign.poll.interval, campaign.poll.overlap) == ("poll", 12, 60, 7)
+    assert (campaign.source, campaign.bucket_chars, campaign.poll.interval, campaign.poll.overlap) == (
+        "poll",
+        12,
+        60,
+        7,
+    )
     assert campaign.describe_path == (tmp_path / "d" / "Campaign.json").resolve()
     assert (config.transaction_close_after, config.initial_load, config.names) == (5.0, True, ["Account", "Campaign"])
+
+
+def test_the_old_key_mode_still_loads_as_source_with_a_warning_naming_file_object_and_new_key(tmp_path, caplog):
+    path = write(tmp_path, "objects:\n  - Account\n  - {name: Campaign, mode: poll}\n")
+    with caplog.at_level(logging.WARNING, logger="cdc_assets.config"):
+        config = load_config(path)
+    assert [o.source for o in config.objects] == ["cdc", "poll"]
+    assert [r.getMessage() for r in caplog.records if r.name == "cdc_assets.config"] == [
+        f"{path}: object Campaign: `mode` is deprecated, rename it to `source` (`source: poll`)"
+    ]
+
+
+def test_an_object_giving_both_mode_and_source_is_an_error(tmp_path):
+    path = write(tmp_path, "objects:\n  - {name: Campaign, mode: poll, source: cdc}\n")
+    assert f"{path}: objects[0]: Value error, `mode` is the old name of `source`: give `source` only" in error_of(path)
 
 
 def test_an_empty_file_is_no_objects_with_every_default(tmp_path):

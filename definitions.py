@@ -38,7 +38,7 @@ from cdc_assets.config import LoadedConfig, load_location_config, parse_config, 
 from cdc_assets.history.assets import history_specs
 from cdc_assets.history.checks import build_history_checks
 from cdc_assets.operate.erase import build_erase_jobs
-from cdc_assets.operate.jobs import build_operator_jobs, build_status_sensor
+from cdc_assets.operate.jobs import build_operator_jobs
 from cdc_assets.upkeep.jobs import build_upkeep
 from resources.commit_safety import refuse_unsafe_settings
 from resources.delta import DeltaWarehouse
@@ -51,6 +51,7 @@ from sensors.formulas import build_formula_sensors
 from sensors.landing_zone import build_landing_check, build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
+from sensors.replica_status import build_status_sensor
 from sensors.run_liveness import build_run_liveness_sensor
 from sensors.subscriber_status import build_subscriber_check, build_subscriber_status_sensor
 

@@ -29,7 +29,7 @@ from bench.common import (
     write_replication,
 )
 from bench.workloads import OUT
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator import workload_data as data

@@ -50,11 +50,11 @@ from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, NO_FAILED_FILES, replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
 from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
 from cdc_assets.ingest import FAILED_FILE
+from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.quarantine import quarantine_example
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
@@ -75,6 +75,7 @@ CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY
 POLL_HARD_DELETES = "poll_hard_deletes"
 POLL_OVERLAP = "poll_overlap"
 POLL_CHECKS = (POLL_HARD_DELETES, POLL_OVERLAP)  # polled objects only (cdc_assets/poll/compare.py)
+NO_FAILED_FILES = "no_failed_landing_files"  # the check on change_events
 BLOCKING = frozenset({SCHEMA, UNIQUE_ID})
 # Metadata naming what a check read: the table (its Delta id: a table made again has a new one) and its version.
 DELTA_VERSION, TABLE_ID = "delta_version", "delta_table_id"

@@ -46,12 +46,20 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets import LANDING_ZONE, ingest_keys, replica_key
 from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import pending_files
+from cdc_assets.names import (
+    LANDING_ZONE,
+    TAG_CLOSE_SEQ,
+    TAG_FILES,
+    TAG_REASON,
+    ingest_keys,
+    replica_key,
+    resumed_tag,
+    run_tags,
+)
 from cdc_assets.operate.pause import paused_objects, resumed_at
-from cdc_assets.run_tags import TAG_FILES
 from cdc_assets.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import (
@@ -66,13 +74,12 @@ from resources.landing_zone import (
     file_set_key,
 )
 from resources.printable import printable
-from sensors.work import IN_FLIGHT, TAG_REASON, Backoff, hidden_tag, replicas_to_include, retry_state, run_tags
+from sensors.work import IN_FLIGHT, Backoff, replicas_to_include, retry_state
 
 SENSOR_NAME = "landing_zone_sensor"
 MODE_APPLY = "apply"  # the replicas' own mode (ReplicaRunConfig): apply what change_events holds
 REASON_FILES = "new landing files"
 REASON_CLOSE = "newest transaction closed by timeout"
-TAG_CLOSE_SEQ = hidden_tag("close_seq")
 # Tick at every look of the sensor daemon, which looks at its sensors every 5 s
 # (dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME). Not 5: a tick's timestamp is taken a moment after the loop
 # starts, so 5 s later the interval has not quite passed and the sensor waits for the loop after (measured: 10 s
@@ -345,7 +352,3 @@ def resume_request(instance: dg.DagsterInstance, replication: ReplicationConfig)
             mode=MODE_APPLY, reason=REASON_RESUME, objects=due, hidden={resumed_tag(n): at for n, at in due.items()}
         ),
     )
-
-
-def resumed_tag(name: str) -> str:
-    return hidden_tag(f"resumed.{name}")

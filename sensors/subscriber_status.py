@@ -30,8 +30,8 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.assets import LANDING_ZONE
 from cdc_assets.config import ReplicationConfig
+from cdc_assets.names import LANDING_ZONE
 from cdc_subscriber.cli import location, state_dir_for
 from cdc_subscriber.dead_letters import DeadLetter, scan
 from cdc_subscriber.status import STATES, StreamStatus, read_statuses

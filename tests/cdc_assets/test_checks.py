@@ -16,7 +16,6 @@ from deltalake import write_deltalake
 from harness import Platform, load_lines, write_config
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import replica_key
 from cdc_assets.checks import (
     BLOCKING,
     CHECKS,
@@ -37,6 +36,7 @@ from cdc_assets.checks import (
     check_quarantine_empty,
 )
 from cdc_assets.config import load_config
+from cdc_assets.names import replica_key
 from cdc_assets.state import Reconciled, ReplicaState
 from resources.delta import DeltaWarehouse
 

@@ -16,11 +16,9 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import events_key, replica_key
-from cdc_assets.changefeed.export import changefeed_key
 from cdc_assets.checks import UNIQUE_ID
 from cdc_assets.config import ConfigError, parse_config
-from cdc_assets.run_tags import VISIBLE, object_tag
+from cdc_assets.names import VISIBLE, changefeed_key, events_key, object_tag, replica_key
 from resources.delta import read_table
 from sensors.landing_zone import SENSOR_NAME as LANDING
 

@@ -24,7 +24,7 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 from test_sync import resource, sensor_requests
 
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
 from definitions import build_defs
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.datastream import backfill_lines

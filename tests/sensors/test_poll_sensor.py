@@ -8,8 +8,8 @@ import yaml
 from dagster._core.test_utils import create_run_for_test
 from harness import write_config
 
-from cdc_assets.assets import TAG_MODE as ASSET_TAG_MODE
-from cdc_assets.assets import replica_key
+from cdc_assets.names import TAG_MODE as ASSET_TAG_MODE
+from cdc_assets.names import replica_key
 from definitions import build_defs
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator

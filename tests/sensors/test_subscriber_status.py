@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 from harness import write_config
 
-from cdc_assets.assets import LANDING_ZONE
+from cdc_assets.names import LANDING_ZONE
 from cdc_subscriber.cli import main as cli_main
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, letters_folder, salvage

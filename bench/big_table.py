@@ -32,9 +32,9 @@ from bench.common import (
     write_replication,
 )
 from cdc_assets.names import replica_key
+from object_schema.describe import ObjectSchema
 from resources.salesforce import SalesforceResource
 from sensors.work import mode_run_config
-from spark_ops.schema import ObjectSchema
 
 COLUMNS = 64
 PARALLEL_PAGES = 2

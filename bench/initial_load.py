@@ -30,10 +30,10 @@ from bench.common import (
 )
 from bench.workloads import OUT
 from cdc_assets.names import replica_key
+from object_schema.describe import ObjectSchema
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator import workload_data as data
-from spark_ops.schema import ObjectSchema
 
 OBJECT = "Account"
 TX_RECORDS = 5_000

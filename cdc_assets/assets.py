@@ -62,13 +62,13 @@ from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
 from cdc_assets.sync import SyncResult, reconcile, resync
+from object_schema.describe import FORMULAS_AT, ObjectSchema, spark_type
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
 from resources.printable import printable, printable_list
 from resources.salesforce import SalesforceResource
 from resources.spark import session
-from spark_ops.schema import FORMULAS_AT, ObjectSchema, spark_type
 
 KINDS = {"spark", "delta", "salesforce"}
 FILES_SHOWN = 20  # landing file names in a change_events materialization (the count is `files`)

@@ -58,10 +58,10 @@ from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.quarantine import quarantine_example
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
+from object_schema.describe import ObjectSchema
 from resources.delta import QUARANTINE, DeltaWarehouse
 from resources.printable import printable, printable_list, with_more
 from resources.spark import from_arrow, session, small_query
-from spark_ops.schema import ObjectSchema
 from spark_ops.validation import replica_schema, schema_errors
 
 SCHEMA = "schema"

@@ -19,9 +19,9 @@ from datetime import datetime
 import pyarrow as pa
 
 from cdc_assets.state import QuarantineState
+from object_schema.describe import ObjectSchema
 from resources.delta import QUARANTINE, DeltaWarehouse
 from resources.printable import loggable_reason, printable
-from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 

@@ -60,4 +60,11 @@ def test_the_product_package_ships_no_development_tools():
     """pyproject's package list (what `pip wheel .` builds) leaves the emulator, demo, bench and tests out."""
     find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = setuptools.find_packages(where=REPO, include=find["include"])
-    assert {p.split(".")[0] for p in shipped} == {"cdc_assets", "resources", "sensors", "spark_ops", "cdc_subscriber"}
+    assert {p.split(".")[0] for p in shipped} == {
+        "cdc_assets",
+        "resources",
+        "sensors",
+        "spark_ops",
+        "object_schema",
+        "cdc_subscriber",
+    }

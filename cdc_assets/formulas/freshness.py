@@ -17,8 +17,8 @@ from deltalake import DeltaTable
 
 from cdc_assets.formulas.config import FormulasConfig
 from cdc_assets.names import META_FORMULAS_AGE, META_FORMULAS_MISSING
+from object_schema.describe import FORMULAS_AT
 from resources.delta import read_table
-from spark_ops.schema import FORMULAS_AT
 
 FORMULAS_FRESH = "formulas_fresh"
 DESCRIPTION = (

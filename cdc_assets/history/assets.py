@@ -20,8 +20,8 @@ from cdc_assets.history.backfill import ensure_history
 from cdc_assets.history.catch_up import HistoryResult, catch_up
 from cdc_assets.history.stage import history_name
 from cdc_assets.names import HISTORY_GROUP, META_HISTORY_THROUGH, META_HISTORY_VERSIONS, history_key, replica_key
+from object_schema.describe import ObjectSchema
 from resources.delta import DeltaWarehouse
-from spark_ops.schema import ObjectSchema
 
 
 def history_specs(*, replication: ReplicationConfig) -> list[dg.AssetSpec]:

@@ -237,7 +237,7 @@ def test_the_schema_fingerprint_is_the_same_in_every_process(sample_dir):
     # Reuse across runs compares fingerprints made in different run workers: no per-process order may leak in.
     code = (
         "import json, sys; from cdc_assets.checks import schema_fingerprint; "
-        "from spark_ops.schema import ObjectSchema; "
+        "from object_schema.describe import ObjectSchema; "
         "print(schema_fingerprint(ObjectSchema.from_describe(json.load(open(sys.argv[1])))))"
     )
     prints = {

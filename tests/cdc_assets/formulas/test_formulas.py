@@ -20,9 +20,9 @@ from subscriber_harness import resource
 
 from cdc_assets.formulas.freshness import FORMULAS_FRESH
 from cdc_assets.names import replica_key
+from object_schema.describe import FORMULAS_AT, ObjectSchema
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
-from spark_ops.schema import FORMULAS_AT, ObjectSchema
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 

@@ -28,7 +28,6 @@ from cdc_assets.checks import (
     REUSED_FROM,
     SCHEMA,
     UNIQUE_ID,
-    acknowledge_quarantine,
     build_replica_checks,
     check_freshness,
     check_no_stale_dirty,
@@ -37,6 +36,7 @@ from cdc_assets.checks import (
 )
 from cdc_assets.config import load_config
 from cdc_assets.names import replica_key
+from cdc_assets.quarantine import acknowledge_quarantine
 from cdc_assets.state import Reconciled, ReplicaState
 from resources.delta import DeltaWarehouse
 

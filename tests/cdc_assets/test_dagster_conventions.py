@@ -191,6 +191,29 @@ def test_freshness_from_replication_yaml_becomes_each_replicas_freshness_policy(
     assert policy.fail_window.to_timedelta() == timedelta(minutes=5)
 
 
+def test_every_asset_shows_a_name_of_its_own_where_dagster_names_it(tmp_path):
+    """The lineage graph and the asset list name a node by its key's last part: the events slice, the replica, its
+    changefeed and its history of one object are four names, not four nodes called `Account`."""
+    from definitions import build_defs
+
+    path = tmp_path / "replication.yaml"
+    path.write_text(
+        "options: {initial_load: false, changefeed: {uri: feeds}}\nobjects: [{name: Account, history: true}, Contact]\n"
+    )
+    graph = build_defs(
+        config_path=path, landing_path=str(tmp_path / "l"), warehouse_root=str(tmp_path / "w")
+    ).resolve_asset_graph()
+    shown = [key.path[-1] for key in graph.get_all_asset_keys()]
+    assert sorted(shown) == sorted(
+        [
+            "landing_zone",
+            "change_events",
+            *("Account_events", "Account", "Account_changefeed", "Account_history"),
+            *("Contact_events", "Contact", "Contact_changefeed"),
+        ]
+    )
+
+
 def test_a_replica_update_between_the_feeds_request_and_the_next_evaluation_is_still_exported(platform):
     """The daemon's tick requests the feed; its export runs and ends; the replica then changes before the next
     tick. That tick sees both "the feed was newly requested" and "its replica was updated": the update is newer than

@@ -14,13 +14,22 @@ from event_lines import event
 from harness import Platform, load_lines
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.names import CHANGE_EVENTS_KEY, TAG_CUT, TAG_REASON, ingest_keys, replica_key, run_tags, work_tag
+from cdc_assets.names import (
+    CHANGE_EVENTS_KEY,
+    TAG_CUT,
+    TAG_MODE,
+    TAG_REASON,
+    ingest_keys,
+    object_tag,
+    replica_key,
+    run_tags,
+    work_tag,
+)
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from sensors.landing_zone import REASON_FILES
 from sensors.landing_zone import SENSOR_NAME as LANDING
 from sensors.reconciliation import SENSOR_NAME as RECONCILE
-from sensors.reconciliation import TAG_MODE, object_tag
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 

@@ -37,8 +37,9 @@ from cdc_assets.checks import build_change_events_checks, build_replica_checks
 from cdc_assets.config import LoadedConfig, load_location_config, parse_config, read_config
 from cdc_assets.history.assets import history_specs
 from cdc_assets.history.checks import build_history_checks
+from cdc_assets.landing_checks import build_landing_check, build_subscriber_check
 from cdc_assets.operate.erase import build_erase_jobs
-from cdc_assets.operate.jobs import build_operator_jobs, build_status_sensor
+from cdc_assets.operate.jobs import build_operator_jobs
 from cdc_assets.upkeep.jobs import build_upkeep
 from resources.commit_safety import refuse_unsafe_settings
 from resources.delta import DeltaWarehouse
@@ -48,11 +49,12 @@ from resources.spark import spark_resource
 from sensors.changefeed import build_automation_sensor
 from sensors.config import build_config_sensor
 from sensors.formulas import build_formula_sensors
-from sensors.landing_zone import build_landing_check, build_landing_zone_sensor
+from sensors.landing_zone import build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
 from sensors.reconciliation import build_reconciliation_sensor
+from sensors.replica_status import build_status_sensor
 from sensors.run_liveness import build_run_liveness_sensor
-from sensors.subscriber_status import build_subscriber_check, build_subscriber_status_sensor
+from sensors.subscriber_status import build_subscriber_status_sensor
 
 
 def build_defs(

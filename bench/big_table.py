@@ -31,10 +31,10 @@ from bench.common import (
     start_spark,
     write_replication,
 )
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
+from object_schema.describe import ObjectSchema
 from resources.salesforce import SalesforceResource
 from sensors.work import mode_run_config
-from spark_ops.schema import ObjectSchema
 
 COLUMNS = 64
 PARALLEL_PAGES = 2

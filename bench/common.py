@@ -18,7 +18,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 import yaml
 
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
 from definitions import build_defs
 from resources.spark import spark_config
 

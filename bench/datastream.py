@@ -62,9 +62,9 @@ def _timed(spark, parse, lines: list[str], schemas) -> float:
 def run(accounts: int = 2_000, changes: int = 20_000) -> list[dict]:
     from pyspark.sql import SparkSession
 
+    from object_schema.describe import ObjectSchema
     from spark_ops.datastream import parse_landed
     from spark_ops.parse import parse_lines
-    from spark_ops.schema import ObjectSchema
 
     cometd, datastream, describes = _lines(accounts, changes)
     start_spark()

@@ -28,9 +28,9 @@ from bench.common import (
     start_spark,
 )
 from bench.initial_load import OBJECT, copied_org
+from object_schema.describe import ObjectSchema
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
-from spark_ops.schema import ObjectSchema
 
 
 def _run(defs: dg.Definitions, instance: dg.DagsterInstance, emu: Emulator, **config) -> tuple[float, float, int, dict]:

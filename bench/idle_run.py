@@ -3,7 +3,7 @@
 The 5-object platform (the catch-up workload's describe files) over a landing zone of one small file, a
 DAGSTER_HOME instance (the repository's dagster.yaml: SQLite storage) and a warm Spark Connect server, as `make run`
 has them. The first run ingests and applies the file (not measured); each measured run then selects what a landing
-run selects (change_events, each object's `events/<Object>` slice and replica, and their checks) with nothing
+run selects (change_events, each object's `events/<Object>_events` slice and replica, and their checks) with nothing
 landed since: a fresh Python process (`dagster asset materialize`, which executes in process what a run worker
 executes) from its spawn to its exit. Phases from the instance's records of the run:
 
@@ -37,7 +37,7 @@ from dagster import DagsterEventType
 
 from bench.common import write_replication
 from bench.workloads import OBJECTS, cdc_workload
-from cdc_assets.assets import ingest_keys, replica_key
+from cdc_assets.names import ingest_keys, replica_key
 from demo.instance import open_instance, write_dagster_home
 from demo.processes import start_spark_connect, stop
 

@@ -29,11 +29,11 @@ from bench.common import (
     write_replication,
 )
 from bench.workloads import OUT
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
+from object_schema.describe import ObjectSchema
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator import workload_data as data
-from spark_ops.schema import ObjectSchema
 
 OBJECT = "Account"
 TX_RECORDS = 5_000

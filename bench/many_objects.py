@@ -34,13 +34,13 @@ from bench.common import start_spark
 from definitions import build_defs
 from demo import processes
 from demo.instance import open_instance, write_dagster_home
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.custom_objects import custom_object_name
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 warnings.filterwarnings("ignore", message=".*get_sensor_def will return.*")
 RECORDS_PER_OBJECT = 3

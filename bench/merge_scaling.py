@@ -37,13 +37,13 @@ from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, s
 from bench.workloads import OUT
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.state import ReplicaState
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import DeltaWarehouse, read_table
 from salesforce_emulator import ids
 from salesforce_emulator.cdc import _dumps, change_event
 from salesforce_emulator.changes import Change, CommittedTransaction
 from salesforce_emulator.schema import ACCOUNT
 from salesforce_emulator.values import ms_to_iso
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 CHANGES = 10_000
 RECENT = 100_000

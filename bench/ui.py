@@ -36,10 +36,9 @@ from pathlib import Path
 
 import dagster as dg
 
-from cdc_assets.assets import replica_key
 from cdc_assets.checks import CHECKS
 from cdc_assets.config import read_config
-from cdc_assets.run_tags import run_tags
+from cdc_assets.names import replica_key, run_tags
 from demo import processes
 from demo.instance import open_instance, write_dagster_home
 

@@ -43,9 +43,9 @@ from cdc_assets.config import CDC_SOURCE, POLL_SOURCE, ReplicationOptions, SObje
 from cdc_assets.formulas.refresh import refresh_formulas
 from cdc_assets.poll.run import poll, poll_state
 from cdc_assets.sync import SyncResult, reconcile, resync
+from object_schema.describe import ObjectSchema
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
-from spark_ops.schema import ObjectSchema
 
 # The work the sensors find a replica needs (sensors/work.py), each named as the runs that do it are tagged (work
 # tag, `cdc/mode`): a resync an overflow left pending, dirty records, no table yet. Any run of a replica with no

@@ -32,11 +32,11 @@ from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
 from cdc_assets.records import stamped
 from cdc_assets.state import Held, ReplicaState
 from cdc_assets.timing import Stopwatch
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow
 from resources.spark import from_arrow, to_arrow
 from spark_ops.fold import CHANGED, FOLD_INPUT, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
 from spark_ops.history import transaction_versions
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
 

@@ -5,8 +5,8 @@ the logic lives there and in spark_ops.
 Metadata keys are module constants so sensors and checks read what assets write.
 
 **What "unsynced" means here.** The ingest step materializes `change_events` (the whole table) and one slice per
-object, `events/<Object>` (that object's rows of it), whose data version is the last ingest that stored rows of the
-object. Each replica depends on its own slice only. Dagster marks an asset unsynced when an upstream data version
+object, `events/<Object>_events` (that object's rows of it), whose data version is the last ingest that stored rows
+of the object. Each replica depends on its own slice only. Dagster marks an asset unsynced when an upstream data version
 differs from the one its latest materialization read, so a replica is unsynced exactly when rows of its object were
 ingested after it last applied: not after every landing run that carried other objects' events only (with one
 `change_events` upstream it was, since a landing run includes only the replicas its files name). A paused
@@ -14,10 +14,12 @@ object's replica is unsynced while its events are ingested, which is true.
 
 **One asset group** (`GROUP`) for everything: the UI draws group boxes, collapsed until opened, only when the graph
 has several groups, so the global lineage opens as the graph itself; the key prefixes (`change_events`,
-`events/`, `salesforce/`, `changefeed/`) name its layers and are the asset catalog's folders.
+`events/`, `salesforce/`, `changefeed/`) name its layers and are the asset catalog's folders. **A key's last part
+says what the asset is** (`Account_events`, `Account` for the replica, `Account_changefeed`, `Account_history`): it
+is all the lineage graph and the asset list show of a key. The keys are made in one place, cdc_assets/names.py.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -25,70 +27,51 @@ from dagster_pyspark import PySparkResource
 
 from cdc_assets.actions import ACTIONS, ActionRun, ReplicaRunConfig, Step, loads_first, run_step
 from cdc_assets.apply import ApplyResult, apply_changes
+from cdc_assets.checks import NO_FAILED_FILES
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.formulas.freshness import formula_metadata
 from cdc_assets.formulas.refresh import FormulaResult
 from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
+from cdc_assets.names import (
+    CHANGE_EVENTS_KEY,
+    CHANGE_EVENTS_POOL,
+    GROUP,
+    LANDING_ZONE,
+    META_API_CALLS,
+    META_APPLIED_THROUGH,
+    META_COMMITTED,
+    META_DELTA_VERSION,
+    META_DIRTY,
+    META_ENTITY_SEQ,
+    META_FAILED_FILES,
+    META_HELD,
+    META_LAG,
+    META_POLL_CURSOR,
+    META_POLL_CURSOR_FIELD,
+    META_RESYNC,
+    META_TABLE_URI,
+    META_UNKNOWN_FIELDS,
+    TAG_MODE,
+    events_key,
+    replica_key,
+    replica_pool,
+)
 from cdc_assets.poll.run import PollResult, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
+from object_schema.describe import FORMULAS_AT, ObjectSchema, spark_type
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
 from resources.printable import printable, printable_list
 from resources.salesforce import SalesforceResource
 from resources.spark import session
-from spark_ops.schema import FORMULAS_AT, ObjectSchema, spark_type
 
-LANDING_ZONE = dg.AssetKey("landing_zone")
-CHANGE_EVENTS_KEY = dg.AssetKey("change_events")
-GROUP = "salesforce_cdc"  # every asset of the platform (module docstring)
-EVENTS_PREFIX = "events"
 KINDS = {"spark", "delta", "salesforce"}
-
-META_DELTA_VERSION = "delta_version"
-META_ENTITY_SEQ = "last_ingest_with_rows"  # on events/<Object>: the ingest that last stored rows of the object
-META_TABLE_URI = "table_uri"
-META_APPLIED_THROUGH = "applied_through"  # the checkpoint the replica stores (moved only by a commit)
-META_COMMITTED = "committed"  # whether the run's apply step committed (its state, with or without rows)
-META_DIRTY = "dirty_records"
-META_RESYNC = "resync_pending"
-META_HELD = "held_transactions"
-META_LAG = "lag_seconds"
-META_API_CALLS = "api_calls"
-META_UNKNOWN_FIELDS = "unknown_field_names"  # set by events, unknown even to a fresh describe(): not replicated
 FILES_SHOWN = 20  # landing file names in a change_events materialization (the count is `files`)
-META_POLL_CURSOR = "poll_cursor"
-META_POLL_CURSOR_FIELD = "poll_cursor_field"  # SystemModstamp, LastModifiedDate or CreatedDate (from describe())
-META_FAILED_FILES = "failed_files"  # on change_events: files of the run that failed on their own (quarantined whole)
 META_LISTED = 20  # file names a log or metadata entry lists at most (the table has them all)
-NO_FAILED_FILES = "no_failed_landing_files"  # the check on change_events (cdc_assets/checks.py)
-TAG_MODE = "cdc/mode"  # on the asset: cdc or poll (the object's source in replication.yaml); on runs: the run's modes
-
-
-CHANGE_EVENTS_POOL = "change_events"
-
-
-def replica_pool(name: str) -> str:
-    """The Dagster pool of every step that writes (or reads for export) object `name`'s replica: one slot, and a
-    host lock (resources/pool_lock.py)."""
-    return f"replica_{name}"
-
-
-def replica_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey(["salesforce", name])
-
-
-def events_key(name: str) -> dg.AssetKey:
-    """The slice of change_events holding object `name`'s rows: what its replica depends on."""
-    return dg.AssetKey([EVENTS_PREFIX, name])
-
-
-def ingest_keys(names: Iterable[str]) -> list[dg.AssetKey]:
-    """What one ingest step materializes: change_events and the slices of objects `names`."""
-    return [CHANGE_EVENTS_KEY, *(events_key(n) for n in names)]
 
 
 landing_zone = dg.AssetSpec(

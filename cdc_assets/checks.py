@@ -50,18 +50,18 @@ from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, NO_FAILED_FILES, replica_key
 from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
 from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
 from cdc_assets.ingest import FAILED_FILE
-from cdc_assets.quarantine import quarantine_example
+from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.quarantine import acknowledged_until, quarantine_example
 from cdc_assets.schemas import resolve_schema
-from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, ReplicaState
+from cdc_assets.state import ReplicaState
+from object_schema.describe import ObjectSchema
 from resources.delta import QUARANTINE, DeltaWarehouse
 from resources.printable import printable, printable_list, with_more
 from resources.spark import from_arrow, session, small_query
-from spark_ops.schema import ObjectSchema
 from spark_ops.validation import replica_schema, schema_errors
 
 SCHEMA = "schema"
@@ -75,6 +75,7 @@ CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY
 POLL_HARD_DELETES = "poll_hard_deletes"
 POLL_OVERLAP = "poll_overlap"
 POLL_CHECKS = (POLL_HARD_DELETES, POLL_OVERLAP)  # polled objects only (cdc_assets/poll/compare.py)
+NO_FAILED_FILES = "no_failed_landing_files"  # the check on change_events
 BLOCKING = frozenset({SCHEMA, UNIQUE_ID})
 # Metadata naming what a check read: the table (its Delta id: a table made again has a new one) and its version.
 DELTA_VERSION, TABLE_ID = "delta_version", "delta_table_id"
@@ -87,7 +88,6 @@ DIRTY_THRESHOLD_OPTION, FRESHNESS_OPTION = "dirty_threshold_seconds", "freshness
 MAX_UNKNOWN_IDS = 100
 EXAMPLES = 10
 TS = pa.timestamp("us", tz="UTC")
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 DESCRIPTIONS = {
     SCHEMA: "Rows written by the latest replica commit match the schema built from describe() (column types, "
@@ -247,49 +247,6 @@ def check_no_stale_dirty(
         f"reconciliation is not keeping up. Check that reconciliation_sensor is on and its reconcile "
         f"runs of {name} succeed (API limits, credentials), or materialize {name} in reconcile mode.",
     )
-
-
-def acknowledged_until(warehouse: DeltaWarehouse, table: DeltaTable) -> datetime | None:
-    """The newest acknowledgement, read from its app transaction (it survives log checkpoints and log retention,
-    which the commit metadata beside it does not); None if nothing was acknowledged."""
-    micros = table.transaction_version(QUARANTINE_ACK)
-    return EPOCH + timedelta(microseconds=micros) if micros is not None else None
-
-
-def acknowledge_quarantine(warehouse: DeltaWarehouse, until: datetime) -> int | None:
-    """Mark every quarantined line with `quarantined_at` <= `until` as reviewed; `quarantine_empty` passes again.
-
-    Writes an empty append commit to `_quarantine` carrying the timestamp (commit metadata `cdc.quarantine_ack`
-    and the app transaction of that name, in microseconds). Returns the new version, or None if nothing was ever
-    quarantined.
-    """
-    if until.tzinfo is None:
-        raise ValueError("acknowledge_quarantine: `until` must be timezone-aware, e.g. datetime.now(timezone.utc)")
-    table = warehouse.table(QUARANTINE)
-    if table is None:
-        return None
-    until = until.astimezone(UTC)
-    empty = pa.schema(table.schema().to_arrow()).empty_table()
-    micros = (until - EPOCH) // timedelta(microseconds=1)
-    ack = QuarantineAck(until=until.isoformat())
-    return warehouse.append(
-        QUARANTINE,
-        empty,
-        read=table,
-        partition_by=None,
-        key=ack.KEY,
-        state=ack.to_dict(),
-        txns={QUARANTINE_ACK: micros},
-    ).version()
-
-
-def newest_quarantined_at(warehouse: DeltaWarehouse) -> datetime | None:
-    """When the newest line was quarantined (None: nothing ever was): what an acknowledgement of everything names."""
-    table = warehouse.table(QUARANTINE)
-    if table is None:
-        return None
-    rows = warehouse.read(table, columns=["quarantined_at"])
-    return pc.max(rows["quarantined_at"]).as_py() if rows.num_rows else None
 
 
 def check_quarantine_empty(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:

@@ -51,8 +51,8 @@ from pydantic import (
 from cdc_assets.api_name import ApiName
 from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.formulas.config import FormulasConfig
-from spark_ops.protect import SALT_ENV
-from spark_ops.schema import DEFAULT_BUCKET_CHARS, ObjectSchema
+from object_schema.describe import DEFAULT_BUCKET_CHARS, ObjectSchema
+from object_schema.hashing import SALT_ENV
 
 log = logging.getLogger(__name__)
 

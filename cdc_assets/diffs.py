@@ -4,8 +4,8 @@ A change row whose `diff_fields` names a replicated column still holds `{"diff":
 `resolve_diffs` replaces it with the new text: it asks the fold itself which changes it will apply
 (`spark_ops.fold.applied_changes`: guard, dirty records, unknown records: the same query, so the two never
 disagree), reads the stored values of the fields concerned, and walks each record's applied changes in commit order
-on the driver (`spark_ops.diffs.resolve_record`). Diff rows are rare, so only the records that have one take this
-path, Arrow in and Arrow out; every other row passes through untouched.
+on the driver (`cdc_assets.unified_diff.resolve_record`). Diff rows are rare, so only the records that have one take
+this path, Arrow in and Arrow out; every other row passes through untouched.
 
 A diff that cannot be resolved (no stored value, record not in the replica, hash mismatch, hunks that do not
 match) turns its change into `GAP_<type>`: the fold marks the record dirty at that commit, it is counted among
@@ -23,11 +23,11 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 from pyspark.sql import types as T
 
+from cdc_assets.unified_diff import resolve_record
+from object_schema.describe import ObjectSchema, spark_type
 from resources.printable import printable
 from resources.spark import from_arrow, to_arrow
-from spark_ops.diffs import resolve_record
 from spark_ops.fold import applied_changes
-from spark_ops.schema import ObjectSchema, spark_type
 
 log = dg.get_dagster_logger(__name__)  # the warnings belong in the run's event log, where operators look
 

@@ -49,6 +49,8 @@ from cdc_assets.quarantine import quarantine_example, record_quarantine
 from cdc_assets.schemas import redacts
 from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
+from object_schema.describe import ObjectSchema
+from object_schema.hashing import MissingSaltError
 from resources.delta import CHANGE_EVENTS, QUARANTINE, ConcurrentWriteError, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA, LandingFile, LandingZone, entities_named
 from resources.printable import printable
@@ -57,8 +59,6 @@ from resources.spark import from_arrow, small_query
 from spark_ops.datastream import parse_landed
 from spark_ops.events import DEDUP_KEY
 from spark_ops.parse import CHANGE_COLUMNS, landed_rows
-from spark_ops.protect import MissingSaltError
-from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 

@@ -30,12 +30,12 @@ from pyspark.sql import SparkSession
 
 from cdc_assets.quarantine import record_quarantine
 from cdc_assets.state import Q_APPLY_STATE
+from object_schema.describe import ObjectSchema
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA
 from resources.printable import printable_list
 from resources.spark import from_arrow, to_arrow
 from spark_ops.parse import normalize_changes
-from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,8 @@
 """`_quarantine`: one row per bad line, with its reason (docs/design/contract.md §9), written by ingest and by apply.
 
-Rows are keyed by (file, line): recording the same line again (a re-run after a crash) inserts nothing.
+Rows are keyed by (file, line): recording the same line again (a re-run after a crash) inserts nothing. A person
+acknowledges the lines reviewed (`acknowledge_quarantine`, the operator job of that name): an empty commit naming
+the instant, after which the checks count only newer lines and upkeep may prune the older ones.
 
 **Raw lines hold the org's values in clear**, the fields replication.yaml hashes or leaves out included: whoever may
 read `_quarantine` may read those. With `redact_quarantine: true` (an object setting), `redacted` replaces the
@@ -14,20 +16,23 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
 
-from cdc_assets.state import QuarantineState
+from cdc_assets.state import QUARANTINE_ACK, QuarantineAck, QuarantineState
+from object_schema.describe import ObjectSchema
 from resources.delta import QUARANTINE, DeltaWarehouse
 from resources.printable import loggable_reason, printable
-from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 
 LOGGED = 20  # warning lines per call; the table has them all
 REDACTED = "<redacted>"
 REDACTED_LINE = "<redacted: a quarantined line that does not read as one object's event>"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _payloads(event: dict) -> tuple[str | None, list[dict]]:
@@ -115,3 +120,46 @@ def record_quarantine(
     )
     for r in entries.slice(0, LOGGED).to_pylist():
         log.warning("Landing file %s; %s", quarantine_example(r), consequence)
+
+
+def acknowledged_until(warehouse: DeltaWarehouse, table: DeltaTable) -> datetime | None:
+    """The newest acknowledgement, read from its app transaction (it survives log checkpoints and log retention,
+    which the commit metadata beside it does not); None if nothing was acknowledged."""
+    micros = table.transaction_version(QUARANTINE_ACK)
+    return EPOCH + timedelta(microseconds=micros) if micros is not None else None
+
+
+def acknowledge_quarantine(warehouse: DeltaWarehouse, until: datetime) -> int | None:
+    """Mark every quarantined line with `quarantined_at` <= `until` as reviewed; `quarantine_empty` passes again.
+
+    Writes an empty append commit to `_quarantine` carrying the timestamp (commit metadata `cdc.quarantine_ack`
+    and the app transaction of that name, in microseconds). Returns the new version, or None if nothing was ever
+    quarantined.
+    """
+    if until.tzinfo is None:
+        raise ValueError("acknowledge_quarantine: `until` must be timezone-aware, e.g. datetime.now(timezone.utc)")
+    table = warehouse.table(QUARANTINE)
+    if table is None:
+        return None
+    until = until.astimezone(UTC)
+    empty = pa.schema(table.schema().to_arrow()).empty_table()
+    micros = (until - EPOCH) // timedelta(microseconds=1)
+    ack = QuarantineAck(until=until.isoformat())
+    return warehouse.append(
+        QUARANTINE,
+        empty,
+        read=table,
+        partition_by=None,
+        key=ack.KEY,
+        state=ack.to_dict(),
+        txns={QUARANTINE_ACK: micros},
+    ).version()
+
+
+def newest_quarantined_at(warehouse: DeltaWarehouse) -> datetime | None:
+    """When the newest line was quarantined (None: nothing ever was): what an acknowledgement of everything names."""
+    table = warehouse.table(QUARANTINE)
+    if table is None:
+        return None
+    rows = warehouse.read(table, columns=["quarantined_at"])
+    return pc.max(rows["quarantined_at"]).as_py() if rows.num_rows else None

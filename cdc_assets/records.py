@@ -12,8 +12,8 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_ops.protect import hash_arrow, hash_salt
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
+from object_schema.hashing import hash_arrow, hash_salt
 
 # `_sf_source`, where a row's values came from (spark_ops/validation.py lists them; change events write "cdc"): a
 # Bulk snapshot, a reconcile's fetch, a poll. Row origins, not run actions (those are cdc_assets/actions.py).
@@ -60,7 +60,7 @@ def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at
     for c, _ in schema.columns:
         field = target.field(c)
         cols[c] = cast_text(text[c].combine_chunks(), field.type) if c in have else pa.nulls(n, field.type)
-    if schema.hashed:  # replication.yaml `hash:` (spark_ops/protect.py): never stored in clear
+    if schema.hashed:  # replication.yaml `hash:` (object_schema/hashing.py): never stored in clear
         salt = hash_salt()
         cols |= {c: hash_arrow(cols[c], salt) for c in schema.hashed}
     if schema.position_field is None:

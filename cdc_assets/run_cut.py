@@ -3,7 +3,7 @@
 The decision is stored as the hidden run tag `TAG_CUT` (JSON, with the run id, so tags a re-executed run inherits from its
 parent are not taken for its own decision) through `instance.add_run_tags`. The executor is in-process (one step
 at a time, `definitions.py`), so the first replica step writes it before any other replica step reads it; the run's
-log says which transaction it held back and why (the tag is hidden from the UI: cdc_assets/run_tags.py).
+log says which transaction it held back and why (the tag is hidden from the UI: cdc_assets/names.py).
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from cdc_assets.closure import Cut, decide
-from cdc_assets.run_tags import hidden_tag
+from cdc_assets.names import REPLICA_PREFIX, TAG_CUT
 from cdc_assets.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
-
-TAG_CUT = hidden_tag("cut")  # hidden: JSON no one filters by (cdc_assets/run_tags.py)
-REPLICA_PREFIX = "salesforce"  # replica asset keys are salesforce/<Object> (cdc_assets/assets.py replica_key)
 
 
 def replicas_in_run(context: dg.AssetExecutionContext) -> set[str]:

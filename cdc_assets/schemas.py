@@ -16,9 +16,9 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from cdc_assets.config import SObjectConfig
+from object_schema.describe import ObjectSchema
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
-from spark_ops.schema import ObjectSchema
 
 DESCRIBE_PROPERTY = "cdc.describe"  # a describe() asked again during a run (the description is set on writes only)
 

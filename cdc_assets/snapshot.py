@@ -40,10 +40,10 @@ from deltalake.transaction import AddAction
 from cdc_assets.faults import fault_point
 from cdc_assets.records import SNAPSHOT, mark_deleted
 from cdc_assets.state import _CommitState
+from object_schema.describe import BUCKET_COLUMN
 from resources.delta import DeltaWarehouse, aligned_arrow, arrow_dataset
 from resources.salesforce import BulkPosition, SalesforceApiError
 from resources.storage import filesystem, join
-from spark_ops.schema import BUCKET_COLUMN
 
 log = logging.getLogger(__name__)
 

@@ -40,7 +40,7 @@ FORMULA_STATE = "cdc.formulas"
 CE_STATE = "cdc.change_events"
 Q_STATE = "cdc.quarantine"  # quarantined by ingest
 Q_APPLY_STATE = "cdc.quarantine.apply"  # quarantined at apply time (cdc_assets/prepare.py)
-QUARANTINE_ACK = "cdc.quarantine_ack"  # also the app transaction id of an acknowledgement (cdc_assets/checks.py)
+QUARANTINE_ACK = "cdc.quarantine_ack"  # also the app transaction id of an acknowledgement (cdc_assets/quarantine.py)
 
 
 def _decode(kind, value):

@@ -62,9 +62,9 @@ from cdc_assets.snapshot import (
     swapped_at,
 )
 from cdc_assets.state import UNKNOWN_ID_EXAMPLES, Reconciled, ReplicaState, Resynced
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import DeltaWarehouse, aligned_arrow, next_version
 from resources.salesforce import BulkPosition, SalesforceResource, select_soql
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
 

@@ -26,9 +26,9 @@ import time
 import urllib.request
 from pathlib import Path
 
+from object_schema.hashing import SALT_ENV
 from resources import spark_connect
 from salesforce_emulator import Emulator
-from spark_ops.protect import SALT_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent

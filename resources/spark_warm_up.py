@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame, SparkSession
 
+from object_schema.describe import ObjectSchema
 from spark_ops.datastream import parse_landed
 from spark_ops.fold import FOLD_INPUT, fold_changes
 from spark_ops.parse import landed_rows
-from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 

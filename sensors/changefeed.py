@@ -6,7 +6,7 @@ blocking checks passed) and Dagster's asset daemon evaluates it. Conditions are 
 automation kind; Dagster would make one, `default_automation_condition_sensor`, stopped until someone starts it in
 the UI. This module defines it instead, under the same name and over the same assets (every asset with a
 condition), so it starts with the other sensors (`CDC_SENSORS_RUNNING=1`: the demo, the end-to-end stack) and its
-runs carry the platform's tags (cdc_assets/run_tags.py). Every replica due in one evaluation is exported in one run.
+runs carry the platform's tags (cdc_assets/names.py). Every replica due in one evaluation is exported in one run.
 A failed export is asked again after the replica's next materialization, and every five minutes while it stays
 failed (`RETRY_CRON`); the exporter is idempotent, so a retry exports what the failed run did not.
 """
@@ -14,7 +14,7 @@ failed (`RETRY_CRON`); the exporter is idempotent, so a retry exports what the f
 import dagster as dg
 
 from cdc_assets.config import ReplicationConfig
-from cdc_assets.run_tags import run_tags
+from cdc_assets.names import run_tags
 
 SENSOR_NAME = "default_automation_condition_sensor"  # Dagster's own name for it (it then makes none of its own)
 MODE_CHANGEFEED = "changefeed"

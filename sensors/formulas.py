@@ -11,8 +11,8 @@ since the epoch // refresh_every), so a tick evaluated twice requests one run. W
 import dagster as dg
 
 from cdc_assets.actions import FORMULAS
-from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.names import replica_key
 from resources.salesforce import SalesforceResource
 from sensors.windowed import window_request
 

@@ -29,8 +29,8 @@ Every `SURVEY_SECONDS` the sensor also surveys the zone for what it does not rea
 `survey`: files that are not `*.jsonl`/`*.jsonl.gz`, symbolic links, FIFOs and devices, names that are not UTF-8,
 in-flight files a dead writer left) and, when that changed, reports it: an `AssetObservation` of `landing_zone`
 (counts that plot over time) and an evaluation of the `landing_zone_files_read` check, failing while any such entry
-is there and naming a few (control characters escaped: a file name may hold a newline). The check also runs on
-demand (`build_landing_check`).
+is there and naming a few (control characters escaped: a file name may hold a newline). The check, which also runs
+on demand, is defined with the other checks on the zone (cdc_assets/landing_checks.py).
 
 When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, the rule in
 `cdc_assets/closure.py`); the sensor then requests one run of the replicas that may hold it (its entities) or have
@@ -42,38 +42,38 @@ one would otherwise start a run of them all.
 import json
 import time
 from datetime import UTC, datetime
-from typing import Any
 
 import dagster as dg
 
 from cdc_assets.actions import APPLY
-from cdc_assets.assets import LANDING_ZONE, ingest_keys, replica_key
 from cdc_assets.closure import open_transaction
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import pending_files
+from cdc_assets.landing_checks import FILES_READ_CHECK, survey_report
+from cdc_assets.names import (
+    LANDING_ZONE,
+    TAG_CLOSE_SEQ,
+    TAG_FILES,
+    TAG_REASON,
+    ingest_keys,
+    replica_key,
+    resumed_tag,
+    run_tags,
+)
 from cdc_assets.operate.pause import paused_objects, resumed_at
-from cdc_assets.run_tags import TAG_FILES
 from cdc_assets.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import (
-    LINK,
-    NAME_NOT_UTF8,
-    NOT_EVENTS,
-    SPECIAL,
-    STALE_INFLIGHT,
     LandingFile,
     LandingZone,
-    Survey,
     file_set_key,
 )
-from resources.printable import printable
-from sensors.work import IN_FLIGHT, TAG_REASON, Backoff, hidden_tag, replicas_to_include, retry_state, run_tags
+from sensors.work import IN_FLIGHT, Backoff, replicas_to_include, retry_state
 
 SENSOR_NAME = "landing_zone_sensor"
 MODE_APPLY = APPLY.name  # the replicas' own action: apply what change_events holds
 REASON_FILES = "new landing files"
 REASON_CLOSE = "newest transaction closed by timeout"
-TAG_CLOSE_SEQ = hidden_tag("close_seq")
 # Tick at every look of the sensor daemon, which looks at its sensors every 5 s
 # (dagster._daemon.sensor.MIN_INTERVAL_LOOP_TIME). Not 5: a tick's timestamp is taken a moment after the loop
 # starts, so 5 s later the interval has not quite passed and the sensor waits for the loop after (ticks come 10 s
@@ -82,16 +82,6 @@ TAG_CLOSE_SEQ = hidden_tag("close_seq")
 # of every change's latency (docs/concepts/latency.md).
 INTERVAL_SECONDS = 4
 SURVEY_SECONDS = 60  # a survey lists the whole zone once more (on an object store: requests that cost)
-FILES_READ_CHECK = "landing_zone_files_read"
-SHOWN = 5  # entries a failing check names
-# Observation metadata key -> the reason `survey` gives.
-IGNORED_COUNTS = {
-    "files_not_events": NOT_EVENTS,
-    "symlinks": LINK,
-    "not_regular_files": SPECIAL,
-    "names_not_utf8": NAME_NOT_UTF8,
-    "inflight_stale": STALE_INFLIGHT,
-}
 
 
 def build_landing_zone_sensor(
@@ -154,29 +144,6 @@ def build_landing_zone_sensor(
     return landing_zone_sensor
 
 
-def survey_report(survey: Survey, landing: LandingZone) -> tuple[bool, str, dict[str, Any]]:
-    """(nothing ignored, description, metadata) of one survey of the zone."""
-    metadata: dict[str, Any] = {
-        "event_files": dg.MetadataValue.int(len(survey.files)),
-        "entries_not_read": dg.MetadataValue.int(len(survey.ignored)),
-    }
-    metadata |= {key: dg.MetadataValue.int(survey.count(why)) for key, why in IGNORED_COUNTS.items()}
-    if not survey.ignored:
-        return True, f"every entry of the landing zone is read ({len(survey.files)} event files)", metadata
-    shown = "; ".join(f"{printable(i.path, 200)} ({i.why})" for i in survey.ignored[:SHOWN])
-    more = f" and {len(survey.ignored) - SHOWN} more" if len(survey.ignored) > SHOWN else ""
-    return (
-        False,
-        (
-            f"{len(survey.ignored)} entries of the landing zone {landing.path} are not read: {shown}{more}. Rename event "
-            f"files to *.jsonl or *.jsonl.gz (lower case); replace a symbolic link by the file itself (links are never "
-            f"followed); remove an in-flight file older than {landing.inflight_stale_seconds:.0f}s once its writer is "
-            f"gone (our subscriber lands unacknowledged events again); move anything else out of the zone"
-        ),
-        metadata,
-    )
-
-
 def survey_events(landing: LandingZone, cursor: dict) -> list[dg.AssetObservation | dg.AssetCheckEvaluation]:
     """The observation and check evaluation of a survey of the zone, when one is due (`SURVEY_SECONDS`) and found
     something other than the last one (`cursor["survey"]`); else none."""
@@ -199,23 +166,6 @@ def survey_events(landing: LandingZone, cursor: dict) -> list[dg.AssetObservatio
             description=description,
         ),
     ]
-
-
-def build_landing_check() -> dg.AssetChecksDefinition:
-    """`landing_zone_files_read` on demand (the landing sensor evaluates it too, when its survey changes)."""
-
-    @dg.asset_check(
-        asset=LANDING_ZONE,
-        name=FILES_READ_CHECK,
-        description="Every entry of the landing zone is read: no file with another suffix, no symbolic "
-        "link, FIFO or device, no name that is not UTF-8, no in-flight file a dead writer "
-        "left.",
-    )
-    def landing_zone_files_read(landing: LandingZone) -> dg.AssetCheckResult:
-        passed, description, metadata = survey_report(landing.survey(), landing)
-        return dg.AssetCheckResult(passed=passed, description=description, metadata=metadata)
-
-    return landing_zone_files_read
 
 
 def _again(
@@ -346,7 +296,3 @@ def resume_request(instance: dg.DagsterInstance, replication: ReplicationConfig)
             mode=MODE_APPLY, reason=REASON_RESUME, objects=due, hidden={resumed_tag(n): at for n, at in due.items()}
         ),
     )
-
-
-def resumed_tag(name: str) -> str:
-    return hidden_tag(f"resumed.{name}")

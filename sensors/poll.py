@@ -2,7 +2,7 @@
 `poll_interval` seconds (cdc_assets/poll/ does the work).
 
 A sensor rather than a schedule, so that each tick can decide like the reconciliation sensor does: no run while one
-of the object's runs is queued or in flight (its hidden object tag, which every run carries: cdc_assets/run_tags.py), and none while the
+of the object's runs is queued or in flight (its hidden object tag, which every run carries: cdc_assets/names.py), and none while the
 org's daily API budget is nearly spent (`api_budget_reserve`, as for reconciliation). The run key names the poll
 window (`poll-<Object>-<n>`, n = seconds since the epoch // interval), so a tick evaluated twice requests one run.
 Runs are tagged `cdc/mode=poll`; whether the run also compares Ids with the org (hard deletes) is decided by the run
@@ -12,8 +12,8 @@ from the replica's own commit state (`hard_delete_check_every`).
 import dagster as dg
 
 from cdc_assets.actions import POLL
-from cdc_assets.assets import replica_key
 from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
+from cdc_assets.names import replica_key
 from resources.salesforce import SalesforceResource
 from sensors.windowed import window_request
 

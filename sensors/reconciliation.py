@@ -4,7 +4,7 @@
 The work and when to ask for it come from the planner (`sensors/work.py`): a pending resync (overflow), dirty
 records, or no table yet (initial load, asked for at once: it needs no events). One run for every replica whose
 work is due, each in its mode (op config `reconcile` / `resync`; an initial load is what `apply` does on a replica
-with no table), tagged with the reasons, counts and the hidden object and work tags (cdc_assets/run_tags.py). One run for all of
+with no table), tagged with the reasons, counts and the hidden object and work tags (cdc_assets/names.py). One run for all of
 them, not one per object: a run pays its process and Spark start (tens of seconds when cold), the fetches
 themselves are small.
 
@@ -22,25 +22,15 @@ import hashlib
 
 import dagster as dg
 
-from cdc_assets.actions import INITIAL_LOAD
-from cdc_assets.assets import replica_key
 from cdc_assets.config import ReplicationConfig
+from cdc_assets.names import TAG_DIRTY, TAG_REASON, replica_key, run_tags, work_tag
 from cdc_assets.operate.pause import paused_objects
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from sensors.budget import budget_hold_back
-from sensors.work import (
-    TAG_REASON,
-    Planned,
-    hidden_tag,
-    mode_run_config,
-    plan,
-    run_tags,
-    work_tag,
-)
+from sensors.work import INITIAL_LOAD, Planned, mode_run_config, plan
 
 SENSOR_NAME = "reconciliation_sensor"
-TAG_DIRTY = hidden_tag("dirty_records")
 
 
 def work_request(due: list[Planned]) -> dg.RunRequest:

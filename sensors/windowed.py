@@ -3,8 +3,8 @@ sensors/formulas.py).
 
 The run key names the window (`<mode>-<Object>-<n>`, n = seconds since the epoch // `every`), so a tick evaluated
 twice requests one run. No run while the object is paused, while one of its runs is queued or in flight (its hidden
-object tag, which every run carries: cdc_assets/run_tags.py), or, for an action that spends it (`api_budget` in
-cdc_assets/actions.py), while the org's daily API budget is nearly spent (`api_budget_reserve`).
+object tag, which every run carries: cdc_assets/names.py), or while the org's daily API budget is nearly spent
+(`api_budget_reserve`).
 """
 
 import time
@@ -12,11 +12,11 @@ import time
 import dagster as dg
 
 from cdc_assets.actions import ACTIONS
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key, run_tags
 from cdc_assets.operate.pause import paused_objects
 from resources.salesforce import SalesforceResource
 from sensors.budget import budget_hold_back
-from sensors.work import in_flight, mode_run_config, run_tags
+from sensors.work import in_flight, mode_run_config
 
 
 def window_request(

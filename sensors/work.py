@@ -9,7 +9,7 @@ Which run action does each, and which runs also do it, is the actions' registry'
 
 **When** (`plan`): the runs that did or do this work are found in the instance by their tags (every run the
 sensors request tags each object it includes and the work it does for it, hidden tags of
-cdc_assets/run_tags.py), not in a sensor cursor: so either sensor sees the runs of the other, and nothing is lost when a
+cdc_assets/names.py), not in a sensor cursor: so either sensor sees the runs of the other, and nothing is lost when a
 cursor is reset. For each piece of work:
 - a run carrying it is queued or running: wait for it ("waiting for run <id> (<status>)");
 - the runs that carried it last failed (or were canceled) without materializing the replica, n times in a row:
@@ -32,10 +32,17 @@ from dataclasses import dataclass
 import dagster as dg
 
 from cdc_assets.actions import ASKED_FOR, DIRTY_RECORDS, INITIAL_LOAD, PENDING_RESYNC, carried_by
-from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.closure import holders
 from cdc_assets.config import ReplicationConfig, ReplicationOptions
-from cdc_assets.run_tags import TAG_MODE, TAG_REASON, hidden_tag, object_tag, run_tags, work_tag  # noqa: F401
+from cdc_assets.names import (
+    META_APPLIED_THROUGH,
+    META_DIRTY,
+    META_HELD,
+    META_RESYNC,
+    object_tag,
+    replica_key,
+    work_tag,
+)
 from cdc_assets.state import IngestState
 from resources.delta import DeltaWarehouse
 

@@ -62,6 +62,7 @@ from __future__ import annotations
 import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 
+from object_schema.describe import ObjectSchema
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
 from spark_ops.names import API_NAME_SQL, RECORD_ID_SQL
 from spark_ops.parse import (
@@ -77,7 +78,6 @@ from spark_ops.parse import (
     value_errors_sql,
 )
 from spark_ops.protect import salt_frames
-from spark_ops.schema import ObjectSchema
 from spark_ops.sql import in_list, literal, run_sql
 
 LAST_IN_INSTANT = 9_223_372_036_854_775_807  # commit_number of an image: after every change of its instant

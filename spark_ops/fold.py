@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from spark_ops.schema import ObjectSchema, spark_type
+from object_schema.describe import ObjectSchema, spark_type
 from spark_ops.sql import in_list, literal, quote, run_sql
 
 SNAPSHOT = "SNAPSHOT"
@@ -248,7 +248,7 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
 def applied_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
     """Which rows of `changes` the fold applies over `current` (its own steps, stopped before the values):
     `record_id, change_type, commit_micros, commit_number, sequence_number, replay_id, applied`. Resolving text
-    diffs needs it: a diff applies to the value left by the applied changes before it (spark_ops/diffs.py)."""
+    diffs needs it: a diff applies to the value left by the applied changes before it (cdc_assets/unified_diff.py)."""
     query = (
         f"{_steps(schema, current.columns)}SELECT record_id, change_type, unix_micros(commit_ts) AS "
         f"commit_micros, commit_number, sequence_number, replay_id, applied FROM classified"

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
+from object_schema.describe import ObjectSchema, spark_type
 from spark_ops.fold import LIFECYCLE, RESETS, SNAPSHOT, SNAPSHOT_DELETED, _steps
-from spark_ops.schema import ObjectSchema, spark_type
 from spark_ops.sql import in_list, literal, quote, run_sql
 
 TRANSACTION_KEY = "_transaction_key"

@@ -13,7 +13,7 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
   account's `Name` is never derived here: the org formats it from the parts by a locale-dependent rule and events
   never carry it, so the fold makes such a record dirty and the reconcile fetches it (spark_ops/fold.py);
 - `diffFields` names are kept (`diff_fields`, mapped likewise): their values are still the `{"diff": ...}` JSON
-  text, resolved against the stored value at apply time (spark_ops/diffs.py);
+  text, resolved against the stored value at apply time (cdc_assets/unified_diff.py);
 - every value of a replicated object is checked strictly against its describe() type (`true`/`false` for a
   boolean, `YYYY-MM-DD` for a date, an ISO-8601 instant with its zone for a datetime, ...: Spark's lenient casts
   would take `"yes"` as true or cut a datetime to a date). A value that does not fit quarantines the line with a
@@ -36,10 +36,10 @@ import pyspark.sql.functions as F
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
+from object_schema.describe import ObjectSchema, spark_type
 from spark_ops.events import mark_duplicates
 from spark_ops.names import API_NAME_RULE, API_NAME_SQL, OVERFLOW_ID, RECORD_ID_SQL, WILDCARD_ID_SQL
 from spark_ops.protect import protected_map_sql, salt_frames, selected_names_sql
-from spark_ops.schema import ObjectSchema, spark_type
 from spark_ops.sql import in_list, literal, run_sql
 from spark_ops.validation import TIME_OF_DAY
 

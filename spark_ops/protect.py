@@ -1,65 +1,33 @@
-"""Column hashing: one definition of the hash, applied on every path that writes a value.
-
-`hash:` in replication.yaml names text fields whose values are stored as a digest instead, as Fivetran's column
-hashing does: `sha256(salt || value)` as 64 lowercase hex characters, with `salt` the secret in `CDC_HASH_SALT`.
-Equal values give equal digests in every replica and run (joins and counts still work), and a value cannot be read
-back without the salt (a dictionary of likely e-mails cannot be tried against it either). Null and empty values stay
-null (Salesforce stores no empty strings).
+"""Column hashing in Spark: the hash of object_schema/hashing.py as Spark SQL, and field selection on change rows.
 
 The same function in its three forms, which tests/spark_ops/test_protect.py checks agree value for value:
-- `hash_text` (Python, hashlib): the definition;
+- `hash_text` (Python, hashlib, object_schema/hashing.py): the definition;
 - `hashed_sql` (Spark SQL `sha2(concat(salt, v), 256)`): the CDC and Datastream paths, where change rows are built
   (spark_ops/parse.py, spark_ops/datastream.py), before anything is stored in change_events. The salt is data
   there, never SQL text: a one-row DataFrame (`salt_frames`) the query reads in a scalar subquery. Spark shows a
   query's text and its plans, literals included, in logs, `explain`, the UI and error messages; it does not print
   the rows of a local relation. (A bound parameter or `F.lit` becomes a literal of the analyzed plan.) Spark runs
   no subquery inside a lambda, so hashed values are computed field by field, outside `transform_values`;
-- `hash_arrow` (Arrow arrays): resync, reconcile and poll rows (cdc_assets/records.py `replica_rows`).
-The changefeed exports the replica's columns, so it carries the digests and never an excluded field.
+- `hash_arrow` (Arrow arrays, object_schema/hashing.py): resync, reconcile and poll rows (cdc_assets/records.py
+  `replica_rows`).
 
-Which fields are hashed or left out is `ObjectSchema.hashed` / `.selects` (spark_ops/schema.py). `protected_map_sql`
-is the change-row form: the fields map of one object without the fields `fields` leaves out, hashed where `hash`
-says. The salt is read when a hash is computed (`hash_salt`), and a config with `hash:` refuses to load without
-it (cdc_assets/config.py), so no path can write a value unhashed for want of it.
+Which fields are hashed or left out is `ObjectSchema.hashed` / `.selects` (object_schema/describe.py).
+`protected_map_sql` is the change-row form: the fields map of one object without the fields `fields` leaves out,
+hashed where `hash` says.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_ops.schema import ObjectSchema
+from object_schema.describe import ObjectSchema
+from object_schema.hashing import hash_salt
 from spark_ops.sql import literal
 
-SALT_ENV = "CDC_HASH_SALT"
 # The frame a query that hashes reads the salt from: `run_sql` binds `{hash_salt}` to `salt_frames`' DataFrame.
 SALT_FRAME = "hash_salt"
 _NO_ENTRIES = "CAST(map() AS map<string,string>)"
-
-
-class MissingSaltError(RuntimeError):
-    """`hash:` is configured but CDC_HASH_SALT is not set."""
-
-
-def hash_salt() -> str:
-    """The secret salt of every hash (CDC_HASH_SALT)."""
-    salt = os.environ.get(SALT_ENV)
-    if not salt:
-        raise MissingSaltError(
-            f"replication.yaml hashes fields (`hash:`) but {SALT_ENV} is not set: set it to a "
-            "long random secret (the same for every process of the platform, kept like a "
-            "password; changing it changes every digest, so a replica hashed with another salt "
-            "needs a resync)"
-        )
-    return salt
-
-
-def hash_text(value: str | None, salt: str) -> str | None:
-    """The stored form of a hashed field's value: hex SHA-256 of salt + value (UTF-8); null and "" stay null."""
-    return hashlib.sha256((salt + value).encode("utf-8")).hexdigest() if value else None
 
 
 def salt_frame(spark: SparkSession, salt: str | None = None) -> DataFrame:
@@ -81,11 +49,6 @@ def hashed_sql(value: str) -> str:
         f"CASE WHEN {value} IS NULL OR {value} = '' THEN NULL "
         f"ELSE sha2(concat((SELECT salt FROM {{{SALT_FRAME}}}), {value}), 256) END"
     )
-
-
-def hash_arrow(values: pa.Array, salt: str) -> pa.Array:
-    """`hash_text` over a string array."""
-    return pa.array([hash_text(v, salt) for v in values.cast(pa.string()).to_pylist()], pa.string())
 
 
 def protected_map_sql(schema: ObjectSchema, body: str) -> str | None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 
-from spark_ops.schema import BUCKET_COLUMN, SYSTEM_COLUMNS, ObjectSchema, spark_type
+from object_schema.describe import BUCKET_COLUMN, SYSTEM_COLUMNS, ObjectSchema, spark_type
 
 if TYPE_CHECKING:
     from pandera.pyspark import Check, DataFrameSchema

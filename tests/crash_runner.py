@@ -21,7 +21,7 @@ import dagster as dg  # noqa: E402
 from harness import Platform  # noqa: E402
 from settings import TEST_SPARK_CONF  # noqa: E402
 
-from cdc_assets.assets import replica_key  # noqa: E402
+from cdc_assets.names import replica_key  # noqa: E402
 
 
 def attach_to_running_jvm() -> None:

@@ -10,8 +10,7 @@ import dagster as dg
 import yaml
 from deltalake import DeltaTable
 
-from cdc_assets.assets import replica_key
-from cdc_assets.changefeed.export import changefeed_key
+from cdc_assets.names import changefeed_key, replica_key
 from definitions import build_defs
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.storage import Folder, is_uri
@@ -212,7 +211,7 @@ class Platform:
 
     def materialization(self, result: dg.ExecuteInProcessResult, name: str) -> dict:
         key = replica_key(name) if name != "change_events" else dg.AssetKey("change_events")
-        # The change_events step also materializes one slice per object (events/<Object>): only its own key.
+        # The change_events step also materializes one slice per object (events/<Object>_events): only its own key.
         mats = [m for m in result.asset_materializations_for_node(key.to_python_identifier()) if m.asset_key == key]
         return {k: v.value for k, v in mats[-1].metadata.items()}
 

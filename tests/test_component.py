@@ -11,8 +11,7 @@ import pytest
 import yaml
 from event_lines import event
 
-from cdc_assets.assets import events_key, ingest_keys, replica_key
-from cdc_assets.changefeed.export import changefeed_key
+from cdc_assets.names import changefeed_key, events_key, ingest_keys, replica_key
 from resources.delta import DeltaWarehouse
 
 ACC = "001000000000001AAA"

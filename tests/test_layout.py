@@ -1,6 +1,11 @@
 """The folders depend on each other in one direction (style.md's layout): `definitions.py` assembles, `sensors/`
-reads what `cdc_assets/` writes, `cdc_assets/` wires `resources/` and `spark_ops/`, and none of the product folders
-imports the emulator (a development tool, not in the wheel)."""
+reads what `cdc_assets/` writes, `cdc_assets/` wires `resources/` and `spark_ops/`, all read the describe model
+(`object_schema/`), and none of the product folders imports the emulator (a development tool, not in the wheel).
+
+Inside `cdc_assets/` the modules stand in four layers (docs/development/layout.md), and no import points up:
+names (`names.py`, which imports nothing of the project) < base (what replication.yaml says and what the commits
+keep: `config.py`, `*/config.py`, `api_name.py`, `state.py`) < steps (the work a run does: every other module) <
+definitions (the modules declaring what Dagster loads: an asset, check, op, job or spec)."""
 
 from __future__ import annotations
 
@@ -16,9 +21,89 @@ FORBIDDEN = {
     "cdc_assets": {"sensors", "salesforce_emulator", "definitions"},
     "resources": {"cdc_assets", "sensors", "salesforce_emulator", "definitions"},
     "spark_ops": {"cdc_assets", "sensors", "resources", "salesforce_emulator", "definitions", "dagster"},
+    "object_schema": {
+        "cdc_assets",
+        "sensors",
+        "resources",
+        "spark_ops",
+        "cdc_subscriber",
+        "salesforce_emulator",
+        "definitions",
+        "dagster",
+    },
     "sensors": {"salesforce_emulator", "definitions"},
     "cdc_subscriber": {"sensors", "salesforce_emulator", "definitions"},
 }
+
+
+PRODUCT = ("cdc_assets", "resources", "sensors", "spark_ops", "object_schema", "cdc_subscriber", "definitions")
+NAMES, BASE, STEPS, DEFINITIONS = range(4)  # the layers inside cdc_assets, lowest first
+BASE_MODULES = {"cdc_assets.config", "cdc_assets.api_name", "cdc_assets.state"}  # and every */config.py
+# What declares a Dagster definition: a module calling one of these is in the definitions layer.
+DECLARES = {
+    "asset",
+    "multi_asset",
+    "asset_check",
+    "multi_asset_check",
+    "op",
+    "graph",
+    "job",
+    "define_asset_job",
+    "sensor",
+    "schedule",
+    "AssetSpec",
+    "AssetCheckSpec",
+}
+
+
+def module_name(path) -> str:
+    return ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+
+
+def project_imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    """(node, module) of every import of a project module, at any depth (the module imported, or its package)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node, a.name) for a in node.names if a.name.split(".")[0] in PRODUCT]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in PRODUCT:
+            found.append((node, node.module))
+    return found
+
+
+def in_functions(tree: ast.AST) -> set[int]:
+    """Ids of the nodes inside a function body."""
+    return {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+        for inner in ast.walk(node)
+    }
+
+
+def declares_definitions(tree: ast.AST) -> bool:
+    return any(
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "dg"
+        and node.attr in DECLARES
+        for node in ast.walk(tree)
+    )
+
+
+def cdc_assets_modules() -> dict[str, tuple[int, ast.AST]]:
+    """Every module of cdc_assets/ with its layer and syntax tree."""
+    modules = {}
+    for path in sorted((REPO / "cdc_assets").rglob("*.py")):
+        name, tree = module_name(path), ast.parse(path.read_text())
+        if name == "cdc_assets.names":
+            layer = NAMES
+        elif name in BASE_MODULES or name.endswith(".config"):
+            layer = BASE
+        else:
+            layer = DEFINITIONS if declares_definitions(tree) else STEPS
+        modules[name] = (layer, tree)
+    return modules
 
 
 def imported_packages(folder: str) -> dict[str, set[str]]:
@@ -60,39 +145,56 @@ def test_the_product_package_ships_no_development_tools():
     """pyproject's package list (what `pip wheel .` builds) leaves the emulator, demo, bench and tests out."""
     find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = setuptools.find_packages(where=REPO, include=find["include"])
-    assert {p.split(".")[0] for p in shipped} == {"cdc_assets", "resources", "sensors", "spark_ops", "cdc_subscriber"}
+    assert {p.split(".")[0] for p in shipped} == {
+        "cdc_assets",
+        "resources",
+        "sensors",
+        "spark_ops",
+        "object_schema",
+        "cdc_subscriber",
+    }
 
 
-# Files besides the registry (cdc_assets/actions.py) that may hold a run action's name as a string, each for another
-# thing the same word names: an object's source in the config model (`source: poll`) and its `formulas` key, and
-# a row's origin (`_sf_source`, cdc_assets/records.py).
-OTHER_MEANINGS = {
-    "cdc_assets/config.py": {"poll", "formulas"},
-    "cdc_assets/records.py": {"reconcile", "poll"},
-}
+def test_the_names_module_imports_nothing_of_the_project():
+    tree = ast.parse((REPO / "cdc_assets" / "names.py").read_text())
+    assert [module for _, module in project_imports(tree)] == []
 
 
-def action_words() -> set[str]:
-    from cdc_assets.actions import ACTIONS, DIRTY_RECORDS, INITIAL_LOAD, PENDING_RESYNC, POLL_HANDOFF
+def test_no_import_inside_cdc_assets_points_up_a_layer():
+    modules = cdc_assets_modules()
+    upward = sorted(
+        f"{name} ({layer}) imports {target} ({modules[target][0]})"
+        for name, (layer, tree) in modules.items()
+        for _, imported in project_imports(tree)
+        for target in [imported if imported in modules else imported.rsplit(".", 1)[0]]
+        if target in modules and modules[target][0] > layer
+    )
+    assert upward == []
 
-    return {*ACTIONS, PENDING_RESYNC, DIRTY_RECORDS, INITIAL_LOAD, POLL_HANDOFF}
+
+def test_the_layers_hold_what_the_layout_page_says():
+    layers = {name: layer for name, (layer, _) in cdc_assets_modules().items()}
+    assert {n for n, layer in layers.items() if layer == DEFINITIONS} >= {
+        "cdc_assets.assets",
+        "cdc_assets.checks",
+        "cdc_assets.history.assets",
+        "cdc_assets.operate.jobs",
+        "cdc_assets.upkeep.jobs",
+    }
+    assert layers["cdc_assets.apply"] == layers["cdc_assets.ingest"] == STEPS
+    assert layers["cdc_assets.config"] == layers["cdc_assets.state"] == BASE
 
 
-def test_run_action_names_are_written_in_the_registry_only():
-    """A run action, the work a sensor asks it for and the mode a run reports are named in cdc_assets/actions.py:
-    every other module uses its entries (`APPLY.name`, `ACTIONS`), so an action is added or renamed in one place."""
-    words = action_words()
-    found = {}
-    for folder in ("cdc_assets", "sensors", "resources"):
-        for path in sorted((REPO / folder).rglob("*.py")):
-            where = str(path.relative_to(REPO))
-            if where == "cdc_assets/actions.py":
-                continue
-            literals = {
-                node.value
-                for node in ast.walk(ast.parse(path.read_text()))
-                if isinstance(node, ast.Constant) and isinstance(node.value, str)
-            }
-            if wrong := (literals & words) - OTHER_MEANINGS.get(where, set()):
-                found[where] = sorted(wrong)
-    assert found == {}
+def test_no_module_of_the_product_imports_the_project_inside_a_function():
+    """An import inside a function hides a cycle; the subscriber's command line is the exception, loading the
+    platform's config and Salesforce client only for the commands that need them."""
+    hidden = sorted(
+        f"{path.relative_to(REPO)}:{node.lineno} imports {module}"
+        for folder in ("cdc_assets", "resources", "sensors", "spark_ops", "object_schema")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        for tree in [ast.parse(path.read_text())]
+        for inside in [in_functions(tree)]
+        for node, module in project_imports(tree)
+        if id(node) in inside
+    )
+    assert hidden == []

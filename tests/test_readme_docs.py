@@ -16,9 +16,9 @@ from settings import REPO
 
 from cdc_assets.checks import QUARANTINE_EMPTY
 from cdc_assets.history.chain import HISTORY_COLUMNS
+from object_schema.describe import FORMULAS_AT, SYSTEM_COLUMNS
 from resources.landing_zone import QUARANTINE_SCHEMA
 from spark_ops.parse import CHANGE_COLUMNS
-from spark_ops.schema import FORMULAS_AT, SYSTEM_COLUMNS
 
 README_LINES = 150
 COMMANDS_WITHIN = 40

@@ -3,7 +3,7 @@
 - `config.py`: the `changefeed:` section of replication.yaml (imported by cdc_assets/config.py, so this package
   imports nothing eagerly: the exporter imports cdc_assets.config and would make a cycle).
 - `rows.py`: the replica's Change Data Feed rows -> feed records (pure pyarrow + json).
-- `export.py`: the exporter and the `changefeed/<Object>` assets.
+- `export.py`: the exporter and the `changefeed/<Object>_changefeed` assets.
 - `reader.py`: the consumer side (read from a position, replay).
 - `debezium.schema.json`: JSON Schema of a debezium_json record (`DEBEZIUM_SCHEMA`).
 """

@@ -57,6 +57,7 @@ from cdc_assets.changefeed.parts import cdf_parts
 from cdc_assets.changefeed.rows import data_columns, line, net_changes, render, resolved, snapshot_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.faults import fault_point
+from cdc_assets.names import GROUP, changefeed_key, replica_key, replica_pool
 from cdc_assets.state import REPLICA_STATE
 from resources.changefeed_store import IDENTITY, FeedFile, FeedStore, feed_file_name
 from resources.delta import DeltaWarehouse
@@ -65,17 +66,12 @@ from resources.pool_lock import exclusive
 
 log = logging.getLogger(__name__)
 
-PREFIX = "changefeed"  # changefeed/<Object>
 SOURCE_NAME = "salesforce"  # Debezium source.name (the logical server name)
 RENDER_ROWS = 10_000  # netted rows turned into Python records at a time
 
 
 class RecreatedReplicaError(RuntimeError):
     """The replica is not the table the feed follows (deleted and re-made)."""
-
-
-def changefeed_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey([PREFIX, name])
 
 
 @dataclass
@@ -258,7 +254,6 @@ FOLLOWS_REPLICA = (
 def build_changefeed_asset(*, sobject: SObjectConfig) -> dg.AssetsDefinition:
     feed = sobject.changefeed
     assert feed is not None
-    from cdc_assets.assets import GROUP, replica_key, replica_pool  # the replica assets module imports much
 
     @dg.asset(
         key=changefeed_key(sobject.name),

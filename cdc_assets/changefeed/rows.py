@@ -37,7 +37,7 @@ from functools import cache
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_ops.schema import FORMULAS_AT, SYSTEM_COLUMNS
+from object_schema.describe import FORMULAS_AT, SYSTEM_COLUMNS
 
 KEY = "Id"
 # Columns that never make a change on their own: the system columns, and when formula values were read (a refresh

@@ -16,12 +16,11 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from cdc_assets.formulas.config import FormulasConfig
+from cdc_assets.names import META_FORMULAS_AGE, META_FORMULAS_MISSING
+from object_schema.describe import FORMULAS_AT
 from resources.delta import read_table
-from spark_ops.schema import FORMULAS_AT
 
 FORMULAS_FRESH = "formulas_fresh"
-META_AGE = "formulas_oldest_age_seconds"
-META_MISSING = "formulas_missing"
 DESCRIPTION = (
     "Every live row's formula values were read from the org less than twice the full-pass interval "
     "ago (replication.yaml formulas: refresh_every, full_every): formula refresh runs keep up."
@@ -55,8 +54,8 @@ def formula_age(table: DeltaTable | None) -> FormulaAge:
 def formula_metadata(table: DeltaTable | None, now: datetime) -> dict:
     age = formula_age(table)
     return {
-        META_AGE: dg.MetadataValue.float(round(age.seconds(now), 3)),
-        META_MISSING: dg.MetadataValue.int(age.missing),
+        META_FORMULAS_AGE: dg.MetadataValue.float(round(age.seconds(now), 3)),
+        META_FORMULAS_MISSING: dg.MetadataValue.int(age.missing),
     }
 
 
@@ -66,8 +65,8 @@ def check_formulas_fresh(
     age = formula_age(table)
     seconds, limit = age.seconds(now), options.max_age
     meta: dict[str, float | int | str] = {
-        META_AGE: seconds,
-        META_MISSING: age.missing,
+        META_FORMULAS_AGE: seconds,
+        META_FORMULAS_MISSING: age.missing,
         "live_rows": age.live,
         "threshold_seconds": limit,
         "oldest_at": age.oldest.isoformat() if age.oldest else "",

@@ -17,7 +17,7 @@ requests the runs, the replica asset's `formulas` action (cdc_assets/actions.py)
 - **The merge** sets only the formula columns and `_sf_formulas_at` (when the job was asked for: the values are
   the org's as of then) of rows the replica already has: no row is inserted (a record not replicated yet gets its
   values at the next refresh, see above) and no CDC column or system column is written. The other writers, in
-  turn, never write formula columns (spark_ops/schema.py: they are not in `arrow_schema()`, and a Delta merge
+  turn, never write formula columns (object_schema/describe.py: they are not in `arrow_schema()`, and a Delta merge
   leaves columns it does not name as they are), so a change event, a reconcile or a poll never overwrites a
   formula value and an insert leaves it null until the next refresh. A resync reads formula values with the
   snapshot (cdc_assets/sync.py): its rows carry the values of that instant.
@@ -46,9 +46,9 @@ from cdc_assets.formulas.rows import formula_rows, formula_schema
 from cdc_assets.state import FormulaJob, FormulaState
 from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
+from object_schema.describe import BUCKET_COLUMN, FORMULAS_AT, ObjectSchema
 from resources.delta import DeltaWarehouse, read_table
 from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource
-from spark_ops.schema import BUCKET_COLUMN, FORMULAS_AT, ObjectSchema
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_assets.records import cast_text
-from spark_ops.schema import BUCKET_COLUMN, FORMULAS_AT, ObjectSchema
+from object_schema.describe import BUCKET_COLUMN, FORMULAS_AT, ObjectSchema
 
 
 def formula_schema(schema: ObjectSchema) -> pa.Schema:

@@ -6,8 +6,9 @@ scan over the same change rows and current rows, with the same run cut), and one
 the record (resync, initial load, reconcile, poll: `_sf_source` says which). Only the replica's step has those
 inputs in hand, so the same step writes both tables; a separate asset would have to derive them again from
 change_events and the replica's log (text diffs, describe drift, held transactions: a second copy of apply), and
-every sensor would have to request it with its replica. In Dagster the history shows as `salesforce_history/<Object>`,
-materialized by the replica's step (cdc_assets/history/assets.py), and its check sits on the replica.
+every sensor would have to request it with its replica. In Dagster the history shows as
+`salesforce_history/<Object>_history`, materialized by the replica's step (cdc_assets/history/assets.py), and its
+check sits on the replica.
 
 **Same commit cycle, crash-safe, without a two-table transaction** (Delta has none):
 1. the apply step derives the versions of the transactions it applies and *stages* them as a Parquet file

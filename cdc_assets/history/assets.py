@@ -1,9 +1,9 @@
-"""The history in Dagster: written by the replica's own step, shown as the asset `salesforce_history/<Object>`.
+"""The history in Dagster: written by the replica's own step, shown as `salesforce_history/<Object>_history`.
 
 The replica step calls `history_step` before it commits anything (creates or backfills the history table) and
 `record_history` after its last commit (lands the versions, cdc_assets/history/catch_up.py), which also logs a
-materialization of `salesforce_history/<Object>` (an asset spec downstream of the replica, never run on its own:
-`history_specs`) with the history's own metadata. Its check, `history_matches_replica`, sits on the replica asset
+materialization of `salesforce_history/<Object>_history` (an asset spec downstream of the replica, never run on its
+own: `history_specs`) with the history's own metadata. Its check, `history_matches_replica`, sits on the replica asset
 (cdc_assets/history/checks.py), so every run that selects the replica checks both.
 """
 
@@ -19,16 +19,9 @@ from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.history.backfill import ensure_history
 from cdc_assets.history.catch_up import HistoryResult, catch_up
 from cdc_assets.history.stage import history_name
+from cdc_assets.names import HISTORY_GROUP, META_HISTORY_THROUGH, META_HISTORY_VERSIONS, history_key, replica_key
+from object_schema.describe import ObjectSchema
 from resources.delta import DeltaWarehouse
-from spark_ops.schema import ObjectSchema
-
-GROUP = "salesforce_history"
-META_HISTORY_VERSIONS = "history_versions"  # versions this run added
-META_HISTORY_THROUGH = "history_through"  # replica versions below it are in the history
-
-
-def history_key(name: str) -> dg.AssetKey:
-    return dg.AssetKey([GROUP, name])
 
 
 def history_specs(*, replication: ReplicationConfig) -> list[dg.AssetSpec]:
@@ -36,8 +29,8 @@ def history_specs(*, replication: ReplicationConfig) -> list[dg.AssetSpec]:
     return [
         dg.AssetSpec(
             history_key(o.name),
-            deps=[dg.AssetKey(["salesforce", o.name])],
-            group_name=GROUP,
+            deps=[replica_key(o.name)],
+            group_name=HISTORY_GROUP,
             kinds={"delta"},
             description=f"History of Salesforce {o.name} (SCD type 2): one row per version of each record, one version "
             f"per transaction, `_valid_from` / `_valid_to` / `_is_current`. Written by the replica's own "

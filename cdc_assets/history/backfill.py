@@ -41,10 +41,10 @@ from cdc_assets.history.chain import IS_CURRENT, chain, sync_versions
 from cdc_assets.history.stage import history_name
 from cdc_assets.records import stamped
 from cdc_assets.state import REPLICA_STATE, ReplicaState
+from object_schema.describe import ObjectSchema
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow, read_table
 from resources.spark import from_arrow
 from spark_ops.history import transaction_versions
-from spark_ops.schema import ObjectSchema
 
 log = logging.getLogger(__name__)
 

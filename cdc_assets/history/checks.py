@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from cdc_assets.config import SObjectConfig
 from cdc_assets.history.chain import DELETED, IS_CURRENT
 from cdc_assets.history.stage import history_name
+from cdc_assets.names import replica_key
 from cdc_assets.state import ReplicaState
 from resources.delta import DeltaWarehouse, read_table
 
@@ -66,7 +67,7 @@ def history_differences(warehouse: DeltaWarehouse, name: str, data_columns: list
 
 def build_history_check(*, sobject: SObjectConfig) -> dg.AssetChecksDefinition:
     @dg.asset_check(
-        asset=dg.AssetKey(["salesforce", sobject.name]),
+        asset=replica_key(sobject.name),
         name=HISTORY_MATCHES_REPLICA,
         description="The history's current versions equal the replica (every clean record: data "
         "columns and deleted flag), one current version per record.",

@@ -12,9 +12,9 @@ import pyarrow.compute as pc
 
 from cdc_assets.history.chain import history_schema
 from cdc_assets.state import HistoryMark, ResyncPending
+from object_schema.describe import ObjectSchema
 from resources.delta import DeltaWarehouse, aligned_arrow
 from resources.staged import write_staged
-from spark_ops.schema import ObjectSchema
 
 HISTORY_SUFFIX = "__history"
 

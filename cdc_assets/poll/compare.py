@@ -35,9 +35,9 @@ from deltalake import DeltaTable
 from cdc_assets.poll.rows import newer_rows
 from cdc_assets.records import POLL, mark_deleted, records_to_text, replica_rows
 from cdc_assets.state import PollState, RefusedDeletes
+from object_schema.describe import ObjectSchema
 from resources.delta import aligned_arrow, read_table
 from resources.salesforce import SalesforceResource
-from spark_ops.schema import ObjectSchema
 
 COUNTS = ("hard_delete_checked", "hard_deleted", "hard_delete_refused", "poll_late_found", "poll_restored")
 

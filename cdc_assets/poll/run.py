@@ -56,9 +56,9 @@ from cdc_assets.records import POLL, records_to_text, replica_rows
 from cdc_assets.state import BulkJob, PollPosition, PollState, ReplicaState
 from cdc_assets.sync import SyncResult
 from cdc_assets.timing import Stopwatch
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import DeltaWarehouse, aligned_arrow, read_table
 from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource, select_soql
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 log = logging.getLogger(__name__)
 

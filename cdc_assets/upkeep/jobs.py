@@ -6,9 +6,9 @@ it has ingested (landing.py), trims payloads past the retention, deletes archive
 quarantine rows past theirs (retention.py) and vacuums `_quarantine`, then compacts and vacuums change_events, in
 pool `change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a
 step writing the same table: it waits for the slot like any writer. Each reports what it did as an
-`AssetObservation` of the table's asset (`salesforce/<Object>`, `salesforce_history/<Object>`, `change_events`):
-numeric metadata (files and bytes before/after, files vacuumed, rows trimmed, seconds), which the UI plots on the
-asset's page. Jobs are tagged mode `upkeep` and, hidden, `TAG_UPKEEP=<table>`.
+`AssetObservation` of the table's asset (`salesforce/<Object>`, `salesforce_history/<Object>_history`,
+`change_events`): numeric metadata (files and bytes before/after, files vacuumed, rows trimmed, seconds), which the
+UI plots on the asset's page. Jobs are tagged mode `upkeep` and, hidden, `TAG_UPKEEP=<table>`.
 
 The vacuum is delta-rs's default (lite): it deletes files the log removed, never files the log never named, such as
 a resync's stage waiting in the replica's folder (cdc_assets/snapshot.py). A full vacuum (delta-rs `full=True`,
@@ -20,11 +20,17 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, CHANGE_EVENTS_POOL, replica_key, replica_pool
 from cdc_assets.config import ReplicationConfig, UpkeepConfig
-from cdc_assets.history.assets import history_key
 from cdc_assets.history.stage import history_name
-from cdc_assets.run_tags import hidden_tag, run_tags
+from cdc_assets.names import (
+    CHANGE_EVENTS_KEY,
+    CHANGE_EVENTS_POOL,
+    TAG_UPKEEP,
+    history_key,
+    replica_key,
+    replica_pool,
+    run_tags,
+)
 from cdc_assets.upkeep.compact import Footprint, compact
 from cdc_assets.upkeep.landing import retire_landing
 from cdc_assets.upkeep.retention import prune_archive, prune_quarantine, trim_payloads
@@ -33,7 +39,6 @@ from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
 
-TAG_UPKEEP = hidden_tag("upkeep")  # the table (an object, or _change_events); shown: mode upkeep, its object
 CE_JOB = "upkeep_change_events"
 REPLICA_Z_ORDER, CE_Z_ORDER = ["Id"], ["_ingest_seq"]
 

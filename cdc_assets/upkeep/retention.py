@@ -52,7 +52,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
 
 from cdc_assets.apply import APPLY_APP
-from cdc_assets.checks import acknowledged_until
+from cdc_assets.quarantine import acknowledged_until
 from cdc_assets.state import IngestState, ReplicaState
 from cdc_assets.upkeep.compact import checkpoint_if_moved
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, _sql_literal

@@ -13,10 +13,10 @@ from cdc_assets.history.stage import history_name
 from cdc_assets.ingest import ingest
 from cdc_assets.records import SNAPSHOT, records_to_text, replica_rows
 from cdc_assets.state import IngestState, ReplicaState
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from resources.staged import read_staged
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 A1 = "001000000000001AAA"
 T0 = 1_763_800_000_000

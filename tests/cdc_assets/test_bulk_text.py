@@ -15,7 +15,7 @@ from harness import Platform
 from org_compare import differences
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload

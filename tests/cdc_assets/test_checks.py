@@ -16,7 +16,6 @@ from deltalake import write_deltalake
 from harness import Platform, load_lines, write_config
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import replica_key
 from cdc_assets.checks import (
     BLOCKING,
     CHECKS,
@@ -29,7 +28,6 @@ from cdc_assets.checks import (
     REUSED_FROM,
     SCHEMA,
     UNIQUE_ID,
-    acknowledge_quarantine,
     build_replica_checks,
     check_freshness,
     check_no_stale_dirty,
@@ -37,6 +35,8 @@ from cdc_assets.checks import (
     check_quarantine_empty,
 )
 from cdc_assets.config import load_config
+from cdc_assets.names import replica_key
+from cdc_assets.quarantine import acknowledge_quarantine
 from cdc_assets.state import Reconciled, ReplicaState
 from resources.delta import DeltaWarehouse
 
@@ -237,7 +237,7 @@ def test_the_schema_fingerprint_is_the_same_in_every_process(sample_dir):
     # Reuse across runs compares fingerprints made in different run workers: no per-process order may leak in.
     code = (
         "import json, sys; from cdc_assets.checks import schema_fingerprint; "
-        "from spark_ops.schema import ObjectSchema; "
+        "from object_schema.describe import ObjectSchema; "
         "print(schema_fingerprint(ObjectSchema.from_describe(json.load(open(sys.argv[1])))))"
     )
     prints = {

@@ -19,11 +19,11 @@ from cdc_assets.apply import apply_changes
 from cdc_assets.closure import Cut
 from cdc_assets.ingest import ingest
 from cdc_assets.state import IngestState
+from object_schema.describe import ObjectSchema
 from resources.commit_safety import ensure_safe_commits
 from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from resources.storage import Folder
-from spark_ops.schema import ObjectSchema
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 T0 = 1_763_800_000_000

@@ -16,11 +16,9 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import events_key, replica_key
-from cdc_assets.changefeed.export import changefeed_key
 from cdc_assets.checks import UNIQUE_ID
 from cdc_assets.config import ConfigError, parse_config
-from cdc_assets.run_tags import VISIBLE, object_tag
+from cdc_assets.names import VISIBLE, changefeed_key, events_key, object_tag, replica_key
 from resources.delta import read_table
 from sensors.landing_zone import SENSOR_NAME as LANDING
 
@@ -191,6 +189,29 @@ def test_freshness_from_replication_yaml_becomes_each_replicas_freshness_policy(
     ).resolve_asset_graph()
     policy = graph.get(replica_key("Account")).freshness_policy
     assert policy.fail_window.to_timedelta() == timedelta(minutes=5)
+
+
+def test_every_asset_shows_a_name_of_its_own_where_dagster_names_it(tmp_path):
+    """The lineage graph and the asset list name a node by its key's last part: the events slice, the replica, its
+    changefeed and its history of one object are four names, not four nodes called `Account`."""
+    from definitions import build_defs
+
+    path = tmp_path / "replication.yaml"
+    path.write_text(
+        "options: {initial_load: false, changefeed: {uri: feeds}}\nobjects: [{name: Account, history: true}, Contact]\n"
+    )
+    graph = build_defs(
+        config_path=path, landing_path=str(tmp_path / "l"), warehouse_root=str(tmp_path / "w")
+    ).resolve_asset_graph()
+    shown = [key.path[-1] for key in graph.get_all_asset_keys()]
+    assert sorted(shown) == sorted(
+        [
+            "landing_zone",
+            "change_events",
+            *("Account_events", "Account", "Account_changefeed", "Account_history"),
+            *("Contact_events", "Contact", "Contact_changefeed"),
+        ]
+    )
 
 
 def test_a_replica_update_between_the_feeds_request_and_the_next_evaluation_is_still_exported(platform):

@@ -15,8 +15,8 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.prepare import normalized
+from object_schema.describe import ObjectSchema
 from spark_ops.parse import parse_lines, to_change_rows
-from spark_ops.schema import ObjectSchema
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
 C1, C2 = "003000000000001AAA", "003000000000002AAA"

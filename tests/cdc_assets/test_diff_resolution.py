@@ -11,11 +11,11 @@ import pytest
 from event_lines import event
 
 from cdc_assets.diffs import resolve_diffs
+from object_schema.describe import ObjectSchema
 from resources.spark import from_arrow
 from salesforce_emulator.text_diff import corrupted, unified_diff
 from spark_ops.fold import COUNTERS, fold_changes
 from spark_ops.parse import parse_lines, to_change_rows
-from spark_ops.schema import ObjectSchema
 
 T0 = 1_763_800_000_000
 IDS = [f"0010000000000{i:02d}AAA" for i in range(1, 8)]

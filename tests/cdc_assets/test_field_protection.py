@@ -24,12 +24,12 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 from test_sync import resource, sensor_requests
 
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
 from definitions import build_defs
+from object_schema.hashing import SALT_ENV, hash_text
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.datastream import backfill_lines
 from salesforce_emulator.workload import Workload
-from spark_ops.protect import SALT_ENV, hash_text
 
 SALT = "pepper-for-tests"
 OBJECTS = ["Account", "Contact", "Lead"]

@@ -28,6 +28,7 @@ from org_compare import differences
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.config import UpkeepConfig
+from cdc_assets.landing_checks import survey_report
 from cdc_assets.upkeep.jobs import upkeep_table
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -35,7 +36,6 @@ from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
-from sensors.landing_zone import survey_report
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,10 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.checks import acknowledge_quarantine, check_no_failed_files, newest_quarantined_at
+from cdc_assets.checks import check_no_failed_files
 from cdc_assets.config import UpkeepConfig
 from cdc_assets.ingest import pending_files
+from cdc_assets.quarantine import acknowledge_quarantine, newest_quarantined_at
 from cdc_assets.upkeep.jobs import upkeep_table
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LINK, LandingZone

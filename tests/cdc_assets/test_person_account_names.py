@@ -15,11 +15,11 @@ from org_compare import differences
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.apply import EVENT_COUNTS
-from cdc_assets.run_tags import TAG_MODE
+from cdc_assets.names import TAG_MODE
+from object_schema.describe import ObjectSchema
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
-from spark_ops.schema import ObjectSchema
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from event_lines import event
 from settings import SAMPLE
 
 from cdc_assets.quarantine import REDACTED, REDACTED_LINE, redacted
-from spark_ops.schema import ObjectSchema
+from object_schema.describe import ObjectSchema
 
 ACCOUNT = json.loads((SAMPLE / "describe" / "Account.json").read_text())
 ID = "001000000000001AAA"

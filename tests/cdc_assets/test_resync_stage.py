@@ -11,7 +11,7 @@ from org_compare import differences
 from settings import TEST_SPARK_CONF
 
 from cdc_assets import snapshot
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
 from cdc_assets.snapshot import STAGE_DIR
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig

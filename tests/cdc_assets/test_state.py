@@ -16,9 +16,9 @@ from cdc_assets.closure import Cut
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.ingest import ingest
 from cdc_assets.state import Held, IngestState, ReplicaState, ResyncPending
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import CHANGE_EVENTS, HISTORY_SCAN, DeltaWarehouse
 from resources.landing_zone import LandingZone
-from spark_ops.schema import BUCKET_COLUMN, ObjectSchema
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
 T0 = 1_763_800_000_000

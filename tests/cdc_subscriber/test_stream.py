@@ -58,8 +58,8 @@ def test_subscriber_lands_exactly_the_events_the_emulator_writes(org, start_subs
 
 @pytest.mark.slow
 def test_landed_files_parse_to_the_same_change_rows(org, start_subscriber, landed, tmp_path, spark):
+    from object_schema.describe import ObjectSchema
     from spark_ops.parse import parse_lines
-    from spark_ops.schema import ObjectSchema
 
     mixed_workload(org, changes=120)
     sub = start_subscriber(org)

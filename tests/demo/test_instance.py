@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dagster as dg
 
+from cdc_assets.names import TAG_FILES
 from definitions import build_defs
 from demo.instance import INSTANCE_YAML, open_instance, write_dagster_home
-from sensors.landing_zone import TAG_FILES
 
 
 def test_the_shipped_dagster_yaml_queues_runs_and_gives_every_pool_one_slot(tmp_path):
@@ -36,8 +36,8 @@ def test_every_table_writer_has_its_own_pool(tmp_path):
         "salesforce/Account": "replica_Account",
         "salesforce/Contact": "replica_Contact",
         # the per-object slices of change_events come out of its own step (cdc_assets/assets.py)
-        "events/Account": "change_events",
-        "events/Contact": "change_events",
+        "events/Account_events": "change_events",
+        "events/Contact_events": "change_events",
     }
 
 

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from demo import processes
+from object_schema.hashing import SALT_ENV
 from resources import spark_connect
-from spark_ops.protect import SALT_ENV
 
 WRITE = "import os; open('landed.jsonl', 'w').write('{}'); os.mkdir('state')"
 

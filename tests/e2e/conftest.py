@@ -21,10 +21,10 @@ import pytest
 from deltalake import DeltaTable
 from harness import write_config
 
-from cdc_assets.assets import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.changefeed.reader import ChangefeedReader
 from cdc_assets.history.catch_up import DATA_OPERATIONS
 from cdc_assets.ingest import pending_files
+from cdc_assets.names import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.state import IngestState
 from demo import processes
 from demo.instance import in_flight_runs, open_instance, write_dagster_home

@@ -24,7 +24,7 @@ import dagster as dg
 import pytest
 from org_compare import differences
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
+from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
 from sensors.run_liveness import run_worker
 
 pytestmark = pytest.mark.e2e

@@ -2,9 +2,9 @@
 
 Headless Chromium (Debian's `chromium`, `make browser`) driven by Playwright loads the webserver of the session's
 stack and photographs four pages into docs/screenshots/: the global asset lineage, the checks of one replica, the
-plots of its materialization metadata over time, and the runs list. Each page is read back from the DOM: the asset names, the six
-check names and a plot per event count must be on it, so a renamed asset or check, a code location that failed to
-load or a materialization without its counts fails the test.
+plots of its materialization metadata over time, and the runs list. Each page is read back from the DOM: the asset
+names (each asset's its own, as Dagster shows it), the six check names and a plot per event count must be on it, so
+a renamed asset or check, a code location that failed to load or a materialization without its counts fails the test.
 
 Then what the UI says is checked where it reads it, Dagster's GraphQL API (README "Dagster conventions"): each
 replica's node shows its latest checks completed (schema and unique_id passed), no replica at rest is unsynced,
@@ -21,9 +21,8 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.apply import EVENT_COUNTS
-from cdc_assets.assets import GROUP, events_key, replica_key
 from cdc_assets.checks import CHECKS, SCHEMA, UNIQUE_ID
-from cdc_assets.run_tags import VISIBLE
+from cdc_assets.names import GROUP, VISIBLE, events_key, replica_key
 from demo import processes
 from sensors.changefeed import SENSOR_NAME as AUTOMATION_SENSOR
 
@@ -90,6 +89,13 @@ def check_statuses(page) -> dict[str, str]:
     return {a: c for a, b, c in zip(lines, lines[1:], lines[2:]) if a == b and a in CHECKS}
 
 
+def shown(name: str, on_page: set[str]) -> bool:
+    """`name` is on the page whole, or as Dagster draws a long name on a small node: its middle cut out ("…")."""
+    return name in on_page or any(
+        "…" in w and name.startswith(w.split("…")[0]) and name.endswith(w.split("…")[-1]) for w in on_page
+    )
+
+
 def shoot(page, name: str) -> Path:
     path = SCREENSHOTS / name
     page.screenshot(path=str(path))
@@ -116,6 +122,12 @@ def test_asset_graph_shows_the_landing_zone_feeding_every_replica(page, material
     # drawn small (Dagster's Stale.module.css class), whichever the zoom the lineage opens at.
     assert page.locator("[class*='StaleDot']").count() == 0 and "Unsynced" not in page.locator("body").inner_text()
     assert {"landing_zone", "change_events", *materialized.objects} <= words(page)
+    # Dagster names a node by its key's last part (ui-core asset-graph/AssetNode.tsx): every asset's must be its
+    # own, so the events slice, the replica and the changefeed of Account are told apart without opening them.
+    displayed = [n["assetKey"]["path"][-1] for n in processes.graphql(materialized.ui_url, ALL_NODES)["assetNodes"]]
+    assert len(displayed) == len(set(displayed)), f"assets shown under one name: {sorted(displayed)}"
+    on_page = words(page)
+    assert [name for name in displayed if not shown(name, on_page)] == []
 
 
 def test_replica_checks_tab_lists_every_check(page, materialized):
@@ -169,6 +181,8 @@ query Replicas($keys: [AssetKeyInput!]!) {
     assetChecksOrError { ... on AssetChecks { checks { name executionForLatestMaterialization { status } } } }
   }
 }"""
+ALL_NODES = """
+query Assets { assetNodes { assetKey { path } } }"""
 RUNS = """
 query Runs { runsOrError(limit: 100) { ... on Runs { results { runId tags { key value } } } } }"""
 SENSORS = """
@@ -176,7 +190,7 @@ query Sensors {
   workspaceOrError { ... on Workspace { locationEntries { locationOrLoadError { ... on RepositoryLocation {
     repositories { sensors { name sensorState { status } } } } } } } }
 }"""
-MAX_TAGS = 8  # the three of cdc_assets/run_tags.py and Dagster's own (dagster/sensor_name, dagster/run_key, ...)
+MAX_TAGS = 8  # the three of cdc_assets/names.py and Dagster's own (dagster/sensor_name, dagster/run_key, ...)
 
 
 def replica_nodes(stack, key=replica_key) -> dict[str, dict]:

@@ -19,8 +19,9 @@ from deltalake import DeltaTable
 from org_compare import differences, live_rows
 
 from cdc_assets.changefeed.reader import replay
+from cdc_assets.names import TAG_UPKEEP
 from cdc_assets.operate.pause import paused_objects
-from cdc_assets.upkeep.jobs import TAG_UPKEEP, upkeep_job_name
+from cdc_assets.upkeep.jobs import upkeep_job_name
 from resources.delta import CHANGE_EVENTS
 
 pytestmark = pytest.mark.e2e

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
+from object_schema.describe import ObjectSchema
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, ids
-from spark_ops.schema import ObjectSchema
 
 RECORDS = 45_001
 PAGE = 8_000

@@ -119,8 +119,8 @@ def _a_few_changes(spark, sample_dir):
     """Account's schema, a few change rows, one current row, and the fold's input size."""
     from event_lines import event
 
+    from object_schema.describe import ObjectSchema
     from spark_ops.parse import parse_lines, to_change_rows
-    from spark_ops.schema import ObjectSchema
 
     account = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
     a1, a2, t0 = "001000000000001AAA", "001000000000002AAA", 1_763_800_000_000

@@ -10,11 +10,10 @@ from dagster._core.test_utils import create_run_for_test
 from harness import write_config
 from subscriber_harness import resource
 
-from cdc_assets.assets import replica_key
+from cdc_assets.names import TAG_MODE, object_tag, replica_key
 from definitions import build_defs
 from salesforce_emulator import Emulator
 from sensors.formulas import sensor_name
-from sensors.work import TAG_MODE, object_tag
 
 
 @pytest.fixture

@@ -8,9 +8,7 @@ import yaml
 from dagster._core.test_utils import create_run_for_test
 from harness import write_config
 
-from cdc_assets.assets import TAG_MODE as ASSET_TAG_MODE
-from cdc_assets.assets import replica_key
-from cdc_assets.run_tags import TAG_MODE, object_tag
+from cdc_assets.names import TAG_MODE, object_tag, replica_key
 from definitions import build_defs
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
@@ -52,8 +50,8 @@ def test_a_polled_object_has_its_own_sensor_tagged_poll_and_held_back_like_recon
     names = {s.name for s in defs.sensors}
     assert sensor_name("Account") in names and sensor_name("Contact") not in names and RECONCILE in names
     tags = {key: a.tags_by_key[key] for a in defs.assets if isinstance(a, dg.AssetsDefinition) for key in a.keys}
-    assert tags[replica_key("Account")][ASSET_TAG_MODE] == "poll"
-    assert tags[replica_key("Contact")][ASSET_TAG_MODE] == "cdc"
+    assert tags[replica_key("Account")][TAG_MODE] == "poll"
+    assert tags[replica_key("Contact")][TAG_MODE] == "cdc"
 
     result = evaluate(defs, instance, sensor_name("Account"))
     [request] = result.run_requests

@@ -22,10 +22,9 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import replica_key
 from cdc_assets.checks import CHECKS
+from cdc_assets.names import TAG_REASON, replica_key
 from sensors.landing_zone import REASON_FILES, SENSOR_NAME
-from sensors.work import TAG_REASON
 
 NAME = "Account"
 ID = "001000000000001AAA"

@@ -106,7 +106,7 @@ def test_runs_it_cannot_check_are_left_to_dagster_monitoring(instance, worker):
     assert "no worker pid reported yet" in result.skip_reason.skip_message
 
 
-STEP, WAITER = "salesforce__Account", "changefeed__Account"
+STEP, WAITER = "salesforce__Account", "changefeed__Account_changefeed"
 
 
 def claim(instance: dg.DagsterInstance, run: dg.DagsterRun, step: str) -> bool:

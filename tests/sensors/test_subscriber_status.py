@@ -11,14 +11,15 @@ import dagster as dg
 import pytest
 from harness import write_config
 
-from cdc_assets.assets import LANDING_ZONE
+from cdc_assets.landing_checks import CHECK_NAME, DEAD_LETTERS_CHECK
+from cdc_assets.names import LANDING_ZONE
 from cdc_subscriber.cli import main as cli_main
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, letters_folder, salvage
 from cdc_subscriber.position import topic_slug
 from cdc_subscriber.status import StatusReporter
 from definitions import build_defs
-from sensors.subscriber_status import CHECK_NAME, DEAD_LETTERS_CHECK, SENSOR_NAME
+from sensors.subscriber_status import SENSOR_NAME
 
 
 @pytest.fixture

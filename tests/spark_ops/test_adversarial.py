@@ -9,8 +9,8 @@ from event_lines import event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from object_schema.describe import ObjectSchema
 from spark_ops.parse import parse_lines, quarantined, to_change_rows
-from spark_ops.schema import ObjectSchema
 
 GOOD = json.loads(event("Account", "UPDATE", ["001000000000001AAA"], 1_763_800_000_000, Name="Acme"))
 HEADER_KEYS = list(GOOD["data"]["payload"]["ChangeEventHeader"])

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from event_lines import event
 
+from object_schema.describe import ObjectSchema
 from spark_ops.fold import CHANGED, fold_changes
 from spark_ops.parse import parse_lines, to_change_rows
-from spark_ops.schema import ObjectSchema
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 T0 = 1_763_800_000_000

@@ -8,10 +8,10 @@ from datetime import UTC
 import pytest
 from event_lines import event
 
+from object_schema.describe import ObjectSchema
 from spark_ops.fold import fold_changes
 from spark_ops.history import CHANGE_TYPE, TRANSACTION_KEY, transaction_versions
 from spark_ops.parse import parse_lines, to_change_rows
-from spark_ops.schema import ObjectSchema
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 T0 = 1_763_800_000_000

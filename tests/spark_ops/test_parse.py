@@ -7,8 +7,8 @@ import json
 import pytest
 from event_lines import event
 
+from object_schema.describe import ObjectSchema
 from spark_ops.parse import parse_lines, quarantined, to_change_rows
-from spark_ops.schema import ObjectSchema
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 C1 = "003000000000001AAA"

@@ -15,10 +15,11 @@ import pytest
 from event_lines import event
 from settings import SAMPLE
 
+from object_schema.describe import ObjectSchema
+from object_schema.hashing import SALT_ENV, hash_arrow, hash_text
 from spark_ops.datastream import parse_datastream
 from spark_ops.parse import parse_lines
-from spark_ops.protect import SALT_ENV, hash_arrow, hash_text, hashed_sql, salt_frame
-from spark_ops.schema import ObjectSchema
+from spark_ops.protect import hashed_sql, salt_frame
 from spark_ops.sql import run_sql
 
 SALT = "s3cr3t-salt"

@@ -9,7 +9,7 @@ import pyspark.sql.functions as F
 import pytest
 from pyspark.sql import types as T
 
-from spark_ops.schema import ObjectSchema
+from object_schema.describe import ObjectSchema
 from spark_ops.validation import NOT_NULL, SOURCES, replica_schema, schema_errors
 
 SYNCED = datetime(2025, 11, 22, 8, 40, tzinfo=UTC)

@@ -21,8 +21,9 @@ from settings import TEST_SPARK_CONF
 
 from cdc_assets.changefeed import DEBEZIUM_SCHEMA
 from cdc_assets.changefeed.config import ChangefeedConfig
-from cdc_assets.changefeed.export import changefeed_key, export_changefeed
+from cdc_assets.changefeed.export import export_changefeed
 from cdc_assets.changefeed.reader import ChangefeedReader, read_consistent, record_ts, replay
+from cdc_assets.names import changefeed_key
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig

@@ -18,11 +18,11 @@ from org_compare import differences, formula_differences
 from settings import TEST_SPARK_CONF
 from subscriber_harness import resource
 
-from cdc_assets.assets import replica_key
 from cdc_assets.formulas.freshness import FORMULAS_FRESH
+from cdc_assets.names import replica_key
+from object_schema.describe import FORMULAS_AT, ObjectSchema
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
-from spark_ops.schema import FORMULAS_AT, ObjectSchema
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cdc_assets.config import ConfigError, parse_config
+from object_schema.describe import FORMULAS_AT
 from salesforce_emulator.schema import CONTACT
-from spark_ops.schema import FORMULAS_AT
 
 YAML = """
 options:

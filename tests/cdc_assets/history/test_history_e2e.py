@@ -17,12 +17,12 @@ from settings import TEST_SPARK_CONF
 
 from cdc_assets.history.checks import HISTORY_MATCHES_REPLICA, history_differences
 from cdc_assets.history.stage import history_name
+from object_schema.describe import ObjectSchema
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
-from spark_ops.schema import ObjectSchema
 
 OBJECTS = ["Account", "Contact"]
 pytestmark = pytest.mark.slow

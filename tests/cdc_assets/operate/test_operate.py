@@ -15,16 +15,17 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import CHANGE_EVENTS_KEY, ingest_keys, replica_key
 from cdc_assets.checks import check_quarantine_empty
 from cdc_assets.config import load_config
-from cdc_assets.operate.jobs import ACK_JOB, PAUSE_JOB, RESUME_JOB, last_error, status_of
+from cdc_assets.names import CHANGE_EVENTS_KEY, TAG_REASON, ingest_keys, object_tag, replica_key, work_tag
+from cdc_assets.operate.jobs import ACK_JOB, PAUSE_JOB, RESUME_JOB
 from cdc_assets.operate.pause import paused_objects
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from sensors.landing_zone import REASON_RESUME
 from sensors.landing_zone import SENSOR_NAME as LANDING
 from sensors.reconciliation import SENSOR_NAME as RECONCILE
-from sensors.work import TAG_REASON, object_tag, plan, work_tag
+from sensors.replica_status import last_error, status_of
+from sensors.work import plan
 
 T0 = 1_763_800_000_000
 ACC, CON = "001000000000001AAA", "003000000000001AAA"

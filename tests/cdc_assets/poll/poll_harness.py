@@ -8,7 +8,7 @@ from harness import Platform
 from org_compare import differences
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import replica_key
+from cdc_assets.names import replica_key
 from cdc_assets.poll.run import poll_state as read_poll_state
 from cdc_assets.state import PollState
 from definitions import build_defs

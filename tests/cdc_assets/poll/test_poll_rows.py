@@ -11,7 +11,7 @@ import pyarrow as pa
 from cdc_assets.poll.rows import newer_rows, newest_position
 from cdc_assets.records import records_to_text, replica_rows
 from cdc_assets.state import PollPosition
-from spark_ops.schema import ObjectSchema
+from object_schema.describe import ObjectSchema
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 FIELDS = ["Id", "Name", "IsDeleted", "SystemModstamp"]

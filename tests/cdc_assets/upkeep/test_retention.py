@@ -14,8 +14,8 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.checks import acknowledge_quarantine
 from cdc_assets.config import UpkeepConfig, load_config
+from cdc_assets.quarantine import acknowledge_quarantine
 from cdc_assets.upkeep.jobs import upkeep_table
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingZone

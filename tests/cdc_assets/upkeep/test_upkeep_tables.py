@@ -15,8 +15,8 @@ from settings import TEST_SPARK_CONF
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.config import UpkeepConfig
-from cdc_assets.history.assets import history_key
 from cdc_assets.history.stage import history_name
+from cdc_assets.names import history_key
 from cdc_assets.state import IngestState, ReplicaState
 from cdc_assets.upkeep.compact import Footprint, compact
 from cdc_assets.upkeep.jobs import upkeep_job_name, upkeep_table

@@ -11,7 +11,7 @@ This is the one answer to "which fields replicate": parsing (spark_ops/parse.py)
 here too, once, from describe(): a field not selected is no column, is never asked of the org, and is dropped from
 events (`selects`; it still counts as known, so it triggers no describe refresh); `Id` and the record's position
 field are always selected; a compound parent name stands for its components. `hashed` names text columns whose
-values are stored as SHA-256 digests (spark_ops/protect.py applies them on every write path).
+values are stored as SHA-256 digests (object_schema/hashing.py, applied on every write path).
 **Formula fields** (replication.yaml `formulas:`, cdc_assets/formulas/) are never CDC columns: `columns` and
 `arrow_schema()` leave them out, so no writer of change events, reconciles or polls ever writes them (a Delta merge
 that does not name a column leaves it as it is). `formulas` names the formula columns a replica keeps (empty: off),
@@ -115,7 +115,7 @@ class ObjectSchema:
     has_is_deleted: bool = True  # setup objects may have no IsDeleted (and no recycle bin)
     include: frozenset[str] | None = None  # selected fields (None: all but `exclude`), compound parents expanded
     exclude: frozenset[str] = frozenset()
-    hashed: frozenset[str] = frozenset()  # text columns stored as salted SHA-256 (spark_ops/protect.py)
+    hashed: frozenset[str] = frozenset()  # text columns stored as salted SHA-256 (object_schema/hashing.py)
     redact_quarantine: bool = False  # quarantined lines lose the hashed and left-out fields (cdc_assets/quarantine.py)
     calculated: tuple[tuple[str, str], ...] = ()  # every formula field describe() lists: (name, Salesforce type)
     formulas: tuple[tuple[str, str], ...] = ()  # the formula columns this replica keeps (empty: formulas off)

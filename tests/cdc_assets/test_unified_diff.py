@@ -1,4 +1,4 @@
-"""spark_ops.diffs: Salesforce CDC unified diffs applied to stored text, checked by SHA-256
+"""cdc_assets.unified_diff: Salesforce CDC unified diffs applied to stored text, checked by SHA-256
 (docs/design/contract.md §3)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from cdc_assets.unified_diff import DiffError, apply_diff, diff_text, resolve_record, sha256_hex
 from salesforce_emulator.text_diff import corrupted, unified_diff
-from spark_ops.diffs import DiffError, apply_diff, diff_text, resolve_record, sha256_hex
 
 PARAGRAPHS = [f"Paragraph {i}: renewal pricing call demo escalation contract follow-up budget." for i in range(40)]
 

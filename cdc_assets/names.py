@@ -1,4 +1,6 @@
-"""The tags on this platform's runs: three a person filters by, the rest hidden from the UI.
+"""The platform's names (a leaf module): asset keys, group, pools, metadata entries, run tags.
+
+The tags on this platform's runs: three a person filters by, the rest hidden from the UI.
 
 Shown in the runs list (and offered by its tag filter):
 - `cdc/mode`: what the run does to its replicas: apply (landing, close and catch-up runs), reconcile, resync,
@@ -18,6 +20,65 @@ it, so a runs page lists three tags a run instead of a dozen (a JSON cut among t
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+import dagster as dg
+
+LANDING_ZONE = dg.AssetKey("landing_zone")
+CHANGE_EVENTS_KEY = dg.AssetKey("change_events")
+GROUP = "salesforce_cdc"  # all but the histories (cdc_assets/assets.py)
+HISTORY_GROUP = "salesforce_history"
+EVENTS_PREFIX, REPLICA_PREFIX, CHANGEFEED_PREFIX = "events", "salesforce", "changefeed"
+
+
+def events_key(name: str) -> dg.AssetKey:
+    """`name`'s rows of change_events: what its replica depends on."""
+    return dg.AssetKey([EVENTS_PREFIX, f"{name}_events"])
+
+
+def replica_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey([REPLICA_PREFIX, name])
+
+
+def history_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey([HISTORY_GROUP, f"{name}_history"])
+
+
+def changefeed_key(name: str) -> dg.AssetKey:
+    return dg.AssetKey([CHANGEFEED_PREFIX, f"{name}_changefeed"])
+
+
+def ingest_keys(names: Iterable[str]) -> list[dg.AssetKey]:
+    """What one ingest step materializes."""
+    return [CHANGE_EVENTS_KEY, *(events_key(n) for n in names)]
+
+
+CHANGE_EVENTS_POOL = "change_events"
+
+
+def replica_pool(name: str) -> str:
+    """Every step writing (or exporting) `name`'s replica: one slot, a host lock (resources/pool_lock.py)."""
+    return f"replica_{name}"
+
+
+META_DELTA_VERSION = "delta_version"
+META_ENTITY_SEQ = "last_ingest_with_rows"
+META_TABLE_URI = "table_uri"
+META_APPLIED_THROUGH = "applied_through"  # the replica's checkpoint
+META_COMMITTED = "committed"  # whether the apply step committed
+META_DIRTY = "dirty_records"
+META_RESYNC = "resync_pending"
+META_HELD = "held_transactions"
+META_LAG = "lag_seconds"
+META_API_CALLS = "api_calls"
+META_UNKNOWN_FIELDS = "unknown_field_names"  # in events, unknown to describe()
+META_POLL_CURSOR = "poll_cursor"
+META_POLL_CURSOR_FIELD = "poll_cursor_field"
+META_FAILED_FILES = "failed_files"
+META_HISTORY_VERSIONS = "history_versions"
+META_HISTORY_THROUGH = "history_through"
+META_FORMULAS_AGE = "formulas_oldest_age_seconds"
+META_FORMULAS_MISSING = "formulas_missing"
+META_PAUSED, META_LAST_ERROR = "paused", "last_error"
 
 HIDDEN = ".dagster/"  # dagster._core.storage.tags.HIDDEN_TAG_PREFIX: stored and filterable, not shown
 
@@ -42,6 +103,17 @@ def object_tag(name: str) -> str:
 def work_tag(name: str) -> str:
     """The work a run does for an object (reconcile, resync), so no sensor asks for it again meanwhile."""
     return hidden_tag(f"work.{name}")
+
+
+def resumed_tag(name: str) -> str:
+    return hidden_tag(f"resumed.{name}")
+
+
+TAG_CUT = hidden_tag("cut")
+TAG_CLOSE_SEQ = hidden_tag("close_seq")
+TAG_DIRTY = hidden_tag("dirty_records")
+TAG_OPERATOR = hidden_tag("operator")  # the action, on runs a person launched from the UI
+TAG_UPKEEP = hidden_tag("upkeep")  # the table (an object, or _change_events)
 
 
 def objects_value(names: Iterable[str]) -> str:

@@ -1,7 +1,7 @@
 """Run actions: what one run of a replica asset does, each declared once, here.
 
 A replica run does one action, named by its op config `mode` (`ReplicaRunConfig`); the name is also the `cdc/mode`
-tag of the run asking for it (cdc_assets/run_tags.py) and the `mode` its materialization reports. Each `Action`
+tag of the run asking for it (cdc_assets/names.py) and the `mode` its materialization reports. Each `Action`
 entry says
 
 - what it does: `step`, the function run before the apply step (it reads the org and commits on its own), and

@@ -28,8 +28,8 @@ from cdc_assets.actions import (
 )
 from cdc_assets.assets import replica_key
 from cdc_assets.config import parse_config
+from cdc_assets.names import TAG_MODE, work_tag
 from cdc_assets.operate.jobs import build_mode_jobs
-from cdc_assets.run_tags import TAG_MODE, work_tag
 from salesforce_emulator import Emulator
 
 OBJECT = "Account"

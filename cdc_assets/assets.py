@@ -31,6 +31,7 @@ from cdc_assets.formulas.refresh import MODE as FORMULAS
 from cdc_assets.formulas.refresh import FormulaResult, refresh_formulas
 from cdc_assets.history.assets import history_step, record_history
 from cdc_assets.ingest import ingest
+from cdc_assets.org import org_for_run
 from cdc_assets.poll.run import PollResult, poll, poll_state, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
@@ -266,6 +267,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                 page_size=replication.options.bulk_page_size,
                 parallel_pages=replication.options.bulk_parallel_pages,
                 batch_records=replication.options.resync_batch_records,
+                org=org_for_run(warehouse, table, salesforce, sobject.name),
             )
         elif config.mode == FORMULAS:
             if not sobject.formulas:
@@ -273,6 +275,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                     f"{sobject.name} keeps no formula fields: add a `formulas` section for it in "
                     "replication.yaml (README 'Formula fields') and reload the code location"
                 )
+            org_for_run(warehouse, table, salesforce, sobject.name)
             sync = refresh_formulas(
                 warehouse,
                 salesforce,
@@ -285,6 +288,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             )
         elif polled or (sobject.mode == "cdc" and (p := poll_state(warehouse, table)) and p.active):
             # The latter: the first run after replication.yaml switched the object from poll to cdc (hand-off).
+            org_for_run(warehouse, table, salesforce, sobject.name)
             sync = poll(
                 warehouse,
                 salesforce,
@@ -297,7 +301,8 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                 handoff=not polled,
             )
         elif config.mode == "reconcile":
-            sync = reconcile(warehouse, salesforce, schema, run_id=run_id, now=now)
+            org = org_for_run(warehouse, table, salesforce, sobject.name)
+            sync = reconcile(warehouse, salesforce, schema, run_id=run_id, now=now, org=org)
         if polled:  # no change events to apply: no Spark either
             return dg.MaterializeResult(
                 metadata=record_history(context, history, sobject, warehouse, schema, run_id)

@@ -181,6 +181,7 @@ class SalesforceResource(dg.ConfigurableResource):
     _usage: dict[str, int] = PrivateAttr(default_factory=dict)
     _describes: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
     _post_reads: requests.Session | None = PrivateAttr(default=None)
+    _identity: dict[str, str] | None = PrivateAttr(default=None)
 
     # -- connection ---------------------------------------------------------------------------------
     def _session(self, retry_methods: frozenset[str] | None = Retry.DEFAULT_ALLOWED_METHODS) -> requests.Session:
@@ -301,6 +302,19 @@ class SalesforceResource(dg.ConfigurableResource):
         return response
 
     # -- metadata -----------------------------------------------------------------------------------
+    def org_identity(self) -> dict[str, str]:
+        """Which org this resource reads (asked once per resource instance): ``org_id`` (the 18-character
+        ``organization_id`` of ``/services/oauth2/userinfo``; a sandbox refresh gives a new one), ``instance_url``
+        (of the session) and ``api_version``."""
+        if self._identity is None:
+            info = self._request("GET", "/services/oauth2/userinfo").json()
+            self._identity = {
+                "org_id": str(info["organization_id"]),
+                "instance_url": self.session()[1],
+                "api_version": self.api_version,
+            }
+        return dict(self._identity)
+
     def describe(self, object_name: str) -> dict[str, Any]:
         if object_name not in self._describes:
             self._describes[object_name] = self._request("GET", f"sobjects/{object_name}/describe").json()

@@ -15,7 +15,7 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
 - a long text sent as a diff is kept as its `{"diff": ...}` JSON text and named in `diff_fields` (mapped likewise),
   resolved against the stored value at apply time (spark_ops/diffs.py). The Pub/Sub API names such fields in the
   header's `diffFields`; the Streaming API (CometD) sends no `diffFields` (nor `nulledFields`: a nulled field is an
-  explicit null there), so a value is also a diff by its shape: an object whose only key is `diff` (`_DIFF_SHAPED`);
+  explicit null there), so a value is also a diff by its shape: an object with a `diff` member (`_DIFF_SHAPED`);
 - every value of a replicated object is checked strictly against its describe() type (`true`/`false` for a
   boolean, `YYYY-MM-DD` for a date, an ISO-8601 instant with its zone for a datetime, ...: Spark's lenient casts
   would take `"yes"` as true or cut a datetime to a date). A value that does not fit quarantines the line with a

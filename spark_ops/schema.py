@@ -117,9 +117,9 @@ def _nested_key(parent: str, component: str) -> str:
 
 def _part_of(field: dict) -> str | None:
     """The compound parent a describe() field is a part of. A field named as its own compound parent is a part of
-    nothing: an org without person accounts describes `Account.Name` so (`"compoundFieldName": "Name"`, `"extraTypeInfo":
-    "switchablepersonname"`, no FirstName/LastName), and it is plain text; only an org whose describe() has the
-    person name fields (`FirstName`, ... naming `Name`) has person names."""
+    nothing: an org without person accounts describes `Account.Name` so (`"compoundFieldName": "Name"`,
+    `"extraTypeInfo": "switchablepersonname"`, no FirstName/LastName), and it is plain text; only an org whose
+    describe() has the person name fields (`FirstName`, ... naming `Name`) has person names."""
     parent = field.get("compoundFieldName")
     return parent if parent and parent != field["name"] else None
 

@@ -40,7 +40,7 @@ from cdc_assets.state import ReplicaState
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import DeltaWarehouse, read_table
 from salesforce_emulator import ids
-from salesforce_emulator.cdc import _dumps, change_event
+from salesforce_emulator.cdc import change_event, event_line
 from salesforce_emulator.changes import Change, CommittedTransaction
 from salesforce_emulator.schema import ACCOUNT
 from salesforce_emulator.values import ms_to_iso
@@ -158,7 +158,7 @@ def change_lines(record_ids: list[str], *, first_commit: int, commit_ts_ms: int)
             origin="bench",
             changes=changes,
         )
-        lines += [_dumps(change_event(txn, c, n)) for n, c in enumerate(changes, start=1)]
+        lines += [event_line(change_event(txn, c, n)) for n, c in enumerate(changes, start=1)]
         commit_ts_ms += 1
     return lines
 

@@ -41,7 +41,9 @@ from deltalake import DeltaTable
 
 from cdc_assets.config import CDC_SOURCE, POLL_SOURCE, ReplicationOptions, SObjectConfig
 from cdc_assets.formulas.refresh import refresh_formulas
+from cdc_assets.org import org_for_run
 from cdc_assets.poll.run import poll, poll_state
+from cdc_assets.state import OrgIdentity
 from cdc_assets.sync import SyncResult, reconcile, resync
 from object_schema.describe import ObjectSchema
 from resources.delta import DeltaWarehouse
@@ -70,6 +72,10 @@ class ActionRun:
     table: DeltaTable | None
     run_id: str
     now: datetime
+
+    def org(self) -> OrgIdentity:
+        """The org this run reads (recorded in its commits); refuses a replica that holds another org's records."""
+        return org_for_run(self.warehouse, self.table, self.salesforce, self.sobject.name)
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,10 @@ def _apply(run: ActionRun) -> Step:
 
 
 def _reconcile(run: ActionRun) -> Step:
-    return Step(RECONCILE.name, reconcile(run.warehouse, run.salesforce, run.schema, run_id=run.run_id, now=run.now))
+    org = run.org()
+    return Step(
+        RECONCILE.name, reconcile(run.warehouse, run.salesforce, run.schema, run_id=run.run_id, now=run.now, org=org)
+    )
 
 
 def _resync(run: ActionRun) -> Step:
@@ -122,11 +131,13 @@ def _resync(run: ActionRun) -> Step:
         page_size=options.bulk_page_size,
         parallel_pages=options.bulk_parallel_pages,
         batch_records=options.resync_batch_records,
+        org=run.org(),
     )
     return Step(INITIAL_LOAD if run.table is None else RESYNC.name, sync)
 
 
 def _poll(run: ActionRun, *, handoff: bool = False) -> Step:
+    run.org()
     sync = poll(
         run.warehouse,
         run.salesforce,
@@ -147,6 +158,7 @@ def _formulas(run: ActionRun) -> Step:
             f"{run.sobject.name} keeps no formula fields: add a `formulas` section for it in "
             "replication.yaml (README 'Formula fields') and reload the code location"
         )
+    run.org()
     sync = refresh_formulas(
         run.warehouse,
         run.salesforce,

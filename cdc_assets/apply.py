@@ -135,8 +135,8 @@ def apply_changes(
     fault_point("replica.after_read_changes")
     # Carried: an active poll cursor (a reconcile or resync run of a polled object applies too; dropping the cursor
     # would restart polling behind the replica's newest row, past changes never read); the last reconcile (the
-    # org_knows_ids check judges what it found). Not carried: an inactive cursor (after a poll -> cdc hand-off the
-    # object is CDC's), counts.
+    # org_knows_ids check judges what it found); the org the records come from. Not carried: an inactive cursor
+    # (after a poll -> cdc hand-off the object is CDC's), counts.
     state = ReplicaState(
         applied_through=max(applied, ce_seq),
         resync_pending=prev.resync_pending,
@@ -146,6 +146,7 @@ def apply_changes(
         run_id=run_id,
         synced_at=now.isoformat(),
         poll=prev.poll if prev.poll and prev.poll.active else None,
+        org=prev.org,
     )
     new_rows = schema.arrow_schema().empty_table()
     versions = None

@@ -7,7 +7,7 @@ under its `KEY`, and located through an app transaction (`resources/delta.py`, "
 
 - `ReplicaState` (`cdc.replica`, every commit of a replica): how far it applied, the transaction it holds back, a
   pending resync, the last resync/reconcile, the newest change applied, the poll cursor of a polled object, the
-  history versions an apply commit staged (`HistoryMark`);
+  history versions an apply commit staged (`HistoryMark`), the org its records come from (`OrgIdentity`);
 - `HistoryState` (`cdc.history`, every commit of a history table): which replica versions it holds;
 - `FormulaState` (`cdc.formulas`, the replica commits of formula refreshes: cdc_assets/formulas/refresh.py): when
   the last refresh and full pass read the org, the Bulk job being read;
@@ -187,6 +187,16 @@ class HistoryMark(_State):
 
 
 @dataclass(frozen=True)
+class OrgIdentity(_State):
+    """The org a replica's records come from (cdc_assets/org.py): its id (userinfo `organization_id`), and the
+    instance URL and API version it was last read through (either may change for the same org)."""
+
+    org_id: str
+    instance_url: str
+    api_version: str
+
+
+@dataclass(frozen=True)
 class ReplicaState(_CommitState):
     """What every commit of a replica stores besides its rows. The apply checkpoint itself is the app transaction
     `cdc_apply` (cdc_assets/apply.py); `applied_through` repeats it for readers of the metadata."""
@@ -203,6 +213,7 @@ class ReplicaState(_CommitState):
     counts: dict[str, int] = field(default_factory=dict)
     poll: PollState | None = None
     history: HistoryMark | None = None  # objects with `history: true`: this commit's versions (cdc_assets/history/)
+    org: OrgIdentity | None = None  # the org its records come from (None: not read since this was recorded)
 
     def with_commit_ts(self, latest: str | None) -> ReplicaState:
         """This state with `last_commit_ts` moved forward to `latest` (never back)."""

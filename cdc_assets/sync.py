@@ -61,7 +61,7 @@ from cdc_assets.snapshot import (
     staged_files,
     swapped_at,
 )
-from cdc_assets.state import UNKNOWN_ID_EXAMPLES, Reconciled, ReplicaState, Resynced
+from cdc_assets.state import UNKNOWN_ID_EXAMPLES, OrgIdentity, Reconciled, ReplicaState, Resynced
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import DeltaWarehouse, aligned_arrow, next_version
 from resources.salesforce import BulkPosition, SalesforceResource, select_soql
@@ -96,9 +96,10 @@ def resync(
     page_size: int = BULK_PAGE_SIZE,
     parallel_pages: int = 1,
     batch_records: int = STAGE_BATCH_RECORDS,
+    org: OrgIdentity | None = None,
 ) -> SyncResult:
     """Replace the replica with a Bulk API 2.0 snapshot, staged in bounded batches (resumable), swapped in by one
-    commit (cdc_assets/snapshot.py)."""
+    commit (cdc_assets/snapshot.py). `org`: the org read (cdc_assets/org.py), recorded in the commit."""
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)
     prev = ReplicaState.read(warehouse, replica)
@@ -137,6 +138,7 @@ def resync(
         last_commit_ts=prev.last_commit_ts,
         poll=prev.poll,  # a polled object keeps its cursor
         resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"),
+        org=org or prev.org,
     )
     fault_point("resync.before_commit")
     # Against `replica`, the snapshot the checkpoint came from: a concurrent writer fails this commit.
@@ -176,9 +178,16 @@ def _only_properties_since(table: DeltaTable, version: int) -> bool:
 
 
 def reconcile(
-    warehouse: DeltaWarehouse, salesforce: SalesforceResource, schema: ObjectSchema, *, run_id: str, now: datetime
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    *,
+    run_id: str,
+    now: datetime,
+    org: OrgIdentity | None = None,
 ) -> SyncResult:
-    """Fetch dirty records from the org and write them as they are there, clearing the flags: one merge commit."""
+    """Fetch dirty records from the org and write them as they are there, clearing the flags: one merge commit.
+    `org`: the org read (cdc_assets/org.py), recorded in the commit."""
     replica = warehouse.table(schema.name)
     if replica is None:
         return SyncResult({"dirty_fetched": 0})
@@ -232,6 +241,7 @@ def reconcile(
             refused=len(refused),
             refused_examples=refused_examples,
         ),
+        org=org or prev.org,
     )
     fault_point("reconcile.before_commit")
     warehouse.upsert(

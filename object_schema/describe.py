@@ -16,7 +16,9 @@ values are stored as SHA-256 digests (object_schema/hashing.py, applied on every
 `arrow_schema()` leave them out, so no writer of change events, reconciles or polls ever writes them (a Delta merge
 that does not name a column leaves it as it is). `formulas` names the formula columns a replica keeps (empty: off),
 typed by describe()'s `type`; `table_arrow_schema()` is the whole table: the CDC columns, the formula columns and
-`_sf_formulas_at` (when its formula values were read).
+`_sf_formulas_at` (when its formula values were read). **Derived fields** (`DERIVED_FIELDS`: LastActivityDate,
+PhotoUrl), which Salesforce changes without a change event, are read the same way, with the formula fields; the
+reading user's own fields (`READER_FIELDS`: LastViewedDate, LastReferencedDate) are never replicated.
 Everything here is pure metadata: no Spark session, no I/O.
 """
 
@@ -59,7 +61,18 @@ ORG_ONLY_FIELDS = ("IsDeleted", "SystemModstamp")  # read from the org with ever
 # A record's position (`_sf_commit_ts`) is the first of these its object has: objects without CDC may lack
 # SystemModstamp (a share object has LastModifiedDate; a field history object, immutable, only CreatedDate).
 POSITION_FIELDS = ("SystemModstamp", "LastModifiedDate", "CreatedDate")
-NOT_IN_EVENTS = frozenset(ORG_ONLY_FIELDS)
+# Fields whose value is not on the record but derived from other records, which Salesforce changes without a change
+# event on the record (Object Reference, "StandardObjectNameChangeEvent", Change Event Fields: a change event does
+# not include "any field whose value isn't on the record and is derived from another record or from a formula, except
+# roll-up summary fields ... Examples of fields with derived values include LastActivityDate and PhotoUrl"). As CDC
+# columns they would go stale between resyncs: they are none, and are read like formula fields (`calculated`,
+# replication.yaml `formulas:`, cdc_assets/formulas/).
+DERIVED_FIELDS = frozenset({"LastActivityDate", "PhotoUrl"})
+# Fields whose value is the reading user's own (Object Reference, "RecentlyViewed": LastViewedDate and
+# LastReferencedDate are when "the current user" last viewed or referenced the record): the integration user's
+# views, no fact about the record, never in a change event. Never replicated.
+READER_FIELDS = frozenset({"LastViewedDate", "LastReferencedDate"})
+NOT_IN_EVENTS = frozenset(ORG_ONLY_FIELDS) | DERIVED_FIELDS | READER_FIELDS
 
 # System columns every replica carries (docs/design/contract.md §8), then the layout column.
 BUCKET_COLUMN = "_sf_bucket"
@@ -102,6 +115,15 @@ def _nested_key(parent: str, component: str) -> str:
     return component
 
 
+def _part_of(field: dict) -> str | None:
+    """The compound parent a describe() field is a part of. A field named as its own compound parent is a part of
+    nothing: an org without person accounts describes `Account.Name` so (`"compoundFieldName": "Name"`,
+    `"extraTypeInfo": "switchablepersonname"`, no FirstName/LastName), and it is plain text; only an org whose
+    describe() has the person name fields (`FirstName`, ... naming `Name`) has person names."""
+    parent = field.get("compoundFieldName")
+    return parent if parent and parent != field["name"] else None
+
+
 @dataclass(frozen=True)
 class ObjectSchema:
     """Replica columns of one object and how event payload keys map onto them."""
@@ -117,7 +139,8 @@ class ObjectSchema:
     exclude: frozenset[str] = frozenset()
     hashed: frozenset[str] = frozenset()  # text columns stored as salted SHA-256 (object_schema/hashing.py)
     redact_quarantine: bool = False  # quarantined lines lose the hashed and left-out fields (cdc_assets/quarantine.py)
-    calculated: tuple[tuple[str, str], ...] = ()  # every formula field describe() lists: (name, Salesforce type)
+    # every formula field describe() lists and the DERIVED_FIELDS it has: (name, Salesforce type)
+    calculated: tuple[tuple[str, str], ...] = ()
     formulas: tuple[tuple[str, str], ...] = ()  # the formula columns this replica keeps (empty: formulas off)
 
     @classmethod
@@ -174,13 +197,13 @@ class ObjectSchema:
     @classmethod
     def _all_fields(cls, describe: dict, bucket_chars: int) -> ObjectSchema:
         fields = describe["fields"]
-        parents = {f["compoundFieldName"] for f in fields if f.get("compoundFieldName")}
+        parents = {parent for f in fields if (parent := _part_of(f))}
         parents |= {f["name"] for f in fields if f.get("type") in COMPOUND_TYPES}
         compound: dict[str, dict[str, str]] = {}
         columns: list[tuple[str, str]] = []
         for f in fields:
             name = f["name"]
-            if parent := f.get("compoundFieldName"):
+            if parent := _part_of(f):
                 compound.setdefault(parent, {})[_nested_key(parent, name)] = name
             # A compound parent that can be written is a column too: a person-account org's Account.Name is a
             # business account's own text, and a person account's full name as REST and Bulk return it.
@@ -193,7 +216,7 @@ class ObjectSchema:
         ignored = frozenset(NOT_IN_EVENTS | {f["name"] for f in fields if f.get("calculated")})
         names = {f["name"] for f in fields}
         position = next((p for p in POSITION_FIELDS if p in names), None)
-        calculated = tuple((f["name"], f["type"]) for f in fields if f.get("calculated"))
+        calculated = tuple((f["name"], f["type"]) for f in fields if f.get("calculated") or f["name"] in DERIVED_FIELDS)
         return cls(
             describe["name"],
             tuple(columns),
@@ -211,7 +234,8 @@ class ObjectSchema:
         if names is not None and (unknown := sorted(set(names) - set(known))):
             raise ValueError(
                 f"{self.name}: `formulas.fields` names {', '.join(unknown)}, which describe() does not "
-                f"list as formula fields (calculated); formula fields: {', '.join(known) or 'none'}"
+                f"list as formula fields (calculated) or derived fields ({', '.join(sorted(DERIVED_FIELDS))}); "
+                f"formula and derived fields: {', '.join(known) or 'none'}"
             )
         wanted = set(known if names is None else names)
         return dataclasses.replace(self, formulas=tuple(c for c in self.calculated if c[0] in wanted))

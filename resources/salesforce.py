@@ -18,8 +18,8 @@ Login flows, chosen by which fields are set (secrets through ``dg.EnvVar``; ``lo
 Every flow but ``token`` logs in again after the org rejects the session (``relogin``). ``salesforce_resource_
 from_env()`` is the one place that switches between the local emulator and a real org.
 
-Helpers: ``describe`` / ``replicated_fields`` (describe minus compound parents, formula fields, IsDeleted and
-SystemModstamp), ``retrieve`` (sObject Collections, 2,000 ids per call, ``None`` for ids that are gone),
+Helpers: ``describe`` / ``replicated_fields`` (describe minus compound parents, formula fields and the fields change
+events never carry), ``retrieve`` (sObject Collections, 2,000 ids per call, ``None`` for ids that are gone),
 ``query_all`` (REST queryAll, paged by simple-salesforce's ``query_all_iter``), ``bulk_query_all`` (Bulk API 2.0
 queryAll, one CSV result page at a time parsed into Arrow record batches of strings, never the whole object in
 memory) and ``api_usage`` (from the last ``Sforce-Limit-Info`` header). SOQL is built by ``select_soql``, values
@@ -63,6 +63,7 @@ from urllib3.util.retry import Retry
 
 from resources.network import is_loopback
 from spark_ops.names import is_record_id
+from object_schema.describe import NOT_IN_EVENTS
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,6 @@ ENV_VARS = {
 DEFAULT_LOGIN_URL = "https://login.salesforce.com"  # a sandbox: https://test.salesforce.com
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 JWT_LIFETIME_SECONDS = 180  # Salesforce wants exp within 3 minutes
-NOT_REPLICATED = {"IsDeleted", "SystemModstamp"}
 _USAGE = re.compile(r"api-usage=(\d+)/(\d+)")
 
 
@@ -181,6 +181,7 @@ class SalesforceResource(dg.ConfigurableResource):
     _usage: dict[str, int] = PrivateAttr(default_factory=dict)
     _describes: dict[str, dict[str, Any]] = PrivateAttr(default_factory=dict)
     _post_reads: requests.Session | None = PrivateAttr(default=None)
+    _identity: dict[str, str] | None = PrivateAttr(default=None)
 
     # -- connection ---------------------------------------------------------------------------------
     def _session(self, retry_methods: frozenset[str] | None = Retry.DEFAULT_ALLOWED_METHODS) -> requests.Session:
@@ -301,6 +302,19 @@ class SalesforceResource(dg.ConfigurableResource):
         return response
 
     # -- metadata -----------------------------------------------------------------------------------
+    def org_identity(self) -> dict[str, str]:
+        """Which org this resource reads (asked once per resource instance): ``org_id`` (the 18-character
+        ``organization_id`` of ``/services/oauth2/userinfo``; a sandbox refresh gives a new one), ``instance_url``
+        (of the session) and ``api_version``."""
+        if self._identity is None:
+            info = self._request("GET", "/services/oauth2/userinfo").json()
+            self._identity = {
+                "org_id": str(info["organization_id"]),
+                "instance_url": self.session()[1],
+                "api_version": self.api_version,
+            }
+        return dict(self._identity)
+
     def describe(self, object_name: str) -> dict[str, Any]:
         if object_name not in self._describes:
             self._describes[object_name] = self._request("GET", f"sobjects/{object_name}/describe").json()
@@ -308,15 +322,16 @@ class SalesforceResource(dg.ConfigurableResource):
 
     def replicated_fields(self, object_name: str) -> list[dict[str, Any]]:
         """describe() fields a replica stores: no compound parents (but a writable one, a person-account org's
-        Account.Name, as ObjectSchema keeps it), no formula fields, no IsDeleted or SystemModstamp (those become
-        the replica's own system columns)."""
+        Account.Name, as ObjectSchema keeps it), no formula fields, none that never appear in change events
+        (object_schema.describe.NOT_IN_EVENTS: IsDeleted and SystemModstamp become the replica's own system columns,
+        derived fields are read like formula fields)."""
         fields = self.describe(object_name)["fields"]
         parents = {f.get("compoundFieldName") for f in fields if f.get("compoundFieldName")}
         return [
             f
             for f in fields
             if (f["name"] not in parents or f.get("createable"))
-            and f["name"] not in NOT_REPLICATED
+            and f["name"] not in NOT_IN_EVENTS
             and not f.get("calculated")
             and f.get("type") not in ("address", "location")
         ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from salesforce_emulator.changes import normalize_id, resolve_object
+from salesforce_emulator.changes import normalize_id
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
 from salesforce_emulator.schema import Field, Related, SObject, derived_value
 from salesforce_emulator.server import Request, Response, route
@@ -76,7 +76,7 @@ def describe(api: Api, req: Request) -> Response:
 
 
 def sobject_info(api: Api, req: Request) -> Response:
-    obj = resolve_object(req.params["object"])
+    obj = api.store.resolve(req.params["object"])
     recent = api.store.select(f'SELECT * FROM "{obj.name}" WHERE IsDeleted = 0 ORDER BY Id DESC LIMIT 3')
     short = [f for f in obj.fields if f.name in ("Id", "Name")]
     return Response(
@@ -88,7 +88,7 @@ def sobject_info(api: Api, req: Request) -> Response:
 
 
 def create(api: Api, req: Request) -> Response:
-    obj = resolve_object(req.params["object"])
+    obj = api.store.resolve(req.params["object"])
     body = req.json()
     if not isinstance(body, dict):
         raise ApiError(400, "JSON_PARSER_ERROR", "Expected a JSON object with the record's fields")
@@ -98,7 +98,7 @@ def create(api: Api, req: Request) -> Response:
 
 
 def get(api: Api, req: Request) -> Response:
-    obj = resolve_object(req.params["object"])
+    obj = api.store.resolve(req.params["object"])
     row = api.store.get_row(obj.name, normalize_id(req.params["id"]))
     if row is None or row["IsDeleted"]:
         raise not_found()
@@ -108,7 +108,7 @@ def get(api: Api, req: Request) -> Response:
 
 
 def update(api: Api, req: Request) -> Response:
-    obj = resolve_object(req.params["object"])
+    obj = api.store.resolve(req.params["object"])
     body = req.json()
     if not isinstance(body, dict):
         raise ApiError(400, "JSON_PARSER_ERROR", "Expected a JSON object with the fields to update")
@@ -118,21 +118,21 @@ def update(api: Api, req: Request) -> Response:
 
 
 def delete(api: Api, req: Request) -> Response:
-    obj = resolve_object(req.params["object"])
+    obj = api.store.resolve(req.params["object"])
     with api.store.transaction(origin=req.origin) as txn:
         txn.delete(obj.name, [req.params["id"]])
     return Response(204)
 
 
 def undelete(api: Api, req: Request) -> Response:
-    obj = resolve_object(req.params["object"])
+    obj = api.store.resolve(req.params["object"])
     with api.store.transaction(origin=req.origin) as txn:
         txn.undelete(obj.name, [req.params["id"]])
     return Response(200, {"id": normalize_id(req.params["id"]), "success": True, "errors": []})
 
 
 def empty_recycle_bin(api: Api, req: Request) -> Response:
-    obj = resolve_object(req.params["object"])
+    obj = api.store.resolve(req.params["object"])
     with api.store.transaction(origin=req.origin) as txn:
         txn.purge(obj.name, [req.params["id"]])
     return Response(204)

@@ -13,6 +13,17 @@ transaction's ``transactionKey``, ``commitTimestamp`` and ``commitNumber``. Payl
 - ``IsDeleted``, ``SystemModstamp`` and formula fields never appear; hard deletes send nothing.
 - With ``FaultConfig.diff_over_chars`` set, an UPDATE of a long text field may carry it as ``{"diff": ...}``
   (listed in ``diffFields``); a change naming several records does so only when they all had the same old value.
+
+An event is built once, whole (``build_events``), and delivered in two forms. ``event_line`` keeps every header
+field: the event bus the Pub/Sub API server re-encodes (``pubsub_avro.py``) reads it, and the Pub/Sub API sends
+``nulledFields`` and ``diffFields`` (as bitmaps). ``cometd_line`` is what the Streaming API (CometD) delivers, the
+landing files: the header without ``nulledFields`` and ``diffFields``, which CometD does not carry (Change Data
+Capture Developer Guide, "Change Event Message Structure": the Pub/Sub API event "contains these ChangeEventHeader
+fields: nulledfields and diffFields"; Streaming API Developer Guide, "Differences Between Change Events Received
+with Streaming API vs. Pub/Sub API"). A nulled field is then an explicit ``null`` in the body, named in
+``changedFields`` (CDC guide, "Change Event Body Fields", JSON messages: an UPDATE "includes empty fields only if
+they are updated to an empty value (null)"), and a diff is known by its value alone: ``{"diff": "..."}`` (CDC
+guide, "Data Differences in Event Fields": in a CometD client "the field contains the diff subfield").
 """
 
 from __future__ import annotations
@@ -25,11 +36,12 @@ from typing import Any
 from salesforce_emulator.changes import Change, CommittedTransaction
 from salesforce_emulator.faults import FaultConfig
 from salesforce_emulator.ids import DUMMY_ID
-from salesforce_emulator.schema import OBJECTS, SObject
+from salesforce_emulator.schema import SObject
 from salesforce_emulator.text_diff import corrupted, diff_or_value
 from salesforce_emulator.values import to_event
 
 CHANNEL = "/data/ChangeEvents"
+PUBSUB_ONLY_HEADER_FIELDS = ("nulledFields", "diffFields")  # never in a CometD event's header
 
 
 def _payload(obj: SObject, values: dict[str, Any]) -> tuple[dict[str, Any], list[str], list[str]]:
@@ -37,14 +49,14 @@ def _payload(obj: SObject, values: dict[str, Any]) -> tuple[dict[str, Any], list
     body: dict[str, Any] = {}
     changed: list[str] = []
     nulled: list[str] = []
-    as_record = {f.compound for f in obj.fields if f.compound and f.name in values}
+    as_record = {f.part_of for f in obj.fields if f.part_of and f.name in values}
     for fld in obj.fields:
         if fld.name not in values or not fld.stored or fld.name in as_record:
             continue  # a person account's Name travels as its components (the union's record), never as text
         value = to_event(fld.type, values[fld.name])
-        if fld.compound:
-            body.setdefault(fld.compound, {})[fld.key or fld.name] = value
-            name = f"{fld.compound}.{fld.key or fld.name}"
+        if fld.part_of:
+            body.setdefault(fld.part_of, {})[fld.key or fld.name] = value
+            name = f"{fld.part_of}.{fld.key or fld.name}"
         else:
             body[fld.name] = value
             name = fld.name
@@ -91,7 +103,7 @@ def change_event(
     faults: FaultConfig | None = None,
     rng: random.Random | None = None,
 ) -> dict[str, Any]:
-    obj = OBJECTS[change.entity]
+    obj = txn.objects[change.entity]
     header = _header(txn, change.entity, list(change.record_ids), change.change_type, sequence)
     body: dict[str, Any] = {}
     if change.change_type != "DELETE":
@@ -125,15 +137,15 @@ def _send_diffs(
 def gap_event(txn: CommittedTransaction, change: Change, sequence: int, overflow: bool = False) -> dict[str, Any]:
     kind = "GAP_OVERFLOW" if overflow else f"GAP_{change.change_type}"
     record_ids = [DUMMY_ID] if overflow else list(change.record_ids)
-    obj = OBJECTS[change.entity]
+    obj = txn.objects[change.entity]
     return _envelope(obj, _header(txn, change.entity, record_ids, kind, sequence), {}, change.replay_id)
 
 
 def build_events(
     txn: CommittedTransaction, enabled: Callable[[str], bool], faults: FaultConfig, rng: random.Random
-) -> list[str]:
-    """The JSON lines this transaction publishes, in order."""
-    lines: list[str] = []
+) -> list[dict[str, Any]]:
+    """The events this transaction publishes, in order, whole (``event_line``, ``cometd_line``)."""
+    events: list[dict[str, Any]] = []
     record_changes = 0
     overflowed: set[str] = set()
     for sequence, change in enumerate(txn.changes, start=1):
@@ -143,15 +155,24 @@ def build_events(
         if record_changes > faults.overflow_threshold:
             if change.entity not in overflowed:
                 overflowed.add(change.entity)
-                lines.append(_dumps(gap_event(txn, change, sequence, overflow=True)))
+                events.append(gap_event(txn, change, sequence, overflow=True))
             continue
-        line = _dumps(change_event(txn, change, sequence, faults, rng))
-        too_big = faults.gap_over_bytes is not None and len(line.encode()) > faults.gap_over_bytes
+        event = change_event(txn, change, sequence, faults, rng)
+        too_big = faults.gap_over_bytes is not None and len(event_line(event).encode()) > faults.gap_over_bytes
         if too_big or (faults.gap_fraction and rng.random() < faults.gap_fraction):
-            line = _dumps(gap_event(txn, change, sequence))
-        lines.append(line)
-    return lines
+            event = gap_event(txn, change, sequence)
+        events.append(event)
+    return events
 
 
-def _dumps(event: dict[str, Any]) -> str:
+def event_line(event: dict[str, Any]) -> str:
+    """The whole event as one JSON line (every header field): the form the Pub/Sub API server encodes."""
     return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
+
+
+def cometd_line(event: dict[str, Any]) -> str:
+    """The event as the Streaming API (CometD) delivers it: no ``nulledFields``, no ``diffFields`` in its header."""
+    payload = event["data"]["payload"]
+    header = {k: v for k, v in payload["ChangeEventHeader"].items() if k not in PUBSUB_ONLY_HEADER_FIELDS}
+    data = {**event["data"], "payload": {**payload, "ChangeEventHeader": header}}
+    return event_line({**event, "data": data})

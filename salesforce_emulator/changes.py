@@ -13,14 +13,14 @@ one Change naming all of them, as Salesforce does; deletes in one call are one C
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator import ids
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
-from salesforce_emulator.schema import READ_ONLY, SObject, get_object
+from salesforce_emulator.schema import OBJECTS, READ_ONLY, SObject, get_object
 from salesforce_emulator.values import InvalidFieldValue, iso_to_ms, ms_to_iso, to_storage
 
 if TYPE_CHECKING:
@@ -49,10 +49,14 @@ class CommittedTransaction:
     user_id: str
     origin: str
     changes: list[Change]
+    # The org's objects by name, as they were when it committed (an org without person accounts has an Account of
+    # its own): what its change events are built from.
+    objects: Mapping[str, SObject] = field(default_factory=lambda: OBJECTS)
 
 
-def resolve_object(name: str) -> SObject:
-    obj = get_object(name)
+def resolve_object(name: str, find: Callable[[str], SObject | None] = get_object) -> SObject:
+    """The object `name` (case-insensitive) as `find` knows it, or Salesforce's NOT_FOUND error."""
+    obj = find(name)
     if obj is None:
         raise ApiError(
             404, "NOT_FOUND", f"The requested resource does not exist: sObject type '{name}' is not supported."
@@ -146,7 +150,7 @@ class Transaction:
 
     # -- writes -------------------------------------------------------------------------------------
     def create(self, entity: str, values: dict[str, Any]) -> str:
-        obj = resolve_object(entity)
+        obj = self.store.resolve(entity)
         given = normalize_values(obj, values)
         sequence = self.store.next_sequence(obj.name)
         record_id = ids.make_id(obj.key_prefix, sequence)
@@ -183,7 +187,7 @@ class Transaction:
     def update_many(self, entity: str, record_ids: list[str], values: dict[str, Any]) -> None:
         """Apply the same field values to several records; consecutive records whose resulting change is
         identical share one event (Salesforce merges them into one event naming several recordIds)."""
-        obj = resolve_object(entity)
+        obj = self.store.resolve(entity)
         given = normalize_values(obj, values)
         for record_id in record_ids:
             row = self._live_row(obj, record_id)
@@ -228,7 +232,7 @@ class Transaction:
             self.changes.append(change)
 
     def delete(self, entity: str, record_ids: list[str]) -> None:
-        obj = resolve_object(entity)
+        obj = self.store.resolve(entity)
         if not obj.deletable:
             raise ApiError(400, "DELETE_FAILED", f"{obj.name} records cannot be deleted")
         for record_id in record_ids:
@@ -238,7 +242,7 @@ class Transaction:
             self._record(Change(obj.name, "DELETE", [row["Id"]]))
 
     def undelete(self, entity: str, record_ids: list[str]) -> None:
-        obj = resolve_object(entity)
+        obj = self.store.resolve(entity)
         for record_id in record_ids:
             row = self.store.get_row(obj.name, normalize_id(record_id))
             if row is None:
@@ -259,7 +263,7 @@ class Transaction:
 
     def purge(self, entity: str, record_ids: list[str]) -> None:
         """Empty the recycle bin for these records: a hard delete, which sends no change event."""
-        obj = resolve_object(entity)
+        obj = self.store.resolve(entity)
         for record_id in record_ids:
             row = self.store.get_row(obj.name, normalize_id(record_id))
             if row is None or not row["IsDeleted"]:

@@ -31,6 +31,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA_DIR, help="org store, TLS files, bulk results")
     parser.add_argument("--landing-dir", type=Path, default=DEFAULT_LANDING_DIR, help="where CDC files land")
+    parser.add_argument(
+        "--no-person-accounts",
+        dest="person_accounts",
+        action="store_const",
+        const=False,
+        default=None,
+        help="build a new org without Person Accounts (Account.Name plain text; an existing org keeps its kind)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -105,6 +113,7 @@ def serve(args: argparse.Namespace) -> int:
         roll_seconds=args.roll_seconds,
         pubsub=pubsub,
         pubsub_port=args.pubsub_port or 0,
+        person_accounts=args.person_accounts,
     )
     emu.start()
     info = args.data_dir / "serve.json"
@@ -163,7 +172,7 @@ def generate(args: argparse.Namespace) -> int:
         print(f"generating through the REST API of {instance_url}")
         stats = _drive(Workload(sf, seed=args.seed, long_text=args.long_text), args)
     else:
-        with Emulator(args.data_dir, landing_dir=args.landing_dir) as emu:
+        with Emulator(args.data_dir, landing_dir=args.landing_dir, person_accounts=args.person_accounts) as emu:
             print(f"generating straight into {args.data_dir} (events to {args.landing_dir})")
             stats = _drive(Workload(emu, seed=args.seed, long_text=args.long_text), args)
     print(json.dumps({**stats, "seconds": round(time.monotonic() - started, 1)}, indent=1))

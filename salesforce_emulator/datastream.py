@@ -23,10 +23,10 @@ import random
 import uuid
 from typing import Any
 
-from salesforce_emulator.cdc import build_events
+from salesforce_emulator.cdc import build_events, cometd_line
 from salesforce_emulator.changes import CommittedTransaction
 from salesforce_emulator.faults import FaultConfig
-from salesforce_emulator.schema import SObject, get_object
+from salesforce_emulator.schema import SObject
 from salesforce_emulator.store import Store
 from salesforce_emulator.values import to_event
 
@@ -86,8 +86,7 @@ def backfill_lines(store: Store, objects: list[str], rng: random.Random, read_ms
     read_ms = read_ms or int(dt.datetime.now(dt.UTC).timestamp() * 1000)
     lines = []
     for name in objects:
-        obj = get_object(name)
-        assert obj is not None, name
+        obj = store.resolve(name)
         for row in store.select(f'SELECT * FROM "{obj.name}" ORDER BY Id'):
             lines.append(
                 datastream_line(
@@ -123,7 +122,8 @@ class MixedLanding:
         if both or draw >= 1 - self.datastream_share:
             self.datastream += self._images(txn)
         if both or draw < 1 - self.datastream_share:
-            self.cometd += build_events(txn, lambda entity: entity in self.objects, self.faults, self.rng)
+            events = build_events(txn, lambda entity: entity in self.objects, self.faults, self.rng)
+            self.cometd += [cometd_line(e) for e in events]
 
     def _images(self, txn: CommittedTransaction) -> list[str]:
         """The state after `txn` of every record it touched (read inside the commit: nothing newer exists yet)."""
@@ -133,7 +133,7 @@ class MixedLanding:
         for change in txn.changes:
             if change.entity not in self.objects:
                 continue
-            obj = get_object(change.entity)
+            obj = self.store.resolve(change.entity)
             for record_id in change.record_ids:
                 row = self.store.get_row(obj.name, record_id)
                 if row is None or (obj.name, record_id) in seen:  # purged: no row left to read

@@ -9,7 +9,11 @@ kept in ``events.sqlite``; without a ``landing_dir`` it then writes no landing f
 The store exists as soon as the object does (a workload can build the org before ``start()``); ``start()`` binds
 127.0.0.1 and serves HTTPS from a background thread; ``stop()`` publishes pending events and closes everything.
 ``custom_objects=N`` gives the org N generated custom objects ``Thing_001__c`` .. (``custom_objects.py``: describe,
-SOQL, REST, Bulk and CDC like any object; a restart keeps them). Off by default.
+SOQL, REST, Bulk and CDC like any object; a restart keeps them). Off by default. ``person_accounts=False`` builds
+an org without Person Accounts (Account as such an org describes it, ``schema.BUSINESS_ACCOUNT``); the default
+(``None``) is the kind the org was built with, a new one with them. ``org_number`` makes the org id
+(``tenant_id``, userinfo's ``organization_id``): ``00D`` plus that number, so two emulators can be two orgs (or a
+refreshed sandbox: the same data under a new id).
 Everything durable lives in ``data_dir`` (``org.sqlite``, ``tls/``, ``bulk/``), so a new Emulator on the same
 directory is a restart of the same org.
 """
@@ -65,6 +69,8 @@ class Emulator:
         name_order: str = "western",
         keep_states: bool = False,
         custom_objects: int = 0,
+        person_accounts: bool | None = None,
+        org_number: int = 1,
     ):
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -72,7 +78,11 @@ class Emulator:
         self.host, self.port, self.token = host, port, token
         self.faults = faults or FaultConfig()
         self.store = Store(
-            self.data_dir / "org.sqlite", name_order, keep_states=keep_states, custom_objects=custom_objects
+            self.data_dir / "org.sqlite",
+            name_order,
+            keep_states=keep_states,
+            custom_objects=custom_objects,
+            person_accounts=person_accounts,
         )
         self.publisher: CdcPublisher | None = None
         self.events = EventLog(self.data_dir / "events.sqlite", retention_seconds) if pubsub else None
@@ -86,7 +96,7 @@ class Emulator:
                 events=self.events,
             )
             self.store.add_listener(self.publisher)
-        self.tenant_id = ids.make_id("00D", 1)
+        self.tenant_id = ids.make_id("00D", org_number)  # the org id (userinfo organization_id, Pub/Sub tenantid)
         self.pubsub_port, self.keepalive_seconds = pubsub_port, keepalive_seconds
         self._pubsub: PubSubServer | None = None
         self._tls = ensure_tls(self.data_dir / "tls")
@@ -127,6 +137,7 @@ class Emulator:
                 self.keepalive_seconds,
                 self.instance_url,
                 faults=lambda: self.faults,
+                objects=self.store.objects,
             )
             self._pubsub = PubSubServer(servicer, self._tls, self.host, self.pubsub_port).start()
             self.pubsub_port = self._pubsub.port

@@ -1,5 +1,6 @@
 """The CDC publisher: a store listener that writes each committed transaction's events to the landing zone
-and/or appends them to the event bus the Pub/Sub API server reads (``event_log.py``): the same lines, built once.
+and/or appends them to the event bus the Pub/Sub API server reads (``event_log.py``): the same events, built once,
+landed as the Streaming API (CometD) delivers them and kept whole for the Pub/Sub API (``cdc.cometd_line``).
 
 It runs inside the store's commit (the store lock is held), so files receive events in commit order. CDC is
 enabled per object (``None`` means every object); changes to other objects still take part in sequence numbering
@@ -12,7 +13,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from salesforce_emulator.cdc import build_events
+from salesforce_emulator.cdc import build_events, cometd_line, event_line
 from salesforce_emulator.changes import CommittedTransaction
 from salesforce_emulator.event_log import EventLog
 from salesforce_emulator.faults import FaultConfig
@@ -66,9 +67,10 @@ class CdcPublisher:
                 self.rng.seed(faults.seed)
 
     def __call__(self, txn: CommittedTransaction) -> None:
-        lines = build_events(txn, self.is_enabled, self.faults, self.rng)
-        self.counts["events"] += len(lines)
-        self.counts["transactions"] += 1 if lines else 0
-        self.writer.write(lines, txn.commit_ts)
+        events = build_events(txn, self.is_enabled, self.faults, self.rng)
+        self.counts["events"] += len(events)
+        self.counts["transactions"] += 1 if events else 0
+        if self.writer.enabled:
+            self.writer.write([cometd_line(e) for e in events], txn.commit_ts)
         if self.events is not None:
-            self.events.append(lines, txn.commit_ts)
+            self.events.append([event_line(e) for e in events], txn.commit_ts)

@@ -16,7 +16,8 @@ Considerations"; the decoders of ``forcedotcom/pub-sub-api``):
   referring to it by its full name (``BillingAddress`` and ``ShippingAddress`` are both ``Address``), placed where
   its first component is;
 - ``Account.Name`` of a person-account org is the union ``["null", "string", Switchable_PersonName]``
-  (``Data:Switchable_PersonName``): the text of a business account or the record of a person account's name;
+  (``Data:Switchable_PersonName``): the text of a business account or the record of a person account's name; in
+  an org without person accounts it has no parts, and is text like any other field;
 - every field is present in every event: an UPDATE's unchanged fields are null, and ``changedFields`` /
   ``nulledFields`` / ``diffFields`` become bitmaps (``cdc_subscriber.bitmap``);
 - a long text sent as a diff (CometD ``{"diff": "<unified diff>"}``) carries the diff text itself in its string
@@ -32,6 +33,7 @@ import functools
 import hashlib
 import io
 import json
+from collections.abc import Iterable
 from typing import Any
 
 import fastavro
@@ -159,18 +161,28 @@ def _compound(obj: SObject, parent_name: str, records: _Records) -> dict[str, An
     return _optional(parent_name, records.get("Switchable_PersonName", components), "Data:PersonName")
 
 
-@functools.cache
-def avro_schema(entity: str) -> dict[str, Any]:
+Entity = str | SObject  # an object, or the name of one of the default org's (``schema.OBJECTS``)
+
+
+def _object(entity: Entity) -> SObject:
+    return OBJECTS[entity] if isinstance(entity, str) else entity
+
+
+def avro_schema(entity: Entity) -> dict[str, Any]:
     """The ``<Entity>ChangeEvent`` Avro schema (JSON form)."""
-    obj = OBJECTS[entity]
-    parents = {f.compound for f in obj.fields if f.compound}
+    return _avro_schema(_object(entity))
+
+
+@functools.cache
+def _avro_schema(obj: SObject) -> dict[str, Any]:
+    parents = {f.part_of for f in obj.fields if f.part_of}
     fields: list[dict[str, Any]] = [{"name": "ChangeEventHeader", "type": HEADER_SCHEMA}]
     placed: set[str] = set()
     records = _Records()
     for fld in obj.fields:
         if fld.name in EVENT_EXCLUDED or not fld.stored:
             continue
-        name = fld.compound or (fld.name if fld.name in parents else None)
+        name = fld.part_of or (fld.name if fld.name in parents else None)
         if name is None:
             fields.append(_optional(fld.name, _avro_type(fld), field_doc(fld)))
         elif name not in placed:
@@ -179,22 +191,27 @@ def avro_schema(entity: str) -> dict[str, Any]:
     return {"type": "record", "name": f"{obj.name}ChangeEvent", "namespace": NAMESPACE, "fields": fields}
 
 
-@functools.cache
-def schema_json(entity: str) -> str:
-    return json.dumps(avro_schema(entity), separators=(",", ":"))
+def schema_json(entity: Entity) -> str:
+    return _schema_json(_object(entity))
 
 
 @functools.cache
-def _parsed(entity: str) -> Any:
-    return fastavro.parse_schema(avro_schema(entity))
+def _schema_json(obj: SObject) -> str:
+    return json.dumps(_avro_schema(obj), separators=(",", ":"))
 
 
-def schema_id(entity: str) -> str:
-    return OBJECTS[entity].schema_id
+@functools.cache
+def _parsed(obj: SObject) -> Any:
+    return fastavro.parse_schema(_avro_schema(obj))
 
 
-def entity_for_schema(schema_id_: str) -> str | None:
-    return next((name for name, obj in OBJECTS.items() if obj.schema_id == schema_id_), None)
+def schema_id(entity: Entity) -> str:
+    return _object(entity).schema_id
+
+
+def entity_for_schema(schema_id_: str, objects: Iterable[SObject] | None = None) -> SObject | None:
+    """The object of `objects` (default: the default org's) whose change events have schema id `schema_id_`."""
+    return next((obj for obj in objects or OBJECTS.values() if obj.schema_id == schema_id_), None)
 
 
 def _to_avro(sf_type: str, value: Any) -> Any:
@@ -231,13 +248,13 @@ def _record(obj: SObject, schema: dict[str, Any], body: dict[str, Any]) -> dict[
     return record
 
 
-def encode_event(event: dict[str, Any]) -> tuple[str, bytes]:
-    """A CometD event (``{"channel", "data": {"schema", "payload", "event"}}``) -> (schema id, Avro payload)."""
+def encode_event(event: dict[str, Any], obj: SObject | None = None) -> tuple[str, bytes]:
+    """A CometD event (``{"channel", "data": {"schema", "payload", "event"}}``) of object `obj` (default: the default
+    org's object the header names) -> (schema id, Avro payload)."""
     payload = event["data"]["payload"]
     header = payload["ChangeEventHeader"]
-    entity = header["entityName"]
-    obj = OBJECTS[entity]
-    schema = avro_schema(entity)
+    obj = obj or OBJECTS[header["entityName"]]
+    schema = _avro_schema(obj)
     body = {k: v for k, v in payload.items() if k != "ChangeEventHeader"}
     record = _record(obj, schema, body)
     record["ChangeEventHeader"] = {
@@ -247,5 +264,5 @@ def encode_event(event: dict[str, Any]) -> tuple[str, bytes]:
         "diffFields": encode_bitmap(header.get("diffFields") or [], schema),
     }
     out = io.BytesIO()
-    fastavro.schemaless_writer(out, _parsed(entity), record)
+    fastavro.schemaless_writer(out, _parsed(obj), record)
     return obj.schema_id, out.getvalue()

@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
 from typing import Any
 
@@ -42,7 +42,7 @@ from cdc_subscriber.proto import pb, services
 from salesforce_emulator.event_log import EventLog
 from salesforce_emulator.pubsub_avro import encode_event, entity_for_schema, schema_id, schema_json
 from salesforce_emulator.pubsub_faults import decode_replay, encode_replay, poisoned, spoil
-from salesforce_emulator.schema import get_object
+from salesforce_emulator.schema import OBJECTS, SObject
 from salesforce_emulator.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,11 @@ class PubSubServicer(services.PubSubServicer):
         keepalive_seconds: float,
         instance_url: str,
         faults: Callable[[], Any] = lambda: None,
+        objects: Iterable[SObject] | None = None,
     ):
         self.events = events
+        # The org's objects (Store.objects; default: the default org's): what its events and schemas are made of.
+        self.objects = {o.name.lower(): o for o in objects or OBJECTS.values()}
         self.faults = faults  # the emulator's FaultConfig now (None: no faults)
         self.token = token
         self.tenant_id = tenant_id
@@ -128,6 +131,9 @@ class PubSubServicer(services.PubSubServicer):
             )
         return token
 
+    def find(self, name: str) -> SObject | None:
+        return self.objects.get(name.lower())
+
     @staticmethod
     def _unauthenticated(context: grpc.ServicerContext, message: str) -> None:
         context.set_trailing_metadata((("error-code", AUTH_ERROR),))
@@ -137,7 +143,7 @@ class PubSubServicer(services.PubSubServicer):
         if topic == ALL_CHANGES:
             return None
         name = topic.removeprefix("/data/").removesuffix("ChangeEvent")
-        obj = get_object(name) if topic.startswith("/data/") and topic.endswith("ChangeEvent") else None
+        obj = self.find(name) if topic.startswith("/data/") and topic.endswith("ChangeEvent") else None
         if obj is None:
             context.abort(
                 grpc.StatusCode.NOT_FOUND,
@@ -170,7 +176,9 @@ class PubSubServicer(services.PubSubServicer):
         return encode_replay(replay_id, bool(faults and faults.opaque_replay_ids))
 
     def _consumer_event(self, replay_id: int, line: str) -> Any:
-        schema, payload = spoil(poisoned(self.faults(), replay_id), *encode_event(json.loads(line)))
+        event = json.loads(line)
+        obj = self.find(event["data"]["payload"]["ChangeEventHeader"]["entityName"])
+        schema, payload = spoil(poisoned(self.faults(), replay_id), *encode_event(event, obj))
         return pb.ConsumerEvent(
             event=pb.ProducerEvent(id=str(replay_id), schema_id=schema, payload=payload),
             replay_id=self._replay_bytes(replay_id),
@@ -180,7 +188,7 @@ class PubSubServicer(services.PubSubServicer):
     def GetTopic(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._authenticate(context)
         entities = self._entities(request.topic_name, context)
-        schema = schema_id(next(iter(entities))) if entities else ""
+        schema = schema_id(self.objects[next(iter(entities)).lower()]) if entities else ""
         return pb.TopicInfo(
             topic_name=request.topic_name,
             tenant_guid=self.tenant_id,
@@ -192,7 +200,7 @@ class PubSubServicer(services.PubSubServicer):
 
     def GetSchema(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._authenticate(context)
-        entity = entity_for_schema(request.schema_id)
+        entity = entity_for_schema(request.schema_id, self.objects.values())
         if entity is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"Schema {request.schema_id!r} not found")
         return pb.SchemaInfo(

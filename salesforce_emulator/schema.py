@@ -13,12 +13,21 @@ Capture"). describe() gives them as Salesforce's REST describe does: ``calculate
 (``related(object, id)``, None for none or a deleted one): a cross-object formula (Contact ``Account_Industry__c``
 = ``TEXT(Account.Industry)``) changes when its parent changes, with no event on the record itself.
 
-The org has Person Accounts enabled (Salesforce Help, "Person Accounts"): Account carries ``IsPersonAccount``,
-the person name components (``Salutation``, ``FirstName``, ``MiddleName``, ``LastName``, ``Suffix``, each with
-``compoundFieldName`` ``Name``) and ``Person*`` fields. ``Account.Name`` stays a stored, writable field: a business
-account sets it, a person account's is derived from the components (``person_name``) and read-only, as REST and
-Bulk return it. Its CDC value is therefore a union: a string for a business account, the ``Switchable_PersonName``
-record for a person account. Contact has a custom ``time`` field (``Best_Time_To_Call__c``).
+An org has Person Accounts enabled (Salesforce Help, "Person Accounts"), or not (``org_objects``):
+
+- with them (``ACCOUNT``, the default), Account carries ``IsPersonAccount``, the person name components
+  (``Salutation``, ``FirstName``, ``MiddleName``, ``LastName``, ``Suffix``, each with ``compoundFieldName``
+  ``Name``) and ``Person*`` fields. ``Account.Name`` stays a stored, writable field: a business account sets it, a
+  person account's is derived from the components (``person_name``) and read-only, as REST and Bulk return it. Its
+  CDC value is therefore a union: a string for a business account, the ``Switchable_PersonName`` record for a
+  person account;
+- without them (``BUSINESS_ACCOUNT``), Account has no name parts and no ``Person*`` fields, and its ``Name`` is, as a
+  real org's describe() gives it, its own compound parent: ``"compoundFieldName": "Name"``, ``"extraTypeInfo":
+  "switchablepersonname"``, createable and updateable (the describe of Account in CumulusCI's recorded cassette
+  ``cumulusci/tests/shared_cassettes/GET_sobjects_Account_describe.yaml``, SFDO-Tooling/CumulusCI). It is plain text
+  everywhere, in change events too.
+
+Contact has a custom ``time`` field (``Best_Time_To_Call__c``).
 """
 
 from __future__ import annotations
@@ -56,6 +65,13 @@ class Field:
     formula: str | None = None  # calculatedFormula: the formula text of a calculated field (described, not parsed)
     reference_to: tuple[str, ...] = ()  # a lookup's target objects (describe's referenceTo)
     picklist: tuple[str, ...] = ()  # a picklist's values (describe's picklistValues)
+    extra_type: str | None = None  # describe's extraTypeInfo (switchablepersonname, plaintextarea, imageurl, ...)
+
+    @property
+    def part_of(self) -> str | None:
+        """The compound parent this field is a part of: its ``compoundFieldName``, unless that names the field
+        itself (a business-only org's ``Account.Name``: a field of its own, plain text)."""
+        return self.compound if self.compound != self.name else None
 
     @property
     def stored(self) -> bool:
@@ -72,6 +88,7 @@ class Field:
             "type": self.type,
             "nillable": self.nillable,
             "compoundFieldName": self.compound,
+            "extraTypeInfo": self.extra_type,
             "calculated": self.calculated,
             "calculatedFormula": self.formula,
             "formulaTreatNullNumberAsZero": False,
@@ -143,7 +160,7 @@ class SObject:
         return self.by_lower.get(name.lower())  # type: ignore[attr-defined]
 
     def components(self, parent: str) -> list[Field]:
-        return [f for f in self.fields if f.compound == parent]
+        return [f for f in self.fields if f.part_of == parent]
 
     @functools.cached_property
     def schema_id(self) -> str:
@@ -273,50 +290,72 @@ def _follow_up_date(row: dict[str, Any], related: Related) -> str | None:
     return None if not close else (datetime.date.fromisoformat(close) + datetime.timedelta(days=7)).isoformat()
 
 
-ACCOUNT = SObject(
-    "Account",
-    "001",
-    id_field()
-    + deleted_field()
-    + (Field("Name", "string", nillable=False, length=255),)
-    + _person_account_name()
-    + (
-        Field("IsPersonAccount", "boolean", nillable=False, default=0),
-        Field("PersonEmail", "email", length=80),
-        Field("PersonBirthdate", "date"),
-        Field("Type", "picklist", length=255),
-        Field("Industry", "picklist", length=255),
-        Field("AnnualRevenue", "currency"),
-        Field("NumberOfEmployees", "int"),
-        Field("Rating", "picklist", length=255),
-        Field("Phone", "phone", length=40),
-        Field("Website", "url", length=255),
-        Field("Description", "textarea", length=32000),
+def _account(person_accounts: bool) -> SObject:
+    """Account of an org with Person Accounts enabled, or of one without (see the module docstring)."""
+    if person_accounts:
+        name: tuple[Field, ...] = (
+            Field("Name", "string", nillable=False, length=255),
+            *_person_account_name(),
+            Field("IsPersonAccount", "boolean", nillable=False, default=0),
+            Field("PersonEmail", "email", length=80),
+            Field("PersonBirthdate", "date"),
+        )
+    else:
+        name = (
+            Field(
+                "Name",
+                "string",
+                nillable=False,
+                length=255,
+                compound="Name",
+                extra_type="switchablepersonname",
+                label="Account Name",
+            ),
+        )
+    return SObject(
+        "Account",
+        "001",
+        id_field()
+        + deleted_field()
+        + name
+        + (
+            Field("Type", "picklist", length=255),
+            Field("Industry", "picklist", length=255),
+            Field("AnnualRevenue", "currency"),
+            Field("NumberOfEmployees", "int"),
+            Field("Rating", "picklist", length=255),
+            Field("Phone", "phone", length=40),
+            Field("Website", "url", length=255),
+            Field("Description", "textarea", length=32000),
+        )
+        + _address("Billing", "BillingAddress")
+        + _address("Shipping", "ShippingAddress")
+        + audit_fields()
+        + (
+            Field(
+                "Account_Score__c",
+                "double",
+                calculated=True,
+                updateable=False,
+                formula="ROUND(AnnualRevenue / NumberOfEmployees / 1000, 2)",
+            ),
+            Field(
+                "Revenue_Band__c",
+                "string",
+                length=1300,
+                calculated=True,
+                updateable=False,
+                formula='IF(ISBLANK(AnnualRevenue), null, IF(AnnualRevenue < 1000000, "Small", '
+                'IF(AnnualRevenue < 50000000, "Medium", "Large")))',
+            ),
+        ),
+        formulas={"Account_Score__c": _account_score, "Revenue_Band__c": _revenue_band},
+        derived=_account_derived if person_accounts else None,
     )
-    + _address("Billing", "BillingAddress")
-    + _address("Shipping", "ShippingAddress")
-    + audit_fields()
-    + (
-        Field(
-            "Account_Score__c",
-            "double",
-            calculated=True,
-            updateable=False,
-            formula="ROUND(AnnualRevenue / NumberOfEmployees / 1000, 2)",
-        ),
-        Field(
-            "Revenue_Band__c",
-            "string",
-            length=1300,
-            calculated=True,
-            updateable=False,
-            formula='IF(ISBLANK(AnnualRevenue), null, IF(AnnualRevenue < 1000000, "Small", '
-            'IF(AnnualRevenue < 50000000, "Medium", "Large")))',
-        ),
-    ),
-    formulas={"Account_Score__c": _account_score, "Revenue_Band__c": _revenue_band},
-    derived=_account_derived,
-)
+
+
+ACCOUNT = _account(person_accounts=True)
+BUSINESS_ACCOUNT = _account(person_accounts=False)
 
 CONTACT = SObject(
     "Contact",
@@ -510,6 +549,15 @@ STANDARD_OBJECTS: tuple[SObject, ...] = (
     ACCOUNT_SHARE,
     USER_ROLE,
 )
+
+
+def org_objects(person_accounts: bool) -> tuple[SObject, ...]:
+    """The standard objects of an org with Person Accounts enabled or without."""
+    if person_accounts:
+        return STANDARD_OBJECTS
+    return tuple(BUSINESS_ACCOUNT if o is ACCOUNT else o for o in STANDARD_OBJECTS)
+
+
 # Every object the emulator knows: the standard ones, and the generated custom objects registered so far (an org
 # has tables for the standard ones and for the custom objects it was built with: Store.objects).
 OBJECTS: dict[str, SObject] = {o.name: o for o in STANDARD_OBJECTS}

@@ -11,6 +11,7 @@ silent misreading.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +94,8 @@ def tokenize(text: str) -> list[tuple[str, str]]:
 
 
 class _Parser:
-    def __init__(self, text: str):
+    def __init__(self, text: str, find: Callable[[str], SObject | None]):
+        self.find = find
         self.tokens = tokenize(text)
         self.pos = 0
         self.params: list[Any] = []
@@ -142,7 +144,7 @@ class _Parser:
         names, count_only = self.select_list()
         self.expect("from")
         kind, obj_name = self.take()
-        obj = get_object(obj_name) if kind == "word" else None
+        obj = self.find(obj_name) if kind == "word" else None
         if obj is None:
             raise ApiError(400, "INVALID_TYPE", f"sObject type '{obj_name}' is not supported.")
         self.obj = obj
@@ -329,8 +331,9 @@ def column_sql(fld: Field) -> str:
     raise invalid_field(f"field '{fld.name}' can not be filtered in a query call", [fld.name])
 
 
-def parse(soql: str) -> Query:
-    """Parse a SOQL statement; raises :class:`ApiError` (400) with Salesforce's error code when unsupported."""
+def parse(soql: str, find: Callable[[str], SObject | None] = get_object) -> Query:
+    """Parse a SOQL statement over the objects `find` knows (an org's: ``Store.find``); raises :class:`ApiError`
+    (400) with Salesforce's error code when unsupported."""
     if not soql or not soql.strip():
         raise malformed_query("empty query")
-    return _Parser(soql).parse()
+    return _Parser(soql, find).parse()

@@ -45,10 +45,11 @@ from salesforce_emulator import ids
 from salesforce_emulator.changes import CommittedTransaction, Transaction, resolve_object
 from salesforce_emulator.schema import (
     NAME_ORDERS,
-    STANDARD_OBJECTS,
     Related,
     SObject,
     derived_value,
+    get_object,
+    org_objects,
     register_custom_objects,
 )
 
@@ -68,7 +69,14 @@ def quote(name: str) -> str:
 class Store:
     """A SQLite-backed org. Thread-safe; all writes go through :meth:`transaction`."""
 
-    def __init__(self, path: Path, name_order: str = "western", keep_states: bool = False, custom_objects: int = 0):
+    def __init__(
+        self,
+        path: Path,
+        name_order: str = "western",
+        keep_states: bool = False,
+        custom_objects: int = 0,
+        person_accounts: bool | None = None,
+    ):
         if name_order not in NAME_ORDERS:
             raise ValueError(f"name_order {name_order!r}: use one of {', '.join(NAME_ORDERS)}")
         self.name_order = name_order  # how a person account's Name joins its parts (schema.NAME_ORDERS)
@@ -86,7 +94,10 @@ class Store:
         self._meta: dict[str, int] = dict(self.conn.execute("SELECT key, value FROM _meta").fetchall())
         # Generated custom objects (custom_objects.py): an org built with N keeps them across restarts.
         custom_count = max(custom_objects, self._meta.get("custom_objects", 0))
-        self.objects: list[SObject] = [*STANDARD_OBJECTS, *register_custom_objects(custom_count)]
+        self.person_accounts = self._org_kind(person_accounts)
+        self.objects: list[SObject] = [*org_objects(self.person_accounts), *register_custom_objects(custom_count)]
+        self.by_name: dict[str, SObject] = {o.name: o for o in self.objects}
+        self._by_lower = {o.name.lower(): o for o in self.objects}
         if custom_count != self._meta.get("custom_objects", 0):
             self._meta["custom_objects"] = custom_count
             self.conn.execute("INSERT OR REPLACE INTO _meta (key, value) VALUES ('custom_objects', ?)", (custom_count,))
@@ -108,6 +119,31 @@ class Store:
                 )
 
     # -- schema -------------------------------------------------------------------------------------
+    def _org_kind(self, person_accounts: bool | None) -> bool:
+        """Whether this org has Person Accounts: as it was built (a new org: `person_accounts`, by default yes).
+        The kind is kept across restarts; asking an org for the other kind is an error, not a silent change."""
+        built = self._meta.get("person_accounts")
+        if built is None:
+            kind = True if person_accounts is None else person_accounts
+            self._meta["person_accounts"] = int(kind)
+            self.conn.execute("INSERT OR REPLACE INTO _meta (key, value) VALUES ('person_accounts', ?)", (int(kind),))
+            return kind
+        if person_accounts is not None and person_accounts != bool(built):
+            have = "with" if built else "without"
+            raise ValueError(
+                f"the org in {self.path} was built {have} person accounts; open it with person_accounts="
+                f"{bool(built)} (or None), or build a new org in another data directory"
+            )
+        return bool(built)
+
+    def find(self, name: str) -> SObject | None:
+        """This org's object `name` (case-insensitive), or another object the emulator serves (a big table)."""
+        return self._by_lower.get(name.lower()) or get_object(name)
+
+    def resolve(self, name: str) -> SObject:
+        """This org's object `name`, or Salesforce's NOT_FOUND error."""
+        return resolve_object(name, self.find)
+
     def _create_tables(self) -> None:
         with self.lock:
             self.conn.execute(
@@ -194,6 +230,7 @@ class Store:
             user_id=txn.user_id,
             origin=txn.origin,
             changes=txn.changes,
+            objects=self.by_name,
         )
         for listener in self._listeners:
             listener(committed)
@@ -202,7 +239,7 @@ class Store:
         """The state after `txn` of every record its changes name (inside its SQLite transaction)."""
         rows = []
         for entity, record_id in dict.fromkeys((c.entity, r) for c in txn.changes for r in c.record_ids):
-            obj = resolve_object(entity)
+            obj = self.resolve(entity)
             row = self.conn.execute(f"SELECT * FROM {quote(obj.name)} WHERE Id = ?", (record_id,)).fetchone()
             state = json.dumps(public_row(obj, dict(row), self.related), default=str) if row is not None else None
             rows.append((obj.name, record_id, commit_number, key, txn.commit_ts, state))
@@ -211,7 +248,7 @@ class Store:
     def record_states(self, object_name: str) -> list[dict[str, Any]]:
         """Every stored state of the object's records (``keep_states``), by record then commit order: ``Id``,
         ``commit_number``, ``transaction_key``, ``commit_ts`` (epoch ms) and ``state`` (None: purged)."""
-        obj = resolve_object(object_name)
+        obj = self.resolve(object_name)
         rows = self.select(
             "SELECT record_id, commit_number, transaction_key, commit_ts, state FROM _record_states "
             "WHERE entity = ? ORDER BY record_id, commit_number",
@@ -271,7 +308,7 @@ class Store:
     def snapshot(self, object_name: str) -> list[dict[str, Any]]:
         """Every row of the object, deleted ones included, with IsDeleted, SystemModstamp and formula values;
         booleans as bool, datetimes as ``2025-11-22T08:26:40.000Z``. Ordered by Id."""
-        obj = resolve_object(object_name)
+        obj = self.resolve(object_name)
         rows = self.select(f"SELECT * FROM {quote(obj.name)} ORDER BY Id")
         return [public_row(obj, row, self.related) for row in rows]
 
@@ -280,7 +317,7 @@ class Store:
         return live_row(self.get_row(object_name, record_id) if record_id else None)
 
     def describe(self, object_name: str, api_version: str = "59.0") -> dict[str, Any]:
-        obj = resolve_object(object_name)
+        obj = self.resolve(object_name)
         described = obj.describe()
         described["urls"] = {
             "sobject": f"/services/data/v{api_version}/sobjects/{obj.name}",
@@ -289,12 +326,12 @@ class Store:
         return described
 
     def count(self, object_name: str, include_deleted: bool = False) -> int:
-        obj = resolve_object(object_name)
+        obj = self.resolve(object_name)
         where = "" if include_deleted else " WHERE IsDeleted = 0"
         return self.select(f"SELECT COUNT(*) AS n FROM {quote(obj.name)}{where}")[0]["n"]
 
     def ids(self, object_name: str, include_deleted: bool = False) -> list[str]:
-        obj = resolve_object(object_name)
+        obj = self.resolve(object_name)
         where = "" if include_deleted else " WHERE IsDeleted = 0"
         return [r["Id"] for r in self.select(f"SELECT Id FROM {quote(obj.name)}{where} ORDER BY Id")]
 

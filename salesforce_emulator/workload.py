@@ -10,7 +10,7 @@ lead conversions (a Lead update plus Account, Contact and Opportunity creates in
 transactions. Records are picked with a recency bias (recently created or touched records change more often),
 but old records are picked too. Every choice comes from one seeded ``random.Random``: same seed, same workload.
 
-With ``person_accounts=True`` (the default) a share (``PERSON_ACCOUNT_SHARE``) of new accounts are person accounts
+In an org with person accounts (``person_accounts=None``, the default, asks the org; ``False`` makes none) a share (``PERSON_ACCOUNT_SHARE``) of new accounts are person accounts
 (``IsPersonAccount``, name parts, ``PersonEmail``; their Name is the org's), and an update of a person account
 changes its own fields (``data.PERSON_UPDATABLE``), its name parts too: a rename, whose new Name no event carries. Contacts carry a ``time`` field (``Best_Time_To_Call__c``).
 
@@ -69,7 +69,7 @@ class Workload:
         seed: int = 0,
         large_transaction: tuple[int, int] = (100, 400),
         long_text: bool = False,
-        person_accounts: bool = True,
+        person_accounts: bool | None = None,
         custom_objects: int = 0,
         custom_records: int = 3,
     ):
@@ -85,7 +85,7 @@ class Workload:
         self.rng = random.Random(seed)
         self.large_transaction = large_transaction
         self.long_text = long_text
-        self.person_accounts = person_accounts
+        self.person_accounts = self.backend.person_accounts() if person_accounts is None else person_accounts
         self.live: dict[str, list[str]] = {}
         self.deleted: dict[str, list[str]] = {}
         self.custom = register_custom_objects(custom_objects)

@@ -44,6 +44,9 @@ class Backend(Protocol):
     def value(self, object_name: str, record_id: str, field: str) -> Any:
         """One field's current value (an edit starts from it)."""
 
+    def person_accounts(self) -> bool:
+        """Whether the org has Person Accounts enabled."""
+
 
 def _resolve(fields: dict[str, Any] | None, created: dict[str, str]) -> dict[str, Any]:
     return {k: created[v.name] if isinstance(v, Ref) else v for k, v in (fields or {}).items()}
@@ -76,6 +79,9 @@ class StoreBackend:
     def value(self, object_name: str, record_id: str, field: str) -> Any:
         row = self.store.get_row(object_name, record_id)
         return row[field] if row else None
+
+    def person_accounts(self) -> bool:
+        return self.store.person_accounts
 
 
 class RestBackend:
@@ -189,6 +195,11 @@ class RestBackend:
 
     def value(self, object_name: str, record_id: str, field: str) -> Any:
         return getattr(self.sf, object_name).get(record_id)[field]
+
+    def person_accounts(self) -> bool:
+        # An org with Person Accounts enabled describes Account with IsPersonAccount (Salesforce Help, "Person
+        # Accounts"); one without has no such field.
+        return any(f["name"] == "IsPersonAccount" for f in self.sf.Account.describe()["fields"])
 
 
 def object_of(record_id: str) -> str:

@@ -12,8 +12,10 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
   text is the column's value (a business account), an object its components (a person account). A person
   account's `Name` is never derived here: the org formats it from the parts by a locale-dependent rule and events
   never carry it, so the fold makes such a record dirty and the reconcile fetches it (spark_ops/fold.py);
-- `diffFields` names are kept (`diff_fields`, mapped likewise): their values are still the `{"diff": ...}` JSON
-  text, resolved against the stored value at apply time (cdc_assets/unified_diff.py);
+- a long text sent as a diff is kept as its `{"diff": ...}` JSON text and named in `diff_fields` (mapped likewise),
+  resolved against the stored value at apply time (cdc_assets/unified_diff.py). The Pub/Sub API names such fields in the
+  header's `diffFields`; the Streaming API (CometD) sends no `diffFields` (nor `nulledFields`: a nulled field is an
+  explicit null there), so a value is also a diff by its shape: an object with a `diff` member (`_DIFF_SHAPED`);
 - every value of a replicated object is checked strictly against its describe() type (`true`/`false` for a
   boolean, `YYYY-MM-DD` for a date, an ISO-8601 instant with its zone for a datetime, ...: Spark's lenient casts
   would take `"yes"` as true or cut a datetime to a date). A value that does not fit quarantines the line with a
@@ -136,6 +138,26 @@ def millis_sql(millis: str) -> str:
     return f"CASE WHEN {millis} BETWEEN {EARLIEST_MS} AND {LATEST_MS} THEN timestamp_millis({millis}) END"
 
 
+# A long text field sent as a diff is `"<Field>": {"diff": "<unified diff>"}` in a CometD event (Change Data Capture
+# Developer Guide, "Data Differences in Event Fields"), which names it in no header field. The payload map holds an
+# object's JSON text, re-serialized (`{"diff":"..."}`), exactly as it holds a text value with those characters:
+# only the line itself tells them apart, so a value that opens like a diff object is looked up in the line (rare:
+# only such values pay for it), where an object has a `diff` member and a string has none.
+_DIFF_OPENING = '{"diff":'
+
+
+def _diff_member(raw: str, prefix: str) -> str:
+    return f"get_json_object({raw}, concat({literal(prefix)}, k, '.diff'))"
+
+
+_DIFF_SHAPED = (
+    f"coalesce(filter(map_keys(_body), k -> k != {literal(HEADER)} "
+    f"AND startswith(element_at(_body, k), {literal(_DIFF_OPENING)}) "
+    f"AND coalesce({_diff_member('raw', '$.data.payload.')}, {_diff_member('raw', '$.payload.')}) IS NOT NULL), "
+    f"{_NO_STRINGS})"
+)
+
+
 # Decode the JSON envelope and header of each line; bad JSON leaves nulls for the quarantine reason. The line is
 # parsed once into the envelope with the payload already a map of raw JSON values (Spark's JSON reader keeps each
 # value's text, an object's re-serialized), and only the header's own text once more into its struct. A line whose
@@ -177,7 +199,7 @@ decoded AS (
          {millis_sql("_header.commitTimestamp")} AS commit_ts,
          coalesce(_header.commitNumber, 0) AS commit_number, _header.commitUser AS commit_user,
          coalesce(_header.nulledFields, {_NO_STRINGS}) AS _nulled,
-         coalesce(_header.diffFields, {_NO_STRINGS}) AS _diffs,
+         array_union(coalesce(_header.diffFields, {_NO_STRINGS}), {_DIFF_SHAPED}) AS _diffs,
          map_filter(_body, (k, v) -> k != {literal(HEADER)}) AS _fields_raw
   FROM header
 )"""

@@ -18,9 +18,12 @@ def event(
     nulled: list[str] | None = None,
     diffs: list[str] | None = None,
     replay: int | None = None,
+    cometd: bool = False,
     **fields,
 ) -> str:
-    """One change event; `replay` (the replay id) defaults to the next of a process-wide counter."""
+    """One change event; `replay` (the replay id) defaults to the next of a process-wide counter. `cometd`: as the
+    Streaming API delivers it, without `nulledFields` and `diffFields` (nulls explicit, diffs known by their
+    `{"diff": ...}` shape)."""
     n = next(_replay) if replay is None else replay
     header = {
         "entityName": entity,
@@ -35,6 +38,8 @@ def event(
         "diffFields": diffs or [],
         "changedFields": list(fields),
     }
+    if cometd:
+        del header["nulledFields"], header["diffFields"]
     return json.dumps(
         {
             "channel": "/data/ChangeEvents",

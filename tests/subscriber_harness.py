@@ -14,6 +14,7 @@ from typing import Any
 from cdc_subscriber.service import Subscriber, SubscriberConfig
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
+from salesforce_emulator.cdc import PUBSUB_ONLY_HEADER_FIELDS
 
 
 class RunningSubscriber:
@@ -67,6 +68,17 @@ def resource(emu: Emulator, **overrides: Any) -> SalesforceResource:
     return SalesforceResource(
         **({"instance_url": emu.instance_url, "access_token": emu.token, "ca_bundle": emu.ca_file} | overrides)
     )
+
+
+def as_cometd(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Events as the Streaming API (CometD) delivers them, as the emulator's own writer lands them: the subscriber
+    keeps the Pub/Sub API's `nulledFields` and `diffFields`, which a CometD header never has."""
+    out = []
+    for event in events:
+        payload = event["data"]["payload"]
+        header = {k: v for k, v in payload["ChangeEventHeader"].items() if k not in PUBSUB_ONLY_HEADER_FIELDS}
+        out.append({**event, "data": {**event["data"], "payload": {**payload, "ChangeEventHeader": header}}})
+    return out
 
 
 def landed(root: Path) -> list[dict[str, Any]]:

@@ -37,29 +37,35 @@ def row(schema, **values):
     return {**{f.name: None for f in schema.spark_schema().fields}, "_sf_deleted": False, "_sf_source": "cdc", **values}
 
 
-def diff_update(record_id: str, at: int, old: str, new: str, diff: str | None = None, **fields) -> str:
+def diff_update(
+    record_id: str, at: int, old: str, new: str, diff: str | None = None, cometd: bool = False, **fields
+) -> str:
+    """An UPDATE carrying Description as a diff: named in diffFields (Pub/Sub API), or not (`cometd`: the Streaming
+    API sends no diffFields, the value's shape says it)."""
     return event(
         "Account",
         "UPDATE",
         [record_id],
         at,
-        diffs=["Description"],
+        diffs=None if cometd else ["Description"],
+        cometd=cometd,
         Description={"diff": diff or unified_diff(old, new)},
         **fields,
     )
 
 
 def test_diffs_resolve_against_stored_and_batch_values_or_make_the_record_dirty(spark, account, caplog):
+    """Diffs named by diffFields (Pub/Sub API) and diffs known by their shape alone (CometD) alike."""
     a_stored, a_created, a_unknown, a_dirty, a_stale, a_corrupt, a_null = IDS
     lines = [
         diff_update(a_stored, T0 + 1000, V0, V1),
-        diff_update(a_stored, T0 + 2000, V1, V2),  # chained on the value just resolved
+        diff_update(a_stored, T0 + 2000, V1, V2, cometd=True),  # chained on the value just resolved; CometD
         event("Account", "CREATE", [a_created], T0 + 1000, Name="New", Description=V0),
-        diff_update(a_created, T0 + 2000, V0, V1),  # base set by a CREATE in the batch
+        diff_update(a_created, T0 + 2000, V0, V1, cometd=True),  # base set by a CREATE in the batch
         diff_update(a_unknown, T0 + 1000, V0, V1),  # never seen: no base
         diff_update(a_dirty, T0 + 1000, V0, V1),  # dirty: skipped, left for reconcile
         diff_update(a_stale, T0 - 5000, V0, V1),  # before the snapshot row: superseded
-        diff_update(a_corrupt, T0 + 1000, V0, V1, diff=corrupted(V0, V1, "hash")),
+        diff_update(a_corrupt, T0 + 1000, V0, V1, diff=corrupted(V0, V1, "hash"), cometd=True),
         event("Account", "UPDATE", [a_corrupt], T0 + 2000, Name="after the bad diff"),
         diff_update(a_null, T0 + 1000, V0, V1),  # stored value is null
     ]

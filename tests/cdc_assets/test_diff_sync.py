@@ -7,6 +7,7 @@ from org_compare import differences
 from test_sync import assert_equal_to_org, catch_up, make_platform, run_sensor_requests
 
 from salesforce_emulator import Emulator, FaultConfig
+from salesforce_emulator.testing import body, header, read_landed_events
 from salesforce_emulator.workload import Workload
 
 OBJECTS = ["Account", "Opportunity"]
@@ -65,3 +66,23 @@ def test_descriptions_sent_as_diffs_equal_the_org_and_corrupt_ones_are_reconcile
     catch_up(platform, org)
     assert total(platform, "diffs_applied") > 0 and total(platform, "diffs_unresolved") == 0
     assert_equal_to_org(platform, org, OBJECTS)
+
+
+def test_a_long_text_edit_landed_over_cometd_without_diff_fields_gives_the_orgs_text(tmp_path, org):
+    """The emulator lands what the Streaming API sends: a long text edit as `{"diff": ...}` and no diffFields in the
+    header. The replica holds the org's text, not the diff's JSON, with nothing left to reconcile."""
+    long = "\r\n".join(f"Line {i}: renewal pricing call — café" for i in range(60))
+    with org.store.transaction() as txn:
+        account = txn.create("Account", {"Name": "Acme", "Description": long})
+    platform = make_platform(tmp_path, org, objects=["Account"])
+    platform.run()  # initial load
+    with org.store.transaction() as txn:
+        txn.update("Account", account, {"Description": long.replace("Line 7:", "L7:"), "Rating": "Hot"})
+    org.flush_cdc()
+    [update] = [e for e in read_landed_events(org.landing_dir) if header(e)["changeType"] == "UPDATE"]
+    assert set(body(update)["Description"]) == {"diff"} and "diffFields" not in header(update)
+    catch_up(platform, org)
+    meta = platform.materialization_of("Account")
+    assert (meta["diffs_applied"], meta["diffs_unresolved"], meta["dirty_records"]) == (1, 0, 0)
+    assert platform.rows("Account")[account]["Description"] == org.store.get_row("Account", account)["Description"]
+    assert_equal_to_org(platform, org, ["Account"])

@@ -97,3 +97,27 @@ def test_person_accounts_created_and_renamed_equal_the_org_after_the_reconcile(t
     rows = platform.rows("Account")
     assert rows[ada]["Name"] == org.store.get_row("Account", ada)["Name"] == "King Ada Byron"
     assert all(rows[r]["Name"] == org.store.get_row("Account", r)["Name"] for r in renames)
+
+
+def test_accounts_created_and_renamed_without_person_accounts_equal_the_org_with_no_reconcile(tmp_path):
+    """An org without person accounts describes Account.Name as its own compound parent: plain text. Creates and
+    renames apply as they come: nothing to fetch, nothing dirty, no reconcile run, and the replica equals the org."""
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing", person_accounts=False) as org:
+        workload = Workload(org, seed=21)
+        workload.build_org(accounts=10)
+        platform = make_platform(tmp_path, org)
+        platform.run()  # initial load
+        with org.store.transaction() as txn:
+            acme = txn.create("Account", {"Name": "Acme"})
+        for name in ("Acme Corp", "Acme Holdings"):
+            with org.store.transaction() as txn:
+                txn.update("Account", acme, {"Name": name})
+        with org.store.transaction() as txn:
+            txn.update("Account", acme, {"Phone": "555-0100"})
+        workload.run(changes=60)
+        meta = catch_up(platform, org)
+        row = platform.rows("Account")[acme]
+        assert (row["Name"], row["Phone"], row["_sf_dirty_since"]) == ("Acme Holdings", "555-0100", None)
+        assert (meta["names_to_fetch"], meta["dirty_records"], meta["dirty_skipped"]) == (0, 0, 0) and adds_up(meta)
+        assert reconcile(platform) == []
+        assert differences(org, "Account", platform.rows("Account"), limit=0) == []

@@ -11,8 +11,10 @@ from simple_salesforce import SalesforceMalformedRequest
 from cdc_subscriber.decode import EventDecoder
 from cdc_subscriber.proto import int_to_replay, pb
 from salesforce_emulator import Emulator, FaultConfig
-from salesforce_emulator.pubsub_avro import avro_schema, encode_event, entity_for_schema, schema_json
+from salesforce_emulator.client import simple_salesforce_client
+from salesforce_emulator.pubsub_avro import avro_schema, encode_event, entity_for_schema, schema_id, schema_json
 from salesforce_emulator.store import Store
+from salesforce_emulator.testing import header
 from salesforce_emulator.workload import Workload
 
 
@@ -117,3 +119,44 @@ def test_an_eastern_order_org_puts_a_persons_last_name_first_and_renames_follow(
     assert store.get_row("Account", person)["Name"] == "King Ada Byron"
     with pytest.raises(ValueError, match="name_order"):
         Store(tmp_path / "other.sqlite", name_order="alphabetical")
+
+
+def test_an_org_without_person_accounts_describes_sends_and_encodes_account_name_as_its_own_text(
+    tmp_path, landed_events
+):
+    """`person_accounts=False`: Account as a real org without person accounts describes it (Name its own compound
+    parent, `extraTypeInfo` switchablepersonname, createable; no name parts, no Person* fields), Name plain text in
+    REST, SOQL, change events and the Pub/Sub schema; the org keeps its kind across restarts."""
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "landing", pubsub=True, person_accounts=False) as emu:
+        sf = simple_salesforce_client(emu)
+        fields = {f["name"]: f for f in sf.Account.describe()["fields"]}
+        name = fields["Name"]
+        assert (name["compoundFieldName"], name["extraTypeInfo"], name["createable"], name["updateable"]) == (
+            "Name",
+            "switchablepersonname",
+            True,
+            True,
+        )
+        assert (name["type"], name["length"], name["nillable"], name["label"]) == ("string", 255, False, "Account Name")
+        assert not [f for f in fields if f in {"FirstName", "LastName", "IsPersonAccount"} or f.startswith("Person")]
+        acme = sf.Account.create({"Name": "Acme"})["id"]
+        sf.Account.update(acme, {"Name": "Acme Corp", "Phone": "555-0100"})
+        with pytest.raises(SalesforceMalformedRequest):
+            sf.Account.create({"LastName": "Lovelace"})
+        assert sf.query(f"SELECT Name FROM Account WHERE Id = '{acme}'")["records"][0]["Name"] == "Acme Corp"
+        created, renamed = [e["data"]["payload"] for e in landed_events(emu)]
+        assert created["Name"] == "Acme" and renamed["Name"] == "Acme Corp"
+        assert renamed["ChangeEventHeader"]["changedFields"][:2] == ["Name", "Phone"]
+        schema = {f["name"]: f for f in avro_schema(emu.store.by_name["Account"])["fields"][1:]}
+        assert (schema["Name"]["type"], schema["Name"]["doc"]) == (["null", "string"], "Data:Text")
+        assert emu.store.by_name["Account"].schema_id != schema_id("Account")  # not the person-account org's
+        workload = Workload(emu, seed=4)
+        workload.build_org(accounts=5)
+        workload.run(changes=50)
+        assert not workload.person_accounts
+        accounts = [e["data"]["payload"] for e in landed_events(emu) if header(e)["entityName"] == "Account"]
+        assert len(accounts) > 5 and all(isinstance(p.get("Name", ""), str) for p in accounts)
+    with Emulator(tmp_path / "org") as again:
+        assert not again.store.person_accounts
+    with pytest.raises(ValueError, match="without person accounts"):
+        Emulator(tmp_path / "org", person_accounts=True)

@@ -255,3 +255,56 @@ def test_a_name_change_already_in_a_reconciled_row_is_superseded_and_fetches_not
     )[A1]
     assert (out["superseded"], out["names_to_fetch"], out["_sf_dirty_since"]) == (1, 0, None)
     assert out["Name"] == "King Ada"  # the org's own formatting (here Eastern order) stays
+
+
+@pytest.fixture(scope="module")
+def business_org() -> ObjectSchema:
+    """Account of an org without person accounts, as the emulator describes it after a real org: Name is its own
+    compound parent (`"compoundFieldName": "Name"`, `"extraTypeInfo": "switchablepersonname"`), no name parts."""
+    from salesforce_emulator.schema import BUSINESS_ACCOUNT
+
+    described = {f["name"]: f for f in BUSINESS_ACCOUNT.describe()["fields"]}
+    name = described["Name"]
+    assert (name["compoundFieldName"], name["extraTypeInfo"], name["createable"]) == (
+        "Name",
+        "switchablepersonname",
+        True,
+    )
+    assert not {"FirstName", "LastName", "IsPersonAccount", "PersonEmail"} & set(described)
+    return ObjectSchema.from_describe(BUSINESS_ACCOUNT.describe())
+
+
+def test_an_account_created_and_renamed_without_person_accounts_applies_its_name_and_stays_clean(spark, business_org):
+    """Name is text: a create and a rename apply it as they come, nothing is left to fetch, and the change after the
+    rename applies too."""
+    assert business_org.person_name_parts == []
+    created = fold(spark, business_org, [event("Account", "CREATE", [A1], T0, Name="Acme", Industry="Retail")])[A1]
+    assert (created["Name"], created["Industry"], created["_sf_dirty_since"]) == ("Acme", "Retail", None)
+    assert (created["applied"], created["names_to_fetch"]) == (1, 0)
+
+    stored = row(business_org, Id=A1, Name="Acme", _sf_commit_ts=ts(T0), _sf_commit_number=T0, _sf_sequence_number=1)
+    renamed = fold(
+        spark,
+        business_org,
+        [
+            event("Account", "UPDATE", [A1], T0 + 1000, Name="Acme Corp"),
+            event("Account", "UPDATE", [A1], T0 + 2000, Phone="555-0199"),
+        ],
+        current=[stored],
+    )[A1]
+    assert (renamed["Name"], renamed["Phone"], renamed["_sf_dirty_since"]) == ("Acme Corp", "555-0199", None)
+    assert (renamed["applied"], renamed["names_to_fetch"], renamed["dirty_skipped"]) == (2, 0, 0)
+
+
+def test_a_person_account_org_that_describes_name_as_its_own_compound_keeps_the_parts(person_account_org):
+    """A person-account org's describe() may name Name as its own compound parent as well (the UI API describes it
+    so): the parts stay the person's name parts, and Name itself is not one of them."""
+    from salesforce_emulator.schema import OBJECTS
+
+    described = OBJECTS["Account"].describe()
+    for f in described["fields"]:
+        if f["name"] == "Name":
+            f["compoundFieldName"] = "Name"
+    schema = ObjectSchema.from_describe(described)
+    assert schema.person_name_parts == person_account_org.person_name_parts
+    assert "Name" in schema.column_names

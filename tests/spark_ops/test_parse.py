@@ -79,6 +79,29 @@ def test_diff_fields_are_kept_with_the_diff_as_json_text(spark, schemas):
     assert rows[1]["diff_fields"] == []
 
 
+def test_a_cometd_diff_is_known_by_its_shape_and_a_text_that_looks_like_one_is_text(spark, schemas):
+    """Over CometD no header names a diff (no diffFields) nor a nulled field (no nulledFields): the value's shape
+    does, `{"diff": ...}` an object in the line; a text value spelling the same characters stays text."""
+    diff = "--- \n+++ " + "0" * 64 + "\n@@ -1,1 +1,1 @@\n-a\n+b"
+    looks_like_one = json.dumps({"diff": diff}, separators=(",", ":"))
+    envelope = json.loads(event("Account", "UPDATE", [A2], 2, cometd=True, Description={"diff": diff}))
+    rows, bad = parse(
+        spark,
+        schemas,
+        [
+            event("Account", "UPDATE", [A1], 1, cometd=True, Description={"diff": diff}, Rating=None),
+            json.dumps(envelope["data"]),  # the `data` object alone
+            event("Account", "UPDATE", ["001000000000003AAA"], 3, cometd=True, Description=looks_like_one),
+        ],
+    )
+    assert bad == {}
+    assert "diffFields" not in json.loads(event("Account", "UPDATE", [A1], 1, cometd=True))["data"]["payload"]
+    assert [r["diff_fields"] for r in rows] == [["Description"], ["Description"], []]
+    assert json.loads(rows[0]["fields"]["Description"]) == {"diff": diff}
+    assert rows[0]["fields"]["Rating"] is None and "Rating" in rows[0]["set_fields"]  # a null is a set field
+    assert rows[2]["fields"]["Description"] == looks_like_one
+
+
 def test_one_event_naming_two_records_becomes_two_rows(spark, schemas):
     rows, _ = parse(spark, schemas, [event("Account", "UPDATE", [A1, A2], 1, Rating="Hot")])
     assert [r["record_id"] for r in rows] == [A1, A2]

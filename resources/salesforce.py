@@ -61,9 +61,9 @@ from simple_salesforce.exceptions import SalesforceError
 from urllib3.exceptions import MaxRetryError, ProtocolError
 from urllib3.util.retry import Retry
 
+from object_schema.describe import NOT_IN_EVENTS
 from resources.network import is_loopback
 from spark_ops.names import is_record_id
-from object_schema.describe import NOT_IN_EVENTS
 
 log = logging.getLogger(__name__)
 

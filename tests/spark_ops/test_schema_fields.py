@@ -6,8 +6,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from salesforce_emulator.schema import BUSINESS_ACCOUNT
 from object_schema.describe import ObjectSchema
+from salesforce_emulator.schema import BUSINESS_ACCOUNT
 
 # As a real org's describe() gives them (read-only, not calculated): values derived from other records, and the
 # reading user's own.

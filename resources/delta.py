@@ -36,6 +36,10 @@ on an object store a conditional put, which `setup_for_execution` verifies befor
 `delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`);
 `enable_change_feed` sets the property once on a replica created before that (the changefeed exporter calls it
 from the replica's own pool: cdc_assets/changefeed/export.py). The property survives overwrites.
+
+**A protocol every reader reads.** Before committing against a snapshot, a writer checks that the table's protocol
+is still inside the allow-list of resources/delta_protocol.py (what DuckDB, polars, Spark and Trino read and
+delta-rs writes) and refuses it otherwise: someone else turned a feature on.
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 from pydantic import Field
 
 from resources.commit_safety import ensure_safe_commits
+from resources.delta_protocol import ensure_supported
 from resources.storage import filesystem
 
 log = logging.getLogger(__name__)
@@ -356,7 +361,10 @@ class DeltaWarehouse(dg.ConfigurableResource):
 
     @contextmanager
     def _sole_writer(self, name: str, read: DeltaTable | None) -> Iterator[None]:
-        """Turn delta-rs's rejection of a commit that raced another writer into an error that says what to do."""
+        """Refuse a table whose protocol left the readers' allow-list (resources/delta_protocol.py) before writing;
+        turn delta-rs's rejection of a commit that raced another writer into an error that says what to do."""
+        if read is not None:
+            ensure_supported(read, name)
         try:
             yield
         except CommitFailedError as exc:
@@ -419,6 +427,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """The table with its Change Data Feed on: set once (its own commit) if it was created without it."""
         table = self.table(name)
         if table is not None and table.metadata().configuration.get(CHANGE_FEED) != "true":
+            ensure_supported(table, name)
             table.alter.set_table_properties({CHANGE_FEED: "true"})
             table = self._checkpointed(name, table)
         return table
@@ -593,6 +602,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         if table is None:
             self.append(name, data, read=None, partition_by=None, key=key, state=state, txns={})
             return
+        ensure_supported(table, name)
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         (
             table.merge(

@@ -35,12 +35,12 @@ def check_table_protocol(tables: dict[str, DeltaTable | None]) -> dg.AssetCheckR
         found[name] = protocol.describe()
         if problems := protocol.problems():
             refused.append(unsupported_message(name, protocol, problems))
-    metadata = {
+    metadata: dict[str, dg.MetadataValue] = {
         "protocols": dg.MetadataValue.json(found),
         "allowed": dg.MetadataValue.json(
             {"minReaderVersion": READER_VERSION, "readerFeatures": [], "writerFeatures": sorted(WRITER_FEATURES)}
         ),
-        "tables_refused": len(refused),
+        "tables_refused": dg.MetadataValue.int(len(refused)),
     }
     if not found:
         description = f"No table yet ({', '.join(tables)}): nothing to check."

@@ -64,7 +64,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 from pydantic import Field
 
 from resources.commit_safety import ensure_safe_commits
-from resources.delta_protocol import ensure_supported
+from resources.delta_protocol import ensure_readable, ensure_supported
 from resources.storage import filesystem
 
 log = logging.getLogger(__name__)
@@ -81,13 +81,9 @@ CHANGE_FEED = "delta.enableChangeDataFeed"
 
 def table_files(table: DeltaTable) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem holding the table's files and the table's root in it, for readers of its Parquet
-    files (arrow_dataset, resources/delta_changes.py), which apply neither deletion vectors nor column mapping."""
-    features = set(table.protocol().reader_features or ())
-    if features & {"deletionVectors", "columnMapping"}:
-        raise ValueError(
-            f"Delta table {table.table_uri} uses reader features {sorted(features)} that this reader "
-            "does not apply; read it with DataFusion (deltalake.QueryBuilder) instead"
-        )
+    files (arrow_dataset, resources/delta_changes.py), which apply no reader feature (deletion vectors, column
+    mapping, ...): a table that needs one is refused, saying what to do (resources/delta_protocol.py)."""
+    ensure_readable(table, table.table_uri.removeprefix("file://").rstrip("/"))
     return filesystem(table.table_uri.removeprefix("file://"))
 
 

@@ -72,11 +72,20 @@ class Protocol:
 
     def problems(self) -> list[str]:
         """What puts this protocol outside the allow-list ([]: inside it)."""
+        return self.reader_problems() + self.writer_problems()
+
+    def reader_problems(self) -> list[str]:
+        """What a reader must apply beyond the allow-list (the platform's own Parquet reads included)."""
         out = []
         if unknown := sorted(set(self.reader_features) - READER_FEATURES):
             out.append(f"reader features {', '.join(unknown)}")
         if self.min_reader_version > READER_VERSION and not unknown:
             out.append(f"minReaderVersion {self.min_reader_version}")
+        return out
+
+    def writer_problems(self) -> list[str]:
+        """What a writer must implement beyond the allow-list (reader features aside)."""
+        out = []
         if self.min_writer_version == TABLE_FEATURES_WRITER_VERSION:
             if unknown := sorted(set(self.writer_features) - WRITER_FEATURES - set(self.reader_features)):
                 out.append(f"writer features {', '.join(unknown)}")
@@ -105,11 +114,19 @@ def unsupported_message(name: str, protocol: Protocol, problems: list[str]) -> s
     return (
         f"Delta table {name} now requires {'; '.join(problems)} ({protocol.describe()}): outside the protocol every "
         f"reader of the replicas (DuckDB, polars, Spark, Trino) can read and delta-rs can write, so the platform "
-        f"does not write to it. Someone else changed it (a table property, ALTER TABLE, a workspace default). Turn "
+        f"stops writing it{' and reading its files' if protocol.reader_problems() else ''}. Someone else changed it (a table property, ALTER TABLE, a workspace default). Turn "
         f"off what set it, then bring the table back inside: drop the feature with Spark where Delta can "
         f"(ALTER TABLE delta.`<table path>` DROP FEATURE <feature>; {APPEND_ONLY}: set it to false), or move the "
         f"table aside and let the platform make it again (runbook, check table_protocol)."
     )
+
+
+def ensure_readable(table: DeltaTable, name: str) -> None:
+    """Refuse (`UnsupportedProtocol`) to read a table's Parquet files directly when its protocol asks readers for
+    more (deletion vectors, column mapping, ...): those files alone are not its rows."""
+    protocol = Protocol.of(table)
+    if problems := protocol.reader_problems():
+        raise UnsupportedProtocol(unsupported_message(name, protocol, problems))
 
 
 def ensure_supported(table: DeltaTable, name: str) -> None:

@@ -19,6 +19,10 @@ aside, so each table is read as that stage left it:
 
 The changefeed is JSON files, not a Delta table (cdc_assets/changefeed/export.py): not read here.
 
+The same build pins the table protocol (resources/delta_protocol.py): every table it wrote is inside the readers'
+allow-list, and once someone else turns a feature on, the check `table_protocol` fails on the asset of that table
+and the next run refuses to write it.
+
 Normalised, where the readers document another mapping than delta-rs's Arrow types (compared as Python values):
 - timestamps: DuckDB gives `TIMESTAMP WITH TIME ZONE` in the session's time zone, polars `Datetime("us", "UTC")`;
   compared as instants (aware datetimes compare by instant);
@@ -39,15 +43,18 @@ import dagster as dg
 import polars as pl
 import pyarrow as pa
 import pytest
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import DeltaTable, QueryBuilder, TableFeatures
+from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.assets import replica_key
+from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.history.stage import history_name
+from cdc_assets.table_protocol import TABLE_PROTOCOL
 from cdc_assets.upkeep.jobs import upkeep_job_name
 from cdc_assets.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
+from resources.delta_protocol import Protocol
 from resources.replicas import duckdb_delta
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
@@ -73,6 +80,7 @@ def _apply(org: Emulator, platform: Platform, *changes) -> None:
 class Build(NamedTuple):
     stages: dict[str, Path]  # the warehouse as each stage left it, by stage
     ids: list[str]  # the org's Accounts before the changes, sorted
+    platform: Platform  # as the last stage left it (its org stopped)
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +139,7 @@ def build(tmp_path_factory, spark) -> Build:
         vacuumed = {name: vacuum(warehouse, name, retention_hours=0).files_deleted for name in TABLES}
         assert vacuumed[NAME] and vacuumed[HISTORY] and vacuumed[CHANGE_EVENTS], vacuumed
         save("upkept", platform)
-    return Build(saved, ids)
+    return Build(saved, ids, platform)
 
 
 @pytest.fixture(scope="module")
@@ -228,3 +236,57 @@ def test_each_stage_holds_the_table_state_it_names(build: Build):
     for name in (NAME, HISTORY, CHANGE_EVENTS):
         assert {"OPTIMIZE", "VACUUM END"} <= set(_operations(stages["upkept"] / name)), name
         assert len(DeltaTable(str(stages["upkept"] / name)).file_uris()) == 1, name
+
+
+def test_every_table_the_platform_wrote_is_inside_the_protocol_allow_list(stages):
+    for stage, warehouse in stages.items():
+        for name in TABLES:
+            if (warehouse / name / "_delta_log").exists():
+                assert Protocol.of(DeltaTable(str(warehouse / name))).problems() == [], (stage, name)
+
+
+def _protocol_checks(platform: Platform) -> dict[dg.AssetKey, dg.AssetCheckEvaluation]:
+    """`table_protocol` of every asset, run alone against the tables as they are (the UI's "Execute checks")."""
+    result = dg.materialize(
+        platform.executable_assets() + list(platform.defs.asset_checks),
+        resources=platform.defs.resources,
+        instance=platform.instance,
+        selection=dg.AssetSelection.checks(
+            *(k for c in platform.defs.asset_checks for k in c.check_keys if k.name == TABLE_PROTOCOL)
+        ),
+        raise_on_error=False,
+    )
+    return {e.asset_key: e for e in result.get_asset_check_evaluations()}
+
+
+def test_a_feature_turned_on_by_someone_else_fails_table_protocol_and_the_next_run_writes_nothing(build: Build):
+    platform = build.platform
+    checks = _protocol_checks(platform)
+    assert set(checks) == {replica_key(NAME), CHANGE_EVENTS_KEY} and all(e.passed for e in checks.values())
+
+    warehouse = platform.warehouse
+    DeltaTable(str(warehouse / NAME)).alter.add_feature(
+        TableFeatures.DeletionVectors, allow_protocol_versions_increase=True
+    )
+    DeltaTable(str(warehouse / HISTORY)).alter.add_feature(
+        TableFeatures.RowTracking, allow_protocol_versions_increase=True
+    )
+    DeltaTable(str(warehouse / QUARANTINE)).alter.add_feature(
+        TableFeatures.DomainMetadata, allow_protocol_versions_increase=True
+    )
+    checks = _protocol_checks(platform)
+    replica, events = checks[replica_key(NAME)], checks[CHANGE_EVENTS_KEY]
+    assert not replica.passed and not events.passed
+    assert f"Delta table {NAME} now requires reader features deletionVectors" in replica.description
+    assert f"Delta table {HISTORY} now requires writer features rowTracking" in replica.description
+    assert f"Delta table {QUARANTINE} now requires writer features domainMetadata" in events.description
+
+    before = {name: platform.table_version(name) for name in (NAME, HISTORY)}
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    platform.land([event(NAME, "UPDATE", [build.ids[0]], now_ms, tx="refused", Name="Not written")])
+    result = platform.run(raise_on_error=False)
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert failure.step_key == replica_key(NAME).to_python_identifier()
+    assert "now requires reader features deletionVectors" in failure.step_failure_data.error.message
+    assert {name: platform.table_version(name) for name in (NAME, HISTORY)} == before
+    assert platform.rows(NAME)[build.ids[0]]["Name"] == "Renamed"

@@ -11,7 +11,7 @@ from deltalake import DeltaTable, TableFeatures, write_deltalake
 from cdc_assets.config import UpkeepConfig
 from cdc_assets.table_protocol import check_table_protocol
 from cdc_assets.upkeep.jobs import upkeep_table
-from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.delta_protocol import APPEND_ONLY, Protocol, UnsupportedProtocol
 
 A, B = "001000000000001AAA", "001000000000002AAA"
@@ -139,3 +139,16 @@ def test_every_writer_of_the_warehouse_refuses_such_a_table(tmp_path, write):
 )
 def test_the_allow_list(protocol: Protocol, problems: list[str]):
     assert protocol.problems() == problems
+
+
+def test_the_platforms_own_reads_refuse_a_table_whose_files_alone_are_not_its_rows(tmp_path):
+    """Its Parquet reads (read_table, the changefeed's) apply no deletion vector: they say so instead of reading
+    rows a deletion vector removed."""
+    warehouse = DeltaWarehouse(root=str(tmp_path))
+    table = made(warehouse, "Account")
+    assert read_table(table)["Id"].to_pylist() == [A]
+    DeltaTable(str(tmp_path / "Account")).alter.add_feature(
+        TableFeatures.DeletionVectors, allow_protocol_versions_increase=True
+    )
+    with pytest.raises(UnsupportedProtocol, match=r"now requires reader features deletionVectors.*reading its files"):
+        read_table(warehouse.table("Account"))

@@ -1,6 +1,6 @@
 """Asset checks on every replica (docs/design/contract.md §9, §10): what a reader of the table needs to be true.
 
-One `multi_asset_check` per replica asset runs seven checks (nine for a polled object) in one step right after the
+One `multi_asset_check` per replica asset runs eight checks (ten for a polled object) in one step right after the
 asset (a `dg.materialize` or a sensor run that selects the asset includes them), reading the table and its replica
 state (`ReplicaState`, cdc_assets/state.py) once:
 
@@ -15,6 +15,8 @@ state (`ReplicaState`, cdc_assets/state.py) once:
   warns);
 - `org_knows_ids`: the last reconcile met no id the org refuses (malformed) and at most `MAX_UNKNOWN_IDS` ids the org
   does not know (cdc_assets/sync.py): more means a landing writer invents record ids;
+- `table_protocol`: the replica's Delta protocol (and its history table's) is one every reader of the replicas reads
+  and delta-rs writes (cdc_assets/table_protocol.py);
 - objects with `formulas` only (cdc_assets/formulas/freshness.py): `formulas_fresh`: no live row's formula values
   are older than twice the full-pass interval;
 - polled objects only (cdc_assets/poll/compare.py): `poll_hard_deletes` (ERROR): the last Id comparison did not
@@ -26,9 +28,9 @@ table is at the version their last passing evaluation read, and the expected sch
 is reported again (`reused_from_run` in its metadata) instead of reading the table again. A landing run with
 nothing to apply costs no Spark job and no scan of the Ids (bench/idle_run.py).
 
-change_events has one check of its own (`build_change_events_checks`), run with each ingest step:
+change_events has checks of its own (`build_change_events_checks`), run with each ingest step:
 `no_failed_landing_files`: no landing file failed to ingest on its own (quarantined whole, cdc_assets/ingest.py)
-since the last acknowledgement; it names them.
+since the last acknowledgement; it names them. `table_protocol`: as above, over `_change_events` and `_quarantine`.
 
 Blocking checks are the ones under which a downstream reader would read wrong data; the others call for a person
 or a sensor. Thresholds come from replication.yaml `options`. A check whose table does not exist yet passes and
@@ -53,13 +55,16 @@ from pyspark.sql import SparkSession
 from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
 from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
+from cdc_assets.history.stage import history_name
 from cdc_assets.ingest import FAILED_FILE
 from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.quarantine import acknowledged_until, quarantine_example
 from cdc_assets.schemas import resolve_schema
 from cdc_assets.state import ReplicaState
+from cdc_assets.table_protocol import DESCRIPTION as TABLE_PROTOCOL_DESCRIPTION
+from cdc_assets.table_protocol import TABLE_PROTOCOL, check_table_protocol
 from object_schema.describe import ObjectSchema
-from resources.delta import QUARANTINE, DeltaWarehouse
+from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.printable import printable, printable_list, with_more
 from resources.spark import from_arrow, session, small_query
 from spark_ops.validation import replica_schema, schema_errors
@@ -71,7 +76,16 @@ NO_PENDING_RESYNC = "no_pending_resync"
 QUARANTINE_EMPTY = "quarantine_empty"
 FRESHNESS = "freshness"
 ORG_KNOWS_IDS = "org_knows_ids"
-CHECKS = (SCHEMA, UNIQUE_ID, NO_PENDING_RESYNC, NO_STALE_DIRTY, QUARANTINE_EMPTY, FRESHNESS, ORG_KNOWS_IDS)
+CHECKS = (
+    SCHEMA,
+    UNIQUE_ID,
+    NO_PENDING_RESYNC,
+    NO_STALE_DIRTY,
+    QUARANTINE_EMPTY,
+    FRESHNESS,
+    ORG_KNOWS_IDS,
+    TABLE_PROTOCOL,
+)
 POLL_HARD_DELETES = "poll_hard_deletes"
 POLL_OVERLAP = "poll_overlap"
 POLL_CHECKS = (POLL_HARD_DELETES, POLL_OVERLAP)  # polled objects only (cdc_assets/poll/compare.py)
@@ -106,6 +120,7 @@ DESCRIPTIONS = {
     POLL_OVERLAP: "The last Id comparison found no record committed later than poll_overlap (one it found means "
     "the overlap is too short for this org).",
     FORMULAS_FRESH: FORMULAS_FRESH_DESCRIPTION,
+    TABLE_PROTOCOL: TABLE_PROTOCOL_DESCRIPTION,
     ORG_KNOWS_IDS: f"The last reconcile met no record id the org refuses as malformed and at most {MAX_UNKNOWN_IDS} "
     "ids the org does not know (neither retrieved nor found by queryAll).",
 }
@@ -327,13 +342,21 @@ def check_no_failed_files(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
 
 
 def build_change_events_checks() -> dg.AssetChecksDefinition:
-    """The checks of change_events, run with every ingest step that materializes it."""
+    """The checks of change_events, run with every ingest step that materializes it (one step for both)."""
+    specs = [
+        dg.AssetCheckSpec(NO_FAILED_FILES, asset=CHANGE_EVENTS_KEY, description=NO_FAILED_FILES_DESCRIPTION),
+        dg.AssetCheckSpec(TABLE_PROTOCOL, asset=CHANGE_EVENTS_KEY, description=TABLE_PROTOCOL_DESCRIPTION),
+    ]
 
-    @dg.asset_check(asset=CHANGE_EVENTS_KEY, name=NO_FAILED_FILES, description=NO_FAILED_FILES_DESCRIPTION)
-    def no_failed_landing_files(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
-        return check_no_failed_files(warehouse)
+    @dg.multi_asset_check(specs=specs, name="change_events_checks", can_subset=True)
+    def change_events_checks(context: dg.AssetCheckExecutionContext, warehouse: DeltaWarehouse):
+        selected = {k.name for k in context.selected_asset_check_keys}
+        if NO_FAILED_FILES in selected:
+            yield check_no_failed_files(warehouse)
+        if TABLE_PROTOCOL in selected:
+            yield check_table_protocol({n: warehouse.table(n) for n in (CHANGE_EVENTS, QUARANTINE)})
 
-    return no_failed_landing_files
+    return change_events_checks
 
 
 def check_freshness(
@@ -491,7 +514,7 @@ def reused_result(
 
 
 def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
-    """The seven checks of one replica asset (and the two poll checks of a polled one), as one multi-asset check (one step, one read of the replica state).
+    """The eight checks of one replica asset (and the two poll checks of a polled one), as one multi-asset check (one step, one read of the replica state).
 
     The expected schema comes from describe() as the asset gets it (the describe file, else the copy kept with the
     table); checks never call the org.
@@ -553,6 +576,10 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
             POLL_HARD_DELETES: lambda: check_poll_hard_deletes(state, sobject.name),
             POLL_OVERLAP: lambda: check_poll_overlap(state, sobject.name, sobject.poll.overlap),
             FORMULAS_FRESH: formulas_fresh,
+            TABLE_PROTOCOL: lambda: check_table_protocol(
+                {sobject.name: table}
+                | ({history_name(sobject.name): warehouse.table(history_name(sobject.name))} if sobject.history else {})
+            ),
         }
         for name in names:
             if name in selected:

@@ -35,6 +35,10 @@ on an object store a conditional put, which `setup_for_execution` verifies befor
 **Change Data Feed on replicas.** A replica (a table whose name does not start with `_`) is created with
 `delta.enableChangeDataFeed=true`, so every merge and overwrite also writes its change rows (delta-rs `load_cdf`),
 which the changefeeds and history tables read. The property survives overwrites.
+
+**A protocol every reader reads.** Before committing against a snapshot, a writer checks that the table's protocol
+is still inside the allow-list of resources/delta_protocol.py (what DuckDB, polars, Spark and Trino read and
+delta-rs writes) and refuses it otherwise: someone else turned a feature on.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 from pydantic import Field
 
 from resources.commit_safety import ensure_safe_commits
+from resources.delta_protocol import ensure_readable, ensure_supported
 from resources.storage import filesystem
 
 log = logging.getLogger(__name__)
@@ -75,13 +80,9 @@ CHANGE_FEED = "delta.enableChangeDataFeed"
 
 def table_files(table: DeltaTable) -> tuple[pafs.FileSystem, str]:
     """The pyarrow filesystem holding the table's files and the table's root in it, for readers of its Parquet
-    files (arrow_dataset, resources/delta_changes.py), which apply neither deletion vectors nor column mapping."""
-    features = set(table.protocol().reader_features or ())
-    if features & {"deletionVectors", "columnMapping"}:
-        raise ValueError(
-            f"Delta table {table.table_uri} uses reader features {sorted(features)} that this reader "
-            "does not apply; read it with DataFusion (deltalake.QueryBuilder) instead"
-        )
+    files (arrow_dataset, resources/delta_changes.py), which apply no reader feature (deletion vectors, column
+    mapping, ...): a table that needs one is refused, saying what to do (resources/delta_protocol.py)."""
+    ensure_readable(table, table.table_uri.removeprefix("file://").rstrip("/"))
     return filesystem(table.table_uri.removeprefix("file://"))
 
 
@@ -363,7 +364,10 @@ class DeltaWarehouse(dg.ConfigurableResource):
 
     @contextmanager
     def _sole_writer(self, name: str, read: DeltaTable | None) -> Iterator[None]:
-        """Turn delta-rs's rejection of a commit that raced another writer into an error that says what to do."""
+        """Refuse a table whose protocol left the readers' allow-list (resources/delta_protocol.py) before writing;
+        turn delta-rs's rejection of a commit that raced another writer into an error that says what to do."""
+        if read is not None:
+            ensure_supported(read, name)
         try:
             yield
         except CommitFailedError as exc:
@@ -592,6 +596,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         if table is None:
             self.append(name, data, read=None, partition_by=None, key=key, state=state, txns={})
             return
+        ensure_supported(table, name)
         predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
         (
             table.merge(

@@ -36,6 +36,7 @@ from cdc_assets.upkeep.landing import retire_landing
 from cdc_assets.upkeep.retention import prune_archive, prune_quarantine, trim_payloads
 from cdc_assets.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
+from resources.delta_protocol import ensure_supported
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
 
@@ -62,6 +63,7 @@ def upkeep_table(
     table = warehouse.table(name)
     if table is None:
         return {}
+    ensure_supported(table, name)  # upkeep rewrites files too: not in a protocol the readers cannot read
     started = time.perf_counter()
     now = now or datetime.now(UTC)
     before = Footprint.of(table)

@@ -109,7 +109,6 @@ WRITES = {
         txns={},
     ),
     "insert_missing": lambda w, t: w.insert_missing("R", rows([B], "x"), keys=["Id"], key="k", state={}),
-    "enable_change_feed": lambda w, t: w.enable_change_feed("R"),
 }
 
 

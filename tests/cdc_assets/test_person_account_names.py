@@ -15,10 +15,10 @@ from org_compare import differences
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.apply import EVENT_COUNTS
+from cdc_assets.run_tags import TAG_MODE
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
-from sensors.reconciliation import TAG_MODE
 from spark_ops.schema import ObjectSchema
 
 

@@ -13,11 +13,11 @@ from harness import Platform
 from org_compare import differences
 from settings import TEST_SPARK_CONF
 
+from cdc_assets.run_tags import TAG_MODE
 from cdc_assets.schemas import stored_describe
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
-from sensors.reconciliation import TAG_MODE
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 

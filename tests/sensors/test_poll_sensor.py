@@ -10,12 +10,12 @@ from harness import write_config
 
 from cdc_assets.assets import TAG_MODE as ASSET_TAG_MODE
 from cdc_assets.assets import replica_key
+from cdc_assets.run_tags import TAG_MODE, object_tag
 from definitions import build_defs
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from sensors.poll import sensor_name
 from sensors.reconciliation import SENSOR_NAME as RECONCILE
-from sensors.reconciliation import TAG_MODE, object_tag
 
 
 @pytest.fixture

@@ -16,13 +16,12 @@ from settings import TEST_SPARK_CONF
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, ingest_keys, replica_key
 from cdc_assets.run_cut import TAG_CUT
-from cdc_assets.run_tags import run_tags
+from cdc_assets.run_tags import TAG_MODE, object_tag, run_tags
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from sensors.landing_zone import REASON_FILES
 from sensors.landing_zone import SENSOR_NAME as LANDING
 from sensors.reconciliation import SENSOR_NAME as RECONCILE
-from sensors.reconciliation import TAG_MODE, object_tag
 from sensors.work import TAG_REASON, work_tag
 
 OBJECTS = ["Account", "Contact", "Opportunity"]

@@ -159,8 +159,10 @@ def test_twenty_thousand_changes_straight_into_the_store_are_fast(tmp_path):
     with Emulator(tmp_path / "org", landing_dir=tmp_path / "landing") as emu:
         workload = Workload(emu, seed=3, large_transaction=(20, 50))
         workload.build_org(accounts=300, contacts_per_account=2, opportunities_per_account=1, cases_per_account=1)
-        started = time.monotonic()
+        # The CPU time of this process, not the wall clock: beside other test processes (make test runs several) a
+        # wall-clock bound measures the machine's load, not the workload's cost.
+        started = time.process_time()
         stats = workload.run(changes=20_000)
-        elapsed = time.monotonic() - started
+        elapsed = time.process_time() - started
     assert stats["transactions"] + stats.get("skipped", 0) == 20_000
-    assert elapsed < 45, f"20k changes took {elapsed:.1f}s"
+    assert elapsed < 45, f"20k changes took {elapsed:.1f} s of CPU"

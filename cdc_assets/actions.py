@@ -113,9 +113,9 @@ def _apply(run: ActionRun) -> Step:
 
 
 def _reconcile(run: ActionRun) -> Step:
-    org = run.org()
     return Step(
-        RECONCILE.name, reconcile(run.warehouse, run.salesforce, run.schema, run_id=run.run_id, now=run.now, org=org)
+        RECONCILE.name,
+        reconcile(run.warehouse, run.salesforce, run.schema, run_id=run.run_id, now=run.now, org=run.org),
     )
 
 

@@ -35,7 +35,7 @@ Both leave the table as a re-run would make it: the overwrite and the merge are 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
@@ -184,10 +184,11 @@ def reconcile(
     *,
     run_id: str,
     now: datetime,
-    org: OrgIdentity | None = None,
+    org: Callable[[], OrgIdentity] | None = None,
 ) -> SyncResult:
     """Fetch dirty records from the org and write them as they are there, clearing the flags: one merge commit.
-    `org`: the org read (cdc_assets/org.py), recorded in the commit."""
+    `org`: asks which org is read (cdc_assets/org.py; it refuses another org's), called only when there are dirty
+    records to fetch, and recorded in the commit."""
     replica = warehouse.table(schema.name)
     if replica is None:
         return SyncResult({"dirty_fetched": 0})
@@ -195,6 +196,7 @@ def reconcile(
     dirty = aligned_arrow(warehouse.read(replica, filter=pc.field("_sf_dirty_since").is_valid()), target)
     if not dirty.num_rows:
         return SyncResult({"dirty_fetched": 0})
+    identity = org() if org is not None else None
     used_before = _api_used(salesforce)
     ids = dirty["Id"].to_pylist()
     fault_point("reconcile.after_dirty_read")
@@ -241,7 +243,7 @@ def reconcile(
             refused=len(refused),
             refused_examples=refused_examples,
         ),
-        org=org or prev.org,
+        org=identity or prev.org,
     )
     fault_point("reconcile.before_commit")
     warehouse.upsert(

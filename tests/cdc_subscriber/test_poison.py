@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 from settings import REPO
+from subscriber_harness import as_cometd
 
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.dead_letters import read_dead_letters
@@ -61,7 +62,7 @@ def test_poison_events_in_a_busy_stream_become_dead_letters_and_the_stream_goes_
     assert sub.stop() == "PAUSED"
     org.flush_cdc()
 
-    reference, ours = landed(tmp_path / "reference"), landed(tmp_path / "sub" / "landing")
+    reference, ours = landed(tmp_path / "reference"), as_cometd(landed(tmp_path / "sub" / "landing"))
     clean = lambda events: [e for e in events if e["data"]["event"]["replayId"] not in poison]  # noqa: E731
     assert clean(ours) == clean(reference) and len(clean(ours)) > 200
     by_kind = {
@@ -122,7 +123,7 @@ def test_events_whose_header_cannot_be_landed_become_dead_letters_and_the_stream
     assert sub.stop() == "PAUSED"
     org.flush_cdc()
 
-    reference, ours = landed(tmp_path / "reference"), landed(tmp_path / "sub" / "landing")
+    reference, ours = landed(tmp_path / "reference"), as_cometd(landed(tmp_path / "sub" / "landing"))
     clean = lambda events: [e for e in events if e["data"]["event"]["replayId"] not in poison]  # noqa: E731
     assert clean(ours) == clean(reference) and len(clean(ours)) > 60
     assert all(plausible_commit_ts(header(e)["commitTimestamp"]) and is_api_name(header(e)["entityName"]) for e in ours)
@@ -170,7 +171,7 @@ def test_opaque_replay_ids_are_saved_and_resumed_as_the_bytes_the_org_gave(org, 
     second.wait_for(encode_replay(org.events.tip, opaque=True))
     second.stop()
     org.flush_cdc()
-    ours, reference = landed(tmp_path / "sub" / "landing"), landed(tmp_path / "reference")
+    ours, reference = as_cometd(landed(tmp_path / "sub" / "landing")), landed(tmp_path / "reference")
     without_replay = lambda e: json.dumps({**e["data"], "event": None}, sort_keys=True)  # noqa: E731
     assert sorted(map(without_replay, ours)) == sorted(map(without_replay, reference)) and len(ours) > 80
     assert {e["data"]["event"]["replayId"] for e in ours} == {None}  # CometD replayId: a long, or null

@@ -26,9 +26,14 @@ run: $(STAMP)
 run-org: $(STAMP)
 	$(BIN)/python -m demo --org
 
-## The test suite (real Spark, real Delta tables, real HTTPS emulator, real Dagster).
+## The test suite (real Spark, real Delta tables, real HTTPS emulator, real Dagster), spread over PYTEST_WORKERS
+## processes by pytest-xdist, each with its own Spark session: a test waits on Spark, subprocesses and the emulator
+## about half its time, so more workers than cores pay. PYTEST_WORKERS=0 runs it in one process (serial: for
+## debugging, with -s or --pdb); worksteal hands a long test's neighbours to an idle worker.
+PYTEST_WORKERS ?= 3
+PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist worksteal
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_XDIST)
 
 ## The runs on a standalone Spark cluster (a master and two workers on loopback, from PySpark's own launcher), directly
 ## and through a Spark Connect server attached to it; replicas compared with a local run (minutes; needs root for

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 
@@ -37,6 +38,14 @@ OBJECTS = ["Account", "Contact", "Opportunity"]
 def landing(*names: str) -> set[dg.AssetKey]:
     """A landing run's selection: change_events, and the slice and replica of each object it applies (only)."""
     return {*ingest_keys(names), *(replica_key(n) for n in names)}
+
+
+def assert_retry_in(message: str, says: str, backoff: float, since: float) -> None:
+    """`message` says `says`, then ", in N s": the backoff left, `backoff` less the time since `since` (monotonic, taken
+    before the failed run), whatever the machine's speed."""
+    found = re.search(re.escape(says) + r" failed, in (\d+) s", message)
+    assert found, f"{says!r} not in {message!r}"
+    assert backoff - (time.monotonic() - since) - 1 <= int(found.group(1)) <= backoff, message
 
 
 def evaluate(platform: Platform, name: str, cursor: str | None = None, resources=None):
@@ -101,8 +110,9 @@ def test_landing_sensor_leaves_new_files_to_the_next_run_after_the_landing_run_i
 def test_landing_sensor_closes_the_newest_transaction_after_the_timeout(platform, sample_dir):
     platform.land(load_lines(sample_dir / "events.jsonl"))
     platform.run()
+    platform.replication_close_after(3600)  # far longer than the run took, however busy the machine
     quiet = evaluate(platform, LANDING)
-    assert not quiet.run_requests  # ingested; the newest transaction is only seconds old
+    assert not quiet.run_requests  # ingested; the newest transaction is younger than the timeout
     platform.replication_close_after(0)
     closing = evaluate(platform, LANDING, cursor=quiet.cursor)
     [request] = closing.run_requests
@@ -188,12 +198,14 @@ def test_a_replica_without_a_table_is_loaded_at_once_and_a_failed_load_is_retrie
         assert {request.tags[work_tag(n)] for n in OBJECTS} == {"initial_load"}
 
         monkeypatch.setenv("CDC_FAULT_POINT", "resync.before_commit")  # the first load dies before its commit
+        started = time.monotonic()
         failed = platform.execute(request)
         monkeypatch.delenv("CDC_FAULT_POINT")
         assert not failed.success and platform.table_version("Account") is None
         later = evaluate(platform, RECONCILE)
         assert not later.run_requests  # not before the backoff, and the skip reason says when
-        assert f"retry 1 of initial load of Account after run {failed.run_id[:8]} failed, in 300 s" in skipped(later)
+        says = f"retry 1 of initial load of Account after run {failed.run_id[:8]}"
+        assert_retry_in(skipped(later), says, 300, started)
 
         platform.set_options(retry_backoff_seconds=0)
         [retry] = evaluate(platform, RECONCILE).run_requests
@@ -209,13 +221,14 @@ def test_landing_files_whose_run_failed_are_requested_again_after_the_backoff(pl
     first = evaluate(platform, LANDING)
     [request] = first.run_requests
     monkeypatch.setenv("CDC_FAULT_POINT", "ingest.after_read")
+    started = time.monotonic()
     failed = platform.execute(request)
     monkeypatch.delenv("CDC_FAULT_POINT")
     assert not failed.success
 
     waiting = evaluate(platform, LANDING, cursor=first.cursor)
     assert not waiting.run_requests
-    assert f"retry 1 of 1 landing files after run {failed.run_id[:8]} failed, in 300 s" in skipped(waiting)
+    assert_retry_in(skipped(waiting), f"retry 1 of 1 landing files after run {failed.run_id[:8]}", 300, started)
     platform.set_options(retry_backoff_seconds=0)
     [retry] = evaluate(platform, LANDING, cursor=waiting.cursor).run_requests
     assert retry.run_key != request.run_key and replica_key("Contact") in retry.asset_selection

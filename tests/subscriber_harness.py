@@ -27,7 +27,7 @@ class RunningSubscriber:
     def _run(self) -> None:
         self.result = self.subscriber.run()
 
-    def wait_for(self, replay_id: int | bytes, timeout: float = 30.0) -> None:
+    def wait_for(self, replay_id: int | bytes, timeout: float = 60.0) -> None:
         """Until the durable position reaches ``replay_id`` (everything up to it is landed): an int is the
         emulator's default 8-byte id, compared as a number; bytes (opaque ids) must be the position exactly."""
         deadline = time.monotonic() + timeout
@@ -45,7 +45,7 @@ class RunningSubscriber:
 
     def stop(self) -> str | None:
         self.subscriber.stop()
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=30)
         return self.result
 
 

@@ -138,7 +138,7 @@ def drain(org: Emulator, platform: Platform, proc: subprocess.Popen, timeout: fl
         assert time.monotonic() < deadline, f"position {position(platform)} < tip {org.events.tip}"
         time.sleep(0.2)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+    assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
 
 
 def settle(platform: Platform, rounds: int = 6) -> list[str]:

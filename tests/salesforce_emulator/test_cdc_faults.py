@@ -99,7 +99,7 @@ def test_files_stay_invisible_until_rolled_by_size_or_age(tmp_path):
     with Emulator(tmp_path / "org2", landing_dir=tmp_path / "aged", roll_seconds=0.3) as emu:
         with emu.store.transaction() as txn:
             txn.create("Account", {"Name": "aged"})
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 30
         while not read_landed_events(tmp_path / "aged") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert len(read_landed_events(tmp_path / "aged")) == 1

@@ -34,7 +34,7 @@ def test_serve_then_generate_through_its_rest_api(tmp_path):
         text=True,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while not (tmp_path / "org" / "serve.json").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
         info = json.loads((tmp_path / "org" / "serve.json").read_text())
@@ -50,7 +50,7 @@ def test_serve_then_generate_through_its_rest_api(tmp_path):
         assert "through the REST API of " + info["instance_url"] in generated.stdout
     finally:
         server.terminate()
-        server.wait(timeout=20)
+        server.wait(timeout=60)
     assert server.returncode == 0 and not (tmp_path / "org" / "serve.json").exists()
     events = read_landed_events(tmp_path / "landing")
     assert len(events) > 30 and all("rest/59.0" in header(e)["changeOrigin"] for e in events)

@@ -4,7 +4,10 @@ different ids, through Dagster's real materialize()."""
 
 from __future__ import annotations
 
+import time
+
 import dagster as dg
+from event_lines import event
 from test_sync import catch_up, make_platform, resource
 
 from cdc_assets.assets import replica_key
@@ -50,6 +53,11 @@ def test_replicas_record_their_org_and_a_run_reading_another_org_refuses(tmp_pat
         catch_up(platform, first)  # an apply commit carries the org on
         assert platform.rows("Account")[account]["Rating"] == "Hot"
         assert recorded_org(platform) == OrgIdentity(first.tenant_id, first.instance_url, first.api_version)
+
+        # a gap makes the record dirty: the reconcile below has a record to fetch, so it asks the org it reads
+        platform.land([event("Account", "GAP_UPDATE", [account], int(time.time() * 1000))])
+        platform.run(close_after=0)
+        assert platform.rows("Account")[account]["_sf_dirty_since"] is not None
 
         before, version = platform.rows("Account"), platform.delta_table("Account").version()
         platform.salesforce = resource(second)  # SF_* pointed at another org (or a refreshed sandbox)

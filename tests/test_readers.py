@@ -33,6 +33,7 @@ Python values and need nothing.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -290,3 +291,12 @@ def test_a_feature_turned_on_by_someone_else_fails_table_protocol_and_the_next_r
     assert "now requires reader features deletionVectors" in failure.step_failure_data.error.to_string()
     assert {name: platform.table_version(name) for name in (NAME, HISTORY)} == before
     assert _sql(warehouse / NAME, f"SELECT Name FROM t WHERE Id = '{build.ids[0]}'") == [{"Name": "Renamed"}]
+
+
+def test_duckdb_delta_says_which_pair_to_install_when_the_extension_was_built_for_another_duckdb(monkeypatch):
+    import duckdb
+
+    built_for = duckdb.__version__
+    monkeypatch.setattr(duckdb, "__version__", "0.0.1")
+    with pytest.raises(RuntimeError, match=rf"pip install 'duckdb=={re.escape(built_for)}' or pip install"):
+        duckdb_delta()

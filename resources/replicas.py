@@ -78,11 +78,12 @@ def duckdb_delta(database: str = ":memory:") -> duckdb.DuckDBPyConnection:
     extensions = Path(duckdb_extension_delta.__file__).parent / "extensions"
     path = extensions / f"v{duckdb.__version__}" / "delta.duckdb_extension"
     if not path.is_file():
-        built_for = sorted(p.name for p in extensions.glob("v*"))
+        built_for = sorted(p.name.removeprefix("v") for p in extensions.glob("v*"))
         raise RuntimeError(
-            f"duckdb-extension-delta holds the extension for DuckDB {', '.join(built_for) or 'no release'}, not "
-            f"the installed DuckDB v{duckdb.__version__}: install the matching pair, e.g. "
-            f"pip install 'duckdb=={duckdb.__version__}' 'duckdb-extension-delta=={duckdb.__version__}'"
+            f"duckdb-extension-delta holds the Delta extension for DuckDB {', '.join(built_for) or 'no release'}, "
+            f"not for the installed DuckDB {duckdb.__version__}: install a matching pair, "
+            + (f"pip install 'duckdb=={built_for[-1]}' or " if built_for else "")
+            + f"pip install 'duckdb-extension-delta=={duckdb.__version__}' (the project's test extra pins one)"
         )
     connection = duckdb.connect(
         database,

@@ -240,19 +240,8 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                 )
             )
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
-        result = apply_step(
-            context,
-            config,
-            session(pyspark),
-            warehouse,
-            salesforce,
-            sobject=sobject,
-            replication=replication,
-            schema=schema,
-            describe=describe,
-            replica=warehouse.table(sobject.name) if step.sync else table,
-            now=now,
-        )
+        replica = warehouse.table(sobject.name) if step.sync else table
+        result = apply_step(context, run, session(pyspark), replicated=replication.names, replica=replica)
         schema = result.schema or schema
         return dg.MaterializeResult(
             metadata=record_history(context, history, sobject, warehouse, schema, run_id)
@@ -274,42 +263,37 @@ def replica_description(sobject: SObjectConfig) -> str:
 
 def apply_step(
     context: dg.AssetExecutionContext,
-    config: ReplicaRunConfig,
+    run: ActionRun,
     spark: SparkSession,
-    warehouse: DeltaWarehouse,
-    salesforce: SalesforceResource,
     *,
-    sobject: SObjectConfig,
-    replication: ReplicationConfig,
-    schema: ObjectSchema,
-    describe: dict | None,
+    replicated: list[str],
     replica: DeltaTable | None,
-    now: datetime,
 ) -> ApplyResult:
-    """The change events of the run's cut (decided once a run, cdc_assets/run_cut.py) applied to the replica
-    snapshot `replica` (cdc_assets/apply.py), with describe() asked again if events set unknown fields."""
-    close_after = config.transaction_close_after
+    """The change events of the run's cut (decided once a run for the `replicated` objects, cdc_assets/run_cut.py)
+    applied to the replica snapshot `replica` (cdc_assets/apply.py), with describe() asked again if events set
+    unknown fields."""
+    close_after = run.config.transaction_close_after
     cut = pinned_cut(
         context,
-        warehouse,
-        replicated=set(replication.names),
-        close_after=replication.transaction_close_after if close_after is None else close_after,
+        run.warehouse,
+        replicated=set(replicated),
+        close_after=run.options.transaction_close_after if close_after is None else close_after,
     )
-    refresh = DescribeRefresh(sobject, warehouse, salesforce)
+    refresh = DescribeRefresh(run.sobject, run.warehouse, run.salesforce)
     result = apply_changes(
         spark,
-        warehouse,
-        schema,
+        run.warehouse,
+        run.schema,
         cut=cut,
-        run_id=context.run.run_id,
-        now=now,
-        description=describe_note(describe),
+        run_id=run.run_id,
+        now=run.now,
+        description=describe_note(run.describe),
         refresh_schema=refresh,
         replica=replica,
-        history=sobject.history,
+        history=run.sobject.history,
     )
     if refresh.keep():
-        result.table = warehouse.table(sobject.name)
+        result.table = run.warehouse.table(run.sobject.name)
     return result
 
 

@@ -58,6 +58,11 @@ LIFECYCLE = ("CREATE", "UNDELETE", "DELETE", SNAPSHOT)
 # A SNAPSHOT row carries the record's deleted state in this field (Salesforce's own name; never a column).
 SNAPSHOT_DELETED = "IsDeleted"
 PARTIAL = ("UPDATE", "DELETE")
+# A change the platform cannot apply as it came (a value that does not fit, spark_ops/parse.py; a text diff that does
+# not apply, cdc_assets/unified_diff.py; fields lost in the landing or a column added later, cdc_assets/history/
+# backfill.py and cdc_assets/prepare.py) travels as `GAP_<type>`: the fold makes its record dirty at its commit
+# (steps `blocked` and `counted`), which the reconcile then fetches from the org (docs/design/contract.md §6).
+GAP_PREFIX = "GAP_"
 COUNTERS = ("applied", "gaps", "late", "superseded", "dirty_skipped")
 # Applied changes that carry a person account's name parts: their record is dirty until the reconcile fetches the
 # Name the org formats from them (a subset of `applied`, not a term of the events_read identity).
@@ -82,6 +87,11 @@ NEWLY_DIRTY = "newly_dirty"
 INSERTED = "inserted"
 
 
+def gap_type(change_type: str) -> str:
+    """The change type a change of `change_type` travels as when it cannot be applied (`GAP_PREFIX`)."""
+    return change_type if change_type.startswith(GAP_PREFIX) else GAP_PREFIX + change_type
+
+
 def current_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
     """Step `cur`: the current replica rows of `{current}`, with exactly `schema`'s columns (one the table lacks
     reads null), so every later step can name any column."""
@@ -101,7 +111,7 @@ def guarded_sql(schema: ObjectSchema) -> str:
          cur._sf_dirty_since AS _cur_dirty,
          {at_or_before_row_sql("ch", "cur")} AS _stale,
          cur._sf_source AS _cur_source,
-         startswith(ch.change_type, 'GAP_') AS _gap,
+         startswith(ch.change_type, {literal(GAP_PREFIX)}) AS _gap,
          {_carries_person_name(schema)} AS _names
   FROM {{changes}} ch LEFT JOIN cur ON ch.record_id = cur.Id
 )"""

@@ -6,20 +6,20 @@ over the changes of each record) so that Spark runs it in one pass per record:
 - **Guard.** A change at or before the row's position is never applied. The position is commit order
   (docs/design/contract.md §4, declared in spark_ops/order.py): `_sf_commit_ts`, then `_sf_commit_number` and
   `_sf_sequence_number`; replay ids are not compared, since they differ between channels (the same change
-  delivered twice has two). Over a
-  snapshot or reconcile row it is *superseded* (the fetched state already includes it); over a CDC row it is
-  *late*: it arrived after its record moved past it, so the record becomes dirty.
-- **Dirty.** A gap event, a late event, or an UPDATE/DELETE for a record never seen makes the record dirty; the
-  changes after that point (and every change while already dirty) are *skipped*: they stay in change_events for
-  reconciliation.
-- **Stored and dirty.** Two kinds of change are applied *and* make their record dirty, so the reconcile fetches
-  what they cannot say: the first UPDATE/DELETE of a record never seen (its given fields are all it knows), and a
-  change carrying a person account's name record (`Name: {"LastName": ...}` in a person-account org, where
-  `Account.Name` is a column and a compound parent at once: schema.py). Salesforce stores that account's `Name`
-  formatted from the parts by a rule that depends on the org's locale (name order, which parts it shows) and
-  never sends it in an event; the replica keeps the parts the event carries and fetches the formatted `Name` by
-  id instead of imitating the rule. Such changes are counted (`names_to_fetch`) among the applied ones. Changes
-  after either, in commit order, are skipped like those after a gap.
+  delivered twice has two). Over a snapshot or reconcile row it is *superseded* (the fetched state already
+  includes it); over a CDC row it is *late*: it arrived after its record moved past it, so the record becomes
+  dirty.
+- **Dirty.** A gap event (`GAP_<type>`: `GAP_PREFIX` below says which modules make them), a late event, or an
+  UPDATE/DELETE for a record never seen makes the record dirty (steps `blocked` and `counted`); the changes after
+  that point (and every change while already dirty) are *skipped*: they stay in change_events for reconciliation.
+- **Stored and dirty.** Two kinds of change are applied *and* make their record dirty, so the reconcile fetches what
+  they cannot say: the first UPDATE/DELETE of a record never seen (its given fields are all it knows), and a change
+  carrying a person account's name record (`Name: {"LastName": ...}` in a person-account org, where `Account.Name` is a
+  column and a compound parent at once: object_schema/describe.py). Salesforce stores that account's `Name` formatted
+  from the parts by a rule that depends on the org's locale (name order, which parts it shows) and never sends it in an
+  event; the replica keeps the parts the event carries and fetches the formatted `Name` by id instead of imitating the
+  rule. Such changes are counted (`names_to_fetch`) among the applied ones. Changes after either, in commit order, are
+  skipped like those after a gap.
 - **Snapshot rows.** A `SNAPSHOT` change (spark_ops/datastream.py) is the record's whole state at its commit
   time, as a resync or reconcile fetch would read it, with `IsDeleted` among its fields. It is folded with the
   same rules as those rows: stale, it is *superseded* (never late: an older image of a record holds nothing

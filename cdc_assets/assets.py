@@ -24,6 +24,8 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 from dagster_pyspark import PySparkResource
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from cdc_assets.actions import ACTIONS, ActionRun, ReplicaRunConfig, Step, loads_first, run_step
 from cdc_assets.apply import ApplyResult, apply_changes
@@ -195,10 +197,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         freshness_policy=dg.FreshnessPolicy.time_window(
             fail_window=timedelta(seconds=replication.freshness_of(sobject))
         ),
-        description=f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
-        f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
-        f"reconciliation. Modes: {', '.join(f'{a.name} ({a.summary})' for a in ACTIONS.values())}. This "
-        f"object: {sobject.source}.",
+        description=replica_description(sobject),
     )
     @exclusive(replica_pool(sobject.name))
     def replica(
@@ -240,30 +239,9 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                     context, sobject, schema, warehouse, polled_result(warehouse, schema.name, step.sync), step
                 )
             )
-        spark = session(pyspark)
-        close_after = config.transaction_close_after
-        cut = pinned_cut(
-            context,
-            warehouse,
-            replicated=set(replication.names),
-            close_after=replication.transaction_close_after if close_after is None else close_after,
-        )
-        refresh = DescribeRefresh(sobject, warehouse, salesforce)
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
-        result = apply_changes(
-            spark,
-            warehouse,
-            schema,
-            cut=cut,
-            run_id=run_id,
-            now=now,
-            description=describe_note(describe),
-            refresh_schema=refresh,
-            replica=warehouse.table(sobject.name) if step.sync else table,
-            history=sobject.history,
-        )
-        if refresh.keep():
-            result.table = warehouse.table(sobject.name)
+        replica = warehouse.table(sobject.name) if step.sync else table
+        result = apply_step(context, run, session(pyspark), replicated=replication.names, replica=replica)
         schema = result.schema or schema
         return dg.MaterializeResult(
             metadata=record_history(context, history, sobject, warehouse, schema, run_id)
@@ -271,6 +249,52 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         )
 
     return replica
+
+
+def replica_description(sobject: SObjectConfig) -> str:
+    """The replica asset's description, as the UI shows it: what the table holds and the run actions it has."""
+    return (
+        f"Replica of Salesforce {sobject.name}: one row per record id ever seen, kept current from "
+        f"Change Data Capture. Soft deletes (_sf_deleted); dirty rows (_sf_dirty_since) await "
+        f"reconciliation. Modes: {', '.join(f'{a.name} ({a.summary})' for a in ACTIONS.values())}. This "
+        f"object: {sobject.source}."
+    )
+
+
+def apply_step(
+    context: dg.AssetExecutionContext,
+    run: ActionRun,
+    spark: SparkSession,
+    *,
+    replicated: list[str],
+    replica: DeltaTable | None,
+) -> ApplyResult:
+    """The change events of the run's cut (decided once a run for the `replicated` objects, cdc_assets/run_cut.py)
+    applied to the replica snapshot `replica` (cdc_assets/apply.py), with describe() asked again if events set
+    unknown fields."""
+    close_after = run.config.transaction_close_after
+    cut = pinned_cut(
+        context,
+        run.warehouse,
+        replicated=set(replicated),
+        close_after=run.options.transaction_close_after if close_after is None else close_after,
+    )
+    refresh = DescribeRefresh(run.sobject, run.warehouse, run.salesforce)
+    result = apply_changes(
+        spark,
+        run.warehouse,
+        run.schema,
+        cut=cut,
+        run_id=run.run_id,
+        now=run.now,
+        description=describe_note(run.describe),
+        refresh_schema=refresh,
+        replica=replica,
+        history=run.sobject.history,
+    )
+    if refresh.keep():
+        result.table = run.warehouse.table(run.sobject.name)
+    return result
 
 
 def replica_metadata(

@@ -49,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc_assets.state import Held, IngestState, Newest, ReplicaState, ResyncPending
+from spark_ops.order import arrow_order, arrow_positions
 
 log = logging.getLogger(__name__)
 
@@ -66,19 +67,12 @@ def open_transaction(ce_state: IngestState, close_after: float, clock: datetime)
 
 
 def newest_event(rows: pa.Table) -> Newest | None:
-    """The newest event in commit order (docs/design/contract.md §4): its transaction key and position as
-    `[commit micros, commit number, sequence number, replay id]`."""
+    """The newest event in commit order (docs/design/contract.md §4, `spark_ops/order.py`): its transaction key and
+    position as `[commit micros, commit number, sequence number, replay id]`."""
     if not rows.num_rows:
         return None
-    keys = [
-        pc.cast(rows["commit_ts"], pa.int64()),
-        rows["commit_number"],
-        rows["sequence_number"],
-        pc.fill_null(rows["replay_id"], 0),
-    ]
-    table = pa.table({"a": keys[0], "b": keys[1], "c": keys[2], "d": keys[3], "t": rows["transaction_key"]})
-    top = table.take(pc.sort_indices(table, [(k, "descending") for k in "abcd"])[:1]).to_pylist()[0]
-    return Newest(transaction_key=top["t"], position=[top["a"], top["b"], top["c"], top["d"]])
+    top = rows.slice(arrow_order(rows, descending=True)[0].as_py(), 1)
+    return Newest(transaction_key=top["transaction_key"][0].as_py(), position=arrow_positions(top)[0])
 
 
 def _entities_of(rows: pa.Table, transaction_key: str) -> set[str]:

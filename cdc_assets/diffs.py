@@ -4,8 +4,8 @@ A change row whose `diff_fields` names a replicated column still holds `{"diff":
 `resolve_diffs` replaces it with the new text: it asks the fold itself which changes it will apply
 (`spark_ops.fold.applied_changes`: guard, dirty records, unknown records: the same query, so the two never
 disagree), reads the stored values of the fields concerned, and walks each record's applied changes in commit order
-on the driver (`cdc_assets.unified_diff.resolve_record`). Diff rows are rare, so only the records that have one take
-this path, Arrow in and Arrow out; every other row passes through untouched.
+(spark_ops/order.py) on the driver (`cdc_assets.unified_diff.resolve_record`). Diff rows are rare, so only the records
+that have one take this path, Arrow in and Arrow out; every other row passes through untouched.
 
 A diff that cannot be resolved (no stored value, record not in the replica, hash mismatch, hunks that do not
 match) turns its change into `GAP_<type>`: the fold marks the record dirty at that commit, it is counted among
@@ -28,6 +28,7 @@ from object_schema.describe import ObjectSchema, spark_type
 from resources.printable import printable
 from resources.spark import from_arrow, to_arrow
 from spark_ops.fold import applied_changes
+from spark_ops.order import arrow_order
 
 log = dg.get_dagster_logger(__name__)  # the warnings belong in the run's event log, where operators look
 
@@ -68,15 +69,13 @@ def resolve_diffs(changes: pa.Table, current: DataFrame, schema: ObjectSchema) -
     stored = {r["Id"]: r for r in mine.select(["Id", *wanted]).to_pylist()}
 
     rows = subset.to_pylist()
-    by_record: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         row["fields"] = dict(row["fields"] or [])
-        if _key(row) in applied_keys:
-            by_record[row["record_id"]].append(row)
+    by_record: dict[str, list[dict]] = defaultdict(list)  # each record's applied changes, in commit order
+    for i in arrow_order(subset).to_pylist():
+        if _key(rows[i]) in applied_keys:
+            by_record[rows[i]["record_id"]].append(rows[i])
     for record_id, record_rows in by_record.items():
-        record_rows.sort(
-            key=lambda r: (r["commit_micros"], r["commit_number"], r["sequence_number"], r["replay_id"] or 0)
-        )
         done, failed = resolve_record(record_rows, stored.get(record_id), text_columns)
         counts["diffs_applied"] += done
         if failed:

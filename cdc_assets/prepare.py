@@ -35,6 +35,7 @@ from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA
 from resources.printable import printable_list
 from resources.spark import from_arrow, to_arrow
+from spark_ops.fold import gap_type
 from spark_ops.parse import normalize_changes
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def backfill_gaps(
     values = {
         "entity": pa.repeat(pa.scalar(schema.name), n),
         "record_id": pa.array(ids, pa.string()),
-        "change_type": pa.repeat(pa.scalar("GAP_UPDATE"), n),
+        "change_type": pa.repeat(pa.scalar(gap_type("UPDATE")), n),
         "commit_ts": pa.repeat(ts, n),
         "commit_number": pa.repeat(pa.scalar(0, pa.int64()), n),
         "transaction_key": pa.repeat(pa.scalar(key), n),

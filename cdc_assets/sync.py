@@ -246,13 +246,12 @@ def reconcile(
         org=identity or prev.org,
     )
     fault_point("reconcile.before_commit")
-    warehouse.upsert(
+    warehouse.commit_rows(
         schema.name,
         rows,
         read=replica,
         key_column="Id",
         partition_column=BUCKET_COLUMN,
-        partition_values=rows[BUCKET_COLUMN].to_pylist(),
         key=state.KEY,
         state=state.to_dict(),
         txns={APPLY_APP: applied},

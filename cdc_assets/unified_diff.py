@@ -25,7 +25,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from spark_ops.fold import RESETS
+from spark_ops.fold import RESETS, gap_type
 
 _BREAK = re.compile(r"(\r\n|\r|\n)")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -202,7 +202,7 @@ def resolve_record(
                     raise DiffError("the stored value is null")
                 fields[name] = apply_diff(value, diff_text(fields.get(name)))
             except DiffError as exc:
-                change["change_type"] = f"GAP_{change['change_type']}"
+                change["change_type"] = gap_type(change["change_type"])
                 return applied, (name, str(exc))
             applied += 1
         if values is not None:

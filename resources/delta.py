@@ -154,6 +154,23 @@ def _sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def merge_predicate(
+    key_column: str | Sequence[str], partition_column: str | None = None, partition_values: Iterable[str] = ()
+) -> str:
+    """A merge's predicate (target `t`, source `s`): the key columns equal, within the partitions named.
+
+    delta-rs prunes files only for partition values written as literals in the predicate (docs/design/contract.md
+    §8: merge cost follows the change), so the touched partitions are spelled out and the merge rewrites their
+    files, not the table's. No values: no partition bound.
+    """
+    keys = [key_column] if isinstance(key_column, str) else list(key_column)
+    predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+    values = sorted(set(partition_values))
+    if values:
+        predicate = f"t.{partition_column} IN ({', '.join(_sql_literal(v) for v in values)}) AND {predicate}"
+    return predicate
+
+
 def table_configuration(name: str) -> dict[str, str] | None:
     """Table properties a new table gets: replicas (no leading `_`) keep a Change Data Feed."""
     return None if name.startswith("_") else {CHANGE_FEED: "true"}
@@ -496,6 +513,54 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 )
         return self._checkpointed(name, read)
 
+    def commit_rows(
+        self,
+        name: str,
+        rows: pa.Table,
+        *,
+        read: DeltaTable | None,
+        key_column: str | Sequence[str],
+        partition_column: str,
+        key: str,
+        state: dict,
+        txns: dict[str, int],
+        description: str | None = None,
+        configuration: dict[str, str] | None = None,
+    ) -> DeltaTable:
+        """Write `rows` (whole rows, keyed by `key_column`) with their checkpoint in one commit against `read`, the
+        snapshot the checkpoint was read from; returns the table after it. The one rule of every writer that keeps
+        rows by key (a replica's apply and poll, a history):
+
+        - no table yet (`read` None): the commit creates it with `rows`, partitioned by `partition_column`, with
+          `description` and the table properties `configuration`;
+        - no rows: an empty commit, which stores the checkpoint all the same (a merge of no rows commits nothing,
+          and a checkpoint that never moves makes the next run read the same changes again);
+        - else a merge by `key_column` within the rows' own partitions (`merge_predicate`).
+        """
+        if read is None or not rows.num_rows:
+            return self.append(
+                name,
+                rows,
+                read=read,
+                partition_by=[partition_column],
+                key=key,
+                state=state,
+                txns=txns,
+                description=description if read is None else None,
+                configuration=configuration,
+            )
+        return self.upsert(
+            name,
+            rows,
+            read=read,
+            key_column=key_column,
+            partition_column=partition_column,
+            partition_values=pc.unique(rows[partition_column]).to_pylist(),
+            key=key,
+            state=state,
+            txns=txns,
+        )
+
     def upsert(
         self,
         name: str,
@@ -510,17 +575,9 @@ class DeltaWarehouse(dg.ConfigurableResource):
         txns: dict[str, int],
     ) -> DeltaTable:
         """Insert-or-replace rows by `key_column` (or several key columns) in one merge commit against `read` (the
-        snapshot the checkpoint was read from), touching only the named partitions; returns the table after it.
-
-        delta-rs prunes files only for partition values written as literals in the predicate, so the touched
-        partitions are spelled out: the merge rewrites those partitions' files, not the table.
-        """
-        values = sorted(set(partition_values))
-        keys = [key_column] if isinstance(key_column, str) else list(key_column)
-        predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
-        if values:
-            literals = ", ".join(_sql_literal(v) for v in values)
-            predicate = f"t.{partition_column} IN ({literals}) AND {predicate}"
+        snapshot the checkpoint was read from), touching only the named partitions (`merge_predicate`); returns the
+        table after it."""
+        predicate = merge_predicate(key_column, partition_column, partition_values)
         with self._sole_writer(name, read):
             (
                 read.merge(
@@ -554,10 +611,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         """Set `columns` of the rows whose `key_column` is in `data` (no row inserted, no other column touched), in
         one merge commit against `read`, touching only the named partitions; with the state, also when no row
         matched. Returns the table after the commit and the number of rows updated."""
-        values = sorted(set(partition_values))
-        predicate = f"t.{key_column} = s.{key_column}"
-        if values:
-            predicate = f"t.{partition_column} IN ({', '.join(_sql_literal(v) for v in values)}) AND {predicate}"
+        predicate = merge_predicate(key_column, partition_column, partition_values)
         version = next_version(read)
         properties = self.properties(key, state, txns, version=version)
         with self._sole_writer(name, read):
@@ -597,7 +651,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
             self.append(name, data, read=None, partition_by=None, key=key, state=state, txns={})
             return
         ensure_supported(table, name)
-        predicate = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+        predicate = merge_predicate(keys)
         (
             table.merge(
                 data,

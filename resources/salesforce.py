@@ -42,7 +42,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -447,45 +447,24 @@ class SalesforceResource(dg.ConfigurableResource):
         The job is deleted once read to its end (or failed in the org). A read that fails midway keeps it when
         ``on_page`` is given, so that the run after it resumes from the last position it committed; without
         ``on_page`` nobody could resume it, and it is deleted. A job the org no longer has (404) is left alone."""
-        job = {
-            "operation": "queryAll" if include_deleted else "query",
-            "query": select_soql(object_name, fields, where=where, order_by=order_by),
-            "contentType": "CSV",
-            "columnDelimiter": "COMMA",
-            "lineEnding": line_ending,
-        }
-        job_id = resume.job_id if resume else self._request("POST", "jobs/query", retry=False, json=job).json()["id"]
+        job_id = (
+            resume.job_id
+            if resume
+            else self._create_query_job(object_name, fields, where, order_by, line_ending, include_deleted)
+        )
         finished = gone = False  # finished: read to its end, or failed in the org; gone: the org has it no more
         try:
             self._wait_for_job(job_id, poll_seconds, timeout_seconds)
-            locator: str | None = resume.locator if resume else None
-            pages = 0
             if parallel_pages > 1 and resume is None:
-                for content, after in self._parallel_pages(job_id, parallel_pages):
-                    pages += 1
-                    if content.strip():
-                        yield from parse_bulk_page(content, fields)
-                    if on_page is not None:
-                        on_page(BulkPosition(job_id, after))
+                pages = yield from self._read_parallel_pages(job_id, fields, parallel_pages, on_page)
                 if pages:  # the org offers parallel result pages (API 58.0+) and they are read
                     finished = True
                     log.info(
                         "Bulk queryAll of %s finished: job %s, %d parallel result pages", object_name, job_id, pages
                     )
                     return
-            while True:
-                params: dict[str, Any] = {"maxRecords": page_size}
-                if locator:
-                    params["locator"] = locator
-                response = self._request("GET", f"jobs/query/{job_id}/results", params=params)
-                pages += 1
-                if int(response.headers.get("Sforce-NumberOfRecords", "1")) > 0 and response.content.strip():
-                    yield from parse_bulk_page(response.content, fields)
-                locator = response.headers.get("Sforce-Locator")
-                if on_page is not None:
-                    on_page(BulkPosition(job_id, None if not locator or locator == "null" else locator))
-                if not locator or locator == "null":
-                    break
+            locator = resume.locator if resume else None
+            pages = yield from self._read_located_pages(job_id, fields, page_size, locator, on_page)
             finished = True
             log.info("Bulk queryAll of %s finished: job %s, %d result pages", object_name, job_id, pages)
         except BulkJobFailed:
@@ -496,14 +475,80 @@ class SalesforceResource(dg.ConfigurableResource):
                 gone = True  # expired or deleted: nothing to delete
             raise
         finally:
-            # A job is deleted when done. A failed read keeps it when the caller holds its positions (`on_page`):
-            # the next run resumes from the last locator it committed; without them no run could, so it goes.
-            if gone:
-                log.info("Bulk query job %s is gone from the org (expired or deleted)", job_id)
-            elif finished or on_page is None:
-                self._delete_job(job_id)
-            else:
-                log.info("Bulk query job %s kept: a later run resumes it from its last committed locator", job_id)
+            self._end_job(job_id, finished=finished, gone=gone, resumable=on_page is not None)
+
+    def _create_query_job(
+        self,
+        object_name: str,
+        fields: list[str],
+        where: str | None,
+        order_by: str | None,
+        line_ending: str,
+        include_deleted: bool,
+    ) -> str:
+        """A new Bulk API 2.0 query job (``queryAll``, or ``query`` without ``include_deleted``) of ``fields``, CSV
+        results; its id. Not retried: a retried POST could start a second job."""
+        job = {
+            "operation": "queryAll" if include_deleted else "query",
+            "query": select_soql(object_name, fields, where=where, order_by=order_by),
+            "contentType": "CSV",
+            "columnDelimiter": "COMMA",
+            "lineEnding": line_ending,
+        }
+        return self._request("POST", "jobs/query", retry=False, json=job).json()["id"]
+
+    def _read_parallel_pages(
+        self, job_id: str, fields: list[str], workers: int, on_page: Callable[[BulkPosition], None] | None
+    ) -> Generator[pa.RecordBatch, None, int]:
+        """Yields the batches of a complete job's parallel result pages (`_parallel_pages`), calling `on_page` after
+        each; returns the number of pages read (0: the org offers none)."""
+        pages = 0
+        for content, after in self._parallel_pages(job_id, workers):
+            pages += 1
+            if content.strip():
+                yield from parse_bulk_page(content, fields)
+            if on_page is not None:
+                on_page(BulkPosition(job_id, after))
+        return pages
+
+    def _read_located_pages(
+        self,
+        job_id: str,
+        fields: list[str],
+        page_size: int,
+        locator: str | None,
+        on_page: Callable[[BulkPosition], None] | None,
+    ) -> Generator[pa.RecordBatch, None, int]:
+        """Yields the batches of a complete job's result pages from `locator` on (None: the first page), one page
+        of `page_size` records at a time, calling `on_page` with the next page's locator after each; returns the
+        number of pages read."""
+        pages = 0
+        while True:
+            params: dict[str, Any] = {"maxRecords": page_size}
+            if locator:
+                params["locator"] = locator
+            response = self._request("GET", f"jobs/query/{job_id}/results", params=params)
+            pages += 1
+            if int(response.headers.get("Sforce-NumberOfRecords", "1")) > 0 and response.content.strip():
+                yield from parse_bulk_page(response.content, fields)
+            locator = response.headers.get("Sforce-Locator")
+            if locator == "null":  # the org's way of saying "no more pages"
+                locator = None
+            if on_page is not None:
+                on_page(BulkPosition(job_id, locator or None))
+            if not locator:
+                return pages
+
+    def _end_job(self, job_id: str, *, finished: bool, gone: bool, resumable: bool) -> None:
+        """A job is deleted when done. A failed read keeps it when the caller holds its positions (`resumable`: it
+        has `on_page`): the next run resumes from the last locator it committed; without them no run could, so
+        it goes. A job the org no longer has is left alone."""
+        if gone:
+            log.info("Bulk query job %s is gone from the org (expired or deleted)", job_id)
+        elif finished or not resumable:
+            self._delete_job(job_id)
+        else:
+            log.info("Bulk query job %s kept: a later run resumes it from its last committed locator", job_id)
 
     def _parallel_pages(self, job_id: str, workers: int) -> Iterator[tuple[bytes, str | None]]:
         """The CSV pages of a complete job through its parallel result pages, in order, `workers` (at least 2)

@@ -4,21 +4,22 @@ The fold is what a loop over events would do, expressed as one Spark SQL query (
 over the changes of each record) so that Spark runs it in one pass per record:
 
 - **Guard.** A change at or before the row's position is never applied. The position is commit order
-  (docs/design/contract.md §4): `_sf_commit_ts`, then `_sf_commit_number` and `_sf_sequence_number`; replay ids are not
-  compared, since they differ between channels (the same change delivered twice has two). Over a
-  snapshot or reconcile row it is *superseded* (the fetched state already includes it); over a CDC row it is
-  *late*: it arrived after its record moved past it, so the record becomes dirty.
-- **Dirty.** A gap event, a late event, or an UPDATE/DELETE for a record never seen makes the record dirty; the
-  changes after that point (and every change while already dirty) are *skipped*: they stay in change_events for
-  reconciliation.
-- **Stored and dirty.** Two kinds of change are applied *and* make their record dirty, so the reconcile fetches
-  what they cannot say: the first UPDATE/DELETE of a record never seen (its given fields are all it knows), and a
-  change carrying a person account's name record (`Name: {"LastName": ...}` in a person-account org, where
-  `Account.Name` is a column and a compound parent at once: schema.py). Salesforce stores that account's `Name`
-  formatted from the parts by a rule that depends on the org's locale (name order, which parts it shows) and
-  never sends it in an event; the replica keeps the parts the event carries and fetches the formatted `Name` by
-  id instead of imitating the rule. Such changes are counted (`names_to_fetch`) among the applied ones. Changes
-  after either, in commit order, are skipped like those after a gap.
+  (docs/design/contract.md §4, declared in spark_ops/order.py): `_sf_commit_ts`, then `_sf_commit_number` and
+  `_sf_sequence_number`; replay ids are not compared, since they differ between channels (the same change
+  delivered twice has two). Over a snapshot or reconcile row it is *superseded* (the fetched state already
+  includes it); over a CDC row it is *late*: it arrived after its record moved past it, so the record becomes
+  dirty.
+- **Dirty.** A gap event (`GAP_<type>`: `GAP_PREFIX` below says which modules make them), a late event, or an
+  UPDATE/DELETE for a record never seen makes the record dirty (steps `blocked` and `counted`); the changes after
+  that point (and every change while already dirty) are *skipped*: they stay in change_events for reconciliation.
+- **Stored and dirty.** Two kinds of change are applied *and* make their record dirty, so the reconcile fetches what
+  they cannot say: the first UPDATE/DELETE of a record never seen (its given fields are all it knows), and a change
+  carrying a person account's name record (`Name: {"LastName": ...}` in a person-account org, where `Account.Name` is a
+  column and a compound parent at once: object_schema/describe.py). Salesforce stores that account's `Name` formatted
+  from the parts by a rule that depends on the org's locale (name order, which parts it shows) and never sends it in an
+  event; the replica keeps the parts the event carries and fetches the formatted `Name` by id instead of imitating the
+  rule. Such changes are counted (`names_to_fetch`) among the applied ones. Changes after either, in commit order, are
+  skipped like those after a gap.
 - **Snapshot rows.** A `SNAPSHOT` change (spark_ops/datastream.py) is the record's whole state at its commit
   time, as a resync or reconcile fetch would read it, with `IsDeleted` among its fields. It is folded with the
   same rules as those rows: stale, it is *superseded* (never late: an older image of a record holds nothing
@@ -32,7 +33,11 @@ over the changes of each record) so that Spark runs it in one pass per record:
 
 Why one SQL text: built through the Column API, the fold cost thousands of Python-to-JVM calls per object and
 run (seconds of fixed cost per replica, growing with the object's width); as SQL it is parsed and analysed once.
-Each step is a named CTE, in data-flow order.
+Each step is a named CTE written by a function of its own whose docstring says what the step adds, composed in
+data-flow order: `guard_steps` (`cur`, `guarded`, `live`, `firsts`, `blocked`, `classified`, `counted`: where a
+change is superseded, late, a gap, skipped or applied, and where its record becomes dirty), then the fold's
+`effective` and `folded`, then the values and the system columns (`system_columns_sql`, which the history versions
+use too).
 
 `fold_changes` returns the new full rows (only records that changed) plus per-record counters that the asset sums
 into run metadata. `applied_changes` runs the same steps and stops at which change rows are applied (text diffs
@@ -44,6 +49,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from object_schema.describe import ObjectSchema, spark_type
+from spark_ops.order import at_or_before_row_sql, position_sql
 from spark_ops.sql import in_list, literal, quote, run_sql
 
 SNAPSHOT = "SNAPSHOT"
@@ -52,6 +58,11 @@ LIFECYCLE = ("CREATE", "UNDELETE", "DELETE", SNAPSHOT)
 # A SNAPSHOT row carries the record's deleted state in this field (Salesforce's own name; never a column).
 SNAPSHOT_DELETED = "IsDeleted"
 PARTIAL = ("UPDATE", "DELETE")
+# A change the platform cannot apply as it came (a value that does not fit, spark_ops/parse.py; a text diff that does
+# not apply, cdc_assets/unified_diff.py; fields lost in the landing or a column added later, cdc_assets/history/
+# backfill.py and cdc_assets/prepare.py) travels as `GAP_<type>`: the fold makes its record dirty at its commit
+# (steps `blocked` and `counted`), which the reconcile then fetches from the org (docs/design/contract.md §6).
+GAP_PREFIX = "GAP_"
 COUNTERS = ("applied", "gaps", "late", "superseded", "dirty_skipped")
 # Applied changes that carry a person account's name parts: their record is dirty until the reconcile fetches the
 # Name the org formats from them (a subset of `applied`, not a term of the events_read identity).
@@ -76,66 +87,134 @@ NEWLY_DIRTY = "newly_dirty"
 INSERTED = "inserted"
 
 
-# Per change row: its position, and the guard of its record's current row (if any).
-_GUARDED = """
-guarded AS (
-  SELECT ch.record_id, ch.change_type, ch.commit_ts, ch.commit_number, ch.sequence_number, ch.replay_id,
-         ch.fields, ch.set_fields, ch.transaction_key,
-         named_struct('commit_ts', ch.commit_ts, 'commit_number', ch.commit_number,
-                      'sequence_number', ch.sequence_number, 'replay_id', coalesce(ch.replay_id, 0)) AS _pos,
+def gap_type(change_type: str) -> str:
+    """The change type a change of `change_type` travels as when it cannot be applied (`GAP_PREFIX`)."""
+    return change_type if change_type.startswith(GAP_PREFIX) else GAP_PREFIX + change_type
+
+
+def current_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
+    """Step `cur`: the current replica rows of `{current}`, with exactly `schema`'s columns (one the table lacks
+    reads null), so every later step can name any column."""
+    return f"cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}})"
+
+
+def guarded_sql(schema: ObjectSchema) -> str:
+    """Step `guarded`: each change row beside its record's current row. Adds the change's commit-order position
+    `_pos` (spark_ops/order.py), whether the record exists (`_exists`), since when it is dirty (`_cur_dirty`) and
+    where its row came from (`_cur_source`); `_stale`, the guard (§5): the change is at or before the position the
+    row keeps, so it must never be applied; `_gap`, a gap event; `_names`, the change carries a person account's
+    name parts."""
+    return f"""guarded AS (
+  SELECT {", ".join(f"ch.{c}" for c in FOLD_INPUT)},
+         {position_sql("ch")} AS _pos,
          cur.Id IS NOT NULL AS _exists,
          cur._sf_dirty_since AS _cur_dirty,
-         -- A snapshot or reconcile row has no commit number: anything committed at or before its
-         -- SystemModstamp is in it.
-         coalesce(cur.Id IS NOT NULL AND cur._sf_commit_ts IS NOT NULL AND (
-             ch.commit_ts < cur._sf_commit_ts
-             OR (ch.commit_ts = cur._sf_commit_ts AND (
-                 cur._sf_commit_number IS NULL
-                 OR named_struct('n', ch.commit_number, 's', ch.sequence_number)
-                    <= named_struct('n', cur._sf_commit_number, 's', cur._sf_sequence_number)))), false) AS _stale,
+         {at_or_before_row_sql("ch", "cur")} AS _stale,
          cur._sf_source AS _cur_source,
-         startswith(ch.change_type, 'GAP_') AS _gap,
-         {names} AS _names
+         startswith(ch.change_type, {literal(GAP_PREFIX)}) AS _gap,
+         {_carries_person_name(schema)} AS _names
   FROM {{changes}} ch LEFT JOIN cur ON ch.record_id = cur.Id
-),
-live AS (
-  SELECT *, _stale AND (_cur_source != 'cdc' OR change_type = {snapshot}) AS superseded,
-         NOT (_stale AND (_cur_source != 'cdc' OR change_type = {snapshot})) AS _live
+)"""
+
+
+def live_sql() -> str:
+    """Step `live`: `superseded`, a stale change over a fetched row (snapshot, reconcile, poll: it holds every
+    change at or before its SystemModstamp) or a stale SNAPSHOT change (an older image holds nothing newer); it
+    is counted and nothing more. Every other change is `_live`: it ends applied, a gap, late or skipped."""
+    superseded = f"_stale AND (_cur_source != 'cdc' OR change_type = {literal(SNAPSHOT)})"
+    return f"""live AS (
+  SELECT *, {superseded} AS superseded, NOT ({superseded}) AS _live
   FROM guarded
-),
-firsts AS (
+)"""
+
+
+def firsts_sql() -> str:
+    """Step `firsts`: `late`, a live stale change (over a CDC row: it arrived after its record moved past it);
+    per record, the position and type of its first live change (`_first_pos`, `_first_type`) and the position of
+    its first clean change carrying name parts (`_names_pos`)."""
+    return """firsts AS (
   SELECT *, _live AND _stale AND NOT _gap AS late,
          min(CASE WHEN _live THEN _pos END) OVER rec AS _first_pos,
          min_by(change_type, CASE WHEN _live THEN _pos END) OVER rec AS _first_type,
          min(CASE WHEN _live AND NOT _gap AND NOT _stale AND _names THEN _pos END) OVER rec AS _names_pos
   FROM live WINDOW rec AS (PARTITION BY record_id)
-),
-blocked AS (
-  SELECT *, NOT _exists AND _first_type IN {partial} AS _unknown_partial,
+)"""
+
+
+def blocked_sql() -> str:
+    """Step `blocked`: where each record's changes stop being applied (`_blocked_at`, null: never), the first of:
+    a gap or late change; the change after the first change of a record never seen when that is an UPDATE or
+    DELETE (`_unknown_partial`: its given fields are all the replica knows); the change after one carrying name
+    parts. Those changes themselves make the record dirty (step `counted`)."""
+    unknown_partial = f"NOT _exists AND _first_type IN {in_list(PARTIAL)}"
+    return f"""blocked AS (
+  SELECT *, {unknown_partial} AS _unknown_partial,
          least(min(CASE WHEN _live AND (_gap OR late) THEN _pos END) OVER rec,
-               CASE WHEN NOT _exists AND _first_type IN {partial}
+               CASE WHEN {unknown_partial}
                     THEN min(CASE WHEN _live AND _pos > _first_pos THEN _pos END) OVER rec END,
                min(CASE WHEN _live AND _pos > _names_pos THEN _pos END) OVER rec) AS _blocked_at
   FROM firsts WINDOW rec AS (PARTITION BY record_id)
-),
-classified AS (
+)"""
+
+
+def classified_sql() -> str:
+    """Step `classified`: `applied`, a live change that is no gap, not late, of a record not already dirty, and
+    before the record is blocked. What is not applied stays in change_events."""
+    return """classified AS (
   SELECT *, _live AND NOT _gap AND NOT late AND _cur_dirty IS NULL
             AND (_blocked_at IS NULL OR _pos < _blocked_at) AS applied
   FROM blocked
-),
-counted AS (
+)"""
+
+
+def counted_sql() -> str:
+    """Step `counted`: the per-change counters (`gaps`, `dirty_skipped`, `names_to_fetch`; `applied`, `late` and
+    `superseded` are set before), `_dirty_from`, the commit time a change makes its record dirty at (a gap, a late
+    change, an unknown record's first UPDATE/DELETE, an applied change with name parts: §6), and per record
+    `_reset_pos`, the position of its last applied CREATE / UNDELETE / SNAPSHOT (which reset the row)."""
+    return f"""counted AS (
   SELECT *, _live AND _gap AS gaps,
          _live AND NOT _gap AND NOT late AND NOT applied AS dirty_skipped,
-         applied AND _names AS {names_to_fetch},
+         applied AND _names AS {NAMES_TO_FETCH},
          CASE WHEN (_live AND (_gap OR late)) OR (_unknown_partial AND _pos = _first_pos) OR (applied AND _names)
            THEN commit_ts END AS _dirty_from,
-         max(CASE WHEN applied AND change_type IN {resets} THEN _pos END) OVER rec AS _reset_pos
+         max(CASE WHEN applied AND change_type IN {in_list(RESETS)} THEN _pos END) OVER rec AS _reset_pos
   FROM classified WINDOW rec AS (PARTITION BY record_id)
-),
-effective AS (
+)"""
+
+
+def guard_steps(schema: ObjectSchema, current_columns: list[str]) -> str:
+    """The WITH clause every query over `{changes}` and `{current}` starts with: the steps from `cur` through
+    `counted`, in data-flow order; each change row is then classified (`applied`, `superseded`, `late`, `gaps`,
+    `dirty_skipped`) and knows where its record becomes dirty. The fold (`fold_sql`), the applied changes
+    (`applied_changes`) and the history versions (spark_ops/history.py) all read them: one set of rules."""
+    steps = [
+        current_sql(schema, current_columns),
+        guarded_sql(schema),
+        live_sql(),
+        firsts_sql(),
+        blocked_sql(),
+        classified_sql(),
+        counted_sql(),
+    ]
+    return "WITH " + ",\n".join(steps)
+
+
+def effective_sql() -> str:
+    """Step `effective`: `_effective`, an applied change at or after its record's last reset: the changes whose
+    values the row ends with (those before a reset are overwritten by it)."""
+    return """effective AS (
   SELECT *, applied AND (_reset_pos IS NULL OR _pos >= _reset_pos) AS _effective FROM counted
-),
-folded AS (
+)"""
+
+
+def folded_sql() -> str:
+    """Step `folded`: one row per record. `_values`, column -> the text its last effective change set it to (an
+    explicit null as `''`); `_has_reset`; `_life`, what the last applied lifecycle change left (`lifecycle_sql`);
+    `_last`, the position the last applied change left (`kept_position_sql`); `_dirty_from`, the earliest dirty
+    mark; and the counter sums."""
+    sums = ",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in SUMMED)
+    return f"""folded AS (
   SELECT record_id,
          -- column -> JSON text of the last effective change that set it, an explicit null as '' (which reads as
          -- null, as everywhere): entries in commit order, the last one of a key wins
@@ -148,39 +227,60 @@ folded AS (
              AS entries) END)),
            x -> x.entries))) AS _values,
          max(_reset_pos IS NOT NULL) AS _has_reset,
-         max_by(named_struct('deleted', change_type = 'DELETE' OR (change_type = {snapshot}
-                               AND coalesce(element_at(fields, {snapshot_deleted}) = 'true', false)),
-                             'commit_ts', commit_ts),
-                CASE WHEN applied AND change_type IN {lifecycle} THEN _pos END) AS _life,
-         max_by(named_struct('commit_ts', commit_ts, 'replay_id', replay_id, 'commit_number', commit_number,
-                             'sequence_number', sequence_number, 'snapshot', change_type = {snapshot}),
-                CASE WHEN applied THEN _pos END) AS _last,
+         max_by({lifecycle_sql()}, CASE WHEN applied AND change_type IN {in_list(LIFECYCLE)} THEN _pos END) AS _life,
+         max_by({kept_position_sql()}, CASE WHEN applied THEN _pos END) AS _last,
          min(_dirty_from) AS _dirty_from,
-         {counter_sums}
+         {sums}
   FROM effective GROUP BY record_id
 )"""
 
-_SYSTEM = """
-  coalesce(f._life.deleted, cur._sf_deleted, false) AS _sf_deleted,
-  CAST(CASE WHEN f._life.deleted THEN f._life.commit_ts WHEN f._life IS NOT NULL THEN NULL
-       ELSE cur._sf_deleted_at END AS timestamp) AS _sf_deleted_at,
-  coalesce(f._last.commit_ts, cur._sf_commit_ts) AS _sf_commit_ts,
-  -- a snapshot row has a commit time only (its SystemModstamp): what was committed at or before it is in it
-  CAST(CASE WHEN f._last.snapshot THEN NULL WHEN f._last IS NOT NULL THEN f._last.replay_id
-       ELSE cur._sf_replay_id END AS bigint) AS _sf_replay_id,
-  CAST(CASE WHEN f._last.snapshot THEN NULL WHEN f._last IS NOT NULL THEN f._last.commit_number
-       ELSE cur._sf_commit_number END AS bigint) AS _sf_commit_number,
-  CAST(CASE WHEN f._last.snapshot THEN NULL WHEN f._last IS NOT NULL THEN f._last.sequence_number
-       ELSE cur._sf_sequence_number END AS bigint) AS _sf_sequence_number,
-  least(cur._sf_dirty_since, f._dirty_from) AS _sf_dirty_since,
-  CASE WHEN f._last.snapshot THEN 'snapshot' WHEN f._last IS NOT NULL THEN 'cdc'
-       ELSE coalesce(cur._sf_source, 'cdc') END AS _sf_source,
-  substring(f.record_id, 1, {bucket_chars}) AS _sf_bucket,
-  {counters},
-  {changed} AS _changed,
-  f._dirty_from IS NOT NULL AND cur._sf_dirty_since IS NULL AS newly_dirty,
-  ({changed}) AND cur.Id IS NULL AS inserted"""
 
+def lifecycle_sql(alias: str = "") -> str:
+    """SQL: what the change row `alias` does to its record's deleted state, `struct(deleted, commit_ts)`: a DELETE
+    deletes, a SNAPSHOT image deletes when its `IsDeleted` is true, every other lifecycle change undeletes."""
+    a = f"{alias}." if alias else ""
+    deleted = (
+        f"{a}change_type = 'DELETE' OR ({a}change_type = {literal(SNAPSHOT)} "
+        f"AND coalesce(element_at({a}fields, {literal(SNAPSHOT_DELETED)}) = 'true', false))"
+    )
+    return f"named_struct('deleted', {deleted}, 'commit_ts', {a}commit_ts)"
+
+
+def kept_position_sql(alias: str = "") -> str:
+    """SQL: what the change row `alias`, applied last, leaves in its row's position columns:
+    `struct(commit_ts, replay_id, commit_number, sequence_number, snapshot)`."""
+    a = f"{alias}." if alias else ""
+    return (
+        f"named_struct('commit_ts', {a}commit_ts, 'replay_id', {a}replay_id, 'commit_number', {a}commit_number, "
+        f"'sequence_number', {a}sequence_number, 'snapshot', {a}change_type = {literal(SNAPSHOT)})"
+    )
+
+
+def system_columns_sql(*, record: str, life: str, last: str, dirty: str, bucket_chars: int) -> str:
+    """SQL: the system columns of a replica row (docs/design/contract.md §8, in table order through `_sf_bucket`;
+    `_sf_synced_at` is stamped by the caller) after its applied changes, over its current row `cur`.
+
+    `record`: the record id; `life`: what its last applied lifecycle change left (`lifecycle_sql`; null: none,
+    the deleted state is kept); `last`: what its last applied change left (`kept_position_sql`; null: none, the
+    position is kept); `dirty`: since when it is dirty. A snapshot row keeps a commit time only (its
+    SystemModstamp, `_sf_source = 'snapshot'`): what was committed at or before it is in it."""
+    kept = "CASE WHEN {last}.snapshot THEN NULL WHEN {last} IS NOT NULL THEN {last}.{c} ELSE cur._sf_{c} END"
+    positions = "".join(
+        f"\n  CAST({kept.format(last=last, c=c)} AS bigint) AS _sf_{c},"
+        for c in ("replay_id", "commit_number", "sequence_number")
+    )
+    return f"""
+  coalesce({life}.deleted, cur._sf_deleted, false) AS _sf_deleted,
+  CAST(CASE WHEN {life}.deleted THEN {life}.commit_ts WHEN {life} IS NOT NULL THEN NULL
+       ELSE cur._sf_deleted_at END AS timestamp) AS _sf_deleted_at,
+  coalesce({last}.commit_ts, cur._sf_commit_ts) AS _sf_commit_ts,{positions}
+  {dirty} AS _sf_dirty_since,
+  CASE WHEN {last}.snapshot THEN 'snapshot' WHEN {last} IS NOT NULL THEN 'cdc'
+       ELSE coalesce(cur._sf_source, 'cdc') END AS _sf_source,
+  substring({record}, 1, {bucket_chars}) AS _sf_bucket"""
+
+
+# The row differs from its current one: a change was applied, or the record became dirty earlier than it was.
 _CHANGED = (
     "(f.applied > 0 OR (f._dirty_from IS NOT NULL AND (cur._sf_dirty_since IS NULL "
     "OR f._dirty_from < cur._sf_dirty_since)))"
@@ -199,21 +299,6 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
     return run_sql(changes.sparkSession, fold_sql(schema, current.columns), changes=changes, current=current)
 
 
-def _steps(schema: ObjectSchema, current_columns: list[str]) -> str:
-    """The WITH clause: current rows aligned to the schema, then every step through `folded`."""
-    guarded = _GUARDED.format(
-        partial=in_list(PARTIAL),
-        resets=in_list(RESETS),
-        lifecycle=in_list(LIFECYCLE),
-        snapshot=literal(SNAPSHOT),
-        snapshot_deleted=literal(SNAPSHOT_DELETED),
-        names=_carries_person_name(schema),
-        names_to_fetch=NAMES_TO_FETCH,
-        counter_sums=",\n         ".join(f"sum(CAST({n} AS bigint)) AS {n}" for n in SUMMED),
-    )
-    return f"WITH cur AS (SELECT {aligned_sql(schema, current_columns)} FROM {{current}}),{guarded}\n"
-
-
 def _carries_person_name(schema: ObjectSchema) -> str:
     """SQL: the change row (`ch`) carries a person account's name parts, so the org's formatted Name must be
     fetched. A SNAPSHOT image carries the Name itself."""
@@ -227,7 +312,8 @@ def _carries_person_name(schema: ObjectSchema) -> str:
 
 
 def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
-    """The fold as one query over `{changes}` and `{current}` (see `fold_changes`)."""
+    """The fold as one query over `{changes}` and `{current}` (see `fold_changes`): the guard steps, `effective`,
+    `folded`, then one value per column and the system columns."""
     data = [(c, t) for c, t in schema.columns if c != "Id"]
     # Each column's value looked up once, in a step of its own (a lookup both tested and read would scan twice).
     lookups = "".join(f", element_at(_values, {literal(c)}) AS _v{i}" for i, (c, _) in enumerate(data))
@@ -236,12 +322,21 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
         f"WHEN f._has_reset THEN NULL ELSE cur.{quote(c)} END AS {quote(c)}"
         for i, (c, t) in enumerate(data)
     )
-    system = _SYSTEM.format(
-        bucket_chars=schema.bucket_chars, changed=_CHANGED, counters=", ".join(f"f.{n}" for n in SUMMED)
+    system = system_columns_sql(
+        record="f.record_id",
+        life="f._life",
+        last="f._last",
+        dirty="least(cur._sf_dirty_since, f._dirty_from)",
+        bucket_chars=schema.bucket_chars,
     )
+    counters = ", ".join(f"f.{n}" for n in SUMMED)
     return (
-        f"{_steps(schema, current_columns).rstrip()},\nlooked AS (SELECT *{lookups} FROM folded)\n"
-        f"SELECT f.record_id AS Id,\n  {values},{system}\nFROM looked f LEFT JOIN cur ON f.record_id = cur.Id"
+        f"{guard_steps(schema, current_columns)},\n{effective_sql()},\n{folded_sql()},\n"
+        f"looked AS (SELECT *{lookups} FROM folded)\n"
+        f"SELECT f.record_id AS Id,\n  {values},{system},\n  {counters},\n  {_CHANGED} AS {CHANGED},\n"
+        f"  f._dirty_from IS NOT NULL AND cur._sf_dirty_since IS NULL AS {NEWLY_DIRTY},\n"
+        f"  ({_CHANGED}) AND cur.Id IS NULL AS {INSERTED}\n"
+        f"FROM looked f LEFT JOIN cur ON f.record_id = cur.Id"
     )
 
 
@@ -250,7 +345,7 @@ def applied_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema
     `record_id, change_type, commit_micros, commit_number, sequence_number, replay_id, applied`. Resolving text
     diffs needs it: a diff applies to the value left by the applied changes before it (cdc_assets/unified_diff.py)."""
     query = (
-        f"{_steps(schema, current.columns)}SELECT record_id, change_type, unix_micros(commit_ts) AS "
+        f"{guard_steps(schema, current.columns)}\nSELECT record_id, change_type, unix_micros(commit_ts) AS "
         f"commit_micros, commit_number, sequence_number, replay_id, applied FROM classified"
     )
     return run_sql(changes.sparkSession, query, changes=changes, current=current)

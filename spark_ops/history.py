@@ -26,7 +26,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from object_schema.describe import ObjectSchema, spark_type
-from spark_ops.fold import LIFECYCLE, RESETS, SNAPSHOT, SNAPSHOT_DELETED, _steps
+from spark_ops.fold import (
+    LIFECYCLE,
+    RESETS,
+    guard_steps,
+    kept_position_sql,
+    lifecycle_sql,
+    system_columns_sql,
+)
 from spark_ops.sql import in_list, literal, quote, run_sql
 
 TRANSACTION_KEY = "_transaction_key"
@@ -41,10 +48,7 @@ clean AS (
 ),
 running AS (
   SELECT *,
-         last(CASE WHEN applied AND change_type IN {lifecycle} THEN named_struct(
-                'deleted', change_type = 'DELETE' OR (change_type = {snapshot}
-                            AND coalesce(element_at(fields, {snapshot_deleted}) = 'true', false)),
-                'commit_ts', commit_ts) END, true) OVER run AS _life_run,
+         last(CASE WHEN applied AND change_type IN {lifecycle} THEN {life} END, true) OVER run AS _life_run,
          {values}
   FROM clean
   WINDOW run AS (PARTITION BY record_id ORDER BY _pos ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW),
@@ -58,27 +62,15 @@ txn AS (
 )
 """
 
-_SYSTEM = """
-  coalesce(v._life_run.deleted, cur._sf_deleted, false) AS _sf_deleted,
-  CAST(CASE WHEN v._life_run.deleted THEN v._life_run.commit_ts WHEN v._life_run IS NOT NULL THEN NULL
-       ELSE cur._sf_deleted_at END AS timestamp) AS _sf_deleted_at,
-  v.commit_ts AS _sf_commit_ts,
-  CAST(CASE WHEN v.change_type = {snapshot} THEN NULL ELSE v.replay_id END AS bigint) AS _sf_replay_id,
-  CAST(CASE WHEN v.change_type = {snapshot} THEN NULL ELSE v.commit_number END AS bigint) AS _sf_commit_number,
-  CAST(CASE WHEN v.change_type = {snapshot} THEN NULL ELSE v.sequence_number END AS bigint) AS _sf_sequence_number,
-  CAST(NULL AS timestamp) AS _sf_dirty_since,
-  CASE WHEN v.change_type = {snapshot} THEN 'snapshot' ELSE 'cdc' END AS _sf_source,
-  substring(v.record_id, 1, {bucket_chars}) AS _sf_bucket,
-  v.transaction_key AS {transaction_key},
-  coalesce(v._txn_life, 'UPDATE') AS {change_type}"""
-
 
 def _value_name(column: str) -> str:
     return quote(f"_v_{column}")
 
 
 def versions_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
-    """The query behind `transaction_versions` over `{changes}` and `{current}`."""
+    """The query behind `transaction_versions` over `{changes}` and `{current}`: the fold's guard steps
+    (spark_ops/fold.py `guard_steps`), then `clean`, `running` and `txn` above; a version's system columns are the
+    fold's (`system_columns_sql`), with the version's own change as the last applied and no dirty mark."""
     data = [(c, t) for c, t in schema.columns if c != "Id"]
     running = (
         ",\n         ".join(
@@ -88,26 +80,22 @@ def versions_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
         )
         or "NULL AS _none"
     )
-    steps = _RUNNING.format(
-        resets=in_list(RESETS),
-        lifecycle=in_list(LIFECYCLE),
-        snapshot=literal(SNAPSHOT),
-        snapshot_deleted=literal(SNAPSHOT_DELETED),
-        values=running,
-    )
+    steps = _RUNNING.format(resets=in_list(RESETS), lifecycle=in_list(LIFECYCLE), life=lifecycle_sql(), values=running)
     values = "".join(
         f"CASE WHEN v.{_value_name(c)} IS NOT NULL THEN CAST(nullif(v.{_value_name(c)}.v, '') AS "
         f"{spark_type(t).simpleString()}) WHEN v._seg > 0 THEN NULL ELSE cur.{quote(c)} END AS {quote(c)},\n  "
         for c, t in data
     )
-    system = _SYSTEM.format(
-        snapshot=literal(SNAPSHOT),
+    system = system_columns_sql(
+        record="v.record_id",
+        life="v._life_run",
+        last=kept_position_sql("v"),
+        dirty="CAST(NULL AS timestamp)",
         bucket_chars=schema.bucket_chars,
-        transaction_key=TRANSACTION_KEY,
-        change_type=CHANGE_TYPE,
     )
     return (
-        f"{_steps(schema, current_columns).rstrip()}{steps}SELECT v.record_id AS Id,\n  {values}{system}\n"
+        f"{guard_steps(schema, current_columns)}{steps}SELECT v.record_id AS Id,\n  {values}{system},\n"
+        f"  v.transaction_key AS {TRANSACTION_KEY},\n  coalesce(v._txn_life, 'UPDATE') AS {CHANGE_TYPE}\n"
         f"FROM txn v LEFT JOIN cur ON v.record_id = cur.Id\n"
         f"WHERE v.applied AND v._pos = v._txn_last AND v._whole"
     )

@@ -40,6 +40,7 @@ from pyspark.sql import types as T
 
 from object_schema.describe import ObjectSchema, spark_type
 from spark_ops.events import mark_duplicates
+from spark_ops.fold import GAP_PREFIX
 from spark_ops.names import API_NAME_RULE, API_NAME_SQL, OVERFLOW_ID, RECORD_ID_SQL, WILDCARD_ID_SQL
 from spark_ops.protect import protected_map_sql, salt_frames, selected_names_sql
 from spark_ops.sql import in_list, literal, run_sql
@@ -443,8 +444,8 @@ def event_key(prefix: str = "") -> Column:
 
 
 # A change with a value that does not fit is not applied: it becomes a gap of its record (docs/design/contract.md §6).
-_AS_GAP = """CASE WHEN value_error IS NULL OR startswith(change_type, 'GAP_') THEN change_type
-               ELSE concat('GAP_', change_type) END"""
+_AS_GAP = f"""CASE WHEN value_error IS NULL OR startswith(change_type, {literal(GAP_PREFIX)}) THEN change_type
+               ELSE concat({literal(GAP_PREFIX)}, change_type) END"""
 _NO_FIELDS = f"CAST(map() AS {_MAP})"
 
 

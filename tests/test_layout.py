@@ -10,6 +10,7 @@ definitions (the modules declaring what Dagster loads: an asset, check, op, job 
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 
 import pytest
@@ -198,3 +199,29 @@ def test_no_module_of_the_product_imports_the_project_inside_a_function():
         if id(node) in inside
     )
     assert hidden == []
+
+
+# Sorting or comparing by commit order: a sort call, or a SQL struct compared with `<`/`>` (the guard's form).
+SORTS = re.compile(r"sort_indices|sort_by|\.sort\(|key=lambda|ORDER BY|min_by|max_by", re.IGNORECASE)
+STRUCT_COMPARED = re.compile(
+    r"named_struct\([^()]*sequence_number[^()]*\)\s*[<>]|[<>]=?\s*named_struct\([^()]*sequence_number"
+)
+ORDER_HOME = "spark_ops/order.py"
+
+
+def test_commit_order_is_written_only_in_spark_ops_order():
+    """Commit order (docs/design/contract.md §4) is declared once, in spark_ops/order.py, in the forms Spark and
+    Arrow compare it in; every other module sorts or compares changes through it. A function elsewhere that sorts
+    by the sequence number, or SQL comparing a position struct, spells the order out again (and may drift)."""
+    spelled = sorted(
+        f"{path.relative_to(REPO)}:{node.lineno}"
+        for folder in ("cdc_assets", "resources", "sensors", "spark_ops", "object_schema")
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if str(path.relative_to(REPO)) != ORDER_HOME
+        for source in [path.read_text()]
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Assign)
+        for text in [ast.get_source_segment(source, node) or ""]
+        if (SORTS.search(text) and "sequence_number" in text) or STRUCT_COMPARED.search(text)
+    )
+    assert spelled == []

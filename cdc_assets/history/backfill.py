@@ -44,6 +44,7 @@ from cdc_assets.state import REPLICA_STATE, ReplicaState
 from object_schema.describe import ObjectSchema
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow, read_table
 from resources.spark import from_arrow
+from spark_ops.fold import GAP_PREFIX
 from spark_ops.history import transaction_versions
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def _events(
         rows = rows.set_column(
             rows.schema.get_field_index("change_type"),
             "change_type",
-            pc.if_else(lost, pc.binary_join_element_wise("GAP_", rows["change_type"], ""), rows["change_type"]),
+            pc.if_else(lost, pc.binary_join_element_wise(GAP_PREFIX, rows["change_type"], ""), rows["change_type"]),
         )
     return rows
 

@@ -86,30 +86,18 @@ def commit_history(
     state = HistoryState(through=through, versions=versions, backfilled=backfilled, run_id=run_id)
     txns = {HISTORY_APP: through}
     fault_point("history.before_commit")
-    if history is None or not rows.num_rows:
-        # A history has no Change Data Feed of its own: nothing reads it, and it would double every write.
-        table = warehouse.append(
-            name,
-            rows,
-            read=history,
-            partition_by=[BUCKET_COLUMN],
-            key=state.KEY,
-            state=state.to_dict(),
-            txns=txns,
-            configuration={CHANGE_FEED: "false"},
-        )
-    else:
-        table = warehouse.upsert(
-            name,
-            rows,
-            read=history,
-            key_column=["Id", VERSION],
-            partition_column=BUCKET_COLUMN,
-            partition_values=rows[BUCKET_COLUMN].to_pylist(),
-            key=state.KEY,
-            state=state.to_dict(),
-            txns=txns,
-        )
+    # A history has no Change Data Feed of its own: nothing reads it, and it would double every write.
+    table = warehouse.commit_rows(
+        name,
+        rows,
+        read=history,
+        key_column=["Id", VERSION],
+        partition_column=BUCKET_COLUMN,
+        key=state.KEY,
+        state=state.to_dict(),
+        txns=txns,
+        configuration={CHANGE_FEED: "false"},
+    )
     fault_point("history.after_commit")
     return table
 

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from resources.delta import aligned_arrow
 from spark_ops.history import CHANGE_TYPE, TRANSACTION_KEY
+from spark_ops.order import arrow_order
 
 VALID_FROM, VALID_TO, IS_CURRENT, VERSION = "_valid_from", "_valid_to", "_is_current", "_version"
 TS = pa.timestamp("us", tz="UTC")
@@ -85,18 +86,6 @@ def sync_versions(written: pa.Table, current: pa.Table, data_columns: list[str],
     return rows.set_column(target.get_field_index(CHANGE_TYPE), target.field(CHANGE_TYPE), change)
 
 
-def _order(versions: pa.Table) -> list[int]:
-    """Row indices of `versions` by record, then commit order."""
-    keys = [
-        pc.fill_null(versions[c], -1) if versions[c].type == pa.int64() else versions[c]
-        for c in ("_sf_commit_number", "_sf_sequence_number")
-    ]
-    table = pa.table({"Id": versions["Id"], "ts": versions["_sf_commit_ts"], "n": keys[0], "s": keys[1]})
-    return pc.sort_indices(
-        table, [("Id", "ascending"), ("ts", "ascending"), ("n", "ascending"), ("s", "ascending")]
-    ).to_pylist()
-
-
 def chain(current: pa.Table, versions: pa.Table, target: pa.Schema) -> pa.Table:
     """The rows to merge into the history by (`Id`, `_version`): `current` versions of the touched records,
     closed, and `versions` with their validity and numbers (module docstring). Both aligned to `target`."""
@@ -108,8 +97,7 @@ def chain(current: pa.Table, versions: pa.Table, target: pa.Schema) -> pa.Table:
         i: (v, n)
         for i, v, n in zip(current["Id"].to_pylist(), current[VALID_FROM].to_pylist(), current[VERSION].to_pylist())
     }
-    order = _order(versions)
-    versions = versions.take(order)
+    versions = versions.take(arrow_order(versions, group_by=["Id"], kept=True))  # by record, then commit order
     ids, stamps = versions["Id"].to_pylist(), versions["_sf_commit_ts"].to_pylist()
     valid_from, number = [], []
     for rid, ts in zip(ids, stamps):

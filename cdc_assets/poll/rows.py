@@ -1,8 +1,15 @@
 """Polled rows against the replica (pure Arrow): which rows move their record forward, and the cursor they leave.
 
-The rule (cdc_assets/poll/run.py, "Position"): a polled row's position is its SystemModstamp. It replaces the replica
-row when newer, or at the same SystemModstamp when its values differ (another transaction in the same millisecond);
-never when older. The cursor is the newest (SystemModstamp, Id) read: Id breaks ties between equal SystemModstamps.
+The rule (docs/design/contract.md §11; cdc_assets/poll/run.py, "Position"): a polled row's position is its
+SystemModstamp. It replaces the replica row when newer, or at the same SystemModstamp when its values differ
+(another transaction in the same millisecond); never when older. A dirty mark newer than the polled state stays.
+The cursor is the newest (SystemModstamp, Id) read: Id breaks ties between equal SystemModstamps.
+
+This is not the fold's guard (docs/design/contract.md §5, spark_ops/fold.py `guarded_sql`), which orders a *change*
+against a row by commit number and sequence number within a millisecond: a polled state has neither, so at an
+equal stamp only its values can tell whether it is news. The two meet in one rule only through the row a poll
+writes: a row without a commit number holds everything committed at or before its stamp, so the fold supersedes
+the events it already holds.
 """
 
 from __future__ import annotations

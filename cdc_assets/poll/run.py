@@ -171,28 +171,16 @@ class PollWriter:
         if fresh.num_rows:
             state = state.with_commit_ts(pc.max(fresh["_sf_commit_ts"]).as_py().isoformat())
         txns = {APPLY_APP: table.transaction_version(APPLY_APP) or 0}
-        if fresh.num_rows:
-            self.warehouse.upsert(
-                self.schema.name,
-                fresh,
-                read=table,
-                key_column="Id",
-                partition_column=BUCKET_COLUMN,
-                partition_values=fresh[BUCKET_COLUMN].to_pylist(),
-                key=state.KEY,
-                state=state.to_dict(),
-                txns=txns,
-            )
-        else:
-            self.warehouse.append(
-                self.schema.name,
-                self.target.empty_table(),
-                read=table,
-                partition_by=[BUCKET_COLUMN],
-                key=state.KEY,
-                state=state.to_dict(),
-                txns=txns,
-            )
+        self.warehouse.commit_rows(
+            self.schema.name,
+            fresh if fresh.num_rows else self.target.empty_table(),
+            read=table,
+            key_column="Id",
+            partition_column=BUCKET_COLUMN,
+            key=state.KEY,
+            state=state.to_dict(),
+            txns=txns,
+        )
         self.commits += 1
         self.watch.lap("merge")
         return fresh, c

@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from resources.delta import CHECKPOINT_EVERY, ConcurrentWriteError, DeltaWarehouse, read_table
+from resources.delta import CHECKPOINT_EVERY, ConcurrentWriteError, DeltaWarehouse, merge_predicate, read_table
 
 A, B, C = "001000000000001AAA", "001000000000002AAA", "003000000000003AAA"
 
@@ -218,3 +218,21 @@ def test_an_overwrite_that_found_no_table_creates_it_once(tmp_path):
                     "T", reader, read=None, partition_by=["bucket"], key="k", state={}, txns={"apply": 0}
                 )
     assert read_table(warehouse.table("T")).to_pylist() == [{"Id": A, "bucket": "001", "n": 0}]
+
+
+def test_commit_rows_creates_then_commits_the_checkpoint_alone_then_merges_within_the_rows_partitions(tmp_path):
+    """The one rule of every writer keeping rows by key: no table -> create; no rows -> an empty commit that still
+    moves the checkpoint; rows -> a merge whose predicate names only the partitions of the rows written."""
+    warehouse = DeltaWarehouse(root=str(tmp_path))
+    commit = {"key_column": "Id", "partition_column": "bucket", "key": "k"}
+    created = warehouse.commit_rows("T", rows([A, C], 0), read=None, state={"s": 0}, txns={"app": 0}, **commit)
+    assert (created.version(), created.metadata().partition_columns) == (0, ["bucket"])
+    empty = warehouse.commit_rows(
+        "T", rows([A], 0).slice(0, 0), read=created, state={"s": 1}, txns={"app": 1}, **commit
+    )
+    assert (empty.version(), empty.transaction_version("app"), warehouse.commit_state(empty, "k")) == (1, 1, {"s": 1})
+    merged = warehouse.commit_rows("T", rows([A, B], 2), read=empty, state={"s": 2}, txns={"app": 2}, **commit)
+    assert sorted((r["Id"], r["n"]) for r in read_table(merged).to_pylist()) == [(A, 2), (B, 2), (C, 0)]
+    assert merged.history(1)[0]["operation"] == "MERGE"
+    assert merge_predicate("Id", "bucket", ["003", "001", "001"]) == "t.bucket IN ('001', '003') AND t.Id = s.Id"
+    assert merge_predicate(["Id", "v"]) == "t.Id = s.Id AND t.v = s.v"

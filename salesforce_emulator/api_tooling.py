@@ -10,6 +10,13 @@
 
 Only the admin's session may call them (``Emulator.admin_token``); the integration user gets
 ``INSUFFICIENT_ACCESS_OR_READONLY``.
+
+The change event schema over REST (REST API Developer Guide, "Platform Event Schema by Event Name" and "... by
+Schema ID"): ``GET .../sobjects/<Object>ChangeEvent/eventSchema`` (a custom object's: ``<Name>__ChangeEvent``) and
+``GET .../event/eventSchema/<schemaId>`` answer the Avro schema the Pub/Sub API's GetSchema serves, with its id as
+``uuid``; like GetSchema it lists every field of the object, also those the caller cannot read (Change Data Capture
+Developer Guide, "Field-Level Security"). ``payloadFormat`` ``COMPACT`` and ``EXPANDED`` give the same (compact)
+schema.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator.errors import ApiError
 from salesforce_emulator.org_setup import insufficient_access
+from salesforce_emulator.pubsub_avro import schema_json
 from salesforce_emulator.server import Request, Response, route
 
 if TYPE_CHECKING:
@@ -81,7 +89,33 @@ def delete_field(api: Api, req: Request) -> Response:
     return Response(204)
 
 
+def _schema_body(obj: Any) -> Response:
+    return Response(body={**json.loads(schema_json(obj)), "uuid": obj.schema_id})
+
+
+def event_schema_by_name(api: Api, req: Request) -> Response:
+    event = req.params["event"]
+    base = (
+        event.removesuffix("__ChangeEvent") + "__c" if event.endswith("__ChangeEvent") else event[: -len("ChangeEvent")]
+    )
+    obj = api.store.find(base) if base else None
+    if obj is None or not obj.cdc:
+        raise ApiError(404, "NOT_FOUND", f"The requested resource does not exist: no change event {event}")
+    return _schema_body(obj)
+
+
+def event_schema_by_id(api: Api, req: Request) -> Response:
+    obj = api.store.setup.schemas.get(req.params["schema"])
+    if obj is None:
+        raise ApiError(
+            404, "NOT_FOUND", f"The requested resource does not exist: no event schema {req.params['schema']}"
+        )
+    return _schema_body(obj)
+
+
 ROUTES = [
+    route("GET", r"/sobjects/(?P<event>\w+ChangeEvent)/eventSchema", "event_schema", event_schema_by_name),
+    route("GET", r"/event/eventSchema/(?P<schema>[\w-]+)", "event_schema", event_schema_by_id),
     route("POST", _BASE, "tooling", create_field),
     route("GET", _BASE + r"/(?P<id>\w+)", "tooling", get_field),
     route("PATCH", _BASE + r"/(?P<id>\w+)", "tooling", update_field),

@@ -40,6 +40,7 @@ from deltalake import DeltaTable
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.config import SObjectConfig
+from cdc_assets.org import org_for_run
 from cdc_assets.records import SNAPSHOT, replica_rows
 from cdc_assets.schemas import (
     DESCRIBE_PROPERTY,
@@ -152,7 +153,10 @@ def settle_field_access(
                 if mark["status"] == HIDDEN
                 else "no longer has it (deleted)",
             )
-    if new_marks != marks or kept != current:
+    if new_marks == marks and not returned:
+        return schema, describe, table, FieldAccess.of(marks)
+    org_for_run(warehouse, table, salesforce, sobject.name)  # another org's replica: refused before any write
+    if new_marks != marks:
         note = describe_note(current)
         assert note is not None, "None only for an empty describe(), and the org's never is"
         table.alter.set_table_properties(

@@ -234,3 +234,17 @@ def test_pub_sub_events_keep_the_schema_they_were_published_with_and_get_schema_
         assert again[shown]["payload"][FIELD] == "Silver" and again[first]["schema"] == events[first]["schema"]
         assert FIELD in field_names(simple_salesforce_client(emu))
         channel.close()
+
+
+def test_the_rest_event_schema_lists_every_field_and_keeps_earlier_schema_ids(sf, admin, emulator, landed_events):
+    account = sf.Account.create({"Name": "Before"})["id"]
+    before = account_events(landed_events(emulator), account)[0]["data"]["schema"]
+    add_field(admin, f"Account.{FIELD}", TEXT_40)  # not granted: the integration user cannot read it
+
+    current = sf.restful("sobjects/AccountChangeEvent/eventSchema", params={"payloadFormat": "COMPACT"})
+    assert current["name"] == "AccountChangeEvent" and current["uuid"] != before
+    assert FIELD in {f["name"] for f in current["fields"]}, "the event schema lists fields the user cannot read"
+    earlier = sf.restful(f"event/eventSchema/{before}")
+    assert earlier["uuid"] == before and FIELD not in {f["name"] for f in earlier["fields"]}
+    assert sf.restful(f"event/eventSchema/{current['uuid']}") == current
+    assert error_of(lambda: sf.restful("sobjects/AccountHistoryChangeEvent/eventSchema"))["errorCode"] == "NOT_FOUND"

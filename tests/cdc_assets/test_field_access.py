@@ -13,7 +13,7 @@ from simple_salesforce import Salesforce
 from test_sync import catch_up, make_platform, run_sensor_requests
 
 from cdc_assets.assets import replica_key
-from cdc_assets.checks import FIELDS_READABLE
+from cdc_assets.checks import FIELDS_READABLE, SCHEMA, UNIQUE_ID
 from cdc_assets.schemas import marked_fields
 from salesforce_emulator import Emulator
 from salesforce_emulator.client import simple_salesforce_client
@@ -75,9 +75,12 @@ def dirty_by_a_gap(emu: Emulator, record_id: str) -> None:
 
 
 def readable_check(platform: Platform) -> dg.AssetCheckEvaluation:
+    """A run of the replica with its checks: the table, kept columns and all, passes the blocking ones."""
     request = dg.RunRequest(asset_selection=[replica_key("Account")], run_config=mode_run_config({"Account": "apply"}))
     result = platform.execute(request, checks=True)
-    return platform.check_results(result, "Account")[FIELDS_READABLE]
+    checks = platform.check_results(result, "Account")
+    assert result.success and checks[SCHEMA].passed and checks[UNIQUE_ID].passed
+    return checks[FIELDS_READABLE]
 
 
 def test_a_field_hidden_by_field_level_security_is_never_nulled_fails_a_check_and_is_backfilled_when_read_returns(

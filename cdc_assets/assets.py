@@ -19,6 +19,7 @@ says what the asset is** (`Account_events`, `Account` for the replica, `Account_
 is all the lineage graph and the asset list show of a key. The keys are made in one place, cdc_assets/names.py.
 """
 
+import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -32,6 +33,7 @@ from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.checks import NO_FAILED_FILES
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
+from cdc_assets.field_access import field_access_metadata, is_invalid_field, settle_field_access
 from cdc_assets.formulas.freshness import formula_metadata
 from cdc_assets.formulas.refresh import FormulaResult
 from cdc_assets.history.assets import history_step, record_history
@@ -68,7 +70,7 @@ from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
 from resources.printable import printable, printable_list
-from resources.salesforce import SalesforceResource
+from resources.salesforce import SalesforceApiError, SalesforceResource
 from resources.spark import session
 
 KINDS = {"spark", "delta", "salesforce"}
@@ -215,6 +217,10 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         initial = loads_first(action, sobject, table, replication.options)
         full_copy = initial or action.full_copy
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=full_copy, table=table)
+        # Fields the org no longer serves (hidden by field-level security, or deleted): kept, never asked for.
+        schema, describe, table, access = settle_field_access(
+            sobject, warehouse, salesforce, schema, describe, table, now=now, run_id=run_id, fresh=full_copy
+        )
         if not full_copy:
             refuse_clear_hashes(table, schema)  # `hash:` added to an existing replica: a resync comes first
         # Before anything commits: a history turned on for an existing replica is backfilled through its version.
@@ -231,13 +237,26 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             run_id=run_id,
             now=now,
         )
-        step = run_step(action, run, initial=initial)
+        try:
+            step = run_step(action, run, initial=initial)
+        except SalesforceApiError as exc:
+            if not is_invalid_field(exc):
+                raise
+            # A field the org no longer serves: ask describe() again, mark it, and read the org without it.
+            context.log.warning(f"{sobject.name}: the org refused a field ({exc}); asking describe() again")
+            schema, describe, table, access = settle_field_access(
+                sobject, warehouse, salesforce, schema, describe, table, now=now, run_id=run_id, force=True
+            )
+            run = dataclasses.replace(run, schema=schema, describe=describe, table=table)
+            step = run_step(action, run, initial=initial)
+        access_metadata = field_access_metadata(access)
         if not events:  # no change events to apply: no Spark either
             return dg.MaterializeResult(
                 metadata=record_history(context, history, sobject, warehouse, schema, run_id)
                 | replica_metadata(
                     context, sobject, schema, warehouse, polled_result(warehouse, schema.name, step.sync), step
                 )
+                | access_metadata
             )
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
         replica = warehouse.table(sobject.name) if step.sync else table
@@ -246,6 +265,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         return dg.MaterializeResult(
             metadata=record_history(context, history, sobject, warehouse, schema, run_id)
             | replica_metadata(context, sobject, schema, warehouse, result, step)
+            | access_metadata
         )
 
     return replica

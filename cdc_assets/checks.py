@@ -1,6 +1,6 @@
 """Asset checks on every replica (docs/design/contract.md §9, §10): what a reader of the table needs to be true.
 
-One `multi_asset_check` per replica asset runs eight checks (ten for a polled object) in one step right after the
+One `multi_asset_check` per replica asset runs nine checks (eleven for a polled object) in one step right after the
 asset (a `dg.materialize` or a sensor run that selects the asset includes them), reading the table and its replica
 state (`ReplicaState`, cdc_assets/state.py) once:
 
@@ -15,6 +15,8 @@ state (`ReplicaState`, cdc_assets/state.py) once:
   warns);
 - `org_knows_ids`: the last reconcile met no id the org refuses (malformed) and at most `MAX_UNKNOWN_IDS` ids the org
   does not know (cdc_assets/sync.py): more means a landing writer invents record ids;
+- `fields_readable`: the org hides no replicated field from the integration user by field-level security
+  (cdc_assets/field_access.py: the column keeps its values but follows the org no more until read access returns);
 - `table_protocol`: the replica's Delta protocol (and its history table's) is one every reader of the replicas reads
   and delta-rs writes (cdc_assets/table_protocol.py);
 - objects with `formulas` only (cdc_assets/formulas/freshness.py): `formulas_fresh`: no live row's formula values
@@ -53,13 +55,14 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
+from cdc_assets.field_access import HIDDEN, REMOVED
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
 from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
 from cdc_assets.history.stage import history_name
 from cdc_assets.ingest import FAILED_FILE
 from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.quarantine import acknowledged_until, quarantine_example
-from cdc_assets.schemas import resolve_schema
+from cdc_assets.schemas import marked_fields, resolve_schema
 from cdc_assets.state import ReplicaState
 from cdc_assets.table_protocol import DESCRIPTION as TABLE_PROTOCOL_DESCRIPTION
 from cdc_assets.table_protocol import TABLE_PROTOCOL, check_table_protocol
@@ -76,6 +79,7 @@ NO_PENDING_RESYNC = "no_pending_resync"
 QUARANTINE_EMPTY = "quarantine_empty"
 FRESHNESS = "freshness"
 ORG_KNOWS_IDS = "org_knows_ids"
+FIELDS_READABLE = "fields_readable"
 CHECKS = (
     SCHEMA,
     UNIQUE_ID,
@@ -85,6 +89,7 @@ CHECKS = (
     FRESHNESS,
     ORG_KNOWS_IDS,
     TABLE_PROTOCOL,
+    FIELDS_READABLE,
 )
 POLL_HARD_DELETES = "poll_hard_deletes"
 POLL_OVERLAP = "poll_overlap"
@@ -123,6 +128,8 @@ DESCRIPTIONS = {
     TABLE_PROTOCOL: TABLE_PROTOCOL_DESCRIPTION,
     ORG_KNOWS_IDS: f"The last reconcile met no record id the org refuses as malformed and at most {MAX_UNKNOWN_IDS} "
     "ids the org does not know (neither retrieved nor found by queryAll).",
+    FIELDS_READABLE: "The integration user reads every replicated field: none is hidden from it by field-level "
+    "security (a hidden field's column keeps its values but follows the org no more).",
 }
 
 
@@ -470,6 +477,29 @@ def check_org_knows_ids(state: ReplicaState, name: str) -> dg.AssetCheckResult:
     )
 
 
+def check_fields_readable(table: DeltaTable | None, name: str) -> dg.AssetCheckResult:
+    """Fails while the org hides a replicated field from the integration user (cdc_assets/field_access.py); a field
+    deleted in the org is reported, kept with its last values, and passes."""
+    marks = marked_fields(table)
+    hidden = sorted(n for n, m in marks.items() if m.get("status") == HIDDEN)
+    removed = sorted(n for n, m in marks.items() if m.get("status") == REMOVED)
+    meta = {"fields_hidden": dg.MetadataValue.json(hidden), "fields_removed": dg.MetadataValue.json(removed)}
+    kept = f" Deleted in the org, kept with their last values: {', '.join(removed)}." if removed else ""
+    if not hidden:
+        return _result(FIELDS_READABLE, True, meta, f"The integration user reads every replicated field.{kept}")
+    since = ", ".join(f"{n} since {marks[n].get('since')}" for n in hidden)
+    return _result(
+        FIELDS_READABLE,
+        False,
+        meta,
+        f"{name}: the org hides {', '.join(hidden)} from the integration user (field-level security; {since}). "
+        f"The replica keeps the values it had, but no change to them reaches it. Ask an admin of the org to give "
+        f"the integration user read access again (a permission set assigned to it, with a FieldPermissions record "
+        f"granting PermissionsRead on {name}.<Field>): the next run backfills the column and the check passes. "
+        f"To stop replicating the field instead, leave it out in replication.yaml (`fields: {{exclude: [...]}}`).{kept}",
+    )
+
+
 def schema_fingerprint(schema: ObjectSchema) -> str:
     """What the `schema` check's expectation is built from, as a short hash: the same in every process (sets are
     sorted: their order follows the process's string hashing)."""
@@ -514,7 +544,7 @@ def reused_result(
 
 
 def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConfig) -> dg.AssetChecksDefinition:
-    """The eight checks of one replica asset (and the two poll checks of a polled one), as one multi-asset check (one step, one read of the replica state).
+    """The nine checks of one replica asset (and the two poll checks of a polled one), as one multi-asset check (one step, one read of the replica state).
 
     The expected schema comes from describe() as the asset gets it (the describe file, else the copy kept with the
     table); checks never call the org.
@@ -573,6 +603,7 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
             QUARANTINE_EMPTY: lambda: check_quarantine_empty(warehouse),
             FRESHNESS: lambda: check_freshness(table, state, sobject.name, threshold=freshness, now=now),
             ORG_KNOWS_IDS: lambda: check_org_knows_ids(state, sobject.name),
+            FIELDS_READABLE: lambda: check_fields_readable(table, sobject.name),
             POLL_HARD_DELETES: lambda: check_poll_hard_deletes(state, sobject.name),
             POLL_OVERLAP: lambda: check_poll_overlap(state, sobject.name, sobject.poll.overlap),
             FORMULAS_FRESH: formulas_fresh,

@@ -21,6 +21,21 @@ from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 
 DESCRIBE_PROPERTY = "cdc.describe"  # a describe() asked again during a run (the description is set on writes only)
+# Columns whose field the org no longer serves the integration user (hidden by field-level security, or deleted):
+# kept in the table, never columns of the schema (cdc_assets/field_access.py).
+FIELD_ACCESS_PROPERTY = "cdc.field_access"
+
+
+def marked_fields(table: DeltaTable | None) -> dict[str, dict]:
+    """The columns the table records as hidden or removed (`FIELD_ACCESS_PROPERTY`; an unreadable one: none)."""
+    if table is None:
+        return {}
+    text = table.metadata().configuration.get(FIELD_ACCESS_PROPERTY)
+    try:
+        marks = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return {k: v for k, v in marks.items() if isinstance(v, dict)} if isinstance(marks, dict) else {}
 
 
 def describe_note(describe: dict | None) -> str | None:
@@ -90,8 +105,9 @@ def resolve_schema(
     schema = sobject.schema_of(describe)
     if table is not None:
         # Columns already in the table stay, with the type they have (schema evolution never drops a column).
-        # Formula columns are none of the CDC columns, kept or not (cdc_assets/formulas/): writers leave them alone.
-        known = {*schema.column_names, *schema.ignored, *schema.formula_names}
+        # Formula columns are none of the CDC columns, kept or not (cdc_assets/formulas/): writers leave them alone;
+        # nor are columns whose field the org no longer serves (hidden or deleted): nobody may ask the org for them.
+        known = {*schema.column_names, *schema.ignored, *schema.formula_names, *marked_fields(table)}
         extra = {
             f.name: _sf_type(f.type)
             for f in pa.schema(table.schema().to_arrow())

@@ -47,6 +47,7 @@ from simple_salesforce import format_soql
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.closure import replay_from
 from cdc_assets.faults import fault_point
+from cdc_assets.field_access import carry_kept, kept_fields
 from cdc_assets.formulas.rows import with_formulas
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
 from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
@@ -106,7 +107,10 @@ def resync(
     pending = prev.resync_pending
     # The snapshot replays every event since the overflow (an initial load: every event ever ingested).
     replay = replay_from(prev, (replica.transaction_version(APPLY_APP) or 0) if replica is not None else None)
-    target = schema.table_arrow_schema()  # with formula columns (formulas on): read with the snapshot
+    # With formula columns (formulas on): read with the snapshot. With the columns of fields the org no longer
+    # serves (hidden or deleted, cdc_assets/field_access.py): carried over from the replica, never asked for.
+    kept = kept_fields(replica, schema)
+    target = pa.schema([*schema.table_arrow_schema(), *kept])
     fields = [*schema.org_fields, *schema.formula_names]
 
     def pages(resume: BulkPosition | None, on_page) -> Iterator[pa.Table]:
@@ -114,7 +118,8 @@ def resync(
             schema.name, fields, page_size=page_size, parallel_pages=parallel_pages, resume=resume, on_page=on_page
         ):
             text = pa.Table.from_batches([batch])
-            yield with_formulas(replica_rows(text, schema, source=SNAPSHOT, synced_at=now), text, schema, read_at=now)
+            rows = with_formulas(replica_rows(text, schema, source=SNAPSHOT, synced_at=now), text, schema, read_at=now)
+            yield carry_kept(warehouse, replica, rows, kept) if kept and replica is not None else rows
             fault_point("resync.after_first_page")
 
     stage = warehouse.table(stage_name(schema.name))

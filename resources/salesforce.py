@@ -320,6 +320,26 @@ class SalesforceResource(dg.ConfigurableResource):
             self._describes[object_name] = self._request("GET", f"sobjects/{object_name}/describe").json()
         return self._describes[object_name]
 
+    def describe_fresh(self, object_name: str) -> dict[str, Any]:
+        """describe() asked of the org now, not the copy this resource kept: a field deleted in the org, or hidden
+        from the integration user by field-level security, has left it since."""
+        self._describes.pop(object_name, None)
+        return self.describe(object_name)
+
+    def event_schema_fields(self, object_name: str) -> set[str] | None:
+        """The top-level field names of the object's change event schema (REST API "Platform Event Schema by Event
+        Name": ``sobjects/<Object>ChangeEvent/eventSchema``, a custom object's ``<Name>__ChangeEvent``), which lists
+        every field of the object, also those field-level security hides from this user (Change Data Capture
+        Developer Guide, "Field-Level Security"). None: the object has no change event."""
+        event = f"{object_name[:-3]}__ChangeEvent" if object_name.endswith("__c") else f"{object_name}ChangeEvent"
+        try:
+            schema = self._request("GET", f"sobjects/{event}/eventSchema", params={"payloadFormat": "COMPACT"}).json()
+        except SalesforceApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {f["name"] for f in schema.get("fields", []) if f.get("name") != "ChangeEventHeader"}
+
     def replicated_fields(self, object_name: str) -> list[dict[str, Any]]:
         """describe() fields a replica stores: no compound parents (but a writable one, a person-account org's
         Account.Name, as ObjectSchema keeps it), no formula fields, none that never appear in change events

@@ -129,7 +129,7 @@ def create_job(api: Api, req: Request) -> Response:
     operation = body.get("operation")
     if operation not in ("query", "queryAll"):
         raise ApiError(400, "INVALIDJOB", f"Invalid operation '{operation}': use query or queryAll")
-    query = soql.parse(body.get("query") or "", api.store.find)
+    query = soql.parse(body.get("query") or "", api.finder(req))
     if query.count_only:
         raise ApiError(400, "INVALIDJOB", "COUNT() is not supported by Bulk API query jobs")
     compound = [f.name for f in query.fields if f.type == "address"]

@@ -122,7 +122,7 @@ def oauth_token(api: Api, req: Request) -> Response:
 
 
 def userinfo(api: Api, req: Request) -> Response:
-    user_id = api.store.default_user_id
+    user_id = req.user_id or api.store.default_user_id
     return Response(
         body={
             "sub": f"{api.instance_url}/id/{api.org_id}/{user_id}",

@@ -58,7 +58,7 @@ def run_query(api: Api, req: Request, include_deleted: bool) -> Response:
     text = req.arg("q")
     if not text:
         raise ApiError(400, "MALFORMED_QUERY", "A query string (parameter q) is required")
-    query = soql.parse(text, api.store.find)
+    query = soql.parse(text, api.finder(req))
     sql, params = query.sql(include_deleted)
     if query.count_only:
         count_sql = sql.replace("SELECT *", "SELECT COUNT(*) AS n", 1)
@@ -99,7 +99,7 @@ def _retrieve_id(record_id: object) -> str:
 def composite_retrieve(api: Api, req: Request) -> Response:
     """``POST composite/sobjects/<Object>`` with ``{"ids": [...], "fields": [...]}``: one entry per id, in order,
     ``null`` where the id is unknown or deleted; a malformed id fails the call (``_retrieve_id``)."""
-    obj = api.store.resolve(req.params["object"])
+    obj = api.resolve(req, req.params["object"])
     if req.method == "GET":
         record_ids = (req.arg("ids") or "").split(",")
         names = (req.arg("fields") or "").split(",")

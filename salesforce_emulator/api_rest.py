@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator.changes import normalize_id
 from salesforce_emulator.errors import ApiError, invalid_field, not_found
+from salesforce_emulator.org_setup import PERMISSION_OBJECTS, insufficient_access
 from salesforce_emulator.schema import Field, Related, SObject, derived_value
 from salesforce_emulator.server import Request, Response, route
 from salesforce_emulator.values import to_rest
@@ -72,11 +73,11 @@ def sobjects(api: Api, req: Request) -> Response:
 
 
 def describe(api: Api, req: Request) -> Response:
-    return Response(body=api.store.describe(req.params["object"], req.version))
+    return Response(body=api.store.describe(req.params["object"], req.version, req.user_id or None))
 
 
 def sobject_info(api: Api, req: Request) -> Response:
-    obj = api.store.resolve(req.params["object"])
+    obj = api.resolve(req, req.params["object"])
     recent = api.store.select(f'SELECT * FROM "{obj.name}" WHERE IsDeleted = 0 ORDER BY Id DESC LIMIT 3')
     short = [f for f in obj.fields if f.name in ("Id", "Name")]
     return Response(
@@ -87,18 +88,32 @@ def sobject_info(api: Api, req: Request) -> Response:
     )
 
 
+def check_write(api: Api, req: Request, obj: SObject, body: dict[str, Any], current: dict[str, Any] | None) -> None:
+    """What the org checks before a write besides the values themselves: a field the user cannot read is no
+    column of theirs, and only an admin changes permission records (org_setup.py)."""
+    seen = api.resolve(req, obj.name)
+    for name in body:
+        if name != "attributes" and seen.field(name) is None and obj.field(name) is not None:
+            raise invalid_field(f"No such column '{name}' on sobject of type {obj.name}", [name])
+    if obj.name in PERMISSION_OBJECTS:
+        if not api.is_admin(req):
+            raise insufficient_access(f"changing {obj.name} records")
+        api.store.setup.check_permission_write(obj, body, current)
+
+
 def create(api: Api, req: Request) -> Response:
     obj = api.store.resolve(req.params["object"])
     body = req.json()
     if not isinstance(body, dict):
         raise ApiError(400, "JSON_PARSER_ERROR", "Expected a JSON object with the record's fields")
-    with api.store.transaction(origin=req.origin) as txn:
+    check_write(api, req, obj, body, None)
+    with api.store.transaction(req.user_id or None, origin=req.origin) as txn:
         record_id = txn.create(obj.name, body)
     return Response(201, {"id": record_id, "success": True, "errors": []})
 
 
 def get(api: Api, req: Request) -> Response:
-    obj = api.store.resolve(req.params["object"])
+    obj = api.resolve(req, req.params["object"])
     row = api.store.get_row(obj.name, normalize_id(req.params["id"]))
     if row is None or row["IsDeleted"]:
         raise not_found()
@@ -112,14 +127,22 @@ def update(api: Api, req: Request) -> Response:
     body = req.json()
     if not isinstance(body, dict):
         raise ApiError(400, "JSON_PARSER_ERROR", "Expected a JSON object with the fields to update")
-    with api.store.transaction(origin=req.origin) as txn:
+    current = api.store.get_row(obj.name, normalize_id(req.params["id"]))
+    check_write(api, req, obj, body, current)
+    with api.store.transaction(req.user_id or None, origin=req.origin) as txn:
         txn.update(obj.name, req.params["id"], body)
+        after = txn.get(obj.name, normalize_id(req.params["id"])) or {}
+        if obj.name == "FieldPermissions" and not after.get("PermissionsRead") and not after.get("PermissionsEdit"):
+            # "A FieldPermissions record must have at minimum PermissionsRead set to true, or it will be deleted."
+            txn.delete(obj.name, [req.params["id"]])
     return Response(204)
 
 
 def delete(api: Api, req: Request) -> Response:
     obj = api.store.resolve(req.params["object"])
-    with api.store.transaction(origin=req.origin) as txn:
+    if obj.name in PERMISSION_OBJECTS and not api.is_admin(req):
+        raise insufficient_access(f"deleting {obj.name} records")
+    with api.store.transaction(req.user_id or None, origin=req.origin) as txn:
         txn.delete(obj.name, [req.params["id"]])
     return Response(204)
 

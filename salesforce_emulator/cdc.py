@@ -102,12 +102,15 @@ def change_event(
     sequence: int,
     faults: FaultConfig | None = None,
     rng: random.Random | None = None,
+    hidden: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
+    """One change's event; `hidden` are the fields the subscriber cannot read (field-level security): left out of
+    the body and of changedFields, while the schema id still names the whole object's schema."""
     obj = txn.objects[change.entity]
     header = _header(txn, change.entity, list(change.record_ids), change.change_type, sequence)
     body: dict[str, Any] = {}
     if change.change_type != "DELETE":
-        body, changed, nulled = _payload(obj, change.values)
+        body, changed, nulled = _payload(obj, {k: v for k, v in change.values.items() if k not in hidden})
         if change.change_type == "UPDATE":
             header["changedFields"], header["nulledFields"] = changed, nulled
             if faults is not None and faults.diff_over_chars is not None:
@@ -121,6 +124,8 @@ def _send_diffs(
     """Replace long text values by their diff where Salesforce would (see ``text_diff.diff_or_value``)."""
     names = sorted({name for before in change.previous.values() for name in before})
     for name in names:
+        if name not in body:
+            continue  # a field the subscriber cannot read
         olds = {change.previous.get(record_id, {}).get(name) for record_id in change.record_ids}
         if len(olds) != 1:
             continue  # one event for records whose old values differ: no single diff fits them all
@@ -142,7 +147,11 @@ def gap_event(txn: CommittedTransaction, change: Change, sequence: int, overflow
 
 
 def build_events(
-    txn: CommittedTransaction, enabled: Callable[[str], bool], faults: FaultConfig, rng: random.Random
+    txn: CommittedTransaction,
+    enabled: Callable[[str], bool],
+    faults: FaultConfig,
+    rng: random.Random,
+    hidden: Callable[[str], frozenset[str]] = lambda entity: frozenset(),
 ) -> list[dict[str, Any]]:
     """The events this transaction publishes, in order, whole (``event_line``, ``cometd_line``)."""
     events: list[dict[str, Any]] = []
@@ -157,7 +166,7 @@ def build_events(
                 overflowed.add(change.entity)
                 events.append(gap_event(txn, change, sequence, overflow=True))
             continue
-        event = change_event(txn, change, sequence, faults, rng)
+        event = change_event(txn, change, sequence, faults, rng, hidden(change.entity))
         too_big = faults.gap_over_bytes is not None and len(event_line(event).encode()) > faults.gap_over_bytes
         if too_big or (faults.gap_fraction and rng.random() < faults.gap_fraction):
             event = gap_event(txn, change, sequence)

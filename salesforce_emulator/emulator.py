@@ -14,6 +14,9 @@ an org without Person Accounts (Account as such an org describes it, ``schema.BU
 (``None``) is the kind the org was built with, a new one with them. ``org_number`` makes the org id
 (``tenant_id``, userinfo's ``organization_id``): ``00D`` plus that number, so two emulators can be two orgs (or a
 refreshed sandbox: the same data under a new id).
+``admin_token`` is the session of the org's admin, a user distinct from the integration user the OAuth login gives:
+the admin changes the schema (Tooling API ``CustomField``) and field-level security (``PermissionSet``,
+``FieldPermissions``, ``PermissionSetAssignment``) while the org replicates (``org_setup.py``).
 Everything durable lives in ``data_dir`` (``org.sqlite``, ``tls/``, ``bulk/``), so a new Emulator on the same
 directory is a restart of the same org.
 """
@@ -71,6 +74,7 @@ class Emulator:
         custom_objects: int = 0,
         person_accounts: bool | None = None,
         org_number: int = 1,
+        admin_token: str = "admin-token",
     ):
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -94,6 +98,8 @@ class Emulator:
                 max_bytes=roll_bytes,
                 max_age_seconds=roll_seconds,
                 events=self.events,
+                # The subscriber is the integration user: its events leave out the fields it cannot read.
+                hidden=lambda entity: self.store.setup.hidden_fields(entity, self.store.default_user_id),
             )
             self.store.add_listener(self.publisher)
         self.tenant_id = ids.make_id("00D", org_number)  # the org id (userinfo organization_id, Pub/Sub tenantid)
@@ -117,6 +123,7 @@ class Emulator:
             credentials=credentials,
             api_version=self.api_version,
             org_id=self.tenant_id,
+            admin_token=admin_token,
         )
         self._server: Any = None
         self._ticker: threading.Thread | None = None
@@ -137,7 +144,7 @@ class Emulator:
                 self.keepalive_seconds,
                 self.instance_url,
                 faults=lambda: self.faults,
-                objects=self.store.objects,
+                org=self.store,
             )
             self._pubsub = PubSubServer(servicer, self._tls, self.host, self.pubsub_port).start()
             self.pubsub_port = self._pubsub.port
@@ -191,6 +198,12 @@ class Emulator:
         if self._pubsub is None:
             raise RuntimeError("the Pub/Sub API is not serving: Emulator(pubsub=True) and start() first")
         return self._pubsub.address
+
+    @property
+    def admin_token(self) -> str:
+        """The session of the org's admin (``Store.admin_user_id``): the user who adds, changes and deletes custom
+        fields (Tooling API) and grants field access (PermissionSet, FieldPermissions, PermissionSetAssignment)."""
+        return self.api.admin_token
 
     @property
     def credentials(self) -> dict[str, str | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 from salesforce_emulator.cdc import build_events, cometd_line, event_line
@@ -31,7 +32,9 @@ class CdcPublisher:
         max_bytes: int = 8 << 20,
         max_age_seconds: float = 2.0,
         events: EventLog | None = None,
+        hidden: Callable[[str], frozenset[str]] = lambda entity: frozenset(),
     ):
+        self.hidden = hidden  # the fields of an object the subscriber cannot read (left out of its events)
         self.faults = faults
         self.rng = random.Random(faults.seed)
         self.set_objects(cdc_objects)
@@ -67,7 +70,7 @@ class CdcPublisher:
                 self.rng.seed(faults.seed)
 
     def __call__(self, txn: CommittedTransaction) -> None:
-        events = build_events(txn, self.is_enabled, self.faults, self.rng)
+        events = build_events(txn, self.is_enabled, self.faults, self.rng, self.hidden)
         self.counts["events"] += len(events)
         self.counts["transactions"] += 1 if events else 0
         if self.writer.enabled:

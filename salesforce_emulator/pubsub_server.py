@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent import futures
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -44,6 +44,9 @@ from salesforce_emulator.pubsub_avro import encode_event, entity_for_schema, sch
 from salesforce_emulator.pubsub_faults import decode_replay, encode_replay, poisoned, spoil
 from salesforce_emulator.schema import OBJECTS, SObject
 from salesforce_emulator.tls import TlsFiles
+
+if TYPE_CHECKING:
+    from salesforce_emulator.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +101,12 @@ class PubSubServicer(services.PubSubServicer):
         instance_url: str,
         faults: Callable[[], Any] = lambda: None,
         objects: Iterable[SObject] | None = None,
+        org: Store | None = None,
     ):
         self.events = events
-        # The org's objects (Store.objects; default: the default org's): what its events and schemas are made of.
+        # The org (its objects change as its admin adds and deletes fields, and it keeps every schema version it
+        # served), or a fixed list of objects (default: the default org's): what events and schemas are made of.
+        self.org = org
         self.objects = {o.name.lower(): o for o in objects or OBJECTS.values()}
         self.faults = faults  # the emulator's FaultConfig now (None: no faults)
         self.token = token
@@ -132,7 +138,13 @@ class PubSubServicer(services.PubSubServicer):
         return token
 
     def find(self, name: str) -> SObject | None:
-        return self.objects.get(name.lower())
+        return self.org.find(name) if self.org is not None else self.objects.get(name.lower())
+
+    def schema(self, schema_id_: str) -> SObject | None:
+        """The object version whose change events have schema id `schema_id_` (an earlier one included)."""
+        if self.org is not None:
+            return self.org.setup.schemas.get(schema_id_)
+        return entity_for_schema(schema_id_, self.objects.values())
 
     @staticmethod
     def _unauthenticated(context: grpc.ServicerContext, message: str) -> None:
@@ -177,7 +189,10 @@ class PubSubServicer(services.PubSubServicer):
 
     def _consumer_event(self, replay_id: int, line: str) -> Any:
         event = json.loads(line)
-        obj = self.find(event["data"]["payload"]["ChangeEventHeader"]["entityName"])
+        # An event keeps the schema it was published with, though the object's fields changed since.
+        obj = self.schema(event["data"].get("schema", "")) or self.find(
+            event["data"]["payload"]["ChangeEventHeader"]["entityName"]
+        )
         schema, payload = spoil(poisoned(self.faults(), replay_id), *encode_event(event, obj))
         return pb.ConsumerEvent(
             event=pb.ProducerEvent(id=str(replay_id), schema_id=schema, payload=payload),
@@ -188,7 +203,7 @@ class PubSubServicer(services.PubSubServicer):
     def GetTopic(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._authenticate(context)
         entities = self._entities(request.topic_name, context)
-        schema = schema_id(self.objects[next(iter(entities)).lower()]) if entities else ""
+        schema = schema_id(self.find(next(iter(entities)))) if entities else ""  # type: ignore[arg-type]
         return pb.TopicInfo(
             topic_name=request.topic_name,
             tenant_guid=self.tenant_id,
@@ -200,7 +215,7 @@ class PubSubServicer(services.PubSubServicer):
 
     def GetSchema(self, request: Any, context: grpc.ServicerContext) -> Any:
         self._authenticate(context)
-        entity = entity_for_schema(request.schema_id, self.objects.values())
+        entity = self.schema(request.schema_id)
         if entity is None:
             context.abort(grpc.StatusCode.NOT_FOUND, f"Schema {request.schema_id!r} not found")
         return pb.SchemaInfo(

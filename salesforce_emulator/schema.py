@@ -66,6 +66,8 @@ class Field:
     reference_to: tuple[str, ...] = ()  # a lookup's target objects (describe's referenceTo)
     picklist: tuple[str, ...] = ()  # a picklist's values (describe's picklistValues)
     extra_type: str | None = None  # describe's extraTypeInfo (switchablepersonname, plaintextarea, imageurl, ...)
+    precision: int | None = None  # a number's digits in all (describe's precision; None: 18)
+    scale: int | None = None  # a number's digits after the point (describe's scale; None: 2)
 
     @property
     def part_of(self) -> str | None:
@@ -101,8 +103,8 @@ class Field:
         if self.length is not None:
             out["length"] = self.length
         if self.type in ("double", "currency", "percent"):
-            out |= {"precision": 18, "scale": 2}
-        if self.type == "picklist":
+            out |= {"precision": self.precision or 18, "scale": 2 if self.scale is None else self.scale}
+        if self.type in ("picklist", "multipicklist"):
             out["picklistValues"] = [
                 {"value": v, "label": v, "active": True, "defaultValue": False} for v in self.picklist
             ]

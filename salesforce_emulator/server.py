@@ -39,6 +39,7 @@ class Request:
     headers: dict[str, str]
     body: bytes
     params: dict[str, str] = field(default_factory=dict)
+    user_id: str = ""  # the session's user (set by auth; empty: the integration user)
 
     def json(self) -> Any:
         if not self.body:
@@ -161,10 +162,12 @@ class Dispatcher:
     def _authorize(self, request: Request) -> None:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() not in ("bearer", "oauth") or token.strip() != self.api.token:
+        user_id = self.api.session_user(token.strip()) if scheme.lower() in ("bearer", "oauth") else None
+        if user_id is None:
             with self._lock:
                 self.counts["unauthorized"] += 1
             raise ApiError(401, "INVALID_SESSION_ID", "Session expired or invalid")
+        request.user_id = user_id
         with self._lock:
             if self.api.budget_used >= self.api.daily_request_limit:
                 raise ApiError(403, "REQUEST_LIMIT_EXCEEDED", "TotalRequests Limit exceeded.")

@@ -43,6 +43,7 @@ from typing import Any
 
 from salesforce_emulator import ids
 from salesforce_emulator.changes import CommittedTransaction, Transaction, resolve_object
+from salesforce_emulator.org_setup import ADMIN_USER_NUMBER, SETUP_OBJECTS, OrgSetup
 from salesforce_emulator.schema import (
     NAME_ORDERS,
     Related,
@@ -95,13 +96,21 @@ class Store:
         # Generated custom objects (custom_objects.py): an org built with N keeps them across restarts.
         custom_count = max(custom_objects, self._meta.get("custom_objects", 0))
         self.person_accounts = self._org_kind(person_accounts)
-        self.objects: list[SObject] = [*org_objects(self.person_accounts), *register_custom_objects(custom_count)]
+        self.objects: list[SObject] = [
+            *org_objects(self.person_accounts),
+            *register_custom_objects(custom_count),
+            *SETUP_OBJECTS,
+        ]
         self.by_name: dict[str, SObject] = {o.name: o for o in self.objects}
         self._by_lower = {o.name.lower(): o for o in self.objects}
         if custom_count != self._meta.get("custom_objects", 0):
             self._meta["custom_objects"] = custom_count
             self.conn.execute("INSERT OR REPLACE INTO _meta (key, value) VALUES ('custom_objects', ?)", (custom_count,))
         self._create_tables()
+        # Custom fields and field-level security (org_setup.py): the schema as the org's admin changed it.
+        self.setup = OrgSetup(self)
+        self.setup.load()
+        self._listeners.append(self.setup.listener)
         self._dirty_meta: set[str] = set()
         self._last_ts = self._meta.get("last_commit_ts", 0)
         self._skews: deque[int] = deque()  # commit-time offsets of the next transactions (see skew_next_commits)
@@ -115,6 +124,19 @@ class Store:
                         "LastName": "User",
                         "Username": "integration@emulator.local",
                         "Email": "integration@emulator.local",
+                    },
+                )
+        # The admin who changes the org's schema and permissions (a user distinct from the integration user).
+        self.admin_user_id = ids.make_id("005", ADMIN_USER_NUMBER)
+        if self.get_row("User", self.admin_user_id) is None:
+            with self.transaction(user_id=self.admin_user_id) as txn:
+                txn.create(
+                    "User",
+                    {
+                        "FirstName": "Admin",
+                        "LastName": "User",
+                        "Username": "admin@emulator.local",
+                        "Email": "admin@emulator.local",
                     },
                 )
 
@@ -143,6 +165,20 @@ class Store:
     def resolve(self, name: str) -> SObject:
         """This org's object `name`, or Salesforce's NOT_FOUND error."""
         return resolve_object(name, self.find)
+
+    def view(self, name: str, user_id: str | None = None) -> SObject | None:
+        """The object `name` as `user_id` (default: the integration user) sees it: without the fields field-level
+        security hides from them (org_setup.py). What describe(), SOQL, REST and Bulk serve that user."""
+        obj = self.find(name)
+        return None if obj is None else self.setup.view(obj, user_id or self.default_user_id)
+
+    def replace_object(self, obj: SObject) -> None:
+        """Serve a new definition of one of the org's objects (a custom field added, changed or deleted)."""
+        with self.lock:
+            index = next(i for i, o in enumerate(self.objects) if o.name == obj.name)
+            self.objects[index] = obj
+            self.by_name[obj.name] = obj
+            self._by_lower[obj.name.lower()] = obj
 
     def _create_tables(self) -> None:
         with self.lock:
@@ -316,8 +352,9 @@ class Store:
         """The live stored row a cross-object formula reads (schema.Related): None without an id, or when deleted."""
         return live_row(self.get_row(object_name, record_id) if record_id else None)
 
-    def describe(self, object_name: str, api_version: str = "59.0") -> dict[str, Any]:
-        obj = self.resolve(object_name)
+    def describe(self, object_name: str, api_version: str = "59.0", user_id: str | None = None) -> dict[str, Any]:
+        """describe() of the object as `user_id` (default: the integration user) may read it."""
+        obj = resolve_object(object_name, lambda name: self.view(name, user_id))
         described = obj.describe()
         described["urls"] = {
             "sobject": f"/services/data/v{api_version}/sobjects/{obj.name}",

@@ -1,0 +1,241 @@
+"""Columns whose field the org no longer serves the integration user: hidden by field-level security, or deleted.
+
+Both look the same from the integration user's side: describe() no longer lists the field, change events leave it
+out, and any SOQL, Bulk query or sObject Collections retrieve naming it fails with ``INVALID_FIELD`` "No such
+column" (Change Data Capture Developer Guide, "Field-Level Security": "Delivered events contain only the fields that
+a subscribed user is allowed to view"). What tells them apart is the change event schema, which "includes all object
+fields, even the fields that the user doesn't have access to" (REST ``sobjects/<Object>ChangeEvent/eventSchema``,
+``SalesforceResource.event_schema_fields``): a field still in it is **hidden**, one gone from it too **removed**.
+
+Either way the replica keeps the column and the values it has (docs/design/contract.md §8: columns are added, never
+dropped): the column leaves the object's schema (`resolve_schema` does not add it back), so it is never asked of the
+org (no run fails), and no writer names it; a Delta merge leaves a column it does not name as it is, and a row it
+inserts gets null there. A resync carries the kept values into its snapshot (cdc_assets/sync.py). The table
+property ``cdc.field_access`` records each such column (``{"<Field>": {"status": "hidden" | "removed", "since":
+<ISO time>, "type": <Salesforce type>}}``), the materialization reports them (``fields_hidden``,
+``fields_removed``), and the check ``fields_readable`` fails while a field is hidden: the replica no longer follows
+it, and only an admin of the org can give the integration user read access back.
+
+When is the org asked? describe() is asked again (`settle_field_access`) when a run copies the object anyway (a
+resync or initial load), when a read of the org failed with ``INVALID_FIELD`` (the run then asks, marks, and reads
+again without the field), and on every run while a field is marked hidden (one describe call, to see whether read
+access came back). A hidden field that comes back in describe() is a column again and is **backfilled** for that
+column alone: a Bulk API 2.0 ``queryAll`` of ``Id`` and the returned fields, written into those columns of the rows
+the replica has (no other column, no row inserted), so changes made while it was hidden (which no event carried)
+are in the replica again. A removed field stays removed until a resync finds it in describe() again (a new field of
+the same name), which backfills it the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from cdc_assets.apply import APPLY_APP
+from cdc_assets.config import SObjectConfig
+from cdc_assets.org import org_for_run
+from cdc_assets.records import SNAPSHOT, replica_rows
+from cdc_assets.schemas import (
+    DESCRIBE_PROPERTY,
+    FIELD_ACCESS_PROPERTY,
+    describe_note,
+    marked_fields,
+    resolve_schema,
+    stored_describe,
+)
+from cdc_assets.state import ReplicaState
+from object_schema.describe import BUCKET_COLUMN, ObjectSchema
+from resources.delta import DeltaWarehouse
+from resources.salesforce import SalesforceApiError, SalesforceResource
+
+log = logging.getLogger(__name__)
+
+HIDDEN, REMOVED = "hidden", "removed"
+
+
+def is_invalid_field(exc: BaseException) -> bool:
+    """Whether an org read failed because it named a field the org does not serve (deleted, or hidden by FLS)."""
+    return isinstance(exc, SalesforceApiError) and "INVALID_FIELD" in exc.body
+
+
+@dataclass
+class FieldAccess:
+    """What the run knows of the replica's hidden and removed columns, and what it did about them."""
+
+    hidden: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+    returned: list[str] = field(default_factory=list)  # read again this run, and backfilled
+    backfilled: int = 0  # rows whose returned columns were written
+
+    @classmethod
+    def of(cls, marks: dict[str, dict]) -> FieldAccess:
+        return cls(
+            hidden=sorted(n for n, m in marks.items() if m.get("status") == HIDDEN),
+            removed=sorted(n for n, m in marks.items() if m.get("status") == REMOVED),
+        )
+
+
+def _data_columns(table: DeltaTable, schema: ObjectSchema) -> dict[str, pa.DataType]:
+    formulas = set(schema.formula_names)
+    return {
+        f.name: f.type
+        for f in pa.schema(table.schema().to_arrow())
+        if not f.name.startswith("_sf_") and f.name not in formulas
+    }
+
+
+def _classify(salesforce: SalesforceResource, name: str, gone: list[str], describe: dict | None) -> dict[str, str]:
+    """hidden or removed, for each column whose field describe() no longer lists (module docstring). A component
+    of a compound field counts by its parent (the event schema nests it). Without a change event to ask about (an
+    object without CDC), a field cannot be told hidden: it is marked removed."""
+    in_events = salesforce.event_schema_fields(name)
+    if in_events is None:
+        log.warning("%s: no change event schema to tell hidden fields from deleted ones: %s marked removed", name, gone)
+        return dict.fromkeys(gone, REMOVED)
+    parents = {f["name"]: f.get("compoundFieldName") for f in (describe or {}).get("fields", [])}
+    return {c: HIDDEN if c in in_events or parents.get(c) in in_events else REMOVED for c in gone}
+
+
+def settle_field_access(
+    sobject: SObjectConfig,
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource | None,
+    schema: ObjectSchema,
+    describe: dict,
+    table: DeltaTable | None,
+    *,
+    now: datetime,
+    run_id: str,
+    fresh: bool = False,
+    force: bool = False,
+) -> tuple[ObjectSchema, dict, DeltaTable | None, FieldAccess]:
+    """The replica's schema once its hidden and removed columns are known (module docstring): marks the columns
+    whose field describe() no longer lists, backfills those that came back, keeps the describe() asked with the
+    table. `fresh`: `describe` is the org's, asked this run; `force`: ask the org even if nothing is marked hidden
+    (a read failed with INVALID_FIELD). Returns the schema, its describe(), the table and what was done."""
+    marks = marked_fields(table)
+    if table is None or sobject.describe_path or salesforce is None:
+        return schema, describe, table, FieldAccess.of(marks)
+    if not (fresh or force or any(m.get("status") == HIDDEN for m in marks.values())):
+        return schema, describe, table, FieldAccess.of(marks)
+    kept = stored_describe(warehouse, sobject.name, table=table) or describe  # as the table last knew the org
+    current = describe if fresh else salesforce.describe_fresh(sobject.name)
+    listed = {f["name"] for f in current["fields"]}
+    types = {f["name"]: f["type"] for f in (kept or {}).get("fields", [])}
+    selected = sobject.schema_of(current)
+    gone = [c for c in _data_columns(table, schema) if c not in listed and selected.selects(c)]
+    returned = sorted(c for c in marks if c in listed)
+    to_classify = [c for c in gone if marks.get(c, {}).get("status") != REMOVED]
+    status = _classify(salesforce, sobject.name, to_classify, kept) if to_classify else {}
+    new_marks = {
+        c: {
+            "status": status.get(c, marks.get(c, {}).get("status", REMOVED)),
+            "since": marks.get(c, {}).get("since") if c in marks and status.get(c) == marks[c].get("status") else None,
+            "type": marks.get(c, {}).get("type") or types.get(c, "string"),
+        }
+        for c in gone
+    }
+    for c, mark in new_marks.items():
+        mark["since"] = mark["since"] or now.isoformat()
+        if marks.get(c, {}).get("status") != mark["status"]:
+            log.warning(
+                "%s.%s: the org %s; the replica keeps the column with its values, and never asks the org for it",
+                sobject.name,
+                c,
+                "hides it from the integration user (field-level security)"
+                if mark["status"] == HIDDEN
+                else "no longer has it (deleted)",
+            )
+    if new_marks == marks and not returned:
+        return schema, describe, table, FieldAccess.of(marks)
+    org_for_run(warehouse, table, salesforce, sobject.name)  # another org's replica: refused before any write
+    if new_marks != marks:
+        note = describe_note(current)
+        assert note is not None, "None only for an empty describe(), and the org's never is"
+        table.alter.set_table_properties(
+            {FIELD_ACCESS_PROPERTY: json.dumps(new_marks, sort_keys=True), DESCRIBE_PROPERTY: note},
+            raise_if_not_exists=False,
+        )
+        table = warehouse.table(sobject.name)
+    schema, describe = resolve_schema(sobject, warehouse, salesforce, table=table)
+    access = FieldAccess.of(new_marks)
+    if returned:
+        access.returned = returned
+        access.backfilled = backfill_columns(warehouse, salesforce, schema, returned, run_id=run_id, now=now)
+        table = warehouse.table(sobject.name)
+    return schema, describe, table, access
+
+
+def backfill_columns(
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource,
+    schema: ObjectSchema,
+    columns: list[str],
+    *,
+    run_id: str,
+    now: datetime,
+) -> int:
+    """Write the org's values of `columns` into the rows the replica has (one Bulk API 2.0 queryAll of Id and
+    them, one merge commit touching only those columns; no row inserted). Returns the rows written."""
+    fields = ["Id", *columns, *([schema.position_field] if schema.position_field else [])]
+    pages = list(salesforce.bulk_query_all(schema.name, fields))
+    if not pages:
+        return 0
+    text = pa.Table.from_batches(pages)
+    rows = replica_rows(text, schema, source=SNAPSHOT, synced_at=now).select(["Id", *columns, BUCKET_COLUMN])
+    table = warehouse.reloaded(schema.name)
+    state = replace(ReplicaState.read(warehouse, table), run_id=run_id)
+    _, written = warehouse.update_columns(
+        schema.name,
+        rows.sort_by("Id"),
+        read=table,
+        key_column="Id",
+        columns=columns,
+        partition_column=BUCKET_COLUMN,
+        partition_values=rows[BUCKET_COLUMN].to_pylist(),
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={APPLY_APP: table.transaction_version(APPLY_APP) or 0},
+    )
+    log.info("%s: read access to %s is back: %d rows backfilled from the org", schema.name, columns, written)
+    return written
+
+
+def kept_fields(table: DeltaTable | None, schema: ObjectSchema) -> list[pa.Field]:
+    """The table's columns kept for fields the org no longer serves (marked hidden or removed), as stored."""
+    marks = marked_fields(table)
+    if table is None or not marks:
+        return []
+    columns = set(schema.column_names)
+    return [f for f in pa.schema(table.schema().to_arrow()) if f.name in marks and f.name not in columns]
+
+
+def carry_kept(warehouse: DeltaWarehouse, replica: DeltaTable, rows: pa.Table, kept: list[pa.Field]) -> pa.Table:
+    """Snapshot `rows` with the replica's values of the `kept` columns (null for a record it does not have): what
+    the org no longer serves cannot come from the org, and a resync must not lose it."""
+    buckets = sorted(set(rows[BUCKET_COLUMN].to_pylist()))
+    old = warehouse.read_keys(
+        replica, key_column="Id", keys=rows["Id"].to_pylist(), partitions=[(BUCKET_COLUMN, "in", buckets)]
+    )
+    at = pc.index_in(rows["Id"], value_set=old["Id"].cast(pa.string()).combine_chunks())
+    for kept_field in kept:
+        values = old[kept_field.name].take(at) if old.num_rows else pa.nulls(rows.num_rows, kept_field.type)
+        rows = rows.append_column(kept_field, values.cast(kept_field.type))
+    return rows
+
+
+def field_access_metadata(access: FieldAccess) -> dict[str, dg.MetadataValue]:
+    """Materialization metadata: the hidden and removed columns, and what came back."""
+    return {
+        "fields_hidden": dg.MetadataValue.json(access.hidden),
+        "fields_removed": dg.MetadataValue.json(access.removed),
+        "fields_backfilled": dg.MetadataValue.json(access.returned),
+        "field_backfill_rows": dg.MetadataValue.int(access.backfilled),
+    }

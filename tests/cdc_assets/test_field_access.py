@@ -1,0 +1,146 @@
+"""A replicated field hidden by field-level security, or deleted, while the platform runs (cdc_assets/field_access.py):
+the org changed by its admin through the Tooling API and FieldPermissions records of the real HTTPS emulator, the
+platform run through Dagster's real materialize() and its sensors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dagster as dg
+import pytest
+from harness import Platform
+from simple_salesforce import Salesforce
+from test_sync import catch_up, make_platform, run_sensor_requests
+
+from cdc_assets.assets import replica_key
+from cdc_assets.checks import FIELDS_READABLE, SCHEMA, UNIQUE_ID
+from cdc_assets.schemas import marked_fields
+from salesforce_emulator import Emulator
+from salesforce_emulator.client import simple_salesforce_client
+from salesforce_emulator.workload import Workload
+from sensors.work import mode_run_config
+
+FIELD = "Loyalty_Tier__c"
+
+
+@pytest.fixture
+def org(tmp_path):
+    with Emulator(tmp_path / "org", landing_dir=tmp_path / "p" / "landing") as emu:
+        yield emu
+
+
+def admin_of(emu: Emulator) -> Salesforce:
+    return simple_salesforce_client(emu, token=emu.admin_token)
+
+
+def add_readable_field(emu: Emulator) -> tuple[str, str]:
+    """The admin adds Account.Loyalty_Tier__c and grants the integration user read access: (field id, the
+    FieldPermissions id)."""
+    admin = admin_of(emu)
+    field_id = admin.restful(
+        "tooling/sobjects/CustomField",
+        method="POST",
+        json={"FullName": f"Account.{FIELD}", "Metadata": {"type": "Text", "label": "Loyalty Tier", "length": 40}},
+    )["id"]
+    permission_set = admin.PermissionSet.create({"Name": "Replication", "Label": "Replication"})["id"]
+    granted = admin.FieldPermissions.create(
+        {"ParentId": permission_set, "SobjectType": "Account", "Field": f"Account.{FIELD}", "PermissionsRead": True}
+    )["id"]
+    admin.PermissionSetAssignment.create({"AssigneeId": emu.store.default_user_id, "PermissionSetId": permission_set})
+    return field_id, granted
+
+
+def set_tiers(emu: Emulator, values: dict[str, Any]) -> None:
+    with emu.store.transaction(user_id=emu.store.admin_user_id) as txn:
+        for record_id, value in values.items():
+            txn.update("Account", record_id, {FIELD: value})
+
+
+def loaded(tmp_path, emu: Emulator) -> tuple[Platform, list[str]]:
+    Workload(emu, seed=5).build_org(accounts=6)
+    ids = emu.store.ids("Account")[:4]
+    set_tiers(emu, {record_id: f"Tier {n}" for n, record_id in enumerate(ids)})
+    platform = make_platform(tmp_path, emu, objects=["Account"])
+    assert platform.run().success  # the initial load, with the field
+    assert [platform.rows("Account")[i][FIELD] for i in ids] == ["Tier 0", "Tier 1", "Tier 2", "Tier 3"]
+    return platform, ids
+
+
+def dirty_by_a_gap(emu: Emulator, record_id: str) -> None:
+    """An update that reaches the platform as a gap event: its record is reconciled (read by id from the org)."""
+    emu.set_faults(gap_fraction=1.0)
+    with emu.store.transaction() as txn:
+        txn.update("Account", record_id, {"Phone": "555 0100"})
+    emu.set_faults(gap_fraction=0.0)
+
+
+def readable_check(platform: Platform) -> dg.AssetCheckEvaluation:
+    """A run of the replica with its checks: the table, kept columns and all, passes the blocking ones."""
+    request = dg.RunRequest(asset_selection=[replica_key("Account")], run_config=mode_run_config({"Account": "apply"}))
+    result = platform.execute(request, checks=True)
+    checks = platform.check_results(result, "Account")
+    assert result.success and checks[SCHEMA].passed and checks[UNIQUE_ID].passed
+    return checks[FIELDS_READABLE]
+
+
+def test_a_field_hidden_by_field_level_security_is_never_nulled_fails_a_check_and_is_backfilled_when_read_returns(
+    tmp_path, org
+):
+    _, granted = add_readable_field(org)
+    platform, ids = loaded(tmp_path, org)
+
+    admin_of(org).FieldPermissions.update(granted, {"PermissionsRead": False})  # hidden from the integration user
+    set_tiers(org, {ids[0]: "Changed while hidden"})
+    with org.store.transaction() as txn:
+        txn.update("Account", ids[1], {"Phone": "555 0101"})
+    dirty_by_a_gap(org, ids[2])
+    result = catch_up(platform, org)
+    assert result.success
+    assert platform.rows("Account")[ids[2]]["_sf_dirty_since"] is not None
+    assert [r.tags["cdc/mode"] for r in run_sensor_requests(platform)] == ["reconcile"]  # reads ids[2] by id
+    rows = platform.rows("Account")
+    assert rows[ids[2]]["_sf_dirty_since"] is None and rows[ids[2]]["Phone"] == "555 0100"
+    # Nothing nulled: the reconcile did not ask for the field (the org refuses it) and wrote no null over it.
+    assert [rows[i][FIELD] for i in ids] == ["Tier 0", "Tier 1", "Tier 2", "Tier 3"]
+    mark = marked_fields(platform.delta_table("Account"))[FIELD]
+    assert mark["status"] == "hidden" and mark["type"] == "string"
+    assert platform.materialization_of("Account")["fields_hidden"] == [FIELD]
+    check = readable_check(platform)
+    assert not check.passed and FIELD in (check.description or "") and "PermissionsRead" in (check.description or "")
+
+    admin = admin_of(org)
+    permission_set = admin.query("SELECT Id FROM PermissionSet")["records"][0]["Id"]
+    admin.FieldPermissions.create(
+        {"ParentId": permission_set, "SobjectType": "Account", "Field": f"Account.{FIELD}", "PermissionsRead": True}
+    )
+    result = catch_up(platform, org)  # the next run sees the field again and backfills the column alone
+    meta = platform.materialization(result, "Account")
+    assert meta["fields_backfilled"] == [FIELD] and meta["fields_hidden"] == []
+    assert platform.rows("Account")[ids[0]][FIELD] == "Changed while hidden"
+    assert marked_fields(platform.delta_table("Account")) == {}
+    assert readable_check(platform).passed
+
+
+def test_a_field_deleted_in_the_org_fails_no_run_keeps_its_last_values_and_new_rows_get_null(tmp_path, org):
+    field_id, _ = add_readable_field(org)
+    platform, ids = loaded(tmp_path, org)
+
+    admin_of(org).restful(f"tooling/sobjects/CustomField/{field_id}", method="DELETE")
+    dirty_by_a_gap(org, ids[1])
+    with org.store.transaction() as txn:
+        created = txn.create("Account", {"Name": "Created after the deletion"})
+    result = catch_up(platform, org)
+    assert result.success
+    assert [r.tags["cdc/mode"] for r in run_sensor_requests(platform)] == ["reconcile"]  # the org refuses the field
+    rows = platform.rows("Account")
+    assert rows[ids[1]]["_sf_dirty_since"] is None and rows[ids[1]]["Phone"] == "555 0100"
+    assert [rows[i][FIELD] for i in ids] == ["Tier 0", "Tier 1", "Tier 2", "Tier 3"] and rows[created][FIELD] is None
+    assert marked_fields(platform.delta_table("Account"))[FIELD]["status"] == "removed"
+    meta = platform.materialization_of("Account")
+    assert meta["fields_removed"] == [FIELD] and meta["fields_hidden"] == []
+    assert readable_check(platform).passed  # deleted is no error: reported, kept
+
+    request = dg.RunRequest(asset_selection=[replica_key("Account")], run_config=mode_run_config({"Account": "resync"}))
+    assert platform.execute(request).success  # a resync neither asks for the field nor loses its values
+    rows = platform.rows("Account")
+    assert [rows[i][FIELD] for i in ids] == ["Tier 0", "Tier 1", "Tier 2", "Tier 3"] and rows[created][FIELD] is None

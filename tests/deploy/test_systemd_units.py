@@ -1,0 +1,339 @@
+"""The systemd units of deploy/ (docs/operations/deploy.md): their policies, read from the files, and each unit's
+exact ExecStart started, without systemd, against the HTTPS emulator, each process doing its job.
+
+How a unit is run here as systemd would run it:
+- the unit file is parsed (`configparser`: systemd's INI shape, one value per key here);
+- its environment is systemd's for a service (PATH=`SYSTEMD_PATH`, no virtualenv on it; HOME, USER, LOGNAME) plus
+  its EnvironmentFile, which is the repository's `deploy/<name>.env.example` with these values replaced: the deploy
+  paths (`/opt/sf-cdc` -> this checkout, `/var/lib/sf-cdc` and `/etc/sf-cdc` -> folders of tmp_path), the ports
+  (free ones), the Spark token and the hash salt (random), and the org (the emulator's URL, CA, Pub/Sub endpoint and
+  a client-credentials login instead of the JWT bearer one's key); plus PYTHONPATH=this checkout, since the shared
+  virtualenv's editable install points at another checkout (on a host, /opt/sf-cdc's own install does this);
+- ExecStart is split like systemd does (`${VAR}`: one word, `$VAR` alone: split at spaces), the deploy paths in it
+  replaced the same way, and started in WorkingDirectory with its UMask; stopped with SIGTERM, systemd's KillSignal.
+ProtectSystem, PrivateTmp and the other sandboxing settings need systemd itself: what they imply is followed by the
+env files instead (CDC_SPARK_STAGING: a run and the Spark server share no /tmp) and said in the docs page.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import yaml
+from deltalake import DeltaTable
+from settings import REPO
+
+from cdc_subscriber.cli import state_dir_for
+from cdc_subscriber.status import read_statuses
+from demo import processes
+from demo.instance import write_dagster_home
+from resources import spark_connect
+from resources.delta import CHANGE_EVENTS
+from resources.network import is_loopback
+from resources.salesforce import ENV_VARS
+from salesforce_emulator import Emulator
+
+DEPLOY = REPO / "deploy"
+UNITS = {path.stem: path for path in sorted(DEPLOY.glob("*.service"))}
+USER = "sf-cdc"
+OPT, VAR, ETC = "/opt/sf-cdc", "/var/lib/sf-cdc", "/etc/sf-cdc"
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # systemd's default for services
+# The variables of the org, the salt and the Spark token: each only in the env files of processes that use them.
+ORG_SECRETS = ("SF_CLIENT_ID", "SF_CLIENT_SECRET", "SF_USERNAME", "SF_PASSWORD", "SF_PRIVATE_KEY_FILE")
+SECRETS = (*ORG_SECRETS, "SF_ACCESS_TOKEN", "CDC_HASH_SALT", "SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN")
+USES = {
+    "sf-cdc-spark-connect": {"SPARK_CONNECT_AUTHENTICATE_TOKEN"},
+    "sf-cdc-subscriber": {*ORG_SECRETS, "CDC_HASH_SALT"},
+    "sf-cdc-code-server": {*ORG_SECRETS, "CDC_HASH_SALT", "SPARK_REMOTE"},
+    "sf-cdc-daemon": set(),
+    "sf-cdc-webserver": set(),
+}
+# SF_* names the platform reads (resources/salesforce.py, cdc_subscriber/cli.py): a misspelt one would be ignored.
+SF_READ = {*ENV_VARS.values(), "SF_PUBSUB_ENDPOINT", "SF_TENANT_ID"}
+LISTENERS = ("sf-cdc-code-server", "sf-cdc-webserver")
+CLEAN_EXIT = {0, -signal.SIGTERM, 128 + signal.SIGTERM}  # systemd counts a SIGTERM death as a clean stop
+
+
+def read_unit(path: Path) -> configparser.ConfigParser:
+    unit = configparser.ConfigParser(interpolation=None, strict=True)
+    unit.optionxform = str  # systemd's keys are case-sensitive
+    unit.read_string(path.read_text())
+    return unit
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """An EnvironmentFile: VAR=value lines, whole-line comments (# or ;), values stripped and unquoted."""
+    env = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", ";")):
+            name, value = line.split("=", 1)
+            env[name.strip()] = value.strip().strip('"')
+    return env
+
+
+def env_example(unit: configparser.ConfigParser) -> Path:
+    """The deploy/*.env.example of a unit's EnvironmentFile=/etc/sf-cdc/<name>.env."""
+    return DEPLOY / (Path(unit["Service"]["EnvironmentFile"]).name + ".example")
+
+
+def command_line(exec_start: str, env: dict[str, str]) -> list[str]:
+    """ExecStart as systemd expands it: `$VAR` as a word of its own splits at whitespace, `${VAR}` is one word."""
+    words = []
+    for word in shlex.split(exec_start):
+        if whole := re.fullmatch(r"\$(\w+)", word):
+            words += env.get(whole[1], "").split()
+        else:
+            words.append(re.sub(r"\$\{(\w+)\}", lambda m: env.get(m[1], ""), word))
+    return words
+
+
+def option(words: list[str], name: str) -> str | None:
+    return words[words.index(name) + 1] if name in words else None
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_each_unit_restarts_on_failure_as_its_own_user_private_and_sandboxed(name):
+    unit = read_unit(UNITS[name])
+    service = unit["Service"]
+    assert service["Restart"] == "on-failure" and int(service["RestartSec"]) > 0
+    assert int(unit["Unit"]["StartLimitIntervalSec"]) > 0 and int(unit["Unit"]["StartLimitBurst"]) > 0
+    assert service["User"] == service["Group"] == USER
+    assert service["UMask"] == "0077"  # landing files, tables, logs: 0600 files, 0700 folders
+    assert service["NoNewPrivileges"] == service["PrivateTmp"] == "yes" and service["ProtectSystem"] == "strict"
+    assert service["ReadWritePaths"] == VAR and service["WorkingDirectory"] == VAR
+    assert service["EnvironmentFile"].startswith(f"{ETC}/") and env_example(unit).exists()
+    assert service["ExecStart"].startswith(f"{OPT}/.venv/bin/")  # systemd wants an absolute program
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_each_unit_listens_on_loopback_only_and_names_only_variables_its_file_sets(name):
+    unit = read_unit(UNITS[name])
+    env = read_env_file(env_example(unit))
+    exec_start = unit["Service"]["ExecStart"]
+    named = set(re.findall(r"\$\{?(\w+)\}?", exec_start))
+    assert named <= set(env), f"{name}: ExecStart names {named - set(env)}, which its env file does not set"
+    words = command_line(exec_start, env)
+    assert "--behind-tls-proxy" not in words
+    host = option(words, "--host")
+    if name in LISTENERS:  # Dagster's servers: said on the command line
+        assert is_loopback(host), f"{name} listens on {host}"
+    else:  # the Spark Connect server listens on its module's loopback default; the others listen on nothing
+        assert host is None and is_loopback(spark_connect.DEFAULT_HOST)
+
+
+def test_the_daemon_and_webserver_reach_the_code_server_on_loopback():
+    [location] = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())["load_from"]
+    assert is_loopback(location["grpc_server"]["host"])
+
+
+@pytest.mark.parametrize("name", sorted(UNITS))
+def test_secrets_go_only_to_the_process_that_uses_them(name):
+    env = read_env_file(env_example(read_unit(UNITS[name])))
+    assert {k for k in env if k in SECRETS} == USES[name]
+    assert {k for k in env if k.startswith("SF_")} <= SF_READ  # no misspelt SF_ variable
+    if name == "sf-cdc-spark-connect":
+        assert not [k for k in env if k.startswith(("SF_", "CDC_", "DAGSTER_"))]  # a client with its token runs code
+
+
+def test_the_spark_token_is_the_same_in_the_server_and_the_code_location():
+    server = read_env_file(DEPLOY / "spark-connect.env.example")
+    client = read_env_file(DEPLOY / "code-server.env.example")
+    assert (
+        client["SPARK_REMOTE"]
+        == f"sc://localhost:{server['SPARK_CONNECT_PORT']}/;token=" + (server["SPARK_CONNECT_AUTHENTICATE_TOKEN"])
+    )
+
+
+# --- each ExecStart started --------------------------------------------------------------------------------------
+
+
+class Host:
+    """tmp_path as the host's folders (`/var/lib/sf-cdc`, `/etc/sf-cdc`), the env files the operator writes, and the
+    units started from their ExecStart."""
+
+    def __init__(self, root: Path, emu: Emulator):
+        self.var, self.etc = root / "var", root / "etc"
+        self.var.mkdir(mode=0o700)
+        self.etc.mkdir()
+        self.paths = {OPT: str(REPO), VAR: str(self.var), ETC: str(self.etc)}
+        # The docs page's install steps: the instance's dagster.yaml, the staging folder, replication.yaml.
+        write_dagster_home(self.var / "dagster_home")
+        (self.var / "spark-staging").mkdir(mode=0o700)
+        (self.etc / "replication.yaml").write_text("options: {initial_load: false}\nobjects: [Account]\n")
+        token = secrets.token_urlsafe(32)
+        self.ports = {
+            name: str(processes.free_port())
+            for name in ("SPARK_CONNECT_PORT", "DAGSTER_CODE_SERVER_PORT", "DAGSTER_WEBSERVER_PORT")
+        }
+        org = {
+            "SF_INSTANCE_URL": emu.instance_url,
+            "SF_CLIENT_ID": "emulator-client",  # the emulator's client-credentials app
+            "SF_CLIENT_SECRET": "emulator-secret",
+            "SF_CA_BUNDLE": str(Path(emu.ca_file).resolve()),
+            "SF_PUBSUB_ENDPOINT": emu.pubsub_address,
+        }
+        self.env: dict[str, dict[str, str]] = {}
+        for name, path in UNITS.items():
+            example = read_env_file(env_example(read_unit(path)))
+            env = {k: self._here(v) for k, v in example.items() if k not in ("SF_USERNAME", "SF_PRIVATE_KEY_FILE")}
+            env |= {k: v for k, v in self.ports.items() if k in env}
+            if "SPARK_CONNECT_AUTHENTICATE_TOKEN" in env:
+                env["SPARK_CONNECT_AUTHENTICATE_TOKEN"] = token
+            if "SPARK_REMOTE" in env:
+                env["SPARK_REMOTE"] = f"sc://localhost:{self.ports['SPARK_CONNECT_PORT']}/;token={token}"
+            if "CDC_HASH_SALT" in env:
+                env["CDC_HASH_SALT"] = "a-test-salt"
+            if any(k.startswith("SF_") for k in env):
+                env = {k: v for k, v in env.items() if not k.startswith("SF_")} | org
+            self.env[name] = env
+        self.started: dict[str, subprocess.Popen] = {}
+
+    def _here(self, text: str) -> str:
+        for deploy_path, local in self.paths.items():
+            text = text.replace(deploy_path, local)
+        return text
+
+    def environment(self, name: str) -> dict[str, str]:
+        """What systemd gives the service: its own basics, the EnvironmentFile, nothing of this process."""
+        basics = {"PATH": SYSTEMD_PATH, "HOME": str(self.var), "USER": USER, "LOGNAME": USER, "LANG": "C.UTF-8"}
+        return basics | self.env[name] | {"PYTHONPATH": str(REPO)}
+
+    def start(self, name: str) -> subprocess.Popen:
+        service = read_unit(UNITS[name])["Service"]
+        env = self.environment(name)
+        command = [self._here(word) for word in command_line(service["ExecStart"], env)]
+        log = os.open(self.var / f"{name}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            process = subprocess.Popen(
+                command,
+                env=env,
+                cwd=self._here(service["WorkingDirectory"]),
+                umask=int(service["UMask"], 8),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            os.close(log)
+        self.started[name] = process
+        return process
+
+    def log(self, name: str) -> str:
+        return (self.var / f"{name}.log").read_text()[-3000:]
+
+    def wait(self, name: str, what: str, ready, timeout_seconds: float = 180.0):
+        """Until `ready()` is truthy (its value), failing with the unit's log when it exits or times out."""
+        deadline = time.monotonic() + timeout_seconds
+        while time.monotonic() < deadline:
+            if (value := ready()) or value == 0:
+                return value
+            process = self.started[name]
+            assert process.poll() is None, f"{name} exited ({process.returncode}) before {what}:\n{self.log(name)}"
+            time.sleep(1)
+        pytest.fail(f"{name}: no {what} within {timeout_seconds:.0f} s:\n{self.log(name)}")
+
+    def stop(self, name: str) -> int | None:
+        timeout = float(read_unit(UNITS[name])["Service"]["TimeoutStopSec"])
+        return processes.stop(self.started[name], grace_seconds=timeout, signum=signal.SIGTERM)
+
+
+def listening(port: str) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", int(port)), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+# A PySpark client of the server, as a run is: SPARK_REMOTE from the code location's env file.
+CLIENT = "from pyspark.sql import SparkSession; print(SparkSession.builder.create().range(5).count())"
+
+
+def landed_files(landing: Path) -> list[Path]:
+    return [p for p in landing.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
+
+
+def change_event_ids(warehouse: Path) -> set[str]:
+    table = warehouse / CHANGE_EVENTS
+    if not (table / "_delta_log").exists():
+        return set()
+    return set(DeltaTable(str(table)).to_pyarrow_table(columns=["record_id"]).column("record_id").to_pylist())
+
+
+@pytest.mark.slow
+def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path):
+    """Spark Connect serves a client holding the token; the subscriber subscribes and lands the org's change; the
+    code location loads (the webserver shows it); the daemon's heartbeats pass `dagster-daemon liveness-check` and
+    its landing sensor has a run, started by the code location, ingest the landed file through the Spark server.
+    Then each stops cleanly on SIGTERM."""
+    with ExitStack() as stack:
+        emu = stack.enter_context(Emulator(tmp_path / "org", pubsub=True, keepalive_seconds=1.0))
+        host = Host(tmp_path, emu)
+        stopped = {}
+
+        def stop_all() -> None:
+            for name in reversed(list(host.started)):  # the order of docs/operations/deploy.md, backwards
+                stopped[name] = host.stop(name)
+
+        stack.callback(stop_all)
+        for name in ("sf-cdc-spark-connect", "sf-cdc-subscriber", "sf-cdc-code-server"):
+            host.start(name)
+        landing = host.var / "landing"
+        status = host.wait(
+            "sf-cdc-subscriber",
+            "subscription",
+            lambda: [s for s in read_statuses(state_dir_for(landing)) if s.state == "RUNNING"],
+        )
+        assert status[0].topic == "/data/ChangeEvents"
+        with emu.store.transaction() as txn:  # after the subscription: the unit starts at LATEST
+            record_id = txn.create("Account", {"Name": "Deployed Ltd"})
+        [landed] = host.wait("sf-cdc-subscriber", "landed file", lambda: landed_files(landing))
+        assert landed.stat().st_mode & 0o777 == 0o600 and record_id in landed.read_text()
+
+        host.wait("sf-cdc-code-server", "gRPC port", lambda: listening(host.ports["DAGSTER_CODE_SERVER_PORT"]))
+        for name in ("sf-cdc-daemon", "sf-cdc-webserver"):
+            host.start(name)
+        ui_url = f"http://127.0.0.1:{host.ports['DAGSTER_WEBSERVER_PORT']}"
+        assert processes.wait_for_code_location(ui_url, host.started["sf-cdc-webserver"]) == "definitions"
+
+        def daemon_live() -> bool:
+            check = subprocess.run(
+                [str(processes.BIN / "dagster-daemon"), "liveness-check"],
+                env=host.environment("sf-cdc-daemon"),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            return check.returncode == 0 and "Daemon live" in check.stdout
+
+        host.wait("sf-cdc-daemon", "heartbeat", daemon_live)
+
+        host.wait("sf-cdc-spark-connect", "port", lambda: listening(host.ports["SPARK_CONNECT_PORT"]))
+        client = subprocess.run(
+            [sys.executable, "-c", CLIENT],
+            env=host.environment("sf-cdc-code-server"),
+            cwd=host.var,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert client.stdout.strip().splitlines()[-1:] == ["5"], client.stderr[-2000:]
+
+        host.wait("sf-cdc-daemon", "landing run", lambda: record_id in change_event_ids(host.var / "warehouse"))
+        stop_all()
+        host.started.clear()
+    assert stopped and set(stopped.values()) <= CLEAN_EXIT, stopped

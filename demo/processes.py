@@ -145,12 +145,11 @@ def start(command: list[str], env: dict[str, str], log_file: Path | None = None,
             os.close(out)
 
 
-def stop(process: subprocess.Popen, grace_seconds: float = 30.0, signum: int = signal.SIGINT) -> int | None:
-    """Orderly shutdown (`signum`: SIGINT, Dagster's; SIGTERM, systemd's), then SIGKILL to whatever of its process
-    group is left."""
+def stop(process: subprocess.Popen, grace_seconds: float = 30.0) -> int | None:
+    """Orderly shutdown, then SIGKILL to whatever of its process group is left."""
     if process.poll() is None:
         try:
-            process.send_signal(signum)
+            process.send_signal(signal.SIGINT)
             process.wait(timeout=grace_seconds)
         except subprocess.TimeoutExpired:
             pass

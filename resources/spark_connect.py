@@ -55,6 +55,7 @@ CONNECT_CONF = {
     # A run killed before it released its session leaves it (and what it cached) behind until it idles out.
     "spark.connect.session.manager.defaultSessionTimeout": "10min",
 }
+WARM_UP_JOIN_SECONDS = 30.0  # how long a stop waits for a warm-up in progress to notice the session is gone
 _TOKEN_PARAM = re.compile(r"(;token=)[^;]*")
 
 
@@ -243,13 +244,19 @@ def _serve(args: argparse.Namespace) -> None:
         clients,
         where,
     )
+    warming = None
     if args.warm_up_lines > 0:
-        threading.Thread(target=_warm_up, args=(spark, args.warm_up_lines), name="warm-up", daemon=True).start()
+        warming = threading.Thread(target=_warm_up, args=(spark, args.warm_up_lines), name="warm-up", daemon=True)
+        warming.start()
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     stop.wait()
     spark.stop()
+    if warming is not None:
+        # Its calls fail once the session is stopped: let it end before the interpreter does, since Python
+        # finalizing while a thread is inside py4j aborts the process (SIGABRT; a supervisor records a failed stop).
+        warming.join(timeout=WARM_UP_JOIN_SECONDS)
 
 
 if __name__ == "__main__":

@@ -250,3 +250,21 @@ def _wait_for(log_file, text: str, seconds: float) -> bool:
 
 def _lines_with(log: str, text: str) -> str:
     return "\n".join(line for line in log.splitlines() if text in line)[:2000]
+
+
+def test_a_stop_during_the_warm_up_waits_for_it_and_exits_cleanly(tmp_path):
+    """SIGTERM (a supervisor's stop) while the JVM warms up: the warm-up thread ends (its calls fail once the session
+    is stopped, which it logs) before Python finalizes, and the server exits 0 instead of aborting."""
+    log_file = tmp_path / "spark_connect.log"
+    process, _ = processes.start_spark_connect(log_file, conf={"spark.driver.memory": "1g"})
+    try:
+        deadline = time.monotonic() + 180
+        while "listening at" not in log_file.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log_file.read_text()[-2000:]
+            time.sleep(0.2)
+        time.sleep(1)  # the signal handlers are installed just after that line, with the warm-up under way
+        process.terminate()
+        assert process.wait(timeout=120) == 0, log_file.read_text()[-2000:]
+        assert "Spark warm-up failed (the server serves on, unwarmed)" in log_file.read_text()
+    finally:
+        processes.stop(process)

@@ -5,12 +5,14 @@ How a unit is run here as systemd would run it:
 - the unit file is parsed (`configparser`: systemd's INI shape, one value per key here);
 - its environment is systemd's for a service (PATH=`SYSTEMD_PATH`, no virtualenv on it; HOME, USER, LOGNAME) plus
   its EnvironmentFile, which is the repository's `deploy/<name>.env.example` with these values replaced: the deploy
-  paths (`/opt/sf-cdc/.venv` -> the virtualenv running the tests, `/opt/sf-cdc` -> this checkout, `/var/lib/sf-cdc` and `/etc/sf-cdc` -> folders of tmp_path), the ports
-  (free ones), the Spark token and the hash salt (random), and the org (the emulator's URL, CA, Pub/Sub endpoint and
-  a client-credentials login instead of the JWT bearer one's key); plus PYTHONPATH=this checkout, since the shared
-  virtualenv's editable install points at another checkout (on a host, /opt/sf-cdc's own install does this);
+  paths (`/opt/sf-cdc/.venv` -> the virtualenv running the tests, `/opt/sf-cdc` -> this checkout,
+  `/var/lib/sf-cdc` and `/etc/sf-cdc` -> folders of tmp_path), the ports (free ones), the Spark token and the hash
+  salt (random), and the org (the emulator's URL, CA, Pub/Sub endpoint and a client-credentials login instead of the
+  JWT bearer one's key); plus PYTHONPATH=this checkout, since the shared virtualenv's editable install points at
+  another checkout (on a host, /opt/sf-cdc's own install does this);
 - ExecStart is split like systemd does (`${VAR}`: one word, `$VAR` alone: split at spaces), the deploy paths in it
-  replaced the same way, and started in WorkingDirectory with its UMask; stopped with SIGTERM, systemd's KillSignal.
+  replaced the same way, and started in WorkingDirectory with its UMask, in a process group of its own (its
+  control group); stopped with SIGTERM, systemd's KillSignal, as its KillMode says.
 ProtectSystem, PrivateTmp and the other sandboxing settings need systemd itself: what they imply is followed by the
 env files instead (CDC_SPARK_STAGING: a run and the Spark server share no /tmp) and said in the docs page.
 """
@@ -153,10 +155,8 @@ def test_secrets_go_only_to_the_process_that_uses_them(name):
 def test_the_spark_token_is_the_same_in_the_server_and_the_code_location():
     server = read_env_file(DEPLOY / "spark-connect.env.example")
     client = read_env_file(DEPLOY / "code-server.env.example")
-    assert (
-        client["SPARK_REMOTE"]
-        == f"sc://localhost:{server['SPARK_CONNECT_PORT']}/;token=" + (server["SPARK_CONNECT_AUTHENTICATE_TOKEN"])
-    )
+    port, token = server["SPARK_CONNECT_PORT"], server["SPARK_CONNECT_AUTHENTICATE_TOKEN"]
+    assert client["SPARK_REMOTE"] == f"sc://localhost:{port}/;token={token}"
 
 
 # --- each ExecStart started --------------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ class Host:
         """Until `ready()` is truthy (its value), failing with the unit's log when it exits or times out."""
         deadline = time.monotonic() + timeout_seconds
         while time.monotonic() < deadline:
-            if (value := ready()) or value == 0:
+            if value := ready():
                 return value
             process = self.started[name]
             assert process.poll() is None, f"{name} exited ({process.returncode}) before {what}:\n{self.log(name)}"

@@ -138,6 +138,14 @@ def test_each_unit_listens_on_loopback_only_and_names_only_variables_its_file_se
         assert host is None and is_loopback(spark_connect.DEFAULT_HOST)
 
 
+def test_the_daemon_and_webserver_start_once_the_code_server_serves():
+    code_server = read_unit(UNITS["sf-cdc-code-server"])["Service"]
+    assert "grpc-health-check" in code_server["ExecStartPost"]  # the unit is active once definitions.py is served
+    for name in ("sf-cdc-daemon", "sf-cdc-webserver"):
+        unit = read_unit(UNITS[name])["Unit"]
+        assert "sf-cdc-code-server.service" in unit["After"].split() and "sf-cdc-code-server.service" in unit["Wants"]
+
+
 def test_the_daemon_and_webserver_reach_the_code_server_on_loopback():
     [location] = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())["load_from"]
     assert is_loopback(location["grpc_server"]["host"])
@@ -232,6 +240,11 @@ class Host:
         finally:
             os.close(log)
         self.started[name] = process
+        if post := service.get("ExecStartPost"):  # systemd: the unit is active, and its After= units start, once done
+            command = [self._here(word) for word in command_line(post, env)]
+            timeout = float(service.get("TimeoutStartSec", 90))
+            ready = subprocess.run(command, env=env, cwd=self._here(service["WorkingDirectory"]), timeout=timeout)
+            assert ready.returncode == 0, f"{name}: ExecStartPost failed:\n{self.log(name)}"
         return process
 
     def log(self, name: str) -> str:
@@ -280,17 +293,6 @@ def listening(port: str) -> bool:
 CLIENT = "from pyspark.sql import SparkSession; print(SparkSession.builder.create().range(5).count())"
 
 
-def location_loaded(ui_url: str) -> bool:
-    """The webserver shows the code location `definitions` loaded without error."""
-    try:
-        entries = processes.graphql(ui_url, processes.LOCATIONS_QUERY)["workspaceOrError"]["locationEntries"]
-    except OSError:
-        return False
-    return [(e["name"], e["loadStatus"], (e["locationOrLoadError"] or {}).get("__typename")) for e in entries] == [
-        ("definitions", "LOADED", "CodeLocation")
-    ]
-
-
 def landed_files(landing: Path) -> list[Path]:
     return [p for p in landing.rglob("*") if p.is_file() and not p.name.startswith((".", "_"))]
 
@@ -305,9 +307,9 @@ def change_event_ids(warehouse: Path) -> set[str]:
 @pytest.mark.slow
 def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path):
     """Spark Connect serves a client holding the token; the subscriber subscribes and lands the org's change; the
-    code location loads (the webserver shows it); the daemon's heartbeats pass `dagster-daemon liveness-check` and
-    its landing sensor has a run, started by the code location, ingest the landed file through the Spark server.
-    Then each stops cleanly on SIGTERM."""
+    code server becomes ready (its ExecStartPost); the webserver answers; the daemon's heartbeats pass
+    `dagster-daemon liveness-check` and its landing sensor has a run, started by the code server, ingest the landed
+    file through the Spark server. Then each stops cleanly on SIGTERM."""
     with ExitStack() as stack:
         emu = stack.enter_context(Emulator(tmp_path / "org", pubsub=True, keepalive_seconds=1.0))
         host = Host(tmp_path, emu)
@@ -332,13 +334,10 @@ def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path):
         [landed] = host.wait("sf-cdc-subscriber", "landed file", lambda: landed_files(landing))
         assert landed.stat().st_mode & 0o777 == 0o600 and record_id in landed.read_text()
 
-        host.wait("sf-cdc-code-server", "gRPC port", lambda: listening(host.ports["DAGSTER_CODE_SERVER_PORT"]))
-        for name in ("sf-cdc-daemon", "sf-cdc-webserver"):
+        for name in ("sf-cdc-daemon", "sf-cdc-webserver"):  # after the code server's ExecStartPost, as systemd
             host.start(name)
         ui_url = f"http://127.0.0.1:{host.ports['DAGSTER_WEBSERVER_PORT']}"
-        # Type=simple: systemd starts the webserver once the code server's process is up, maybe before it has
-        # loaded definitions.py; the webserver then shows the location unreachable until it reconnects on its own.
-        host.wait("sf-cdc-webserver", "code location loaded", lambda: location_loaded(ui_url))
+        processes.wait_for_http(f"{ui_url}/server_info", host.started["sf-cdc-webserver"])
 
         def daemon_live() -> bool:
             check = subprocess.run(

@@ -27,10 +27,11 @@ run-org: $(STAMP)
 	$(BIN)/python -m demo --org
 
 ## The test suite (real Spark, real Delta tables, real HTTPS emulator, real Dagster), spread over PYTEST_WORKERS
-## processes by pytest-xdist, each with its own Spark session: a test waits on Spark, subprocesses and the emulator
-## about half its time, so more workers than cores pay. PYTEST_WORKERS=0 runs it in one process (serial: for
-## debugging, with -s or --pdb); worksteal hands a long test's neighbours to an idle worker.
-PYTEST_WORKERS ?= 3
+## processes by pytest-xdist, each with its own Spark session: one per core (tests/spark_ops, all Spark work, took as
+## long in 2 workers as in one on 2 cores, and longer in 3; the tests that wait on subprocesses and the emulator gain).
+## PYTEST_WORKERS=0 runs it in one process (serial: for debugging, with -s or --pdb); worksteal hands a long test's
+## neighbours to an idle worker.
+PYTEST_WORKERS ?= 2
 PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist worksteal
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_XDIST)

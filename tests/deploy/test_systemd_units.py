@@ -43,7 +43,7 @@ from cdc_subscriber.status import read_statuses
 from demo import processes
 from demo.instance import write_dagster_home
 from resources import spark_connect
-from resources.delta import CHANGE_EVENTS
+from resources.delta import CHANGE_EVENTS, read_table
 from resources.network import is_loopback
 from resources.salesforce import ENV_VARS
 from salesforce_emulator import Emulator
@@ -301,7 +301,7 @@ def change_event_ids(warehouse: Path) -> set[str]:
     table = warehouse / CHANGE_EVENTS
     if not (table / "_delta_log").exists():
         return set()
-    return set(DeltaTable(str(table)).to_pyarrow_table(columns=["record_id"]).column("record_id").to_pylist())
+    return set(read_table(DeltaTable(str(table)), columns=["record_id"]).column("record_id").to_pylist())
 
 
 @pytest.mark.slow

@@ -43,9 +43,8 @@ from cdc_assets.config import SObjectConfig
 from cdc_assets.org import org_for_run
 from cdc_assets.records import SNAPSHOT, replica_rows
 from cdc_assets.schemas import (
-    DESCRIBE_PROPERTY,
     FIELD_ACCESS_PROPERTY,
-    describe_note,
+    keep_describe,
     marked_fields,
     resolve_schema,
     stored_describe,
@@ -157,12 +156,7 @@ def settle_field_access(
         return schema, describe, table, FieldAccess.of(marks)
     org_for_run(warehouse, table, salesforce, sobject.name)  # another org's replica: refused before any write
     if new_marks != marks:
-        note = describe_note(current)
-        assert note is not None, "None only for an empty describe(), and the org's never is"
-        table.alter.set_table_properties(
-            {FIELD_ACCESS_PROPERTY: json.dumps(new_marks, sort_keys=True), DESCRIBE_PROPERTY: note},
-            raise_if_not_exists=False,
-        )
+        keep_describe(table, current, {FIELD_ACCESS_PROPERTY: json.dumps(new_marks, sort_keys=True)})
         table = warehouse.table(sobject.name)
     schema, describe = resolve_schema(sobject, warehouse, salesforce, table=table)
     access = FieldAccess.of(new_marks)

@@ -44,6 +44,13 @@ def describe_note(describe: dict | None) -> str | None:
     return json.dumps({"describe": describe, "at": datetime.now(UTC).isoformat()}) if describe else None
 
 
+def keep_describe(table: DeltaTable, describe: dict, properties: dict[str, str] | None = None) -> None:
+    """Keep `describe` (asked again during a run) with the table, with other table `properties` in the same commit."""
+    note = describe_note(describe)
+    assert note is not None, "None only for an empty describe(), and the org's never is"
+    table.alter.set_table_properties({DESCRIBE_PROPERTY: note, **(properties or {})}, raise_if_not_exists=False)
+
+
 def _kept(text: str | None) -> dict:
     try:
         kept = json.loads(text) if text else {}
@@ -187,9 +194,7 @@ class DescribeRefresh:
         table = self.warehouse.table(self.sobject.name)
         if table is None:
             return False
-        note = describe_note(self.describe)
-        assert note is not None, "None only for an empty describe(), and the org's never is"
-        table.alter.set_table_properties({DESCRIBE_PROPERTY: note}, raise_if_not_exists=False)
+        keep_describe(table, self.describe)
         return True
 
 

@@ -50,7 +50,7 @@ from cdc_assets.faults import fault_point
 from cdc_assets.field_access import carry_kept, kept_fields
 from cdc_assets.formulas.rows import with_formulas
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
-from cdc_assets.schemas import DESCRIBE_PROPERTY, describe_note, stored_describe
+from cdc_assets.schemas import describe_note, keep_describe, stored_describe
 from cdc_assets.snapshot import (
     STAGE_BATCH_RECORDS,
     StageState,
@@ -160,9 +160,7 @@ def resync(
         configuration=schema.table_properties(),
     )
     if replica is not None and describe and stored_describe(warehouse, schema.name, table=table) != describe:
-        note = describe_note(describe)
-        assert note is not None, "None only for an empty describe(), and this one is not"
-        table.alter.set_table_properties({DESCRIBE_PROPERTY: note}, raise_if_not_exists=False)
+        keep_describe(table, describe)
     fault_point("resync.after_commit")
     discard_stage(warehouse, schema.name)
     counts = dict(staged.counts or {})

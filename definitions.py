@@ -48,6 +48,7 @@ from resources.salesforce import SalesforceResource, salesforce_resource_from_en
 from resources.spark import spark_resource
 from sensors.changefeed import build_automation_sensor
 from sensors.config import build_config_sensor
+from sensors.describe import build_describe_sensors
 from sensors.formulas import build_formula_sensors
 from sensors.landing_zone import build_landing_zone_sensor
 from sensors.poll import build_poll_sensors
@@ -107,6 +108,7 @@ def build_defs(
             build_subscriber_status_sensor(replication=replication, default_status=status),
             *build_poll_sensors(replication=replication, default_status=status),
             *build_formula_sensors(replication=replication, default_status=status),
+            *build_describe_sensors(replication=replication, default_status=status),
             *build_automation_sensor(replication=replication, default_status=status),
             build_run_liveness_sensor(default_status=status),
             build_config_sensor(loaded=loaded, default_status=status),

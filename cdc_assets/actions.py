@@ -8,7 +8,8 @@ entry says
   `applies_events`, the objects (by their `source`) whose run then applies change_events: the apply step, the only
   one that needs Spark;
 - what it needs: `full_copy` (its step replaces the replica with a full copy from the org: describe() is asked
-  anew, and columns `hash:` covers since are rewritten instead of refused), `api_budget` (its step spends the org's
+  anew, and columns `hash:` covers since are rewritten instead of refused), `asks_describe` (describe() is asked
+  anew before its step, and what changed is settled: cdc_assets/field_access.py), `api_budget` (its step spends the org's
   daily API requests: the sensors asking for it hold back while the budget is nearly spent). Every action runs in
   the replica's pool (one writer per table: cdc_assets/assets.py `replica_pool`);
 - what it covers: the work the sensors find (sensors/work.py) that a run of it does (`covers`), and the work they
@@ -96,6 +97,7 @@ class Action:
     step: Callable[[ActionRun], Step]
     applies_events: frozenset[str] = SOURCES  # sources whose run applies change_events after the step (Spark)
     full_copy: bool = False
+    asks_describe: bool = False  # describe() is asked before its step (fields added, hidden or deleted since)
     api_budget: bool = True
     handoff: bool = False
     asked_for: str | None = None  # the work the sensors ask this action for (its run's work tag)
@@ -212,7 +214,16 @@ FORMULAS = Action(
     _formulas,
     applies_events=frozenset({CDC_SOURCE}),
 )
-ACTIONS: dict[str, Action] = {a.name: a for a in (APPLY, RECONCILE, RESYNC, POLL, FORMULAS)}
+DESCRIBE = Action(
+    "describe",
+    "ask describe() again: columns for fields added, marks for fields hidden or deleted",
+    lambda run: Step(DESCRIBE.name),  # the asset body settles describe() before every step (asks_describe)
+    asks_describe=True,
+    handoff=True,
+    job="ask describe() again: columns for fields added in the org (backfilled from it), marks for fields hidden "
+    "or deleted; then apply the events.",
+)
+ACTIONS: dict[str, Action] = {a.name: a for a in (APPLY, RECONCILE, RESYNC, POLL, FORMULAS, DESCRIBE)}
 
 
 def run_step(action: Action, run: ActionRun, *, initial: bool) -> Step:

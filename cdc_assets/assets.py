@@ -33,7 +33,7 @@ from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.checks import NO_FAILED_FILES
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
-from cdc_assets.field_access import field_access_metadata, is_invalid_field, settle_field_access
+from cdc_assets.field_access import backfill_added, field_access_metadata, is_invalid_field, settle_field_access
 from cdc_assets.formulas.freshness import formula_metadata
 from cdc_assets.formulas.refresh import FormulaResult
 from cdc_assets.history.assets import history_step, record_history
@@ -219,7 +219,16 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=full_copy, table=table)
         # Fields the org no longer serves (hidden by field-level security, or deleted): kept, never asked for.
         schema, describe, table, access = settle_field_access(
-            sobject, warehouse, salesforce, schema, describe, table, now=now, run_id=run_id, fresh=full_copy
+            sobject,
+            warehouse,
+            salesforce,
+            schema,
+            describe,
+            table,
+            now=now,
+            run_id=run_id,
+            fresh=full_copy,
+            force=action.asks_describe,
         )
         if not full_copy:
             refuse_clear_hashes(table, schema)  # `hash:` added to an existing replica: a resync comes first
@@ -260,8 +269,13 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             )
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
         replica = warehouse.table(sobject.name) if step.sync else table
+        columns = {f.name for f in replica.schema().fields} if replica is not None else None  # a merge moves it
         result = apply_step(context, run, session(pyspark), replicated=replication.names, replica=replica)
         schema = result.schema or schema
+        if result.committed:  # columns the apply added (events set new fields): backfilled from the org
+            added = backfill_added(sobject, warehouse, salesforce, schema, columns, access, run_id=run_id, now=now)
+            if added != access:
+                access_metadata, result.table = field_access_metadata(added), warehouse.table(sobject.name)
         return dg.MaterializeResult(
             metadata=record_history(context, history, sobject, warehouse, schema, run_id)
             | replica_metadata(context, sobject, schema, warehouse, result, step)

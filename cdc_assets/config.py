@@ -122,6 +122,16 @@ class ObjectOptions(_Section):
     poll_page_size: int = Field(
         50_000, gt=0, description=("Records per Bulk API 2.0 result page when polling (one Delta commit each).")
     )
+    describe_every: float | None = Field(
+        3600.0,
+        gt=0,
+        description=(
+            "Seconds between runs that ask describe() again (the sensor `describe_<Object>`, run action "
+            "`describe`): fields added in the org (or made readable to the integration user) become columns, "
+            "backfilled from the org; fields hidden or deleted are marked. Events that set a field the replica "
+            "lacks ask at once. Unset (null): only then, and on a resync. Objects with a `describe` file have none."
+        ),
+    )
     history: bool = Field(
         False,
         description=(

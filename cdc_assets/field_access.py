@@ -36,11 +36,12 @@ from datetime import datetime
 import dagster as dg
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
+from deltalake import DeltaTable, Schema
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.config import SObjectConfig
 from cdc_assets.org import org_for_run
+from cdc_assets.prepare import missing_columns
 from cdc_assets.records import SNAPSHOT, replica_rows
 from cdc_assets.schemas import (
     FIELD_ACCESS_PROPERTY,
@@ -56,7 +57,7 @@ from resources.salesforce import SalesforceApiError, SalesforceResource
 
 log = logging.getLogger(__name__)
 
-HIDDEN, REMOVED = "hidden", "removed"
+HIDDEN, REMOVED, RETYPED = "hidden", "removed", "retyped"
 
 
 def is_invalid_field(exc: BaseException) -> bool:
@@ -70,7 +71,9 @@ class FieldAccess:
 
     hidden: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    retyped: list[str] = field(default_factory=list)
     returned: list[str] = field(default_factory=list)  # read again this run, and backfilled
+    added: list[str] = field(default_factory=list)  # new columns this run, and backfilled
     backfilled: int = 0  # rows whose returned columns were written
 
     @classmethod
@@ -78,6 +81,7 @@ class FieldAccess:
         return cls(
             hidden=sorted(n for n, m in marks.items() if m.get("status") == HIDDEN),
             removed=sorted(n for n, m in marks.items() if m.get("status") == REMOVED),
+            retyped=sorted(n for n, m in marks.items() if m.get("status") == RETYPED),
         )
 
 
@@ -129,8 +133,11 @@ def settle_field_access(
     listed = {f["name"] for f in current["fields"]}
     types = {f["name"]: f["type"] for f in (kept or {}).get("fields", [])}
     selected = sobject.schema_of(current)
-    gone = [c for c in _data_columns(table, schema) if c not in listed and selected.selects(c)]
-    returned = sorted(c for c in marks if c in listed)
+    stored = _data_columns(table, schema)
+    gone = [c for c in stored if c not in listed and selected.selects(c)]
+    retyped = {} if fresh else _retyped(stored, selected, {f["name"]: f for f in current["fields"]}, marks, now)
+    # Back in describe() as the column holds it: backfilled now (a full copy reads every column anyway).
+    returned = [] if fresh else sorted(c for c in marks if c in listed and c not in retyped)
     to_classify = [c for c in gone if marks.get(c, {}).get("status") != REMOVED]
     status = _classify(salesforce, sobject.name, to_classify, kept) if to_classify else {}
     new_marks = {
@@ -152,19 +159,90 @@ def settle_field_access(
                 if mark["status"] == HIDDEN
                 else "no longer has it (deleted)",
             )
-    if new_marks == marks and not returned:
+    new_marks |= retyped
+    # Fields the org lists that the table has no column for (added, or made readable, since): a full copy writes
+    # them anyway; any other run adds their columns and backfills them.
+    added = [] if fresh else [c for c in missing_columns(table, selected) if c not in selected.formula_names]
+    if new_marks == marks and not returned and not added:
         return schema, describe, table, FieldAccess.of(marks)
     org_for_run(warehouse, table, salesforce, sobject.name)  # another org's replica: refused before any write
-    if new_marks != marks:
+    if new_marks != marks or added:
         keep_describe(table, current, {FIELD_ACCESS_PROPERTY: json.dumps(new_marks, sort_keys=True)})
         table = warehouse.table(sobject.name)
     schema, describe = resolve_schema(sobject, warehouse, salesforce, table=table)
     access = FieldAccess.of(new_marks)
-    if returned:
-        access.returned = returned
-        access.backfilled = backfill_columns(warehouse, salesforce, schema, returned, run_id=run_id, now=now)
+    if returned or added:
+        if added:
+            log.info("%s: describe() lists fields the replica has no column for: %s", sobject.name, added)
+        access.returned, access.added = returned, added
+        access.backfilled = backfill_columns(warehouse, salesforce, schema, [*returned, *added], run_id=run_id, now=now)
         table = warehouse.table(sobject.name)
     return schema, describe, table, access
+
+
+def backfill_added(
+    sobject: SObjectConfig,
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource | None,
+    schema: ObjectSchema,
+    before: set[str] | None,
+    access: FieldAccess,
+    *,
+    run_id: str,
+    now: datetime,
+) -> FieldAccess:
+    """After an apply that asked describe() again (events set a field the replica lacked) and added columns:
+    backfill them from the org, for the records that got a value before the platform could read the field (no
+    event of theirs carried it). `before`: the replica's columns as the run found it (None: no table then, so
+    nothing to backfill); `schema`: the one applied with."""
+    if before is None or sobject.describe_path or salesforce is None:
+        return access
+    added = [c for c in schema.column_names if c not in before and c not in schema.formula_names]
+    if not added:
+        return access
+    written = backfill_columns(warehouse, salesforce, schema, added, run_id=run_id, now=now)
+    return replace(access, added=[*access.added, *added], backfilled=access.backfilled + written)
+
+
+def _retyped(
+    stored: dict[str, pa.DataType], selected: ObjectSchema, fields: dict[str, dict], marks: dict, now: datetime
+) -> dict[str, dict]:
+    """Marks for the columns whose field the org now types as the column cannot hold (Number to Text, say): the
+    replica keeps the column with its values and stops following the field until a resync rewrites it with the new
+    type. A change the column holds as it is (a longer Text, a larger Number, picklist to multi-select) needs
+    nothing: a Delta string has no length and a double no precision."""
+    wanted = {f.name: f.type for f in selected.arrow_schema()}
+    marks_out = {}
+    for c, column_type in stored.items():
+        if c not in wanted or wanted[c] == column_type:
+            continue
+        was = marks.get(c, {})
+        since = was.get("since") if was.get("status") == RETYPED else None
+        if since is None:
+            log.warning(
+                "%s.%s: the org now types it %s, which the column (%s) cannot hold; the replica keeps the column "
+                "with its values and no longer follows the field until a resync rewrites it",
+                selected.name,
+                c,
+                fields[c]["type"],
+                column_type,
+            )
+        marks_out[c] = {"status": RETYPED, "since": since or now.isoformat(), "type": fields[c]["type"]}
+        marks_out[c]["column"] = str(column_type)
+    return marks_out
+
+
+def add_columns(warehouse: DeltaWarehouse, schema: ObjectSchema, columns: list[str]) -> DeltaTable:
+    """Add those of `columns` the replica lacks, typed as `schema` types them (a metadata-only commit: no file is
+    rewritten, every row reads null there); returns the table after it."""
+    table = warehouse.reloaded(schema.name)
+    have = {f.name for f in table.schema().fields}
+    target = schema.arrow_schema()
+    new = [target.field(c) for c in columns if c not in have]
+    if new:
+        table.alter.add_columns(Schema.from_arrow(pa.schema(new)).fields)
+        table = warehouse.reloaded(schema.name)
+    return table
 
 
 def backfill_columns(
@@ -178,13 +256,13 @@ def backfill_columns(
 ) -> int:
     """Write the org's values of `columns` into the rows the replica has (one Bulk API 2.0 queryAll of Id and
     them, one merge commit touching only those columns; no row inserted). Returns the rows written."""
+    table = add_columns(warehouse, schema, columns)
     fields = ["Id", *columns, *([schema.position_field] if schema.position_field else [])]
     pages = list(salesforce.bulk_query_all(schema.name, fields))
     if not pages:
         return 0
     text = pa.Table.from_batches(pages)
     rows = replica_rows(text, schema, source=SNAPSHOT, synced_at=now).select(["Id", *columns, BUCKET_COLUMN])
-    table = warehouse.reloaded(schema.name)
     state = replace(ReplicaState.read(warehouse, table), run_id=run_id)
     _, written = warehouse.update_columns(
         schema.name,
@@ -198,7 +276,7 @@ def backfill_columns(
         state=state.to_dict(),
         txns={APPLY_APP: table.transaction_version(APPLY_APP) or 0},
     )
-    log.info("%s: read access to %s is back: %d rows backfilled from the org", schema.name, columns, written)
+    log.info("%s: %s backfilled from the org: %d rows written", schema.name, columns, written)
     return written
 
 
@@ -230,6 +308,8 @@ def field_access_metadata(access: FieldAccess) -> dict[str, dg.MetadataValue]:
     return {
         "fields_hidden": dg.MetadataValue.json(access.hidden),
         "fields_removed": dg.MetadataValue.json(access.removed),
-        "fields_backfilled": dg.MetadataValue.json(access.returned),
+        "fields_retyped": dg.MetadataValue.json(access.retyped),
+        "fields_backfilled": dg.MetadataValue.json([*access.returned, *access.added]),
+        "fields_added": dg.MetadataValue.json(access.added),
         "field_backfill_rows": dg.MetadataValue.int(access.backfilled),
     }

@@ -27,7 +27,7 @@ FIELD_ACCESS_PROPERTY = "cdc.field_access"
 
 
 def marked_fields(table: DeltaTable | None) -> dict[str, dict]:
-    """The columns the table records as hidden or removed (`FIELD_ACCESS_PROPERTY`; an unreadable one: none)."""
+    """The columns the table records as hidden, removed or retyped (`FIELD_ACCESS_PROPERTY`; an unreadable one: none)."""
     if table is None:
         return {}
     text = table.metadata().configuration.get(FIELD_ACCESS_PROPERTY)
@@ -121,6 +121,8 @@ def resolve_schema(
             if f.name not in known and not f.name.startswith("_sf_")
         }
         schema = schema.with_columns(extra) if extra else schema
+        # A column marked because its field changed type beyond what it holds is one describe() still lists.
+        schema = schema.without_columns(marked_fields(table))
     return schema, describe
 
 

@@ -294,6 +294,15 @@ class ObjectSchema:
         """`BillingAddress.City` (as changedFields/nulledFields name it) -> `BillingCity`."""
         return {f"{p}.{k}": c for p, m in self.compound.items() for k, c in m.items()}
 
+    def without_columns(self, names: Iterable[str]) -> ObjectSchema:
+        """This schema with `names` no columns: fields the replica keeps but no longer follows (their values in
+        events are ignored, no query of the org names them)."""
+        gone = frozenset(names) & set(self.column_names)
+        if not gone:
+            return self
+        columns = tuple((n, t) for n, t in self.columns if n not in gone)
+        return dataclasses.replace(self, columns=columns, ignored=self.ignored | gone)
+
     def with_columns(self, extra: dict[str, str]) -> ObjectSchema:
         """This schema plus fields seen later (schema evolution: added, never dropped)."""
         known = set(self.column_names)

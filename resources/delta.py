@@ -56,9 +56,10 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Schema, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction, WriterProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.fs import DeltaStorageHandler
+from deltalake.table import TableMerger
 from deltalake.transaction import AddAction, create_table_with_add_actions
 from pydantic import Field
 
@@ -197,8 +198,55 @@ class DeltaWarehouse(dg.ConfigurableResource):
         ),
     )
 
+    merge_streamed: bool = Field(
+        default=True,
+        description=(
+            "delta-rs merge `streamed_exec`: stream the source rows instead of collecting them first (delta-rs's "
+            "default; the source is one run's changed rows)."
+        ),
+    )
+    merge_memory_bytes: int | None = Field(
+        default=None,
+        description=(
+            "delta-rs merge `max_spill_size`: the memory a merge's query may hold before it spills to disk (in the "
+            "process's TMPDIR). None: no bound, delta-rs's default. A bound can hang a merge (delta-rs#4614): see "
+            "the figures in bench/RESULTS.md before setting one."
+        ),
+    )
+    merge_row_group_rows: int | None = Field(
+        default=None,
+        description=(
+            "Rows a Parquet row group of a merge's rewritten files holds at most (delta-rs WriterProperties "
+            "`max_row_group_size`). A merge keeps a file open per partition it rewrites and holds each one's "
+            "current row group unencoded: smaller groups bound that memory (figures in bench/RESULTS.md). None: "
+            "delta-rs's default."
+        ),
+    )
+    merge_spill_bytes: int | None = Field(
+        default=None,
+        description="delta-rs merge `max_temp_directory_size`: the disk a merge may spill to (None: delta-rs's default).",
+    )
+
     def uri(self, name: str) -> str:
         return f"{self.root.rstrip('/')}/{name}"
+
+    def _merger(self, read: DeltaTable, data: pa.Table, predicate: str, properties: CommitProperties) -> TableMerger:
+        """A merge of `data` (alias `s`) into `read` (alias `t`) with the warehouse's memory settings: every merge
+        the platform makes goes through here."""
+        return read.merge(
+            data,
+            predicate=predicate,
+            source_alias="s",
+            target_alias="t",
+            merge_schema=True,
+            streamed_exec=self.merge_streamed,
+            max_spill_size=self.merge_memory_bytes,
+            max_temp_directory_size=self.merge_spill_bytes,
+            writer_properties=(
+                WriterProperties(max_row_group_size=self.merge_row_group_rows) if self.merge_row_group_rows else None
+            ),
+            commit_properties=properties,
+        )
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         """Before a run writes: on an object store, refuse settings or a store that would let two writers commit
@@ -580,14 +628,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         predicate = merge_predicate(key_column, partition_column, partition_values)
         with self._sole_writer(name, read):
             (
-                read.merge(
-                    data,
-                    predicate=predicate,
-                    source_alias="s",
-                    target_alias="t",
-                    merge_schema=True,
-                    commit_properties=self.properties(key, state, txns, version=next_version(read)),
-                )
+                self._merger(read, data, predicate, self.properties(key, state, txns, version=next_version(read)))
                 .when_matched_update_all()
                 .when_not_matched_insert_all()
                 .execute()
@@ -617,14 +658,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         with self._sole_writer(name, read):
             metrics = (
                 (
-                    read.merge(
-                        data,
-                        predicate=predicate,
-                        source_alias="s",
-                        target_alias="t",
-                        merge_schema=True,
-                        commit_properties=properties,
-                    )
+                    self._merger(read, data, predicate, properties)
                     .when_matched_update(updates={c: f"s.{c}" for c in columns})
                     .execute()
                 )
@@ -653,14 +687,7 @@ class DeltaWarehouse(dg.ConfigurableResource):
         ensure_supported(table, name)
         predicate = merge_predicate(keys)
         (
-            table.merge(
-                data,
-                predicate=predicate,
-                source_alias="s",
-                target_alias="t",
-                merge_schema=True,
-                commit_properties=self.properties(key, state, {}, version=next_version(table)),
-            )
+            self._merger(table, data, predicate, self.properties(key, state, {}, version=next_version(table)))
             .when_not_matched_insert_all()
             .execute()
         )

@@ -144,3 +144,69 @@ def test_a_field_deleted_in_the_org_fails_no_run_keeps_its_last_values_and_new_r
     assert platform.execute(request).success  # a resync neither asks for the field nor loses its values
     rows = platform.rows("Account")
     assert [rows[i][FIELD] for i in ids] == ["Tier 0", "Tier 1", "Tier 2", "Tier 3"] and rows[created][FIELD] is None
+
+
+def add_hidden_field_with_values(emu: Emulator, ids: list[str]) -> str:
+    """The admin adds Account.Loyalty_Tier__c without granting the integration user read access, and loads values
+    into `ids` (their events leave the field out); returns the PermissionSet to grant it through."""
+    admin = admin_of(emu)
+    admin.restful(
+        "tooling/sobjects/CustomField",
+        method="POST",
+        json={"FullName": f"Account.{FIELD}", "Metadata": {"type": "Text", "label": "Loyalty Tier", "length": 40}},
+    )
+    set_tiers(emu, {record_id: f"Loaded {n}" for n, record_id in enumerate(ids)})
+    permission_set = admin.PermissionSet.create({"Name": "Replication", "Label": "Replication"})["id"]
+    admin.PermissionSetAssignment.create({"AssigneeId": emu.store.default_user_id, "PermissionSetId": permission_set})
+    return permission_set
+
+
+def grant_read(emu: Emulator, permission_set: str) -> None:
+    admin_of(emu).FieldPermissions.create(
+        {"ParentId": permission_set, "SobjectType": "Account", "Field": f"Account.{FIELD}", "PermissionsRead": True}
+    )
+
+
+def test_a_field_added_and_made_readable_is_a_column_backfilled_for_that_column_alone_by_the_describe_sensor(
+    tmp_path, org
+):
+    Workload(org, seed=5).build_org(accounts=6)
+    platform = make_platform(tmp_path, org, objects=["Account"])
+    assert platform.run().success  # the initial load, without the field
+    ids = org.store.ids("Account")
+    permission_set = add_hidden_field_with_values(org, ids[:2])
+    assert catch_up(platform, org).success  # the loads' events carry no value of a field the platform cannot read
+    before = platform.rows("Account")
+    assert FIELD not in before[ids[0]]
+
+    grant_read(org, permission_set)
+    requests = platform.run_sensor("describe_Account")
+    assert [r.tags["cdc/mode"] for r in requests] == ["describe"]
+    meta = platform.materialization_of("Account")
+    assert meta["fields_added"] == [FIELD] and meta["fields_backfilled"] == [FIELD] and meta["mode"] == "describe"
+    rows = platform.rows("Account")
+    assert [rows[i][FIELD] for i in ids[:3]] == ["Loaded 0", "Loaded 1", None]
+    # That column alone: every other value, and each row's commit time, as the replica had them (no resync).
+    assert all({k: v for k, v in rows[i].items() if k != FIELD} == before[i] for i in ids)
+
+    set_tiers(org, {ids[2]: "After"})  # written once readable: its event carries it
+    assert catch_up(platform, org).success
+    assert platform.rows("Account")[ids[2]][FIELD] == "After"
+    assert readable_check(platform).passed
+
+
+def test_events_naming_a_field_made_readable_add_its_column_and_backfill_the_values_no_event_carried(tmp_path, org):
+    Workload(org, seed=5).build_org(accounts=6)
+    platform = make_platform(tmp_path, org, objects=["Account"])
+    assert platform.run().success
+    ids = org.store.ids("Account")
+    permission_set = add_hidden_field_with_values(org, ids[:2])
+    grant_read(org, permission_set)
+    set_tiers(org, {ids[2]: "After"})  # the first event naming the field: the run asks describe() again
+
+    result = catch_up(platform, org)
+    assert result.success
+    meta = platform.materialization(result, "Account")
+    assert meta["columns_added"] == 1 and meta["fields_added"] == [FIELD]
+    rows = platform.rows("Account")
+    assert [rows[i][FIELD] for i in ids[:4]] == ["Loaded 0", "Loaded 1", "After", None]

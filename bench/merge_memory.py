@@ -7,7 +7,7 @@ changes to recent records touch a few partitions). Each setting merges into its 
 platform's own write (`DeltaWarehouse.commit_rows`: one merge, its partition predicate, its commit), in a process
 of its own, so that its peak resident memory (`wait4`'s `ru_maxrss`) is the merge's and nothing else's.
 
-    python -m bench.merge_memory [--rows 10000000] [--changes 1000000] [--timeout 1800]
+    python -m bench.merge_memory [--rows 10000000] [--changes 1000000] [--pattern spread|recent] [--timeout 1800]
 
 A setting that does not finish within `--timeout` seconds is reported as hung (delta-rs#4614: a bounded memory
 pool can deadlock a merge whose plan repartitions).
@@ -47,13 +47,16 @@ SETTINGS: list[tuple[str, dict]] = [
 ]
 
 
-def changed_rows(rows: int, changes: int) -> pa.Table:
-    """New values for `changes` records of a `rows`-record replica, in the same share of every partition: one run
-    of consecutive records per partition's worth of records, so the merge names and rewrites every partition."""
+def changed_rows(rows: int, changes: int, pattern: str) -> pa.Table:
+    """New values for `changes` records of a `rows`-record replica. `spread`: the same share of every partition
+    (one run of consecutive records per partition's worth of records), so the merge names and rewrites every
+    partition; `recent`: the newest `changes` records (recently created records are the ones that change)."""
+    rng = np.random.default_rng(7)
+    if pattern == "recent":
+        return account_rows(rows - changes + 1, changes, rng)
     run = max(1, changes * PARTITION_RECORDS // rows)
     runs = changes // run
     stride = rows // runs
-    rng = np.random.default_rng(7)
     return pa.concat_tables([account_rows(1 + k * stride, run, rng) for k in range(runs)])
 
 
@@ -115,6 +118,7 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--only", action="append", help="label prefixes of the settings to run (default: all)")
+    parser.add_argument("--pattern", choices=("spread", "recent"), default="spread")
     parser.add_argument("--one", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -124,13 +128,13 @@ def main() -> None:
     started = time.perf_counter()
     replica = build_replica(args.rows)
     print(json.dumps({"built_s": round(time.perf_counter() - started, 1), "replica": str(replica)}), flush=True)
-    changes = replica.parent / f"merge-memory-changes-{args.rows}-{args.changes}.parquet"
-    pq.write_table(changed_rows(args.rows, args.changes), changes)
+    changes = replica.parent / f"merge-memory-changes-{args.rows}-{args.changes}-{args.pattern}.parquet"
+    pq.write_table(changed_rows(args.rows, args.changes, args.pattern), changes)
     baseline = None
     for label, settings in SETTINGS:
         if args.only and not any(label.startswith(p) for p in args.only):
             continue
-        line = {"setting": label, **settings, "rows": args.rows, "changes": args.changes}
+        line = {"setting": label, **settings, "rows": args.rows, "changes": args.changes, "pattern": args.pattern}
         line |= measure(replica, changes, settings, args.timeout)
         load = os.getloadavg()
         line["load"] = [round(x, 1) for x in load]

@@ -55,7 +55,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
-from cdc_assets.field_access import HIDDEN, REMOVED
+from cdc_assets.field_access import FieldAccess
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
 from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
 from cdc_assets.history.stage import history_name
@@ -128,8 +128,9 @@ DESCRIPTIONS = {
     TABLE_PROTOCOL: TABLE_PROTOCOL_DESCRIPTION,
     ORG_KNOWS_IDS: f"The last reconcile met no record id the org refuses as malformed and at most {MAX_UNKNOWN_IDS} "
     "ids the org does not know (neither retrieved nor found by queryAll).",
-    FIELDS_READABLE: "The integration user reads every replicated field: none is hidden from it by field-level "
-    "security (a hidden field's column keeps its values but follows the org no more).",
+    FIELDS_READABLE: "The replica follows every replicated field: none is hidden from the integration user by "
+    "field-level security, none changed type in the org beyond what its column holds (such a column keeps its "
+    "values but follows the org no more).",
 }
 
 
@@ -478,25 +479,47 @@ def check_org_knows_ids(state: ReplicaState, name: str) -> dg.AssetCheckResult:
 
 
 def check_fields_readable(table: DeltaTable | None, name: str) -> dg.AssetCheckResult:
-    """Fails while the org hides a replicated field from the integration user (cdc_assets/field_access.py); a field
-    deleted in the org is reported, kept with its last values, and passes."""
+    """Fails while the org hides a replicated field from the integration user, or a field changed type beyond what
+    its column holds (cdc_assets/field_access.py); a field deleted in the org is reported, kept with its last
+    values, and passes."""
+    access = FieldAccess.of(marked_fields(table))
     marks = marked_fields(table)
-    hidden = sorted(n for n, m in marks.items() if m.get("status") == HIDDEN)
-    removed = sorted(n for n, m in marks.items() if m.get("status") == REMOVED)
-    meta = {"fields_hidden": dg.MetadataValue.json(hidden), "fields_removed": dg.MetadataValue.json(removed)}
-    kept = f" Deleted in the org, kept with their last values: {', '.join(removed)}." if removed else ""
-    if not hidden:
-        return _result(FIELDS_READABLE, True, meta, f"The integration user reads every replicated field.{kept}")
-    since = ", ".join(f"{n} since {marks[n].get('since')}" for n in hidden)
+    meta = {
+        "fields_hidden": dg.MetadataValue.json(access.hidden),
+        "fields_removed": dg.MetadataValue.json(access.removed),
+        "fields_retyped": dg.MetadataValue.json(access.retyped),
+    }
+    kept = f" Deleted in the org, kept with their last values: {', '.join(access.removed)}." if access.removed else ""
+    if not access.hidden and not access.retyped:
+        return _result(FIELDS_READABLE, True, meta, f"The replica follows every replicated field.{kept}")
+    problems = []
+    if access.hidden:
+        since = ", ".join(f"{n} since {marks[n].get('since')}" for n in access.hidden)
+        problems.append(
+            f"{name}: the org hides {', '.join(access.hidden)} from the integration user (field-level security; "
+            f"{since}). The replica keeps the values it had, but no change to them reaches it. Ask an admin of the "
+            f"org to give the integration user read access again (a permission set assigned to it, with a "
+            f"FieldPermissions record granting PermissionsRead on {name}.<Field>): the next run backfills the column "
+            f"and the check passes."
+        )
+    if access.retyped:
+        changes = ", ".join(
+            f"{n} (now {marks[n].get('type')}, its column {marks[n].get('column')}, since {marks[n].get('since')})"
+            for n in access.retyped
+        )
+        problems.append(
+            f"{name}: the org changed the type of {changes} beyond what the column holds. The replica keeps the "
+            f"column with the values it had, but no change to them reaches it. Resync the replica (materialize "
+            f"salesforce/{name} with run config {{mode: resync}}, or the job resync_{name}): it rewrites the "
+            f"column with the new type and the check passes. Readers of the table and its history see the column's "
+            f"type change at that version."
+        )
     return _result(
         FIELDS_READABLE,
         False,
         meta,
-        f"{name}: the org hides {', '.join(hidden)} from the integration user (field-level security; {since}). "
-        f"The replica keeps the values it had, but no change to them reaches it. Ask an admin of the org to give "
-        f"the integration user read access again (a permission set assigned to it, with a FieldPermissions record "
-        f"granting PermissionsRead on {name}.<Field>): the next run backfills the column and the check passes. "
-        f"To stop replicating the field instead, leave it out in replication.yaml (`fields: {{exclude: [...]}}`).{kept}",
+        " ".join(problems) + f" To stop replicating a field instead, leave it out in replication.yaml "
+        f"(`fields: {{exclude: [...]}}`).{kept}",
     )
 
 

@@ -210,3 +210,79 @@ def test_events_naming_a_field_made_readable_add_its_column_and_backfill_the_val
     assert meta["columns_added"] == 1 and meta["fields_added"] == [FIELD]
     rows = platform.rows("Account")
     assert [rows[i][FIELD] for i in ids[:4]] == ["Loaded 0", "Loaded 1", "After", None]
+
+
+SCORE = "Score__c"
+
+
+def set_scores(emu: Emulator, values: dict[str, Any]) -> None:
+    with emu.store.transaction(user_id=emu.store.admin_user_id) as txn:
+        for record_id, value in values.items():
+            txn.update("Account", record_id, {SCORE: value})
+
+
+def describe_run(platform: Platform) -> dg.ExecuteInProcessResult:
+    request = dg.RunRequest(
+        asset_selection=[replica_key("Account")], run_config=mode_run_config({"Account": "describe"})
+    )
+    result = platform.execute(request, checks=True)
+    assert result.success
+    return result
+
+
+def test_a_type_change_the_column_holds_is_followed_and_one_it_cannot_hold_fails_a_check_until_a_resync(tmp_path, org):
+    admin = admin_of(org)
+    field_id = admin.restful(
+        "tooling/sobjects/CustomField",
+        method="POST",
+        json={
+            "FullName": f"Account.{SCORE}",
+            "Metadata": {"type": "Number", "label": "Score", "precision": 8, "scale": 2},
+        },
+    )["id"]
+    permission_set = admin.PermissionSet.create({"Name": "Replication", "Label": "Replication"})["id"]
+    admin.PermissionSetAssignment.create({"AssigneeId": org.store.default_user_id, "PermissionSetId": permission_set})
+    grant = {"ParentId": permission_set, "SobjectType": "Account", "Field": f"Account.{SCORE}", "PermissionsRead": True}
+    admin.FieldPermissions.create(grant)
+    Workload(org, seed=5).build_org(accounts=4)
+    ids = org.store.ids("Account")
+    set_scores(org, {ids[0]: 12.5, ids[1]: 7.25})
+    platform = make_platform(tmp_path, org, objects=["Account"])
+    assert platform.run().success
+    assert platform.rows("Account")[ids[0]][SCORE] == 12.5
+
+    # Number(8,2) -> Number(16,4): the double column holds it; nothing to mark, new values follow.
+    admin.restful(
+        f"tooling/sobjects/CustomField/{field_id}", method="PATCH", json={"Metadata": {"precision": 16, "scale": 4}}
+    )
+    describe_run(platform)
+    assert marked_fields(platform.delta_table("Account")) == {} and readable_check(platform).passed
+    set_scores(org, {ids[1]: 123456789.1234})
+    assert catch_up(platform, org).success
+    assert platform.rows("Account")[ids[1]][SCORE] == 123456789.1234
+
+    # Number -> Text: a double column cannot hold text. Marked, kept with its values, never written, a failing check.
+    admin.restful(
+        f"tooling/sobjects/CustomField/{field_id}",
+        method="PATCH",
+        json={"Metadata": {"type": "Text", "length": 255, "precision": None, "scale": None}},
+    )
+    result = describe_run(platform)
+    assert platform.materialization(result, "Account")["fields_retyped"] == [SCORE]
+    mark = marked_fields(platform.delta_table("Account"))[SCORE]
+    assert mark["status"] == "retyped" and mark["type"] == "string" and mark["column"] == "double"
+    set_scores(org, {ids[0]: "gold"})
+    with org.store.transaction() as txn:
+        txn.update("Account", ids[2], {"Phone": "555 0102"})
+    result = catch_up(platform, org)
+    assert result.success and platform.materialization(result, "Account")["values_invalid"] == 0
+    rows = platform.rows("Account")
+    assert rows[ids[0]][SCORE] == 12.5 and rows[ids[2]]["Phone"] == "555 0102"  # nothing written that does not fit
+    check = readable_check(platform)
+    assert not check.passed and SCORE in (check.description or "") and "resync" in (check.description or "")
+
+    resync = dg.RunRequest(asset_selection=[replica_key("Account")], run_config=mode_run_config({"Account": "resync"}))
+    assert platform.execute(resync).success
+    rows = platform.rows("Account")
+    assert rows[ids[0]][SCORE] == "gold" and rows[ids[1]][SCORE] == "123456789.1234"
+    assert marked_fields(platform.delta_table("Account")) == {} and readable_check(platform).passed

@@ -174,6 +174,12 @@ def _formulas(run: ActionRun) -> Step:
     return Step(FORMULAS.name, sync)
 
 
+def _describe(run: ActionRun) -> Step:
+    """Nothing of its own: the asset body asks describe() and settles what changed before every step of an action
+    with `asks_describe` (cdc_assets/field_access.py)."""
+    return Step(DESCRIBE.name)
+
+
 APPLY = Action(
     "apply",
     "CDC",
@@ -217,7 +223,7 @@ FORMULAS = Action(
 DESCRIBE = Action(
     "describe",
     "ask describe() again: columns for fields added, marks for fields hidden or deleted",
-    lambda run: Step(DESCRIBE.name),  # the asset body settles describe() before every step (asks_describe)
+    _describe,
     asks_describe=True,
     handoff=True,
     job="ask describe() again: columns for fields added in the org (backfilled from it), marks for fields hidden "

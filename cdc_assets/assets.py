@@ -34,6 +34,7 @@ from cdc_assets.checks import NO_FAILED_FILES
 from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
 from cdc_assets.field_access import backfill_added, field_access_metadata, is_invalid_field, settle_field_access
+from cdc_assets.field_catalog import refresh_field_catalog
 from cdc_assets.formulas.freshness import formula_metadata
 from cdc_assets.formulas.refresh import FormulaResult
 from cdc_assets.history.assets import history_step, record_history
@@ -50,6 +51,7 @@ from cdc_assets.names import (
     META_DIRTY,
     META_ENTITY_SEQ,
     META_FAILED_FILES,
+    META_FIELD_CATALOG,
     META_HELD,
     META_LAG,
     META_POLL_CURSOR,
@@ -260,12 +262,12 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             step = run_step(action, run, initial=initial)
         access_metadata = field_access_metadata(access)
         if not events:  # no change events to apply: no Spark either
+            polled = polled_result(warehouse, schema.name, step.sync)
             return dg.MaterializeResult(
                 metadata=record_history(context, history, sobject, warehouse, schema, run_id)
-                | replica_metadata(
-                    context, sobject, schema, warehouse, polled_result(warehouse, schema.name, step.sync), step
-                )
+                | replica_metadata(context, sobject, schema, warehouse, polled, step)
                 | access_metadata
+                | catalog_metadata(warehouse, schema, polled.table)
             )
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
         replica = warehouse.table(sobject.name) if step.sync else table
@@ -280,9 +282,16 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             metadata=record_history(context, history, sobject, warehouse, schema, run_id)
             | replica_metadata(context, sobject, schema, warehouse, result, step)
             | access_metadata
+            | catalog_metadata(warehouse, schema, result.table)
         )
 
     return replica
+
+
+def catalog_metadata(warehouse: DeltaWarehouse, schema: ObjectSchema, table: DeltaTable | None) -> dict:
+    """The field catalog `<Object>__fields`, rewritten if describe() changed (cdc_assets/field_catalog.py)."""
+    catalog = refresh_field_catalog(warehouse, schema, table)
+    return {META_FIELD_CATALOG: dg.MetadataValue.path(catalog.table_uri)} if catalog is not None else {}
 
 
 def replica_description(sobject: SObjectConfig) -> str:

@@ -114,6 +114,7 @@ class Field:
         return out
 
 
+MASTER_RECORD_TYPE_ID = "012000000000000AAA"  # the id every org gives the master record type
 _SOAP_TYPES = {
     "id": "tns:ID",
     "reference": "tns:ID",
@@ -183,6 +184,22 @@ class SObject:
             "queryable": True,
             "replicateable": True,
             "fields": [f.describe() for f in self.fields],
+            # Every object describes its master record type, the one a record without a record type of its own has
+            # (SOAP API Developer Guide, DescribeSObjectResult, RecordTypeInfo: `master`).
+            "recordTypeInfos": [
+                {
+                    "active": True,
+                    "available": True,
+                    "defaultRecordTypeMapping": True,
+                    "developerName": "Master",
+                    "master": True,
+                    "name": "Master",
+                    "recordTypeId": MASTER_RECORD_TYPE_ID,
+                    "urls": {
+                        "layout": f"/services/data/v{{version}}/sobjects/{self.name}/describe/layouts/{MASTER_RECORD_TYPE_ID}"
+                    },
+                }
+            ],
             "urls": {"sobject": f"/services/data/v{{version}}/sobjects/{self.name}"},
         }
 

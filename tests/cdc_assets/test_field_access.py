@@ -8,6 +8,7 @@ from typing import Any
 
 import dagster as dg
 import pytest
+from deltalake import DeltaTable
 from harness import Platform
 from simple_salesforce import Salesforce
 from test_sync import catch_up, make_platform, run_sensor_requests
@@ -15,6 +16,7 @@ from test_sync import catch_up, make_platform, run_sensor_requests
 from cdc_assets.assets import replica_key
 from cdc_assets.checks import FIELDS_READABLE, SCHEMA, UNIQUE_ID
 from cdc_assets.schemas import marked_fields
+from resources.delta import read_table
 from salesforce_emulator import Emulator
 from salesforce_emulator.client import simple_salesforce_client
 from salesforce_emulator.workload import Workload
@@ -286,3 +288,47 @@ def test_a_type_change_the_column_holds_is_followed_and_one_it_cannot_hold_fails
     rows = platform.rows("Account")
     assert rows[ids[0]][SCORE] == "gold" and rows[ids[1]][SCORE] == "123456789.1234"
     assert marked_fields(platform.delta_table("Account")) == {} and readable_check(platform).passed
+
+
+def test_the_field_catalog_holds_labels_types_picklist_values_record_types_and_follows_describe(tmp_path, org):
+    admin = admin_of(org)
+    regions = {"valueSetDefinition": {"value": [{"fullName": "EMEA"}, {"fullName": "APAC"}]}}
+    admin.restful(
+        "tooling/sobjects/CustomField",
+        method="POST",
+        json={
+            "FullName": "Account.Region__c",
+            "Metadata": {"type": "Picklist", "label": "Region", "valueSet": regions},
+        },
+    )
+    permission_set = admin.PermissionSet.create({"Name": "Regions", "Label": "Regions"})["id"]
+    admin.PermissionSetAssignment.create({"AssigneeId": org.store.default_user_id, "PermissionSetId": permission_set})
+    grant = {"SobjectType": "Account", "Field": "Account.Region__c", "PermissionsRead": True}
+    admin.FieldPermissions.create({"ParentId": permission_set, **grant})
+    Workload(org, seed=5).build_org(accounts=3)
+    platform = make_platform(tmp_path, org, objects=["Account"])
+    result = platform.run()
+    assert result.success
+    catalog_uri = platform.materialization(result, "Account")["field_catalog_uri"]
+    described = {f["name"]: f for f in simple_salesforce_client(org).Account.describe()["fields"]}
+    picklist = "Region__c"
+
+    def catalog() -> dict[tuple[str, str], dict]:
+        rows = read_table(DeltaTable(str(catalog_uri))).to_pylist()
+        return {(r["kind"], r["name"]): r for r in rows}
+
+    rows = catalog()
+    assert rows[("field", picklist)]["label"] == described[picklist]["label"]
+    assert [(p["value"], p["label"]) for p in rows[("field", picklist)]["picklist_values"]] == [
+        (p["value"], p["label"]) for p in described[picklist]["picklistValues"]
+    ]
+    assert rows[("field", "Name")]["replicated"] and rows[("field", "Name")]["type"] == "string"
+    assert rows[("record_type", "Master")]["record_type_id"] == "012000000000000AAA"
+    version = DeltaTable(str(catalog_uri)).version()
+    assert catch_up(platform, org).success
+    assert DeltaTable(str(catalog_uri)).version() == version  # describe() unchanged: not rewritten
+
+    grant_read(org, add_hidden_field_with_values(org, []))
+    describe_run(platform)
+    row = catalog()[("field", FIELD)]
+    assert row["label"] == "Loyalty Tier" and row["replicated"] and row["status"] is None

@@ -1,0 +1,57 @@
+"""The Dagster instance on PostgreSQL: the local cluster `make run PG=1` and the tests start (demo/postgres.py) is
+private and needs its password, and deploy/dagster-postgres.yaml after the repository's dagster.yaml is an instance
+whose runs and pool slots are rows of that database, its connection read from the `DAGSTER_PG_*` variables."""
+
+from __future__ import annotations
+
+import dagster as dg
+import psycopg2
+import pytest
+
+from demo import postgres as pg
+from demo.instance import INSTANCE_YAML, open_instance, write_dagster_home
+
+
+def test_the_local_cluster_is_private_listens_on_loopback_and_needs_its_password(postgres):
+    for path in (postgres.root, postgres.data, postgres.root / "socket"):
+        assert path.stat().st_mode & 0o777 == 0o700, path
+    assert (postgres.root / "password").stat().st_mode & 0o777 == 0o600
+    with psycopg2.connect(postgres.dsn()) as conn, conn.cursor() as cur:
+        cur.execute("SHOW listen_addresses")
+        assert cur.fetchone() == ("127.0.0.1",)
+        cur.execute("SHOW password_encryption")
+        assert cur.fetchone() == ("scram-sha-256",)
+    wrong = postgres.dsn().replace(f"password={postgres.password}", "password=not-the-password")
+    with pytest.raises(psycopg2.OperationalError, match="password authentication failed"):
+        psycopg2.connect(wrong)
+
+
+def test_the_production_instance_keeps_runs_and_pool_slots_in_the_database_its_variables_name(
+    postgres, tmp_path, monkeypatch
+):
+    cluster = pg.database(postgres, "production_shaped")
+    home = write_dagster_home(tmp_path / "home", storage="postgres")  # the DAGSTER_PG_* references kept
+    text = (home / "dagster.yaml").read_text()
+    assert text.startswith(INSTANCE_YAML.read_text()) and "env: DAGSTER_PG_PASSWORD" in text
+    assert postgres.password not in text
+    for name, value in cluster.env().items():
+        monkeypatch.setenv(name, value)
+    with open_instance(home) as instance:
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
+        run = instance.create_run_for_job(dg.GraphDefinition("noop").to_job(), run_id=None)
+        instance.event_log_storage.set_concurrency_slots("replica_Account", 1)
+    assert not (home / "history").exists()  # nothing of SQLite's in the home
+    with psycopg2.connect(cluster.dsn()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT run_id FROM runs")
+        assert [row[0] for row in cur.fetchall()] == [run.run_id]
+        cur.execute("SELECT count(*) FROM concurrency_slots WHERE concurrency_key = 'replica_Account'")
+        assert cur.fetchone() == (1,)
+
+
+def test_a_missing_variable_is_named_when_the_instance_opens(tmp_path, monkeypatch):
+    home = write_dagster_home(tmp_path / "home", storage="postgres")
+    for name in pg.PG_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(Exception, match="DAGSTER_PG_"):
+        open_instance(home)

@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     umask = os.umask(processes.PRIVATE_UMASK)
     try:
         if args.org:
+            if args.postgres:
+                raise SystemExit(
+                    "--postgres runs the emulator demo's instance on a local cluster; against a real org, put the "
+                    "instance on your PostgreSQL (docs/operations/dagster-postgres.md)"
+                )
             from demo.real_org import run_against_org
 
             return run_against_org(args)

@@ -4,12 +4,20 @@ whose runs and pool slots are rows of that database, its connection read from th
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import dagster as dg
 import psycopg2
 import pytest
+from settings import REPO
 
 from demo import postgres as pg
+from demo import processes
 from demo.instance import INSTANCE_YAML, open_instance, write_dagster_home
+from demo.main import _start_postgres
 
 
 def test_the_local_cluster_is_private_listens_on_loopback_and_needs_its_password(postgres):
@@ -55,3 +63,32 @@ def test_a_missing_variable_is_named_when_the_instance_opens(tmp_path, monkeypat
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(Exception, match="DAGSTER_PG_"):
         open_instance(home)
+
+
+def test_make_run_pg_1_runs_the_demo_on_postgres():
+    def command(*args: str) -> str:
+        return subprocess.run(["make", "-n", "run", *args], cwd=REPO, capture_output=True, text=True).stdout
+
+    assert "-m demo --postgres" in command("PG=1")
+    assert "-m demo --postgres" not in command() and "-m demo" in command()
+
+
+def test_the_demo_cluster_keeps_its_data_and_password_across_sessions():
+    # Not under pytest's tmp folder: run as root, the server's account must pass through the folders above it.
+    root = Path(tempfile.mkdtemp(prefix="sf-cdc-demo-"))
+    try:
+        cluster = _start_postgres(root, processes.free_port())
+        assert cluster.root == root / "postgres" and cluster.root.stat().st_mode & 0o777 == 0o700
+        with psycopg2.connect(cluster.dsn()) as conn, conn.cursor() as cur:
+            cur.execute("CREATE TABLE kept (x int)")
+        password = cluster.password
+        again = _start_postgres(root, processes.free_port())  # the server left running is stopped, then started
+        assert again.password == password
+        with psycopg2.connect(again.dsn()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM kept")
+            assert cur.fetchone() == (0,)
+        pg.stop(again)
+        with pytest.raises(psycopg2.OperationalError):
+            psycopg2.connect(again.dsn(), connect_timeout=5)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

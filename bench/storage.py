@@ -14,7 +14,7 @@ deploy/dagster-postgres.yaml, on a local cluster started by demo/postgres.py as 
 
 Ratios are PostgreSQL / SQLite (below 1: PostgreSQL faster).
 
-    python -m bench.storage [--files 5] [--times 3]
+    python -m bench.storage [--files 5] [--times 3] [--first sqlite|postgres]
 """
 
 from __future__ import annotations
@@ -123,7 +123,9 @@ def _daemon(env: dict[str, str], workload: Path, files: int, log: Path) -> dict:
     return _daemon_figures(home, since)
 
 
-def run(files: int = 5, times: int = 3) -> dict:
+def run(files: int = 5, times: int = 3, order: tuple[Storage, ...] = STORAGES) -> dict:
+    """The figures of each storage, measured in `order` (the daemon phases one after the other, then the idle runs
+    interleaved)."""
     workload = cdc_workload("storage-300-3000", accounts=300, changes=3000)
     work = Path(tempfile.mkdtemp(prefix="bench-storage-"))
     # A folder of its own: run as root, the server's account must pass through the folders above it.
@@ -138,12 +140,14 @@ def run(files: int = 5, times: int = 3) -> dict:
             for storage in STORAGES
         }
         out: dict = {"daemon": {}, "idle run": {}}
-        for storage in STORAGES:
+        for storage in order:
+            load = os.getloadavg()[0]
             out["daemon"][storage] = _daemon(envs[storage], workload, files, work / f"daemon-{storage}.log")
+            out["daemon"][storage]["load average (start, end)"] = [round(load, 1), round(os.getloadavg()[0], 1)]
             print(storage, json.dumps(out["daemon"][storage]), flush=True)
         rows: dict[str, list[dict]] = {storage: [] for storage in STORAGES}
         for _ in range(times):
-            for storage in STORAGES:
+            for storage in order:
                 spawned, exited = _materialize(envs[storage], REPO)
                 with open_instance(Path(envs[storage]["DAGSTER_HOME"])) as instance:
                     rows[storage].append(_phases(instance, spawned, exited))
@@ -162,7 +166,7 @@ def run(files: int = 5, times: int = 3) -> dict:
         part: {
             k: round(out[part]["postgres"][k] / out[part]["sqlite"][k], 2)
             for k in out[part]["sqlite"]
-            if k.endswith("_s") and out[part]["sqlite"][k] and out[part]["postgres"].get(k) is not None
+            if "_s" in k and out[part]["sqlite"][k] and out[part]["postgres"].get(k) is not None
         }
         for part in ("daemon", "idle run")
     }
@@ -173,9 +177,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.storage", description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=5, help="landing files landed one at a time under the daemon")
     parser.add_argument("--times", type=int, default=3, help="idle landing runs per storage")
+    parser.add_argument(
+        "--first", choices=STORAGES, default="sqlite", help="the storage measured first (the load drifts: swap it)"
+    )
     args = parser.parse_args(argv)
+    order = tuple(sorted(STORAGES, key=lambda storage: storage != args.first))
     print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()[0]:.1f}", flush=True)
-    print(json.dumps(run(args.files, args.times), indent=1))
+    print(json.dumps(run(args.files, args.times, order), indent=1))
     print(f"{time.strftime('%H:%M:%S', time.gmtime())} UTC, load average {os.getloadavg()[0]:.1f}", flush=True)
 
 

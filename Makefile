@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## The demo: local Salesforce emulator + CDC events landing + Dagster UI with sensors running.
+## The demo: local Salesforce emulator + CDC events landing + Dagster UI with sensors running. The Dagster instance is
+## SQLite in .demo/dagster_home; `make run PG=1` puts it on a local PostgreSQL cluster in .demo/postgres instead
+## (initdb/pg_ctl, 127.0.0.1 only, a generated password; docs/operations/dagster-postgres.md).
 run: $(STAMP)
-	$(BIN)/python -m demo
+	$(BIN)/python -m demo $(if $(PG),--postgres)
 
 ## The same stack against a real org: Spark Connect + CDC subscriber + Dagster UI with sensors, from the SF_* variables
 ## (docs/guides/real-org.md: the checklist); refuses, naming them, when they are missing. State in .org/.

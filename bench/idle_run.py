@@ -1,7 +1,7 @@
 """The fixed cost of a run: a landing run with nothing to do, as a run worker runs it.
 
 The 5-object platform (the catch-up workload's describe files) over a landing zone of one small file, a
-DAGSTER_HOME instance (the repository's dagster.yaml: SQLite storage) and a warm Spark Connect server, as `make run`
+DAGSTER_HOME instance (the repository's dagster.yaml: SQLite storage; bench/storage.py: PostgreSQL too) and a warm Spark Connect server, as `make run`
 has them. The first run ingests and applies the file (not measured); each measured run then selects what a landing
 run selects (change_events, each object's `events/<Object>_events` slice and replica, and their checks) with nothing
 landed since: a fresh Python process (`dagster asset materialize`, which executes in process what a run worker
@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -38,17 +39,17 @@ from dagster import DagsterEventType
 from bench.common import write_replication
 from bench.workloads import OBJECTS, cdc_workload
 from cdc_assets.names import ingest_keys, replica_key
-from demo.instance import open_instance, write_dagster_home
+from demo.instance import Storage, open_instance, write_dagster_home
 from demo.processes import start_spark_connect, stop
 
 REPO = Path(__file__).resolve().parent.parent
 FIRST_LINES = 300  # of the workload's first landing file: some of every object's creates
 
 
-def _landing(root: Path, landing: Path) -> None:
+def _landing(root: Path, landing: Path, first_lines: int = FIRST_LINES) -> None:
     first = sorted((root / "landing").rglob("*.jsonl"))[0]
     landing.mkdir(parents=True)
-    lines = first.read_text().splitlines()[:FIRST_LINES]
+    lines = first.read_text().splitlines()[:first_lines]
     (landing / "first.jsonl").write_text("\n".join(lines) + "\n")
 
 
@@ -102,11 +103,20 @@ def _phases(instance: dg.DagsterInstance, spawned: float, exited: float) -> dict
     }
 
 
-def _setup(work: Path, workload: Path, tree: Path, remote: str) -> dict[str, str]:
-    """A landing zone, warehouse and DAGSTER_HOME under `work` for the code of `tree`; the run's environment."""
-    _landing(workload, work / "landing")
+def _setup(
+    work: Path,
+    workload: Path,
+    tree: Path,
+    remote: str,
+    storage: Storage = "sqlite",
+    pg: Mapping[str, str] | None = None,
+    first_lines: int = FIRST_LINES,
+) -> dict[str, str]:
+    """A landing zone, warehouse and DAGSTER_HOME (on `storage`; `pg`: the DAGSTER_PG_* values) under `work` for
+    the code of `tree`; the run's environment."""
+    _landing(workload, work / "landing", first_lines)
     config = write_replication(work / "replication.yaml", {o: workload / "describe" / f"{o}.json" for o in OBJECTS})
-    home = write_dagster_home(work / "dagster_home")
+    home = write_dagster_home(work / "dagster_home", storage=storage, pg=pg)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CDC_", "SF_", "DAGSTER_"))}
     return env | {
         "PYTHONPATH": str(tree),

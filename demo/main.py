@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.status import read_statuses
-from demo import processes
+from demo import postgres, processes
 from demo.instance import fail_orphaned_runs, write_dagster_home
 from demo.org import WorkloadThread, open_org
 from demo.processes import REPO
@@ -66,6 +66,18 @@ def _parser() -> argparse.ArgumentParser:
         "--no-spark-connect",
         action="store_true",
         help="no shared Spark server: every run starts its own local Spark JVM",
+    )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="the Dagster instance on a local PostgreSQL cluster in <root>/postgres (demo/postgres.py; `make run "
+        "PG=1`) instead of SQLite",
+    )
+    parser.add_argument(
+        "--pg-port",
+        type=int,
+        default=int(os.environ.get("CDC_DEMO_PG_PORT", 5433)),
+        help="with --postgres, the cluster's port on 127.0.0.1 (env CDC_DEMO_PG_PORT)",
     )
     parser.add_argument(
         "--org",
@@ -130,12 +142,37 @@ def main(argv: list[str] | None = None) -> int:
     umask = os.umask(processes.PRIVATE_UMASK)
     try:
         if args.org:
+            if args.postgres:
+                raise SystemExit(
+                    "--postgres runs the emulator demo's instance on a local cluster; against a real org, put the "
+                    "instance on your PostgreSQL (docs/operations/dagster-postgres.md)"
+                )
             from demo.real_org import run_against_org
 
             return run_against_org(args)
         return _run(args)
     finally:
         os.umask(umask)
+
+
+def _start_postgres(root: Path, port: int) -> postgres.LocalPostgres:
+    """The demo's PostgreSQL cluster in <root>/postgres, started (demo/postgres.py)."""
+    try:
+        processes.free_port(port)
+    except OSError as exc:
+        raise SystemExit(f"port {port} for PostgreSQL is taken ({exc}); set CDC_DEMO_PG_PORT") from exc
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        # The server runs as the postgres account, which must pass through <root> to its own 0700 folder; what
+        # else <root> holds stays private (0700 folders, 0600 files), passing through lists nothing.
+        root.chmod(0o711)
+    log.info(
+        "starting PostgreSQL for the Dagster instance (%s, log: %s)", root / "postgres", root / "postgres/postgres.log"
+    )
+    try:
+        return postgres.start(root / "postgres", port)
+    except (postgres.PostgresMissing, PermissionError) as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -154,7 +191,10 @@ def _run(args: argparse.Namespace) -> int:
                 f"port {args.spark_port} for the Spark Connect server is taken ({exc}); set "
                 f"CDC_DEMO_SPARK_PORT, or --no-spark-connect"
             ) from exc
-    home = write_dagster_home(root / "dagster_home")
+    cluster = _start_postgres(root, args.pg_port) if args.postgres else None
+    home = write_dagster_home(
+        root / "dagster_home", storage="postgres" if cluster else "sqlite", pg=cluster.env() if cluster else None
+    )
     if orphans := fail_orphaned_runs(home):
         log.info("marked %d runs left in flight by an earlier session as failed", orphans)
     if not args.emulator_lands:
@@ -249,6 +289,8 @@ def _run(args: argparse.Namespace) -> int:
         if spark_server is not None:
             processes.stop(spark_server)
         fail_orphaned_runs(home)
+        if cluster is not None:
+            postgres.stop(cluster)
         emu.stop()
         (root / "demo.json").unlink(missing_ok=True)
         log.info("stopped")

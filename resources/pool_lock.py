@@ -1,9 +1,12 @@
 """One writer per table on this host, whatever Dagster's pool queue decides (README "Dagster instance").
 
 Every step that writes a table runs in the table's Dagster pool (`replica_<Object>`, `change_events`), one slot
-each. Dagster's slot claim is not atomic on its SQLite storage: two steps of different runs that claim the same free
-slot within milliseconds can both be given it (each sees the slot free, each writes itself into it: under
-`make e2e`, two `salesforce__Account` steps started 3 ms apart). Delta's optimistic commit then fails the second writer
+each. Dagster's slot claim is not atomic, on its SQLite storage nor on PostgreSQL: two steps of different runs that
+claim the same free slot within milliseconds can both be given it (each sees the slot free, each writes itself into
+it: under `make e2e` on SQLite, two `salesforce__Account` steps started 3 ms apart). The claim (dagster's
+`SqlEventLogStorage.claim_concurrency_slot`, the same code for both) picks a free slot row with `SELECT ... FOR
+UPDATE SKIP LOCKED`, then writes the step into the row by id in a second statement; SQLite ignores `FOR UPDATE`,
+and dagster-postgres connects in autocommit mode, where the row lock ends with the `SELECT`. Delta's optimistic commit then fails the second writer
 (`ConcurrentWriteError`: nothing lost, the sensors run its work again), but a failed run is noise a person has to
 read. So a step also holds an OS file lock named after its pool, on the host where run workers live (the
 `DefaultRunLauncher`: every run is a process of this host): the second step waits for the first to end instead of

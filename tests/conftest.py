@@ -1,9 +1,11 @@
 """Shared fixtures: one real local Spark session for the whole test run, the sample stream, temp warehouses, a local
-S3 server."""
+S3 server, a throwaway PostgreSQL cluster."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,28 @@ def s3():
                     os.environ.pop(key, None)
                 else:
                     os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A throwaway PostgreSQL cluster for the session, made as `make run PG=1` makes its own (demo/postgres.py:
+    initdb and pg_ctl, 127.0.0.1 on a free port, a generated password, 0700 folders): the `LocalPostgres`, whose
+    `env()` gives the `DAGSTER_PG_*` variables of deploy/dagster-postgres.yaml. Stopped and removed at the end; a
+    test wanting an instance of its own takes a database of its own (`demo.postgres.database`)."""
+    from demo import postgres as pg
+    from demo.processes import free_port
+
+    try:
+        pg.pg_tool("initdb"), pg.pg_tool("pg_ctl")
+    except pg.PostgresMissing as exc:
+        pytest.skip(f"no PostgreSQL server to start: {exc}")
+    # Not under pytest's tmp folder: run as root, the server's account must pass through the folders above it.
+    root = Path(tempfile.mkdtemp(prefix="sf-cdc-pg-"))
+    try:
+        cluster = pg.start(root, free_port())
+        try:
+            yield cluster
+        finally:
+            pg.stop(cluster)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

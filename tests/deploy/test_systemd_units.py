@@ -15,6 +15,10 @@ How a unit is run here as systemd would run it:
   control group); stopped with SIGTERM, systemd's KillSignal, as its KillMode says.
 ProtectSystem, PrivateTmp and the other sandboxing settings need systemd itself: what they imply is followed by the
 env files instead (CDC_SPARK_STAGING: a run and the Spark server share no /tmp) and said in the docs page.
+
+The units run on either instance: the repository's dagster.yaml (SQLite in DAGSTER_HOME), or on PostgreSQL, the
+dagster.yaml followed by deploy/dagster-postgres.yaml with the env files' commented `DAGSTER_PG_*` lines taken in,
+pointing at the tests' throwaway cluster (the `postgres` fixture).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import psycopg2
 import pytest
 import yaml
 from deltalake import DeltaTable
@@ -40,8 +45,9 @@ from settings import REPO
 
 from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.status import read_statuses
+from demo import postgres as pg
 from demo import processes
-from demo.instance import write_dagster_home
+from demo.instance import STORAGES, Storage, write_dagster_home
 from resources import spark_connect
 from resources.delta import CHANGE_EVENTS, read_table
 from resources.network import is_loopback
@@ -55,14 +61,25 @@ OPT, VAR, ETC = "/opt/sf-cdc", "/var/lib/sf-cdc", "/etc/sf-cdc"
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # systemd's default for services
 # The variables of the org, the salt and the Spark token: each only in the env files of processes that use them.
 ORG_SECRETS = ("SF_CLIENT_ID", "SF_CLIENT_SECRET", "SF_USERNAME", "SF_PASSWORD", "SF_PRIVATE_KEY_FILE")
-SECRETS = (*ORG_SECRETS, "SF_ACCESS_TOKEN", "CDC_HASH_SALT", "SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN")
+SECRETS = (
+    *ORG_SECRETS,
+    "SF_ACCESS_TOKEN",
+    "CDC_HASH_SALT",
+    "SPARK_REMOTE",
+    "SPARK_CONNECT_AUTHENTICATE_TOKEN",
+    "DAGSTER_PG_PASSWORD",
+)
 USES = {
     "sf-cdc-spark-connect": {"SPARK_CONNECT_AUTHENTICATE_TOKEN"},
     "sf-cdc-subscriber": {*ORG_SECRETS, "CDC_HASH_SALT"},
-    "sf-cdc-code-server": {*ORG_SECRETS, "CDC_HASH_SALT", "SPARK_REMOTE"},
-    "sf-cdc-daemon": set(),
-    "sf-cdc-webserver": set(),
+    "sf-cdc-code-server": {*ORG_SECRETS, "CDC_HASH_SALT", "SPARK_REMOTE", "DAGSTER_PG_PASSWORD"},
+    "sf-cdc-daemon": {"DAGSTER_PG_PASSWORD"},
+    "sf-cdc-webserver": {"DAGSTER_PG_PASSWORD"},
 }
+# The processes opening the Dagster instance (its runs are the code server's children): on PostgreSQL each needs
+# the DAGSTER_PG_* variables, commented out in their env files while the instance is SQLite.
+INSTANCE_UNITS = ("sf-cdc-code-server", "sf-cdc-daemon", "sf-cdc-webserver")
+PG_COMMENTED = "#DAGSTER_PG_"
 # SF_* names the platform reads (resources/salesforce.py, cdc_subscriber/cli.py): a misspelt one would be ignored.
 SF_READ = {*ENV_VARS.values(), "SF_PUBSUB_ENDPOINT", "SF_TENANT_ID"}
 LISTENERS = ("sf-cdc-code-server", "sf-cdc-webserver")
@@ -76,11 +93,14 @@ def read_unit(path: Path) -> configparser.ConfigParser:
     return unit
 
 
-def read_env_file(path: Path) -> dict[str, str]:
-    """An EnvironmentFile: VAR=value lines, whole-line comments (# or ;), values stripped and unquoted."""
+def read_env_file(path: Path, *, postgres: bool = False) -> dict[str, str]:
+    """An EnvironmentFile: VAR=value lines, whole-line comments (# or ;), values stripped and unquoted; with
+    `postgres` the `#DAGSTER_PG_*` lines uncommented, as the operator moving the instance to PostgreSQL does."""
     env = {}
     for line in path.read_text().splitlines():
         line = line.strip()
+        if postgres and line.startswith(PG_COMMENTED):
+            line = line[1:]
         if line and not line.startswith(("#", ";")):
             name, value = line.split("=", 1)
             env[name.strip()] = value.strip().strip('"')
@@ -153,11 +173,25 @@ def test_the_daemon_and_webserver_reach_the_code_server_on_loopback():
 
 @pytest.mark.parametrize("name", sorted(UNITS))
 def test_secrets_go_only_to_the_process_that_uses_them(name):
-    env = read_env_file(env_example(read_unit(UNITS[name])))
+    env = read_env_file(env_example(read_unit(UNITS[name])), postgres=True)
     assert {k for k in env if k in SECRETS} <= USES[name]
     assert {k for k in env if k.startswith("SF_")} <= SF_READ  # no misspelt SF_ variable
     if name == "sf-cdc-spark-connect":
         assert not [k for k in env if k.startswith(("SF_", "CDC_", "DAGSTER_"))]  # a client with its token runs code
+
+
+def test_every_process_opening_the_instance_has_the_postgres_variables_its_dagster_yaml_reads():
+    storage = yaml.safe_load((DEPLOY / "dagster-postgres.yaml").read_text())["storage"]["postgres"]["postgres_db"]
+    read = {value["env"] for value in storage.values() if isinstance(value, dict)}
+    assert read == set(pg.PG_ENV)
+    settings = []
+    for name, path in UNITS.items():
+        example = env_example(read_unit(path))
+        postgres = {k: v for k, v in read_env_file(example, postgres=True).items() if k.startswith("DAGSTER_PG_")}
+        assert not [k for k in read_env_file(example) if k.startswith("DAGSTER_PG_")]  # SQLite until uncommented
+        assert set(postgres) == (read if name in INSTANCE_UNITS else set()), name
+        settings += [postgres] if postgres else []
+    assert all(s == settings[0] for s in settings)  # one database, the same in each file
 
 
 def test_the_spark_token_is_the_same_in_the_server_and_the_code_location():
@@ -174,14 +208,15 @@ class Host:
     """tmp_path as the host's folders (`/var/lib/sf-cdc`, `/etc/sf-cdc`), the env files the operator writes, and the
     units started from their ExecStart."""
 
-    def __init__(self, root: Path, emu: Emulator):
+    def __init__(self, root: Path, emu: Emulator, cluster: pg.LocalPostgres | None = None):
         self.var, self.etc = root / "var", root / "etc"
         self.var.mkdir(mode=0o700)
         self.etc.mkdir()
         # the virtualenv first: this test's own (/opt/sf-cdc/.venv is the checkout's there, a shared one here)
         self.paths = {f"{OPT}/.venv": sys.prefix, OPT: str(REPO), VAR: str(self.var), ETC: str(self.etc)}
         # The docs page's install steps: the instance's dagster.yaml, the staging folder, replication.yaml.
-        write_dagster_home(self.var / "dagster_home").chmod(0o700)
+        # On PostgreSQL the file is the docs' `cat dagster.yaml deploy/dagster-postgres.yaml`: DAGSTER_PG_* references.
+        write_dagster_home(self.var / "dagster_home", storage="postgres" if cluster else "sqlite").chmod(0o700)
         (self.var / "spark-staging").mkdir(mode=0o700)
         (self.etc / "replication.yaml").write_text("options: {initial_load: false}\nobjects: [Account]\n")
         token = secrets.token_urlsafe(32)
@@ -198,7 +233,7 @@ class Host:
         }
         self.env: dict[str, dict[str, str]] = {}
         for name, path in UNITS.items():
-            example = read_env_file(env_example(read_unit(path)))
+            example = read_env_file(env_example(read_unit(path)), postgres=cluster is not None)
             env = {k: self._here(v) for k, v in example.items() if k not in ("SF_USERNAME", "SF_PRIVATE_KEY_FILE")}
             env |= {k: v for k, v in self.ports.items() if k in env}
             if "SPARK_CONNECT_AUTHENTICATE_TOKEN" in env:
@@ -209,6 +244,8 @@ class Host:
                 env["CDC_HASH_SALT"] = "a-test-salt"
             if any(k.startswith("SF_") for k in env):
                 env = {k: v for k, v in env.items() if not k.startswith("SF_")} | org
+            if cluster is not None and "DAGSTER_PG_HOST" in env:
+                env |= cluster.env()
             self.env[name] = env
         self.started: dict[str, subprocess.Popen] = {}
 
@@ -304,15 +341,32 @@ def change_event_ids(warehouse: Path) -> set[str]:
     return set(read_table(DeltaTable(str(table)), columns=["record_id"]).column("record_id").to_pylist())
 
 
+def runs_in(cluster: pg.LocalPostgres) -> dict[str, str]:
+    """run id -> status of the runs in the instance's database."""
+    with psycopg2.connect(cluster.dsn()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT run_id, status FROM runs")
+        return dict(cur.fetchall())
+
+
+def heartbeats_in(cluster: pg.LocalPostgres) -> list[str]:
+    """The daemons whose heartbeats are in the instance's database."""
+    with psycopg2.connect(cluster.dsn()) as conn, conn.cursor() as cur:
+        cur.execute("SELECT daemon_type FROM daemon_heartbeats")
+        return [row[0] for row in cur.fetchall()]
+
+
 @pytest.mark.slow
-def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path):
+@pytest.mark.parametrize("storage", STORAGES)
+def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path, request, storage: Storage):
     """Spark Connect serves a client holding the token; the subscriber subscribes and lands the org's change; the
     code server becomes ready (its ExecStartPost); the webserver answers; the daemon's heartbeats pass
     `dagster-daemon liveness-check` and its landing sensor has a run, started by the code server, ingest the landed
-    file through the Spark server. Then each stops cleanly on SIGTERM."""
+    file through the Spark server. Then each stops cleanly on SIGTERM. On PostgreSQL, the daemon's landing run and
+    its heartbeats are rows of the database the env files name, and the home holds no SQLite storage."""
+    cluster = pg.database(request.getfixturevalue("postgres"), "systemd_units") if storage == "postgres" else None
     with ExitStack() as stack:
         emu = stack.enter_context(Emulator(tmp_path / "org", pubsub=True, keepalive_seconds=1.0))
-        host = Host(tmp_path, emu)
+        host = Host(tmp_path, emu, cluster)
         stopped = {}
 
         def stop_all() -> None:
@@ -363,6 +417,10 @@ def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path):
         assert client.stdout.strip().splitlines()[-1:] == ["5"], client.stderr[-2000:]
 
         host.wait("sf-cdc-daemon", "landing run", lambda: record_id in change_event_ids(host.var / "warehouse"))
+        if cluster is not None:  # the landing run is a row of the database the env files name
+            assert {"STARTED", "SUCCESS"} & set(runs_in(cluster).values()), runs_in(cluster)  # it may be finishing
+            assert heartbeats_in(cluster)
+            assert not (host.var / "dagster_home" / "history").exists()  # SQLite's run and event storage
         stop_all()
         host.started.clear()
     assert stopped and set(stopped.values()) <= CLEAN_EXIT, stopped

@@ -5,6 +5,10 @@ One stack serves the whole session (starting Dagster and loading the code locati
 test_daemon drives a large workload through it, test_ui photographs its UI. test_crash_recovery has a stack of its
 own (`daemon_stack`: `dagster-daemon run` alone, as under a supervisor), since it kills and restarts the daemon. These tests run only when asked
 for (`make e2e`, i.e. `pytest -m e2e tests/e2e`); a plain `pytest` run skips them.
+
+A stack's Dagster instance is SQLite in its DAGSTER_HOME, or PostgreSQL: a database of its own on the session's
+throwaway cluster (the `postgres` fixture). A daemon test module runs on both with the mark `pytest.mark.parametrize("storage", STORAGES, indirect=True,
+scope="session")`, which makes `stack` and `daemon_stack` once per storage; the UI's tests run on SQLite.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from cdc_assets.history.catch_up import DATA_OPERATIONS
 from cdc_assets.ingest import pending_files
 from cdc_assets.names import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
 from cdc_assets.state import IngestState
+from demo import postgres as pg
 from demo import processes
 from demo.instance import in_flight_runs, open_instance, write_dagster_home
 from demo.main import WORKSPACE
@@ -145,10 +150,11 @@ class Stack:
 
 
 @contextmanager
-def open_stack(root: Path, *, daemon_only: bool = False):
+def open_stack(root: Path, *, daemon_only: bool = False, cluster: pg.LocalPostgres | None = None):
     """The emulator org (ACCOUNTS accounts), a Spark Connect server and Dagster with every sensor running: `dagster
     dev` (webserver + daemon), or with `daemon_only` the daemon alone (`dagster-daemon run`, which starts the code
-    server; the run workers are its children), as a supervisor would run it in production."""
+    server; the run workers are its children), as a supervisor would run it in production. The instance is on
+    SQLite, or with `cluster` in a database of its own there (named after `root`)."""
     emu = Emulator(root / "org", landing_dir=root / "landing", roll_seconds=3.0)
     workload = Workload(emu, seed=42, long_text=True, person_accounts=True)  # diffs: FaultConfig's default, 1000
     workload.build_org(accounts=ACCOUNTS)
@@ -161,7 +167,12 @@ def open_stack(root: Path, *, daemon_only: bool = False):
         initial_load=True,
         changefeed={"uri": str(root / "changefeed"), "initial_scan": True},
     )
-    home = write_dagster_home(root / "dagster_home")
+    if cluster is not None:
+        home = write_dagster_home(
+            root / "dagster_home", storage="postgres", pg=pg.database(cluster, root.name.lower()).env()
+        )
+    else:
+        home = write_dagster_home(root / "dagster_home")
     with open_instance(home):  # creates the storage now: several processes creating it at once collide
         pass
     # As `make run`: the runs are clients of one Spark Connect server.
@@ -203,13 +214,25 @@ def start_daemon(env: dict[str, str], root: Path):
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory):
-    with open_stack(tmp_path_factory.mktemp("e2e")) as stack:
+def storage(request: pytest.FixtureRequest) -> str:
+    """The instance's storage: a module's `ON_EVERY_STORAGE` parameter, else SQLite."""
+    return getattr(request, "param", "sqlite")
+
+
+def storage_cluster(request: pytest.FixtureRequest, storage: str) -> pg.LocalPostgres | None:
+    return request.getfixturevalue("postgres") if storage == "postgres" else None
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage: str):
+    root = tmp_path_factory.mktemp(f"e2e_{storage}")
+    with open_stack(root, cluster=storage_cluster(request, storage)) as stack:
         yield stack
 
 
 @pytest.fixture(scope="module")
-def daemon_stack(tmp_path_factory: pytest.TempPathFactory):
+def daemon_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest, storage: str):
     """A stack of its own with `dagster-daemon run` alone (no webserver), for tests that kill and restart it."""
-    with open_stack(tmp_path_factory.mktemp("daemon"), daemon_only=True) as stack:
+    root = tmp_path_factory.mktemp(f"daemon_{storage}")
+    with open_stack(root, daemon_only=True, cluster=storage_cluster(request, storage)) as stack:
         yield stack

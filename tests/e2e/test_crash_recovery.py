@@ -25,9 +25,11 @@ import pytest
 from org_compare import differences
 
 from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
+from demo.instance import STORAGES
 from sensors.run_liveness import run_worker
 
-pytestmark = pytest.mark.e2e
+# On SQLite and on PostgreSQL (tests/e2e/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("storage", STORAGES, indirect=True, scope="session")]
 
 RATE = 30  # transactions per second: a landing file every roll (3 s), runs always queued or in flight
 RECOVERY_LIMIT_SECONDS = 240  # the test fails beyond this; the goal (README) is under two minutes

@@ -18,12 +18,14 @@ from org_compare import differences, live_rows
 
 from cdc_assets.apply import EVENT_COUNTS
 from cdc_assets.changefeed.reader import replay
+from demo.instance import STORAGES
 from demo.latency import probe
 from salesforce_emulator import FaultConfig
 from salesforce_emulator.client import simple_salesforce_client
 from salesforce_emulator.workload_backends import Op
 
-pytestmark = pytest.mark.e2e
+# On SQLite and on PostgreSQL (tests/e2e/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("storage", STORAGES, indirect=True, scope="session")]
 
 CHANGES = 20_000
 FAULTS = FaultConfig(

@@ -26,7 +26,8 @@ from cdc_assets.names import GROUP, VISIBLE, events_key, replica_key
 from demo import processes
 from sensors.changefeed import SENSOR_NAME as AUTOMATION_SENSOR
 
-pytestmark = pytest.mark.e2e
+# On SQLite only: the same session stack as the daemon tests' SQLite run (tests/e2e/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("storage", ["sqlite"], indirect=True, scope="session")]
 
 SCREENSHOTS = processes.REPO / "docs" / "screenshots"
 CHROMIUM = Path("/usr/bin/chromium")

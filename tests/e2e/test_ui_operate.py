@@ -15,7 +15,8 @@ import pytest
 from dagster_graphql import DagsterGraphQLClient
 from test_ui import goto, materialized, page, shoot, words  # noqa: F401 (fixtures)
 
-pytestmark = pytest.mark.e2e
+# On SQLite only: the same session stack as the daemon tests' SQLite run (tests/e2e/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("storage", ["sqlite"], indirect=True, scope="session")]
 
 LOCATION = "salesforce_cdc"
 

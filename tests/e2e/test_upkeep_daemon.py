@@ -22,9 +22,11 @@ from cdc_assets.changefeed.reader import replay
 from cdc_assets.names import TAG_UPKEEP
 from cdc_assets.operate.pause import paused_objects
 from cdc_assets.upkeep.jobs import upkeep_job_name
+from demo.instance import STORAGES
 from resources.delta import CHANGE_EVENTS
 
-pytestmark = pytest.mark.e2e
+# On SQLite and on PostgreSQL (tests/e2e/conftest.py).
+pytestmark = [pytest.mark.e2e, pytest.mark.parametrize("storage", STORAGES, indirect=True, scope="session")]
 
 CHANGES, RATE = 3_000, 60
 

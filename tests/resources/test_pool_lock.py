@@ -10,13 +10,19 @@ import time
 import dagster as dg
 import pytest
 
-from demo.instance import open_instance, write_dagster_home
+from demo import postgres as pg
+from demo.instance import STORAGES, open_instance, write_dagster_home
 from resources.pool_lock import exclusive, host_lock
 
 
-@pytest.fixture
-def instance(tmp_path):
-    with open_instance(write_dagster_home(tmp_path / "home")) as instance:
+@pytest.fixture(params=STORAGES)
+def instance(tmp_path, request):
+    """The shipped instance, on SQLite and on PostgreSQL (whose slot claim is not one transaction either: the lock
+    is kept there, docs/operations/dagster-postgres.md)."""
+    pg_env = (
+        pg.database(request.getfixturevalue("postgres"), "pool_lock").env() if request.param == "postgres" else None
+    )
+    with open_instance(write_dagster_home(tmp_path / "home", storage=request.param, pg=pg_env)) as instance:
         yield instance
 
 

@@ -229,7 +229,7 @@ DESCRIBE = Action(
     job="ask describe() again: columns for fields added in the org (backfilled from it), marks for fields hidden "
     "or deleted; then apply the events.",
 )
-ACTIONS: dict[str, Action] = {a.name: a for a in (APPLY, RECONCILE, RESYNC, POLL, FORMULAS, DESCRIBE)}
+ACTIONS: dict[str, Action] = {a.name: a for a in (APPLY, RECONCILE, RESYNC, DESCRIBE, POLL, FORMULAS)}
 
 
 def run_step(action: Action, run: ActionRun, *, initial: bool) -> Step:

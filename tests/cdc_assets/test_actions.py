@@ -60,7 +60,13 @@ def test_each_piece_of_work_is_asked_of_one_action_and_a_resync_run_carries_a_re
 def test_the_operator_jobs_are_the_actions_with_a_job_for_the_objects_of_their_sources(tmp_path):
     config = parse_config("objects:\n  - Account\n  - {name: Campaign, source: poll}\n", tmp_path / "r.yaml")
     jobs = {job.name: job for job in build_mode_jobs(replication=config)}
-    assert sorted(jobs) == ["reconcile_Account", "resync_Account", "resync_Campaign"]
+    assert sorted(jobs) == [
+        "describe_Account",
+        "describe_Campaign",
+        "reconcile_Account",
+        "resync_Account",
+        "resync_Campaign",
+    ]
     tags = jobs["reconcile_Account"].tags
     assert (tags[TAG_MODE], tags[work_tag("Account")]) == ("reconcile", DIRTY_RECORDS)
 

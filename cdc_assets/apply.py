@@ -26,7 +26,7 @@ from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.closure import Cut, held_back, overflows, pending_resync
-from cdc_assets.diffs import DIFF_COUNTS, resolve_diffs
+from cdc_assets.diffs import DIFF_COUNTS, RESOLVE_INPUT, resolve_frame_diffs
 from cdc_assets.faults import fault_point
 from cdc_assets.history.stage import before_overflow, stage_versions
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
@@ -36,7 +36,7 @@ from cdc_assets.timing import Stopwatch
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow, next_version
 from resources.spark import from_arrow, to_arrow
-from spark_ops.fold import CHANGED, FOLD_INPUT, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
+from spark_ops.fold import CHANGED, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
 from spark_ops.history import transaction_versions
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,11 @@ def fold_rows(
 ) -> Folded:
     """`changes` folded over the current rows of the records they touch (spark_ops/fold.py), after they meet the
     replica's describe() (cdc_assets/prepare.py) and their text diffs are resolved (cdc_assets/diffs.py); with
-    `history`, the versions they make too (spark_ops/history.py), from the same changes and current rows."""
+    `history`, the versions they make too (spark_ops/history.py), from the same changes and current rows.
+
+    The changes and the current rows reach Spark once each, and the fold and the versions are queries over those
+    two inputs; what comes back is the fold's rows (and the versions), each in one hand-off. Only the rows of
+    records with a text diff make a round trip of their own, and only when there are some (cdc_assets/diffs.py)."""
     schema, changes, drift = meet_describe(
         spark,
         warehouse,
@@ -278,12 +282,12 @@ def fold_rows(
     counts = dict(drift.counts)
     ids = pc.unique(changes["record_id"]).to_pylist()
     current = read_current(spark, warehouse, schema, ids, replica)
+    changes_df = from_arrow(spark, changes.select(RESOLVE_INPUT))
     watch.lap("read")
     fault_point("replica.after_read_current")
-    changes, diff_counts = resolve_diffs(changes, current, schema)
+    changes_df, diff_counts = resolve_frame_diffs(changes, changes_df, current, schema)
     counts |= diff_counts
     watch.lap("diffs")
-    changes_df = from_arrow(spark, changes.select(FOLD_INPUT))
     size = changes.num_rows + len(ids)  # the query's input rows: the changes and at most a row per id
     folded = to_arrow(fold_changes(changes_df, current, schema), rows=size)
     watch.lap("fold")

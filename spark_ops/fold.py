@@ -40,8 +40,8 @@ change is superseded, late, a gap, skipped or applied, and where its record beco
 use too).
 
 `fold_changes` returns the new full rows (only records that changed) plus per-record counters that the asset sums
-into run metadata. `applied_changes` runs the same steps and stops at which change rows are applied (text diffs
-are resolved from that before the fold; cdc_assets/diffs.py).
+into run metadata. `with_applied` runs the same steps and stops at which change rows are applied (text diffs are
+resolved from that before the fold; cdc_assets/diffs.py).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 
 from object_schema.describe import ObjectSchema, spark_type
-from spark_ops.order import at_or_before_row_sql, position_sql
+from spark_ops.order import COMMIT_ORDER, at_or_before_row_sql, position_sql
 from spark_ops.sql import in_list, literal, quote, run_sql
 
 SNAPSHOT = "SNAPSHOT"
@@ -84,6 +84,7 @@ FOLD_INPUT = (
     "transaction_key",
 )
 NEWLY_DIRTY = "newly_dirty"
+APPLIED = "applied"
 INSERTED = "inserted"
 
 
@@ -187,7 +188,7 @@ def guard_steps(schema: ObjectSchema, current_columns: list[str]) -> str:
     """The WITH clause every query over `{changes}` and `{current}` starts with: the steps from `cur` through
     `counted`, in data-flow order; each change row is then classified (`applied`, `superseded`, `late`, `gaps`,
     `dirty_skipped`) and knows where its record becomes dirty. The fold (`fold_sql`), the applied changes
-    (`applied_changes`) and the history versions (spark_ops/history.py) all read them: one set of rules."""
+    (`with_applied`) and the history versions (spark_ops/history.py) all read them: one set of rules."""
     steps = [
         current_sql(schema, current_columns),
         guarded_sql(schema),
@@ -340,13 +341,17 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
     )
 
 
-def applied_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
-    """Which rows of `changes` the fold applies over `current` (its own steps, stopped before the values):
-    `record_id, change_type, commit_micros, commit_number, sequence_number, replay_id, applied`. Resolving text
-    diffs needs it: a diff applies to the value left by the applied changes before it (cdc_assets/unified_diff.py)."""
+def with_applied(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
+    """Every row of `changes`, with all its columns, and `applied`: whether the fold applies it over `current` (its
+    own steps, stopped before the values). Resolving text diffs needs it: a diff applies to the value left by the
+    applied changes before it (cdc_assets/unified_diff.py). A row is matched to its classification by its record,
+    type and commit-order position (null-safe), as the same change delivered twice is one change."""
+    keys = ("record_id", "change_type", *(k.column for k in COMMIT_ORDER))
     query = (
-        f"{guard_steps(schema, current.columns)}\nSELECT record_id, change_type, unix_micros(commit_ts) AS "
-        f"commit_micros, commit_number, sequence_number, replay_id, applied FROM classified"
+        f"{guard_steps(schema, current.columns)},\n"
+        f"applied_keys AS (SELECT DISTINCT {', '.join(keys)} FROM classified WHERE applied)\n"
+        f"SELECT ch.*, a.record_id IS NOT NULL AS {APPLIED}\n"
+        f"FROM {{changes}} ch LEFT JOIN applied_keys a ON {' AND '.join(f'ch.{k} <=> a.{k}' for k in keys)}"
     )
     return run_sql(changes.sparkSession, query, changes=changes, current=current)
 

@@ -10,7 +10,8 @@ import pyarrow.compute as pc
 import pytest
 from event_lines import event
 
-from cdc_assets.diffs import resolve_diffs
+from cdc_assets import diffs
+from cdc_assets.diffs import RESOLVE_INPUT, resolve_diffs
 from object_schema.describe import ObjectSchema
 from resources.spark import from_arrow
 from salesforce_emulator.text_diff import corrupted, unified_diff
@@ -120,3 +121,49 @@ def test_rows_without_diffs_of_replicated_fields_pass_through_untouched(spark, a
     current = spark.createDataFrame([], account.spark_schema())
     resolved, counts = resolve_diffs(changes, current, account)
     assert resolved is changes and counts == {"diffs_applied": 0, "diffs_unresolved": 0}
+
+
+def test_diffs_of_the_frame_the_apply_hands_to_spark_come_back_once_and_go_back_once(spark, account, monkeypatch):
+    """The apply's one Spark input of the changes: only the rows of records with a diff make a round trip (one
+    query to the driver, one hand-off back), and the fold over the result sees the resolved text."""
+    a_stored, a_corrupt, a_plain = IDS[:3]
+    lines = [
+        diff_update(a_stored, T0 + 1000, V0, V1),
+        diff_update(a_stored, T0 + 2000, V1, V2, cometd=True),
+        diff_update(a_corrupt, T0 + 1000, V0, V1, diff=corrupted(V0, V1, "hash")),
+        event("Account", "UPDATE", [a_corrupt], T0 + 2000, Name="after the bad diff"),
+        event("Account", "UPDATE", [a_plain], T0 + 1000, Name="no diff here"),
+    ]
+    df = spark.createDataFrame(
+        [("f", i + 1, line) for i, line in enumerate(lines)], "source_file string, source_line long, raw string"
+    )
+    changes = to_change_rows(parse_lines(df, {"Account": account})).toArrow()
+    stored = {"Name": "Old", "Description": V0, "_sf_commit_ts": ts(T0)}
+    current = spark.createDataFrame(
+        [row(account, Id=rid, **stored) for rid in (a_stored, a_corrupt, a_plain)], account.spark_schema()
+    )
+    frame = from_arrow(spark, changes.select(RESOLVE_INPUT))
+    hand_offs = {"to_spark": 0, "to_driver": 0}
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            hand_offs[name] += 1
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(diffs, "from_arrow", counted("to_spark", diffs.from_arrow))
+    monkeypatch.setattr(diffs, "to_arrow", counted("to_driver", diffs.to_arrow))
+    resolved, counts = diffs.resolve_frame_diffs(changes, frame, current, account)
+    assert counts == {"diffs_applied": 2, "diffs_unresolved": 1}
+    assert hand_offs == {"to_spark": 1, "to_driver": 1}
+
+    out = {r["Id"]: r for r in fold_changes(resolved, current, account).toArrow().to_pylist()}
+    assert out[a_stored]["Description"] == V2
+    assert out[a_corrupt]["Description"] == V0 and out[a_corrupt]["Name"] == "Old"  # later change skipped
+    assert out[a_corrupt]["_sf_dirty_since"].timestamp() == (T0 + 1000) / 1000
+    assert out[a_plain]["Name"] == "no diff here" and out[a_plain]["Description"] == V0
+
+    plain = changes.filter(pc.equal(changes["record_id"], a_plain))
+    untouched, none = diffs.resolve_frame_diffs(plain, frame, current, account)
+    assert untouched is frame and none == {"diffs_applied": 0, "diffs_unresolved": 0}

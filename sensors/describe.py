@@ -4,8 +4,12 @@ readable to the integration user, with values no event carried (a default, a dat
 becomes a column backfilled from the org, without waiting for an event to name it or for a resync.
 
 A sensor rather than a schedule, as for polling and formulas (sensors/windowed.py): one run per window, none while
-one of the object's runs is queued or in flight, none while it is paused or the API budget is nearly spent.
+one of the object's runs is queued or in flight, none while it is paused or the API budget is nearly spent. Its
+first tick only starts the window count: the sensors start with the platform, whose first runs (an initial load, a
+first apply) ask describe() themselves; a describe run per object then would only compete with them.
 """
+
+import time
 
 import dagster as dg
 
@@ -47,6 +51,10 @@ def _describe_sensor(
         f"become columns backfilled from the org; fields hidden or deleted are marked.",
     )
     def describe_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource) -> dg.SensorResult:
+        if context.cursor is None:  # a sensor just started: the replica's own first run asks describe() anyway
+            return dg.SensorResult(
+                skip_reason=f"the first describe() of {name} is a window away", cursor=str(int(time.time() // every))
+            )
         return window_request(
             context,
             salesforce,

@@ -160,9 +160,13 @@ class Platform:
             raise_on_error=False,
         )
 
-    def sensor_requests(self, sensor_name: str = RECONCILIATION_SENSOR) -> list[dg.RunRequest]:
-        """Evaluate a sensor (the reconciliation sensor by default) against this platform's instance."""
-        context = dg.build_sensor_context(instance=self.instance, resources=self.defs.resources, definitions=self.defs)
+    def sensor_requests(
+        self, sensor_name: str = RECONCILIATION_SENSOR, cursor: str | None = None
+    ) -> list[dg.RunRequest]:
+        """Evaluate a sensor (the reconciliation sensor by default) against this platform's instance, from `cursor`."""
+        context = dg.build_sensor_context(
+            instance=self.instance, resources=self.defs.resources, definitions=self.defs, cursor=cursor
+        )
         return self.defs.get_sensor_def(sensor_name)(context).run_requests or []
 
     def automation_requests(self) -> list[dg.RunRequest]:
@@ -176,9 +180,9 @@ class Platform:
         requested = sorted(k for k in feeds if result.get_requested_partitions(k))
         return [dg.RunRequest(asset_selection=requested)] if requested else []
 
-    def run_sensor(self, sensor_name: str = RECONCILIATION_SENSOR) -> list[dg.RunRequest]:
+    def run_sensor(self, sensor_name: str = RECONCILIATION_SENSOR, cursor: str | None = None) -> list[dg.RunRequest]:
         """Evaluate a sensor, then run each request it makes as the daemon would; every run must succeed."""
-        requests = self.sensor_requests(sensor_name)
+        requests = self.sensor_requests(sensor_name, cursor)
         for request in requests:
             assert self.execute(request).success, f"the run {sensor_name} requested ({request.tags}) failed"
         return requests

@@ -182,7 +182,8 @@ def test_a_field_added_and_made_readable_is_a_column_backfilled_for_that_column_
     assert FIELD not in before[ids[0]]
 
     grant_read(org, permission_set)
-    requests = platform.run_sensor("describe_Account")
+    assert platform.sensor_requests("describe_Account") == []  # a sensor just started: its first window is ahead
+    requests = platform.run_sensor("describe_Account", cursor="0")  # a window after the one it last asked in
     assert [r.tags["cdc/mode"] for r in requests] == ["describe"]
     meta = platform.materialization_of("Account")
     assert meta["fields_added"] == [FIELD] and meta["fields_backfilled"] == [FIELD] and meta["mode"] == "describe"

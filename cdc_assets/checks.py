@@ -482,8 +482,8 @@ def check_fields_readable(table: DeltaTable | None, name: str) -> dg.AssetCheckR
     """Fails while the org hides a replicated field from the integration user, or a field changed type beyond what
     its column holds (cdc_assets/field_access.py); a field deleted in the org is reported, kept with its last
     values, and passes."""
-    access = FieldAccess.of(marked_fields(table))
     marks = marked_fields(table)
+    access = FieldAccess.of(marks)
     meta = {
         "fields_hidden": dg.MetadataValue.json(access.hidden),
         "fields_removed": dg.MetadataValue.json(access.removed),

@@ -41,7 +41,6 @@ from deltalake import DeltaTable, Schema
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.config import SObjectConfig
 from cdc_assets.org import org_for_run
-from cdc_assets.prepare import missing_columns
 from cdc_assets.records import SNAPSHOT, replica_rows
 from cdc_assets.schemas import (
     FIELD_ACCESS_PROPERTY,
@@ -162,7 +161,7 @@ def settle_field_access(
     new_marks |= retyped
     # Fields the org lists that the table has no column for (added, or made readable, since): a full copy writes
     # them anyway; any other run adds their columns and backfills them.
-    added = [] if fresh else [c for c in missing_columns(table, selected) if c not in selected.formula_names]
+    added = [] if fresh else new_columns({f.name for f in table.schema().fields}, selected)
     if new_marks == marks and not returned and not added:
         return schema, describe, table, FieldAccess.of(marks)
     org_for_run(warehouse, table, salesforce, sobject.name)  # another org's replica: refused before any write
@@ -197,11 +196,17 @@ def backfill_added(
     nothing to backfill); `schema`: the one applied with."""
     if before is None or sobject.describe_path or salesforce is None:
         return access
-    added = [c for c in schema.column_names if c not in before and c not in schema.formula_names]
+    added = new_columns(before, schema)
     if not added:
         return access
     written = backfill_columns(warehouse, salesforce, schema, added, run_id=run_id, now=now)
     return replace(access, added=[*access.added, *added], backfilled=access.backfilled + written)
+
+
+def new_columns(have: set[str], schema: ObjectSchema) -> list[str]:
+    """The columns of `schema` a table with the columns `have` lacks, less formula columns (their own refresh runs
+    write them): what a backfill from the org fills."""
+    return [c for c in schema.column_names if c not in have and c not in schema.formula_names]
 
 
 def _retyped(
@@ -227,8 +232,12 @@ def _retyped(
                 fields[c]["type"],
                 column_type,
             )
-        marks_out[c] = {"status": RETYPED, "since": since or now.isoformat(), "type": fields[c]["type"]}
-        marks_out[c]["column"] = str(column_type)
+        marks_out[c] = {
+            "status": RETYPED,
+            "since": since or now.isoformat(),
+            "type": fields[c]["type"],
+            "column": str(column_type),
+        }
     return marks_out
 
 

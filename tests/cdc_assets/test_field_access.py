@@ -10,11 +10,14 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 from harness import Platform
+from settings import TEST_SPARK_CONF
 from simple_salesforce import Salesforce
-from test_sync import catch_up, make_platform, run_sensor_requests
+from test_sync import catch_up, make_platform, resource, run_sensor_requests
 
 from cdc_assets.assets import replica_key
 from cdc_assets.checks import FIELDS_READABLE, SCHEMA, UNIQUE_ID
+from cdc_assets.history.checks import HISTORY_MATCHES_REPLICA
+from cdc_assets.history.stage import history_name
 from cdc_assets.schemas import marked_fields
 from resources.delta import read_table
 from salesforce_emulator import Emulator
@@ -333,3 +336,26 @@ def test_the_field_catalog_holds_labels_types_picklist_values_record_types_and_f
     describe_run(platform)
     row = catalog()[("field", FIELD)]
     assert row["label"] == "Loyalty Tier" and row["replicated"] and row["status"] is None
+
+
+def test_a_backfilled_column_reaches_the_history_as_one_version_of_each_record_whose_value_it_changed(tmp_path, org):
+    Workload(org, seed=5).build_org(accounts=4)
+    platform = Platform(
+        tmp_path / "p", None, ["Account"], TEST_SPARK_CONF, salesforce=resource(org), initial_load=True, history=True
+    )
+    assert platform.run().success
+    ids = org.store.ids("Account")
+    grant_read(org, add_hidden_field_with_values(org, ids[:2]))
+    assert catch_up(platform, org).success  # the loads' events leave the field out: no version yet
+
+    result = describe_run(platform)
+    assert platform.check_results(result, "Account")[HISTORY_MATCHES_REPLICA].passed
+    versions = platform.table(history_name("Account"))
+    current = {v["Id"]: v for v in versions if v["_is_current"]}
+    assert [current[i][FIELD] for i in ids[:3]] == ["Loaded 0", "Loaded 1", None]
+    made = sorted(v["Id"] for v in versions if v[FIELD] is not None)
+    assert made == sorted(ids[:2])  # one version each for the records the backfill changed, none for the others
+    assert all(sum(v["Id"] == i for v in versions) == 1 for i in ids[2:])
+    first, backfilled = sorted((v for v in versions if v["Id"] == ids[0]), key=lambda v: v["_version"])
+    # An update, closing the version before it where it opens: no hole, no overlap in the record's validity.
+    assert backfilled["_change_type"] == "UPDATE" and first["_valid_to"] == backfilled["_valid_from"]

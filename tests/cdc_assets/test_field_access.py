@@ -356,6 +356,6 @@ def test_a_backfilled_column_reaches_the_history_as_one_version_of_each_record_w
     made = sorted(v["Id"] for v in versions if v[FIELD] is not None)
     assert made == sorted(ids[:2])  # one version each for the records the backfill changed, none for the others
     assert all(sum(v["Id"] == i for v in versions) == 1 for i in ids[2:])
-    first, backfilled = sorted((v for v in versions if v["Id"] == ids[0]), key=lambda v: v["_version"])
+    *_, before, backfilled = sorted((v for v in versions if v["Id"] == ids[0]), key=lambda v: v["_version"])
     # An update, closing the version before it where it opens: no hole, no overlap in the record's validity.
-    assert backfilled["_change_type"] == "UPDATE" and first["_valid_to"] == backfilled["_valid_from"]
+    assert backfilled["_change_type"] == "UPDATE" and before["_valid_to"] == backfilled["_valid_from"]

@@ -12,6 +12,7 @@ import jsonschema
 import pyarrow as pa
 import pytest
 import yaml
+from deltalake import Schema
 from settings import REPO
 
 from cdc_assets.changefeed import DEBEZIUM_SCHEMA
@@ -682,3 +683,35 @@ def test_the_export_reads_the_replica_and_its_changes_in_batches_of_at_most_batc
     assert sum(handed["cdf"]) == 1200 and max(handed["cdf"]) <= 50
     assert sum(handed["parts"]) == 1200 and max(handed["parts"]) <= 50
     assert len(changes(config)) == 600 + 11 + 7 and replay(records(config)) == replica.live()
+
+
+def test_a_column_added_and_backfilled_shows_in_the_lines_of_the_versions_after_it(tmp_path, replica):
+    config = feed(tmp_path, initial_scan=True)
+    export_changefeed(replica.warehouse, "Account", config)
+    tier = pa.field("Tier", pa.string())
+    replica.warehouse.table("Account").alter.add_columns(Schema.from_arrow(pa.schema([tier])).fields)
+    read = replica.warehouse.reloaded("Account")
+    backfill = pa.table({"Id": ["001A"], "Tier": ["Gold"], "_sf_bucket": ["001"]})
+    replica.warehouse.update_columns(
+        "Account",
+        backfill,
+        read=read,
+        key_column="Id",
+        columns=["Tier"],
+        partition_column="_sf_bucket",
+        partition_values=["001"],
+        key=REPLICA_STATE,
+        state=replica._state(read, None),
+        txns={},
+    )
+    later = rows(("001B", "Globex 2", 2.0, False, 5))
+    replica.merge(later.append_column(tier, pa.array(["Silver"])))
+    export_changefeed(replica.warehouse, "Account", config)  # one export across the schema change
+
+    got = {(r["ts"][0], r["key"][0]): r for r in changes(config)}
+    assert "Tier" not in got[(0, "001A")]["newImage"]  # lines before the column carry no key for it
+    filled = got[(2, "001A")]  # the backfill: an update of that column alone
+    assert filled["newImage"]["Tier"] == "Gold" and filled["oldImage"]["Tier"] is None
+    assert filled["newImage"]["Name"] == filled["oldImage"]["Name"] == "Acme"
+    assert got[(3, "001B")]["newImage"]["Tier"] == "Silver"
+    assert replay(records(config))["001A"]["Tier"] == "Gold"

@@ -23,15 +23,21 @@ def write_config(
     objects: list[str],
     close_after: float = 60.0,
     initial_load: bool = False,
+    per_object: dict[str, dict] | None = None,
     **options,
 ) -> Path:
-    """A replication.yaml; without `describe_dir`, describe() comes from the org."""
+    """A replication.yaml; without `describe_dir`, describe() comes from the org; `per_object`: options of one
+    object (its entry under `objects`)."""
     path.write_text(
         yaml.safe_dump(
             {
                 "options": {"transaction_close_after": close_after, "initial_load": initial_load, **options},
                 "objects": [
-                    {"name": o, **({"describe": str(describe_dir / f"{o}.json")} if describe_dir else {})}
+                    {
+                        "name": o,
+                        **({"describe": str(describe_dir / f"{o}.json")} if describe_dir else {}),
+                        **(per_object or {}).get(o, {}),
+                    }
                     for o in objects
                 ],
             }

@@ -150,11 +150,12 @@ class Stack:
 
 
 @contextmanager
-def open_stack(root: Path, *, daemon_only: bool = False, cluster: pg.LocalPostgres | None = None):
+def open_stack(root: Path, *, daemon_only: bool = False, cluster: pg.LocalPostgres | None = None, **options: object):
     """The emulator org (ACCOUNTS accounts), a Spark Connect server and Dagster with every sensor running: `dagster
     dev` (webserver + daemon), or with `daemon_only` the daemon alone (`dagster-daemon run`, which starts the code
     server; the run workers are its children), as a supervisor would run it in production. The instance is on
-    SQLite, or with `cluster` in a database of its own there (named after `root`)."""
+    SQLite, or with `cluster` in a database of its own there (named after `root`). `options` go into the
+    replication.yaml's options."""
     emu = Emulator(root / "org", landing_dir=root / "landing", roll_seconds=3.0)
     workload = Workload(emu, seed=42, long_text=True, person_accounts=True)  # diffs: FaultConfig's default, 1000
     workload.build_org(accounts=ACCOUNTS)
@@ -166,6 +167,7 @@ def open_stack(root: Path, *, daemon_only: bool = False, cluster: pg.LocalPostgr
         close_after=10,
         initial_load=True,
         changefeed={"uri": str(root / "changefeed"), "initial_scan": True},
+        **options,
     )
     if cluster is not None:
         home = write_dagster_home(
@@ -235,4 +237,14 @@ def daemon_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
     """A stack of its own with `dagster-daemon run` alone (no webserver), for tests that kill and restart it."""
     root = tmp_path_factory.mktemp(f"daemon_{storage}")
     with open_stack(root, daemon_only=True, cluster=storage_cluster(request, storage)) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def living_stack(tmp_path_factory: pytest.TempPathFactory):
+    """A daemon stack of its own whose org's schema and permissions the test changes, with the describe sensor
+    asking every 15 s of Account, the object it changes (a field made readable is found within the test's
+    minutes; the other objects keep the default, so the sensors settle between the test's steps)."""
+    root = tmp_path_factory.mktemp("living")
+    with open_stack(root, daemon_only=True, per_object={"Account": {"describe_every": 15}}) as stack:
         yield stack

@@ -2,9 +2,9 @@
 
 SQLite holds datetimes as fixed-width UTC strings ``2025-11-22T08:26:40.000Z`` (so string comparison is time
 comparison), dates as ``2025-11-22``, times of day (``time`` fields) as ``08:26:40.000Z``, booleans as 0/1, numbers
-as numbers, a binary (``base64``) value as its base64 text. Each API renders them the way Salesforce does: REST JSON datetimes end in ``+0000``, CDC events and
-Bulk CSV end in ``Z``; a time is ``HH:MM:SS.sssZ`` in REST, Bulk CSV and CometD events alike (the Pub/Sub API
-sends it as milliseconds since midnight, ``pubsub_avro``).
+as numbers, a binary (``base64``) value as its base64 text. Each API renders them the way Salesforce does: REST JSON
+datetimes end in ``+0000``, CDC events and Bulk CSV end in ``Z``; a time is ``HH:MM:SS.sssZ`` in REST, Bulk CSV and
+CometD events alike (the Pub/Sub API sends it as milliseconds since midnight, ``pubsub_avro``).
 """
 
 from __future__ import annotations

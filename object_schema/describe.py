@@ -178,6 +178,13 @@ class ObjectSchema:
 
         def expand(names: Iterable[str], key: str) -> frozenset[str]:
             names = list(names)
+            # Excluding a binary field says what happens anyway; asking for one cannot be done.
+            if (binary := sorted(set(names) & set(self.binary))) and key != "fields.exclude":
+                raise ValueError(
+                    f"{self.name}: `{key}` names {', '.join(binary)}: binary (base64) fields are never replicated "
+                    "(nothing to select or hash); remove them from replication.yaml"
+                )
+            names = [n for n in names if n not in self.binary]
             if unknown := sorted(set(names) - known):
                 raise ValueError(
                     f"{self.name}: `{key}` names {', '.join(unknown)}, which describe() does not have "

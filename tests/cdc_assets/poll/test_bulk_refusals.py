@@ -14,7 +14,7 @@ from poll_harness import assert_equal_to_org, poll_platform, resource, run_repli
 
 from cdc_assets.field_catalog import BINARY, catalog_name
 from cdc_assets.names import META_API_CALLS, META_FIELD_CATALOG, META_FIELDS_EXCLUDED, replica_key
-from object_schema.describe import BINARY_REASON
+from object_schema.describe import BINARY_REASON, ObjectSchema
 from resources.delta import read_table
 from resources.salesforce import BulkJobFailed, SalesforceApiError
 
@@ -106,3 +106,13 @@ def test_an_object_bulk_api_refuses_is_read_through_rest_queryall_and_counted_in
     rows = platform.rows("CaseStatus")
     assert rows[statuses[2]]["_sf_deleted"] is True
     assert {r["Id"] for r in rows.values() if not r["_sf_deleted"]} == set(statuses) - {statuses[2]}
+
+
+def test_replication_yaml_cannot_select_or_hash_a_binary_field_and_may_exclude_it(org):
+    describe = org.store.describe("Attachment")
+    for option in ({"include": ["Name", "Body"]}, {"hashed": ["Body"]}):
+        with pytest.raises(ValueError, match="Body: binary \\(base64\\) fields are never replicated"):
+            ObjectSchema.from_describe(describe, **option)
+    excluded = ObjectSchema.from_describe(describe, exclude=["Body", "Description"])
+    assert "Body" not in excluded.column_names and "Description" not in excluded.column_names
+    assert excluded.binary == ("Body",) and excluded.knows("Body")  # an event naming it asks no describe()

@@ -52,6 +52,7 @@ from cdc_assets.names import (
     META_ENTITY_SEQ,
     META_FAILED_FILES,
     META_FIELD_CATALOG,
+    META_FIELDS_EXCLUDED,
     META_HELD,
     META_LAG,
     META_POLL_CURSOR,
@@ -67,7 +68,7 @@ from cdc_assets.names import (
 from cdc_assets.poll.run import PollResult, polled_result
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
-from object_schema.describe import FORMULAS_AT, ObjectSchema, spark_type
+from object_schema.describe import BINARY_REASON, FORMULAS_AT, ObjectSchema, spark_type
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
@@ -289,9 +290,15 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
 
 
 def catalog_metadata(warehouse: DeltaWarehouse, schema: ObjectSchema, table: DeltaTable | None) -> dict:
-    """The field catalog `<Object>__fields`, rewritten if describe() changed (cdc_assets/field_catalog.py)."""
+    """The field catalog `<Object>__fields`, rewritten if describe() changed (cdc_assets/field_catalog.py), and the
+    describe() fields never replicated, with why (`fields_excluded`: the binary ones)."""
     catalog = refresh_field_catalog(warehouse, schema, table)
-    return {META_FIELD_CATALOG: dg.MetadataValue.path(catalog.table_uri)} if catalog is not None else {}
+    excluded = (
+        {META_FIELDS_EXCLUDED: dg.MetadataValue.json(dict.fromkeys(schema.binary, BINARY_REASON))}
+        if schema.binary
+        else {}
+    )
+    return excluded | ({META_FIELD_CATALOG: dg.MetadataValue.path(catalog.table_uri)} if catalog is not None else {})
 
 
 def replica_description(sobject: SObjectConfig) -> str:

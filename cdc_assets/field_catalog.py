@@ -4,8 +4,9 @@ beside the replica, so analysts read labels, types and picklist labels the way S
 One row per field describe() lists (`kind` "field": API name, label, Salesforce type, length, precision, scale,
 nillable, custom, calculated, the objects a reference points to, picklist values with their labels; `replicated`:
 whether it is a column of the replica), one per column the replica keeps for a field the org no longer serves or
-types otherwise (`status` hidden, removed or retyped, from `cdc.field_access`: cdc_assets/field_access.py), and one
-per record type (`kind` "record_type": name, label, id, active, default; describe()'s `recordTypeInfos`).
+types otherwise (`status` hidden, removed or retyped, from `cdc.field_access`: cdc_assets/field_access.py; `status`
+binary for a base64 field, never replicated: object_schema/describe.py `BINARY_REASON`), and one per record type
+(`kind` "record_type": name, label, id, active, default; describe()'s `recordTypeInfos`).
 
 Kept current by the describe() the replica keeps: every replica run compares a fingerprint of that describe(), the
 marks and the replica's columns with the one the catalog's last commit stored, and rewrites the catalog (one
@@ -22,11 +23,12 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from cdc_assets.schemas import marked_fields, stored_describe
-from object_schema.describe import ObjectSchema
+from object_schema.describe import BINARY_TYPES, ObjectSchema
 from resources.delta import DeltaWarehouse
 
 CATALOG_SUFFIX = "__fields"
 CATALOG_STATE = "field_catalog"
+BINARY = "binary"  # the status of a base64 field: never a column (object_schema/describe.py BINARY_REASON)
 PICKLIST_VALUE = pa.struct(
     [("value", pa.string()), ("label", pa.string()), ("active", pa.bool_()), ("default_value", pa.bool_())]
 )
@@ -84,7 +86,7 @@ def catalog_rows(describe: dict, marks: dict[str, dict], columns: list[str]) -> 
             ]
             or None,
             "replicated": f["name"] in replicated,
-            "status": marks.get(f["name"], {}).get("status"),
+            "status": marks.get(f["name"], {}).get("status") or (BINARY if f.get("type") in BINARY_TYPES else None),
         }
         for f in describe.get("fields", [])
     ]

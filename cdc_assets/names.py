@@ -64,6 +64,7 @@ META_DELTA_VERSION = "delta_version"
 META_ENTITY_SEQ = "last_ingest_with_rows"
 META_TABLE_URI = "table_uri"
 META_FIELD_CATALOG = "field_catalog_uri"  # the object's <Object>__fields table (cdc_assets/field_catalog.py)
+META_FIELDS_EXCLUDED = "fields_excluded"  # describe() fields never replicated, with why (binary ones)
 META_APPLIED_THROUGH = "applied_through"  # the replica's checkpoint
 META_COMMITTED = "committed"  # whether the apply step committed
 META_DIRTY = "dirty_records"

@@ -14,23 +14,12 @@ import pyarrow.compute as pc
 
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from object_schema.hashing import hash_arrow, hash_salt
+from resources.salesforce import rest_text_batch
 
 # `_sf_source`, where a row's values came from (spark_ops/validation.py lists them; change events write "cdc"): a
 # Bulk snapshot, a reconcile's fetch, a poll. Row origins, not run actions (those are cdc_assets/actions.py).
 SNAPSHOT, RECONCILE, POLL = "snapshot", "reconcile", "poll"
 SYNCED_AT = "_sf_synced_at"
-
-
-def _as_text(values: list) -> pa.Array:
-    out: list[str | None] = []
-    for v in values:
-        if v is None or v == "":
-            out.append(None)
-        elif isinstance(v, bool):
-            out.append("true" if v else "false")
-        else:
-            out.append(str(v))
-    return pa.array(out, pa.string())
 
 
 def cast_text(column: pa.Array, target: pa.DataType) -> pa.Array:
@@ -101,7 +90,7 @@ def stamped(rows: pa.Table, synced_at: datetime) -> pa.Table:
 
 def records_to_text(records: list[dict], fields: list[str]) -> pa.Table:
     """REST JSON records -> a text table with one column per field."""
-    return pa.table({f: _as_text([r.get(f) for r in records]) for f in fields})
+    return pa.Table.from_batches([rest_text_batch(records, fields)])
 
 
 def mark_deleted(rows: pa.Table, *, at: datetime, source: str, synced_at: datetime) -> pa.Table:

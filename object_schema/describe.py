@@ -19,6 +19,12 @@ typed by describe()'s `type`; `table_arrow_schema()` is the whole table: the CDC
 `_sf_formulas_at` (when its formula values were read). **Derived fields** (`DERIVED_FIELDS`: LastActivityDate,
 PhotoUrl), which Salesforce changes without a change event, are read the same way, with the formula fields; the
 reading user's own fields (`READER_FIELDS`: LastViewedDate, LastReferencedDate) are never replicated.
+**Binary fields** (`BINARY_TYPES`: describe() type `base64`, e.g. Attachment.Body, ContentVersion.VersionData) are
+no columns either, by default and for good: Bulk API query jobs cannot read them ("FeatureNotEnabled : Binary field
+not supported"), a REST query gives a URL to the blob instead of its bytes (one more call per record to read it), and
+file contents do not belong in a table of records. `binary` names them (`BINARY_REASON` says why: the materialization
+metadata `fields_excluded` and the field catalog show it); no query of the org names them and an event value for one
+is ignored.
 Everything here is pure metadata: no Spark session, no I/O.
 """
 
@@ -73,6 +79,12 @@ DERIVED_FIELDS = frozenset({"LastActivityDate", "PhotoUrl"})
 # views, no fact about the record, never in a change event. Never replicated.
 READER_FIELDS = frozenset({"LastViewedDate", "LastReferencedDate"})
 NOT_IN_EVENTS = frozenset(ORG_ONLY_FIELDS) | DERIVED_FIELDS | READER_FIELDS
+# Field types whose values are files (module docstring): never columns, never asked of the org.
+BINARY_TYPES = frozenset({"base64"})
+BINARY_REASON = (
+    "binary (base64) field: not replicated; Bulk API query jobs cannot read it and REST returns a URL to the blob, "
+    "not its bytes; read the file itself from /services/data/vXX.X/sobjects/<Object>/<Id>/<Field> if you need it"
+)
 
 # System columns every replica carries (docs/design/contract.md §8), then the layout column.
 BUCKET_COLUMN = "_sf_bucket"
@@ -142,6 +154,7 @@ class ObjectSchema:
     # every formula field describe() lists and the DERIVED_FIELDS it has: (name, Salesforce type)
     calculated: tuple[tuple[str, str], ...] = ()
     formulas: tuple[tuple[str, str], ...] = ()  # the formula columns this replica keeps (empty: formulas off)
+    binary: tuple[str, ...] = ()  # the fields of BINARY_TYPES describe() lists: never columns (BINARY_REASON)
 
     @classmethod
     def from_describe(
@@ -165,6 +178,13 @@ class ObjectSchema:
 
         def expand(names: Iterable[str], key: str) -> frozenset[str]:
             names = list(names)
+            # Excluding a binary field says what happens anyway; asking for one cannot be done.
+            if (binary := sorted(set(names) & set(self.binary))) and key != "fields.exclude":
+                raise ValueError(
+                    f"{self.name}: `{key}` names {', '.join(binary)}: binary (base64) fields are never replicated "
+                    "(nothing to select or hash); remove them from replication.yaml"
+                )
+            names = [n for n in names if n not in self.binary]
             if unknown := sorted(set(names) - known):
                 raise ValueError(
                     f"{self.name}: `{key}` names {', '.join(unknown)}, which describe() does not have "
@@ -209,11 +229,14 @@ class ObjectSchema:
             # business account's own text, and a person account's full name as REST and Bulk return it.
             if (name in parents and not f.get("createable")) or f.get("calculated") or name in NOT_IN_EVENTS:
                 continue
+            if f.get("type") in BINARY_TYPES:
+                continue
             columns.append((name, f["type"]))
         columns.sort(key=lambda c: c[0] != "Id")
         if not columns or columns[0][0] != "Id":
             raise ValueError(f"describe() of {describe.get('name')} has no Id field; cannot build a replica")
-        ignored = frozenset(NOT_IN_EVENTS | {f["name"] for f in fields if f.get("calculated")})
+        binary = tuple(f["name"] for f in fields if f.get("type") in BINARY_TYPES)
+        ignored = frozenset(NOT_IN_EVENTS | {f["name"] for f in fields if f.get("calculated")} | set(binary))
         names = {f["name"] for f in fields}
         position = next((p for p in POSITION_FIELDS if p in names), None)
         calculated = tuple((f["name"], f["type"]) for f in fields if f.get("calculated") or f["name"] in DERIVED_FIELDS)
@@ -226,6 +249,7 @@ class ObjectSchema:
             position,
             "IsDeleted" in names,
             calculated=calculated,
+            binary=binary,
         )
 
     def with_formulas(self, names: Iterable[str] | None = None) -> ObjectSchema:
@@ -304,9 +328,9 @@ class ObjectSchema:
         return dataclasses.replace(self, columns=columns, ignored=self.ignored | gone)
 
     def with_columns(self, extra: dict[str, str]) -> ObjectSchema:
-        """This schema plus fields seen later (schema evolution: added, never dropped)."""
+        """This schema plus fields seen later (schema evolution: added, never dropped; binary ones never)."""
         known = set(self.column_names)
-        added = tuple((n, t) for n, t in extra.items() if n not in known and self.selects(n))
+        added = tuple((n, t) for n, t in extra.items() if n not in known and self.selects(n) and t not in BINARY_TYPES)
         return dataclasses.replace(self, columns=self.columns + added)
 
     def spark_schema(self) -> T.StructType:

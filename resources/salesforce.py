@@ -22,8 +22,9 @@ Helpers: ``describe`` / ``replicated_fields`` (describe minus compound parents, 
 events never carry), ``retrieve`` (sObject Collections, 2,000 ids per call, ``None`` for ids that are gone),
 ``query_all`` (REST queryAll, paged by simple-salesforce's ``query_all_iter``), ``bulk_query_all`` (Bulk API 2.0
 queryAll, one CSV result page at a time parsed into Arrow record batches of strings, never the whole object in
-memory) and ``api_usage`` (from the last ``Sforce-Limit-Info`` header). SOQL is built by ``select_soql``, values
-quoted by simple-salesforce's ``format_soql``.
+memory; an object Bulk API refuses, ``INVALIDENTITY``, is read through REST queryAll instead, same batches) and
+``api_usage`` (from the last ``Sforce-Limit-Info`` header). SOQL is built by ``select_soql``, values quoted by
+simple-salesforce's ``format_soql``.
 
 Reads retry with exponential backoff on 5xx, timeouts and connection errors (one dropped in the middle of a
 response too) through urllib3's ``Retry`` mounted on the session, simple-salesforce's own calls included
@@ -61,7 +62,7 @@ from simple_salesforce.exceptions import SalesforceError
 from urllib3.exceptions import MaxRetryError, ProtocolError
 from urllib3.util.retry import Retry
 
-from object_schema.describe import NOT_IN_EVENTS
+from object_schema.describe import BINARY_TYPES, NOT_IN_EVENTS
 from resources.network import is_loopback
 from spark_ops.names import is_record_id
 
@@ -72,6 +73,11 @@ LOCAL_ACCESS_TOKEN = "dev-token"
 LOCAL_CA_BUNDLE = ".demo/salesforce/tls/ca.pem"
 RETRIEVE_BATCH = 2000
 REFUSED_ID_ERRORS = frozenset({"MALFORMED_ID", "INVALID_ID_FIELD"})  # the org's "this is no id": see `retrieve`
+# A Bulk API 2.0 query job refused for its object ("Entity 'X' is not supported by the Bulk API."): `bulk_query_all`
+# reads such an object through REST instead, as a position without a job (`REST_READ`), 2,000 records a call.
+BULK_REFUSED_ENTITY = "INVALIDENTITY"
+REST_READ = "rest"
+REST_QUERY_PAGE = 2000
 NOT_AN_ID = "not a Salesforce id (15 or 18 letters and digits): not sent to the org"
 ENV_VARS = {
     "instance_url": "SF_INSTANCE_URL",
@@ -344,7 +350,7 @@ class SalesforceResource(dg.ConfigurableResource):
         """describe() fields a replica stores: no compound parents (but a writable one, a person-account org's
         Account.Name, as ObjectSchema keeps it), no formula fields, none that never appear in change events
         (object_schema.describe.NOT_IN_EVENTS: IsDeleted and SystemModstamp become the replica's own system columns,
-        derived fields are read like formula fields)."""
+        derived fields are read like formula fields), no binary ones (object_schema.describe.BINARY_TYPES)."""
         fields = self.describe(object_name)["fields"]
         parents = {f.get("compoundFieldName") for f in fields if f.get("compoundFieldName")}
         return [
@@ -354,6 +360,7 @@ class SalesforceResource(dg.ConfigurableResource):
             and f["name"] not in NOT_IN_EVENTS
             and not f.get("calculated")
             and f.get("type") not in ("address", "location")
+            and f.get("type") not in BINARY_TYPES
         ]
 
     # -- reads --------------------------------------------------------------------------------------
@@ -464,14 +471,30 @@ class SalesforceResource(dg.ConfigurableResource):
         with the job id and the next page's locator (``None`` after the last page): a caller that commits each
         page there can continue a killed run with ``resume=position`` (the same job, no new query).
 
+        An object Bulk API 2.0 refuses (job creation answers ``INVALIDENTITY``, "Entity 'X' is not supported by the
+        Bulk API.") is read through REST instead (`_rest_pages`): the same batches, `on_page` once at the end.
+
         The job is deleted once read to its end (or failed in the org). A read that fails midway keeps it when
         ``on_page`` is given, so that the run after it resumes from the last position it committed; without
         ``on_page`` nobody could resume it, and it is deleted. A job the org no longer has (404) is left alone."""
-        job_id = (
-            resume.job_id
-            if resume
-            else self._create_query_job(object_name, fields, where, order_by, line_ending, include_deleted)
-        )
+        if resume is None:
+            try:
+                job_id = self._create_query_job(object_name, fields, where, order_by, line_ending, include_deleted)
+            except SalesforceApiError as exc:
+                if (refusal := bulk_refusal(exc)) is None:
+                    raise
+                log.warning(
+                    "%s: Bulk API 2.0 refuses the object (%s); reading it through REST %s instead, %d records a "
+                    "call, each call counted in the org's daily API budget (api_budget_reserve holds runs back)",
+                    object_name,
+                    refusal,
+                    "queryAll" if include_deleted else "query",
+                    REST_QUERY_PAGE,
+                )
+                yield from self._rest_pages(object_name, fields, where, order_by, include_deleted, page_size, on_page)
+                return
+        else:
+            job_id = resume.job_id
         finished = gone = False  # finished: read to its end, or failed in the org; gone: the org has it no more
         try:
             self._wait_for_job(job_id, poll_seconds, timeout_seconds)
@@ -496,6 +519,31 @@ class SalesforceResource(dg.ConfigurableResource):
             raise
         finally:
             self._end_job(job_id, finished=finished, gone=gone, resumable=on_page is not None)
+
+    def _rest_pages(
+        self,
+        object_name: str,
+        fields: list[str],
+        where: str | None,
+        order_by: str | None,
+        include_deleted: bool,
+        page_size: int,
+        on_page: Callable[[BulkPosition], None] | None,
+    ) -> Iterator[pa.RecordBatch]:
+        """What `bulk_query_all` yields, read through REST ``queryAll`` (``query``) paged by ``nextRecordsUrl``: for an
+        object Bulk API 2.0 refuses. Batches of `page_size` records; `on_page` is called once, after the last,
+        with `REST_READ` and no locator (a REST read has no job to resume: a killed run reads again)."""
+        soql = select_soql(object_name, fields, where=where, order_by=order_by)
+        page: list[dict[str, Any]] = []
+        for record in self.query_all(soql, include_deleted=include_deleted):
+            page.append(record)
+            if len(page) == page_size:
+                yield rest_text_batch(page, fields)
+                page = []
+        if page:
+            yield rest_text_batch(page, fields)
+        if on_page is not None:
+            on_page(BulkPosition(REST_READ, None))
 
     def _create_query_job(
         self,
@@ -677,6 +725,35 @@ def parse_bulk_page(content: bytes, fields: list[str]) -> Iterator[pa.RecordBatc
     for batch in reader:
         if batch.num_rows:
             yield batch
+
+
+def rest_text_batch(records: list[dict[str, Any]], fields: list[str]) -> pa.RecordBatch:
+    """REST JSON records -> one record batch of text columns named like `fields`, the form `bulk_query_all` yields:
+    null for a missing or empty value, booleans ``true``/``false``, numbers and datetimes as REST writes them."""
+
+    def text(value: Any) -> str | None:
+        if value is None or value == "":
+            return None
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+    return pa.record_batch([pa.array([text(r.get(f)) for r in records], pa.string()) for f in fields], names=fields)
+
+
+def bulk_refusal(exc: SalesforceApiError) -> str | None:
+    """``"<errorCode>: <message>"`` when a Bulk API 2.0 job creation was refused for its object (HTTP 400
+    ``INVALIDENTITY``: "Entity 'X' is not supported by the Bulk API."), else None."""
+    if exc.status != 400:
+        return None
+    try:
+        errors = json.loads(exc.body)
+    except ValueError:
+        return None
+    for error in errors if isinstance(errors, list) else []:
+        if isinstance(error, dict) and error.get("errorCode") == BULK_REFUSED_ENTITY:
+            return f"{error['errorCode']}: {error.get('message', '')}"
+    return None
 
 
 def refused_id_error(exc: SalesforceApiError) -> str | None:

@@ -12,6 +12,11 @@ Parallel Results for a Query Job"): ``GET jobs/query/<id>/resultPages`` answers 
 the next five and ``done``; a client may fetch those pages at once. An object registered with
 ``Emulator.add_bulk_object`` has no rows in the store: its job completes at once and each page is generated from
 its row range (``bulk_synthetic.py``).
+
+What a real org refuses, refused alike: an object Bulk API does not support (``SObject.bulk`` false: job creation
+answers 400 ``INVALIDENTITY`` "Entity 'X' is not supported by the Bulk API.", as Airbyte's logs of real orgs show
+it, airbytehq/airbyte#7518) and a query naming a binary (``base64``) field (the job is accepted and then ``Failed``
+with ``errorMessage`` "FeatureNotEnabled : Binary field not supported", Bulk API's message for it).
 """
 
 from __future__ import annotations
@@ -37,6 +42,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_RECORDS = 50_000
+# What Bulk API answers a query naming a base64 field (Salesforce Help 000382669, "Batch failed: FeatureNotEnabled:
+# Binary field not supported"; SFDO-Tooling/CumulusCI#1662): the job fails with it.
+BINARY_NOT_SUPPORTED = "FeatureNotEnabled : Binary field not supported"
 _DELIMITERS = {"COMMA": ",", "TAB": "\t", "PIPE": "|", "SEMICOLON": ";", "CARET": "^", "BACKQUOTE": "`"}
 _job_counter = iter(range(1, 1 << 62))
 
@@ -132,6 +140,8 @@ def create_job(api: Api, req: Request) -> Response:
     query = soql.parse(body.get("query") or "", api.finder(req))
     if query.count_only:
         raise ApiError(400, "INVALIDJOB", "COUNT() is not supported by Bulk API query jobs")
+    if not query.obj.bulk:  # as a real org refuses such an object (schema.SObject.bulk)
+        raise ApiError(400, "INVALIDENTITY", f"Entity '{query.obj.name}' is not supported by the Bulk API.")
     compound = [f.name for f in query.fields if f.type == "address"]
     if compound:
         raise ApiError(400, "INVALIDJOB", f"Compound fields are not supported by Bulk API: {', '.join(compound)}")
@@ -151,6 +161,10 @@ def create_job(api: Api, req: Request) -> Response:
     )
     with api.lock:
         api.jobs[job_id] = job
+    if any(f.type == "base64" for f in query.fields):
+        # Accepted, then failed as Bulk API fails a query naming a binary field (its batch state message)
+        job.error, job.state, job.finished = BINARY_NOT_SUPPORTED, "Failed", time.monotonic()
+        return Response(200, job.info(api))
     if (generated := api.bulk_objects.get(query.obj.name)) is not None:
         if query.where_sql or query.limit is not None or query.offset or query.order_sql != "Id":
             raise ApiError(400, "INVALIDJOB", f"{query.obj.name} is generated: only SELECT <fields> FROM it")

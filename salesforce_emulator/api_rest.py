@@ -1,4 +1,5 @@
-"""REST endpoints on single records and metadata: versions, sobjects, describe, CRUD, undelete, limits (OAuth: api_oauth.py).
+"""REST endpoints on single records and metadata: versions, sobjects, describe, CRUD, undelete, limits, blobs (OAuth:
+api_oauth.py).
 
 ``POST .../sobjects/<Object>/<Id>/undelete`` and ``DELETE .../sobjects/<Object>/<Id>/recycleBin`` are emulator
 extensions (Salesforce exposes undelete and emptying the recycle bin through SOAP and Apex only); they are how
@@ -7,6 +8,7 @@ tests and the workload reach those operations over HTTP.
 
 from __future__ import annotations
 
+import base64
 from typing import TYPE_CHECKING, Any
 
 from salesforce_emulator.changes import normalize_id
@@ -33,6 +35,8 @@ def render_record(
     for fld in fields:
         value = row.get(fld.name) if fld.stored else derived_value(obj, fld, row, related)
         out[fld.name] = to_rest(fld.type, value) if fld.stored or fld.calculated else value
+        if fld.type == "base64" and value is not None:  # the blob's URL, never its bytes (`blob`)
+            out[fld.name] = f"/services/data/v{version}/sobjects/{obj.name}/{row['Id']}/{fld.name}"
     return out
 
 
@@ -122,6 +126,17 @@ def get(api: Api, req: Request) -> Response:
     return Response(body=render_record(obj, row, fields, req.version, api.store.related))
 
 
+def blob(api: Api, req: Request) -> Response:
+    """sObject Blob Get (``GET .../sobjects/<Object>/<Id>/<blobField>``): the bytes of a base64 field, as binary
+    data, the URL a REST read gives for it."""
+    obj = api.resolve(req, req.params["object"])
+    fld = obj.field(req.params["field"])
+    row = api.store.get_row(obj.name, normalize_id(req.params["id"]))
+    if fld is None or fld.type != "base64" or row is None or row.get("IsDeleted") or row.get(fld.name) is None:
+        raise not_found()
+    return Response(body=base64.b64decode(row[fld.name]), content_type="application/octetstream")
+
+
 def update(api: Api, req: Request) -> Response:
     obj = api.store.resolve(req.params["object"])
     body = req.json()
@@ -183,6 +198,7 @@ ROUTES = [
     route("POST", _OBJ + r"/(?P<id>\w+)/undelete", "undelete", undelete),
     route("DELETE", _OBJ + r"/(?P<id>\w+)/recycleBin", "empty_recycle_bin", empty_recycle_bin),
     route("GET", _OBJ + r"/(?P<id>\w+)", "retrieve", get),
+    route("GET", _OBJ + r"/(?P<id>\w+)/(?P<field>\w+)", "blob", blob),
     route("PATCH", _OBJ + r"/(?P<id>\w+)", "update", update),
     route("DELETE", _OBJ + r"/(?P<id>\w+)", "delete", delete),
 ]

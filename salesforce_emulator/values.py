@@ -2,13 +2,15 @@
 
 SQLite holds datetimes as fixed-width UTC strings ``2025-11-22T08:26:40.000Z`` (so string comparison is time
 comparison), dates as ``2025-11-22``, times of day (``time`` fields) as ``08:26:40.000Z``, booleans as 0/1, numbers
-as numbers. Each API renders them the way Salesforce does: REST JSON datetimes end in ``+0000``, CDC events and
-Bulk CSV end in ``Z``; a time is ``HH:MM:SS.sssZ`` in REST, Bulk CSV and CometD events alike (the Pub/Sub API
-sends it as milliseconds since midnight, ``pubsub_avro``).
+as numbers, a binary (``base64``) value as its base64 text. Each API renders them the way Salesforce does: REST JSON
+datetimes end in ``+0000``, CDC events and Bulk CSV end in ``Z``; a time is ``HH:MM:SS.sssZ`` in REST, Bulk CSV and
+CometD events alike (the Pub/Sub API sends it as milliseconds since midnight, ``pubsub_avro``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import re
 from typing import Any
@@ -129,7 +131,10 @@ def to_storage(ftype: str, value: Any, field: str = "") -> Any:
             return canonical_datetime(str(value))
         if ftype == "time":
             return canonical_time(str(value))
-    except (TypeError, ValueError) as exc:
+        if ftype == "base64":  # stored as sent; REST reads give its URL (api_rest.render_record), Bulk refuses it
+            base64.b64decode(str(value), validate=True)
+            return str(value)
+    except (TypeError, ValueError, binascii.Error) as exc:
         if isinstance(exc, InvalidFieldValue):
             raise
         raise InvalidFieldValue(f"{field}: '{value}' is not a valid {ftype}") from exc

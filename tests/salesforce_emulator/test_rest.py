@@ -82,6 +82,8 @@ def test_describe_lists_compound_formula_and_system_fields(sf: Salesforce):
         "AccountHistory": "017",
         "AccountShare": "00r",
         "UserRole": "00E",
+        "Attachment": "00P",
+        "CaseStatus": "01J",
         "PermissionSet": "0PS",
         "FieldPermissions": "01k",
         "PermissionSetAssignment": "0Pa",

@@ -649,23 +649,24 @@ class DeltaWarehouse(dg.ConfigurableResource):
         key: str,
         state: dict,
         txns: dict[str, int],
+        insert: Sequence[str] = (),
     ) -> tuple[DeltaTable, int]:
-        """Set `columns` of the rows whose `key_column` is in `data` (no row inserted, no other column touched), in
-        one merge commit against `read`, touching only the named partitions; with the state, also when no row
-        matched. Returns the table after the commit and the number of rows updated."""
+        """Set `columns` of the rows whose `key_column` is in `data` (no other column touched), in one merge commit
+        against `read`, touching only the named partitions; with the state, also when no row matched. A row of
+        `data` the table lacks is inserted with its `insert` columns (none: no row inserted). Returns the table after
+        the commit and the number of rows updated or inserted."""
         predicate = merge_predicate(key_column, partition_column, partition_values)
         version = next_version(read)
         properties = self.properties(key, state, txns, version=version)
         with self._sole_writer(name, read):
-            metrics = (
-                (
-                    self._merger(read, data, predicate, properties)
-                    .when_matched_update(updates={c: f"s.{c}" for c in columns})
-                    .execute()
+            metrics = {}
+            if data.num_rows:
+                merger = self._merger(read, data, predicate, properties).when_matched_update(
+                    updates={c: f"s.{c}" for c in columns}
                 )
-                if data.num_rows
-                else {}
-            )
+                if insert:
+                    merger = merger.when_not_matched_insert(updates={c: f"s.{c}" for c in insert})
+                metrics = merger.execute()
         if read.version() < version:  # nothing matched (or nothing read): the state still commits
             empty = pa.schema(read.schema().to_arrow()).empty_table()
             return self.append(
@@ -677,7 +678,8 @@ class DeltaWarehouse(dg.ConfigurableResource):
                 state=state,
                 txns=txns,
             ), 0
-        return self._checkpointed(name, read), int(metrics.get("num_target_rows_updated", 0))
+        written = int(metrics.get("num_target_rows_updated", 0)) + int(metrics.get("num_target_rows_inserted", 0))
+        return self._checkpointed(name, read), written
 
     def insert_missing(self, name: str, data: pa.Table, *, keys: Sequence[str], key: str, state: dict) -> None:
         """Insert rows whose `keys` are not in the table yet (idempotent append); creates the table if needed."""

@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 from deltalake import DeltaTable
 from harness import Platform
+from org_compare import differences
 from settings import TEST_SPARK_CONF
 from simple_salesforce import Salesforce
 from test_sync import catch_up, make_platform, resource, run_sensor_requests
@@ -359,3 +360,25 @@ def test_a_backfilled_column_reaches_the_history_as_one_version_of_each_record_w
     *_, before, backfilled = sorted((v for v in versions if v["Id"] == ids[0]), key=lambda v: v["_version"])
     # An update, closing the version before it where it opens: no hole, no overlap in the record's validity.
     assert backfilled["_change_type"] == "UPDATE" and before["_valid_to"] == backfilled["_valid_from"]
+
+
+def test_a_record_whose_create_event_the_backfill_ran_ahead_of_is_read_whole_and_keeps_the_backfilled_value(
+    tmp_path, org
+):
+    Workload(org, seed=5).build_org(accounts=3)
+    platform = make_platform(tmp_path, org, objects=["Account"])
+    assert platform.run().success
+    with org.store.transaction() as txn:
+        created = txn.create("Account", {"Name": "Created while the field was hidden"})
+    permission_set = add_hidden_field_with_values(org, [created])  # its events: no value of the field
+    grant_read(org, permission_set)
+    describe_run(platform)  # the backfill runs before the record's create event is applied
+    row = platform.rows("Account")[created]
+    assert row[FIELD] == "Loaded 0" and row["_sf_dirty_since"] is not None
+
+    assert catch_up(platform, org).success  # its events are skipped while it is dirty
+    assert [r.tags["cdc/mode"] for r in run_sensor_requests(platform)] == ["reconcile"]  # read whole, by id
+    row = platform.rows("Account")[created]
+    assert row[FIELD] == "Loaded 0" and row["Name"] == "Created while the field was hidden"
+    assert row["_sf_dirty_since"] is None
+    assert differences(org, "Account", platform.rows("Account")) == []

@@ -21,8 +21,10 @@ resync or initial load), when a read of the org failed with ``INVALID_FIELD`` (t
 again without the field), and on every run while a field is marked hidden (one describe call, to see whether read
 access came back). A hidden field that comes back in describe() is a column again and is **backfilled** for that
 column alone: a Bulk API 2.0 ``queryAll`` of ``Id`` and the returned fields, written into those columns of the rows
-the replica has (no other column, no row inserted), so changes made while it was hidden (which no event carried)
-are in the replica again. A removed field stays removed until a resync finds it in describe() again (a new field of
+the replica has (no other column), so changes made while it was hidden (which no event carried) are in the replica
+again. A record the org returns that the replica does not have yet (its create event not applied: it may carry no
+value of the field either) is inserted **dirty** with those columns, so the reconcile reads it whole and the events
+it skips meanwhile lose nothing. A removed field stays removed until a resync finds it in describe() again (a new field of
 the same name), which backfills it the same way.
 """
 

@@ -47,6 +47,7 @@ import time
 from datetime import UTC, datetime
 
 import dagster as dg
+from dagster._core.storage.tags import PRIORITY_TAG
 
 from cdc_assets.actions import APPLY
 from cdc_assets.closure import open_transaction
@@ -85,6 +86,10 @@ REASON_CLOSE = "newest transaction closed by timeout"
 # and the wait it bounds (files landed while a landing run was in flight, until the next run is requested) is part
 # of every change's latency (docs/concepts/latency.md).
 INTERVAL_SECONDS = 4
+# Dagster's run queue launches higher priorities first, and a run's priority also orders the claims of its steps
+# on a pool (https://docs.dagster.io/troubleshooting/run-queue): a landing run, whose wait is every change's
+# latency, goes before the upkeep, changefeed and reconciliation runs queued before it.
+PRIORITY = {PRIORITY_TAG: "10"}
 SURVEY_SECONDS = 60  # a survey lists the whole zone once more (on an object store: requests that cost)
 
 
@@ -225,7 +230,8 @@ def landing_request(
     return dg.RunRequest(
         run_key=f"landing-{key}",
         asset_selection=selection,
-        tags=run_tags(mode=MODE_APPLY, reason=REASON_FILES, objects=names, hidden={TAG_FILES: str(len(files))}),
+        tags=run_tags(mode=MODE_APPLY, reason=REASON_FILES, objects=names, hidden={TAG_FILES: str(len(files))})
+        | PRIORITY,
     )
 
 
@@ -309,7 +315,7 @@ def close_request(
     return dg.RunRequest(
         run_key=f"close-{seq}" + (f"-{attempt}" if attempt else ""),
         asset_selection=[replica_key(n) for n in names],
-        tags=run_tags(mode=MODE_APPLY, reason=REASON_CLOSE, objects=names, hidden={TAG_CLOSE_SEQ: str(seq)}),
+        tags=run_tags(mode=MODE_APPLY, reason=REASON_CLOSE, objects=names, hidden={TAG_CLOSE_SEQ: str(seq)}) | PRIORITY,
     ), None
 
 

@@ -197,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pause", type=float, default=20.0, help="seconds between probes")
     parser.add_argument("--info", type=Path, default=DEMO_INFO)
     parser.add_argument("--out", type=Path, help="also write each probe's times (JSON lines) here")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds a probe may take (a demo's first landing run, on a cold Spark, can take minutes)",
+    )
     args = parser.parse_args(argv)
     info = json.loads(args.info.read_text())
     sf = Salesforce(
@@ -216,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         for number in range(args.probes):
             if number:
                 time.sleep(args.pause)
-            p = probe(sf, Path(info["landing_dir"]), warehouse)
+            p = probe(sf, Path(info["landing_dir"]), warehouse, timeout_seconds=args.timeout)
             commit_at, run_id = replica_commit(warehouse, p.version)
             timeline = run_timeline(instance, run_id) if run_id else None
             probes.append(p)

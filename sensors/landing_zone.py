@@ -10,14 +10,17 @@ objects must be applied by all of them in the same run, docs/design/contract.md 
 newest transaction, and one with ingested rows it has not applied (files a run ingested without the sensor having seen
 them). The run's replicas then apply through one cut decided once for the run (`cdc_assets/closure.py`).
 
-One landing run at a time: while one is queued or running, new files wait, and the first tick after it ends
-requests one run for everything still pending (which the run ingests whole). A run requested meanwhile could not
-start before the one in flight ends anyway (the instance runs one landing run at a time, dagster.yaml), and its
-mere existence would hide the replicas' state in the UI: Dagster records a run's planned materializations and check
-evaluations when it is created, so a queued run shows each replica it selects as "Materializing…" with its checks
-"in progress" (0 of 6 passed) until it finishes. Landing runs requested while another ran kept one queued behind
-the other for as long as events landed; the cost of waiting instead is at most one sensor interval, which is
-therefore the shortest Dagster's daemon offers (`INTERVAL_SECONDS`).
+One landing run at a time runs (the instance's limit, dagster.yaml), and at most one waits: while a landing run is
+in flight, new files wait until it has ingested what it found (`has_ingested`: read from change_events' commits and
+the run's change_events materialization, not guessed), then the next run is requested at once for every pending
+file and waits in the queue for the first to end. Its tick, creation and queue wait then overlap the replica steps
+of the run in flight instead of following them. No two landing runs request the same files: the one in flight
+ingests every file pending when its ingest step starts, and the next is requested only after that step has
+committed its last batch; the run key comes from the file set, so a re-evaluated tick does not request them twice.
+The cost is in the UI: Dagster records a run's planned materializations and check evaluations when it creates it,
+so while the next run is queued each replica it selects shows "Materializing…" with its checks "in progress"
+("0 / N passed"), which is the truth: a newer change is on its way to it. The last results show again once a run
+ends with nothing queued behind it (docs/concepts/latency.md).
 
 Files whose landing run failed are requested again with backoff (as `sensors/work.py` retries replica work), with
 the attempt in the run key; until then the skip reason says when.
@@ -44,6 +47,7 @@ import time
 from datetime import UTC, datetime
 
 import dagster as dg
+from dagster._core.storage.tags import PRIORITY_TAG
 
 from cdc_assets.actions import APPLY
 from cdc_assets.closure import open_transaction
@@ -51,6 +55,7 @@ from cdc_assets.config import ReplicationConfig
 from cdc_assets.ingest import pending_files
 from cdc_assets.landing_checks import FILES_READ_CHECK, survey_report
 from cdc_assets.names import (
+    CHANGE_EVENTS_KEY,
     LANDING_ZONE,
     TAG_CLOSE_SEQ,
     TAG_FILES,
@@ -81,6 +86,10 @@ REASON_CLOSE = "newest transaction closed by timeout"
 # and the wait it bounds (files landed while a landing run was in flight, until the next run is requested) is part
 # of every change's latency (docs/concepts/latency.md).
 INTERVAL_SECONDS = 4
+# Dagster's run queue launches higher priorities first, and a run's priority also orders the claims of its steps
+# on a pool (https://docs.dagster.io/troubleshooting/run-queue): a landing run, whose wait is every change's
+# latency, goes before the upkeep, changefeed and reconciliation runs queued before it.
+PRIORITY = {PRIORITY_TAG: "10"}
 SURVEY_SECONDS = 60  # a survey lists the whole zone once more (on an object store: requests that cost)
 
 
@@ -108,14 +117,11 @@ def build_landing_zone_sensor(
         new = [f for f in pending if requested.get(f.path) != f.size]
         cursor["requested"] = {f.path: f.size for f in pending}
         ce_state = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS))
-        if new and (busy := landing_run_in_flight(context.instance)):
-            request, why = (
-                None,
-                (
-                    f"{len(new)} new landing files wait for landing run {busy.run_id[:8]} "
-                    f"({busy.status.value}); one run takes them once it ends"
-                ),
-            )
+        busy = landing_run_in_flight(context.instance) if pending else None
+        if busy and not has_ingested(context.instance, busy, ce_state):
+            request, why = None, waiting_for(busy, pending)
+        elif busy:
+            request, why = next_landing_request(context, landing, replication, ce_state, pending, busy), None
         elif new:
             request, why = (
                 landing_request(context.instance, landing, replication, ce_state, new, key=file_set_key(new)),
@@ -224,12 +230,50 @@ def landing_request(
     return dg.RunRequest(
         run_key=f"landing-{key}",
         asset_selection=selection,
-        tags=run_tags(mode=MODE_APPLY, reason=REASON_FILES, objects=names, hidden={TAG_FILES: str(len(files))}),
+        tags=run_tags(mode=MODE_APPLY, reason=REASON_FILES, objects=names, hidden={TAG_FILES: str(len(files))})
+        | PRIORITY,
     )
 
 
+def has_ingested(instance: dg.DagsterInstance, run: dg.DagsterRun, ce_state: IngestState) -> bool:
+    """`run` has ingested every file it will: change_events' newest commit is its own (`ce_state`, which the sensor
+    reads anyway: free), and its ingest step has recorded change_events' materialization, which it does once every
+    batch is committed (one indexed query, asked only after the first test passed: the commit alone does not say
+    whether a run ingesting more than `max_ingest_batch_bytes` has batches left)."""
+    if ce_state.run_id != run.run_id:
+        return False
+    latest = instance.get_latest_materialization_event(CHANGE_EVENTS_KEY)
+    return latest is not None and latest.run_id == run.run_id
+
+
+def waiting_for(run: dg.DagsterRun, pending: list[LandingFile]) -> str:
+    return (
+        f"{len(pending)} landing files wait for landing run {run.run_id[:8]} ({run.status.value}): the next "
+        "landing run is requested once that one has ingested what it found"
+    )
+
+
+def next_landing_request(
+    context: dg.SensorEvaluationContext,
+    landing: LandingZone,
+    replication: ReplicationConfig,
+    ce_state: IngestState,
+    pending: list[LandingFile],
+    busy: dg.DagsterRun,
+) -> dg.RunRequest:
+    """The run for the files that landed after the landing run in flight (`busy`) listed what it ingests: none of
+    them is that run's, so it is requested now and waits in the queue (one landing run at a time, dagster.yaml)
+    instead of the next tick after `busy` ends."""
+    context.log.info(
+        f"Requesting {len(pending)} landing files while landing run {busy.run_id[:8]} ({busy.status.value}), "
+        "which has ingested its own, applies them"
+    )
+    return landing_request(context.instance, landing, replication, ce_state, pending, key=file_set_key(pending))
+
+
 def landing_run_in_flight(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
-    """The landing run queued or running, if any (the instance runs one at a time)."""
+    """The newest landing run queued or running, if any (the instance runs one at a time; a second one waits in the
+    queue)."""
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags={TAG_REASON: REASON_FILES}), limit=1)
     return runs[0] if runs else None
 
@@ -271,7 +315,7 @@ def close_request(
     return dg.RunRequest(
         run_key=f"close-{seq}" + (f"-{attempt}" if attempt else ""),
         asset_selection=[replica_key(n) for n in names],
-        tags=run_tags(mode=MODE_APPLY, reason=REASON_CLOSE, objects=names, hidden={TAG_CLOSE_SEQ: str(seq)}),
+        tags=run_tags(mode=MODE_APPLY, reason=REASON_CLOSE, objects=names, hidden={TAG_CLOSE_SEQ: str(seq)}) | PRIORITY,
     ), None
 
 

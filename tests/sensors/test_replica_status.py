@@ -1,21 +1,23 @@
-"""What the UI shows of a replica while events keep landing: its latest materialization and its checks' results.
+"""What the UI shows of a replica while events keep landing, and when the next landing run is requested.
 
 The asset graph reads a replica's state from the instance: "Materializing…" while any run selecting it is queued or
 in flight, and its checks as the latest execution of each (Dagster records a run's planned check evaluations when
-the run is created, so a queued run turns all six "in progress": "0 / 6 Passed"). A landing sensor that
-requested the next landing run while one was running would keep one run queued under a steady landing rate, and
-no replica would ever show its checks. Runs here are created as the daemon creates them (`create_run_for_job`, which
-records the plan) and executed with Dagster's real `materialize()`; the statuses are read from the event log the UI
-reads.
+the run is created, so a queued run turns them all "in progress"). The landing sensor requests the next landing run
+as soon as the one in flight has ingested its files, so under a steady landing rate one run waits in the queue and
+the replica shows its checks in progress: the truth, a newer change is on its way (sensors/landing_zone.py). Runs
+here are created as the daemon creates them (`create_run_for_job`, which records the plan) and executed with
+Dagster's real `materialize()`; the run in flight ingests through the ingest step's own function under its run id;
+the statuses are read from the event log the UI reads.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import dagster as dg
 import pytest
-from dagster._core.events import DagsterEvent, DagsterEventType
+from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.test_utils import create_run_for_test
 from event_lines import event
@@ -23,7 +25,11 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.checks import CHECKS
-from cdc_assets.names import TAG_REASON, replica_key
+from cdc_assets.ingest import ingest
+from cdc_assets.names import CHANGE_EVENTS_KEY, TAG_REASON, replica_key
+from object_schema.describe import ObjectSchema
+from resources.delta import DeltaWarehouse
+from resources.landing_zone import LandingZone
 from sensors.landing_zone import REASON_FILES, SENSOR_NAME
 
 NAME = "Account"
@@ -82,37 +88,70 @@ def checks_shown(platform: Platform) -> dict[str, str]:
     return shown
 
 
-def test_new_files_wait_for_the_landing_run_in_flight_so_the_replica_shows_its_checks(platform):
+def ingested_by(platform: Platform, spark, sample_dir, run: dg.DagsterRun) -> None:
+    """`run`'s ingest step commits what is pending to change_events under its run id (the step's own function; its
+    materialization is reported separately: `ingest_step_ended`)."""
+    schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / f"{NAME}.json").read_text()))
+    warehouse, zone = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
+    ingest(spark, warehouse, zone, {NAME: schema}, run_id=run.run_id)
+
+
+def ingest_step_ended(platform: Platform, run: dg.DagsterRun) -> None:
+    """What the ingest step records once every batch is committed: change_events' materialization, in `run`."""
+    materialized = StepMaterializationData(dg.AssetMaterialization(CHANGE_EVENTS_KEY))
+    event = DagsterEvent(
+        DagsterEventType.ASSET_MATERIALIZATION.value, job_name=run.job_name, event_specific_data=materialized
+    )
+    platform.instance.report_dagster_event(event, run.run_id)
+
+
+def test_the_next_landing_run_is_requested_once_the_one_in_flight_has_ingested(platform, spark, sample_dir):
     now = int(time.time() * 1000)  # a fresh change: the freshness check passes
     platform.land([event(NAME, "CREATE", [ID], now, Name="Acme")])
     first = tick(platform, None)
     [request] = first.run_requests
     assert execute(platform, request).success
-    assert platform.rows(NAME)[ID]["Name"] == "Acme"
     passed = dict.fromkeys(CHECKS, AssetCheckExecutionRecordStatus.SUCCEEDED.value)
     assert checks_shown(platform) == passed
 
-    # The next landing run is running (created by an earlier tick) when more events land.
+    # A landing run is running (created by an earlier tick for this file), its ingest not done yet.
+    platform.land([event(NAME, "UPDATE", [ID], now + 1000, Name="Acme Corp")])
     busy = create_run_for_test(
         platform.instance,
         status=dg.DagsterRunStatus.STARTED,
         tags={TAG_REASON: REASON_FILES},
         asset_selection=frozenset(request.asset_selection),
     )
-    platform.land([event(NAME, "UPDATE", [ID], now + 1000, Name="Acme Corp")])
     waiting = tick(platform, first.cursor)
-    for queued in waiting.run_requests:  # what the daemon would create at once
-        submit(platform, queued)
-    assert checks_shown(platform) == passed, "a queued run shows the checks in progress (0 of 6 passed)"
-    assert not waiting.run_requests
+    assert not waiting.run_requests, "the run in flight ingests this file itself"
     assert f"wait for landing run {busy.run_id[:8]} (STARTED)" in waiting.skip_reason.skip_message
+
+    # It has committed to change_events, but its step has not ended: it may have batches left, so new files wait.
+    ingested_by(platform, spark, sample_dir, busy)
+    platform.land([event(NAME, "UPDATE", [ID], now + 2000, Name="Acme Inc")])
+    batches_left = tick(platform, waiting.cursor)
+    assert not batches_left.run_requests
+    assert busy.run_id[:8] in batches_left.skip_reason.skip_message
+
+    # Its ingest step ended: the new file is no run's, and the next run is requested while busy still applies.
+    ingest_step_ended(platform, busy)
+    requested = tick(platform, batches_left.cursor)
+    [later] = requested.run_requests
+    assert replica_key(NAME) in later.asset_selection
+    queued = submit(platform, later)
+    in_progress = dict.fromkeys(CHECKS, "in progress")
+    assert checks_shown(platform) == in_progress, "the queued run's planned checks: a newer change is on its way"
+
+    # One waits at most: a file landing now waits for the queued run to ingest.
+    platform.land([event(NAME, "UPDATE", [ID], now + 3000, Name="Acme Ltd")])
+    behind = tick(platform, requested.cursor)
+    assert not behind.run_requests
+    assert f"wait for landing run {queued.run_id[:8]}" in behind.skip_reason.skip_message
+    assert tick(platform, behind.cursor).run_requests == [], "a re-evaluated tick requests nothing more"
 
     platform.instance.report_dagster_event(
         DagsterEvent(DagsterEventType.RUN_SUCCESS.value, job_name=busy.job_name, message="done"), busy.run_id
     )
-    again = tick(platform, waiting.cursor)
-    [later] = again.run_requests  # the files that waited, in one run once the one in flight ended
-    assert replica_key(NAME) in later.asset_selection
-    assert execute(platform, later).success
+    assert execute(platform, later).success  # the queued run, once busy ended: every file pending at its start
     assert checks_shown(platform) == passed
-    assert platform.rows(NAME)[ID]["Name"] == "Acme Corp"
+    assert platform.rows(NAME)[ID]["Name"] == "Acme Ltd"

@@ -10,6 +10,7 @@ import uuid
 
 import dagster as dg
 import pytest
+from dagster._core.storage.tags import PRIORITY_TAG
 from dagster._core.test_utils import create_run_for_test
 from event_lines import event
 from harness import Platform, load_lines
@@ -69,6 +70,8 @@ def test_landing_sensor_requests_one_run_per_new_file_set(platform):
     [request] = first.run_requests
     assert set(request.asset_selection) == landing("Contact")
     assert request.tags[object_tag("Contact")] == "1"
+    # Dagster's queue launches it before runs of priority 0 (every other sensor's and schedule's) queued earlier.
+    assert int(request.tags[PRIORITY_TAG]) > 0
 
     again = evaluate(platform, LANDING, cursor=first.cursor)  # same files, run not finished yet
     assert not again.run_requests
@@ -117,6 +120,7 @@ def test_landing_sensor_closes_the_newest_transaction_after_the_timeout(platform
     closing = evaluate(platform, LANDING, cursor=quiet.cursor)
     [request] = closing.run_requests
     assert request.run_key.startswith("close-")
+    assert int(request.tags[PRIORITY_TAG]) > 0
     assert not evaluate(platform, LANDING, cursor=closing.cursor).run_requests
 
 

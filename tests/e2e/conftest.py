@@ -4,7 +4,7 @@ subprocesses, with both sensors running against a replication.yaml of the five w
 One stack serves the whole session (starting Dagster and loading the code location takes a while on 2 cores):
 test_daemon drives a large workload through it, test_ui photographs its UI. test_crash_recovery has a stack of its
 own (`daemon_stack`: `dagster-daemon run` alone, as under a supervisor), since it kills and restarts the daemon;
-test_living_org too (`living_stack`), since it changes the org's schema. These tests run only when asked for
+test_living_org_daemon too (`living_stack`), since it changes the org's schema. These tests run only when asked for
 (`make e2e`, i.e. `pytest -m e2e tests/e2e`); a plain `pytest` run skips them.
 
 A stack's Dagster instance is SQLite in its DAGSTER_HOME, or PostgreSQL: a database of its own on the session's

@@ -157,8 +157,8 @@ def _wait(cluster: SparkCluster, ready, what: str, timeout_seconds: float) -> No
         try:
             if ready(cluster.state()):
                 return
-        except OSError:
-            pass  # the master's web UI is not up yet
+        except (OSError, ValueError):
+            pass  # the master's web UI is not up yet, or up with its JSON handler not yet attached (an HTML page)
         time.sleep(0.5)
     raise TimeoutError(f"{what} of the Spark cluster not ready within {timeout_seconds:.0f} s; logs in {cluster.logs}")
 

@@ -43,7 +43,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -744,21 +744,18 @@ def rest_text_batch(records: list[dict[str, Any]], fields: list[str]) -> pa.Reco
 def bulk_refusal(exc: SalesforceApiError) -> str | None:
     """``"<errorCode>: <message>"`` when a Bulk API 2.0 job creation was refused for its object (HTTP 400
     ``INVALIDENTITY``: "Entity 'X' is not supported by the Bulk API."), else None."""
-    if exc.status != 400:
-        return None
-    try:
-        errors = json.loads(exc.body)
-    except ValueError:
-        return None
-    for error in errors if isinstance(errors, list) else []:
-        if isinstance(error, dict) and error.get("errorCode") == BULK_REFUSED_ENTITY:
-            return f"{error['errorCode']}: {error.get('message', '')}"
-    return None
+    return _refused_with(exc, {BULK_REFUSED_ENTITY})
 
 
 def refused_id_error(exc: SalesforceApiError) -> str | None:
     """``"<errorCode>: <message>"`` when the org refused a call for an id that is no id (``REFUSED_ID_ERRORS``,
     HTTP 400), else None."""
+    return _refused_with(exc, REFUSED_ID_ERRORS)
+
+
+def _refused_with(exc: SalesforceApiError, codes: Collection[str]) -> str | None:
+    """``"<errorCode>: <message>"`` of the first error of an HTTP 400 answer whose ``errorCode`` is one of `codes`
+    (Salesforce's error body: a JSON list of ``{"errorCode", "message"}``), else None."""
     if exc.status != 400:
         return None
     try:
@@ -766,7 +763,7 @@ def refused_id_error(exc: SalesforceApiError) -> str | None:
     except ValueError:
         return None
     for error in errors if isinstance(errors, list) else []:
-        if isinstance(error, dict) and error.get("errorCode") in REFUSED_ID_ERRORS:
+        if isinstance(error, dict) and error.get("errorCode") in codes:
             return f"{error['errorCode']}: {error.get('message', '')}"
     return None
 

@@ -286,9 +286,10 @@ def backfill_columns(
         rows.schema.get_field_index(DIRTY_COLUMN), dirty, pa.repeat(pa.scalar(now, dirty.type), len(rows))
     )
     state = replace(ReplicaState.read(warehouse, table), run_id=run_id)
+    written_columns = ["Id", *columns, *DIRTY_NEW, BUCKET_COLUMN]
     _, written = warehouse.update_columns(
         schema.name,
-        rows.select(["Id", *columns, *DIRTY_NEW, BUCKET_COLUMN]).sort_by("Id"),
+        rows.select(written_columns).sort_by("Id"),
         read=table,
         key_column="Id",
         columns=columns,
@@ -297,7 +298,7 @@ def backfill_columns(
         key=state.KEY,
         state=state.to_dict(),
         txns={APPLY_APP: table.transaction_version(APPLY_APP) or 0},
-        insert=["Id", *columns, *DIRTY_NEW, BUCKET_COLUMN],
+        insert=written_columns,
     )
     log.info("%s: %s backfilled from the org: %d rows written", schema.name, columns, written)
     return written

@@ -10,7 +10,6 @@ CometD events alike (the Pub/Sub API sends it as milliseconds since midnight, ``
 from __future__ import annotations
 
 import base64
-import binascii
 import datetime as dt
 import re
 from typing import Any
@@ -134,7 +133,7 @@ def to_storage(ftype: str, value: Any, field: str = "") -> Any:
         if ftype == "base64":  # stored as sent; REST reads give its URL (api_rest.render_record), Bulk refuses it
             base64.b64decode(str(value), validate=True)
             return str(value)
-    except (TypeError, ValueError, binascii.Error) as exc:
+    except (TypeError, ValueError) as exc:  # binascii.Error, a bad base64 value, is a ValueError
         if isinstance(exc, InvalidFieldValue):
             raise
         raise InvalidFieldValue(f"{field}: '{value}' is not a valid {ftype}") from exc

@@ -66,8 +66,7 @@ from cdc_assets.names import (
     replica_pool,
 )
 from cdc_assets.poll.run import PollResult, polled_result
-from cdc_assets.run_cut import pinned_cut, replicas_in_run
-from cdc_assets.run_order import wait_for_older_runs
+from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
 from object_schema.describe import BINARY_REASON, FORMULAS_AT, ObjectSchema, spark_type
 from resources.delta import DeltaWarehouse
@@ -171,9 +170,6 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
                     data_version=dg.DataVersion(str(seq)),
                     metadata={META_ENTITY_SEQ: dg.MetadataValue.int(seq)},
                 )
-        # Recorded, so the next landing run can be requested; this run's replicas still go after those of the
-        # older apply runs in flight (cdc_assets/run_order.py).
-        wait_for_older_runs(context.instance, context.run.run_id, replicas_in_run(context), context.log)
 
     return change_events
 

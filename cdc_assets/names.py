@@ -84,14 +84,6 @@ META_PAUSED, META_LAST_ERROR = "paused", "last_error"
 
 HIDDEN = ".dagster/"  # dagster._core.storage.tags.HIDDEN_TAG_PREFIX: stored and filterable, not shown
 
-# A run in any of these states may still run steps (a queued one, all of them).
-IN_FLIGHT = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-    dg.DagsterRunStatus.CANCELING,
-]
 TAG_MODE = "cdc/mode"
 TAG_OBJECTS = "cdc/objects"
 TAG_REASON = "cdc/reason"

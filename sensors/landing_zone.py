@@ -10,18 +10,17 @@ objects must be applied by all of them in the same run, docs/design/contract.md 
 newest transaction, and one with ingested rows it has not applied (files a run ingested without the sensor having seen
 them). The run's replicas then apply through one cut decided once for the run (`cdc_assets/closure.py`).
 
-Landing runs are pipelined: while the newest landing run is in flight, new files wait until it has ingested what
-it found (`has_ingested`: read from change_events' commits and the run's change_events materialization, not
-guessed), then the next run is requested at once for every pending file. Two landing runs run at once (the
-instance's limit, dagster.yaml) and one more waits in the queue: the next run starts its process and ingests while
-the one before it applies and checks, and its replica steps follow that run's (cdc_assets/run_order.py). Its tick,
-creation, start and ingest then overlap the run in flight instead of following it. No two landing runs request
-the same files: the newest ingests every file pending when its ingest step starts, and the next is requested only
-after that step has committed its last batch; the run key comes from the file set, so a re-evaluated tick does not
-request them twice. The cost is in the UI: Dagster records a run's planned materializations and check evaluations
-when it creates it, so while the next run is queued or running each replica it selects shows "Materializing…" with
-its checks "in progress" ("0 / N passed"), which is the truth: a newer change is on its way to it. The last
-results show again once a run ends with nothing behind it (docs/concepts/latency.md).
+One landing run at a time runs (the instance's limit, dagster.yaml), and at most one waits: while a landing run is
+in flight, new files wait until it has ingested what it found (`has_ingested`: read from change_events' commits and
+the run's change_events materialization, not guessed), then the next run is requested at once for every pending
+file and waits in the queue for the first to end. Its tick, creation and queue wait then overlap the replica steps
+of the run in flight instead of following them. No two landing runs request the same files: the one in flight
+ingests every file pending when its ingest step starts, and the next is requested only after that step has
+committed its last batch; the run key comes from the file set, so a re-evaluated tick does not request them twice.
+The cost is in the UI: Dagster records a run's planned materializations and check evaluations when it creates it,
+so while the next run is queued each replica it selects shows "Materializing…" with its checks "in progress"
+("0 / N passed"), which is the truth: a newer change is on its way to it. The last results show again once a run
+ends with nothing queued behind it (docs/concepts/latency.md).
 
 Files whose landing run failed are requested again with backoff (as `sensors/work.py` retries replica work), with
 the attempt in the run key; until then the skip reason says when.
@@ -57,7 +56,6 @@ from cdc_assets.ingest import pending_files
 from cdc_assets.landing_checks import FILES_READ_CHECK, survey_report
 from cdc_assets.names import (
     CHANGE_EVENTS_KEY,
-    IN_FLIGHT,
     LANDING_ZONE,
     TAG_CLOSE_SEQ,
     TAG_FILES,
@@ -75,7 +73,7 @@ from resources.landing_zone import (
     LandingZone,
     file_set_key,
 )
-from sensors.work import Backoff, replicas_to_include, retry_state
+from sensors.work import IN_FLIGHT, Backoff, replicas_to_include, retry_state
 
 SENSOR_NAME = "landing_zone_sensor"
 MODE_APPLY = APPLY.name  # the replicas' own action: apply what change_events holds
@@ -263,9 +261,9 @@ def next_landing_request(
     pending: list[LandingFile],
     busy: dg.DagsterRun,
 ) -> dg.RunRequest:
-    """The run for the files that landed after the newest landing run in flight (`busy`) listed what it ingests:
-    none of them is that run's, so it is requested now, starts beside `busy` (or waits in the queue while two run,
-    dagster.yaml) and applies after it (cdc_assets/run_order.py), instead of the next tick after `busy` ends."""
+    """The run for the files that landed after the landing run in flight (`busy`) listed what it ingests: none of
+    them is that run's, so it is requested now and waits in the queue (one landing run at a time, dagster.yaml)
+    instead of the next tick after `busy` ends."""
     context.log.info(
         f"Requesting {len(pending)} landing files while landing run {busy.run_id[:8]} ({busy.status.value}), "
         "which has ingested its own, applies them"
@@ -274,7 +272,7 @@ def next_landing_request(
 
 
 def landing_run_in_flight(instance: dg.DagsterInstance) -> dg.DagsterRun | None:
-    """The newest landing run queued or running, if any (the instance runs two at a time; a third waits in the
+    """The newest landing run queued or running, if any (the instance runs one at a time; a second one waits in the
     queue)."""
     runs = instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags={TAG_REASON: REASON_FILES}), limit=1)
     return runs[0] if runs else None

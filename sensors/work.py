@@ -35,7 +35,6 @@ from cdc_assets.actions import ASKED_FOR, DIRTY_RECORDS, INITIAL_LOAD, PENDING_R
 from cdc_assets.closure import holders
 from cdc_assets.config import ReplicationConfig, ReplicationOptions
 from cdc_assets.names import (
-    IN_FLIGHT,
     META_APPLIED_THROUGH,
     META_DIRTY,
     META_HELD,
@@ -47,6 +46,13 @@ from cdc_assets.names import (
 from cdc_assets.state import IngestState
 from resources.delta import DeltaWarehouse
 
+IN_FLIGHT = [
+    dg.DagsterRunStatus.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED,
+    dg.DagsterRunStatus.STARTING,
+    dg.DagsterRunStatus.STARTED,
+    dg.DagsterRunStatus.CANCELING,
+]
 FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
 

@@ -99,7 +99,7 @@ def test_landing_sensor_leaves_new_files_to_the_next_run_after_the_landing_run_i
     covered = evaluate(platform, LANDING, cursor=first.cursor)
     assert not covered.run_requests  # the queued run ingests b.jsonl too when it starts
 
-    # Files naming another object wait too, for the run that has not ingested (tests/sensors/test_replica_status.py).
+    # Files naming another object wait too: one landing run at a time (tests/sensors/test_replica_status.py).
     platform.land([event("Account", "CREATE", ["001000000000001AAA"], 3, Name="Acme")], name="c.jsonl")
     waiting = evaluate(platform, LANDING, cursor=covered.cursor)
     assert not waiting.run_requests and queued.run_id[:8] in skipped(waiting)

@@ -32,11 +32,11 @@ run-org: $(STAMP)
 ## processes by pytest-xdist, each with its own Spark session: one per core (tests/spark_ops, all Spark work, took as
 ## long in 2 workers as in one on 2 cores, and longer in 3; the tests that wait on subprocesses and the emulator gain).
 ## PYTEST_WORKERS=0 runs it in one process (serial: for debugging, with -s or --pdb); worksteal hands a long test's
-## neighbours to an idle worker.
+## neighbours to an idle worker. The 25 slowest tests are listed at the end: where the suite's time goes.
 PYTEST_WORKERS ?= 2
 PYTEST_XDIST = -n $(PYTEST_WORKERS) --dist worksteal
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_XDIST)
+	$(BIN)/python -m pytest -q --durations=25 $(PYTEST_XDIST)
 
 ## The runs on a standalone Spark cluster (a master and two workers on loopback, from PySpark's own launcher), directly
 ## and through a Spark Connect server attached to it; replicas compared with a local run (minutes; needs root for

@@ -48,7 +48,7 @@ class WarmApiServer(grpc_server.DagsterApiServer):
         preload = [*PRELOADED, *([module] if module else [])]
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(preload)
-        self._mp_ctx = context  # type: ignore[assignment]  # StartRun starts its run workers from this context
+        self._mp_ctx = context  # DagsterApiServer.StartRun starts its run workers from this context
         # Started now, in the background, so the first run does not wait for the imports.
         threading.Thread(target=_start_forkserver, name="forkserver", daemon=True).start()
         self._logger.info(f"Run workers fork from a forkserver that preloads {', '.join(preload)}")

@@ -21,7 +21,7 @@ install: $(STAMP)
 ## SQLite in .demo/dagster_home; `make run PG=1` puts it on a local PostgreSQL cluster in .demo/postgres instead
 ## (initdb/pg_ctl, 127.0.0.1 only, a generated password; docs/operations/dagster-postgres.md).
 run: $(STAMP)
-	$(BIN)/python -m demo $(if $(PG),--postgres) $(if $(WARM),--warm-workers)
+	$(BIN)/python -m demo $(if $(PG),--postgres)
 
 ## The same stack against a real org: Spark Connect + CDC subscriber + Dagster UI with sensors, from the SF_* variables
 ## (docs/guides/real-org.md: the checklist); refuses, naming them, when they are missing. State in .org/.

@@ -80,12 +80,6 @@ def _parser() -> argparse.ArgumentParser:
         help="with --postgres, the cluster's port on 127.0.0.1 (env CDC_DEMO_PG_PORT)",
     )
     parser.add_argument(
-        "--warm-workers",
-        action="store_true",
-        help="serve definitions.py from the platform's code server (resources/code_server.py: run workers forked "
-        "warm, as the production units run it) instead of the one `dagster dev` starts",
-    )
-    parser.add_argument(
         "--org",
         action="store_true",
         help="no emulator: run Spark Connect, the subscriber and Dagster against the org the SF_* "
@@ -219,7 +213,7 @@ def _run(args: argparse.Namespace) -> int:
         pubsub_port=args.pubsub_port,
     )
     worker = WorkloadThread(workload, rate=args.rate)
-    dagster = spark_server = subscriber = code_server = None
+    dagster = spark_server = subscriber = None
     try:
         spark = "a local JVM per run"
         extra = {}
@@ -238,12 +232,8 @@ def _run(args: argparse.Namespace) -> int:
                 env, root / "landing", emu.pubsub_address, args.config, root / "subscriber.log"
             )
         log_file = root / "dagster.log"
-        workspace = WORKSPACE
-        if args.warm_workers:
-            log.info("starting the code server, run workers forked warm (log: %s)", root / "code_server.log")
-            code_server, workspace = processes.start_code_server(env, root, root / "code_server.log")
         dagster = processes.start(
-            ["dagster", "dev", "-w", str(workspace), "-h", "127.0.0.1", "-p", str(args.ui_port)], env, log_file=log_file
+            ["dagster", "dev", "-w", str(WORKSPACE), "-h", "127.0.0.1", "-p", str(args.ui_port)], env, log_file=log_file
         )
         ui_url = f"http://127.0.0.1:{args.ui_port}"
         (root / "demo.json").write_text(
@@ -273,7 +263,6 @@ def _run(args: argparse.Namespace) -> int:
                     "dagster dev": (dagster, log_file),
                     "the CDC subscriber": (subscriber, root / "subscriber.log"),
                     "the Spark Connect server": (spark_server, root / "spark_connect.log"),
-                    "the code server": (code_server, root / "code_server.log"),
                 }
             )
             if exited:
@@ -297,8 +286,6 @@ def _run(args: argparse.Namespace) -> int:
             processes.stop(subscriber)  # SIGINT: it lands its open file and saves its position
         if dagster is not None:
             processes.stop(dagster)
-        if code_server is not None:
-            processes.stop(code_server)
         if spark_server is not None:
             processes.stop(spark_server)
         fail_orphaned_runs(home)

@@ -193,53 +193,6 @@ def subscriber_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in NOT_FOR_SUBSCRIBER}
 
 
-CODE_LOCATION = "salesforce_cdc"  # as demo/workspace.yaml names it
-
-
-def start_code_server(env: dict[str, str], root: Path, log_file: Path) -> tuple[subprocess.Popen, Path]:
-    """The platform's code server (resources/code_server.py: Dagster's, its run workers forked warm) serving
-    definitions.py on a free loopback port, and a workspace file in `root` that points `dagster dev` at it (as
-    deploy/workspace.yaml points the production units at theirs)."""
-    port = free_port()
-    process = start(
-        [
-            "python",
-            "-m",
-            "resources.code_server",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--working-directory",
-            str(REPO),
-            "--module-name",
-            "definitions",
-            "--location-name",
-            CODE_LOCATION,
-        ],
-        env,
-        log_file=log_file,
-    )
-    # Dagster's code server listens once it has loaded the definitions; `dagster dev` started before would show
-    # the location as unreachable.
-    deadline = time.monotonic() + 300
-    while not _listening(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop(process)
-            raise RuntimeError(f"the code server did not serve on port {port}; see {log_file}")
-        time.sleep(0.5)
-    workspace = root / "workspace.yaml"
-    entry = {"host": "127.0.0.1", "port": port, "location_name": CODE_LOCATION}
-    workspace.write_text(json.dumps({"load_from": [{"grpc_server": entry}]}))  # JSON is YAML
-    return process, workspace
-
-
-def _listening(port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
-        return True
-    return False
-
-
 def first_exited(children: dict[str, tuple[subprocess.Popen | None, Path]]) -> str | None:
     """A message naming the first of `children` (name -> process, its log) that has exited, or None."""
     for name, (process, log_file) in children.items():

@@ -8,19 +8,13 @@ Connect server's none of the platform's variables (its own process is read in te
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import stat
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 
 from demo import processes
-from demo.instance import write_dagster_home
 from object_schema.hashing import SALT_ENV
 from resources import spark_connect
 
@@ -86,45 +80,3 @@ def test_each_child_gets_only_the_secrets_it_uses(tmp_path, monkeypatch):
     server = processes.spark_connect_env("the-token")
     assert not [k for k in server if k.startswith(("SF_", "CDC_", "DAGSTER_"))] and "SPARK_REMOTE" not in server
     assert server[spark_connect.TOKEN_ENV] == "the-token" and server["PATH"] == os.environ["PATH"]
-
-
-def _children(pid: int) -> list[str]:
-    """The command lines of `pid`'s child processes."""
-    found = []
-    for stat_file in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat_file.read_text().rsplit(")", 1)[1].split()
-            if int(fields[1]) == pid:
-                found.append((stat_file.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-    return found
-
-
-def test_the_code_server_serves_the_definitions_with_its_run_workers_forked_from_a_warm_server(tmp_path):
-    # `python -m demo --warm-workers` and the production unit (tests/deploy) run it; its runs are forked there.
-    env = processes.platform_env(
-        home=write_dagster_home(tmp_path / "home"),
-        config=processes.REPO / "replication.yaml",
-        landing=tmp_path / "landing",
-        warehouse=tmp_path / "warehouse",
-        org={"SF_INSTANCE_URL": "https://127.0.0.1:9", "SF_ACCESS_TOKEN": "unused"},
-        sensors_running=False,
-    )
-    server, workspace = processes.start_code_server(env, tmp_path, tmp_path / "code_server.log")
-    try:
-        [entry] = json.loads(workspace.read_text())["load_from"]
-        assert entry["grpc_server"]["location_name"] == processes.CODE_LOCATION
-        health = subprocess.run(
-            [str(processes.BIN / "dagster"), "api", "grpc-health-check", "--port", str(entry["grpc_server"]["port"])],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert health.returncode == 0, health.stdout + health.stderr
-        log = (tmp_path / "code_server.log").read_text()
-        assert "Run workers fork from a forkserver that preloads dagster, dagster._grpc.impl, definitions" in log
-        deadline = time.monotonic() + 60
-        while not any("multiprocessing.forkserver" in c for c in _children(server.pid)):
-            assert time.monotonic() < deadline, f"no forkserver under the code server: {_children(server.pid)}"
-            time.sleep(0.5)
-    finally:
-        processes.stop(server)

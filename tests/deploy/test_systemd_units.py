@@ -318,9 +318,6 @@ class Host:
         return status
 
 
-WORKER_STARTED = re.compile(r"Run [0-9a-f-]{36}: worker pid (\d+), started by (\w+)")  # resources/code_server.py
-
-
 def listening(port: str) -> bool:
     try:
         socket.create_connection(("127.0.0.1", int(port)), timeout=2).close()
@@ -363,8 +360,8 @@ def heartbeats_in(cluster: pg.LocalPostgres) -> list[str]:
 def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path, request, storage: Storage):
     """Spark Connect serves a client holding the token; the subscriber subscribes and lands the org's change; the
     code server becomes ready (its ExecStartPost); the webserver answers; the daemon's heartbeats pass
-    `dagster-daemon liveness-check` and its landing sensor has a run, started by the code server (its worker forked
-    warm), ingest the landed file through the Spark server. Then each stops cleanly on SIGTERM. On PostgreSQL, the daemon's landing run and
+    `dagster-daemon liveness-check` and its landing sensor has a run, started by the code server, ingest the landed
+    file through the Spark server. Then each stops cleanly on SIGTERM. On PostgreSQL, the daemon's landing run and
     its heartbeats are rows of the database the env files name, and the home holds no SQLite storage."""
     cluster = pg.database(request.getfixturevalue("postgres"), "systemd_units") if storage == "postgres" else None
     with ExitStack() as stack:
@@ -420,9 +417,6 @@ def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path, request, s
         assert client.stdout.strip().splitlines()[-1:] == ["5"], client.stderr[-2000:]
 
         host.wait("sf-cdc-daemon", "landing run", lambda: record_id in change_event_ids(host.var / "warehouse"))
-        # Its worker was forked warm, not started as a fresh Python (resources/code_server.py).
-        started = WORKER_STARTED.findall((host.var / "sf-cdc-code-server.log").read_text())
-        assert started and {how for _, how in started} == {"forkserver"}, host.log("sf-cdc-code-server")
         if cluster is not None:  # the landing run is a row of the database the env files name
             assert {"STARTED", "SUCCESS"} & set(runs_in(cluster).values()), runs_in(cluster)  # it may be finishing
             assert heartbeats_in(cluster)

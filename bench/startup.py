@@ -98,7 +98,7 @@ def warm(times: int) -> dict[str, list[float]]:
 
     def spawned() -> float:
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, capture_output=True, timeout=300, check=True)
+        measure(REPO)
         return time.perf_counter() - started
 
     forked()  # the server's own start: not a run's

@@ -13,6 +13,9 @@ executes) from its spawn to its exit. Phases from the instance's records of the 
 - **steps**: first step -> `RUN_SUCCESS` (every step, checks included);
 - **exit**: `RUN_SUCCESS` -> the process gone.
 
+With them, the events the run stored in the instance, by type (planned materializations and check evaluations are
+written at the run's creation; each check evaluation also stores a step output).
+
 Baseline in the same sitting, interleaved: a fresh Python that imports Dagster and exits (what any run worker pays
 before it knows our code). The daemon's queue adds its `dequeue_interval_seconds` (1 s, dagster.yaml) on top.
 
@@ -30,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -43,6 +47,7 @@ from demo.instance import Storage, open_instance, write_dagster_home
 from demo.processes import start_spark_connect, stop
 
 REPO = Path(__file__).resolve().parent.parent
+LISTS = ("slowest steps", "events stored")  # per-run lists, shown for the last run rather than as medians
 FIRST_LINES = 300  # of the workload's first landing file: some of every object's creates
 
 
@@ -85,8 +90,10 @@ def _phases(instance: dg.DagsterInstance, spawned: float, exited: float) -> dict
     record = instance.get_run_record_by_id(run.run_id)
     events: dict[str, float] = {}
     steps: dict[str, float] = {}
+    stored: Counter[str] = Counter()
     for e in instance.all_logs(run.run_id):
         kind = e.dagster_event.event_type if e.dagster_event else None
+        stored[kind.name if kind else "log message"] += 1
         if kind in (DagsterEventType.RUN_START, DagsterEventType.STEP_START, DagsterEventType.RUN_SUCCESS):
             events.setdefault(kind.name, e.timestamp)  # the first of each
         if e.step_key and kind in (DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS):
@@ -100,6 +107,7 @@ def _phases(instance: dg.DagsterInstance, spawned: float, exited: float) -> dict
         "exit": exited - events["RUN_SUCCESS"],
         "total": exited - spawned,
         "slowest steps": dict(sorted(steps.items(), key=lambda kv: -kv[1])[:4]),
+        "events stored": dict(stored.most_common()),
     }
 
 
@@ -155,11 +163,14 @@ def run(times: int = 5, baseline: Path | None = None) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     out = {"runs": times, "import_dagster_s": statistics.median(floor)}
     for name, measured in rows.items():
-        medians = {k: statistics.median(r[k] for r in measured) for k in measured[0] if k != "slowest steps"}
+        medians = {k: statistics.median(r[k] for r in measured) for k in measured[0] if k not in LISTS}
         out[name] = {
             "median_s": medians,
             "x_import_dagster": medians["total"] / out["import_dagster_s"],
             "slowest steps (last run)": measured[-1]["slowest steps"],
+            # Every event is a write to the instance (its own connection and commit on SQLite): most of a run's steps.
+            "events stored (last run)": {"total": sum(measured[-1]["events stored"].values())}
+            | measured[-1]["events stored"],
         }
     if baseline:
         out["x_baseline"] = out["this"]["median_s"]["total"] / out["baseline"]["median_s"]["total"]

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.idle_run import _materialize, _phases, _setup
+from bench.idle_run import LISTS, _materialize, _phases, _setup
 from bench.workloads import cdc_workload
 from demo import postgres as pg
 from demo import processes
@@ -153,7 +153,7 @@ def run(files: int = 5, times: int = 3, order: tuple[Storage, ...] = STORAGES) -
                     rows[storage].append(_phases(instance, spawned, exited))
         for storage, measured in rows.items():
             out["idle run"][storage] = {
-                f"{k}_s": _median([r[k] for r in measured]) for k in measured[0] if k != "slowest steps"
+                f"{k}_s": _median([r[k] for r in measured]) for k in measured[0] if k not in LISTS
             }
     finally:
         if server is not None:

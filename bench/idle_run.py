@@ -168,7 +168,7 @@ def run(times: int = 5, baseline: Path | None = None) -> dict:
             "median_s": medians,
             "x_import_dagster": medians["total"] / out["import_dagster_s"],
             "slowest steps (last run)": measured[-1]["slowest steps"],
-            # Every event is a write to the instance (its own connection and commit on SQLite): most of a run's steps.
+            # Each event is a write to the instance (on SQLite its own connection and commit): most of the steps' time.
             "events stored (last run)": {"total": sum(measured[-1]["events stored"].values())}
             | measured[-1]["events stored"],
         }

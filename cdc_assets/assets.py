@@ -66,6 +66,7 @@ from cdc_assets.names import (
     replica_pool,
 )
 from cdc_assets.poll.run import PollResult, polled_result
+from cdc_assets.records import ValueDoesNotFit
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
 from object_schema.describe import BINARY_REASON, FORMULAS_AT, ObjectSchema, spark_type
@@ -251,11 +252,12 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         )
         try:
             step = run_step(action, run, initial=initial)
-        except SalesforceApiError as exc:
-            if not is_invalid_field(exc):
+        except (SalesforceApiError, ValueDoesNotFit) as exc:
+            if not (isinstance(exc, ValueDoesNotFit) or is_invalid_field(exc)):
                 raise
-            # A field the org no longer serves: ask describe() again, mark it, and read the org without it.
-            context.log.warning(f"{sobject.name}: the org refused a field ({exc}); asking describe() again")
+            # A field the org no longer serves, or serves with another type: ask describe() again, mark or rewrite
+            # its column (cdc_assets/field_access.py, retype.py), and read the org again.
+            context.log.warning(f"{sobject.name}: {exc}; asking describe() again")
             schema, describe, table, access = settle_field_access(
                 sobject, warehouse, salesforce, schema, describe, table, now=now, run_id=run_id, force=True
             )

@@ -62,7 +62,7 @@ from cdc_assets.history.stage import history_name
 from cdc_assets.ingest import FAILED_FILE
 from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.quarantine import acknowledged_until, quarantine_example
-from cdc_assets.schemas import marked_fields, resolve_schema
+from cdc_assets.schemas import field_marks, marked_fields, resolve_schema
 from cdc_assets.state import ReplicaState
 from cdc_assets.table_protocol import DESCRIPTION as TABLE_PROTOCOL_DESCRIPTION
 from cdc_assets.table_protocol import TABLE_PROTOCOL, check_table_protocol
@@ -479,41 +479,37 @@ def check_org_knows_ids(state: ReplicaState, name: str) -> dg.AssetCheckResult:
 
 
 def check_fields_readable(table: DeltaTable | None, name: str) -> dg.AssetCheckResult:
-    """Fails while the org hides a replicated field from the integration user, or a field changed type beyond what
-    its column holds (cdc_assets/field_access.py); a field deleted in the org is reported, kept with its last
-    values, and passes."""
+    """Fails while the org hides a replicated field from the integration user (cdc_assets/field_access.py); a field
+    deleted in the org is reported, kept with its last values, and passes; a field whose type changed, or that was
+    created again under its name, is followed (its column rewritten: cdc_assets/retype.py) and reported."""
     marks = marked_fields(table)
     access = FieldAccess.of(marks)
+    followed = {c: m for c, m in field_marks(table).items() if c not in marks}
     meta = {
         "fields_hidden": dg.MetadataValue.json(access.hidden),
         "fields_removed": dg.MetadataValue.json(access.removed),
-        "fields_retyped": dg.MetadataValue.json(access.retyped),
+        "fields_followed": dg.MetadataValue.json(
+            {c: {k: m.get(k) for k in ("status", "since", "type", "column", "version")} for c, m in followed.items()}
+        ),
     }
     kept = f" Deleted in the org, kept with their last values: {', '.join(access.removed)}." if access.removed else ""
-    if not access.hidden and not access.retyped:
-        return _result(FIELDS_READABLE, True, meta, f"The replica follows every replicated field.{kept}")
-    problems = []
-    if access.hidden:
-        since = ", ".join(f"{n} since {marks[n].get('since')}" for n in access.hidden)
-        problems.append(
-            f"{name}: the org hides {', '.join(access.hidden)} from the integration user (field-level security; "
-            f"{since}). The replica keeps the values it had, but no change to them reaches it. Ask an admin of the "
-            f"org to give the integration user read access again (a permission set assigned to it, with a "
-            f"FieldPermissions record granting PermissionsRead on {name}.<Field>): the next run backfills the column "
-            f"and the check passes."
-        )
-    if access.retyped:
-        changes = ", ".join(
-            f"{n} (now {marks[n].get('type')}, its column {marks[n].get('column')}, since {marks[n].get('since')})"
-            for n in access.retyped
-        )
-        problems.append(
-            f"{name}: the org changed the type of {changes} beyond what the column holds. The replica keeps the "
-            f"column with the values it had, but no change to them reaches it. Resync the replica (materialize "
-            f"salesforce/{name} with run config {{mode: resync}}, or the job resync_{name}): it rewrites the "
-            f"column with the new type and the check passes. Readers of the table and its history see the column's "
-            f"type change at that version."
-        )
+    rewritten = (
+        " Rewritten with the org's new type or new field: "
+        + ", ".join(f"{c} ({m.get('status')} at version {m.get('version')})" for c, m in sorted(followed.items()))
+        + "."
+        if followed
+        else ""
+    )
+    if not access.hidden:
+        return _result(FIELDS_READABLE, True, meta, f"The replica follows every replicated field.{kept}{rewritten}")
+    since = ", ".join(f"{n} since {marks[n].get('since')}" for n in access.hidden)
+    problems = [
+        f"{name}: the org hides {', '.join(access.hidden)} from the integration user (field-level security; "
+        f"{since}). The replica keeps the values it had, but no change to them reaches it. Ask an admin of the "
+        f"org to give the integration user read access again (a permission set assigned to it, with a "
+        f"FieldPermissions record granting PermissionsRead on {name}.<Field>): the next run backfills the column "
+        f"and the check passes."
+    ]
     return _result(
         FIELDS_READABLE,
         False,

@@ -45,8 +45,11 @@ from cdc_assets.config import SObjectConfig
 from cdc_assets.counts import DIRTY_COLUMN
 from cdc_assets.org import org_for_run
 from cdc_assets.records import SNAPSHOT, SYNCED_AT, replica_rows
+from cdc_assets.retype import RECREATED, RETYPED, columns_to_follow, follow_columns
 from cdc_assets.schemas import (
     FIELD_ACCESS_PROPERTY,
+    NOT_FOLLOWED,
+    field_marks,
     keep_describe,
     marked_fields,
     resolve_schema,
@@ -59,7 +62,7 @@ from resources.salesforce import SalesforceApiError, SalesforceResource
 
 log = logging.getLogger(__name__)
 
-HIDDEN, REMOVED, RETYPED = "hidden", "removed", "retyped"
+HIDDEN, REMOVED = "hidden", "removed"
 # What a row a backfill inserts holds besides Id, its columns and bucket: dirty since the backfill, not deleted, and
 # no position (its `_sf_commit_ts` stays null, so the reconcile that reads it whole is the first to position it).
 DIRTY_NEW = (DIRTY_COLUMN, "_sf_deleted", "_sf_source", SYNCED_AT)
@@ -76,7 +79,8 @@ class FieldAccess:
 
     hidden: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
-    retyped: list[str] = field(default_factory=list)
+    retyped: list[str] = field(default_factory=list)  # rewritten this run with the org's new type
+    recreated: list[str] = field(default_factory=list)  # rewritten this run: a new field under the old name
     returned: list[str] = field(default_factory=list)  # read again this run, and backfilled
     added: list[str] = field(default_factory=list)  # new columns this run, and backfilled
     backfilled: int = 0  # rows whose returned columns were written
@@ -86,7 +90,6 @@ class FieldAccess:
         return cls(
             hidden=sorted(n for n, m in marks.items() if m.get("status") == HIDDEN),
             removed=sorted(n for n, m in marks.items() if m.get("status") == REMOVED),
-            retyped=sorted(n for n, m in marks.items() if m.get("status") == RETYPED),
         )
 
 
@@ -111,6 +114,28 @@ def _classify(salesforce: SalesforceResource, name: str, gone: list[str], descri
     return {c: HIDDEN if c in in_events or parents.get(c) in in_events else REMOVED for c in gone}
 
 
+def _drifted(
+    sobject: SObjectConfig, table: DeltaTable, schema: ObjectSchema, describe: dict, marks: dict[str, dict]
+) -> bool:
+    """Whether the describe() kept with the table already says a column must follow its field (cdc_assets/retype.py):
+    asked again by an earlier run (events set an unknown field) that did not rewrite the column then. No API call."""
+    wanted = {f.name: f.type for f in sobject.schema_of(describe).arrow_schema()}
+    removed = {c for c, m in marks.items() if m.get("status") == REMOVED}
+    return bool(columns_to_follow(_data_columns(table, schema), wanted, removed))
+
+
+def _followed_marks(
+    follow: dict[str, str], stored: dict[str, pa.DataType], current: dict, version: int, now: datetime
+) -> dict[str, dict]:
+    """What `cdc.field_access` records of the columns rewritten this run: how, since when, the Salesforce type,
+    the column's type before, and the replica version of the rewrite."""
+    types = {f["name"]: f["type"] for f in current["fields"]}
+    return {
+        c: {"status": how, "since": now.isoformat(), "type": types[c], "column": str(stored[c]), "version": version}
+        for c, how in follow.items()
+    }
+
+
 def settle_field_access(
     sobject: SObjectConfig,
     warehouse: DeltaWarehouse,
@@ -125,13 +150,17 @@ def settle_field_access(
     force: bool = False,
 ) -> tuple[ObjectSchema, dict, DeltaTable | None, FieldAccess]:
     """The replica's schema once its hidden and removed columns are known (module docstring): marks the columns
-    whose field describe() no longer lists, backfills those that came back, keeps the describe() asked with the
-    table. `fresh`: `describe` is the org's, asked this run; `force`: ask the org even if nothing is marked hidden
-    (a read failed with INVALID_FIELD). Returns the schema, its describe(), the table and what was done."""
-    marks = marked_fields(table)
+    whose field describe() no longer lists, backfills those that came back, rewrites those whose field changed
+    type or was created again (cdc_assets/retype.py), keeps the describe() asked with the table. `fresh`:
+    `describe` is the org's, asked this run; `force`: ask the org even if nothing is marked hidden (a read failed
+    with INVALID_FIELD, or gave a value its column cannot hold). Returns the schema, its describe(), the table and
+    what was done."""
+    entries = field_marks(table)
+    marks = {c: m for c, m in entries.items() if m.get("status") in NOT_FOLLOWED}
     if table is None or sobject.describe_path or salesforce is None:
         return schema, describe, table, FieldAccess.of(marks)
-    if not (fresh or force or any(m.get("status") == HIDDEN for m in marks.values())):
+    drifted = not (fresh or force) and _drifted(sobject, table, schema, describe, marks)
+    if not (fresh or force or drifted or any(m.get("status") == HIDDEN for m in marks.values())):
         return schema, describe, table, FieldAccess.of(marks)
     kept = stored_describe(warehouse, sobject.name, table=table) or describe  # as the table last knew the org
     current = describe if fresh else salesforce.describe_fresh(sobject.name)
@@ -140,9 +169,12 @@ def settle_field_access(
     selected = sobject.schema_of(current)
     stored = _data_columns(table, schema)
     gone = [c for c in stored if c not in listed and selected.selects(c)]
-    retyped = {} if fresh else _retyped(stored, selected, {f["name"]: f for f in current["fields"]}, marks, now)
+    removed = {c for c, m in marks.items() if m.get("status") == REMOVED}
+    # A full copy writes every column with the org's type anyway; any other run rewrites those that must follow.
+    wanted = {f.name: f.type for f in selected.arrow_schema()}
+    follow = {} if fresh else columns_to_follow(stored, wanted, removed)
     # Back in describe() as the column holds it: backfilled now (a full copy reads every column anyway).
-    returned = [] if fresh else sorted(c for c in marks if c in listed and c not in retyped)
+    returned = [] if fresh else sorted(c for c in marks if c in listed and c not in follow)
     to_classify = [c for c in gone if marks.get(c, {}).get("status") != REMOVED]
     status = _classify(salesforce, sobject.name, to_classify, kept) if to_classify else {}
     new_marks = {
@@ -164,23 +196,45 @@ def settle_field_access(
                 if mark["status"] == HIDDEN
                 else "no longer has it (deleted)",
             )
-    new_marks |= retyped
+    # Changes followed earlier stay recorded, unless the column is kept unfollowed now or followed again.
+    earlier = {c: m for c, m in entries.items() if c not in marks and c not in new_marks and c not in follow}
+    # The marks commit comes first (version + 1), the rewrite next (version + 2): a crash between them leaves the
+    # mismatch, which the next run rewrites again.
+    new_entries = new_marks | earlier | _followed_marks(follow, stored, current, table.version() + 2, now)
     # Fields the org lists that the table has no column for (added, or made readable, since): a full copy writes
     # them anyway; any other run adds their columns and backfills them.
     added = [] if fresh else new_columns({f.name for f in table.schema().fields}, selected)
-    if new_marks == marks and not returned and not added:
+    if new_entries == entries and not returned and not added and not follow:
         return schema, describe, table, FieldAccess.of(marks)
     org_for_run(warehouse, table, salesforce, sobject.name)  # another org's replica: refused before any write
-    if new_marks != marks or added:
-        keep_describe(table, current, {FIELD_ACCESS_PROPERTY: json.dumps(new_marks, sort_keys=True)})
+    if new_entries != entries or added or follow:
+        keep_describe(table, current, {FIELD_ACCESS_PROPERTY: json.dumps(new_entries, sort_keys=True)})
         table = warehouse.table(sobject.name)
     schema, describe = resolve_schema(sobject, warehouse, salesforce, table=table)
     access = FieldAccess.of(new_marks)
+    if follow:
+        for c, how in sorted(follow.items()):
+            log.warning(
+                "%s.%s: %s in the org (now %s; the column held %s): the column is rewritten with the org's type and "
+                "values",
+                sobject.name,
+                c,
+                "its type changed" if how == RETYPED else "created again under its name",
+                new_entries[c]["type"],
+                stored[c],
+            )
+        assert table is not None, "the marks commit above loaded it"
+        table, written = follow_columns(warehouse, salesforce, schema, table, sorted(follow), run_id=run_id, now=now)
+        access.retyped = sorted(c for c, how in follow.items() if how == RETYPED)
+        access.recreated = sorted(c for c, how in follow.items() if how == RECREATED)
+        access.backfilled += written
     if returned or added:
         if added:
             log.info("%s: describe() lists fields the replica has no column for: %s", sobject.name, added)
         access.returned, access.added = returned, added
-        access.backfilled = backfill_columns(warehouse, salesforce, schema, [*returned, *added], run_id=run_id, now=now)
+        access.backfilled += backfill_columns(
+            warehouse, salesforce, schema, [*returned, *added], run_id=run_id, now=now
+        )
         table = warehouse.table(sobject.name)
     return schema, describe, table, access
 
@@ -213,38 +267,6 @@ def new_columns(have: set[str], schema: ObjectSchema) -> list[str]:
     """The columns of `schema` a table with the columns `have` lacks, less formula columns (their own refresh runs
     write them): what a backfill from the org fills."""
     return [c for c in schema.column_names if c not in have and c not in schema.formula_names]
-
-
-def _retyped(
-    stored: dict[str, pa.DataType], selected: ObjectSchema, fields: dict[str, dict], marks: dict, now: datetime
-) -> dict[str, dict]:
-    """Marks for the columns whose field the org now types as the column cannot hold (Number to Text, say): the
-    replica keeps the column with its values and stops following the field until a resync rewrites it with the new
-    type. A change the column holds as it is (a longer Text, a larger Number, picklist to multi-select) needs
-    nothing: a Delta string has no length and a double no precision."""
-    wanted = {f.name: f.type for f in selected.arrow_schema()}
-    marks_out = {}
-    for c, column_type in stored.items():
-        if c not in wanted or wanted[c] == column_type:
-            continue
-        was = marks.get(c, {})
-        since = was.get("since") if was.get("status") == RETYPED else None
-        if since is None:
-            log.warning(
-                "%s.%s: the org now types it %s, which the column (%s) cannot hold; the replica keeps the column "
-                "with its values and no longer follows the field until a resync rewrites it",
-                selected.name,
-                c,
-                fields[c]["type"],
-                column_type,
-            )
-        marks_out[c] = {
-            "status": RETYPED,
-            "since": since or now.isoformat(),
-            "type": fields[c]["type"],
-            "column": str(column_type),
-        }
-    return marks_out
 
 
 def add_columns(warehouse: DeltaWarehouse, schema: ObjectSchema, columns: list[str]) -> DeltaTable:
@@ -333,6 +355,7 @@ def field_access_metadata(access: FieldAccess) -> dict[str, dg.MetadataValue]:
         "fields_hidden": dg.MetadataValue.json(access.hidden),
         "fields_removed": dg.MetadataValue.json(access.removed),
         "fields_retyped": dg.MetadataValue.json(access.retyped),
+        "fields_recreated": dg.MetadataValue.json(access.recreated),
         "fields_backfilled": dg.MetadataValue.json([*access.returned, *access.added]),
         "fields_added": dg.MetadataValue.json(access.added),
         "field_backfill_rows": dg.MetadataValue.int(access.backfilled),

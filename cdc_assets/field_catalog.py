@@ -4,7 +4,7 @@ beside the replica, so analysts read labels, types and picklist labels the way S
 One row per field describe() lists (`kind` "field": API name, label, Salesforce type, length, precision, scale,
 nillable, custom, calculated, the objects a reference points to, picklist values with their labels; `replicated`:
 whether it is a column of the replica), one per column the replica keeps for a field the org no longer serves or
-types otherwise (`status` hidden, removed or retyped, from `cdc.field_access`: cdc_assets/field_access.py; `status`
+types otherwise (`status` hidden or removed; retyped or recreated for a column rewritten to follow it; from `cdc.field_access`: cdc_assets/field_access.py; `status`
 binary for a base64 field, never replicated: object_schema/describe.py `BINARY_REASON`), and one per record type
 (`kind` "record_type": name, label, id, active, default; describe()'s `recordTypeInfos`).
 
@@ -22,7 +22,7 @@ import json
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from cdc_assets.schemas import marked_fields, stored_describe
+from cdc_assets.schemas import field_marks, stored_describe
 from object_schema.describe import BINARY_TYPES, ObjectSchema
 from resources.delta import DeltaWarehouse
 
@@ -118,7 +118,7 @@ def refresh_field_catalog(
     describe = stored_describe(warehouse, schema.name, table=table) if table is not None else None
     if table is None or not describe:
         return None
-    marks = marked_fields(table)
+    marks = field_marks(table)  # kept columns (hidden, removed) and followed ones (retyped, recreated)
     columns = [f.name for f in table.schema().fields]
     text = json.dumps([describe, marks, columns], sort_keys=True, default=str)
     fingerprint = hashlib.sha256(text.encode()).hexdigest()[:32]

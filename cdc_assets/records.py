@@ -22,6 +22,19 @@ SNAPSHOT, RECONCILE, POLL = "snapshot", "reconcile", "poll"
 SYNCED_AT = "_sf_synced_at"
 
 
+class ValueDoesNotFit(ValueError):
+    """An org value its replica column's type cannot hold: the field's type changed in the org (or the field was
+    deleted and created again with another type) since the replica learned it. Never a run failure: the replica
+    asks describe() again and follows the field (cdc_assets/retype.py), then reads again."""
+
+    def __init__(self, object_name: str, column: str, column_type: pa.DataType, detail: str):
+        self.object_name, self.column, self.column_type = object_name, column, column_type
+        super().__init__(
+            f"{object_name}.{column}: the org gave a value the column ({column_type}) cannot hold ({detail}); "
+            "its type changed in the org"
+        )
+
+
 def cast_text(column: pa.Array, target: pa.DataType) -> pa.Array:
     """Org text (CSV, REST JSON as text) -> the replica type `target`; an empty value is null."""
     column = pc.if_else(pc.equal(column, ""), pa.scalar(None, pa.string()), column)
@@ -33,6 +46,14 @@ def cast_text(column: pa.Array, target: pa.DataType) -> pa.Array:
     if pa.types.is_boolean(target):
         return pc.equal(pc.utf8_lower(column), "true")
     return pc.cast(column, target)
+
+
+def _typed(column: pa.Array, target: pa.DataType, object_name: str, name: str) -> pa.Array:
+    try:
+        return cast_text(column, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        # The Arrow message quotes the value: org data, which stays out of logs.
+        raise ValueDoesNotFit(object_name, name, target, type(exc).__name__) from exc
 
 
 def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at: datetime) -> pa.Table:
@@ -48,7 +69,7 @@ def replica_rows(text: pa.Table, schema: ObjectSchema, *, source: str, synced_at
     cols = {}
     for c, _ in schema.columns:
         field = target.field(c)
-        cols[c] = cast_text(text[c].combine_chunks(), field.type) if c in have else pa.nulls(n, field.type)
+        cols[c] = _typed(text[c].combine_chunks(), field.type, schema.name, c) if c in have else pa.nulls(n, field.type)
     if schema.hashed:  # replication.yaml `hash:` (object_schema/hashing.py): never stored in clear
         salt = hash_salt()
         cols |= {c: hash_arrow(cols[c], salt) for c in schema.hashed}

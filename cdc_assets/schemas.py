@@ -26,8 +26,14 @@ DESCRIBE_PROPERTY = "cdc.describe"  # a describe() asked again during a run (the
 FIELD_ACCESS_PROPERTY = "cdc.field_access"
 
 
-def marked_fields(table: DeltaTable | None) -> dict[str, dict]:
-    """The columns the table records as hidden, removed or retyped (`FIELD_ACCESS_PROPERTY`; an unreadable one: none)."""
+# Statuses of the columns kept that no longer follow their field (the org hides or deleted it); the other statuses
+# record a change the column followed (retyped, re-created: cdc_assets/retype.py).
+NOT_FOLLOWED = frozenset({"hidden", "removed"})
+
+
+def field_marks(table: DeltaTable | None) -> dict[str, dict]:
+    """Every column the table records in `FIELD_ACCESS_PROPERTY` (an unreadable one: none): hidden, removed,
+    retyped or re-created."""
     if table is None:
         return {}
     text = table.metadata().configuration.get(FIELD_ACCESS_PROPERTY)
@@ -36,6 +42,11 @@ def marked_fields(table: DeltaTable | None) -> dict[str, dict]:
     except ValueError:
         return {}
     return {k: v for k, v in marks.items() if isinstance(v, dict)} if isinstance(marks, dict) else {}
+
+
+def marked_fields(table: DeltaTable | None) -> dict[str, dict]:
+    """The columns the table keeps for a field it no longer follows: hidden or removed (`NOT_FOLLOWED`)."""
+    return {k: v for k, v in field_marks(table).items() if v.get("status") in NOT_FOLLOWED}
 
 
 def describe_note(describe: dict | None) -> str | None:
@@ -121,9 +132,20 @@ def resolve_schema(
             if f.name not in known and not f.name.startswith("_sf_")
         }
         schema = schema.with_columns(extra) if extra else schema
-        # A column marked because its field changed type beyond what it holds is one describe() still lists.
+        # A column marked hidden or removed whose name describe() lists again (a new field under an old name) is
+        # no column of the schema until its rewrite (cdc_assets/retype.py) clears the mark.
         schema = schema.without_columns(marked_fields(table))
     return schema, describe
+
+
+def retyped_columns(table: DeltaTable | None, schema: ObjectSchema) -> list[str]:
+    """The columns of `table` that `schema` types otherwise: a field whose type changed in the org. No writer but
+    their rewrite (cdc_assets/retype.py, at the start of the next run) writes them: it reads their values from the
+    org, and a fold of values of the new type into the old column would fail."""
+    if table is None:
+        return []
+    stored = {f.name: f.type for f in pa.schema(table.schema().to_arrow())}
+    return [f.name for f in schema.arrow_schema() if f.name in stored and stored[f.name] != f.type]
 
 
 def _sf_type(arrow_type: pa.DataType) -> str:
@@ -186,8 +208,9 @@ class DescribeRefresh:
         self.describe: dict | None = None
 
     def __call__(self) -> ObjectSchema:
-        schema, self.describe = resolve_schema(self.sobject, self.warehouse, self.salesforce, fresh=True)
-        return schema
+        table = self.warehouse.table(self.sobject.name)
+        schema, self.describe = resolve_schema(self.sobject, self.warehouse, self.salesforce, fresh=True, table=table)
+        return schema.without_columns(retyped_columns(table, schema))
 
     def keep(self) -> bool:
         """Keep the describe() asked again with the table; True if that was a commit (the table moved on)."""

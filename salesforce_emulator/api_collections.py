@@ -3,7 +3,9 @@
 Each call is one database transaction, so its changes share one ``transactionKey`` in the CDC stream; the same
 change applied to consecutive records becomes one event naming all of them. ``allOrNone`` is honoured with
 savepoints: a failing record rolls back alone, or (allOrNone) the whole call rolls back and the other records
-report ``ALL_OR_NONE_OPERATION_ROLLED_BACK``, as in Salesforce.
+report ``ALL_OR_NONE_OPERATION_ROLLED_BACK``, as in Salesforce. Each record is checked as a single write checks it
+(``api_rest.check_write``): a field the caller cannot read is ``INVALID_FIELD``, permission records are the admin's;
+composite subrequests run as the caller.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
+from salesforce_emulator.api_rest import check_write
 from salesforce_emulator.changes import Transaction, normalize_id
 from salesforce_emulator.errors import ApiError
 from salesforce_emulator.schema import BY_PREFIX
@@ -48,7 +51,7 @@ def _run_records(
         raise ApiError(400, "EXCEEDED_ID_LIMIT", f"record limit exceeded: at most {MAX_RECORDS} records per call")
     results: list[dict[str, Any]] = []
     try:
-        with api.store.transaction(origin=req.origin) as txn:
+        with api.store.transaction(req.user_id or None, origin=req.origin) as txn:
             for item in items:
                 try:
                     with txn.savepoint():
@@ -87,7 +90,9 @@ def collection_create(api: Api, req: Request) -> Response:
     records, all_or_none = _body(req)
 
     def apply(txn: Transaction, record: dict[str, Any]) -> str:
-        return txn.create(_type_of(record), {k: v for k, v in record.items() if k != "attributes"})
+        fields = {k: v for k, v in record.items() if k != "attributes"}
+        check_write(api, req, api.store.resolve(_type_of(record)), fields, None)
+        return txn.create(_type_of(record), fields)
 
     return _run_records(api, req, records, all_or_none, apply)
 
@@ -98,7 +103,9 @@ def collection_update(api: Api, req: Request) -> Response:
     def apply(txn: Transaction, record: dict[str, Any]) -> str:
         record_id = normalize_id(record.get("id") or record.get("Id") or "")
         fields = {k: v for k, v in record.items() if k not in ("attributes", "id", "Id")}
-        txn.update(_type_of(record), record_id, fields)
+        obj = api.store.resolve(_type_of(record))
+        check_write(api, req, obj, fields, txn.get(obj.name, record_id))
+        txn.update(obj.name, record_id, fields)
         return record_id
 
     return _run_records(api, req, records, all_or_none, apply)
@@ -142,7 +149,7 @@ def composite(api: Api, req: Request) -> Response:
     outputs: list[dict[str, Any]] = []
     bodies: dict[str, Any] = {}
     try:
-        with api.store.transaction(origin=req.origin) as txn:
+        with api.store.transaction(req.user_id or None, origin=req.origin) as txn:
             failed = False
             for sub in subrequests:
                 ref = sub.get("referenceId", "")
@@ -176,6 +183,7 @@ def composite(api: Api, req: Request) -> Response:
                         req.headers,
                         json.dumps(payload).encode() if payload is not None else b"",
                     )
+                    inner.user_id = req.user_id  # the caller's session: its field-level security, its name
                     try:
                         with txn.savepoint():
                             response = api.dispatcher.handle(inner, nested=True)

@@ -6,8 +6,10 @@
 ``scale``, ``valueSet``). Each change replaces the object's definition in the store (``Store.replace_object``): every
 API then serves the new field list, and the object's change events carry a new schema id, which the Pub/Sub API's
 GetSchema serves, as it keeps serving the ids of earlier versions (events published before the change keep theirs).
-A deleted field leaves every API at once; its values stay in the org's table, unreachable (Salesforce keeps a
-deleted custom field's data for 15 days for an undelete, which the emulator does not offer).
+A deleted field leaves every API at once, its developer name gets ``_del`` appended (Help, "Manage Deleted Custom
+Fields"), so a new field may take its name, starting with no values; the old values stay in the org's table,
+unreachable (Salesforce keeps a deleted custom field's data for 15 days for an undelete, which the emulator does not
+offer).
 
 **Field-level security** (FLS): ``PermissionSet``, ``FieldPermissions`` and ``PermissionSetAssignment`` are
 records, created, queried, updated and deleted through REST as in a real org (Object Reference, "FieldPermissions":
@@ -287,10 +289,14 @@ class OrgSetup:
                 self.store.conn.execute(f"UPDATE {table} SET {column} = ROUND(CAST({column} AS REAL), {scale})")
             elif fld.type == "boolean":
                 self.store.conn.execute(f"UPDATE {table} SET {column} = COALESCE({column}, ?)", (fld.default,))
-            elif fld.length is not None:  # text: numbers become their text, longer values are cut to the length
+            elif fld.length is not None:
+                # Text: "Changing to Number from any other type" may lose data, to Text keeps it (Help,
+                # "Considerations for Converting the Field Type of a Custom Field"): a number becomes its decimal
+                # text as the org shows it (12, not 12.0), longer values are cut to the length.
                 self.store.conn.execute(
-                    f"UPDATE {table} SET {column} = substr(CAST({column} AS TEXT), 1, {fld.length}) "
-                    f"WHERE {column} IS NOT NULL"
+                    f"UPDATE {table} SET {column} = substr(CASE WHEN typeof({column}) = 'real' AND {column} = "
+                    f"CAST({column} AS INTEGER) THEN CAST(CAST({column} AS INTEGER) AS TEXT) ELSE CAST({column} AS "
+                    f"TEXT) END, 1, {fld.length}) WHERE {column} IS NOT NULL"
                 )
             self.store.conn.execute(
                 "UPDATE _custom_fields SET metadata = ?, field = ? WHERE Id = ?",
@@ -302,7 +308,17 @@ class OrgSetup:
         with self.store.lock:
             row = self.custom_field(field_id)
             obj = self.store.resolve(row["object"])
-            self.store.conn.execute("UPDATE _custom_fields SET deleted = 1 WHERE Id = ?", (field_id,))
+            # "When deleted, ... '_del' [is] appended to the end of a custom field's developer name unless a deleted
+            # field already has that developer name" (Help, "Manage Deleted Custom Fields"): the name is free for a
+            # new field, whose values start empty (create_field).
+            deleted_name = row["name"].removesuffix("__c") + "_del__c"
+            taken = self.store.select(
+                "SELECT 1 FROM _custom_fields WHERE object = ? AND name = ? AND deleted = 1", (obj.name, deleted_name)
+            )
+            self.store.conn.execute(
+                "UPDATE _custom_fields SET deleted = 1, name = ? WHERE Id = ?",
+                (row["name"] if taken else deleted_name, field_id),
+            )
             # The field's permissions go with it (a new field of the same name starts with none).
             self.store.conn.execute('DELETE FROM "FieldPermissions" WHERE Field = ?', (f"{obj.name}.{row['name']}",))
             self._swap(obj, [f for f in obj.fields if f.name != row["name"]])

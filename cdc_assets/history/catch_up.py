@@ -30,6 +30,7 @@ from cdc_assets.changefeed.rows import plain
 from cdc_assets.faults import fault_point
 from cdc_assets.history.chain import IS_CURRENT, VERSION, chain, history_schema, sync_versions
 from cdc_assets.history.stage import history_name
+from cdc_assets.retype import retype_history
 from cdc_assets.state import REPLICA_STATE, HistoryState
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import CHANGE_FEED, DeltaWarehouse, aligned_arrow
@@ -120,6 +121,8 @@ def catch_up(warehouse: DeltaWarehouse, schema: ObjectSchema, *, run_id: str) ->
     replica, history = warehouse.table(name), warehouse.table(history_name(name))
     if replica is None or history is None:
         return result
+    # A replica column rewritten with its field's new type (cdc_assets/retype.py): the history's follows first.
+    history = retype_history(warehouse, history_name(name), history, target, app=HISTORY_APP)
     through, latest = history.transaction_version(HISTORY_APP) or 0, replica.version()
     data_columns = [c for c, _ in schema.columns]
     commits = {int(c["version"]): c for c in replica.history(latest - through + 1)} if through <= latest else {}

@@ -4,9 +4,11 @@ platform run through Dagster's real materialize() and its sensors."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import dagster as dg
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from harness import Platform
@@ -19,7 +21,7 @@ from cdc_assets.assets import replica_key
 from cdc_assets.checks import FIELDS_READABLE, SCHEMA, UNIQUE_ID
 from cdc_assets.history.checks import HISTORY_MATCHES_REPLICA
 from cdc_assets.history.stage import history_name
-from cdc_assets.schemas import marked_fields
+from cdc_assets.schemas import field_marks, marked_fields
 from resources.delta import read_table
 from salesforce_emulator import Emulator
 from salesforce_emulator.client import simple_salesforce_client
@@ -237,62 +239,189 @@ def describe_run(platform: Platform) -> dg.ExecuteInProcessResult:
     return result
 
 
-def test_a_type_change_the_column_holds_is_followed_and_one_it_cannot_hold_fails_a_check_until_a_resync(tmp_path, org):
-    admin = admin_of(org)
+def add_score(emu: Emulator, metadata: dict | None = None) -> str:
+    """The admin adds Account.Score__c (Number(8,2) unless `metadata` says otherwise), readable by the integration
+    user; returns its CustomField id."""
+    admin = admin_of(emu)
     field_id = admin.restful(
         "tooling/sobjects/CustomField",
         method="POST",
         json={
             "FullName": f"Account.{SCORE}",
-            "Metadata": {"type": "Number", "label": "Score", "precision": 8, "scale": 2},
+            "Metadata": metadata or {"type": "Number", "label": "Score", "precision": 8, "scale": 2},
         },
     )["id"]
-    permission_set = admin.PermissionSet.create({"Name": "Replication", "Label": "Replication"})["id"]
-    admin.PermissionSetAssignment.create({"AssigneeId": org.store.default_user_id, "PermissionSetId": permission_set})
+    sets = admin.query("SELECT Id FROM PermissionSet WHERE Name = 'Replication'")["records"]
+    permission_set = (
+        sets[0]["Id"] if sets else admin.PermissionSet.create({"Name": "Replication", "Label": "Replication"})["id"]
+    )
+    if not sets:
+        admin.PermissionSetAssignment.create(
+            {"AssigneeId": emu.store.default_user_id, "PermissionSetId": permission_set}
+        )
     grant = {"ParentId": permission_set, "SobjectType": "Account", "Field": f"Account.{SCORE}", "PermissionsRead": True}
     admin.FieldPermissions.create(grant)
-    Workload(org, seed=5).build_org(accounts=4)
-    ids = org.store.ids("Account")
-    set_scores(org, {ids[0]: 12.5, ids[1]: 7.25})
-    platform = make_platform(tmp_path, org, objects=["Account"])
-    assert platform.run().success
-    assert platform.rows("Account")[ids[0]][SCORE] == 12.5
+    return field_id
 
-    # Number(8,2) -> Number(16,4): the double column holds it; nothing to mark, new values follow.
-    admin.restful(
-        f"tooling/sobjects/CustomField/{field_id}", method="PATCH", json={"Metadata": {"precision": 16, "scale": 4}}
-    )
-    describe_run(platform)
-    assert marked_fields(platform.delta_table("Account")) == {} and readable_check(platform).passed
-    set_scores(org, {ids[1]: 123456789.1234})
-    assert catch_up(platform, org).success
-    assert platform.rows("Account")[ids[1]][SCORE] == 123456789.1234
 
-    # Number -> Text: a double column cannot hold text. Marked, kept with its values, never written, a failing check.
-    admin.restful(
+def to_text(emu: Emulator, field_id: str) -> None:
+    admin_of(emu).restful(
         f"tooling/sobjects/CustomField/{field_id}",
         method="PATCH",
         json={"Metadata": {"type": "Text", "length": 255, "precision": None, "scale": None}},
     )
-    result = describe_run(platform)
-    assert platform.materialization(result, "Account")["fields_retyped"] == [SCORE]
-    mark = marked_fields(platform.delta_table("Account"))[SCORE]
-    assert mark["status"] == "retyped" and mark["type"] == "string" and mark["column"] == "double"
-    set_scores(org, {ids[0]: "gold"})
-    with org.store.transaction() as txn:
-        txn.update("Account", ids[2], {"Phone": "555 0102"})
-    result = catch_up(platform, org)
-    assert result.success and platform.materialization(result, "Account")["values_invalid"] == 0
-    rows = platform.rows("Account")
-    assert rows[ids[0]][SCORE] == 12.5 and rows[ids[2]]["Phone"] == "555 0102"  # nothing written that does not fit
-    check = readable_check(platform)
-    assert not check.passed and SCORE in (check.description or "") and "resync" in (check.description or "")
 
-    resync = dg.RunRequest(asset_selection=[replica_key("Account")], run_config=mode_run_config({"Account": "resync"}))
-    assert platform.execute(resync).success
+
+def scored(tmp_path, org: Emulator, **platform_options) -> tuple[Platform, list[str], str]:
+    field_id = add_score(org)
+    Workload(org, seed=5).build_org(accounts=4)
+    ids = org.store.ids("Account")
+    set_scores(org, {ids[0]: 12.5, ids[1]: 7.0})
+    platform = Platform(
+        tmp_path / "p",
+        None,
+        ["Account"],
+        TEST_SPARK_CONF,
+        salesforce=resource(org),
+        initial_load=True,
+        **platform_options,
+    )
+    assert platform.run().success
+    assert platform.rows("Account")[ids[0]][SCORE] == 12.5
+    return platform, ids, field_id
+
+
+def column_type(platform: Platform, name: str, table: str = "Account") -> str:
+    return str(pa.schema(platform.delta_table(table).schema().to_arrow()).field(name).type)
+
+
+def test_a_type_change_the_column_holds_changes_nothing_and_one_it_cannot_hold_rewrites_that_column_alone(
+    tmp_path, org
+):
+    platform, ids, field_id = scored(tmp_path, org)
+
+    # Number(8,2) -> Number(16,4): the double column holds it; nothing is rewritten, new values follow.
+    admin_of(org).restful(
+        f"tooling/sobjects/CustomField/{field_id}", method="PATCH", json={"Metadata": {"precision": 16, "scale": 4}}
+    )
+    version = platform.delta_table("Account").version()
+    result = describe_run(platform)
+    assert platform.materialization(result, "Account")["fields_retyped"] == []
+    assert platform.delta_table("Account").version() == version  # no rewrite, no commit
+    set_scores(org, {ids[1]: 123456789.1234})
+    assert catch_up(platform, org).success
+    assert platform.rows("Account")[ids[1]][SCORE] == 123456789.1234
+
+    # Number -> Text: the org keeps the values as text; the column takes the new type and the org's values.
+    before = platform.rows("Account")
+    to_text(org, field_id)
+    result = describe_run(platform)
+    meta = platform.materialization(result, "Account")
+    assert meta["fields_retyped"] == [SCORE] and meta["fields_backfilled"] == []
+    assert column_type(platform, SCORE) == "string"
     rows = platform.rows("Account")
-    assert rows[ids[0]][SCORE] == "gold" and rows[ids[1]][SCORE] == "123456789.1234"
-    assert marked_fields(platform.delta_table("Account")) == {} and readable_check(platform).passed
+    assert [rows[i][SCORE] for i in ids] == ["12.5", "123456789.1234", None, None]
+    # That column alone: every other value, and each row's position, as the replica had them.
+    changed = {k for i in ids for k, v in rows[i].items() if k != SCORE and v != before[i][k]}
+    assert changed == set()
+    mark = field_marks(platform.delta_table("Account"))[SCORE]
+    assert mark["status"] == "retyped" and mark["type"] == "string" and mark["column"] == "double"
+    assert marked_fields(platform.delta_table("Account")) == {}  # followed: nothing kept unfollowed
+    check = readable_check(platform)
+    assert check.passed and "retyped" in (check.description or "")
+    catalog = {r["name"]: r for r in platform.table("Account__fields")}
+    assert catalog[SCORE]["status"] == "retyped" and catalog[SCORE]["type"] == "string"
+
+    set_scores(org, {ids[0]: "gold"})  # a value only the new type holds, carried by its event
+    assert catch_up(platform, org).success
+    assert platform.rows("Account")[ids[0]][SCORE] == "gold"
+    assert differences(org, "Account", platform.rows("Account")) == []
+
+
+def test_a_reconcile_that_reads_a_value_its_column_cannot_hold_rewrites_the_column_and_fails_no_run(tmp_path, org):
+    platform, ids, field_id = scored(tmp_path, org)
+    to_text(org, field_id)  # no describe run: the platform learns it from the value it reads
+    org.set_faults(gap_fraction=1.0)
+    set_scores(org, {ids[0]: "O'Brien"})
+    org.set_faults(gap_fraction=0.0)
+    assert catch_up(platform, org).success
+    assert platform.rows("Account")[ids[0]]["_sf_dirty_since"] is not None
+    assert [r.tags["cdc/mode"] for r in run_sensor_requests(platform)] == ["reconcile"]  # succeeded (else it raises)
+    meta = platform.materialization_of("Account")
+    assert meta["fields_retyped"] == [SCORE]
+    rows = platform.rows("Account")
+    assert rows[ids[0]][SCORE] == "O'Brien" and rows[ids[0]]["_sf_dirty_since"] is None and rows[ids[1]][SCORE] == "7"
+    assert differences(org, "Account", platform.rows("Account")) == []
+
+
+def test_a_value_that_does_not_fit_is_a_typed_error_naming_the_column_not_the_value():
+    from cdc_assets.records import ValueDoesNotFit, replica_rows
+    from object_schema.describe import ObjectSchema
+
+    describe = {
+        "name": "Account",
+        "fields": [
+            {"name": "Id", "type": "id"},
+            {"name": SCORE, "type": "double"},
+            {"name": "SystemModstamp", "type": "datetime"},
+        ],
+    }
+    text = pa.table({"Id": ["001000000000001AAA"], SCORE: ["O'Brien"], "SystemModstamp": ["2026-12-07T00:00:00Z"]})
+    with pytest.raises(ValueDoesNotFit) as raised:
+        replica_rows(text, ObjectSchema.from_describe(describe), source="reconcile", synced_at=datetime.now(UTC))
+    assert raised.value.column == SCORE and "O'Brien" not in str(raised.value)
+
+
+def test_a_field_deleted_and_created_again_with_another_type_is_a_new_column_with_the_new_fields_values_only(
+    tmp_path, org
+):
+    field_id, _ = add_readable_field(org)  # Text(40)
+    platform, ids = loaded(tmp_path, org)
+    admin = admin_of(org)
+    admin.restful(f"tooling/sobjects/CustomField/{field_id}", method="DELETE")
+    assert describe_run(platform)  # seen deleted: marked removed, kept with its values
+    assert marked_fields(platform.delta_table("Account"))[FIELD]["status"] == "removed"
+
+    # The name is free again ("_del" appended to the deleted one's): a Number(6,1) takes it, with new values.
+    admin.restful(
+        "tooling/sobjects/CustomField",
+        method="POST",
+        json={
+            "FullName": f"Account.{FIELD}",
+            "Metadata": {"type": "Number", "label": "Tier", "precision": 6, "scale": 1},
+        },
+    )
+    permission_set = admin.query("SELECT Id FROM PermissionSet")["records"][0]["Id"]
+    admin.FieldPermissions.create(
+        {"ParentId": permission_set, "SobjectType": "Account", "Field": f"Account.{FIELD}", "PermissionsRead": True}
+    )
+    set_tiers(org, {ids[1]: 12.5})
+    result = describe_run(platform)
+    assert platform.materialization(result, "Account")["fields_recreated"] == [FIELD]
+    assert column_type(platform, FIELD) == "double"
+    rows = platform.rows("Account")
+    assert [rows[i][FIELD] for i in ids] == [None, 12.5, None, None]  # never an old "Tier n"
+    mark = field_marks(platform.delta_table("Account"))[FIELD]
+    assert mark["status"] == "recreated" and mark["type"] == "double" and mark["column"] == "string"
+    # The old values stay in the versions before the rewrite (Delta time travel), which the mark names.
+    old = DeltaTable(str(platform.delta_table("Account").table_uri), version=mark["version"] - 1)
+    assert "Tier 0" in old.to_pyarrow_table(columns=[FIELD])[FIELD].to_pylist()
+    assert catch_up(platform, org).success  # the update's event (its other fields) applies over the rewrite
+    assert differences(org, "Account", platform.rows("Account")) == []
+
+
+def test_a_retyped_column_reaches_the_history_which_retypes_its_own_and_keeps_earlier_versions(tmp_path, org):
+    platform, ids, field_id = scored(tmp_path, org, history=True)
+    to_text(org, field_id)
+    set_scores(org, {ids[1]: "seven"})
+    result = describe_run(platform)
+    assert platform.check_results(result, "Account")[HISTORY_MATCHES_REPLICA].passed
+    assert column_type(platform, SCORE, history_name("Account")) == "string"
+    versions = sorted(
+        (v for v in platform.table(history_name("Account")) if v["Id"] == ids[1]), key=lambda v: v["_version"]
+    )
+    # The earlier version keeps its value as the new type holds it; the rewrite made one version with the org's.
+    assert [v[SCORE] for v in versions] == ["7", "seven"] and versions[-1]["_is_current"]
 
 
 def test_the_field_catalog_holds_labels_types_picklist_values_record_types_and_follows_describe(tmp_path, org):

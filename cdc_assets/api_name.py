@@ -1,5 +1,5 @@
 """`ApiName`: the config models' type of an object or field name (replication.yaml `name`, `fields`, `hash`,
-`formulas.fields`), checked against Salesforce's API-name rule (spark_ops/names.py, the rule the parsers apply too).
+`formulas.fields`), checked against Salesforce's API-name rule (shared/names.py, the rule the parsers apply too).
 
 A name becomes a table folder, a Dagster asset key, a subscriber topic and a SOQL identifier: `../../etc` would name
 a folder outside the warehouse, `Name FROM User --` would change a query.
@@ -11,7 +11,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator
 
-from spark_ops.names import API_NAME_RULE, is_api_name
+from shared.names import API_NAME_RULE, is_api_name
 
 
 def check_api_name(name: str) -> str:

@@ -27,7 +27,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from cdc_assets.closure import Cut, held_back, overflows, pending_resync
 from cdc_assets.diffs import DIFF_COUNTS, RESOLVE_INPUT, resolve_frame_diffs
-from cdc_assets.faults import fault_point
 from cdc_assets.history.stage import before_overflow, stage_versions
 from cdc_assets.prepare import DRIFT_COUNTS, meet_describe
 from cdc_assets.records import stamped
@@ -36,6 +35,7 @@ from cdc_assets.timing import Stopwatch
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow, next_version
 from resources.spark import from_arrow, to_arrow
+from shared.faults import fault_point
 from spark_ops.fold import CHANGED, INSERTED, NAMES_TO_FETCH, NEWLY_DIRTY, SUMMED, fold_changes
 from spark_ops.history import transaction_versions
 

@@ -6,7 +6,7 @@ missing them with nothing to repair it. Salesforce's own signal for "changes wer
 record by record" is `GAP_OVERFLOW`, which the platform already turns into a full resync of the entity (docs/design/contract.md §7:
 `cdc_assets/closure.py` records it as pending, the reconciliation sensor requests the resync). So each damaged file
 (`ReadResult.damaged`) adds one `GAP_OVERFLOW` line per object its lost content names, or per replicated object when
-that is unknown, in the subscriber's marker shape (`cdc_subscriber/markers.py`). They are parsed, deduplicated and
+that is unknown, in the subscriber's marker shape (`shared/markers.py`). They are parsed, deduplicated and
 committed with the batch's lines, so a crash before the commit leaves nothing of them. Their source is line 0 of
 `_damaged/<path>`, not of the file itself: the parse tells a file's format by its lines (spark_ops/datastream.py),
 and a CometD marker among a Datastream file's lines would be quarantined as a bad Datastream line; a name starting
@@ -27,8 +27,8 @@ from datetime import datetime
 
 import pyarrow as pa
 
-from cdc_subscriber.markers import overflow_marker
 from resources.landing_zone import LINES_SCHEMA, LandingFile
+from shared.markers import overflow_marker
 
 ORIGIN = "cdc_assets/damaged-landing-file"
 CHANNEL = "/data/ChangeEvents"

@@ -44,7 +44,6 @@ from pyspark.sql import SparkSession
 from cdc_assets.closure import ingest_progress
 from cdc_assets.config import ConfigError
 from cdc_assets.damaged import resync_lines
-from cdc_assets.faults import InjectedFault, data_fault_point, fault_point
 from cdc_assets.quarantine import quarantine_example, record_quarantine
 from cdc_assets.schemas import redacts
 from cdc_assets.state import Q_STATE, IngestState
@@ -56,6 +55,7 @@ from resources.landing_zone import QUARANTINE_SCHEMA, LandingFile, LandingZone, 
 from resources.printable import printable
 from resources.salesforce import SalesforceApiError
 from resources.spark import from_arrow, small_query
+from shared.faults import InjectedFault, data_fault_point, fault_point
 from spark_ops.datastream import parse_landed
 from spark_ops.events import DEDUP_KEY
 from spark_ops.parse import CHANGE_COLUMNS, landed_rows

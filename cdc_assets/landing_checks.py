@@ -30,11 +30,9 @@ import dagster as dg
 
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.names import LANDING_ZONE
-from cdc_subscriber.cli import location, state_dir_for
-from cdc_subscriber.dead_letters import DeadLetter, scan
-from cdc_subscriber.status import STATES, StreamStatus, read_statuses
 from resources.landing_zone import LINK, NAME_NOT_UTF8, NOT_EVENTS, SPECIAL, STALE_INFLIGHT, LandingZone, Survey
 from resources.printable import printable, printable_list
+from shared.subscriber_state import STATES, DeadLetter, StreamStatus, location, read_statuses, scan, state_dir_for
 
 FILES_READ_CHECK = "landing_zone_files_read"
 SHOWN = 5  # entries a failing check names

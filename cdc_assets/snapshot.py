@@ -37,13 +37,13 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.transaction import AddAction
 
-from cdc_assets.faults import fault_point
 from cdc_assets.records import SNAPSHOT, mark_deleted
 from cdc_assets.state import _CommitState
 from object_schema.describe import BUCKET_COLUMN
 from resources.delta import DeltaWarehouse, aligned_arrow, arrow_dataset
 from resources.salesforce import BulkPosition, SalesforceApiError
 from resources.storage import filesystem, join
+from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
 

@@ -46,7 +46,6 @@ from simple_salesforce import format_soql
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.closure import replay_from
-from cdc_assets.faults import fault_point
 from cdc_assets.field_access import carry_kept, kept_fields
 from cdc_assets.formulas.rows import with_formulas
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
@@ -66,6 +65,7 @@ from cdc_assets.state import UNKNOWN_ID_EXAMPLES, OrgIdentity, Reconciled, Repli
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import DeltaWarehouse, aligned_arrow, next_version
 from resources.salesforce import BulkPosition, SalesforceResource, select_soql
+from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
 

@@ -34,50 +34,15 @@ import sys
 import threading
 from dataclasses import asdict
 from pathlib import Path
-from typing import overload
 
-from cdc_subscriber.dead_letters import acknowledge, scan
 from cdc_subscriber.position import topic_slug
 from cdc_subscriber.service import ALL_CHANGES, Subscriber, SubscriberConfig
-from cdc_subscriber.status import read_statuses
-from resources.storage import is_uri
+from shared.subscriber_state import acknowledge, location, read_statuses, scan, state_dir_for
 
 DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
-STATE_SUFFIX = "-subscriber"  # the state folder's name: the landing zone's, with this suffix, beside it
 DEFAULT_LANDING = Path("landing")
 # Where `make run` (python -m demo) and `make run-org` (python -m demo --org) land, from the repository root.
 DEMO_LANDINGS = (Path(".demo/landing"), Path(".org/landing"))
-
-
-def location(text: str) -> Path | str:
-    """A folder given on the command line or in a variable: a local Path, or an object-store URI kept as text
-    (a Path would fold `s3://bucket` into `s3:/bucket`)."""
-    return text if is_uri(text) else Path(text)
-
-
-@overload
-def state_dir_for(landing_dir: Path) -> Path: ...  # a Path is never a URI: it folds `s3://` into `s3:/`
-@overload
-def state_dir_for(landing_dir: Path | str) -> Path | str: ...
-def state_dir_for(landing_dir: Path | str) -> Path | str:
-    """The default state folder of a landing zone: ``<zone>-subscriber`` beside it (``.demo/landing`` ->
-    ``.demo/landing-subscriber``, ``s3://bucket/cdc/landing`` -> ``s3://bucket/cdc/landing-subscriber``)."""
-    if is_uri(landing_dir):
-        zone = str(landing_dir).rstrip("/")
-        if "/" not in zone.split("://", 1)[1]:
-            raise ValueError(
-                f"the landing zone {landing_dir} is a whole bucket: there is no folder beside it for the "
-                "subscriber's state; set CDC_SUBSCRIBER_STATE (or --state-dir) to another prefix"
-            )
-        return zone + STATE_SUFFIX
-    zone_path = Path(landing_dir)
-    if zone_path.name in ("", ".", ".."):
-        zone_path = zone_path.resolve()
-    if not zone_path.name:
-        raise ValueError(
-            f"the landing zone {landing_dir} is a file system root: set CDC_SUBSCRIBER_STATE (or --state-dir)"
-        )
-    return zone_path.with_name(zone_path.name + STATE_SUFFIX)
 
 
 def default_landing_dir(command: str) -> Path | str:

@@ -40,9 +40,7 @@ same position and fails on the same event forever. Instead it becomes a *dead le
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import datetime as dt
 import hashlib
 import io
 import json
@@ -58,18 +56,23 @@ import fastavro
 import grpc
 
 from cdc_subscriber.header import FIELD_TYPES, header_problems
-from cdc_subscriber.markers import gap_marker, overflow_marker
 from cdc_subscriber.position import state_file, topic_slug
 from cdc_subscriber.proto import replay_as_long
 from resources.storage import Folder, join
-from spark_ops.names import is_api_name, is_record_id
+from shared.markers import gap_marker, overflow_marker
+from shared.names import is_api_name, is_record_id
+from shared.subscriber_state import (
+    DROPPED_FILE,
+    FOLDER_PREFIX,
+    DeadLetter,
+    is_letter_file,
+    read_dropped,
+    read_letters,
+)
 
 log = logging.getLogger(__name__)
 
 ORIGIN = "cdc_subscriber/dead-letter"
-ACKNOWLEDGED_FILE = "dead_letters_acknowledged.json"
-FOLDER_PREFIX = "dead_letters-"
-DROPPED_FILE = "_dropped.json"
 MAX_LETTERS = 1000  # per topic: a stream that dead-letters this many events has one cause to find, not 1,000
 MAX_BYTES = 16 << 20  # per topic: what the status sensor reads every 30 s stays small (an event is up to 1 MB)
 HEADER_FIELD = "ChangeEventHeader"
@@ -197,31 +200,6 @@ def salvage(
     return Salvage(lines, commit_ts, key, entity, action)
 
 
-# -- the record operators and Dagster read ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class DeadLetter:
-    topic: str
-    replay_id: str  # hex of the opaque bytes
-    schema_id: str
-    payload: str  # base64 of the raw Avro payload
-    reason: str
-    action: str
-    entity: str | None = None
-    recorded_at: str = dataclasses.field(default_factory=lambda: dt.datetime.now(dt.UTC).isoformat())
-
-    @property
-    def key(self) -> str:
-        return f"{self.topic} {self.replay_id}"
-
-    @classmethod
-    def of(
-        cls, topic: str, replay_id: bytes, schema_id: str, payload: bytes, reason: str, found: Salvage
-    ) -> DeadLetter:
-        return cls(
-            topic, replay_id.hex(), schema_id, base64.b64encode(payload).decode(), reason, found.action, found.entity
-        )
-
-
 def letters_folder(state_dir: str | Path, topic: str) -> str:
     return join(state_dir, f"{FOLDER_PREFIX}{topic_slug(topic)}")
 
@@ -237,8 +215,8 @@ class DeadLetterStore:
         self.topic, self.max_letters, self.max_bytes = topic, max_letters, max_bytes
         self.folder = Folder(letters_folder(state_dir, topic))
         self.path = state_file(state_dir, f"{FOLDER_PREFIX}{topic_slug(topic)}")
-        kept = {name: size for name, size in self.folder.walk() if _is_letter_file(name)}
-        self._dropped = _read_dropped(self.folder)
+        kept = {name: size for name, size in self.folder.walk() if is_letter_file(name)}
+        self._dropped = read_dropped(self.folder)
         self._names, self._bytes = set(kept), sum(kept.values())
 
     @property
@@ -248,7 +226,7 @@ class DeadLetterStore:
 
     def read(self) -> list[DeadLetter]:
         """The kept letters, oldest first."""
-        return sorted(_read_letters(self.folder, []), key=lambda x: str(x.recorded_at))
+        return sorted(read_letters(self.folder, []), key=lambda x: str(x.recorded_at))
 
     def record(self, letter: DeadLetter) -> bool:
         """Save ``letter`` durably; False when its replay id was recorded before (re-delivered after a crash; a
@@ -289,126 +267,3 @@ class DeadLetterStore:
 def _file_name(replay_id_hex: str) -> str:
     """The replay id itself, or its hash when too long for a file name (replay ids are opaque bytes)."""
     return f"{replay_id_hex if len(replay_id_hex) <= 128 else hashlib.sha256(replay_id_hex.encode()).hexdigest()}.json"
-
-
-def _is_letter_file(name: str) -> bool:
-    """Not the dropped count (``_``), not the temporary file of a write a crash interrupted (``.``)."""
-    return name.endswith(".json") and not name.startswith(("_", ".")) and "/" not in name
-
-
-def _read_dropped(folder: Folder) -> dict[str, Any]:
-    text = _read_text(folder, DROPPED_FILE)
-    try:
-        dropped = json.loads(text) if text is not None else {}
-        if isinstance(dropped, dict) and isinstance(dropped.get("dropped", 0), int):
-            return dropped
-    except json.JSONDecodeError:
-        pass
-    log.warning("ignoring %s: not a count of dropped dead letters", folder.path(DROPPED_FILE))
-    return {}
-
-
-def _read_text(folder: Folder, name: str) -> str | None:
-    try:
-        return folder.read_text(name)
-    except UnicodeDecodeError:
-        return ""
-
-
-def _read_letters(folder: Folder, unreadable: list[str]) -> list[DeadLetter]:
-    """The letters of one topic's folder; a file that is not one is logged, added to ``unreadable`` and skipped."""
-    letters = []
-    for name in filter(_is_letter_file, folder.names(suffix=".json")):
-        text = _read_text(folder, name)
-        if text is None:  # removed since the listing
-            continue
-        try:
-            letters.append(DeadLetter(**json.loads(text)))
-            continue
-        except (json.JSONDecodeError, TypeError) as exc:
-            why = f"{type(exc).__name__}: {str(exc)[:200]}"
-        log.warning("skipping %s: not a dead letter (%s); look at it, then remove it", folder.path(name), why)
-        unreadable.append(folder.path(name))
-    return letters
-
-
-@dataclass(frozen=True)
-class DeadLetters:
-    """Every topic's dead letters in a state folder, and what is acknowledged."""
-
-    letters: list[DeadLetter]  # kept, oldest first
-    waiting: list[DeadLetter]  # kept, not acknowledged
-    dropped: int  # not kept (a store held its maximum), ever
-    dropped_waiting: int  # of those, not acknowledged
-    unreadable: list[str]  # files in the stores that are not dead letters (skipped)
-
-    @property
-    def clean(self) -> bool:
-        return not (self.waiting or self.dropped_waiting or self.unreadable)
-
-
-def scan(state_dir: str | Path) -> DeadLetters:
-    """Read every topic's dead letters in a state folder (a local path or an object-store URI); never raises on
-    what a file holds."""
-    state = Folder(state_dir)
-    unreadable: list[str] = []
-    letters: list[DeadLetter] = []
-    dropped: dict[str, int] = {}
-    for name in _letter_folders(state):
-        folder = Folder(join(state_dir, name))
-        letters += _read_letters(folder, unreadable)
-        dropped[name] = _read_dropped(folder).get("dropped", 0)
-    done, done_dropped = _acknowledged(state)
-    letters.sort(key=lambda x: str(x.recorded_at))  # str: a hand-edited letter may hold any JSON there
-    return DeadLetters(
-        letters,
-        [x for x in letters if x.key not in done],
-        sum(dropped.values()),
-        sum(max(0, n - done_dropped.get(name, 0)) for name, n in dropped.items()),
-        unreadable,
-    )
-
-
-def _letter_folders(state: Folder) -> list[str]:
-    """The names of the topics' letter folders in a state folder."""
-    return sorted({path.split("/")[0] for path, _ in state.walk() if "/" in path and path.startswith(FOLDER_PREFIX)})
-
-
-def read_dead_letters(state_dir: str | Path) -> list[DeadLetter]:
-    """Every topic's kept dead letters in a state folder, oldest first."""
-    return scan(state_dir).letters
-
-
-def _acknowledged(state: Folder) -> tuple[set[str], dict[str, int]]:
-    """(the keys of the kept letters acknowledged, how many dropped ones per store) as the ack file says."""
-    text = _read_text(state, ACKNOWLEDGED_FILE)
-    if text is None:
-        return set(), {}
-    try:
-        done = json.loads(text)
-        keys, dropped = done.get("acknowledged", []), done.get("dropped", {})
-        if isinstance(keys, list) and isinstance(dropped, dict):
-            return (
-                {k for k in keys if isinstance(k, str)},
-                {k: n for k, n in dropped.items() if isinstance(n, int) and not isinstance(n, bool)},
-            )
-    except (json.JSONDecodeError, AttributeError):  # not JSON, or not an object
-        pass
-    log.warning(
-        "ignoring %s: not a list of acknowledged dead letters (every letter reads as waiting; acknowledge them again)",
-        state.path(ACKNOWLEDGED_FILE),
-    )
-    return set(), {}
-
-
-def unacknowledged(state_dir: str | Path) -> list[DeadLetter]:
-    return scan(state_dir).waiting
-
-
-def acknowledge(state_dir: str | Path) -> list[DeadLetter]:
-    """Acknowledge every dead letter recorded so far (kept and dropped); returns the kept ones newly acknowledged."""
-    state, found = Folder(state_dir), scan(state_dir)
-    done = sorted(_acknowledged(state)[0] | {x.key for x in found.letters})
-    dropped = {name: _read_dropped(Folder(join(state_dir, name))).get("dropped", 0) for name in _letter_folders(state)}
-    state.write_atomically(ACKNOWLEDGED_FILE, json.dumps({"acknowledged": done, "dropped": dropped}, indent=1))
-    return found.waiting

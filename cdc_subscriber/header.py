@@ -7,7 +7,7 @@ platform's partition paths. An event whose header fails these checks becomes a d
 its record ids are reconciled, or its entity resynced, and the stream goes on.
 
 The checks: every field the platform relies on is present with its type; ``entityName`` is a Salesforce API name
-(``spark_ops/names.py``, the rule the parse and the config apply too); ``commitTimestamp`` lies between :data:`EARLIEST_COMMIT_MS` and a day after this machine's
+(``shared/names.py``, the rule the parse and the config apply too); ``commitTimestamp`` lies between :data:`EARLIEST_COMMIT_MS` and a day after this machine's
 clock (an org's clock may run a little ahead; not by a day); ``recordIds`` are strings.
 """
 
@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from spark_ops.names import API_NAME_RULE, is_api_name
+from shared.names import API_NAME_RULE, is_api_name
 
 EARLIEST_COMMIT_MS = 946_684_800_000  # 2000-01-01T00:00:00Z: before any org sent a change event
 CLOCK_AHEAD_MS = 86_400_000

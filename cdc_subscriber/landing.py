@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from cdc_assets.faults import fault_point
 from resources.storage import Folder, fsync_dir, is_uri, join, open_private, private_dirs
+from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
 

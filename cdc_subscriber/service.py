@@ -48,18 +48,18 @@ from typing import Any
 import grpc
 import requests
 
-from cdc_assets.faults import fault_point
 from cdc_subscriber import dead_letters
 from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, Salvage
 from cdc_subscriber.decode import EventDecoder, dumps
 from cdc_subscriber.header import InvalidHeader
 from cdc_subscriber.landing import LandingFileWriter, private_spool
-from cdc_subscriber.markers import overflow_marker
 from cdc_subscriber.position import PositionStore, topic_slug
 from cdc_subscriber.proto import pb, replay_as_long, services
 from cdc_subscriber.status import StatusReporter
 from resources.salesforce import SalesforceApiError, SalesforceResource
 from resources.storage import is_uri
+from shared.faults import fault_point
+from shared.markers import overflow_marker
 
 log = logging.getLogger(__name__)
 

@@ -5,71 +5,34 @@ landing what it holds), ``PAUSED`` (stopped on request), ``FAILED`` (an error; r
 ``FAILED_PERMANENTLY`` (an error retrying cannot fix: bad topic, no permission, bad configuration).
 
 Each stream (topic) writes ``status-<topic>.json`` in the subscriber's state folder (by default
-``<landing zone>-subscriber``, beside the zone and never inside it: ``cli.state_dir_for``): state, last landed
+``<landing zone>-subscriber``, beside the zone and never inside it: shared/subscriber_state.py ``state_dir_for``): state, last landed
 replay id (hex of the opaque bytes, and its long form when it is 8 bytes), events landed, dead letters (unique
 events that could not be landed, ``dead_letters.py``) and the last one's reason, events per second (over the last
 ``RATE_WINDOW`` seconds), lag, last error and its time, and ``updated_at``. Lag is now minus the newest
 ``commitTimestamp`` received, or 0 when the server's keepalive says nothing newer exists (an idle org is not a
-lagging stream). A status whose ``updated_at`` is older than ``STALE_AFTER_SECONDS`` comes from a subscriber that
+lagging stream). A status whose ``updated_at`` is older than ``STALE_AFTER_SECONDS`` (shared/subscriber_state.py, where readers read it) comes from a subscriber that
 is no longer running, and reads as FAILED.
 """
 
 from __future__ import annotations
 
 import collections
-import datetime as dt
 import json
 import logging
-import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from cdc_subscriber.position import state_file
 from cdc_subscriber.proto import replay_as_long
 from resources.storage import Folder
+from shared.subscriber_state import StreamStatus, now_iso
 
 log = logging.getLogger(__name__)
 
-STATES = ("NOT_STARTED", "STARTING", "RUNNING", "DRAINING", "PAUSED", "FAILED", "FAILED_PERMANENTLY")
 RATE_WINDOW = 10.0
 WRITE_EVERY = 1.0
-STALE_AFTER_SECONDS = 30.0
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat()
-
-
-@dataclass
-class StreamStatus:
-    topic: str
-    state: str = "NOT_STARTED"
-    last_replay_id: int | None = None  # the CometD long form; None when the replay id is not 8 bytes
-    last_replay_id_hex: str | None = None
-    events_landed: int = 0
-    files_landed: int = 0
-    events_per_second: float = 0.0
-    lag_seconds: float | None = None
-    newest_commit_ts: int | None = None
-    last_error: str | None = None
-    last_error_at: str | None = None
-    resyncs: int = 0
-    dead_letters: int = 0
-    last_dead_letter: str | None = None
-    last_dead_letter_at: str | None = None
-    started_at: str = field(default_factory=_now)
-    updated_at: str = field(default_factory=_now)
-    pid: int = field(default_factory=os.getpid)
-
-    def effective_state(self, now: dt.datetime | None = None) -> str:
-        """The state, or FAILED when a running stream stopped reporting (its process is gone)."""
-        now = now or dt.datetime.now(dt.UTC)
-        age = (now - dt.datetime.fromisoformat(self.updated_at)).total_seconds()
-        if self.state in ("STARTING", "RUNNING", "DRAINING", "FAILED") and age > STALE_AFTER_SECONDS:
-            return "FAILED"
-        return self.state
 
 
 class StatusReporter:
@@ -89,7 +52,7 @@ class StatusReporter:
             self.status.state = state
             if error is not None:
                 self.status.last_error = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-                self.status.last_error_at = _now()
+                self.status.last_error_at = now_iso()
         self.write(force=True)
 
     def received(self, commit_ts: int) -> None:
@@ -130,7 +93,7 @@ class StatusReporter:
         with self.lock:
             self.status.dead_letters += new
             self.status.last_dead_letter = reason
-            self.status.last_dead_letter_at = _now()
+            self.status.last_dead_letter_at = now_iso()
         self.write(force=True)
 
     def resynced(self) -> None:
@@ -147,20 +110,6 @@ class StatusReporter:
             self.status.events_per_second = round(sum(n for _, n in self._landed) / RATE_WINDOW, 1)
             if self.status.lag_seconds and self.status.newest_commit_ts and self.status.state == "RUNNING":
                 self.status.lag_seconds = round(max(0.0, time.time() - self.status.newest_commit_ts / 1000), 3)
-            self.status.updated_at = _now()
+            self.status.updated_at = now_iso()
             self._written = now
             self.folder.write_atomically(self.name, json.dumps(asdict(self.status)), durable=False)
-
-
-def read_statuses(state_dir: str | Path) -> list[StreamStatus]:
-    """Every stream's last status in a state folder, a local path or an object-store URI (none: the subscriber
-    never ran there)."""
-    statuses, folder = [], Folder(state_dir)
-    for name in folder.names(prefix="status-", suffix=".json"):
-        text = folder.read_text(name)
-        try:
-            if text is not None:  # None: deleted since the listing
-                statuses.append(StreamStatus(**json.loads(text)))
-        except (json.JSONDecodeError, TypeError) as exc:  # replaced atomically: only a foreign file can be bad
-            log.warning("ignoring %s: not a subscriber status file (%s)", folder.path(name), exc)
-    return statuses

@@ -15,13 +15,12 @@ import os
 import time
 from pathlib import Path
 
-from cdc_subscriber.cli import state_dir_for
-from cdc_subscriber.status import read_statuses
 from demo import postgres, processes
 from demo.instance import fail_orphaned_runs, write_dagster_home
 from demo.org import WorkloadThread, open_org
 from demo.processes import REPO
 from resources import spark_connect
+from shared.subscriber_state import read_statuses, state_dir_for
 
 log = logging.getLogger("demo")
 

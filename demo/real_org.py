@@ -31,12 +31,12 @@ import subprocess
 import time
 from pathlib import Path
 
-from cdc_subscriber.cli import DEFAULT_ENDPOINT, state_dir_for
-from cdc_subscriber.status import read_statuses
+from cdc_subscriber.cli import DEFAULT_ENDPOINT
 from demo import processes
 from demo.instance import fail_orphaned_runs, write_dagster_home
 from demo.main import WORKSPACE
 from resources.salesforce import ENV_VARS, MISSING_CREDENTIALS, InsecureUrlError, check_urls, login_flow
+from shared.subscriber_state import read_statuses, state_dir_for
 
 log = logging.getLogger("demo.org")
 

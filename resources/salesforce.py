@@ -64,7 +64,7 @@ from urllib3.util.retry import Retry
 
 from object_schema.describe import BINARY_TYPES, NOT_IN_EVENTS
 from resources.network import is_loopback
-from spark_ops.names import is_record_id
+from shared.names import is_record_id
 
 log = logging.getLogger(__name__)
 
@@ -373,7 +373,7 @@ class SalesforceResource(dg.ConfigurableResource):
         An id the org refuses (``REFUSED_ID_ERRORS``: a malformed id, such as an 18-character id whose case-safe
         suffix is wrong) fails the whole call that holds it, with the error naming it. Such ids are isolated
         (``_retrieve_isolating``) so the others are still read; they come back ``None`` and are added to
-        ``refused`` with the org's error. An id without an id's form (``spark_ops.names.is_record_id``) is refused
+        ``refused`` with the org's error. An id without an id's form (``shared.names.is_record_id``) is refused
         without asking."""
         refused = {} if refused is None else refused
         window: list[str] = []

@@ -19,8 +19,8 @@ import dagster as dg
 from cdc_assets.config import ReplicationConfig
 from cdc_assets.landing_checks import CHECK_NAME, DEAD_LETTERS_CHECK, dead_letter_report, state_dir, summarize
 from cdc_assets.names import LANDING_ZONE
-from cdc_subscriber.status import read_statuses
 from resources.landing_zone import LandingZone
+from shared.subscriber_state import read_statuses
 
 SENSOR_NAME = "subscriber_status_sensor"
 

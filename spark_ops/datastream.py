@@ -63,8 +63,8 @@ import pyspark.sql.functions as F
 from pyspark.sql import DataFrame
 
 from object_schema.describe import ObjectSchema
+from shared.names import API_NAME_SQL, RECORD_ID_SQL
 from spark_ops.fold import SNAPSHOT, SNAPSHOT_DELETED
-from spark_ops.names import API_NAME_SQL, RECORD_ID_SQL
 from spark_ops.parse import (
     EARLIEST_MS,
     LATEST_MS,

@@ -39,9 +39,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
 from object_schema.describe import ObjectSchema, spark_type
+from shared.names import API_NAME_RULE, API_NAME_SQL, OVERFLOW_ID, RECORD_ID_SQL, WILDCARD_ID_SQL
 from spark_ops.events import mark_duplicates
 from spark_ops.fold import GAP_PREFIX
-from spark_ops.names import API_NAME_RULE, API_NAME_SQL, OVERFLOW_ID, RECORD_ID_SQL, WILDCARD_ID_SQL
 from spark_ops.protect import protected_map_sql, salt_frames, selected_names_sql
 from spark_ops.sql import in_list, literal, run_sql
 from spark_ops.validation import TIME_OF_DAY

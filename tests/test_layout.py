@@ -1,6 +1,8 @@
 """The folders depend on each other in one direction (style.md's layout): `definitions.py` assembles, `sensors/`
 reads what `cdc_assets/` writes, `cdc_assets/` wires `resources/` and `spark_ops/`, all read the describe model
 (`object_schema/`), and none of the product folders imports the emulator (a development tool, not in the wheel).
+The CDC subscriber and the platform import neither each other: what both need is in `shared/`, which imports
+neither.
 
 Inside `cdc_assets/` the modules stand in four layers (docs/development/layout.md), and no import points up:
 names (`names.py`, which imports nothing of the project) < base (what replication.yaml says and what the commits
@@ -19,7 +21,7 @@ from settings import REPO
 
 # folder -> folders it must never import
 FORBIDDEN = {
-    "cdc_assets": {"sensors", "salesforce_emulator", "definitions"},
+    "cdc_assets": {"sensors", "cdc_subscriber", "salesforce_emulator", "definitions"},
     "resources": {"cdc_assets", "sensors", "salesforce_emulator", "definitions"},
     "spark_ops": {"cdc_assets", "sensors", "resources", "salesforce_emulator", "definitions", "dagster"},
     "object_schema": {
@@ -33,11 +35,23 @@ FORBIDDEN = {
         "dagster",
     },
     "sensors": {"salesforce_emulator", "definitions"},
-    "cdc_subscriber": {"sensors", "salesforce_emulator", "definitions"},
+    # The subscriber is a service of its own, without Dagster or Spark: what it shares with the platform is in
+    # shared/ (its one read of replication.yaml aside: CROSSING).
+    "cdc_subscriber": {"sensors", "salesforce_emulator", "definitions", "dagster", "pyspark"},
+    "shared": {"cdc_assets", "cdc_subscriber", "sensors", "spark_ops", "salesforce_emulator", "definitions", "dagster"},
 }
 
 
-PRODUCT = ("cdc_assets", "resources", "sensors", "spark_ops", "object_schema", "cdc_subscriber", "definitions")
+PRODUCT = (
+    "cdc_assets",
+    "resources",
+    "sensors",
+    "spark_ops",
+    "object_schema",
+    "cdc_subscriber",
+    "shared",
+    "definitions",
+)
 NAMES, BASE, STEPS, DEFINITIONS = range(4)  # the layers inside cdc_assets, lowest first
 BASE_MODULES = {"cdc_assets.config", "cdc_assets.api_name", "cdc_assets.state"}  # and every */config.py
 # What declares a Dagster definition: a module calling one of these is in the definitions layer.
@@ -131,6 +145,40 @@ def test_folders_import_in_one_direction(folder):
     assert wrong == {}
 
 
+# The one import between cdc_subscriber/ and cdc_assets/: the subscriber's command line reads which objects follow CDC
+# from replication.yaml through the platform's config model (validated as Dagster reads it, not parsed twice), inside
+# the function that needs it, so the service itself never loads cdc_assets.
+CROSSING = {("cdc_subscriber/cli.py", "cdc_entities", "cdc_assets.config")}
+
+
+def crossing_imports(folder: str, other: str) -> set[tuple[str, str, str]]:
+    """(file, enclosing function or "", module) of every import in `folder` of the package `other`."""
+    found = set()
+    for path in sorted((REPO / folder).rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        owner = {
+            id(inner): node.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            for inner in ast.walk(node)
+        }
+        found |= {
+            (str(path.relative_to(REPO)), owner.get(id(node), ""), module)
+            for node, module in project_imports(tree)
+            if module.split(".")[0] == other
+        }
+    return found
+
+
+def test_the_subscriber_and_the_platform_share_only_what_shared_holds():
+    """Neither cdc_assets/ nor cdc_subscriber/ imports the other (what both need is in shared/), but for CROSSING."""
+    assert crossing_imports("cdc_assets", "cdc_subscriber") == set()
+    assert crossing_imports("cdc_subscriber", "cdc_assets") == CROSSING
+    # shared/ is what they share: both of them import it.
+    assert {"shared"} <= set().union(*imported_packages("cdc_subscriber").values())
+    assert {"shared"} <= set().union(*imported_packages("cdc_assets").values())
+
+
 def test_sensors_build_on_the_assets_and_definitions_assembles_both():
     assert any("cdc_assets" in names for names in imported_packages("sensors").values())
     assembly = {
@@ -153,6 +201,7 @@ def test_the_product_package_ships_no_development_tools():
         "spark_ops",
         "object_schema",
         "cdc_subscriber",
+        "shared",
     }
 
 
@@ -191,7 +240,7 @@ def test_no_module_of_the_product_imports_the_project_inside_a_function():
     platform's config and Salesforce client only for the commands that need them."""
     hidden = sorted(
         f"{path.relative_to(REPO)}:{node.lineno} imports {module}"
-        for folder in ("cdc_assets", "resources", "sensors", "spark_ops", "object_schema")
+        for folder in ("cdc_assets", "resources", "sensors", "spark_ops", "object_schema", "shared")
         for path in sorted((REPO / folder).rglob("*.py"))
         for tree in [ast.parse(path.read_text())]
         for inside in [in_functions(tree)]
@@ -225,3 +274,15 @@ def test_commit_order_is_written_only_in_spark_ops_order():
         if (SORTS.search(text) and "sequence_number" in text) or STRUCT_COMPARED.search(text)
     )
     assert spelled == []
+
+
+def test_the_layout_page_pictures_every_folder_of_the_repository():
+    """docs/development/layout.md opens with a picture of the repository: a line per folder, each of them there."""
+    picture = (REPO / "docs" / "development" / "layout.md").read_text().split("```")[1]
+    pictured = set(re.findall(r"^(\w+)/", picture, flags=re.M))
+    # What .gitignore keeps out of the repository: build output, caches, a local run's folders.
+    ignored = {"site", "changefeed", "spark-warehouse", "metastore_db", "__pycache__"}
+    folders = {
+        p.name for p in REPO.iterdir() if p.is_dir() and not p.name.startswith(".") and not p.name.endswith(".egg-info")
+    }
+    assert pictured == folders - ignored

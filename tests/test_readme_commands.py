@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from docs_pages import all_text
 
-from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.status import StatusReporter
+from shared.subscriber_state import state_dir_for
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "/data/ChangeEvents"

@@ -8,6 +8,7 @@ the platform writes. `make docs` (`mkdocs build --strict`, in CI) checks the lin
 
 from __future__ import annotations
 
+import ast
 import re
 
 import pytest
@@ -95,3 +96,38 @@ def test_the_examples_tests_execute_are_where_the_site_says():
     """The sections the example tests read exist once, with their examples."""
     assert "```python" in section("Reading the replicas") and "```python" in section("History tables")
     assert "```yaml" in section("replication.yaml")
+
+
+def workload_modules() -> dict[str, str]:
+    """`python -m bench <workload>`: each workload's module (bench/__main__.py `WORKLOADS`, naming its `run`)."""
+    (workloads,) = [
+        node.value
+        for node in ast.parse((REPO / "bench" / "__main__.py").read_text()).body
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["WORKLOADS"]
+    ]
+    return {
+        key.value: module.value.id
+        for key, value in zip(workloads.keys, workloads.values, strict=True)
+        for module in ast.walk(value)
+        if isinstance(module, ast.Attribute) and module.attr == "run" and isinstance(module.value, ast.Name)
+    }
+
+
+def test_the_benchmark_results_open_with_the_current_figure_of_every_benchmark():
+    """bench/RESULTS.md opens, before its first sitting, with one table naming every benchmark by its command: the
+    modules run as `python -m bench.<module>` and the workloads of `python -m bench <workload>`."""
+    text = (REPO / "bench" / "RESULTS.md").read_text()
+    assert re.findall(r"^## (.+)$", text, flags=re.M)[0] == "Current figures"
+    table = text.split("\n## Current figures\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| ") and not line.startswith("|-")]
+    header, *rows = rows
+    commands = [row[header.index("command")] for row in rows]
+    workloads = workload_modules()
+    named = {m for c in commands for m in re.findall(r"\bbench\.(\w+)", c)} | {
+        workloads[w] for c in commands for w in re.findall(r"python -m bench ([\w-]+)", c)
+    }
+    bench = REPO / "bench"
+    runnable = {
+        p.stem for p in bench.glob("*.py") if p.stem != "__main__" and '__name__ == "__main__"' in p.read_text()
+    }
+    assert named == runnable | set(workloads.values())

@@ -56,13 +56,13 @@ from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.changefeed.parts import cdf_parts
 from cdc_assets.changefeed.rows import data_columns, line, net_changes, render, resolved, snapshot_changes
 from cdc_assets.config import ReplicationConfig, SObjectConfig
-from cdc_assets.faults import fault_point
 from cdc_assets.names import GROUP, changefeed_key, replica_key, replica_pool
 from cdc_assets.state import REPLICA_STATE
 from resources.changefeed_store import IDENTITY, FeedFile, FeedStore, feed_file_name
 from resources.delta import DeltaWarehouse
 from resources.delta_changes import snapshot_batches
 from resources.pool_lock import exclusive
+from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
 

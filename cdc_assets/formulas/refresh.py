@@ -40,7 +40,6 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from cdc_assets.apply import APPLY_APP
-from cdc_assets.faults import fault_point
 from cdc_assets.formulas.config import FormulasConfig
 from cdc_assets.formulas.rows import formula_rows, formula_schema
 from cdc_assets.state import FormulaJob, FormulaState
@@ -49,6 +48,7 @@ from cdc_assets.timing import Stopwatch
 from object_schema.describe import BUCKET_COLUMN, FORMULAS_AT, ObjectSchema
 from resources.delta import DeltaWarehouse, read_table
 from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource
+from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from cdc_assets.changefeed.rows import plain
-from cdc_assets.faults import fault_point
 from cdc_assets.history.chain import IS_CURRENT, VERSION, chain, history_schema, sync_versions
 from cdc_assets.history.stage import history_name
 from cdc_assets.retype import retype_history
@@ -35,6 +34,7 @@ from cdc_assets.state import REPLICA_STATE, HistoryState
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import CHANGE_FEED, DeltaWarehouse, aligned_arrow
 from resources.staged import drop_staged, read_staged
+from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
 

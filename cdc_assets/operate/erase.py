@@ -45,7 +45,7 @@ from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, _sql_lite
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
 from resources.printable import printable
-from spark_ops.names import is_record_id
+from shared.names import is_record_id
 
 KEY_CHARS = 15  # an 18-character Id is its 15-character form and a case-safe suffix
 

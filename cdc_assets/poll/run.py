@@ -48,7 +48,6 @@ from deltalake import DeltaTable
 
 from cdc_assets.apply import APPLY_APP, EVENT_COUNTS, ApplyResult
 from cdc_assets.config import PollOptions
-from cdc_assets.faults import fault_point
 from cdc_assets.poll.compare import COUNTS as COMPARE_COUNTS
 from cdc_assets.poll.compare import compare_ids
 from cdc_assets.poll.rows import newer_rows, newest_position
@@ -59,6 +58,7 @@ from cdc_assets.timing import Stopwatch
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import DeltaWarehouse, aligned_arrow, read_table
 from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource, select_soql
+from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
 

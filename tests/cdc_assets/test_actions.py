@@ -4,15 +4,19 @@ derived from the same entries."""
 
 from __future__ import annotations
 
+import ast
+import re
 from dataclasses import replace
 from typing import get_args
 
 import dagster as dg
 import pytest
+from docs_pages import code_blocks, section
 from harness import Platform
 from settings import TEST_SPARK_CONF
 from subscriber_harness import resource
 
+from cdc_assets import actions
 from cdc_assets.actions import (
     ACTIONS,
     APPLY,
@@ -45,6 +49,27 @@ def test_every_action_is_an_entry_named_by_its_key_with_a_step_function():
     assert ACTIONS and all(key == action.name and callable(action.step) for key, action in ACTIONS.items())
     # The op config accepts exactly the registered names (the launchpad offers them).
     assert get_args(ReplicaRunConfig.model_fields["mode"].annotation) == tuple(ACTIONS)
+
+
+def test_the_how_to_example_keeps_every_registered_action():
+    """docs/development/index.md shows `ACTIONS` with a new entry: copied as written, it must keep every entry the
+    registry has, since an entry left out of the tuple is silently no action any more."""
+    (example,) = code_blocks("How to add a run action", "python")
+    tree = ast.parse(example)
+    defined = {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets}
+    (listed,) = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.AnnAssign | ast.Assign)
+        for target in [node.target if isinstance(node, ast.AnnAssign) else node.targets[0]]
+        if isinstance(target, ast.Name) and target.id == "ACTIONS"
+    ]
+    entries = [n.id for n in ast.walk(listed) if isinstance(n, ast.Name) and n.id.isupper()]
+    assert [name for name in entries if name in defined] == ["REFETCH"]
+    assert sorted(getattr(actions, name).name for name in entries if name not in defined) == sorted(ACTIONS)
+    # The section's opening sentence names them all too.
+    opening = section("How to add a run action").split(". ", 1)[0]
+    assert sorted(re.findall(r"`(\w+)`", opening)) == sorted(ACTIONS)
 
 
 def test_each_piece_of_work_is_asked_of_one_action_and_a_resync_run_carries_a_reconcile():

@@ -235,7 +235,7 @@ def test_the_subscriber_reads_its_objects_through_the_validated_model(tmp_path):
 
 
 def test_spark_applies_the_same_api_name_rule(spark):
-    from spark_ops.names import API_NAME_SQL, is_api_name
+    from shared.names import API_NAME_SQL, is_api_name
     from spark_ops.sql import literal
 
     names = ["Account", "ns__Invoice__c", "Account\n", "../../etc", "A" * 80, "A" * 81, "Invoice___c", "Invoice_"]

@@ -1,7 +1,7 @@
 """A run that dies at any point, then a re-run, gives the same tables as a run that never died
 (docs/design/contract.md §5).
 
-Every named fault point (`cdc_assets.faults.FAULT_POINTS`) is hit by a SIGKILL in a real subprocess run: ingest and
+Every named fault point (`shared.faults.FAULT_POINTS`) is hit by a SIGKILL in a real subprocess run: ingest and
 apply points on the golden sample; reconcile and resync points (and apply's replay after them) against an emulator
 org this process serves, over a warehouse with dirty records and a pending resync. The re-run happens here, and the
 tables (and the replica checkpoints) must equal those of a clean run from the same starting state.
@@ -23,7 +23,12 @@ from settings import REPO, TEST_SPARK_CONF
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.counts import dirty_count, row_count
-from cdc_assets.faults import (
+from cdc_assets.state import ReplicaState
+from resources.delta import DeltaWarehouse
+from resources.salesforce import SalesforceResource
+from salesforce_emulator import Emulator, FaultConfig
+from salesforce_emulator.workload import Workload
+from shared.faults import (
     APPLY_POINTS,
     CHANGEFEED_POINTS,
     DATA_POINTS,
@@ -35,11 +40,6 @@ from cdc_assets.faults import (
     RECONCILE_POINTS,
     RESYNC_POINTS,
 )
-from cdc_assets.state import ReplicaState
-from resources.delta import DeltaWarehouse
-from resources.salesforce import SalesforceResource
-from salesforce_emulator import Emulator, FaultConfig
-from salesforce_emulator.workload import Workload
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 TABLES = [*OBJECTS]
@@ -124,7 +124,7 @@ def test_sigkill_in_subprocess_then_rerun_equals_clean_run(point, tmp_path, spar
 
 # -- a file that breaks ingest: its quarantine row, then its ledger commit -------------------------------------------
 
-POISON = "poison-pill"  # CDC_FAULT_MARKER: the line holding it breaks ingest (cdc_assets/faults.py)
+POISON = "poison-pill"  # CDC_FAULT_MARKER: the line holding it breaks ingest (shared/faults.py)
 
 
 def poisoned_platform(root: Path, describe: Path) -> Platform:

@@ -18,7 +18,7 @@ from salesforce_emulator.datastream import MixedLanding, backfill_lines
 from salesforce_emulator.workload import Workload
 from salesforce_emulator.workload_backends import Op
 from sensors.reconciliation import SENSOR_NAME
-from spark_ops.names import API_NAME_RULE
+from shared.names import API_NAME_RULE
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 TRICKY = [

@@ -40,7 +40,7 @@ from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
 pytestmark = pytest.mark.slow
 
 OBJECTS = ["Account", "Contact"]
-MARKER = "BREAKS-INGEST-3f9c"  # CDC_FAULT_MARKER: a line holding it makes ingest raise (cdc_assets/faults.py)
+MARKER = "BREAKS-INGEST-3f9c"  # CDC_FAULT_MARKER: a line holding it makes ingest raise (shared/faults.py)
 SECRET = "SECRET-OUTSIDE-THE-ZONE-7d21"
 # Hostile but well-formed: gap events the platform reconciles (the org answers for those records, or says it has none).
 APPLIED = ("hostile/invented_ids.jsonl", "hostile/escaped_entity.jsonl")

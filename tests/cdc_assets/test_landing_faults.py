@@ -131,7 +131,7 @@ def test_blank_lines_are_read_and_counted_and_unicode_separators_stay_inside_the
     assert [e["source_line"] for e in sorted(platform.change_events(), key=lambda e: e["source_line"])] == [1, 4]
 
 
-POISON = "poison-pill"  # the text that makes a line break ingest (cdc_assets/faults.py data_fault_point)
+POISON = "poison-pill"  # the text that makes a line break ingest (shared/faults.py data_fault_point)
 IDS = [f"001{n:012d}AAA" for n in range(1, 5)]
 
 

@@ -31,9 +31,7 @@ from subscriber_harness import resource
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.changefeed.reader import ChangefeedReader, replay
-from cdc_subscriber.cli import state_dir_for
 from cdc_subscriber.position import PositionStore
-from cdc_subscriber.status import read_statuses
 from resources.delta import CHANGE_EVENTS
 from resources.landing_zone import LandingZone
 from resources.storage import Folder, filesystem
@@ -42,6 +40,7 @@ from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
 from sensors.reconciliation import SENSOR_NAME as RECONCILIATION_SENSOR
+from shared.subscriber_state import read_statuses, state_dir_for
 
 OBJECTS = ["Account", "Contact"]
 TOPIC = "/data/ChangeEvents"

@@ -13,20 +13,13 @@ from pathlib import Path
 import pytest
 
 import resources.storage
-from cdc_subscriber.dead_letters import (
-    DeadLetter,
-    DeadLetterStore,
-    acknowledge,
-    entity_of,
-    read_header,
-    salvage,
-    unacknowledged,
-)
+from cdc_subscriber.dead_letters import DeadLetterStore, entity_of, read_header, salvage
 from cdc_subscriber.decode import EventDecoder
-from cdc_subscriber.markers import DUMMY_RECORD_ID
 from cdc_subscriber.proto import int_to_replay, pb
 from salesforce_emulator.pubsub_avro import encode_event, schema_json
 from salesforce_emulator.pubsub_faults import spoil
+from shared.markers import DUMMY_RECORD_ID
+from shared.subscriber_state import DeadLetter, acknowledge, unacknowledged
 
 ENTITIES = ("Account", "Contact", "Opportunity")
 RECORDS = ["001000000000001AAA", "001000000000002AAA"]
@@ -227,7 +220,7 @@ def test_recording_a_letter_writes_that_letter_only_never_the_store_again(tmp_pa
 
 
 def test_the_store_keeps_at_most_its_bounds_and_counts_what_it_drops(tmp_path, caplog):
-    from cdc_subscriber.dead_letters import scan
+    from shared.subscriber_state import scan
 
     store = DeadLetterStore(tmp_path, "/data/ChangeEvents", max_letters=3)
     assert [store.record(letter(bytes([i]))) for i in range(5)] == [True] * 5
@@ -252,7 +245,7 @@ def test_the_store_keeps_at_most_its_bounds_and_counts_what_it_drops(tmp_path, c
 
 
 def test_a_file_in_the_store_that_is_not_a_letter_is_skipped_counted_and_logged_never_raised(tmp_path, caplog):
-    from cdc_subscriber.dead_letters import scan
+    from shared.subscriber_state import scan
 
     store = DeadLetterStore(tmp_path, "/data/ChangeEvents")
     store.record(letter(b"\x01"))

@@ -24,10 +24,7 @@ from settings import REPO, TEST_SPARK_CONF
 from subscriber_harness import landed, resource
 
 from cdc_assets.config import UpkeepConfig
-from cdc_assets.faults import InjectedFault
 from cdc_assets.upkeep.landing import retire_landing
-from cdc_subscriber.cli import state_dir_for
-from cdc_subscriber.dead_letters import read_dead_letters
 from cdc_subscriber.landing import LandingFileWriter
 from cdc_subscriber.position import PositionStore, topic_slug
 from cdc_subscriber.service import ALL_CHANGES, FAULT_POINTS
@@ -37,6 +34,8 @@ from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator
 from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
+from shared.faults import InjectedFault
+from shared.subscriber_state import read_dead_letters, state_dir_for
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 

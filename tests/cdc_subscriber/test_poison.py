@@ -15,15 +15,13 @@ import yaml
 from settings import REPO
 from subscriber_harness import as_cometd
 
-from cdc_subscriber.cli import state_dir_for
-from cdc_subscriber.dead_letters import read_dead_letters
 from cdc_subscriber.header import is_api_name, plausible_commit_ts
-from cdc_subscriber.markers import DUMMY_RECORD_ID
 from cdc_subscriber.position import PositionStore
 from cdc_subscriber.proto import int_to_replay
-from cdc_subscriber.status import read_statuses
 from salesforce_emulator.pubsub_faults import decode_replay, encode_replay
 from salesforce_emulator.workload import Workload
+from shared.markers import DUMMY_RECORD_ID
+from shared.subscriber_state import read_dead_letters, read_statuses, state_dir_for
 
 ENTITIES = ["Account", "Case", "Contact", "Lead", "Opportunity"]  # subscriber_config's replicated objects
 

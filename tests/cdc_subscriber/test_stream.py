@@ -13,9 +13,9 @@ import pytest
 from subscriber_harness import as_cometd, resource
 
 from cdc_subscriber.proto import int_to_replay, pb, replay_to_int, services
-from cdc_subscriber.status import read_statuses
 from salesforce_emulator import FaultConfig
 from salesforce_emulator.workload import Workload
+from shared.subscriber_state import read_statuses
 
 
 def mixed_workload(org, changes: int = 300) -> None:
@@ -293,9 +293,10 @@ def test_topics_that_differ_only_in_underscores_keep_apart_position_status_dead_
     import os
     import tempfile
 
-    from cdc_subscriber.dead_letters import DeadLetter, salvage
+    from cdc_subscriber.dead_letters import salvage
     from cdc_subscriber.service import Subscriber, SubscriberConfig
     from resources.salesforce import SalesforceResource
+    from shared.subscriber_state import DeadLetter
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cdc_subscriber.cli import state_dir_for
-from cdc_subscriber.status import read_statuses
 from demo import processes
 from demo.main import main
+from shared.subscriber_state import read_statuses, state_dir_for
 
 
 def _without_org(monkeypatch) -> None:

@@ -43,8 +43,6 @@ import yaml
 from deltalake import DeltaTable
 from settings import REPO
 
-from cdc_subscriber.cli import state_dir_for
-from cdc_subscriber.status import read_statuses
 from demo import postgres as pg
 from demo import processes
 from demo.instance import STORAGES, Storage, write_dagster_home
@@ -53,6 +51,7 @@ from resources.delta import CHANGE_EVENTS, read_table
 from resources.network import is_loopback
 from resources.salesforce import ENV_VARS
 from salesforce_emulator import Emulator
+from shared.subscriber_state import read_statuses, state_dir_for
 
 DEPLOY = REPO / "deploy"
 UNITS = {path.stem: path for path in sorted(DEPLOY.glob("*.service"))}

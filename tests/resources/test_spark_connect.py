@@ -27,6 +27,9 @@ from resources import spark_connect
 from resources.network import is_loopback
 from resources.spark import JVM_SQL_CONF, spark_config
 
+# The warm-up's own paths are proven at 2,000 lines (tests/resources/test_spark_warm_up.py); here it only has to run
+# beside the client's runs, and the server's default (40,000 lines) would take the two cores from them for longer.
+WARM_UP_LINES = 4_000
 CLIENT_TESTS = [
     "tests/cdc_assets/test_golden.py",
     "tests/cdc_assets/test_checks.py::test_golden_sample_checks_run_with_the_materialization",
@@ -101,7 +104,9 @@ def server(tmp_path_factory):
         for name, value in PARENT_SECRETS.items():
             env.setenv(name, value)
         process, url = processes.start_spark_connect(
-            log_file, conf={"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2"}
+            log_file,
+            conf={"spark.driver.memory": "1g", "spark.sql.shuffle.partitions": "2"},
+            warm_up_lines=WARM_UP_LINES,
         )
     try:
         yield process, url, log_file

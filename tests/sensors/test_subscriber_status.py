@@ -14,12 +14,12 @@ from harness import write_config
 from cdc_assets.landing_checks import CHECK_NAME, DEAD_LETTERS_CHECK
 from cdc_assets.names import LANDING_ZONE
 from cdc_subscriber.cli import main as cli_main
-from cdc_subscriber.cli import state_dir_for
-from cdc_subscriber.dead_letters import DeadLetter, DeadLetterStore, letters_folder, salvage
+from cdc_subscriber.dead_letters import DeadLetterStore, letters_folder, salvage
 from cdc_subscriber.position import topic_slug
 from cdc_subscriber.status import StatusReporter
 from definitions import build_defs
 from sensors.subscriber_status import SENSOR_NAME
+from shared.subscriber_state import DeadLetter, state_dir_for
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ import pytest
 from event_lines import event
 
 from object_schema.describe import ObjectSchema
+from shared.names import API_NAME_RULE
 from spark_ops.datastream import LAST_IN_INSTANT, parse_landed
 from spark_ops.events import mark_duplicates
 from spark_ops.fold import fold_changes
-from spark_ops.names import API_NAME_RULE
 from spark_ops.parse import quarantined, to_change_rows
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"

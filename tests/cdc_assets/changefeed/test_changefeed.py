@@ -21,10 +21,10 @@ from cdc_assets.changefeed.export import RecreatedReplicaError, export_changefee
 from cdc_assets.changefeed.reader import ChangefeedReader, replay
 from cdc_assets.changefeed.rows import net_changes
 from cdc_assets.config import load_config
-from cdc_assets.faults import InjectedFault
 from cdc_assets.state import REPLICA_STATE
 from resources.changefeed_store import IDENTITY, RESOLVED
 from resources.delta import CHANGE_FEED, DeltaWarehouse, read_table, table_configuration
+from shared.faults import InjectedFault
 
 SCHEMA = json.loads(DEBEZIUM_SCHEMA.read_text())
 TS = pa.timestamp("us", tz="UTC")

@@ -18,11 +18,11 @@ from harness import Platform, comparable
 from org_compare import differences, formula_differences
 from settings import REPO, TEST_SPARK_CONF
 
-from cdc_assets.faults import FORMULA_POINTS
 from object_schema.describe import FORMULAS_AT
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
+from shared.faults import FORMULA_POINTS
 
 OBJECTS = ["Account", "Contact"]
 # Pages of 5 records, a commit every 10: each object's refresh takes several commits of one Bulk job.

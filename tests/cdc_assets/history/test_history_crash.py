@@ -19,12 +19,12 @@ from crash_runner import kill_run, run_mode
 from harness import Platform, comparable, load_lines
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.faults import HISTORY_POINTS
 from cdc_assets.history.stage import history_name
 from resources.salesforce import SalesforceResource
 from resources.staged import STAGED
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload
+from shared.faults import HISTORY_POINTS
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 OPTIONS = {"history": True}

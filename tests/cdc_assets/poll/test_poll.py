@@ -29,8 +29,8 @@ from poll_harness import (
 )
 from settings import REPO
 
-from cdc_assets.faults import POLL_POINTS
 from salesforce_emulator.workload import Workload
+from shared.faults import POLL_POINTS
 
 
 def test_polled_replicas_equal_the_org_after_bursts_late_commits_deletes_and_purges(tmp_path, org):

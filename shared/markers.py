@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from spark_ops.names import OVERFLOW_ID
+from shared.names import OVERFLOW_ID
 
-DUMMY_RECORD_ID = OVERFLOW_ID  # the record id Salesforce puts in GAP_OVERFLOW events (spark_ops/names.py)
+DUMMY_RECORD_ID = OVERFLOW_ID  # the record id Salesforce puts in GAP_OVERFLOW events (shared/names.py)
 
 
 def _event(channel: str, schema_id: str, header: dict[str, Any], replay_long: int | None) -> dict[str, Any]:

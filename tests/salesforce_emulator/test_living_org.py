@@ -188,6 +188,63 @@ def test_a_patch_changes_a_fields_type_length_and_precision_as_describe_then_sho
     assert admin.Account.get(account)["Score__c"] == "12.34", "the org converts a number to its text"
 
 
+def test_a_whole_number_becomes_its_text_without_a_decimal_point_when_the_field_turns_text(admin):
+    number = add_field(admin, "Account.Rank__c", {"type": "Number", "label": "Rank", "precision": 3, "scale": 0})["id"]
+    whole, half = (admin.Account.create({"Name": n, "Rank__c": v})["id"] for n, v in (("A", 12), ("B", 7.5)))
+    admin.restful(
+        f"tooling/sobjects/CustomField/{number}", method="PATCH", json={"Metadata": {"type": "Text", "length": 20}}
+    )
+    assert [admin.Account.get(i)["Rank__c"] for i in (whole, half)] == ["12", "7.5"]
+
+
+def test_a_deleted_fields_name_is_free_and_a_new_field_under_it_starts_with_no_values(sf, admin, emulator):
+    field_id = add_field(admin, f"Account.{FIELD}", TEXT_40)["id"]
+    grant_read(admin, emulator, f"Account.{FIELD}")
+    account = admin.Account.create({"Name": "Acme", FIELD: "Gold"})["id"]
+    admin.restful(f"tooling/sobjects/CustomField/{field_id}", method="DELETE")
+    renamed = emulator.store.select("SELECT name FROM _custom_fields WHERE Id = ?", (field_id,))
+    assert renamed[0]["name"] == "Loyalty_Tier_del__c", "Salesforce appends _del to a deleted field's name"
+
+    again = add_field(admin, f"Account.{FIELD}", {"type": "Number", "label": "Tier", "precision": 6, "scale": 1})
+    assert again["id"] != field_id
+    assert admin.Account.get(account)[FIELD] is None, "the old field's value is not the new field's"
+    assert {f["name"]: f["type"] for f in admin.Account.describe()["fields"]}[FIELD] == "double"
+
+
+def test_collections_and_composite_writes_apply_field_level_security_as_single_writes_do(sf, admin, emulator):
+    add_field(admin, f"Account.{FIELD}", TEXT_40)  # no read access for the integration user
+    account = sf.Account.create({"Name": "Acme"})["id"]
+    single = error_of(lambda: sf.Account.update(account, {FIELD: "Gold"}))
+    assert single["errorCode"] == "INVALID_FIELD"
+    records = [{"attributes": {"type": "Account"}, "id": account, FIELD: "Gold"}]
+    updated = sf.restful("composite/sobjects", method="PATCH", json={"allOrNone": False, "records": records})
+    created = sf.restful(
+        "composite/sobjects",
+        method="POST",
+        json={"allOrNone": False, "records": [{"attributes": {"type": "Account"}, "Name": "B", FIELD: "Gold"}]},
+    )
+    assert [r["errors"][0]["statusCode"] for r in (*updated, *created)] == ["INVALID_FIELD", "INVALID_FIELD"]
+    composite = sf.restful(
+        "composite",
+        method="POST",
+        json={
+            "compositeRequest": [
+                {
+                    "method": "PATCH",
+                    "url": f"/services/data/v62.0/sobjects/Account/{account}",
+                    "referenceId": "u",
+                    "body": {FIELD: "Gold"},
+                }
+            ]
+        },
+    )
+    assert composite["compositeResponse"][0]["httpStatusCode"] == 400
+    assert emulator.store.get_row("Account", account)[FIELD] is None, "no write reached the record"
+    # The admin reads every field: the same calls succeed as the admin.
+    assert admin.restful("composite/sobjects", method="PATCH", json={"records": records})[0]["success"]
+    assert emulator.store.get_row("Account", account)[FIELD] == "Gold"
+
+
 def _decoded(emu: Emulator, stub: services.PubSubStub) -> list[dict[str, Any]]:
     metadata = (("accesstoken", emu.token), ("instanceurl", emu.instance_url), ("tenantid", emu.tenant_id))
     request = pb.FetchRequest(

@@ -24,8 +24,10 @@ column alone: a Bulk API 2.0 ``queryAll`` of ``Id`` and the returned fields, wri
 the replica has (no other column), so changes made while it was hidden (which no event carried) are in the replica
 again. A record the org returns that the replica does not have yet (its create event not applied: it may carry no
 value of the field either) is inserted **dirty** with those columns, so the reconcile reads it whole and the events
-it skips meanwhile lose nothing. A removed field stays removed until a resync finds it in describe() again (a new field of
-the same name), which backfills it the same way.
+it skips meanwhile lose nothing. A removed field that describe() lists again (a new field under its name, or the old one restored),
+and a field whose type changed beyond what its column holds, have their column rewritten with the org's type and
+values (cdc_assets/retype.py); `cdc.field_access` then records them `retyped` or `recreated`, followed, no longer
+kept apart (`NOT_FOLLOWED`: cdc_assets/schemas.py).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import pytest
 from deltalake import DeltaTable
 from harness import Platform
 from org_compare import differences
+from poll.poll_harness import poll_platform, run_replicas
 from settings import TEST_SPARK_CONF
 from simple_salesforce import Salesforce
 from test_sync import catch_up, make_platform, resource, run_sensor_requests
@@ -510,4 +511,22 @@ def test_a_record_whose_create_event_the_backfill_ran_ahead_of_is_read_whole_and
     row = platform.rows("Account")[created]
     assert row[FIELD] == "Loaded 0" and row["Name"] == "Created while the field was hidden"
     assert row["_sf_dirty_since"] is None
+    assert differences(org, "Account", platform.rows("Account")) == []
+
+
+def test_a_poll_that_reads_a_value_its_column_cannot_hold_rewrites_the_column_and_fails_no_run(tmp_path, org):
+    field_id = add_score(org)
+    Workload(org, seed=5).build_org(accounts=4)
+    ids = org.store.ids("Account")
+    set_scores(org, {ids[0]: 12.5})
+    platform = poll_platform(tmp_path, org, objects=["Account"])
+    assert run_replicas(platform, ["Account"]).success  # the initial load
+    to_text(org, field_id)
+    set_scores(org, {ids[0]: "platinum"})  # the next poll reads it by SystemModstamp
+
+    result = run_replicas(platform, ["Account"])
+    assert result.success
+    meta = platform.materialization(result, "Account")
+    assert meta["mode"] == "poll" and meta["fields_retyped"] == [SCORE]
+    assert platform.rows("Account")[ids[0]][SCORE] == "platinum" and column_type(platform, SCORE) == "string"
     assert differences(org, "Account", platform.rows("Account")) == []

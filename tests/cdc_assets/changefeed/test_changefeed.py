@@ -715,3 +715,26 @@ def test_a_column_added_and_backfilled_shows_in_the_lines_of_the_versions_after_
     assert filled["newImage"]["Name"] == filled["oldImage"]["Name"] == "Acme"
     assert got[(3, "001B")]["newImage"]["Tier"] == "Silver"
     assert replay(records(config))["001A"]["Tier"] == "Gold"
+
+
+def test_a_column_rewritten_with_a_new_type_shows_as_updates_of_the_records_whose_value_changed(tmp_path, replica):
+    config = feed(tmp_path, initial_scan=True)
+    export_changefeed(replica.warehouse, "Account", config)
+    # What a retype's rewrite commits (cdc_assets/retype.py): Amount, a double, now text, with the org's values.
+    current = read_table(replica.warehouse.table("Account"))
+    amounts = {"001A": "1", "001B": "two"}
+    retyped = current.set_column(
+        current.schema.get_field_index("Amount"),
+        pa.field("Amount", pa.string()),
+        pa.array([amounts[i] for i in current["Id"].to_pylist()], pa.string()),
+    )
+    replica.resync(retyped)
+    export_changefeed(replica.warehouse, "Account", config)
+
+    # The feed reads every version with the newest schema: the old value as the new type renders it (1.0 as "1"),
+    # so a record whose value reads the same emits nothing, and one whose value changed is an update.
+    updates = [r for r in changes(config) if r["ts"][0] == 1]
+    assert {r["key"][0]: (r["oldImage"]["Amount"], r["newImage"]["Amount"]) for r in updates} == {
+        "001B": ("2", "two")
+    }
+    assert replay(records(config))["001B"]["Amount"] == "two"

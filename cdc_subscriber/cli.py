@@ -40,7 +40,7 @@ from cdc_subscriber.dead_letters import acknowledge, scan
 from cdc_subscriber.position import topic_slug
 from cdc_subscriber.service import ALL_CHANGES, Subscriber, SubscriberConfig
 from cdc_subscriber.status import read_statuses
-from resources.storage import is_uri
+from resources.storage import is_uri, keep_private
 
 DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
 STATE_SUFFIX = "-subscriber"  # the state folder's name: the landing zone's, with this suffix, beside it
@@ -303,6 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Its own files are created 0600 already; the umask keeps private what is written without that care.
+    keep_private()
     args.landing_dir = args.landing_dir or default_landing_dir(args.command)
     state_dir = args.state_dir or _state_from_env() or state_dir_for(args.landing_dir)
     commands = {"subscribe": subscribe, "status": show_status, "dead-letters": show_dead_letters}

@@ -234,10 +234,7 @@ class Host:
         (self.var / "code-server").mkdir(mode=0o700)  # the code server's socket
         (self.etc / "replication.yaml").write_text("options: {initial_load: false}\nobjects: [Account]\n")
         token = secrets.token_urlsafe(32)
-        self.ports = {
-            name: str(processes.free_port())
-            for name in ("SPARK_CONNECT_PORT", "DAGSTER_WEBSERVER_PORT")
-        }
+        self.ports = {name: str(processes.free_port()) for name in ("SPARK_CONNECT_PORT", "DAGSTER_WEBSERVER_PORT")}
         org = {
             "SF_INSTANCE_URL": emu.instance_url,
             "SF_CLIENT_ID": "emulator-client",  # the emulator's client-credentials app

@@ -6,16 +6,30 @@ STAMP := $(VENV)/.installed
 E2E_STAMP := $(VENV)/.installed-e2e
 DOCS_STAMP := $(VENV)/.installed-docs
 LINT_STAMP := $(VENV)/.installed-lint
+## The versions CI tested (`make lock` writes it): every pip install below passes it with -c, so a fresh machine gets
+## them, not whatever was released since; pyproject.toml keeps the ranges a release may use.
+CONSTRAINTS := constraints.txt
+PIP_INSTALL := $(BIN)/pip install --quiet -c $(CONSTRAINTS)
 
-.PHONY: run run-org test test-cluster test-scale install bench clean browser e2e
+.PHONY: run run-org test test-cluster test-scale install bench clean browser e2e lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,emulator]'
+	$(PIP_INSTALL) -e '.[test,emulator]'
 	touch $(STAMP)
 
 install: $(STAMP)
+
+## constraints.txt anew (demo/lock.py): the venv brought to pyproject.toml's ranges without the old pins (a version
+## still in range is kept; `make lock UPGRADE=1` takes the newest releases instead), then its versions written down.
+## Then `make test`, and commit both files (docs/development/index.md: updating the pins).
+lock:
+	test -x $(BIN)/pip || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet $(if $(UPGRADE),--upgrade --upgrade-strategy eager) -e '.[test,emulator,docs,lint]'
+	$(BIN)/python -m demo.lock > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+	touch $(STAMP) $(DOCS_STAMP) $(LINT_STAMP)
 
 ## The demo: local Salesforce emulator + CDC events landing + Dagster UI with sensors running. The Dagster instance is
 ## SQLite in .demo/dagster_home; `make run PG=1` puts it on a local PostgreSQL cluster in .demo/postgres instead
@@ -54,7 +68,7 @@ browser:
 
 ## End-to-end: the real Dagster daemon and webserver against the emulator (minutes; screenshots to docs/screenshots).
 $(E2E_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,emulator,e2e]'
+	$(PIP_INSTALL) -e '.[test,emulator,e2e]'
 	touch $(E2E_STAMP)
 
 e2e: $(E2E_STAMP) browser
@@ -64,7 +78,7 @@ e2e: $(E2E_STAMP) browser
 ## link or anchor fails the build. CI runs it.
 .PHONY: docs install-docs
 $(DOCS_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,emulator,docs]'
+	$(PIP_INSTALL) -e '.[test,emulator,docs]'
 	touch $(DOCS_STAMP)
 
 install-docs: $(DOCS_STAMP)
@@ -76,7 +90,7 @@ docs: $(DOCS_STAMP)
 ## [tool.mypy]; the `lint` extra pins both). CI runs it before the tests. `ruff format .` fixes what the check finds.
 .PHONY: lint install-lint
 $(LINT_STAMP): $(STAMP)
-	$(BIN)/pip install --quiet -e '.[test,emulator,lint]'
+	$(PIP_INSTALL) -e '.[test,emulator,lint]'
 	touch $(LINT_STAMP)
 
 install-lint: $(LINT_STAMP)

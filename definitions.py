@@ -46,6 +46,7 @@ from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource, salesforce_resource_from_env
 from resources.spark import spark_resource
+from resources.storage import close_folder, keep_private
 from sensors.changefeed import build_automation_sensor
 from sensors.config import build_config_sensor
 from sensors.describe import build_describe_sensors
@@ -149,6 +150,8 @@ class ReplicationComponent(dg.Component, dg.Model, dg.Resolvable):
         return LoadedConfig(path, text, parse_config(text, path))
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        keep_private()  # as `defs` below: this process and every run it starts write the org's rows
+        close_folder(os.environ.get("DAGSTER_HOME"))
         return build_defs(
             loaded=self.loaded(Path(context.path)),
             landing_path=self.landing_zone,
@@ -160,5 +163,11 @@ class ReplicationComponent(dg.Component, dg.Model, dg.Resolvable):
 @dg.definitions
 def defs() -> dg.Definitions:
     """A code location: replication.yaml as it loaded, for its sensors and every run it starts
-    (load_location_config)."""
+    (load_location_config).
+
+    The code location and every run it starts (Dagster's CLI loads this function in each) create their files
+    private to their user whatever the umask they were started with: Delta tables, changefeeds, staged Parquet, run
+    logs, and the instance's folder (docs/operations/security.md, File modes)."""
+    keep_private()
+    close_folder(os.environ.get("DAGSTER_HOME"))
     return build_defs(loaded=load_location_config(), sensors_running=os.environ.get("CDC_SENSORS_RUNNING") == "1")

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from cdc_subscriber.position import topic_slug
 from cdc_subscriber.service import ALL_CHANGES, Subscriber, SubscriberConfig
+from resources.storage import keep_private
 from shared.subscriber_state import acknowledge, location, read_statuses, scan, state_dir_for
 
 DEFAULT_ENDPOINT = "api.pubsub.salesforce.com:7443"
@@ -268,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # Its own files are created 0600 already; the umask keeps private what is written without that care.
+    keep_private()
     args.landing_dir = args.landing_dir or default_landing_dir(args.command)
     state_dir = args.state_dir or _state_from_env() or state_dir_for(args.landing_dir)
     commands = {"subscribe": subscribe, "status": show_status, "dead-letters": show_dead_letters}

@@ -28,12 +28,11 @@ from pathlib import Path
 
 from object_schema.hashing import SALT_ENV
 from resources import spark_connect
+from resources.storage import PRIVATE_UMASK  # the children write the org's data (landing files, tables, logs)
 from salesforce_emulator import Emulator
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
-# Files 0600, folders 0700: the children write the org's data (landing files, tables, staging, logs).
-PRIVATE_UMASK = 0o077
 # The platform's own variables (org credentials, the hash salt, paths, Dagster's home), which the Spark Connect
 # server does not use: a client with its token runs code in it, so it holds nothing worth more than that.
 PLATFORM_PREFIXES = ("SF_", "CDC_", "DAGSTER_")

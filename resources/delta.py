@@ -65,6 +65,7 @@ from pydantic import Field
 
 from resources.commit_safety import ensure_safe_commits
 from resources.delta_protocol import ensure_readable, ensure_supported
+from resources.deployment import DeploymentOwned
 from resources.storage import filesystem
 
 log = logging.getLogger(__name__)
@@ -185,8 +186,10 @@ def aligned_arrow(rows: pa.Table, target: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=target)
 
 
-class DeltaWarehouse(dg.ConfigurableResource):
+class DeltaWarehouse(DeploymentOwned):
     """Delta tables under one root (a path, or an s3:// / az:// / gs:// URI)."""
+
+    DEPLOYMENT_FIELDS = frozenset({"root", "storage_options"})  # where the tables are (resources/deployment.py)
 
     root: str = Field(description="Local path or object-store URI holding one Delta table per object.")
     storage_options: dict[str, str] = Field(

@@ -32,13 +32,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from pydantic import Field
 
+from resources.deployment import DeploymentOwned
 from resources.landing_text import Unreadable, as_string, decode_lines, peek, read_text
 from resources.local_tree import LocalTree, Refused
 from resources.printable import printable
@@ -174,8 +174,10 @@ def _preview(data: bytes) -> str:
     return data[:RAW_KEPT].decode("utf-8", errors="replace")
 
 
-class LandingZone(dg.ConfigurableResource):
+class LandingZone(DeploymentOwned):
     """A directory (or object-store prefix) of immutable CDC event files."""
+
+    DEPLOYMENT_FIELDS = frozenset({"path"})  # where the events are (resources/deployment.py)
 
     path: str = Field(description="Local directory or object-store URI of the landing zone.")
     max_line_bytes: int = Field(default=8 * 1024 * 1024, description="Longer lines are quarantined.")

@@ -63,6 +63,7 @@ from urllib3.exceptions import MaxRetryError, ProtocolError
 from urllib3.util.retry import Retry
 
 from object_schema.describe import BINARY_TYPES, NOT_IN_EVENTS
+from resources.deployment import DeploymentOwned
 from resources.network import is_loopback
 from shared.names import is_record_id
 
@@ -164,8 +165,25 @@ class _SalesforceSession(requests.Session):
         return settings
 
 
-class SalesforceResource(dg.ConfigurableResource):
+class SalesforceResource(DeploymentOwned):
     """A Salesforce org (by default the local emulator) reached through simple-salesforce."""
+
+    # Which org and whose login: the code location's environment says, never a run (resources/deployment.py).
+    DEPLOYMENT_FIELDS = frozenset(
+        {
+            "instance_url",
+            "access_token",
+            "username",
+            "password",
+            "security_token",
+            "client_id",
+            "client_secret",
+            "private_key_file",
+            "login_url",
+            "domain",
+            "ca_bundle",
+        }
+    )
 
     instance_url: str | None = LOCAL_INSTANCE_URL
     access_token: str | None = None

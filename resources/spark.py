@@ -23,6 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.utils import is_remote
 
+from resources.deployment import DeploymentOwned
 from resources.spark_staging import local_staging, staged, staging_location
 
 # Required for correctness: session time zone and map-key policy are relied upon by spark_ops.
@@ -104,13 +105,16 @@ def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
     return conf
 
 
-class SparkResource(PySparkResource):
-    """dagster-pyspark's resource; a Spark Connect session is released when the process ends.
+class SparkResource(DeploymentOwned, PySparkResource):
+    """dagster-pyspark's resource; a Spark Connect session is released when the process ends. Its `spark_config`
+    (the master or `spark.remote`, jars, JVM options) is the deployment's (resources/deployment.py).
 
     A Connect session lives on the server until released (or idle for `spark_connect.CONNECT_CONF`'s timeout),
     with everything it cached. A run is one process, so its session goes with it. (Not in a teardown hook: that
     would make this a context-manager resource, which sensors and `build_*_context` then need to enter.)
     """
+
+    DEPLOYMENT_FIELDS = frozenset({"spark_config"})
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         super().setup_for_execution(context)

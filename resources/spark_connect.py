@@ -41,6 +41,7 @@ from pyspark.sql import SparkSession
 from resources.network import is_loopback
 from resources.spark import DEFAULT_CONF, spark_config
 from resources.spark_warm_up import LINES, warm_up
+from resources.storage import keep_private
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +221,7 @@ def _serve(args: argparse.Namespace) -> None:
     where = f"the token in {TOKEN_ENV}" if os.environ.get(TOKEN_ENV) else f"the token in {args.token_file}"
     try:
         check_binding(args.host, args.behind_tls_proxy)  # before a token file is made
-        os.umask(0o077)  # what the driver spills or caches of the org's rows: files 0600, folders 0700
+        keep_private()  # what the driver spills or caches of the org's rows
         token = server_token(dict(os.environ), args.token_file)
         spark = start(
             args.port,

@@ -20,6 +20,7 @@ environment, as for delta-rs (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -28,6 +29,9 @@ import pyarrow.fs as pafs
 
 PRIVATE_FILE = 0o600
 PRIVATE_DIR = 0o700
+# The umask of every process that loads the definitions or subscribes: files created with no mode of their own
+# (delta-rs's tables, Spark's and the staging's Parquet, Dagster's run logs and event storage) come out 0600, 0700.
+PRIVATE_UMASK = 0o077
 
 
 def is_uri(location: str | Path) -> bool:
@@ -130,6 +134,28 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def keep_private() -> None:
+    """From now on, what this process and the processes it starts create is private to its user (`PRIVATE_UMASK`,
+    added to the bits the umask already clears).
+
+    Set rather than asked for: the code location and its run workers are started by Dagster's CLI (`dg dev`,
+    `dagster code-server start`, a run launcher) from whatever shell or service started it, and a user's usual
+    umask (022) would leave the org's rows readable by every local user in Delta files, changefeeds and run logs.
+    """
+    os.umask(os.umask(PRIVATE_UMASK) | PRIVATE_UMASK)
+
+
+def close_folder(folder: str | Path | None) -> None:
+    """`folder` (when it is a folder this user owns, not a link) made 0700: what other processes created in it
+    under their own umask cannot be reached by other users. For DAGSTER_HOME, whose run and schedule databases
+    the webserver, the daemon or the CLI create before any of them loads the definitions."""
+    if not folder:
+        return
+    info = os.lstat(folder) if os.path.lexists(folder) else None
+    if info and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
+        os.chmod(folder, PRIVATE_DIR)
 
 
 def private_dirs(folder: Path) -> None:

@@ -81,7 +81,8 @@ INSTANCE_UNITS = ("sf-cdc-code-server", "sf-cdc-daemon", "sf-cdc-webserver")
 PG_COMMENTED = "#DAGSTER_PG_"
 # SF_* names the platform reads (resources/salesforce.py, cdc_subscriber/cli.py): a misspelt one would be ignored.
 SF_READ = {*ENV_VARS.values(), "SF_PUBSUB_ENDPOINT", "SF_TENANT_ID"}
-LISTENERS = ("sf-cdc-code-server", "sf-cdc-webserver")
+LISTENERS = ("sf-cdc-webserver",)  # on a TCP port: said on the command line
+SOCKET_ENV = "DAGSTER_CODE_SERVER_SOCKET"  # the code server's unix socket, in a folder of the sf-cdc user only
 CLEAN_EXIT = {0, -signal.SIGTERM, 128 + signal.SIGTERM}  # systemd counts a SIGTERM death as a clean stop
 
 
@@ -153,6 +154,10 @@ def test_each_unit_listens_on_loopback_only_and_names_only_variables_its_file_se
     host = option(words, "--host")
     if name in LISTENERS:  # Dagster's servers: said on the command line
         assert is_loopback(host), f"{name} listens on {host}"
+    elif name == "sf-cdc-code-server":  # no port at all: a unix socket, in a folder no other user may enter
+        assert host is None and option(words, "--port") is None
+        socket_path = Path(option(words, "--socket") or "")
+        assert socket_path.parent.parent == Path(VAR), socket_path  # a folder of its own (0700: deploy.md, step 2)
     else:  # the Spark Connect server listens on its module's loopback default; the others listen on nothing
         assert host is None and is_loopback(spark_connect.DEFAULT_HOST)
 
@@ -165,9 +170,17 @@ def test_the_daemon_and_webserver_start_once_the_code_server_serves():
         assert "sf-cdc-code-server.service" in unit["After"].split() and "sf-cdc-code-server.service" in unit["Wants"]
 
 
-def test_the_daemon_and_webserver_reach_the_code_server_on_loopback():
+def test_the_daemon_and_webserver_reach_the_code_server_on_its_socket():
     [location] = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())["load_from"]
-    assert is_loopback(location["grpc_server"]["host"])
+    assert location["grpc_server"]["socket"] == {"env": SOCKET_ENV} and "port" not in location["grpc_server"]
+    sockets = {name: read_env_file(env_example(read_unit(UNITS[name])))[SOCKET_ENV] for name in INSTANCE_UNITS}
+    assert len(set(sockets.values())) == 1, sockets  # the one the code server serves on
+    code_server = read_unit(UNITS["sf-cdc-code-server"])["Service"]
+    assert f"--socket ${{{SOCKET_ENV}}}" in code_server["ExecStart"]
+    assert f"--socket ${{{SOCKET_ENV}}}" in code_server["ExecStartPost"]  # its readiness asked on the same socket
+    docs = (REPO / "docs" / "operations" / "deploy.md").read_text()
+    folder = str(Path(next(iter(sockets.values()))).parent)
+    assert re.search(rf"install -d -o sf-cdc -g sf-cdc -m 0700 [^`]*{re.escape(folder)}\b", docs)
 
 
 @pytest.mark.parametrize("name", sorted(UNITS))
@@ -217,12 +230,10 @@ class Host:
         # On PostgreSQL the file is the docs' `cat dagster.yaml deploy/dagster-postgres.yaml`: DAGSTER_PG_* references.
         write_dagster_home(self.var / "dagster_home", storage="postgres" if cluster else "sqlite").chmod(0o700)
         (self.var / "spark-staging").mkdir(mode=0o700)
+        (self.var / "code-server").mkdir(mode=0o700)  # the code server's socket
         (self.etc / "replication.yaml").write_text("options: {initial_load: false}\nobjects: [Account]\n")
         token = secrets.token_urlsafe(32)
-        self.ports = {
-            name: str(processes.free_port())
-            for name in ("SPARK_CONNECT_PORT", "DAGSTER_CODE_SERVER_PORT", "DAGSTER_WEBSERVER_PORT")
-        }
+        self.ports = {name: str(processes.free_port()) for name in ("SPARK_CONNECT_PORT", "DAGSTER_WEBSERVER_PORT")}
         org = {
             "SF_INSTANCE_URL": emu.instance_url,
             "SF_CLIENT_ID": "emulator-client",  # the emulator's client-credentials app

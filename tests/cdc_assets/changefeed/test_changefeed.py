@@ -734,7 +734,5 @@ def test_a_column_rewritten_with_a_new_type_shows_as_updates_of_the_records_whos
     # The feed reads every version with the newest schema: the old value as the new type renders it (1.0 as "1"),
     # so a record whose value reads the same emits nothing, and one whose value changed is an update.
     updates = [r for r in changes(config) if r["ts"][0] == 1]
-    assert {r["key"][0]: (r["oldImage"]["Amount"], r["newImage"]["Amount"]) for r in updates} == {
-        "001B": ("2", "two")
-    }
+    assert {r["key"][0]: (r["oldImage"]["Amount"], r["newImage"]["Amount"]) for r in updates} == {"001B": ("2", "two")}
     assert replay(records(config))["001B"]["Amount"] == "two"

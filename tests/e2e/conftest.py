@@ -67,6 +67,7 @@ class Stack:
     process: object
     objects: tuple[str, ...] = OBJECTS
     env: dict[str, str] = field(default_factory=dict)  # the code location's environment
+    polled: frozenset[str] = frozenset()  # `source: poll` objects: their replicas apply no events
 
     @property
     def landing(self) -> Path:
@@ -118,7 +119,7 @@ class Stack:
                         f"{name}: dirty {meta.get(META_DIRTY)}, resync {meta.get(META_RESYNC)!r}, "
                         f"held {meta.get(META_HELD)}"
                     )
-                if int(meta.get(META_APPLIED_THROUGH) or 0) < int(entity_seq.get(name, 0)):
+                if name not in self.polled and int(meta.get(META_APPLIED_THROUGH) or 0) < int(entity_seq.get(name, 0)):
                     return f"{name} applied through {meta.get(META_APPLIED_THROUGH)} of {entity_seq.get(name)}"
                 version = newest_data_version(DeltaTable(str(self.warehouse / name)))
                 exported = self.feed(name).version()
@@ -201,7 +202,9 @@ def open_stack(root: Path, *, daemon_only: bool = False, cluster: pg.LocalPostgr
             )
             ui_url = f"http://127.0.0.1:{port}"
             processes.wait_for_code_location(ui_url, process)
-        stack = Stack(root, emu, workload, home, ui_url, process, env=env)
+        per_object: dict = options.get("per_object") or {}  # type: ignore[assignment]
+        polled = frozenset(n for n, o in per_object.items() if o.get("source") == "poll")
+        stack = Stack(root, emu, workload, home, ui_url, process, env=env, polled=polled)
         yield stack
     finally:
         if (current := stack.process if stack else process) is not None:  # a test may have restarted the daemon
@@ -245,7 +248,12 @@ def daemon_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.Fixtu
 def living_stack(tmp_path_factory: pytest.TempPathFactory):
     """A daemon stack of its own whose org's schema and permissions the test changes, with the describe sensor
     asking every 15 s of Account, the object it changes (a field made readable is found within the test's
-    minutes; the other objects keep the default, so the sensors settle between the test's steps)."""
+    minutes; the other objects keep the default, so the sensors settle between the test's steps), and Contact
+    polled every 15 s (a field of a polled object changes type too)."""
     root = tmp_path_factory.mktemp("living")
-    with open_stack(root, daemon_only=True, per_object={"Account": {"describe_every": 15}}) as stack:
+    per_object = {
+        "Account": {"describe_every": 15},
+        "Contact": {"source": "poll", "poll_interval": 15, "describe_every": 15},
+    }
+    with open_stack(root, daemon_only=True, per_object=per_object) as stack:
         yield stack

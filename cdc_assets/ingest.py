@@ -45,7 +45,7 @@ from cdc_assets.closure import ingest_progress
 from cdc_assets.config import ConfigError
 from cdc_assets.damaged import resync_lines
 from cdc_assets.quarantine import quarantine_example, record_quarantine
-from cdc_assets.schemas import redacts
+from cdc_assets.schemas import SchemaCatalog, redacts
 from cdc_assets.state import Q_STATE, IngestState
 from cdc_assets.timing import Stopwatch
 from object_schema.describe import ObjectSchema
@@ -305,6 +305,7 @@ def _ingest_batch(
     fault_point("ingest.after_read")
     data_fault_point("ingest.poisoned_line", read.lines["raw"])
     landed, parsed_with = parsed(spark, lines, schemas)
+    landed = retyped_values(spark, lines, landed, schemas, parsed_with)
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)
@@ -392,6 +393,63 @@ def parsed(
         schemas = _schemas_of(catalog, [*schemas, *missed])
         landed = parse(schemas)
     return landed, schemas
+
+
+def retyped_values(
+    spark: SparkSession,
+    lines: pa.Table,
+    landed: pa.Table,
+    catalog: Mapping[str, ObjectSchema],
+    parsed_with: dict[str, ObjectSchema],
+) -> pa.Table:
+    """`landed` without the quarantine entries of lines whose value did not fit its column only because the field's
+    type changed in the org: parsed again with the org's describe() (asked once per object such lines name), a line
+    that fits is no bad input. Its change rows stay gap rows (its records dirty): the replica follows the new type
+    when the reconcile reads them (cdc_assets/retype.py), so nothing is applied half and nothing is lost."""
+    entries = landed.filter(pc.and_(landed["quarantine"], pc.fill_null(landed["gapped"], False)))
+    if not entries.num_rows or not isinstance(catalog, SchemaCatalog):
+        return landed
+    keys = set(zip(entries["source_file"].to_pylist(), entries["source_line"].to_pylist(), strict=True))
+    gaps = landed.filter(pc.invert(landed["quarantine"]))
+    named = {
+        e
+        for f, n, e in zip(
+            gaps["source_file"].to_pylist(), gaps["source_line"].to_pylist(), gaps["entity"].to_pylist(), strict=True
+        )
+        if (f, n) in keys and e in parsed_with
+    }
+    retyped = {}
+    for name in sorted(named):
+        now = catalog.asked_again(name)
+        if now is not None and retyped_columns_of(parsed_with[name], now):
+            retyped[name] = now
+    if not retyped:
+        return landed
+    at = pa.array([f"{f}\x00{n}" for f, n in sorted(keys)])
+    line_keys = pc.binary_join_element_wise(lines["source_file"], lines["source_line"].cast(pa.string()), "\x00")
+    again = lines.filter(pc.is_in(line_keys, value_set=at))
+    with small_query(spark, again.num_rows):
+        reparsed = landed_rows(parse_landed(from_arrow(spark, again), {**parsed_with, **retyped})).toArrow()
+    still = reparsed.filter(reparsed["quarantine"])
+    bad = set(zip(still["source_file"].to_pylist(), still["source_line"].to_pylist(), strict=True))
+    fits = keys - bad
+    if not fits:
+        return landed
+    log.warning(
+        "%d landing lines of %s carry values of a field whose type changed in the org: not quarantined; their "
+        "records are reconciled, and the replica follows the new type then",
+        len(fits),
+        ", ".join(sorted(retyped)),
+    )
+    entry_keys = pc.binary_join_element_wise(landed["source_file"], landed["source_line"].cast(pa.string()), "\x00")
+    forgiven = pc.and_(landed["quarantine"], pc.is_in(entry_keys, value_set=pa.array([f"{f}\x00{n}" for f, n in fits])))
+    return landed.filter(pc.invert(forgiven))
+
+
+def retyped_columns_of(before: ObjectSchema, now: ObjectSchema) -> list[str]:
+    """The columns of `before` that `now` types otherwise."""
+    types = {f.name: f.type for f in now.arrow_schema()}
+    return [f.name for f in before.arrow_schema() if f.name in types and types[f.name] != f.type]
 
 
 def _schemas_of(catalog: Mapping[str, ObjectSchema], names: Iterable[str | None]) -> dict[str, ObjectSchema]:

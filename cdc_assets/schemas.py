@@ -183,6 +183,13 @@ class SchemaCatalog(Mapping[str, ObjectSchema]):
     def __contains__(self, name: object) -> bool:
         return name in self._objects
 
+    def asked_again(self, name: str) -> ObjectSchema | None:
+        """`name`'s schema from the org's describe() asked now (None: its describe() is a file, or no org)."""
+        sobject = self._objects.get(name)
+        if sobject is None or sobject.describe_path or self._salesforce is None:
+            return None
+        return resolve_schema(sobject, self._warehouse, self._salesforce, fresh=True)[0]
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._objects)
 

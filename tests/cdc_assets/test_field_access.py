@@ -4,6 +4,7 @@ platform run through Dagster's real materialize() and its sensors."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,6 +12,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from event_lines import event
 from harness import Platform
 from org_compare import differences
 from poll.poll_harness import poll_platform, run_replicas
@@ -530,3 +532,31 @@ def test_a_poll_that_reads_a_value_its_column_cannot_hold_rewrites_the_column_an
     assert meta["mode"] == "poll" and meta["fields_retyped"] == [SCORE]
     assert platform.rows("Account")[ids[0]][SCORE] == "platinum" and column_type(platform, SCORE) == "string"
     assert differences(org, "Account", platform.rows("Account")) == []
+
+
+def test_an_event_whose_value_only_the_new_type_holds_is_not_quarantined_and_its_record_reconciled_in_it(tmp_path, org):
+    platform, ids, field_id = scored(tmp_path, org)
+    to_text(org, field_id)  # no describe run: the event's value is the first sign
+    set_scores(org, {ids[0]: "gold"})
+    result = catch_up(platform, org)
+    assert result.success  # its record dirty: nothing applied half
+    assert platform.rows("Account")[ids[0]]["_sf_dirty_since"] is not None
+    # No bad input: the value fits the type describe() gives the field now, so the line is not quarantined.
+    assert platform.quarantine() == []
+    assert [r.tags["cdc/mode"] for r in run_sensor_requests(platform)] == ["reconcile"]
+    assert platform.materialization_of("Account")["fields_retyped"] == [SCORE]
+    assert platform.rows("Account")[ids[0]][SCORE] == "gold" and column_type(platform, SCORE) == "string"
+    assert differences(org, "Account", platform.rows("Account")) == []
+
+
+def test_an_event_whose_value_fits_neither_the_old_nor_the_new_type_is_still_quarantined(tmp_path, org):
+    platform, ids, field_id = scored(tmp_path, org)
+    admin_of(org).restful(
+        f"tooling/sobjects/CustomField/{field_id}",
+        method="PATCH",
+        json={"Metadata": {"type": "Checkbox", "defaultValue": False}},
+    )
+    # A landing writer's line: a text where the org now has a checkbox and had a number.
+    platform.land([event("Account", "UPDATE", [ids[0]], int(time.time() * 1000), **{SCORE: "gold"})])
+    assert catch_up(platform, org).success
+    assert [SCORE in r["reason"] for r in platform.quarantine()] == [True]

@@ -94,7 +94,9 @@ class ObjectOptions(_Section):
             "in clear; false: raw lines as landed, readable only by those allowed to see the org's data."
         ),
     )
-    poll_interval: float = Field(300.0, gt=0, description=("Seconds between polls (the sensor `poll_<Object>`)."))
+    poll_interval: float = Field(
+        300.0, gt=0, description=("Seconds between polls of the object (the `poll_sensor` asks for it once a window).")
+    )
     poll_overlap: float = Field(
         300.0, ge=0, description=("Seconds re-read behind the cursor each poll, for rows committed late.")
     )
@@ -327,6 +329,14 @@ class ReplicationOptions(ObjectOptions):
     )
     retry_backoff_max_seconds: float = Field(
         600.0, ge=0, description=("The longest wait between two requests of a failed run's work.")
+    )
+    poll_objects_per_run: int = Field(
+        50,
+        gt=0,
+        description=(
+            "Polled objects one poll run carries at most: the poll sensor asks for one run per cycle with every "
+            "object due, split into runs of this many (their steps run one after the other in the run's process)."
+        ),
     )
     api_budget_reserve: float = Field(
         0.1,

@@ -102,6 +102,12 @@ def object_tag(name: str) -> str:
     return hidden_tag(f"object.{name}")
 
 
+def objects_of_tags(tags: dict[str, str]) -> list[str]:
+    """The objects a run includes, read from its hidden object tags (`object_tag`)."""
+    prefix = object_tag("")
+    return [key.removeprefix(prefix) for key, value in tags.items() if key.startswith(prefix) and value == "1"]
+
+
 def work_tag(name: str) -> str:
     """The work a run does for an object (reconcile, resync), so no sensor asks for it again meanwhile."""
     return hidden_tag(f"work.{name}")

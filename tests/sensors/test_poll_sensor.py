@@ -1,6 +1,9 @@
-"""The poll sensors (one per `mode: poll` object), evaluated with Dagster's real sensor context against an emulator."""
+"""The poll sensor (one for every `source: poll` object), evaluated with Dagster's real sensor context against an
+emulator."""
 
 from __future__ import annotations
+
+import json
 
 import dagster as dg
 import pytest
@@ -12,7 +15,7 @@ from cdc_assets.names import TAG_MODE, object_tag, replica_key
 from definitions import build_defs
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
-from sensors.poll import sensor_name
+from sensors.poll import SENSOR_NAME
 from sensors.reconciliation import SENSOR_NAME as RECONCILE
 
 
@@ -22,10 +25,13 @@ def org(tmp_path):
         yield emu
 
 
-def poll_defs(tmp_path, emu: Emulator) -> dg.Definitions:
-    config = write_config(tmp_path / "replication.yaml", None, ["Account", "Contact"], initial_load=True)
+def poll_defs(tmp_path, emu: Emulator, **options) -> dg.Definitions:
+    config = write_config(
+        tmp_path / "replication.yaml", None, ["Account", "Contact", "Lead"], initial_load=True, **options
+    )
     raw = yaml.safe_load(config.read_text())
-    raw["objects"][0] |= {"mode": "poll", "poll_interval": 60}
+    for entry, interval in zip(raw["objects"][:2], (60, 3600), strict=True):
+        entry |= {"source": "poll", "poll_interval": interval}
     config.write_text(yaml.safe_dump(raw))
     return build_defs(
         config_path=config,
@@ -37,37 +43,51 @@ def poll_defs(tmp_path, emu: Emulator) -> dg.Definitions:
     )
 
 
-def evaluate(defs: dg.Definitions, instance: dg.DagsterInstance, name: str, cursor: str | None = None):
+def evaluate(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None = None):
     context = dg.build_sensor_context(
         instance=instance, cursor=cursor, definitions=defs, resources={"salesforce": defs.resources["salesforce"]}
     )  # no Spark
-    return defs.get_sensor_def(name)(context)
+    return defs.get_sensor_def(SENSOR_NAME)(context)
 
 
-def test_a_polled_object_has_its_own_sensor_tagged_poll_and_held_back_like_reconciliation(tmp_path, org):
+def polled_in(request: dg.RunRequest) -> set[str]:
+    ops = request.run_config["ops"]
+    assert all(op["config"]["mode"] == "poll" for op in ops.values())
+    return {key.path[-1] for key in request.asset_selection or []}
+
+
+def test_one_sensor_asks_for_one_run_carrying_every_polled_object_due(tmp_path, org):
     defs = poll_defs(tmp_path, org)
     instance = dg.DagsterInstance.ephemeral()
     names = {s.name for s in defs.sensors}
-    assert sensor_name("Account") in names and sensor_name("Contact") not in names and RECONCILE in names
+    assert SENSOR_NAME in names and RECONCILE in names and not any(n.startswith("poll_A") for n in names)
     tags = {key: a.tags_by_key[key] for a in defs.assets if isinstance(a, dg.AssetsDefinition) for key in a.keys}
-    assert tags[replica_key("Account")][TAG_MODE] == "poll"
-    assert tags[replica_key("Contact")][TAG_MODE] == "cdc"
+    assert tags[replica_key("Account")][TAG_MODE] == "poll" and tags[replica_key("Lead")][TAG_MODE] == "cdc"
 
-    result = evaluate(defs, instance, sensor_name("Account"))
+    result = evaluate(defs, instance)
     [request] = result.run_requests
-    assert request.asset_selection == [replica_key("Account")]
-    assert request.tags[TAG_MODE] == "poll" and request.tags[object_tag("Account")] == "1"
-    assert request.run_config["ops"][replica_key("Account").to_python_identifier()]["config"]["mode"] == "poll"
-    assert request.run_key.startswith("poll-Account-")
-    again = evaluate(defs, instance, sensor_name("Account"), cursor=result.cursor)  # the same window: no new run
-    assert not again.run_requests
+    assert polled_in(request) == {"Account", "Contact"}  # the CDC object is not polled
+    assert request.tags[TAG_MODE] == "poll" and request.tags[object_tag("Contact")] == "1"
+    assert evaluate(defs, instance).run_requests[0].run_key == request.run_key  # a tick evaluated twice: one run
+    assert not evaluate(defs, instance, cursor=result.cursor).run_requests  # both polled in their windows
+    # A window that moved on (Account's 60 s; Contact's hour has not): only Account is due.
+    cursor = json.loads(result.cursor) | {"Account": json.loads(result.cursor)["Account"] - 1}
+    [again] = evaluate(defs, instance, cursor=json.dumps(cursor)).run_requests
+    assert polled_in(again) == {"Account"} and again.run_key != request.run_key
+
+
+def test_an_object_with_a_run_in_flight_waits_and_a_cycle_is_split_in_runs_of_at_most_so_many(tmp_path, org):
+    defs = poll_defs(tmp_path, org, poll_objects_per_run=1)
+    instance = dg.DagsterInstance.ephemeral()
+    assert [polled_in(r) for r in evaluate(defs, instance).run_requests] == [{"Account"}, {"Contact"}]
 
     create_run_for_test(
         instance, job_name="__ASSET_JOB", status=dg.DagsterRunStatus.STARTED, tags={object_tag("Account"): "1"}
     )
-    queued = evaluate(defs, instance, sensor_name("Account"))
-    assert not queued.run_requests and "in flight" in queued.skip_reason.skip_message
+    result = evaluate(defs, instance)
+    assert [polled_in(r) for r in result.run_requests] == [{"Contact"}]
+    assert "Account" not in json.loads(result.cursor)  # asked again once its run is done
 
     org.set_request_budget(daily_request_limit=1000, used=990)
-    held = evaluate(defs, dg.DagsterInstance.ephemeral(), sensor_name("Account"))
+    held = evaluate(defs, dg.DagsterInstance.ephemeral())
     assert not held.run_requests and "API budget" in held.skip_reason.skip_message

@@ -57,6 +57,7 @@ from cdc_assets.names import (
     META_LAG,
     META_POLL_CURSOR,
     META_POLL_CURSOR_FIELD,
+    META_POLL_NEXT,
     META_RESYNC,
     META_TABLE_URI,
     META_UNKNOWN_FIELDS,
@@ -387,6 +388,7 @@ def replica_metadata(
     if isinstance(sync, PollResult):
         metadata[META_POLL_CURSOR] = dg.MetadataValue.json(sync.cursor.to_dict() if sync.cursor else {})
         metadata[META_POLL_CURSOR_FIELD] = dg.MetadataValue.text(sync.cursor_field or "")
+        metadata[META_POLL_NEXT] = dg.MetadataValue.json(sync.next)
     if sobject.formulas:  # how old the formula values are, whatever the run did (the age grows between refreshes)
         metadata |= formula_metadata(table, datetime.now(UTC))
     if isinstance(sync, FormulaResult):

@@ -19,7 +19,7 @@ it, so a runs page lists three tags a run instead of a dozen (a JSON cut among t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import dagster as dg
 
@@ -75,6 +75,7 @@ META_API_CALLS = "api_calls"
 META_UNKNOWN_FIELDS = "unknown_field_names"  # in events, unknown to describe()
 META_POLL_CURSOR = "poll_cursor"
 META_POLL_CURSOR_FIELD = "poll_cursor_field"
+META_POLL_NEXT = "poll_next"  # what the next poll reads: the poll sensor's probe (cdc_assets/poll/run.py next_poll)
 META_FAILED_FILES = "failed_files"
 META_HISTORY_VERSIONS = "history_versions"
 META_HISTORY_THROUGH = "history_through"
@@ -102,7 +103,7 @@ def object_tag(name: str) -> str:
     return hidden_tag(f"object.{name}")
 
 
-def objects_of_tags(tags: dict[str, str]) -> list[str]:
+def objects_of_tags(tags: Mapping[str, str]) -> list[str]:
     """The objects a run includes, read from its hidden object tags (`object_tag`)."""
     prefix = object_tag("")
     return [key.removeprefix(prefix) for key, value in tags.items() if key.startswith(prefix) and value == "1"]

@@ -48,7 +48,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import dagster as dg
 import jwt
@@ -73,6 +73,7 @@ LOCAL_INSTANCE_URL = "https://127.0.0.1:8443"
 LOCAL_ACCESS_TOKEN = "dev-token"
 LOCAL_CA_BUNDLE = ".demo/salesforce/tls/ca.pem"
 RETRIEVE_BATCH = 2000
+COMPOSITE_SUBREQUESTS = 25  # the most subrequests one REST Composite call takes
 REFUSED_ID_ERRORS = frozenset({"MALFORMED_ID", "INVALID_ID_FIELD"})  # the org's "this is no id": see `retrieve`
 # A Bulk API 2.0 query job refused for its object ("Entity 'X' is not supported by the Bulk API."): `bulk_query_all`
 # reads such an object through REST instead, as a position without a job (`REST_READ`), 2,000 records a call.
@@ -444,6 +445,31 @@ class SalesforceResource(DeploymentOwned):
     def _retrieve_batch(self, object_name: str, ids: list[str], fields: list[str]) -> list[dict[str, Any] | None]:
         response = self._request("POST", f"composite/sobjects/{object_name}", json={"ids": ids, "fields": fields})
         return [_strip(record) if record is not None else None for record in response.json()]
+
+    def any_rows(self, queries: dict[str, str]) -> dict[str, bool | None]:
+        """For each SOQL query of `queries` (by name; each with `LIMIT 1`), whether ``queryAll`` returns a row:
+        asked `COMPOSITE_SUBREQUESTS` at a time through the REST Composite resource, one API call each (REST API
+        Developer Guide, "Composite": up to 25 subrequests, GET queries among them). None: that subrequest failed
+        (a field the org no longer has, ...); the caller reads the object itself, which says why."""
+        names, out = list(queries), {}
+        for start in range(0, len(names), COMPOSITE_SUBREQUESTS):
+            batch = names[start : start + COMPOSITE_SUBREQUESTS]
+            requests_ = [
+                {
+                    "method": "GET",
+                    "url": f"/services/data/v{self.api_version}/queryAll/?q={quote(queries[name])}",
+                    "referenceId": f"q{i}",
+                }
+                for i, name in enumerate(batch)
+            ]
+            response = self._request("POST", "composite", json={"allOrNone": False, "compositeRequest": requests_})
+            answers = {a.get("referenceId"): a for a in response.json().get("compositeResponse", [])}
+            for i, name in enumerate(batch):
+                answer = answers.get(f"q{i}") or {}
+                body = answer.get("body")
+                found = isinstance(body, dict) and bool(body.get("totalSize") or body.get("records"))
+                out[name] = found if answer.get("httpStatusCode") == 200 and isinstance(body, dict) else None
+        return out
 
     def query_all(self, soql: str, include_deleted: bool = True) -> Iterator[dict[str, Any]]:
         """Records of a SOQL query through REST ``queryAll`` (deleted rows included) or ``query``, page by page

@@ -95,6 +95,7 @@ class PollResult(SyncResult):
     cursor_field: str | None = None  # the field the cursor is a position in (cursor_field)
     seconds: dict[str, float] = field(default_factory=dict)  # org: queries and pages; read/merge: the replica
     commits: int = 0  # Delta commits the poll made
+    next: dict = field(default_factory=dict)  # what the next poll reads (`next_poll`): the poll sensor's probe
 
 
 def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None) -> ApplyResult:
@@ -295,7 +296,27 @@ def poll(
         cursor_field=field_name,
         commits=writer.commits,
         seconds={f"poll_{k}": v for k, v in writer.watch.seconds.items()},
+        next=next_poll(after, field_name, read_at=now),
     )
+
+
+def next_poll(state: PollState, field_name: str, *, read_at: datetime) -> dict:
+    """What the poll sensor needs to ask the org cheaply whether the next poll of the object has anything to read
+    (sensors/poll.py): the `cursor` (the newest position read, in the query field `field`), when this poll read
+    (`read_at`), whether a Bulk job is still being read (`resume`: it must run) and the last Id comparison
+    (`ids_compared_at`: one is due every `hard_delete_check_every`).
+
+    Why "a record newer than the cursor" is the whole question once a poll has read `poll_overlap` seconds after the
+    cursor: the overlap is how late a record may become visible after its SystemModstamp (module docstring), so by
+    then every record at or before the cursor was visible to that poll, which read them; what is left to read is
+    newer than the cursor."""
+    return {
+        "cursor": soql_datetime(datetime.fromisoformat(state.cursor.ts)) if state.cursor else None,
+        "field": field_name,
+        "read_at": read_at.isoformat(),
+        "resume": state.job is not None,
+        "ids_compared_at": state.ids_compared_at,
+    }
 
 
 def _read_bulk(

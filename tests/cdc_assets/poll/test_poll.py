@@ -30,6 +30,7 @@ from poll_harness import (
 from settings import REPO
 
 from salesforce_emulator.workload import Workload
+from sensors.poll import SENSOR_NAME
 from shared.faults import POLL_POINTS
 
 
@@ -198,3 +199,31 @@ def test_an_object_switches_from_poll_to_cdc_and_back_without_a_reload(tmp_path,
     assert platform.materialization(back, "Account")["mode"] == "poll"
     assert platform.materialization(back, "Account")["poll_rows_written"] > 0
     assert_equal_to_org(platform, org, ["Account"])
+
+
+def test_the_poll_sensor_asks_the_org_once_for_every_25_objects_and_polls_only_those_with_changes(tmp_path, org):
+    Workload(org, seed=5).build_org(accounts=4)
+    platform = poll_platform(tmp_path, org, hard_delete_check_every=3600)
+    assert run_replicas(platform).success  # the initial load
+    assert run_replicas(platform).success  # the first poll, and its Id comparison
+    time.sleep(OPTIONS["poll_overlap"] + 0.5)  # the org's changes older than the overlap
+    with org.store.transaction() as txn:
+        txn.update("Account", org.store.ids("Account")[0], {"Phone": "555 0199"})
+    assert run_replicas(platform).success  # read right after the change
+    # Account's poll read less than poll_overlap after its cursor (a late record may still appear behind it): polled
+    # without asking; Contact has nothing newer than its cursor: not polled.
+    [request] = platform.sensor_requests(SENSOR_NAME)
+    assert request.tags["cdc/objects"] == "Account"
+    time.sleep(OPTIONS["poll_overlap"] + 0.5)
+    assert platform.execute(request).success
+
+    org.reset_request_counts()
+    assert platform.sensor_requests(SENSOR_NAME) == []  # nothing changed: no run
+    # One Composite call asked about both objects (and one `limits` call, the API budget's).
+    assert org.request_counts() == {"composite": 1, "limits": 1}
+    with org.store.transaction() as txn:
+        txn.update("Contact", org.store.ids("Contact")[0], {"Title": "Changed"})
+    [request] = platform.sensor_requests(SENSOR_NAME)
+    assert request.tags["cdc/objects"] == "Contact"
+    assert platform.execute(request).success
+    assert_equal_to_org(platform, org)

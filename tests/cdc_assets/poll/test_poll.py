@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import dagster as dg
 import pytest
 import yaml
 from org_compare import differences
@@ -29,6 +30,7 @@ from poll_harness import (
 )
 from settings import REPO
 
+from cdc_assets.names import replica_key
 from salesforce_emulator.workload import Workload
 from sensors.poll import SENSOR_NAME
 from shared.faults import POLL_POINTS
@@ -226,4 +228,24 @@ def test_the_poll_sensor_asks_the_org_once_for_every_25_objects_and_polls_only_t
     [request] = platform.sensor_requests(SENSOR_NAME)
     assert request.tags["cdc/objects"] == "Contact"
     assert platform.execute(request).success
+    assert_equal_to_org(platform, org)
+
+
+def test_one_object_failing_in_a_poll_cycle_leaves_the_others_committed_and_is_polled_again(tmp_path, org):
+    Workload(org, seed=5).build_org(accounts=4)
+    platform = poll_platform(tmp_path, org)
+    assert run_replicas(platform).success  # the initial load
+    account, contact = org.store.ids("Account")[0], org.store.ids("Contact")[0]
+    with org.store.transaction() as txn:
+        txn.update("Account", account, {"Phone": "555 0142"})
+        txn.update("Contact", contact, {"Title": "Changed"})
+    org.fail_next_requests(1, status=400)  # the cycle's first step (Account) meets an error the org returns
+    result = run_replicas(platform, raise_on_error=False)
+    assert not result.success
+    failed = {e.step_key for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE}
+    assert failed == {replica_key("Account").to_python_identifier()}
+    assert platform.rows("Contact")[contact]["Title"] == "Changed"  # its step ran and committed all the same
+    assert platform.rows("Account")[account]["Phone"] != "555 0142"
+
+    assert run_replicas(platform, ["Account"]).success  # its next window: from its own committed cursor
     assert_equal_to_org(platform, org)

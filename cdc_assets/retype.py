@@ -42,7 +42,7 @@ from cdc_assets.counts import DIRTY_COLUMN
 from cdc_assets.records import SNAPSHOT, SYNCED_AT, replica_rows
 from cdc_assets.state import HistoryState, ReplicaState
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
-from resources.delta import DeltaWarehouse, arrow_dataset
+from resources.delta import DeltaWarehouse, arrow_dataset, safe_cast
 from resources.salesforce import SalesforceResource
 
 log = logging.getLogger(__name__)
@@ -150,23 +150,6 @@ def follow_columns(
 def _replica_ids(table: DeltaTable) -> pa.Array:
     ids = arrow_dataset(table).to_table(columns=["Id"])["Id"]
     return ids.combine_chunks() if ids.num_chunks else pa.array([], pa.string())
-
-
-def safe_cast(values: pa.Array, target: pa.DataType) -> pa.Array:
-    """`values` as `target` where they convert (a number's text), null where they do not (text in a number)."""
-    try:
-        return values.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        if not pa.types.is_string(values.type):
-            values = values.cast(pa.string())
-        return pa.array([_one(v, target) for v in values.to_pylist()], target)
-
-
-def _one(value: str | None, target: pa.DataType):
-    try:
-        return pa.scalar(value).cast(target).as_py() if value is not None else None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
 
 
 def retype_history(

@@ -186,6 +186,24 @@ def aligned_arrow(rows: pa.Table, target: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=target)
 
 
+def safe_cast(values: pa.Array, target: pa.DataType) -> pa.Array:
+    """`values` as `target` where they convert (a number's text), null where they do not (text in a number): how
+    rows written before a column's type changed (cdc_assets/retype.py) read in the new type."""
+    try:
+        return values.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if not pa.types.is_string(values.type):
+            values = values.cast(pa.string())
+        return pa.array([_cast_one(v, target) for v in values.to_pylist()], target)
+
+
+def _cast_one(value: str | None, target: pa.DataType):
+    try:
+        return pa.scalar(value).cast(target).as_py() if value is not None else None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
 class DeltaWarehouse(DeploymentOwned):
     """Delta tables under one root (a path, or an s3:// / az:// / gs:// URI)."""
 

@@ -37,7 +37,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from resources.delta import table_files
+from resources.delta import safe_cast, table_files
 
 READ_BUFFER = 1 << 16  # bytes read at a time from a column chunk (a buffered stream: one page decoded at a time)
 CHANGE_TYPE, COMMIT_VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
@@ -155,7 +155,8 @@ def _file_batches(
 
 def _column(batch: pa.RecordBatch, field: pa.Field, constants: dict) -> pa.Array:
     if field.name in batch.schema.names:
-        return batch.column(field.name).cast(field.type)
+        # A file written before its column was retyped reads in the new type, null where a value cannot.
+        return safe_cast(batch.column(field.name), field.type)
     if field.name in constants and constants[field.name] is not None:
         value = constants[field.name]
         scalar = pa.array([value], pa.string() if isinstance(value, str) else None).cast(field.type)[0]

@@ -33,6 +33,7 @@ from cdc_assets.retype import retype_history
 from cdc_assets.state import REPLICA_STATE, HistoryState
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import CHANGE_FEED, DeltaWarehouse, aligned_arrow
+from resources.delta_changes import change_batches, change_files, change_schema
 from resources.staged import drop_staged, read_staged
 from shared.faults import fault_point
 
@@ -44,6 +45,7 @@ HISTORY_APP = "cdc_history"
 # such as Spark give a table created with its rows.
 DATA_OPERATIONS = frozenset({"WRITE", "MERGE", "UPDATE", "DELETE", "CREATE TABLE", "CREATE TABLE AS SELECT"})
 POST_IMAGES = ("insert", "update_postimage")
+CDF_BATCH_ROWS = 65_536
 
 
 @dataclass
@@ -104,10 +106,10 @@ def commit_history(
 
 
 def written_rows(replica: DeltaTable, version: int) -> pa.Table:
-    """The rows replica `version` wrote (its Change Data Feed's post-images)."""
-    cdf = plain(
-        pa.RecordBatchReader.from_stream(replica.load_cdf(starting_version=version, ending_version=version)).read_all()
-    )
+    """The rows replica `version` wrote (its Change Data Feed's post-images), in the table's types now: a version
+    from before a column was retyped (cdc_assets/retype.py) reads in the new type (resources/delta_changes.py)."""
+    files = change_files(replica, version, version)
+    cdf = plain(pa.Table.from_batches(list(change_batches(replica, files, CDF_BATCH_ROWS)), change_schema(replica)))
     rows = cdf.filter(pc.is_in(cdf["_change_type"], value_set=pa.array(POST_IMAGES)))
     return rows.drop_columns(
         [c for c in ("_change_type", "_commit_version", "_commit_timestamp") if c in rows.column_names]

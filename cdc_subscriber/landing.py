@@ -22,10 +22,10 @@ whose events were never acknowledged (they come again); ``discard_orphans`` clea
 **Through no link.** Other writers share the zone (docs/design/contract.md §2), and one of them may plant a
 symbolic link where an hour folder belongs: followed, the events would land outside the zone, where the platform
 never reads them (it lists the zone without following links), and the position would move past them: lost. The
-hour folder is opened part by part without following links (``resources/storage.py`` ``open_folder_below``) and
-the open file is created, renamed and synced relative to that descriptor; a link raises ``LinkRefused``, so the
-write fails, nothing lands, the position stays, and the stream reports FAILED naming the link and retries until
-it is removed.
+hour folder is opened part by part without following links (``resources/local_tree.py`` ``LocalTree.made``) and
+the open file is created, renamed and synced relative to that descriptor; a link raises ``Refused``, so the write
+fails, nothing lands, the position stays, and the stream reports FAILED naming the link and retries until it is
+removed.
 
 **Private.** Files are created 0600 and folders 0700 whatever the umask (``resources/storage.py``): they hold org
 data. The default spool is a folder of the process's own (:func:`private_spool`: ``tempfile.mkdtemp``, so 0700 and
@@ -44,11 +44,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from resources.storage import Folder, is_uri, join, open_folder_below, open_private, private_dirs
+from resources.local_tree import LocalTree, exists
+from resources.storage import Folder, is_uri, join, open_private, private_dirs
 from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,7 @@ class _OpenFile:
     temp: Path
     folder: Path
     folder_fd: int  # the folder, opened through no link: the file is created, renamed and synced relative to it
+    held: ExitStack  # holds `folder_fd` open until the file is rolled
     relative: str  # the folder under the zone: YYYY/MM/DD/HH
     stem: str
     handle: IO[bytes]
@@ -135,15 +138,13 @@ class LandingFileWriter:
     def _open(self, commit_ts: int, replay_id: bytes | None) -> _OpenFile:
         stamp = dt.datetime.fromtimestamp(commit_ts / 1000, tz=dt.UTC)
         relative = stamp.strftime("%Y/%m/%d/%H")
-        folder_fd = open_folder_below(self.root, relative)
         stem = f"{commit_ts:013d}-{int.from_bytes(replay_id or b'', 'big'):016d}"
         temp = self.root / relative / f"_{stem}-{os.getpid()}.jsonl"
-        try:
+        private_dirs(self.root)  # the zone itself is the deployment's (it may be a link): made again if it went
+        with ExitStack() as held:
+            folder_fd = held.enter_context(LocalTree(str(self.root)).made(relative.split("/")))
             handle = open_private(Path(temp.name), dir_fd=folder_fd)
-        except BaseException:
-            os.close(folder_fd)
-            raise
-        return _OpenFile(temp, temp.parent, folder_fd, relative, stem, handle, time.monotonic())
+            return _OpenFile(temp, temp.parent, folder_fd, held.pop_all(), relative, stem, handle, time.monotonic())
 
     def roll(self) -> Path | str | None:
         """Make the open file visible (durably) and report it; None when nothing was open."""
@@ -157,7 +158,7 @@ class LandingFileWriter:
                 current.handle.close()
                 final = self._publish(current)
             finally:
-                os.close(current.folder_fd)
+                current.held.close()
             fault_point("subscriber.after_rename")  # landed, position not saved yet: these events come again
             self.files_landed += 1
             self.on_landed(final, current.lines, current.last_replay)
@@ -169,7 +170,7 @@ class LandingFileWriter:
         names = (f"{current.stem}{f'-{n}' if n else ''}.jsonl" for n in range(1_000_000))
         fd = current.folder_fd
         if self.zone is None:
-            final = next(n for n in names if not _exists(n, fd))
+            final = next(n for n in names if not exists(n, fd))
             os.replace(current.temp.name, final, src_dir_fd=fd, dst_dir_fd=fd)
             os.fsync(fd)
             return current.folder / final
@@ -188,15 +189,6 @@ class LandingFileWriter:
                 path.unlink(missing_ok=True)
                 removed += 1
         return removed
-
-
-def _exists(name: str, folder_fd: int) -> bool:
-    """Whether `name` is taken in the folder `folder_fd` (by anything, a link included)."""
-    try:
-        os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 def private_spool(slug: str) -> Path:

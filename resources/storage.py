@@ -19,8 +19,6 @@ environment, as for delta-rs (`AWS_ENDPOINT_URL`, `AWS_REGION`, `AWS_ACCESS_KEY_
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
 import stat
 from collections.abc import Iterator
@@ -170,43 +168,6 @@ def private_dirs(folder: Path) -> None:
         missing.append(path)
     for path in reversed(missing):
         path.mkdir(mode=PRIVATE_DIR, exist_ok=True)  # exists: made by another writer meanwhile
-
-
-class LinkRefused(NotADirectoryError):
-    """A folder a writer would write through is a symbolic link (or no folder at all)."""
-
-
-def open_folder_below(root: Path, relative: str) -> int:
-    """A descriptor of the folder `root/relative`, its missing folders created 0700 on the way and none of them
-    reached through a symbolic link: a part of `relative` that is a link or no folder raises `LinkRefused` naming
-    it. `Path.is_dir()` and every path-based call follow links, so in a folder others write too (the landing zone),
-    a link planted where a folder is expected would send the files anywhere this user may write; the parts are
-    opened one by one with O_NOFOLLOW instead, and the caller writes and renames relative to the descriptor, so
-    a link planted later is never followed either. `root` itself is the deployment's and may be a link."""
-    private_dirs(root)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        reached = root
-        for part in Path(relative).parts:
-            reached = reached / part
-            with contextlib.suppress(FileExistsError):  # made before, or by another writer meanwhile
-                os.mkdir(part, PRIVATE_DIR, dir_fd=fd)
-            try:
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise
-                raise LinkRefused(
-                    exc.errno,
-                    f"{reached} is a symbolic link or not a folder: refusing to write through it; remove it (this "
-                    "writer did not make it)",
-                ) from exc
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def open_private(path: Path, *, dir_fd: int | None = None) -> IO[bytes]:

@@ -70,7 +70,7 @@ from cdc_assets.poll.run import PollResult, polled_result
 from cdc_assets.records import ValueDoesNotFit
 from cdc_assets.run_cut import pinned_cut
 from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
-from object_schema.describe import BINARY_REASON, FORMULAS_AT, ObjectSchema, spark_type
+from object_schema.describe import BINARY_REASON, FORMULAS_AT, NAME_REASON, ObjectSchema, spark_type
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
@@ -271,7 +271,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                 metadata=record_history(context, history, sobject, warehouse, schema, run_id)
                 | replica_metadata(context, sobject, schema, warehouse, polled, step)
                 | access_metadata
-                | catalog_metadata(warehouse, schema, polled.table)
+                | catalog_metadata(context, warehouse, schema, polled.table)
             )
         # After a sync step (it loads and commits on its own) the snapshot is loaded again.
         replica = warehouse.table(sobject.name) if step.sync else table
@@ -286,21 +286,23 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             metadata=record_history(context, history, sobject, warehouse, schema, run_id)
             | replica_metadata(context, sobject, schema, warehouse, result, step)
             | access_metadata
-            | catalog_metadata(warehouse, schema, result.table)
+            | catalog_metadata(context, warehouse, schema, result.table)
         )
 
     return replica
 
 
-def catalog_metadata(warehouse: DeltaWarehouse, schema: ObjectSchema, table: DeltaTable | None) -> dict:
+def catalog_metadata(
+    context: dg.AssetExecutionContext, warehouse: DeltaWarehouse, schema: ObjectSchema, table: DeltaTable | None
+) -> dict:
     """The field catalog `<Object>__fields`, rewritten if describe() changed (cdc_assets/field_catalog.py), and the
-    describe() fields never replicated, with why (`fields_excluded`: the binary ones)."""
+    describe() fields never replicated, with why (`fields_excluded`: the binary ones, and those whose name is no
+    API name, escaped: the org chose that text)."""
     catalog = refresh_field_catalog(warehouse, schema, table)
-    excluded = (
-        {META_FIELDS_EXCLUDED: dg.MetadataValue.json(dict.fromkeys(schema.binary, BINARY_REASON))}
-        if schema.binary
-        else {}
-    )
+    for name in schema.unnamed:
+        context.log.warning(f"{schema.name}: describe() field {printable(name)} is {NAME_REASON}")
+    why = dict.fromkeys(schema.binary, BINARY_REASON) | dict.fromkeys(map(printable, schema.unnamed), NAME_REASON)
+    excluded = {META_FIELDS_EXCLUDED: dg.MetadataValue.json(why)} if why else {}
     return excluded | ({META_FIELD_CATALOG: dg.MetadataValue.path(catalog.table_uri)} if catalog is not None else {})
 
 

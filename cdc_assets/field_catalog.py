@@ -5,7 +5,8 @@ One row per field describe() lists (`kind` "field": API name, label, Salesforce 
 nillable, custom, calculated, the objects a reference points to, picklist values with their labels; `replicated`:
 whether it is a column of the replica), one per column the replica keeps for a field the org no longer serves or
 types otherwise (`status` hidden or removed; retyped or recreated for a column rewritten to follow it; from `cdc.field_access`: cdc_assets/field_access.py; `status`
-binary for a base64 field, never replicated: object_schema/describe.py `BINARY_REASON`), and one per record type
+binary for a base64 field, never replicated: object_schema/describe.py `BINARY_REASON`; not_an_api_name for a field
+whose name may not become a column: `NAME_REASON`), and one per record type
 (`kind` "record_type": name, label, id, active, default; describe()'s `recordTypeInfos`).
 
 Kept current by the describe() the replica keeps: every replica run compares a fingerprint of that describe(), the
@@ -23,12 +24,13 @@ import pyarrow as pa
 from deltalake import DeltaTable
 
 from cdc_assets.schemas import field_marks, stored_describe
-from object_schema.describe import BINARY_TYPES, ObjectSchema
+from object_schema.describe import BINARY_TYPES, ObjectSchema, well_named
 from resources.delta import DeltaWarehouse
 
 CATALOG_SUFFIX = "__fields"
 CATALOG_STATE = "field_catalog"
 BINARY = "binary"  # the status of a base64 field: never a column (object_schema/describe.py BINARY_REASON)
+UNNAMED = "not_an_api_name"  # a field whose name is no API name: never a column (object_schema/describe.py NAME_REASON)
 PICKLIST_VALUE = pa.struct(
     [("value", pa.string()), ("label", pa.string()), ("active", pa.bool_()), ("default_value", pa.bool_())]
 )
@@ -65,7 +67,7 @@ def catalog_rows(describe: dict, marks: dict[str, dict], columns: list[str]) -> 
     rows = [
         {
             "kind": "field",
-            "name": f["name"],
+            "name": str(f.get("name")),
             "label": f.get("label"),
             "type": f.get("type"),
             "length": f.get("length"),
@@ -85,12 +87,12 @@ def catalog_rows(describe: dict, marks: dict[str, dict], columns: list[str]) -> 
                 for p in f.get("picklistValues") or []
             ]
             or None,
-            "replicated": f["name"] in replicated,
-            "status": marks.get(f["name"], {}).get("status") or (BINARY if f.get("type") in BINARY_TYPES else None),
+            "replicated": f.get("name") in replicated,
+            "status": marks.get(f.get("name"), {}).get("status") or _status(f),
         }
         for f in describe.get("fields", [])
     ]
-    listed = {f["name"] for f in describe.get("fields", [])}
+    listed = {f.get("name") for f in describe.get("fields", [])}
     rows += [
         {"kind": "field", "name": n, "type": m.get("type"), "replicated": True, "status": m.get("status")}
         for n, m in sorted(marks.items())
@@ -108,6 +110,13 @@ def catalog_rows(describe: dict, marks: dict[str, dict], columns: list[str]) -> 
         for r in describe.get("recordTypeInfos") or []
     ]
     return pa.Table.from_pylist(rows, schema=CATALOG_SCHEMA)
+
+
+def _status(field: dict) -> str | None:
+    """Why a field describe() lists is never a column, if it is one of those never replicated."""
+    if not well_named(field):
+        return UNNAMED
+    return BINARY if field.get("type") in BINARY_TYPES else None
 
 
 def refresh_field_catalog(

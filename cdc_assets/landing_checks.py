@@ -6,7 +6,9 @@ sensors/subscriber_status.py every 30 s); each also runs on demand.
 
 - `landing_zone_files_read` fails while the zone holds what the platform does not read (resources/landing_zone.py
   `survey`: files that are not `*.jsonl`/`*.jsonl.gz`, symbolic links, FIFOs and devices, names that are not UTF-8,
-  in-flight files a dead writer left), naming a few (control characters escaped: a file name may hold a newline).
+  in-flight files a dead writer left), naming a few (control characters escaped: a file name may hold a newline),
+  each with what to do about it. Nothing removes such an entry (the platform never deletes what it does not read),
+  so one planted file fails the check until an operator removes it (docs/operations/runbook.md says how).
 - `subscriber_stream_healthy` fails when a stream is ``FAILED`` or ``FAILED_PERMANENTLY`` (or stopped reporting:
   its process is gone) or its lag passes ``subscriber_max_lag_seconds`` (replication.yaml option, default 300).
 - `subscriber_no_dead_letters` fails while events the subscriber could not decode (``cdc_subscriber/dead_letters.py``)
@@ -44,6 +46,14 @@ IGNORED_COUNTS = {
     "names_not_utf8": NAME_NOT_UTF8,
     "inflight_stale": STALE_INFLIGHT,
 }
+# What to do about an entry of each kind, as the failing check says it.
+FIXES = {
+    NOT_EVENTS: "rename it to *.jsonl or *.jsonl.gz (lower case) if it holds events, else remove it",
+    LINK: "remove the link; land the file itself if it holds events",
+    SPECIAL: "remove it",
+    NAME_NOT_UTF8: "rename it to a UTF-8 name, or remove it (by inode: runbook)",
+    STALE_INFLIGHT: "remove it once its writer is gone (our subscriber lands unacknowledged events again)",
+}
 CHECK_NAME = "subscriber_stream_healthy"
 DEAD_LETTERS_CHECK = "subscriber_no_dead_letters"
 ACK_COMMAND = "python -m cdc_subscriber dead-letters --ack"
@@ -59,15 +69,15 @@ def survey_report(survey: Survey, landing: LandingZone) -> tuple[bool, str, dict
     metadata |= {key: dg.MetadataValue.int(survey.count(why)) for key, why in IGNORED_COUNTS.items()}
     if not survey.ignored:
         return True, f"every entry of the landing zone is read ({len(survey.files)} event files)", metadata
-    shown = "; ".join(f"{printable(i.path, 200)} ({i.why})" for i in survey.ignored[:SHOWN])
+    shown = "; ".join(f"{printable(i.path, 200)} ({i.why}: {FIXES[i.why]})" for i in survey.ignored[:SHOWN])
     more = f" and {len(survey.ignored) - SHOWN} more" if len(survey.ignored) > SHOWN else ""
     return (
         False,
         (
-            f"{len(survey.ignored)} entries of the landing zone {landing.path} are not read: {shown}{more}. Rename event "
-            f"files to *.jsonl or *.jsonl.gz (lower case); replace a symbolic link by the file itself (links are never "
-            f"followed); remove an in-flight file older than {landing.inflight_stale_seconds:.0f}s once its writer is "
-            f"gone (our subscriber lands unacknowledged events again); move anything else out of the zone"
+            f"{len(survey.ignored)} entries of the landing zone {printable(landing.path)} are not read: {shown}{more}. "
+            f"Nothing removes them: this check fails until they are gone (runbook, landing_zone_files_read, lists them "
+            f"all with find); in-flight means a name starting with _ or . older than "
+            f"{landing.inflight_stale_seconds:.0f}s"
         ),
         metadata,
     )

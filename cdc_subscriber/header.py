@@ -7,20 +7,20 @@ platform's partition paths. An event whose header fails these checks becomes a d
 its record ids are reconciled, or its entity resynced, and the stream goes on.
 
 The checks: every field the platform relies on is present with its type; ``entityName`` is a Salesforce API name
-(``shared/names.py``, the rule the parse and the config apply too); ``commitTimestamp`` lies between :data:`EARLIEST_COMMIT_MS` and a day after this machine's
-clock (an org's clock may run a little ahead; not by a day); ``recordIds`` are strings.
+(``shared/names.py``, the rule the parse and the config apply too); ``commitTimestamp`` lies between
+:data:`EARLIEST_COMMIT_MS` and a day after this machine's clock (``shared/commit_time.py``, the bound the parse
+applies too); ``recordIds`` are strings.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
+from shared.commit_time import LATEST_COMMIT_RULE, latest_commit_ms
 from shared.names import API_NAME_RULE, is_api_name
 
 EARLIEST_COMMIT_MS = 946_684_800_000  # 2000-01-01T00:00:00Z: before any org sent a change event
-CLOCK_AHEAD_MS = 86_400_000
 FIELD_TYPES: dict[str, type] = {
     "entityName": str,
     "recordIds": list,
@@ -39,11 +39,10 @@ class InvalidHeader(ValueError):
 
 def plausible_commit_ts(value: object, now_ms: int | None = None) -> bool:
     """True for epoch milliseconds between 2000 and a day from now (not micro- or nanoseconds, not null)."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     return (
         isinstance(value, int)
         and not isinstance(value, bool)
-        and EARLIEST_COMMIT_MS <= value <= now_ms + CLOCK_AHEAD_MS
+        and EARLIEST_COMMIT_MS <= value <= latest_commit_ms(now_ms)
     )
 
 
@@ -58,7 +57,8 @@ def header_problems(header: Mapping[str, Any], now_ms: int | None = None) -> dic
         problems["entityName"] = f"not an object name ({API_NAME_RULE}): {_shown(header['entityName'])}"
     if "commitTimestamp" not in problems and not plausible_commit_ts(header["commitTimestamp"], now_ms):
         problems["commitTimestamp"] = (
-            f"{header['commitTimestamp']} is not epoch milliseconds between 2000 and now (microseconds or nanoseconds?)"
+            f"{header['commitTimestamp']} is not epoch milliseconds from 2000, {LATEST_COMMIT_RULE} (microseconds or "
+            "nanoseconds?)"
         )
     if "recordIds" not in problems and not all(isinstance(i, str) for i in header["recordIds"]):
         problems["recordIds"] = "not a list of strings"

@@ -19,6 +19,14 @@ by one upload to ``<zone>/YYYY/MM/DD/HH/<name>.jsonl``, which the store shows on
 position moves only after the upload returned, exactly as after a rename. A crash loses at most the spooled file,
 whose events were never acknowledged (they come again); ``discard_orphans`` clears the spool.
 
+**Through no link.** Other writers share the zone (docs/design/contract.md §2), and one of them may plant a
+symbolic link where an hour folder belongs: followed, the events would land outside the zone, where the platform
+never reads them (it lists the zone without following links), and the position would move past them: lost. The
+hour folder is opened part by part without following links (``resources/local_tree.py`` ``LocalTree.made``) and
+the open file is created, renamed and synced relative to that descriptor; a link raises ``Refused``, so the write
+fails, nothing lands, the position stays, and the stream reports FAILED naming the link and retries until it is
+removed.
+
 **Private.** Files are created 0600 and folders 0700 whatever the umask (``resources/storage.py``): they hold org
 data. The default spool is a folder of the process's own (:func:`private_spool`: ``tempfile.mkdtemp``, so 0700 and
 an unpredictable name in the shared temporary folder), removed when the subscriber stops; the spools of
@@ -36,11 +44,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from resources.storage import Folder, fsync_dir, is_uri, join, open_private, private_dirs
+from resources.local_tree import LocalTree, exists
+from resources.storage import Folder, is_uri, join, open_private, private_dirs
 from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
@@ -52,6 +62,8 @@ SPOOL_PREFIX = "cdc-subscriber-spool-"  # + process id, topic slug and a random 
 class _OpenFile:
     temp: Path
     folder: Path
+    folder_fd: int  # the folder, opened through no link: the file is created, renamed and synced relative to it
+    held: ExitStack  # holds `folder_fd` open until the file is rolled
     relative: str  # the folder under the zone: YYYY/MM/DD/HH
     stem: str
     handle: IO[bytes]
@@ -126,11 +138,13 @@ class LandingFileWriter:
     def _open(self, commit_ts: int, replay_id: bytes | None) -> _OpenFile:
         stamp = dt.datetime.fromtimestamp(commit_ts / 1000, tz=dt.UTC)
         relative = stamp.strftime("%Y/%m/%d/%H")
-        folder = self.root / relative
-        private_dirs(folder)
         stem = f"{commit_ts:013d}-{int.from_bytes(replay_id or b'', 'big'):016d}"
-        temp = folder / f"_{stem}-{os.getpid()}.jsonl"
-        return _OpenFile(temp, folder, relative, stem, open_private(temp), time.monotonic())
+        temp = self.root / relative / f"_{stem}-{os.getpid()}.jsonl"
+        private_dirs(self.root)  # the zone itself is the deployment's (it may be a link): made again if it went
+        with ExitStack() as held:
+            folder_fd = held.enter_context(LocalTree(str(self.root)).made(relative.split("/")))
+            handle = open_private(Path(temp.name), dir_fd=folder_fd)
+            return _OpenFile(temp, temp.parent, folder_fd, held.pop_all(), relative, stem, handle, time.monotonic())
 
     def roll(self) -> Path | str | None:
         """Make the open file visible (durably) and report it; None when nothing was open."""
@@ -138,10 +152,13 @@ class LandingFileWriter:
             current, self._current = self._current, None
             if current is None:
                 return None
-            current.handle.flush()
-            os.fsync(current.handle.fileno())
-            current.handle.close()
-            final = self._publish(current)
+            try:
+                current.handle.flush()
+                os.fsync(current.handle.fileno())
+                current.handle.close()
+                final = self._publish(current)
+            finally:
+                current.held.close()
             fault_point("subscriber.after_rename")  # landed, position not saved yet: these events come again
             self.files_landed += 1
             self.on_landed(final, current.lines, current.last_replay)
@@ -151,14 +168,15 @@ class LandingFileWriter:
         """Rename the open file into the local zone, or upload it to the object store; never over a visible file
         (one landed before a crash under the same name: this one gets a ``-<n>`` suffix)."""
         names = (f"{current.stem}{f'-{n}' if n else ''}.jsonl" for n in range(1_000_000))
+        fd = current.folder_fd
         if self.zone is None:
-            final = next(current.folder / n for n in names if not (current.folder / n).exists())
-            os.replace(current.temp, final)
-            fsync_dir(current.folder)
-            return final
+            final = next(n for n in names if not exists(n, fd))
+            os.replace(current.temp.name, final, src_dir_fd=fd, dst_dir_fd=fd)
+            os.fsync(fd)
+            return current.folder / final
         name = next(f"{current.relative}/{n}" for n in names if not self.zone.exists(f"{current.relative}/{n}"))
         self.zone.upload(current.temp, name)
-        current.temp.unlink()
+        os.unlink(current.temp.name, dir_fd=fd)
         return join(self.zone.location, name)
 
     def discard_orphans(self) -> int:

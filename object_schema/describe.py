@@ -25,7 +25,14 @@ not supported"), a REST query gives a URL to the blob instead of its bytes (one 
 file contents do not belong in a table of records. `binary` names them (`BINARY_REASON` says why: the materialization
 metadata `fields_excluded` and the field catalog show it); no query of the org names them and an event value for one
 is ignored.
-Everything here is pure metadata: no Spark session, no I/O.
+**Field names** come from the org and become column names, which delta-rs reads inside merge predicates, update
+expressions and the `delta.dataSkippingStatsColumns` property (a comma-separated list): a field named `A,B` or
+`x = 1 OR true` would change what they say. So a describe() field is a column only if its name, and its compound
+parent's, is a Salesforce API name (shared/names.py, the rule entity names pass); `unnamed` keeps the others as
+describe() gave them, never columns, never asked of the org, their event values ignored (`NAME_REASON` says why: the
+materialization metadata `fields_excluded` and the field catalog show them, escaped). A real org never names a
+field so; a describe file or an impostor org might, and that is no run failure.
+Everything here is pure metadata: no Spark session, no I/O besides `shared/names.py`'s rule.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import types as T
+
+from shared.names import API_NAME_RULE, is_api_name
 
 # Salesforce field type -> replica column type (docs/design/contract.md §8).
 _STRING_TYPES = {
@@ -84,6 +93,10 @@ BINARY_TYPES = frozenset({"base64"})
 BINARY_REASON = (
     "binary (base64) field: not replicated; Bulk API query jobs cannot read it and REST returns a URL to the blob, "
     "not its bytes; read the file itself from /services/data/vXX.X/sobjects/<Object>/<Id>/<Field> if you need it"
+)
+NAME_REASON = (
+    f"not a Salesforce API name ({API_NAME_RULE}): not replicated; a column name is read inside Delta expressions "
+    "and table properties, so only an API name becomes one"
 )
 
 # System columns every replica carries (docs/design/contract.md §8), then the layout column.
@@ -136,6 +149,12 @@ def _part_of(field: dict) -> str | None:
     return parent if parent and parent != field["name"] else None
 
 
+def well_named(field: dict) -> bool:
+    """Whether a describe() field's name, and its compound parent's, may become a column (module docstring)."""
+    parent = field.get("compoundFieldName")
+    return is_api_name(field.get("name")) and (not parent or is_api_name(parent))
+
+
 @dataclass(frozen=True)
 class ObjectSchema:
     """Replica columns of one object and how event payload keys map onto them."""
@@ -155,6 +174,7 @@ class ObjectSchema:
     calculated: tuple[tuple[str, str], ...] = ()
     formulas: tuple[tuple[str, str], ...] = ()  # the formula columns this replica keeps (empty: formulas off)
     binary: tuple[str, ...] = ()  # the fields of BINARY_TYPES describe() lists: never columns (BINARY_REASON)
+    unnamed: tuple[str, ...] = ()  # describe() fields whose name is no API name, raw: never columns (NAME_REASON)
 
     @classmethod
     def from_describe(
@@ -216,7 +236,8 @@ class ObjectSchema:
 
     @classmethod
     def _all_fields(cls, describe: dict, bucket_chars: int) -> ObjectSchema:
-        fields = describe["fields"]
+        fields = [f for f in describe["fields"] if well_named(f)]
+        unnamed = tuple(str(f.get("name")) for f in describe["fields"] if not well_named(f))
         parents = {parent for f in fields if (parent := _part_of(f))}
         parents |= {f["name"] for f in fields if f.get("type") in COMPOUND_TYPES}
         compound: dict[str, dict[str, str]] = {}
@@ -236,7 +257,9 @@ class ObjectSchema:
         if not columns or columns[0][0] != "Id":
             raise ValueError(f"describe() of {describe.get('name')} has no Id field; cannot build a replica")
         binary = tuple(f["name"] for f in fields if f.get("type") in BINARY_TYPES)
-        ignored = frozenset(NOT_IN_EVENTS | {f["name"] for f in fields if f.get("calculated")} | set(binary))
+        ignored = frozenset(
+            NOT_IN_EVENTS | {f["name"] for f in fields if f.get("calculated")} | set(binary) | set(unnamed)
+        )
         names = {f["name"] for f in fields}
         position = next((p for p in POSITION_FIELDS if p in names), None)
         calculated = tuple((f["name"], f["type"]) for f in fields if f.get("calculated") or f["name"] in DERIVED_FIELDS)
@@ -250,6 +273,7 @@ class ObjectSchema:
             "IsDeleted" in names,
             calculated=calculated,
             binary=binary,
+            unnamed=unnamed,
         )
 
     def with_formulas(self, names: Iterable[str] | None = None) -> ObjectSchema:

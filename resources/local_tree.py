@@ -54,12 +54,13 @@ class LocalTree:
         """A descriptor of the folder `parts` below the root, reached without following a link."""
         fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            for name in parts:
+            for n, name in enumerate(parts, 1):
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
                     if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                        raise Refused(exc.errno, f"{name} is a symbolic link or not a folder; not followed") from exc
+                        where = os.path.join(self.root, *parts[:n])
+                        raise Refused(exc.errno, f"{where} is a symbolic link or not a folder; not followed") from exc
                     raise
                 os.close(fd)
                 fd = child
@@ -131,7 +132,7 @@ class LocalTree:
         with self._folder(parts) as folder:
             self._regular(folder, name, path)
             os.makedirs(target.root, mode=0o700, exist_ok=True)
-            with target._made(target_parts) as into:
+            with target.made(target_parts) as into:
                 try:
                     os.link(name, target_name, src_dir_fd=folder, dst_dir_fd=into, follow_symlinks=False)
                 except FileExistsError:
@@ -142,15 +143,17 @@ class LocalTree:
                     if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP):
                         raise
                     # A filesystem without hard links: a rename after a look (one upkeep runs at a time).
-                    if _exists(target_name, into):
+                    if exists(target_name, into):
                         raise FileExistsError(errno.EEXIST, f"{target_path} exists") from exc
                     os.rename(name, target_name, src_dir_fd=folder, dst_dir_fd=into)
                     return
                 os.unlink(name, dir_fd=folder)
 
     @contextmanager
-    def _made(self, parts: list[str]) -> Iterator[int]:
-        """Like `_folder`, making missing folders (0700) on the way."""
+    def made(self, parts: list[str]) -> Iterator[int]:
+        """A descriptor of the folder `parts` below the root, missing folders made (0700) on the way, none reached
+        through a link (`Refused`): for a writer into a folder others write too (the CDC subscriber's hour folders,
+        the landing archive), which then creates and renames its files relative to it."""
         for n in range(len(parts)):
             with self._folder(parts[:n]) as fd, suppress(FileExistsError):
                 os.mkdir(parts[n], mode=0o700, dir_fd=fd)
@@ -164,7 +167,8 @@ def _same_file(name: str, folder: int, other: str, other_folder: int) -> bool:
     return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
 
-def _exists(name: str, folder: int) -> bool:
+def exists(name: str, folder: int) -> bool:
+    """Whether `name` is taken in the folder `folder` (by anything, a link included)."""
     try:
         os.stat(name, dir_fd=folder, follow_symlinks=False)
     except FileNotFoundError:

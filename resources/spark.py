@@ -6,7 +6,8 @@ the long-lived one of `resources.spark_connect` (one warm JVM for all runs), its
 (`--conf spark.master=spark://...`). Off this process, large Arrow tables reach the executors through the staging
 location of `resources.spark_staging` (`CDC_SPARK_STAGING`). The settings below are the ones
 correctness depends on (UTC timestamps, map key de-duplication) plus small-job defaults (few shuffle partitions,
-Arrow hand-off, no UI) and, with a local master, a driver that listens on loopback only (`LOOPBACK_DRIVER_CONF`).
+Arrow hand-off, no UI) and, with a local master, a driver that listens on loopback only (`LOOPBACK_DRIVER_CONF`) and
+answers only its own executors (`LOCAL_AUTH_CONF`).
 """
 
 from __future__ import annotations
@@ -84,6 +85,11 @@ DEFAULT_CONF = {
 # authentication (`spark.authenticate` is off). A cluster master's executors must reach the driver: there the
 # operator chooses (docs/scaling.md).
 LOOPBACK_DRIVER_CONF = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+# Loopback is still open to every user of the host: without authentication any of them may call the driver's RPC
+# endpoints and fetch its blocks (the org's rows, shuffled). With a local master Spark generates the secret itself,
+# in memory, when `spark.authenticate` is on (SecurityManager.initializeAuth): no secret to hand out, none on a
+# command line, and the executors, threads of the same JVM, hold it already.
+LOCAL_AUTH_CONF = {"spark.authenticate": "true"}
 
 
 def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
@@ -94,7 +100,7 @@ def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
         conf["spark.master"] = master
     conf |= overrides or {}
     if conf["spark.master"].startswith("local"):
-        conf = LOOPBACK_DRIVER_CONF | conf
+        conf = LOOPBACK_DRIVER_CONF | LOCAL_AUTH_CONF | conf
     if "spark.remote" in conf or os.environ.get("SPARK_REMOTE"):
         # A Connect client sets session (SQL) settings only; master, memory and the rest are the server's.
         return {

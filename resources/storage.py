@@ -170,10 +170,12 @@ def private_dirs(folder: Path) -> None:
         path.mkdir(mode=PRIVATE_DIR, exist_ok=True)  # exists: made by another writer meanwhile
 
 
-def open_private(path: Path) -> IO[bytes]:
-    """`path` opened for writing from its start (created or truncated), readable and writable by this user only,
-    whatever the umask or the mode of a stale file of the same name."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), PRIVATE_FILE)
+def open_private(path: Path, *, dir_fd: int | None = None) -> IO[bytes]:
+    """`path` (relative to `dir_fd` when given) opened for writing from its start (created or truncated), readable
+    and writable by this user only, whatever the umask or the mode of a stale file of the same name; a link in its
+    place is refused, never followed."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags, PRIVATE_FILE, dir_fd=dir_fd)
     try:
         os.fchmod(fd, PRIVATE_FILE)
         return os.fdopen(fd, "wb")

@@ -14,8 +14,11 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
+from cdc_assets.field_catalog import UNNAMED, catalog_name
+from cdc_assets.names import META_FIELDS_EXCLUDED
 from cdc_assets.prepare import normalized
-from object_schema.describe import ObjectSchema
+from object_schema.describe import NAME_REASON, ObjectSchema
+from resources.delta import read_table
 from spark_ops.parse import parse_lines, to_change_rows
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
@@ -149,6 +152,37 @@ def test_a_field_unknown_to_describe_is_counted_then_added_and_backfilled(tmp_pa
     assert meta["events_read"] == 2 and meta["applied"] == 2 and add_up(meta)
     p.run(close_after=0)
     assert p.rows("Account")[A1]["_sf_dirty_since"] == rows[A1]["_sf_dirty_since"]
+
+
+# Field names no org gives but a describe file or an impostor org may: a comma splits Delta's statistics-columns
+# property, a quote and a space change an expression, a line feed forges a log line.
+UNNAMED_FIELDS = ["Evil,Name", "Name = 'x' OR true", "Notes\n2026-01-01 INFO forged"]
+
+
+def test_a_field_whose_name_is_no_api_name_is_reported_and_never_a_column(tmp_path, describe_dir):
+    account = describe_dir / "Account.json"
+    full = json.loads(account.read_text())
+    odd = [{"name": n, "type": "string", "nillable": True, "calculated": False} for n in UNNAMED_FIELDS]
+    account.write_text(json.dumps(full | {"fields": full["fields"] + odd}))
+    p = platform(tmp_path, describe_dir, ["Account"])
+    p.land([event("Account", "CREATE", [A1], T0, Name="Acme", **dict.fromkeys(UNNAMED_FIELDS, "forged"))])
+    result = p.run(close_after=0)  # raises if any step fails
+
+    table = p.delta_table("Account")
+    columns = {f.name for f in table.schema().fields}
+    assert columns.isdisjoint(UNNAMED_FIELDS) and p.rows("Account")[A1]["Name"] == "Acme"
+    assert set(table.metadata().configuration["delta.dataSkippingStatsColumns"].split(",")) <= columns
+    meta = p.materialization(result, "Account")
+    # Named escaped (the line feed as \n), and no event value for them counts as a field describe() lacks.
+    assert meta[META_FIELDS_EXCLUDED] == {
+        "Evil,Name": NAME_REASON,
+        "Name = 'x' OR true": NAME_REASON,
+        "Notes\\n2026-01-01 INFO forged": NAME_REASON,
+    }
+    assert meta["unknown_fields"] == 0 and meta["applied"] == 1 and not p.quarantine()
+    catalog = {r["name"]: r for r in read_table(p.delta_table(catalog_name("Account"))).to_pylist()}
+    assert [(catalog[n]["replicated"], catalog[n]["status"]) for n in UNNAMED_FIELDS] == [(False, UNNAMED)] * 3
+    assert (catalog["Name"]["replicated"], catalog["Name"]["status"]) == (True, None)
 
 
 def test_rows_stored_untyped_are_derived_with_the_describe(spark, sample_dir):

@@ -18,6 +18,7 @@ from cdc_subscriber.decode import EventDecoder
 from cdc_subscriber.proto import int_to_replay, pb
 from salesforce_emulator.pubsub_avro import encode_event, schema_json
 from salesforce_emulator.pubsub_faults import spoil
+from shared.commit_time import LATEST_COMMIT_RULE, latest_commit_ms
 from shared.markers import DUMMY_RECORD_ID
 from shared.subscriber_state import DeadLetter, acknowledge, unacknowledged
 
@@ -307,3 +308,15 @@ def test_a_header_with_a_null_or_missing_time_is_a_problem_not_a_crash():
         "commitTimestamp",
         "recordIds",
     }
+
+
+def test_a_header_more_than_a_day_ahead_is_a_problem_at_the_bound_the_parse_applies():
+    """The subscriber and the parse (tests/spark_ops/test_parse.py) refuse a commit time past the same bound, one
+    rule (shared/commit_time.py): an event the subscriber lands is never one ingest quarantines for its time."""
+    from cdc_subscriber.header import header_problems
+
+    header = account_update()["data"]["payload"]["ChangeEventHeader"]
+    now_ms = 1_800_000_000_000
+    assert header_problems(header | {"commitTimestamp": latest_commit_ms(now_ms)}, now_ms) == {}
+    late = header_problems(header | {"commitTimestamp": latest_commit_ms(now_ms) + 1}, now_ms)
+    assert set(late) == {"commitTimestamp"} and LATEST_COMMIT_RULE in late["commitTimestamp"]

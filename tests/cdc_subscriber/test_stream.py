@@ -250,6 +250,36 @@ def test_a_corrupted_saved_position_lands_a_resync_instead_of_starting_at_the_ti
     assert "corrupted" in read_statuses(tmp_path / "sub" / "state")[0].last_error
 
 
+def test_a_folder_planted_as_a_link_in_the_zone_is_refused_and_the_position_stays(
+    org, start_subscriber, landed, tmp_path
+):
+    """Another writer of the zone makes the year folder a link to a folder of its own: followed, the events would
+    land where the platform never reads them while the position moved past them."""
+    Workload(org, seed=14).build_org(accounts=3)
+    zone, outside = tmp_path / "sub" / "landing", tmp_path / "outside"
+    zone.mkdir(parents=True)
+    outside.mkdir()
+    years = {time.strftime("%Y", time.gmtime(time.time() + s)) for s in (0, 3600)}  # the events' commit years
+    for year in years:
+        (zone / year).symlink_to(outside, target_is_directory=True)
+    sub = start_subscriber(org)
+    deadline = time.monotonic() + 30
+    while not (failed := [s for s in read_statuses(tmp_path / "sub" / "state") if s.state == "FAILED"]):
+        assert time.monotonic() < deadline, "the stream never reported FAILED while the zone held a link"
+        time.sleep(0.05)
+    assert "is a symbolic link or not a folder" in (failed[0].last_error or "")
+    time.sleep(0.5)  # a few retries, each refused the same way
+    assert not list(outside.iterdir()) and sub.subscriber._saved is None
+    assert read_statuses(tmp_path / "sub" / "state")[0].events_landed == 0
+
+    for year in years:
+        (zone / year).unlink()  # the operator removes the link: the stream lands from where it stood
+    sub.wait_for(org.events.tip)
+    assert sub.stop() == "PAUSED"
+    org.flush_cdc()
+    assert as_cometd(landed(zone)) == landed(tmp_path / "reference") and not list(outside.iterdir())
+
+
 def test_the_org_going_away_fails_the_stream_then_it_reconnects_and_catches_up(tmp_path, start_subscriber, landed):
     from demo.processes import free_port
     from salesforce_emulator import Emulator

@@ -10,9 +10,12 @@ import tempfile
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
+from py4j.protocol import Py4JJavaError
 
 from resources.spark import (
     JVM_OPTIONS,
+    LOCAL_AUTH_CONF,
     LOCAL_RELATION_MAX_ROWS,
     LOOPBACK_DRIVER_CONF,
     SMALL_QUERY_CONF,
@@ -228,3 +231,26 @@ def test_a_local_driver_listens_on_loopback_and_a_cluster_driver_where_the_opera
     assert not set(LOOPBACK_DRIVER_CONF) & set(cluster)  # its executors connect back: docs/scaling.md
     chosen = spark_config({"spark.driver.host": "10.0.0.5"})
     assert chosen["spark.driver.host"] == "10.0.0.5"
+
+
+def test_a_local_driver_refuses_a_local_client_without_its_secret(spark, monkeypatch):
+    """Another user of the host reaches the driver's loopback port: as Spark's own RPC client without the secret
+    Spark generated for this driver, it may not even look up an endpoint (the block manager's, whose blocks are the
+    org's rows), where without `spark.authenticate` it would get one."""
+    monkeypatch.delenv("SPARK_MASTER", raising=False)
+    monkeypatch.delenv("SPARK_REMOTE", raising=False)
+    assert LOCAL_AUTH_CONF.items() <= spark_config().items() and spark.conf.get("spark.authenticate") == "true"
+    jvm = spark._jvm
+    conf = jvm.org.apache.spark.SparkConf(False)  # nothing of the driver's settings, its secret least of all
+    # SecurityManager's constructor takes its Scala defaults explicitly through py4j: no I/O key, the driver's file.
+    defaults = jvm.java.lang.Class.forName("org.apache.spark.SecurityManager$").getField("MODULE$").get(None)
+    manager = jvm.org.apache.spark.SecurityManager(
+        conf, jvm.scala.Option.empty(), getattr(defaults, "$lessinit$greater$default$3")()
+    )
+    client = jvm.org.apache.spark.rpc.RpcEnv.create("intruder", "127.0.0.1", 0, conf, manager, True)
+    driver = jvm.org.apache.spark.rpc.RpcAddress("127.0.0.1", int(spark.conf.get("spark.driver.port")))
+    try:
+        with pytest.raises(Py4JJavaError):
+            client.setupEndpointRef(driver, "BlockManagerMaster")
+    finally:
+        client.shutdown()

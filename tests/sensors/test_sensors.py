@@ -16,6 +16,7 @@ from event_lines import event
 from harness import Platform, load_lines
 from settings import TEST_SPARK_CONF
 
+from cdc_assets.landing_checks import FIXES
 from cdc_assets.names import (
     CHANGE_EVENTS_KEY,
     TAG_CUT,
@@ -27,6 +28,7 @@ from cdc_assets.names import (
     run_tags,
     work_tag,
 )
+from resources.landing_zone import LINK, NOT_EVENTS, STALE_INFLIGHT
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from sensors.landing_zone import REASON_FILES
@@ -368,7 +370,10 @@ def test_landing_sensor_reports_what_the_zone_holds_but_never_reads_and_fails_a_
         "names_not_utf8": 0,
         "inflight_stale": 1,
     }
-    assert "bad\\nname.jsonl.txt (not *.jsonl or *.jsonl.gz)" in check.description
+    # Each entry named with what to do about it, and that nothing else will.
+    for name, why in [("bad\\nname.jsonl.txt", NOT_EVENTS), ("link.jsonl", LINK), ("_stale.jsonl", STALE_INFLIGHT)]:
+        assert f"{name} ({why}: {FIXES[why]})" in check.description
+    assert "Nothing removes them: this check fails until they are gone" in check.description
     assert "\n" not in check.description and "and 2 more" in check.description
     [request] = first.run_requests  # the event file still flows
     assert set(request.asset_selection) == landing("Contact")

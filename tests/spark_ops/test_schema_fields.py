@@ -56,3 +56,18 @@ def test_derived_fields_are_read_with_the_formula_fields_and_the_readers_own_nev
     with pytest.raises(ValueError, match="derived fields"):
         account.with_formulas(["LastViewedDate"])
     assert account.formula_names == []  # formulas off (the default): no such column at all
+
+
+def test_a_field_whose_name_or_compound_parent_is_no_api_name_is_no_column_and_ignored_in_events():
+    described = BUSINESS_ACCOUNT.describe()
+    described["fields"] += [
+        _field("Evil,Name", "string"),
+        _field("Id) OR (true", "string"),
+        {**_field("Street__c", "string"), "compoundFieldName": "Home Address"},
+    ]
+    schema = ObjectSchema.from_describe(described)
+    assert schema.unnamed == ("Evil,Name", "Id) OR (true", "Street__c")
+    assert not {"Evil,Name", "Id) OR (true", "Street__c"} & {*schema.org_fields, *schema.compound}
+    assert all(schema.knows(n) for n in schema.unnamed)  # an event naming one asks no describe() again
+    stats = schema.table_properties()["delta.dataSkippingStatsColumns"].split(",")
+    assert set(stats) <= {f.name for f in schema.spark_schema().fields}

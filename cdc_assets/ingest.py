@@ -55,6 +55,7 @@ from resources.landing_zone import QUARANTINE_SCHEMA, LandingFile, LandingZone, 
 from resources.printable import printable
 from resources.salesforce import SalesforceApiError
 from resources.spark import from_arrow, small_query
+from shared.commit_time import LATEST_COMMIT_RULE, latest_commit_ms
 from shared.faults import InjectedFault, data_fault_point, fault_point
 from spark_ops.datastream import parse_landed
 from spark_ops.events import DEDUP_KEY
@@ -306,6 +307,7 @@ def _ingest_batch(
     data_fault_point("ingest.poisoned_line", read.lines["raw"])
     landed, parsed_with = parsed(spark, lines, schemas)
     landed = retyped_values(spark, lines, landed, schemas, parsed_with)
+    landed = refuse_future_commits(lines, landed, latest_commit_ms())
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
     gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)
@@ -444,6 +446,47 @@ def retyped_values(
     entry_keys = pc.binary_join_element_wise(landed["source_file"], landed["source_line"].cast(pa.string()), "\x00")
     forgiven = pc.and_(landed["quarantine"], pc.is_in(entry_keys, value_set=pa.array([f"{f}\x00{n}" for f, n in fits])))
     return landed.filter(pc.invert(forgiven))
+
+
+def refuse_future_commits(lines: pa.Table, landed: pa.Table, latest_ms: int) -> pa.Table:
+    """`landed` with every line whose change rows carry a commit time after `latest_ms` (shared/commit_time.py, the
+    bound the subscriber applies) quarantined whole instead: its rows dropped, one entry with its text and why."""
+    changes = pc.invert(landed["quarantine"])
+    bound = pa.scalar(latest_ms, pa.timestamp("ms", tz="UTC")).cast(landed.schema.field("commit_ts").type)
+    late = pc.and_(changes, pc.fill_null(pc.greater(landed["commit_ts"], bound), False))
+    if not pc.any(late).as_py():
+        return landed
+    bad = landed.filter(late)
+    keys = set(zip(bad["source_file"].to_pylist(), bad["source_line"].to_pylist(), strict=True))
+    line_keys = list(zip(landed["source_file"].to_pylist(), landed["source_line"].to_pylist(), strict=True))
+    from_bad_line = pa.array([k in keys for k in line_keys])
+    kept = landed.filter(pc.invert(pc.and_(changes, from_bad_line)))
+    text = {
+        (f, n): raw
+        for f, n, raw in zip(
+            lines["source_file"].to_pylist(), lines["source_line"].to_pylist(), lines["raw"].to_pylist(), strict=True
+        )
+        if (f, n) in keys
+    }
+    entries = sorted(keys - {k for k, q in zip(line_keys, landed["quarantine"].to_pylist(), strict=True) if q})
+    log.warning("%d landing lines carry a commit time %s: quarantined", len(entries), LATEST_COMMIT_RULE)
+    values = {
+        "source_file": [k[0] for k in entries],
+        "source_line": [k[1] for k in entries],
+        "quarantine": [True] * len(entries),
+        "raw": [text[k] for k in entries],
+        "reason": [f"header commitTimestamp is {LATEST_COMMIT_RULE}" for _ in entries],
+        "gapped": [False] * len(entries),
+        "is_duplicate": [False] * len(entries),
+    }
+    quarantine = pa.table(
+        [
+            pa.array(values[f.name], f.type) if f.name in values else pa.nulls(len(entries), f.type)
+            for f in landed.schema
+        ],
+        schema=landed.schema,
+    )
+    return pa.concat_tables([kept, quarantine])
 
 
 def retyped_columns_of(before: ObjectSchema, now: ObjectSchema) -> list[str]:

@@ -4,10 +4,9 @@ lands an event) and the parse (spark_ops/parse.py, before a landed line becomes 
 A commit time is when the org committed the change, so it cannot lie ahead of the clock; an org's clock may run a
 little ahead of this machine's, never by a day (`CLOCK_AHEAD_MS`). A later one is a writer's error (microseconds or
 nanoseconds written as milliseconds) or a forgery: applied, it would win over every real change of its records until
-that date (changes apply in commit order), so both sides refuse it, the subscriber as a dead letter, the parse as a
-quarantined line. The bound is *now* plus a day wherever it is checked: in Python `latest_commit_ms()`, in Spark
-SQL `LATEST_COMMIT_SQL` (`current_timestamp()` is fixed once per query, so one ingest applies one bound to all its
-lines, and the query's text, hence its compiled code, is the same every run).
+that date (changes apply in commit order), so both sides refuse it, the subscriber as a dead letter, ingest as a
+quarantined line (cdc_assets/ingest.py `refuse_future_commits`, on the parsed rows in Arrow: a bound that moves
+with the clock inside the Spark query would be a new literal, hence newly compiled code, every run).
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from __future__ import annotations
 import time
 
 CLOCK_AHEAD_MS = 86_400_000  # a day
-LATEST_COMMIT_SQL = f"(unix_millis(current_timestamp()) + {CLOCK_AHEAD_MS})"
 LATEST_COMMIT_RULE = "no later than a day after this machine's clock"
 
 

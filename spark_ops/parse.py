@@ -39,7 +39,6 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import types as T
 
 from object_schema.describe import ObjectSchema, spark_type
-from shared.commit_time import LATEST_COMMIT_RULE, LATEST_COMMIT_SQL
 from shared.names import API_NAME_RULE, API_NAME_SQL, OVERFLOW_ID, RECORD_ID_SQL, WILDCARD_ID_SQL
 from spark_ops.events import mark_duplicates
 from spark_ops.fold import GAP_PREFIX
@@ -141,12 +140,6 @@ def millis_sql(millis: str) -> str:
     return f"CASE WHEN {millis} BETWEEN {EARLIEST_MS} AND {LATEST_MS} THEN timestamp_millis({millis}) END"
 
 
-def commit_millis_sql(millis: str) -> str:
-    """SQL: the commit time `millis` (epoch milliseconds) as a timestamp, null from Salesforce's dateTime floor to
-    no later than a day after now (shared/commit_time.py, the bound the subscriber applies too)."""
-    return f"CASE WHEN {millis} BETWEEN {EARLIEST_MS} AND {LATEST_COMMIT_SQL} THEN timestamp_millis({millis}) END"
-
-
 # A long text field sent as a diff is `"<Field>": {"diff": "<unified diff>"}` in a CometD event (Change Data Capture
 # Developer Guide, "Data Differences in Event Fields"), which names it in no header field. The payload map holds an
 # object's JSON text, re-serialized (`{"diff":"..."}`), exactly as it holds a text value with those characters:
@@ -205,7 +198,7 @@ decoded AS (
          _header.entityName AS entity, _header.recordIds AS record_ids, _header.changeType AS change_type,
          _header.changeOrigin AS change_origin, _header.transactionKey AS transaction_key,
          _header.sequenceNumber AS sequence_number, _header.commitTimestamp AS _commit_ms,
-         {commit_millis_sql("_header.commitTimestamp")} AS commit_ts,
+         {millis_sql("_header.commitTimestamp")} AS commit_ts,
          coalesce(_header.commitNumber, 0) AS commit_number, _header.commitUser AS commit_user,
          coalesce(_header.nulledFields, {_NO_STRINGS}) AS _nulled,
          array_union(coalesce(_header.diffFields, {_NO_STRINGS}), {_DIFF_SHAPED}) AS _diffs,
@@ -390,8 +383,8 @@ def _quarantine_reason() -> str:
     WHEN commit_ts IS NULL AND _commit_ms IS NOT NULL
       THEN concat('header commitTimestamp ', _commit_ms, {
         literal(
-            f" is not epoch milliseconds from {EARLIEST_TIME}, {LATEST_COMMIT_RULE} (microseconds or "
-            f"nanoseconds written as milliseconds?)"
+            f" is not epoch milliseconds in Salesforce's dateTime range {TIME_RANGE} (microseconds or nanoseconds "
+            f"written as milliseconds?)"
         )
     })
     WHEN commit_ts IS NULL THEN 'header commitTimestamp missing or not an integer'

@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from event_lines import event
 from harness import Platform, comparable, load_lines
 from settings import TEST_SPARK_CONF
+
+from shared.commit_time import latest_commit_ms
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
@@ -139,3 +142,22 @@ def test_update_for_unknown_record_makes_it_dirty(make_platform, sample_lines):
     platform.run()
     row = platform.rows("Account")["001000000000001AAA"]
     assert row["Industry"] == "Energy" and row["_sf_dirty_since"] is not None
+
+
+def test_a_commit_time_more_than_a_day_ahead_is_quarantined_at_the_bound_the_subscriber_applies(make_platform):
+    """A forged or mis-clocked commit time would win over every real change of its record until then; ingest
+    refuses it as the subscriber does (shared/commit_time.py)."""
+    platform = make_platform()
+    latest = latest_commit_ms()
+    account = "001000000000001AAA"
+    platform.land(
+        [
+            event("Account", "CREATE", [account], latest - 86_400_000 - 60_000, Name="Acme"),
+            event("Account", "UPDATE", [account], latest + 60_000, Name="Forged"),  # a minute past the bound
+            event("Account", "UPDATE", [account], 32_503_680_000_000, Name="Year 3000"),
+        ]
+    )
+    assert platform.run(close_after=0).success
+    assert platform.rows("Account")[account]["Name"] == "Acme"
+    reasons = {r["source_line"]: r["reason"] for r in platform.quarantine()}
+    assert set(reasons) == {2, 3} and all("no later than a day after" in r for r in reasons.values())

@@ -285,8 +285,8 @@ def test_a_commit_timestamp_outside_salesforces_date_range_is_quarantined_before
     )
     assert [r["record_id"] for r in rows] == [A1]
     assert bad == {
-        2: f"header commitTimestamp {millis} is not epoch milliseconds from 1700-01-01T00:00:00Z, no later than a "
-        "day after this machine's clock (microseconds or nanoseconds written as milliseconds?)"
+        2: f"header commitTimestamp {millis} is not epoch milliseconds in Salesforce's dateTime range "
+        "1700-01-01T00:00:00Z..4000-12-31T00:00:00Z (microseconds or nanoseconds written as milliseconds?)"
     }
 
 

@@ -36,7 +36,7 @@ def build_describe_sensors(
         first_waits=True,
     )
     description = (
-        f"Asks describe() of the {len(every)} Salesforce objects whose describe() comes from the org again, each "
+        f"Asks describe() again for the {len(every)} Salesforce objects whose describe() comes from the org, each "
         f"every its describe_every: one run carries every object due (at most {per_run} a run). Fields added (or "
         f"made readable) become columns backfilled from the org; fields hidden or deleted are marked."
     )

@@ -128,7 +128,7 @@ class ObjectOptions(_Section):
         3600.0,
         gt=0,
         description=(
-            "Seconds between runs that ask describe() again (the sensor `describe_<Object>`, run action "
+            "Seconds between runs that ask describe() again (the sensor `describe_sensor`, run action "
             "`describe`): fields added in the org (or made readable to the integration user) become columns, "
             "backfilled from the org; fields hidden or deleted are marked. Events that set a field the replica "
             "lacks ask at once. Unset (null): only then, and on a resync. Objects with a `describe` file have none."
@@ -336,6 +336,14 @@ class ReplicationOptions(ObjectOptions):
         description=(
             "Polled objects one poll run carries at most: the poll sensor asks for one run per cycle with every "
             "object due, split into runs of this many (their steps run one after the other in the run's process)."
+        ),
+    )
+    objects_per_run: int = Field(
+        50,
+        gt=0,
+        description=(
+            "Objects one describe or formula refresh run carries at most: each of their sensors asks for one run "
+            "per cycle with every object due, split into runs of this many (poll runs: `poll_objects_per_run`)."
         ),
     )
     api_budget_reserve: float = Field(

@@ -1,69 +1,51 @@
-"""describe sensors: one per object whose describe() comes from the org, each requesting a `describe` run of its
-replica every `describe_every` (cdc_assets/field_access.py does the work): a field added in the org, or made
-readable to the integration user, with values no event carried (a default, a data load before it was readable)
-becomes a column backfilled from the org, without waiting for an event to name it or for a resync.
+"""The describe sensor: one for every object whose describe() comes from the org, asking for `describe` runs of
+their replicas, each every its `describe_every` (cdc_assets/field_access.py does the work): a field added in the
+org, or made readable to the integration user, with values no event carried (a default, a data load before it was
+readable) becomes a column backfilled from the org, without waiting for an event to name it or for a resync.
 
-A sensor rather than a schedule, as for polling and formulas (sensors/windowed.py): one run per window, none while
-one of the object's runs is queued or in flight, none while it is paused or the API budget is nearly spent. Its
-first tick only starts the window count: the sensors start with the platform, whose first runs (an initial load, a
-first apply) ask describe() themselves; a describe run per object then would only compete with them.
+A cycle (sensors/cycle.py), as for polling: each tick, one run carrying every object whose window is due (at most
+`objects_per_run` a run), none for an object paused or with a run queued or in flight, none while the API budget is
+nearly spent. An object's first window only starts its count: the sensor starts with the platform, whose first
+runs (an initial load, a first apply) ask describe() themselves; a describe run then would only compete with them.
 """
-
-import time
 
 import dagster as dg
 
 from cdc_assets.actions import DESCRIBE
-from cdc_assets.config import ReplicationConfig, SObjectConfig
-from cdc_assets.names import replica_key
-from resources.salesforce import SalesforceResource
-from sensors.windowed import window_request
+from cdc_assets.config import ReplicationConfig
+from sensors.cycle import Cycle, build_cycle_sensor
 
+SENSOR_NAME = "describe_sensor"
 MAX_TICK_SECONDS = 300  # a long describe_every is still checked this often (a window missed while held back)
-
-
-def sensor_name(name: str) -> str:
-    return f"describe_{name}"
 
 
 def build_describe_sensors(
     *, replication: ReplicationConfig, default_status: dg.DefaultSensorStatus = dg.DefaultSensorStatus.STOPPED
 ) -> list[dg.SensorDefinition]:
-    reserve = replication.options.api_budget_reserve
-    return [
-        _describe_sensor(o, o.describe_every, reserve, default_status)
-        for o in replication.objects
-        if o.describe_every and not o.describe_path
-    ]
-
-
-def _describe_sensor(
-    sobject: SObjectConfig, every: float, reserve: float, default_status: dg.DefaultSensorStatus
-) -> dg.SensorDefinition:
-    name = sobject.name
-
-    @dg.sensor(
-        name=sensor_name(name),
-        minimum_interval_seconds=max(1, min(int(every), MAX_TICK_SECONDS)),
-        default_status=default_status,
-        asset_selection=[replica_key(name)],
-        description=f"Asks describe() of Salesforce {name} again every {every:g} s: fields added (or made readable) "
-        f"become columns backfilled from the org; fields hidden or deleted are marked.",
+    every = {o.name: o.describe_every for o in replication.objects if o.describe_every and not o.describe_path}
+    if not every:
+        return []
+    per_run = replication.options.objects_per_run
+    cycle = Cycle(
+        DESCRIBE,
+        every=every,
+        per_run=per_run,
+        reserve=replication.options.api_budget_reserve,
+        reason="describe() again",
+        done="described",
+        first_waits=True,
     )
-    def describe_sensor(context: dg.SensorEvaluationContext, salesforce: SalesforceResource) -> dg.SensorResult:
-        if context.cursor is None:  # a sensor just started: the replica's own first run asks describe() anyway
-            return dg.SensorResult(
-                skip_reason=f"the first describe() of {name} is a window away", cursor=str(int(time.time() // every))
-            )
-        return window_request(
-            context,
-            salesforce,
-            name=name,
-            mode=DESCRIBE.name,
-            every=every,
-            reason=f"describe() every {every:g} s",
-            done="describe() already asked",
-            reserve=reserve,
+    description = (
+        f"Asks describe() again for the {len(every)} Salesforce objects whose describe() comes from the org, each "
+        f"every its describe_every: one run carries every object due (at most {per_run} a run). Fields added (or "
+        f"made readable) become columns backfilled from the org; fields hidden or deleted are marked."
+    )
+    return [
+        build_cycle_sensor(
+            name=SENSOR_NAME,
+            cycle=cycle,
+            description=description,
+            max_tick_seconds=MAX_TICK_SECONDS,
+            default_status=default_status,
         )
-
-    return describe_sensor
+    ]

@@ -40,6 +40,7 @@ from cdc_assets.names import (
     META_HELD,
     META_RESYNC,
     object_tag,
+    objects_of_tags,
     replica_key,
     work_tag,
 )
@@ -56,9 +57,14 @@ IN_FLIGHT = [
 FAILED = {dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
 
 
-def in_flight(instance: dg.DagsterInstance, name: str) -> bool:
-    """A run of replica `name` (any run this platform requests carries its object tag) is queued or running."""
-    return bool(instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT, tags={object_tag(name): "1"}), limit=1))
+def objects_in_flight(instance: dg.DagsterInstance) -> set[str]:
+    """The objects of every run queued or in flight (their hidden object tags, which every run this platform
+    requests carries), from one query whatever the number of objects."""
+    return {
+        name
+        for run in instance.get_runs(filters=dg.RunsFilter(statuses=IN_FLIGHT))
+        for name in objects_of_tags(run.tags)
+    }
 
 
 def mode_run_config(modes: dict[str, str]) -> dict:

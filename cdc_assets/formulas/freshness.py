@@ -85,6 +85,6 @@ def check_formulas_fresh(
         metadata=meta,
         description=f"The oldest live {name} formula value was read at {meta['oldest_at']}, {seconds:.0f} s ago "
         f"(limit {limit:g} s, twice the full-pass interval): formula refreshes are not keeping up. "
-        f"Check that the sensor formulas_{name} is on and its runs succeed (API budget, credentials), "
+        f"Check that the sensor formulas_sensor is on and its runs succeed (API budget, credentials), "
         f"or materialize salesforce/{name} with run config {{mode: formulas, formulas_full: true}}.",
     )

@@ -3,7 +3,7 @@
 Change events never carry formula fields (Change Data Capture Developer Guide: "Formula fields aren't supported in
 Change Data Capture"), and a cross-object formula (Contact `Account_Industry__c` = `TEXT(Account.Industry)`)
 changes when another record changes, with no event on its own record at all. So formula values are read from the
-org on a schedule (`formulas: {refresh_every, full_every}` in replication.yaml; the sensor `formulas_<Object>`
+org on a schedule (`formulas: {refresh_every, full_every}` in replication.yaml; the sensor `formulas_sensor`
 requests the runs, the replica asset's `formulas` action (cdc_assets/actions.py), in its pool):
 
 - **The query.** `SELECT Id, <formula fields> FROM X [WHERE SystemModstamp >= :since]` through a Bulk API 2.0

@@ -4,6 +4,7 @@ platform run through Dagster's real materialize() and its sensors."""
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +30,7 @@ from resources.delta import read_table
 from salesforce_emulator import Emulator
 from salesforce_emulator.client import simple_salesforce_client
 from salesforce_emulator.workload import Workload
+from sensors.describe import SENSOR_NAME as DESCRIBE_SENSOR
 from sensors.work import mode_run_config
 
 FIELD = "Loyalty_Tier__c"
@@ -191,9 +193,10 @@ def test_a_field_added_and_made_readable_is_a_column_backfilled_for_that_column_
     assert FIELD not in before[ids[0]]
 
     grant_read(org, permission_set)
-    assert platform.sensor_requests("describe_Account") == []  # a sensor just started: its first window is ahead
-    requests = platform.run_sensor("describe_Account", cursor="0")  # a window after the one it last asked in
-    assert [r.tags["cdc/mode"] for r in requests] == ["describe"]
+    assert platform.sensor_requests(DESCRIBE_SENSOR) == []  # a sensor just started: its first window is ahead
+    # A window after the one it last asked Account in.
+    requests = platform.run_sensor(DESCRIBE_SENSOR, cursor=json.dumps({"Account": 0}))
+    assert [(r.tags["cdc/mode"], r.asset_selection) for r in requests] == [("describe", [replica_key("Account")])]
     meta = platform.materialization_of("Account")
     assert meta["fields_added"] == [FIELD] and meta["fields_backfilled"] == [FIELD] and meta["mode"] == "describe"
     rows = platform.rows("Account")

@@ -1,6 +1,6 @@
 """Formula fields as replica columns (`formulas:` in replication.yaml) against the real HTTPS emulator org.
 
-A refresh (requested by the sensor `formulas_<Object>`, a Bulk API 2.0 query through the platform's resource) makes
+A refresh (requested by the sensor `formulas_sensor`, a Bulk API 2.0 query through the platform's resource) makes
 the formula columns equal to the org, cross-object changes included; change events never write them (an update
 keeps them, an insert leaves them null); an incremental pass reads only records whose SystemModstamp moved (so it
 misses a cross-object change: the full pass is for those) and records CDC inserted after the previous read; the
@@ -23,6 +23,7 @@ from cdc_assets.names import replica_key
 from object_schema.describe import FORMULAS_AT, ObjectSchema
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload
+from sensors.formulas import SENSOR_NAME as FORMULAS_SENSOR
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 
@@ -136,8 +137,8 @@ def test_a_refresh_makes_formula_columns_equal_the_org_and_cdc_never_writes_them
     assert formula_differences(org, "Contact", applied["Contact"]), "the contacts' formulas should be stale now"
 
     cdc_before = {o: cdc_columns(platform, org, o) for o in OBJECTS}
-    requests = [r for o in OBJECTS for r in platform.run_sensor(f"formulas_{o}")]
-    assert [r.tags["cdc/mode"] for r in requests] == ["formulas"] * 3
+    [request] = platform.run_sensor(FORMULAS_SENSOR)  # one run refreshing every object keeping formulas
+    assert request.tags["cdc/mode"] == "formulas" and request.asset_selection == [replica_key(o) for o in OBJECTS]
     assert_equal_to_org(platform, org)
     assert {platform.rows("Contact")[c]["Account_Industry__c"] for c in children} == {industry}
     assert {o: cdc_columns(platform, org, o) for o in OBJECTS} == cdc_before  # no CDC column written
@@ -146,8 +147,8 @@ def test_a_refresh_makes_formula_columns_equal_the_org_and_cdc_never_writes_them
     assert (meta["mode"], meta["formulas_full_pass"], meta["formulas_rows_refreshed"]) == ("formulas", 1, live)
     assert meta["formulas_not_in_replica"] == 0 and meta["api_calls"] >= 3  # job, status, results
     assert meta["formulas_missing"] == 0 and meta["formulas_oldest_age_seconds"] < 120
-    again = platform.sensor_requests("formulas_Contact")  # the same window: the same run key (requested once)
-    assert [r.run_key for r in again] == [r.run_key for r in requests if r.asset_selection == [replica_key("Contact")]]
+    again = platform.sensor_requests(FORMULAS_SENSOR)  # the same window: the same run key (requested once)
+    assert [r.run_key for r in again] == [request.run_key]
 
     checked = platform.run(checks=True)
     for name in OBJECTS:
@@ -211,7 +212,7 @@ def test_formulas_fresh_fails_when_values_are_older_than_twice_the_refresh_inter
     time.sleep(2.1)
     checked = run_replica(platform, "Contact", checks=True)  # a CDC run: it reads no formula value
     stale = platform.check_results(checked, "Contact")[FORMULAS_FRESH]
-    assert not stale.passed and "formulas_Contact" in stale.description
+    assert not stale.passed and FORMULAS_SENSOR in stale.description
     assert stale.metadata["threshold_seconds"].value == 2
     assert stale.metadata["formulas_oldest_age_seconds"].value > 2
     platform.set_options(formulas={"refresh_every": 15})

@@ -24,7 +24,12 @@ HEADER = """\
 
 
 def _installed() -> dict[NormalizedName, md.Distribution]:
-    return {canonicalize_name(d.metadata["Name"]): d for d in md.distributions()}
+    # The first of a name on sys.path, as an import finds it: setuptools puts its vendored copies (packaging,
+    # more-itertools, ...) on sys.path once imported, after the venv's own.
+    found: dict[NormalizedName, md.Distribution] = {}
+    for d in md.distributions():
+        found.setdefault(canonicalize_name(d.metadata["Name"]), d)
+    return found
 
 
 def needed(project: str = PROJECT, extras: tuple[str, ...] = EXTRAS) -> dict[NormalizedName, str]:

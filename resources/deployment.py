@@ -29,9 +29,16 @@ class DeploymentOwned(dg.ConfigurableResource):
 
     @property
     def _config_schema(self) -> DefinitionConfigSchema:
-        shape = super()._config_schema.as_field().config_type
-        launchable = {name: field for name, field in shape.fields.items() if name not in self.DEPLOYMENT_FIELDS}
-        return DefinitionConfigSchema(dg.Field(dg.Shape(launchable)))
+        field = super()._config_schema.as_field()
+        launchable = {
+            name: inner for name, inner in field.config_type.fields.items() if name not in self.DEPLOYMENT_FIELDS
+        }
+        if not field.default_provided:
+            return DefinitionConfigSchema(dg.Field(dg.Shape(launchable)))
+        # The values the resource was constructed with are the schema's default as a whole (each field's own default
+        # is its class default): kept, less the deployment's, so a run without config runs with them.
+        default = {k: v for k, v in field.default_value.items() if k not in self.DEPLOYMENT_FIELDS}
+        return DefinitionConfigSchema(dg.Field(dg.Shape(launchable), default_value=default))
 
     def _with_updated_values(self, values: Mapping[str, Any] | None) -> ConfigurableResourceFactory:
         own = self._get_non_default_public_field_values()

@@ -121,7 +121,7 @@ def test_no_excluded_or_hashed_value_is_stored_in_clear_on_any_path(tmp_path, or
                 "Contact",
                 "UPDATE",
                 [contact],
-                4102444800000,
+                1_763_800_000_000,
                 HasOptedOutOfEmail="maybe",
                 Email="quarantined.secret@example.org",
             )
@@ -192,19 +192,19 @@ def test_an_object_named_with_json_escapes_is_still_protected(tmp_path, spark, s
     kept, bad = "escaped.kept@example.org", "escaped.quarantined@example.org"
     platform.land(
         [
-            escaped(event("Contact", "CREATE", ["003000000000001AAA"], 4102444800000, LastName="Kept", Email=kept)),
+            escaped(event("Contact", "CREATE", ["003000000000001AAA"], 1_763_800_000_000, LastName="Kept", Email=kept)),
             escaped(
                 event(
                     "Contact",
                     "CREATE",
                     ["003000000000002AAA"],
-                    4102444801000,
+                    1_763_800_001_000,
                     LastName="Bad",
                     Email=bad,
                     HasOptedOutOfEmail="maybe",
                 )
             ),  # a value that does not fit: quarantined
-            event("Account", "CREATE", ["001000000000001AAA"], 4102444802000, Name="Plain"),
+            event("Account", "CREATE", ["001000000000001AAA"], 1_763_800_002_000, Name="Plain"),
         ]
     )
     assert "Cont\\u0061ct" in next(platform.landing.glob("*.jsonl")).read_text()

@@ -65,6 +65,7 @@ from resources.salesforce import SalesforceApiError, SalesforceResource
 log = logging.getLogger(__name__)
 
 HIDDEN, REMOVED = "hidden", "removed"
+PENDING = "pending"  # in a followed column's entry: its rewrite is recorded, not done yet
 # What a row a backfill inserts holds besides Id, its columns and bucket: dirty since the backfill, not deleted, and
 # no position (its `_sf_commit_ts` stays null, so the reconcile that reads it whole is the first to position it).
 DIRTY_NEW = (DIRTY_COLUMN, "_sf_deleted", "_sf_source", SYNCED_AT)
@@ -117,25 +118,54 @@ def _classify(salesforce: SalesforceResource, name: str, gone: list[str], descri
 
 
 def _drifted(
-    sobject: SObjectConfig, table: DeltaTable, schema: ObjectSchema, describe: dict, marks: dict[str, dict]
+    sobject: SObjectConfig, table: DeltaTable, schema: ObjectSchema, describe: dict, entries: dict[str, dict]
 ) -> bool:
     """Whether the describe() kept with the table already says a column must follow its field (cdc_assets/retype.py):
-    asked again by an earlier run (events set an unknown field) that did not rewrite the column then. No API call."""
+    asked again by an earlier run (events set an unknown field) that did not rewrite the column then, or a rewrite
+    recorded and not done (`PENDING`: the run ended between the two). No API call."""
+    if _pending(entries):
+        return True
     wanted = {f.name: f.type for f in sobject.schema_of(describe).arrow_schema()}
-    removed = {c for c, m in marks.items() if m.get("status") == REMOVED}
+    removed = {c for c, m in entries.items() if m.get("status") == REMOVED}
     return bool(columns_to_follow(_data_columns(table, schema), wanted, removed))
 
 
+def _pending(entries: dict[str, dict]) -> dict[str, str]:
+    """Column -> how it follows, for the rewrites `cdc.field_access` records as not done yet."""
+    return {c: m["status"] for c, m in entries.items() if m.get(PENDING) and m.get("status") in (RETYPED, RECREATED)}
+
+
 def _followed_marks(
-    follow: dict[str, str], stored: dict[str, pa.DataType], current: dict, version: int, now: datetime
+    follow: dict[str, str],
+    entries: dict[str, dict],
+    stored: dict[str, pa.DataType],
+    current: dict,
+    version: int,
+    now: datetime,
 ) -> dict[str, dict]:
-    """What `cdc.field_access` records of the columns rewritten this run: how, since when, the Salesforce type,
-    the column's type before, and the replica version of the rewrite."""
+    """What `cdc.field_access` records of the columns rewritten this run, `PENDING` until the rewrite is done: how,
+    since when, the Salesforce type, the column's type before, and the replica version of the rewrite (a rewrite
+    recorded by an earlier run that ended before doing it keeps what that run recorded)."""
     types = {f["name"]: f["type"] for f in current["fields"]}
-    return {
-        c: {"status": how, "since": now.isoformat(), "type": types[c], "column": str(stored[c]), "version": version}
-        for c, how in follow.items()
-    }
+    out = {}
+    for c, how in follow.items():
+        earlier = entries.get(c, {})
+        if earlier.get(PENDING):
+            out[c] = {**earlier, "type": types[c], "version": version}
+        else:
+            out[c] = {
+                "status": how,
+                "since": now.isoformat(),
+                "type": types[c],
+                "column": str(stored[c]),
+                "version": version,
+                PENDING: True,
+            }
+    return out
+
+
+def _done(entries: dict[str, dict]) -> dict[str, dict]:
+    return {c: {k: v for k, v in m.items() if k != PENDING} for c, m in entries.items()}
 
 
 def settle_field_access(
@@ -161,7 +191,7 @@ def settle_field_access(
     marks = {c: m for c, m in entries.items() if m.get("status") in NOT_FOLLOWED}
     if table is None or sobject.describe_path or salesforce is None:
         return schema, describe, table, FieldAccess.of(marks)
-    drifted = not (fresh or force) and _drifted(sobject, table, schema, describe, marks)
+    drifted = not (fresh or force) and _drifted(sobject, table, schema, describe, entries)
     if not (fresh or force or drifted or any(m.get("status") == HIDDEN for m in marks.values())):
         return schema, describe, table, FieldAccess.of(marks)
     kept = stored_describe(warehouse, sobject.name, table=table) or describe  # as the table last knew the org
@@ -174,7 +204,8 @@ def settle_field_access(
     removed = {c for c, m in marks.items() if m.get("status") == REMOVED}
     # A full copy writes every column with the org's type anyway; any other run rewrites those that must follow.
     wanted = {f.name: f.type for f in selected.arrow_schema()}
-    follow = {} if fresh else columns_to_follow(stored, wanted, removed)
+    follow = {} if fresh else _pending(entries) | columns_to_follow(stored, wanted, removed)
+    follow = {c: how for c, how in follow.items() if c in stored and c in listed}
     # Back in describe() as the column holds it: backfilled now (a full copy reads every column anyway).
     returned = [] if fresh else sorted(c for c in marks if c in listed and c not in follow)
     to_classify = [c for c in gone if marks.get(c, {}).get("status") != REMOVED]
@@ -200,9 +231,11 @@ def settle_field_access(
             )
     # Changes followed earlier stay recorded, unless the column is kept unfollowed now or followed again.
     earlier = {c: m for c, m in entries.items() if c not in marks and c not in new_marks and c not in follow}
-    # The marks commit comes first (version + 1), the rewrite next (version + 2): a crash between them leaves the
-    # mismatch, which the next run rewrites again.
-    new_entries = new_marks | earlier | _followed_marks(follow, stored, current, table.version() + 2, now)
+    # The marks commit comes first (version + 1, the rewrites `PENDING`), the rewrite next (version + 2), then a
+    # commit clearing `PENDING`: a run that ends before the last leaves the rewrite to the next run. A rewrite not
+    # followed now (a full copy rewrites every column; a field gone again) is pending no more.
+    followed = _followed_marks(follow, entries, stored, current, table.version() + 2, now)
+    new_entries = new_marks | _done(earlier) | followed
     # Fields the org lists that the table has no column for (added, or made readable, since): a full copy writes
     # them anyway; any other run adds their columns and backfills them.
     added = [] if fresh else new_columns({f.name for f in table.schema().fields}, selected)
@@ -227,6 +260,10 @@ def settle_field_access(
             )
         assert table is not None, "the marks commit above loaded it"
         table, written = follow_columns(warehouse, salesforce, schema, table, sorted(follow), run_id=run_id, now=now)
+        table.alter.set_table_properties(
+            {FIELD_ACCESS_PROPERTY: json.dumps(_done(new_entries), sort_keys=True)}, raise_if_not_exists=False
+        )
+        table = warehouse.table(sobject.name)
         access.retyped = sorted(c for c, how in follow.items() if how == RETYPED)
         access.recreated = sorted(c for c, how in follow.items() if how == RECREATED)
         access.backfilled += written

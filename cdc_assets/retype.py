@@ -12,7 +12,7 @@ column, the backfill a revealed field gets, cdc_assets/field_access.py), every o
 the replica has and the org does not return gets null there (the old field's value is never shown as the new
 field's); a record the org has and the replica does not yet is inserted dirty, as a backfill inserts it. The rows
 are streamed file batch by file batch (bounded memory, as a resync's staged writes are); only the org's ``Id`` and
-column are held whole, as a column backfill holds them.
+column, and the replica's ``Id``, are held whole, as a column backfill holds them.
 
 - **Retyped**: a column whose type differs from the one describe() now gives its field (a change the column holds
   as it is, a longer Text or a larger Number, is none: a Delta string has no length and a double no precision).
@@ -20,8 +20,9 @@ column are held whole, as a column backfill holds them.
   its type: a new field under the old name (or the old one restored: its values are read again all the same).
 
 What happened is recorded in ``cdc.field_access`` (status ``retyped`` or ``recreated``, since when, the Salesforce
-type, the column's type before and the replica version that rewrote it), before the rewrite commit: a crash
-between the two leaves the mismatch, which the next run rewrites again. A history table retypes its own column the
+type, the column's type before and the replica version that rewrote it), marked `pending` in a commit before
+the rewrite and cleared in one after it: a run that ends in between leaves the rewrite pending, and the next run of
+the replica does it (a field created again with its old type shows no other sign). A history table retypes its own column the
 same way when it next catches up (`retype_history`): earlier versions keep their values where the new type can hold
 them (a number's text), null where it cannot.
 """

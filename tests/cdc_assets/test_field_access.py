@@ -25,7 +25,7 @@ from cdc_assets.assets import replica_key
 from cdc_assets.checks import FIELDS_READABLE, SCHEMA, UNIQUE_ID
 from cdc_assets.history.checks import HISTORY_MATCHES_REPLICA
 from cdc_assets.history.stage import history_name
-from cdc_assets.schemas import field_marks, marked_fields
+from cdc_assets.schemas import FIELD_ACCESS_PROPERTY, field_marks, keep_describe, marked_fields
 from resources.delta import read_table
 from salesforce_emulator import Emulator
 from salesforce_emulator.client import simple_salesforce_client
@@ -563,3 +563,36 @@ def test_an_event_whose_value_fits_neither_the_old_nor_the_new_type_is_still_qua
     platform.land([event("Account", "UPDATE", [ids[0]], int(time.time() * 1000), **{SCORE: "gold"})])
     assert catch_up(platform, org).success
     assert [SCORE in r["reason"] for r in platform.quarantine()] == [True]
+
+
+def test_a_rewrite_recorded_by_a_run_that_ended_before_doing_it_is_done_by_the_next_run(tmp_path, org):
+    field_id, _ = add_readable_field(org)  # Text(40)
+    platform, ids = loaded(tmp_path, org)
+    admin = admin_of(org)
+    admin.restful(f"tooling/sobjects/CustomField/{field_id}", method="DELETE")
+    assert describe_run(platform)
+    # Created again with the same type: only the mark tells the column apart from the old field's.
+    admin.restful(
+        "tooling/sobjects/CustomField",
+        method="POST",
+        json={"FullName": f"Account.{FIELD}", "Metadata": {"type": "Text", "label": "Tier", "length": 40}},
+    )
+    permission_set = admin.query("SELECT Id FROM PermissionSet")["records"][0]["Id"]
+    admin.FieldPermissions.create(
+        {"ParentId": permission_set, "SobjectType": "Account", "Field": f"Account.{FIELD}", "PermissionsRead": True}
+    )
+    set_tiers(org, {ids[1]: "New"})
+    # What the run's first commit records before its rewrite, and the run ends there (a crash).
+    table = platform.delta_table("Account")
+    entries = {
+        FIELD: {"status": "recreated", "since": "2026-12-07T00:00:00+00:00", "type": "string", "column": "string"}
+        | {"version": table.version() + 2, "pending": True}
+    }
+    keep_describe(table, simple_salesforce_client(org).Account.describe(), {FIELD_ACCESS_PROPERTY: json.dumps(entries)})
+    assert [platform.rows("Account")[i][FIELD] for i in ids] == ["Tier 0", "Tier 1", "Tier 2", "Tier 3"]
+
+    assert catch_up(platform, org).success  # a plain run: it finds the rewrite pending and does it
+    assert [platform.rows("Account")[i][FIELD] for i in ids] == [None, "New", None, None]
+    mark = field_marks(platform.delta_table("Account"))[FIELD]
+    assert mark["status"] == "recreated" and "pending" not in mark
+    assert differences(org, "Account", platform.rows("Account")) == []

@@ -44,10 +44,8 @@ from deltalake import DeltaTable, Schema
 
 from cdc_assets.apply import APPLY_APP
 from cdc_assets.config import SObjectConfig
-from cdc_assets.counts import DIRTY_COLUMN
 from cdc_assets.org import org_for_run
-from cdc_assets.records import SNAPSHOT, SYNCED_AT, replica_rows
-from cdc_assets.retype import RECREATED, RETYPED, columns_to_follow, follow_columns
+from cdc_assets.retype import RECREATED, RETYPED, columns_to_follow, follow_columns, org_values
 from cdc_assets.schemas import (
     FIELD_ACCESS_PROPERTY,
     NOT_FOLLOWED,
@@ -66,9 +64,6 @@ log = logging.getLogger(__name__)
 
 HIDDEN, REMOVED = "hidden", "removed"
 PENDING = "pending"  # in a followed column's entry: its rewrite is recorded, not done yet
-# What a row a backfill inserts holds besides Id, its columns and bucket: dirty since the backfill, not deleted, and
-# no position (its `_sf_commit_ts` stays null, so the reconcile that reads it whole is the first to position it).
-DIRTY_NEW = (DIRTY_COLUMN, "_sf_deleted", "_sf_source", SYNCED_AT)
 
 
 def is_invalid_field(exc: BaseException) -> bool:
@@ -333,24 +328,17 @@ def backfill_columns(
     """Write the org's values of `columns` into the rows the replica has (one Bulk API 2.0 queryAll of Id and
     them, one merge commit touching only those columns). A record the org has and the replica does not yet (its
     create event not applied: it may carry no value of a field the platform could not read then) is inserted
-    dirty with those columns, so that the reconcile reads it whole and the events it skips lose nothing (`DIRTY_NEW`).
+    dirty with those columns, so that the reconcile reads it whole and the events it skips lose nothing
+    (`retype.INSERTED_DIRTY`).
     Returns the rows written."""
     table = add_columns(warehouse, schema, columns)
-    fields = ["Id", *columns, *([schema.position_field] if schema.position_field else [])]
-    pages = list(salesforce.bulk_query_all(schema.name, fields))
-    if not pages:
+    rows = org_values(salesforce, schema, columns, now)
+    if not rows.num_rows:
         return 0
-    text = pa.Table.from_batches(pages)
-    rows = replica_rows(text, schema, source=SNAPSHOT, synced_at=now)
-    dirty = rows.schema.field(DIRTY_COLUMN)
-    rows = rows.set_column(
-        rows.schema.get_field_index(DIRTY_COLUMN), dirty, pa.repeat(pa.scalar(now, dirty.type), len(rows))
-    )
     state = replace(ReplicaState.read(warehouse, table), run_id=run_id)
-    written_columns = ["Id", *columns, *DIRTY_NEW, BUCKET_COLUMN]
     _, written = warehouse.update_columns(
         schema.name,
-        rows.select(written_columns).sort_by("Id"),
+        rows.sort_by("Id"),
         read=table,
         key_column="Id",
         columns=columns,
@@ -359,7 +347,7 @@ def backfill_columns(
         key=state.KEY,
         state=state.to_dict(),
         txns={APPLY_APP: table.transaction_version(APPLY_APP) or 0},
-        insert=written_columns,
+        insert=rows.column_names,
     )
     log.info("%s: %s backfilled from the org: %d rows written", schema.name, columns, written)
     return written

@@ -49,8 +49,8 @@ from resources.salesforce import SalesforceResource
 log = logging.getLogger(__name__)
 
 RETYPED, RECREATED = "retyped", "recreated"
-# What a row the rewrite inserts holds besides Id, its columns and bucket (the backfill's `DIRTY_NEW`): dirty since
-# the rewrite, not deleted, and no position, so the reconcile that reads it whole is the first to position it.
+# What a row a rewrite or a column backfill inserts holds besides Id, its columns and bucket: dirty since then, not
+# deleted, and no position (`_sf_commit_ts` null), so the reconcile that reads it whole is the first to position it.
 INSERTED_DIRTY = (DIRTY_COLUMN, "_sf_deleted", "_sf_source", SYNCED_AT)
 
 Batches = Callable[[pa.RecordBatch], pa.RecordBatch]
@@ -88,7 +88,8 @@ def retyped_schema(schema: pa.Schema, types: dict[str, pa.DataType]) -> pa.Schem
 
 
 def org_values(salesforce: SalesforceResource, schema: ObjectSchema, columns: list[str], now: datetime) -> pa.Table:
-    """The org's `Id`, `columns` (typed as `schema` types them) and bucket of every record, deleted ones included."""
+    """The org's `Id`, `columns` (typed as `schema` types them) and bucket of every record, deleted ones included,
+    with `INSERTED_DIRTY` as a row inserted for a record the replica lacks holds them."""
     fields = ["Id", *columns, *([schema.position_field] if schema.position_field else [])]
     pages = list(salesforce.bulk_query_all(schema.name, fields))
     if not pages:

@@ -1,7 +1,9 @@
 """Named fault-injection points, for crash tests and the fault suite.
 
 `CDC_FAULT_POINT=<name>` makes the named point fail: `CDC_FAULT_ACTION=raise` (default) raises, `kill` sends
-SIGKILL to this process (a real crash: no cleanup, no finally blocks). Unset, a point costs one dict lookup.
+SIGKILL to this process (a real crash: no cleanup, no finally blocks). `CDC_FAULT_SKIP=<n>` lets the point pass its
+first n times in this process: a run over several objects fails at the second object's point, not the first's.
+Unset, a point costs one dict lookup.
 
 A fault at a point is the environment failing (a crash, a lost connection): ingest never blames a file for it. A
 fault carried by the data (`data_fault_point`) is a file whose content breaks ingest: `CDC_FAULT_MARKER=<text>` makes
@@ -78,8 +80,15 @@ class InjectedDataFault(ValueError):
     """What a line that breaks ingest raises (`data_fault_point`): a fault of the file, not of the environment."""
 
 
+_passed: dict[str, int] = {}  # times each armed point was reached and let pass (CDC_FAULT_SKIP)
+
+
 def fault_point(name: str) -> None:
     if os.environ.get("CDC_FAULT_POINT") != name:
+        return
+    reached = _passed.get(name, 0)
+    if reached < int(os.environ.get("CDC_FAULT_SKIP", "0")):
+        _passed[name] = reached + 1
         return
     if os.environ.get("CDC_FAULT_ACTION", "raise") == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

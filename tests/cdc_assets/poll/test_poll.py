@@ -111,6 +111,32 @@ def test_a_late_commit_older_than_the_overlap_is_what_the_overlap_is_for(tmp_pat
     assert differences(org, "Account", platform.rows("Account")) == []
 
 
+def kill_poll_run(platform, org, spark, objects: list[str], point: str, options: dict, *, skip: int = 0) -> None:
+    """One poll run of `objects` (one Dagster run, as the poll sensor asks) in a subprocess, SIGKILLed at `point`
+    once it has passed it `skip` times (CDC_FAULT_SKIP); it computes on this process's Spark JVM."""
+    gateway = spark.sparkContext._gateway.gateway_parameters
+    env = {
+        **os.environ,
+        "CDC_FAULT_POINT": point,
+        "CDC_FAULT_ACTION": "kill",
+        "CDC_FAULT_SKIP": str(skip),
+        "PYSPARK_GATEWAY_PORT": str(gateway.port),
+        "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
+        "SF_INSTANCE_URL": org.instance_url,
+        "SF_ACCESS_TOKEN": org.token,
+        "SF_CA_BUNDLE": str(org.ca_file),
+        "CRASH_RUNNER_OPTIONS": json.dumps(options),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(platform.root), "-", ",".join(objects), "poll"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        timeout=300,
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+
+
 @pytest.mark.parametrize("point", POLL_POINTS)
 def test_sigkill_during_a_poll_then_rerun_equals_the_org(point, tmp_path, org, spark):
     """Killed between Bulk pages, the re-run reads the same job on from its locator (no new query)."""
@@ -128,26 +154,7 @@ def test_sigkill_during_a_poll_then_rerun_equals_the_org(point, tmp_path, org, s
     with org.store.transaction() as txn:
         txn.purge("Contact", [purged])
 
-    gateway = spark.sparkContext._gateway.gateway_parameters
-    env = {
-        **os.environ,
-        "CDC_FAULT_POINT": point,
-        "CDC_FAULT_ACTION": "kill",
-        "PYSPARK_GATEWAY_PORT": str(gateway.port),
-        "PYSPARK_GATEWAY_SECRET": gateway.auth_token,
-        "SF_INSTANCE_URL": org.instance_url,
-        "SF_ACCESS_TOKEN": org.token,
-        "SF_CA_BUNDLE": str(org.ca_file),
-        "CRASH_RUNNER_OPTIONS": json.dumps(options),
-    }
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "crash_runner.py"), str(platform.root), "-", "Contact", "poll"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        timeout=300,
-    )
-    assert proc.returncode == -signal.SIGKILL, proc.stderr.decode()[-2000:]
+    kill_poll_run(platform, org, spark, ["Contact"], point, options)
     state = poll_state(platform, "Contact")
     if bulk:
         assert state.job.locator and state.job.records == 40, state
@@ -162,6 +169,53 @@ def test_sigkill_during_a_poll_then_rerun_equals_the_org(point, tmp_path, org, s
         assert org.request_counts().get("bulk_query_job", 0) == 1
     assert poll_state(platform, "Contact").job is None
     assert_equal_to_org(platform, org, ["Contact"])
+
+
+# One field each object of the run has, changed in the org between the runs.
+CHANGED_FIELD = {"Account": "Name", "Contact": "Title", "Opportunity": "Name"}
+
+
+@pytest.mark.parametrize("point", ["poll.after_rest_commit", "poll.after_page_commit"])
+def test_a_poll_run_of_several_objects_killed_in_its_second_object_resumes_each_from_its_own_cursor(
+    point, tmp_path, org, spark
+):
+    """One run polls three objects, as a poll cycle's run does; it is killed in the second: after that object's REST
+    commit (between objects), or between two Bulk pages of it. The first object committed its whole poll, the second
+    part of it, the third nothing. The next run reads the first from its committed cursor (nothing again), the
+    second on from its committed Bulk job, the third whole; every replica then equals the org."""
+    objects = ["Account", "Contact", "Opportunity"]
+    Workload(org, seed=9, person_accounts=False).build_org(accounts=120)  # 100 records of each object at least
+    bulk = point == "poll.after_page_commit"
+    # Bulk pages of 40, or one REST query. No overlap, and a cursor at a change of its own: a page holding only rows
+    # read again (the load's, sharing its newest SystemModstamp) writes nothing, so its Bulk position is not
+    # committed, and the page the kill follows would not be the second object's first.
+    options = OPTIONS | {"poll_overlap": 0} | ({} if bulk else {"poll_rest_max_records": 1000})
+    platform = poll_platform(tmp_path, org, objects=objects, **options)
+    run_replicas(platform, objects)
+    for name in objects:
+        update(org, name, org.store.ids(name)[-1], **{CHANGED_FIELD[name]: "cursor"})
+    run_replicas(platform, objects)
+    changed = 100 if bulk else 10
+    for name in objects:
+        for record_id in org.store.ids(name)[:changed]:
+            update(org, name, record_id, **{CHANGED_FIELD[name]: f"changed {record_id[-4:]}"})
+
+    # Bulk: the first object's two page commits pass (its third page ends its job), the second's first one kills.
+    kill_poll_run(platform, org, spark, objects, point, options, skip=2 if bulk else 1)
+    second = poll_state(platform, objects[1])
+    assert differences(org, objects[0], platform.rows(objects[0])) == []  # whole before the kill
+    if bulk:
+        assert second.job and second.job.locator and second.job.records == 40, second
+    assert differences(org, objects[2], platform.rows(objects[2])) != []  # not reached
+
+    result = run_replicas(platform, objects)
+    meta = {name: platform.materialization(result, name) for name in objects}
+    assert meta[objects[0]]["poll_rows_written"] == 0, meta[objects[0]]  # from its own cursor: nothing again
+    if bulk:
+        assert meta[objects[1]]["poll_resumed"] == 1, meta[objects[1]]
+    assert meta[objects[2]]["poll_rows_written"] >= changed, meta[objects[2]]
+    assert all(poll_state(platform, name).job is None for name in objects)
+    assert_equal_to_org(platform, org, objects)
 
 
 def test_an_object_switches_from_poll_to_cdc_and_back_without_a_reload(tmp_path, org):

@@ -12,7 +12,11 @@ objects; their steps run one after the other, each committing on its own). What 
 - every object while the org's daily API budget is nearly spent (`api_budget_reserve`), when the action spends it;
 - with `first_waits`, an object the cursor does not know yet (the sensor just started, or the object was just
   added): its count starts, and it is asked a window later;
-- what `quiet` leaves out (poll: objects with nothing new in the org), written to the cursor as done.
+- what `quiet` leaves out (poll: objects with nothing new in the org), written to the cursor as done;
+- with `retry_cap`, an object whose last runs ended without materializing it, k in a row (its step failed: a field
+  it lost, a Bulk job the org refused, a timeout), until min(every x 2^(k-1), max(every, retry_cap)) after the last
+  one ended: its own backoff, whatever the other objects of those runs did (`sensors/work.py` `failed_in_a_row`).
+  Not written to the cursor: it is asked once the wait is over. The sensor's log names each object waiting.
 
 The run key names the action, the objects and their windows, so a tick evaluated twice asks for the same runs. A
 run's tags and op config are those of its action (`cdc/mode`, an object tag per object, a reason).
@@ -33,7 +37,7 @@ from cdc_assets.names import replica_key, run_tags
 from cdc_assets.operate.pause import paused_objects
 from resources.salesforce import SalesforceResource
 from sensors.budget import budget_hold_back
-from sensors.work import mode_run_config, objects_in_flight
+from sensors.work import Backoff, failed_in_a_row, mode_run_config, objects_in_flight
 
 # The objects of `due` (names) a run need not carry this window, given the instance, the org and the time.
 Quiet = Callable[[dg.DagsterInstance, SalesforceResource, list[str], float], set[str]]
@@ -51,6 +55,7 @@ class Cycle:
     done: str  # what a run did to an object in a window, for the skip reason ("polled")
     first_waits: bool = False  # an object new to the cursor waits a window (module docstring)
     quiet: Quiet | None = None
+    retry_cap: float | None = None  # an object whose runs failed waits, up to this long (module docstring)
 
     def windows(self, now: float) -> dict[str, int]:
         return {name: int(now // every) for name, every in self.every.items()}
@@ -101,10 +106,15 @@ def plan_cycle(
     paused = paused_objects(context.instance, due)
     busy = objects_in_flight(context.instance)
     ready = [n for n in due if n not in paused and n not in busy]
+    failing = waiting_after_failures(context.instance, cycle, ready, now)
+    if failing:
+        shown = ", ".join(list(failing.values())[:20])
+        context.log.warning(f"{what}: {len(failing)} objects wait after failed runs: {shown}")
+        ready = [n for n in ready if n not in failing]
     if not ready:
         return dg.SensorResult(
-            skip_reason=f"{what}: {len(due)} objects due, none ready: {len(paused)} paused, the others with a run "
-            f"queued or in flight",
+            skip_reason=f"{what}: {len(due)} objects due, none ready: {len(paused)} paused, {len(failing)} waiting "
+            f"after failed runs, the others with a run queued or in flight",
             cursor=_dumps(cursor | started),
         )
     if cycle.action.api_budget and (hold := budget_hold_back(salesforce, cycle.reserve)):
@@ -121,6 +131,19 @@ def plan_cycle(
     if quiet:
         context.log.info(f"{what}: {len(quiet)} objects due have nothing new in the org: not asked this window")
     return dg.SensorResult(run_requests=requests, cursor=done)
+
+
+def waiting_after_failures(instance: dg.DagsterInstance, cycle: Cycle, names: list[str], now: float) -> dict[str, str]:
+    """The objects of `names` still backing off after failed runs (module docstring), each with what to show."""
+    if cycle.retry_cap is None or not names:
+        return {}
+    out = {}
+    for name, (failures, ended) in failed_in_a_row(instance, names).items():
+        every = cycle.every[name]
+        left = ended + Backoff(every, max(every, cycle.retry_cap)).delay(failures) - now
+        if left > 0:
+            out[name] = f"{name} ({failures} failed in a row, next in {left:.0f} s)"
+    return out
 
 
 def _request(cycle: Cycle, windows: dict[str, int]) -> dg.RunRequest:

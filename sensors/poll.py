@@ -8,8 +8,9 @@ interval, kept per object in the sensor's cursor) and asks for one run carrying 
 `poll_objects_per_run` each. A run is a process of its own with a fixed cost (~11 s on two cores,
 bench/RESULTS.md), paid once per cycle instead of once per object; its replica steps run one after the other in it
 (the in-process executor), each reading only its own object's changes and committing on its own, so one object's
-failure fails its step and leaves the others' commits (its window is asked again by the next tick after it, with
-the run's retry).
+failure fails its step and leaves the others' commits. A failing object backs off on its own: after k failed runs
+in a row it waits poll_interval x 2^(k-1), at most `retry_backoff_max_seconds` (or one interval, if longer), and the
+sensor's log names it (sensors/cycle.py).
 
 Only objects with something to read are polled: for each object due, the org is asked whether any record is newer
 than the cursor of its last poll (`poll_next`, which every poll materializes), with a `LIMIT 1` query per object, 25
@@ -58,6 +59,7 @@ def build_poll_sensors(
         reason="poll cycle",
         done="polled",
         quiet=quiet,
+        retry_cap=replication.options.retry_backoff_max_seconds,
     )
     description = (
         f"Polls the {len(polled)} Salesforce objects without Change Data Capture, each every its poll_interval: "

@@ -87,6 +87,34 @@ class Backoff:
         return min(self.first * 2 ** (failures - 1), self.cap) if failures else 0.0
 
 
+def failed_in_a_row(instance: dg.DagsterInstance, names: list[str], limit: int = 10) -> dict[str, tuple[int, float]]:
+    """The replicas of `names` whose latest run ended without materializing them (their step failed, or the run
+    did before it): per replica, how many of its runs in a row did so (at most `limit`) and when the newest ended.
+    Per replica, not per run: a run carrying fifty objects fails when one step does, and the other forty-nine
+    committed. Runs in flight are the caller's to leave out. One query for all of `names` (the latest run that
+    planned each replica, beside its latest materialization's); two more for each replica found failing."""
+    out = {}
+    for record in instance.get_asset_records([replica_key(n) for n in names]):
+        entry = record.asset_entry
+        materialized = entry.last_materialization_record
+        materialized_by = materialized.run_id if materialized is not None else None
+        if entry.last_run_id is None or entry.last_run_id == materialized_by:
+            continue
+        last = instance.get_run_record_by_id(entry.last_run_id)
+        if last is None or last.dagster_run.status not in FAILED:
+            continue
+        # The runs before it that failed it too: those the sensors asked for carry its object tag (a run launched
+        # by hand may not, and counts as one).
+        name = entry.asset_key.path[-1]
+        failures = 0
+        for run in instance.get_run_records(filters=dg.RunsFilter(tags={object_tag(name): "1"}), limit=limit):
+            if run.dagster_run.run_id == materialized_by or run.dagster_run.status not in FAILED:
+                break
+            failures += 1
+        out[name] = (max(failures, 1), last.end_time or last.update_timestamp.timestamp())
+    return out
+
+
 @dataclass(frozen=True)
 class Retry:
     """Where a piece of work stands given its runs: `wait` says why not now (None: ask now, as `attempt`);

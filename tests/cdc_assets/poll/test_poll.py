@@ -303,3 +303,33 @@ def test_one_object_failing_in_a_poll_cycle_leaves_the_others_committed_and_is_p
 
     assert run_replicas(platform, ["Account"]).success  # its next window: from its own committed cursor
     assert_equal_to_org(platform, org)
+
+
+def test_a_polled_object_whose_runs_fail_backs_off_on_its_own_while_the_others_are_polled(tmp_path, org):
+    Workload(org, seed=5).build_org(accounts=4)
+    platform = poll_platform(tmp_path, org, poll_interval=2, retry_backoff_max_seconds=5)
+    assert run_replicas(platform).success  # the initial load
+    account, contact = org.store.ids("Account")[0], org.store.ids("Contact")[0]
+    for attempt in (1, 2):  # the cycle's runs fail Account twice in a row (an error the org returns to its step)
+        time.sleep(2.1)  # after one failure it waits one interval
+        [request] = platform.sensor_requests(SENSOR_NAME)
+        assert "Account" in request.tags["cdc/objects"].split(","), (attempt, request.tags)
+        org.fail_next_requests(1, status=400)
+        assert not platform.execute(request).success
+    failed_at = time.monotonic()
+    with org.store.transaction() as txn:
+        txn.update("Contact", contact, {"Title": "Changed"})
+        txn.update("Account", account, {"Phone": "555 0142"})
+
+    # Two failures in a row: Account waits 2 x 2 = 4 s (under the 5 s cap) from the second one's end; Contact is
+    # polled meanwhile, in a run without it.
+    [request] = platform.sensor_requests(SENSOR_NAME)
+    assert request.tags["cdc/objects"] == "Contact"
+    assert platform.execute(request).success
+    assert platform.rows("Contact")[contact]["Title"] == "Changed"
+
+    time.sleep(max(0.0, failed_at + 4.5 - time.monotonic()))
+    [request] = platform.sensor_requests(SENSOR_NAME)
+    assert "Account" in request.tags["cdc/objects"].split(","), request.tags
+    assert platform.execute(request).success
+    assert_equal_to_org(platform, org)

@@ -30,7 +30,9 @@ pending, fails again, and the row is not written twice. Any other failure fails 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -38,6 +40,7 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
@@ -194,9 +197,86 @@ def ingest(
     environment = functools.partial(environment_failure, spark, warehouse, landing)
     total = IngestResult(counts=_zero_counts())
     for batch in batches(pending_files(warehouse, landing), max_batch_bytes):
-        for result in isolating(attempt, batch, environment):
+        for result in outliving(warehouse, attempt, batch, environment):
             total.add(result)
     return total
+
+
+# Runs that died holding one landing file alone (and no other batch) before it is set aside: one death may be the
+# machine's (a restart, an operator's kill), and a file set aside is the operator's to land again.
+DEATHS_ALONE = 2
+ATTEMPT_PREFIX = "ingest-attempt:"  # + a digest of the batch's files: how many runs began ingesting exactly them
+
+
+def attempt_app(files: list[LandingFile]) -> str:
+    """The app transaction of change_events counting the runs that began ingesting exactly `files`."""
+    digest = hashlib.sha256("\0".join(file_app_id(f) for f in files).encode()).hexdigest()[:24]
+    return ATTEMPT_PREFIX + digest
+
+
+def outliving(
+    warehouse: DeltaWarehouse,
+    attempt: Callable[..., IngestResult],
+    files: list[LandingFile],
+    environment: Callable[[], Exception | None],
+) -> list[IngestResult]:
+    """`isolating(attempt, files)`, recorded first as begun (`attempt_app`), so that a file which kills the run
+    process itself (out of memory, a crash in a native reader, a timeout: no Python exception to isolate it by)
+    holds back no other either. Files a run died holding are ingested in halves by the next run; a file runs died
+    holding alone `DEATHS_ALONE` times is set aside while the environment answers: quarantined whole and recorded
+    as ingested, as a file failing on its own is (`_failed_alone`), and the check `no_failed_landing_files` names
+    it. The count is an app transaction of change_events, committed before the attempt (none before the table
+    exists: the first batch ever is not counted)."""
+    events = warehouse.table(CHANGE_EVENTS)
+    if events is None:
+        return isolating(attempt, files, environment)
+    deaths = events.transaction_version(attempt_app(files)) or 0
+    if deaths and len(files) > 1:
+        log.warning(
+            "The run process died while ingesting the same %d landing files; ingesting them in halves to find the "
+            "file that kills it",
+            len(files),
+        )
+        half = len(files) // 2
+        return [
+            *outliving(warehouse, attempt, files[:half], environment),
+            *outliving(warehouse, attempt, files[half:], environment),
+        ]
+    if deaths >= DEATHS_ALONE:
+        if (down := environment()) is not None:
+            raise down
+        reason = (
+            f"{FAILED_FILE}: the run process died {deaths} times ingesting it alone (killed: out of memory, a "
+            f"crash, a timeout); quarantined whole and recorded as ingested, so the other files went on: none of "
+            f"its events are in change_events. Fix the cause, then land the file again under a new name to ingest it"
+        )
+        log.error("Landing file %s: %s", printable(files[0].path), reason)
+        return [attempt(files, failed={files[0]: reason})]
+    _count_attempts(warehouse, events, files, deaths + 1)
+    try:
+        return isolating(attempt, files, environment)
+    except ENVIRONMENT_ERRORS:
+        # The run fails on its environment, not on its files: the attempt is taken back if the table answers, so a
+        # flaky connection does not set a good file aside.
+        with contextlib.suppress(Exception):
+            _count_attempts(warehouse, warehouse.table(CHANGE_EVENTS), files, deaths)
+        raise
+
+
+def _count_attempts(warehouse: DeltaWarehouse, events: DeltaTable | None, files: list[LandingFile], n: int) -> None:
+    """Commit that `n` runs began ingesting exactly `files` (`attempt_app`): no rows, the ingest state as it was."""
+    assert events is not None, "attempts are counted in an existing change_events"
+    state = IngestState.read(warehouse, events)
+    warehouse.append(
+        CHANGE_EVENTS,
+        pa.schema(events.schema().to_arrow()).empty_table(),
+        read=events,
+        partition_by=["entity"],
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={},
+        expiring={attempt_app(files): n},
+    )
 
 
 def isolating(

@@ -68,7 +68,7 @@ FAULT_POINTS = (
 )
 
 
-# Faults carried by the data (`data_fault_point`): raised, never killed, so not above.
+# Faults carried by the data (`data_fault_point`): raised, or killed by the file (not a point of the run's, so not above).
 DATA_POINTS = ("ingest.poisoned_line",)
 
 
@@ -96,9 +96,13 @@ def fault_point(name: str) -> None:
 
 
 def data_fault_point(name: str, lines: pa.ChunkedArray | pa.Array) -> None:
-    """Fail if one of `lines` (Arrow strings) holds the text `CDC_FAULT_MARKER` (module docstring)."""
+    """Fail if one of `lines` (Arrow strings) holds the text `CDC_FAULT_MARKER` (module docstring): raise, or with
+    `CDC_FAULT_ACTION=kill` and no `CDC_FAULT_POINT`, SIGKILL this process (a file that kills the run: out of
+    memory, a crash in a native reader)."""
     marker = os.environ.get("CDC_FAULT_MARKER")
     if not marker:
         return
     if pc.any(pc.match_substring(lines, marker)).as_py():
+        if os.environ.get("CDC_FAULT_ACTION") == "kill" and not os.environ.get("CDC_FAULT_POINT"):
+            os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedDataFault(f"fault injected at {name}: a line holds the text {marker!r} (CDC_FAULT_MARKER)")

@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 
 import crash_runner
+import dagster as dg
 import pytest
 from crash_runner import run_mode
 from deltalake import DeltaTable
@@ -125,6 +126,7 @@ def test_sigkill_in_subprocess_then_rerun_equals_clean_run(point, tmp_path, spar
 # -- a file that breaks ingest: its quarantine row, then its ledger commit -------------------------------------------
 
 POISON = "poison-pill"  # CDC_FAULT_MARKER: the line holding it breaks ingest (shared/faults.py)
+FIRST, KILLER, AFTER = "001000000000003AAA", "001000000000001AAA", "001000000000002AAA"
 
 
 def poisoned_platform(root: Path, describe: Path) -> Platform:
@@ -160,6 +162,40 @@ def test_sigkill_while_recording_a_failed_file_then_rerun_equals_clean_run(
     )
     assert platform.run(close_after=0).success
     assert snapshot(platform) == expected
+
+
+def test_a_file_that_kills_the_run_process_three_times_is_set_aside_and_the_fourth_run_ingests_the_others(
+    tmp_path, spark, sample_dir
+):
+    """No Python exception names the file (the process is killed: out of memory, a native reader's crash): the next
+    run ingests the files the dead one held in halves, and a file runs died holding alone twice is set aside, while
+    the file after it is ingested."""
+    describe = str(sample_dir / "describe")
+    platform = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF)
+    # change_events exists before the file that kills lands (the first batch ever is not counted).
+    platform.land([event("Account", "CREATE", [FIRST], 1_763_799_000_000, tx="c", replay=3, Name="First")])
+    assert platform.run(close_after=0).success
+    platform.land([event("Account", "CREATE", [KILLER], 1_763_800_000_000, tx="a", replay=1, Name=POISON)], "a.jsonl")
+    platform.land([event("Account", "CREATE", [AFTER], 1_763_800_001_000, tx="b", replay=2, Name="Good")], "b.jsonl")
+    kill = {"CDC_FAULT_MARKER": POISON, "CDC_FAULT_ACTION": "kill"}
+    for _ in range(3):  # a.jsonl and b.jsonl together; then a.jsonl alone, twice
+        crash_runner.kill_run(spark, platform.root, "", describe, ["Account"], env=kill)
+    assert {e["record_id"] for e in platform.change_events()} == {FIRST}
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in kill.items():
+            patch.setenv(name, value)
+        result = platform.run(close_after=0, checks=True)  # it would die too, were the file not set aside
+
+    assert result.success
+    assert {e["record_id"] for e in platform.change_events()} == {FIRST, AFTER}
+    [row] = platform.quarantine()
+    assert (row["source_file"], row["source_line"], row["raw"]) == ("a.jsonl", 0, None)
+    assert "the run process died 2 times ingesting it alone" in row["reason"], row["reason"]
+    check = {
+        e.check_name: e for e in result.get_asset_check_evaluations() if e.asset_key == dg.AssetKey("change_events")
+    }["no_failed_landing_files"]
+    assert not check.passed and "a.jsonl" in check.description
 
 
 # -- an emulator org: reconcile and resync ----------------------------------------------------------------------------

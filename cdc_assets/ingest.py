@@ -26,6 +26,8 @@ it is quarantined whole (`source_line` 0, the error's type and first line) and r
 own, counted in `files_failed`, and the check `no_failed_landing_files` fails naming it until acknowledged. Its
 quarantine row is written before its ledger commit (steps 2 and 4): after a crash between them the file is still
 pending, fails again, and the row is not written twice. Any other failure fails the run, and the sensor asks again.
+A file that kills the run process, with no exception to isolate it by, is found the same way across runs
+(`outliving`: each run counts in change_events the batches it begins).
 """
 
 from __future__ import annotations

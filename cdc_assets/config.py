@@ -313,7 +313,10 @@ class ReplicationOptions(ObjectOptions):
     max_ingest_batch_bytes: int = Field(
         128 * 1024 * 1024,
         gt=0,
-        description=("Bytes of landing files ingested per change_events commit (bounds a run's memory on a backlog)."),
+        description=(
+            "Bytes of landing text ingested per change_events commit, a .gz file counted inflated (its gzip "
+            "trailer): bounds a run's memory on a backlog."
+        ),
     )
     max_line_bytes: int = Field(
         8 * 1024 * 1024,

@@ -1,8 +1,8 @@
 """Landing files -> change_events, exactly once (docs/design/contract.md §4, §5, §9).
 
 One run ingests every landing file that no change_events commit has ingested yet, in batches of files of at most
-`max_batch_bytes` together (a backlog of any size is read a bounded slice at a time; a larger file is a batch of
-its own). For each batch:
+`max_batch_bytes` of text together, a `.gz` counted inflated (a backlog of any size is read a bounded slice at a
+time; a larger file is a batch of its own). For each batch:
 
 1. list files; a file is ingested iff a change_events commit carries its app transaction (`file_app_id`:
    `landing:<path>@<size>@<modified>`), so a file landed again under the name of a retired one is read as the new
@@ -169,16 +169,21 @@ def _dedup_key(rows: pa.Table) -> pa.Array:
 MAX_BATCH_BYTES = 128 * 1024 * 1024
 
 
-def batches(files: list[LandingFile], max_bytes: int) -> list[list[LandingFile]]:
-    """`files` in order, cut into runs of at most `max_bytes` together (a larger file alone)."""
+def batches(
+    files: list[LandingFile], max_bytes: int, size: Callable[[LandingFile], int] = lambda f: f.size
+) -> list[list[LandingFile]]:
+    """`files` in order, cut into runs of at most `max_bytes` together by `size` (a larger file alone): ingest
+    counts a file's text (`LandingZone.text_size`), so a batch of small `.gz` files that inflate 200x holds no more
+    text than one of plain files."""
     out: list[list[LandingFile]] = []
-    size = 0
+    total = 0
     for f in files:
-        if not out or size + f.size > max_bytes:
+        n = size(f)
+        if not out or total + n > max_bytes:
             out.append([])
-            size = 0
+            total = 0
         out[-1].append(f)
-        size += f.size
+        total += n
     return out
 
 
@@ -198,7 +203,7 @@ def ingest(
     attempt = functools.partial(_ingest_batch, spark, warehouse, landing, schemas=schemas, run_id=run_id, now=now)
     environment = functools.partial(environment_failure, spark, warehouse, landing)
     total = IngestResult(counts=_zero_counts())
-    for batch in batches(pending_files(warehouse, landing), max_batch_bytes):
+    for batch in batches(pending_files(warehouse, landing), max_batch_bytes, landing.text_size):
         for result in outliving(warehouse, attempt, batch, environment):
             total.add(result)
     return total

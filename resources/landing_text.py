@@ -58,6 +58,18 @@ class Lines:
     undecodable: dict[int, tuple[bytes, str]] = field(default_factory=dict)  # line number -> (raw, reason)
 
 
+def text_bound(size: int, trailer: bytes | None, *, max_bytes: int, max_ratio: float) -> int:
+    """The text a `.gz` file of `size` bytes is taken to hold when batches are cut (ingest bounds a batch by its
+    text, not by its compressed bytes): the size its gzip trailer gives (ISIZE, the text's length mod 2^32), never
+    less than `size`, and never more than `read_text` lets a file grow to (at most `max_bytes`; past `RATIO_FLOOR`
+    at most `max_ratio` times `size`), which is also what is assumed when there is no trailer to read. A trailer
+    that lies is met by those bounds when the file is read."""
+    most = min(max_bytes, max(RATIO_FLOOR, int(size * max_ratio)))
+    if trailer is None or len(trailer) != 4:
+        return most
+    return min(most, max(size, int.from_bytes(trailer, "little")))
+
+
 def peek(stream: BinaryIO, *, gz: bool, limit: int) -> bytes | bytearray:
     """At most `limit` bytes of the file's text from its start (of a truncated gzip, what it has); `Unreadable` if
     it is a corrupt gzip."""

@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 from pydantic import Field
 
 from resources.deployment import DeploymentOwned
-from resources.landing_text import Unreadable, as_string, decode_lines, peek, read_text
+from resources.landing_text import Unreadable, as_string, decode_lines, peek, read_text, text_bound
 from resources.local_tree import LocalTree, Refused
 from resources.printable import printable
 from resources.storage import filesystem, is_uri
@@ -262,6 +262,27 @@ class LandingZone(DeploymentOwned):
         fs, root = self._fs()
         with fs.open_input_stream(f"{root}/{path}", compression=None) as stream:
             yield stream
+
+    def text_size(self, f: LandingFile) -> int:
+        """The bytes of text reading `f` may hold: its size, or for a `.gz` what it inflates to (`text_bound`, from
+        the gzip trailer: one 4-byte read)."""
+        if not f.path.endswith(".gz"):
+            return f.size
+        try:
+            trailer: bytes | None = self._tail(f, 4)
+        except OSError:  # gone or swapped since the listing: the read says why
+            trailer = None
+        return text_bound(f.size, trailer, max_bytes=self.max_file_bytes, max_ratio=self.max_gzip_ratio)
+
+    def _tail(self, f: LandingFile, n: int) -> bytes:
+        """The last `n` bytes of `f` as listed (links refused, as every read here)."""
+        if self._local() is not None:
+            with self._open(f.path) as stream:
+                stream.seek(max(0, f.size - n))
+                return stream.read(n)
+        fs, root = self._fs()
+        with fs.open_input_file(f"{root}/{f.path}") as handle:
+            return handle.read_at(min(n, f.size), max(0, f.size - n))
 
     def read(self, files: list[LandingFile]) -> ReadResult:
         """All lines of `files` with their 1-based line numbers; what cannot be read quarantined (module

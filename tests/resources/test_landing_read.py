@@ -269,3 +269,31 @@ def test_a_name_that_is_not_utf8_is_reported_not_listed(tmp_path):
     [ignored] = survey.ignored  # the in-flight one is a writer's business until it is stale
     assert ignored.why == NAME_NOT_UTF8 and printable(ignored.path) == "bad\\udcff.jsonl"
     assert zone.read(survey.files).lines.num_rows == 1
+
+
+def test_ingest_batches_count_a_gz_file_by_the_text_it_inflates_to_and_a_lying_trailer_by_the_readers_bound(tmp_path):
+    from cdc_assets.ingest import batches
+
+    text = b"".join(
+        event("Account", "UPDATE", [f"001{n:015d}"], 1_763_800_000_000 + n, Name="x" * 900).encode() + b"\n"
+        for n in range(1200)
+    )  # ~1.3 MB of text, compressing ~100x
+    for n in range(3):
+        (tmp_path / f"{n}.jsonl.gz").write_bytes(gzip.compress(text))
+    lying = bytearray(gzip.compress(b"y" * (40 << 20)))  # 40 MiB of text whose trailer claims 10 bytes
+    lying[-4:] = struct.pack("<I", 10)
+    (tmp_path / "3.jsonl.gz").write_bytes(bytes(lying))
+    zone = LandingZone(path=str(tmp_path))
+    files = zone.list_files()
+    assert all(f.size < 100_000 for f in files)  # by compressed bytes, one batch of 2 MiB holds them all
+
+    assert [zone.text_size(f) for f in files[:3]] == [len(text)] * 3
+    # The trailer lies: taken at the least the reader lets a file of its size grow to before it is a bomb.
+    assert zone.text_size(files[3]) == max(16 << 20, int(files[3].size * zone.max_gzip_ratio))
+    assert [[f.path for f in b] for b in batches(files, 2 << 20, zone.text_size)] == [
+        ["0.jsonl.gz"],
+        ["1.jsonl.gz"],
+        ["2.jsonl.gz"],
+        ["3.jsonl.gz"],
+    ]
+    assert len(batches(files, 2 << 20)) == 1

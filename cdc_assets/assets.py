@@ -31,8 +31,9 @@ from pyspark.sql import SparkSession
 from cdc_assets.actions import ACTIONS, ActionRun, ReplicaRunConfig, Step, loads_first, run_step
 from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.checks import NO_FAILED_FILES
-from cdc_assets.config import ReplicationConfig, SObjectConfig
+from cdc_assets.config import ReplicationConfig, ReplicationOptions, SObjectConfig
 from cdc_assets.counts import dirty_count, row_count
+from cdc_assets.damaged import deferred_until
 from cdc_assets.field_access import backfill_added, field_access_metadata, is_invalid_field, settle_field_access
 from cdc_assets.field_catalog import refresh_field_catalog
 from cdc_assets.formulas.freshness import formula_metadata
@@ -59,6 +60,7 @@ from cdc_assets.names import (
     META_POLL_CURSOR_FIELD,
     META_POLL_NEXT,
     META_RESYNC,
+    META_RESYNC_DEFERRED,
     META_TABLE_URI,
     META_UNKNOWN_FIELDS,
     TAG_MODE,
@@ -269,7 +271,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             polled = polled_result(warehouse, schema.name, step.sync)
             return dg.MaterializeResult(
                 metadata=record_history(context, history, sobject, warehouse, schema, run_id)
-                | replica_metadata(context, sobject, schema, warehouse, polled, step)
+                | replica_metadata(context, sobject, schema, warehouse, polled, step, run.options)
                 | access_metadata
                 | catalog_metadata(context, warehouse, schema, polled.table)
             )
@@ -284,7 +286,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
                 access_metadata, result.table = field_access_metadata(added), warehouse.table(sobject.name)
         return dg.MaterializeResult(
             metadata=record_history(context, history, sobject, warehouse, schema, run_id)
-            | replica_metadata(context, sobject, schema, warehouse, result, step)
+            | replica_metadata(context, sobject, schema, warehouse, result, step, run.options)
             | access_metadata
             | catalog_metadata(context, warehouse, schema, result.table)
         )
@@ -359,15 +361,18 @@ def replica_metadata(
     warehouse: DeltaWarehouse,
     result: ApplyResult,
     step: Step,
+    options: ReplicationOptions,
 ) -> dict:
     c, s, sync = result.counts, result.state, step.sync
+    deferred = deferred_until(s, options.damaged_resync_every, datetime.now(UTC))
     context.log.info(
         f"{sobject.name}: {c['applied']} changes applied, {c['held']} held (open transaction), "
         f"{c['gaps']} gaps, {c['late']} late, {c['dirty_skipped']} skipped while dirty, {c['overflow']} "
         f"overflow; {c['rows_written']} rows written"
     )
     if s.resync_pending:
-        context.log.warning(f"{sobject.name}: full resync pending: {s.resync_pending.reason}")
+        later = f" (deferred until {deferred.isoformat()}: damaged landing files only)" if deferred else ""
+        context.log.warning(f"{sobject.name}: full resync pending: {s.resync_pending.reason}{later}")
     table = result.table
     metadata = {
         **{k: dg.MetadataValue.int(v) for k, v in c.items()},
@@ -380,6 +385,7 @@ def replica_metadata(
         META_COMMITTED: dg.MetadataValue.bool(result.committed),
         META_DIRTY: dg.MetadataValue.int(dirty_count(table)),
         META_RESYNC: dg.MetadataValue.text(printable(s.resync_pending.reason) if s.resync_pending else ""),
+        META_RESYNC_DEFERRED: dg.MetadataValue.text(deferred.isoformat() if deferred else ""),
         META_HELD: dg.MetadataValue.json(printable_list(s.held.transactions) if s.held else []),
         META_API_CALLS: dg.MetadataValue.int(sync.api_calls if sync else 0),
         META_UNKNOWN_FIELDS: dg.MetadataValue.json(printable_list(result.unknown_fields)),

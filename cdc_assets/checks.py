@@ -8,7 +8,11 @@ state (`ReplicaState`, cdc_assets/state.py) once:
 - `unique_id` (blocking): `Id` is unique and non-null over the whole table (reads only the Id column);
 - `no_pending_resync`: no overflow is waiting for a full resync; until it has run the table is missing changes
   Salesforce never sent (an ERROR, but not blocking: the pending resync is a state the platform resolves itself,
-  and failing every run until then would hide real failures);
+  and failing every run until then would hide real failures). A WARN while the resync is deferred because only
+  damaged landing files asked for it (cdc_assets/damaged.py), naming them and when it runs: the loss is already an
+  ERROR of `quarantine_empty` (the files' lines are in `_quarantine`), the wait is the platform's own choice and
+  ends by itself, and an ERROR held for an hour each time a writer drops a damaged file would teach people to
+  ignore the check;
 - `no_stale_dirty`: no record has been dirty (awaiting reconciliation) longer than `dirty_threshold_seconds`;
 - `quarantine_empty`: `_quarantine` has no rows newer than the last acknowledgement (`acknowledge_quarantine`);
 - `freshness`: the newest applied change is less than the object's `freshness` (default `freshness_seconds`) old (a quiet org trips it too, so it only
@@ -55,6 +59,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
+from cdc_assets.damaged import deferred_until
 from cdc_assets.field_access import FieldAccess
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
 from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
@@ -63,7 +68,7 @@ from cdc_assets.ingest import FAILED_FILE
 from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.quarantine import acknowledged_until, quarantine_example
 from cdc_assets.schemas import field_marks, marked_fields, resolve_schema
-from cdc_assets.state import ReplicaState
+from cdc_assets.state import DamagedFiles, ReplicaState
 from cdc_assets.table_protocol import DESCRIPTION as TABLE_PROTOCOL_DESCRIPTION
 from cdc_assets.table_protocol import TABLE_PROTOCOL, check_table_protocol
 from object_schema.describe import ObjectSchema
@@ -102,6 +107,7 @@ SCHEMA_FINGERPRINT, REUSED_FROM = "schema_fingerprint", "reused_from_run"
 BY_VERSION = (SCHEMA, UNIQUE_ID)  # answers for the table version (and the expected schema) alone
 
 DIRTY_THRESHOLD_OPTION, FRESHNESS_OPTION = "dirty_threshold_seconds", "freshness_seconds"  # ReplicationOptions
+DAMAGED_RESYNC_OPTION = "damaged_resync_every"
 # Dirty ids one reconcile may find unknown to the org (records created and hard-deleted before it): beyond it, a
 # writer is inventing ids (each costs API calls and leaves a deleted row).
 MAX_UNKNOWN_IDS = 100
@@ -112,7 +118,9 @@ DESCRIPTIONS = {
     SCHEMA: "Rows written by the latest replica commit match the schema built from describe() (column types, "
     "non-null Id and system columns, _sf_source in cdc/snapshot/reconcile/poll).",
     UNIQUE_ID: "Id is unique and non-null over the whole table: one row per record.",
-    NO_PENDING_RESYNC: "No GAP_OVERFLOW is waiting for a full resync (until then the replica misses changes).",
+    NO_PENDING_RESYNC: "No GAP_OVERFLOW is waiting for a full resync (until then the replica misses changes); warns "
+    "while a resync only damaged landing files asked for waits its turn "
+    f"(replication.yaml options.{DAMAGED_RESYNC_OPTION}).",
     NO_STALE_DIRTY: "No record has been dirty (awaiting reconciliation) longer than the threshold "
     f"(replication.yaml options.{DIRTY_THRESHOLD_OPTION}).",
     QUARANTINE_EMPTY: "No line quarantined since the last acknowledgement. After reviewing _quarantine, acknowledge "
@@ -228,12 +236,16 @@ def check_unique_id(warehouse: DeltaWarehouse, table: DeltaTable | None, name: s
     )
 
 
-def check_no_pending_resync(state: ReplicaState, name: str) -> dg.AssetCheckResult:
+def check_no_pending_resync(
+    state: ReplicaState, name: str, *, damaged_every: float, now: datetime
+) -> dg.AssetCheckResult:
     pending = state.resync_pending
     if not pending:
         return _result(NO_PENDING_RESYNC, True, {"resync_pending": ""}, "No resync pending.")
     reason = printable(pending.reason)
-    meta = {"resync_pending": reason, "since": pending.since, "from_seq": pending.from_seq}
+    meta: dict = {"resync_pending": reason, "since": pending.since, "from_seq": pending.from_seq}
+    if pending.damaged and (until := deferred_until(state, damaged_every, now)):
+        return _deferred_resync(meta, pending.damaged, name, until=until, every=damaged_every)
     return _result(
         NO_PENDING_RESYNC,
         False,
@@ -241,6 +253,29 @@ def check_no_pending_resync(state: ReplicaState, name: str) -> dg.AssetCheckResu
         f"{reason}: Salesforce dropped changes of {name}, so the replica is incomplete "
         f"until a full resync (Bulk API queryAll). reconciliation_sensor requests it; if no resync run "
         f"follows, check that the sensor is on and materialize {name} in resync mode.",
+    )
+
+
+def _deferred_resync(
+    meta: dict, damaged: DamagedFiles, name: str, *, until: datetime, every: float
+) -> dg.AssetCheckResult:
+    """`no_pending_resync` while a resync only damaged landing files asked for waits its turn: a WARN (module
+    docstring) naming the files and when it runs."""
+    files = ", ".join(with_more(printable_list(damaged.examples), damaged.count))
+    return dg.AssetCheckResult(
+        check_name=NO_PENDING_RESYNC,
+        passed=False,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata=meta
+        | {
+            "deferred_until": until.isoformat(),
+            "damaged_files": dg.MetadataValue.json(printable_list(damaged.examples)),
+            "damaged_file_count": damaged.count,
+        },
+        description=f"Resync of {name} deferred until {until.isoformat()}: damaged landing files ({files}) lost "
+        f"content that may have held changes of {name}, and it resynced for damaged files less than "
+        f"{DAMAGED_RESYNC_OPTION} ({every:g} s) ago. reconciliation_sensor requests it then; the files' lines are "
+        f"in _quarantine. To resync now, launch resync_{name}.",
     )
 
 
@@ -615,7 +650,9 @@ def build_replica_checks(*, sobject: SObjectConfig, replication: ReplicationConf
                 lambda: session(pyspark), warehouse, table, state, sobject.name, expected_schema
             ),
             UNIQUE_ID: lambda: check_unique_id(warehouse, table, sobject.name),
-            NO_PENDING_RESYNC: lambda: check_no_pending_resync(state, sobject.name),
+            NO_PENDING_RESYNC: lambda: check_no_pending_resync(
+                state, sobject.name, damaged_every=replication.options.damaged_resync_every, now=now
+            ),
             NO_STALE_DIRTY: lambda: check_no_stale_dirty(
                 warehouse, table, sobject.name, threshold=dirty_threshold, now=now
             ),

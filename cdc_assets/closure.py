@@ -33,10 +33,11 @@ applies through the same ingest sequence number and holds the same transaction. 
 replica holding rows of the newest transaction never closes it by timeout (it would apply it to some of them only):
 it keeps it open, and the runs the landing sensor requests, which include them all, close it.
 
-**Hold and overflow, per replica** (`held_back`, `pending_resync`, `replay_from`): the rows of the run's open
-transaction are held (read again from `Held.from_seq` by the next run); an overflow (`GAP_OVERFLOW`, or a
+**Hold and overflow, per replica** (`held_back`, `pending_resync`, `replay_from`, `resynced`): the rows of the run's
+open transaction are held (read again from `Held.from_seq` by the next run); an overflow (`GAP_OVERFLOW`, or a
 wildcard record id `001*`) cannot be applied and leaves a pending resync, unless the last resync's snapshot was
-taken after it; a resync replays every event from the first overflow (or held row) over its snapshot.
+taken after it; a resync replays every event from the first overflow (or held row) over its snapshot. A pending
+resync that only damaged landing files asked for says so, and waits its turn (cdc_assets/damaged.py).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from datetime import datetime
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_assets.state import Held, IngestState, Newest, ReplicaState, ResyncPending
+from cdc_assets.damaged import damaged_behind
+from cdc_assets.state import DamagedFiles, Held, IngestState, Newest, ReplicaState, Resynced, ResyncPending
 from spark_ops.order import arrow_order, arrow_positions
 
 log = logging.getLogger(__name__)
@@ -181,19 +183,44 @@ def overflows(rows: pa.Table) -> pa.Array:
 
 def pending_resync(rows: pa.Table, overflow: pa.Array, state: ReplicaState) -> ResyncPending | None:
     """The resync the `overflow` rows leave pending: the one already pending, else one from the first overflow
-    committed after the last resync's snapshot (older ones are covered by it); None if none is."""
-    if state.resync_pending:
-        return state.resync_pending
+    committed after the last resync's snapshot (older ones are covered by it); None if none is. A pending resync
+    only damaged landing files asked for counts the damaged files of new overflows, and the first overflow of
+    another cause makes it an ordinary one (cdc_assets/damaged.py)."""
+    pending = state.resync_pending
+    if pending and not pending.damaged:
+        return pending
     if state.resynced:
         at = pa.scalar(datetime.fromisoformat(state.resynced.at), UTC_US)
         overflow = pc.and_(overflow, pc.invert(pc.less_equal(rows["commit_ts"], at)))
     if not pc.any(overflow).as_py():
-        return None
-    first = pc.min(rows.filter(overflow)["commit_ts"]).as_py()
+        return pending
+    new = rows.filter(overflow)
+    damaged = damaged_behind(new, pending.damaged if pending else None)
+    if pending:
+        return replace(pending, damaged=damaged, reason=_overflow_reason(pending.since, damaged))
+    since = pc.min(new["commit_ts"]).as_py().isoformat()
     return ResyncPending(
-        since=first.isoformat(),
-        from_seq=int(pc.min(rows.filter(overflow)["_ingest_seq"]).as_py()),
-        reason=f"GAP_OVERFLOW at commit {first.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z",
+        since=since,
+        from_seq=int(pc.min(new["_ingest_seq"]).as_py()),
+        reason=_overflow_reason(since, damaged),
+        damaged=damaged,
+    )
+
+
+def _overflow_reason(since: str, damaged: DamagedFiles | None) -> str:
+    at = datetime.fromisoformat(since).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]
+    files = f" from {damaged.count} damaged landing file{'s' * (damaged.count != 1)}" if damaged else ""
+    return f"GAP_OVERFLOW at commit {at}Z{files}"
+
+
+def resynced(state: ReplicaState, now: datetime) -> Resynced:
+    """What a resync (or initial load) run at `now` records, after `state`: why it ran, and when the last resync only
+    damaged landing files asked for ran (this one, or the one `state` remembers)."""
+    pending, last = state.resync_pending, state.resynced
+    return Resynced(
+        at=now.isoformat(),
+        reason=pending.reason if pending else "initial load",
+        damaged_at=now.isoformat() if pending and pending.damaged else last.damaged_at if last else None,
     )
 
 

@@ -357,6 +357,16 @@ class ReplicationOptions(ObjectOptions):
             "Share of the org's daily API requests kept free: reconcile, resync and poll runs hold back below it."
         ),
     )
+    damaged_resync_every: float = Field(
+        3600.0,
+        ge=0,
+        description=(
+            "Seconds: a resync that only damaged landing files asked for (a truncated gzip, a line that is not "
+            "UTF-8: cdc_assets/damaged.py) runs at most once per this per object; until then it stays pending and "
+            "the check no_pending_resync warns, naming the files and when it runs. An overflow from the org is "
+            "never delayed."
+        ),
+    )
     subscriber_max_lag_seconds: float = Field(
         300.0,
         gt=0,

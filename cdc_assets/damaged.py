@@ -16,6 +16,17 @@ with `_` is never a landing file's.
   snapshot is taken after that covers the loss, and an earlier one does not.
 - Identity: transaction key `damaged-file-<hash of the file's path and size, and the clock>`, one sequence number
   per object: a file damaged again later (re-landed under the same name) asks again.
+
+**At most one such resync per object per `damaged_resync_every`** (default an hour). A writer that drops damaged
+files again and again would otherwise keep objects resyncing until the org's API budget runs out, for every other
+object too. A pending resync that only damaged files asked for records them (`ResyncPending.damaged`: the lines are
+told by their source, `_damaged/...`, which no landing file can have, so a writer cannot pass an overflow of its own
+for one); the last resync run for them alone is `Resynced.damaged_at`. `deferred_until` is the rule: such a
+resync waits until `damaged_resync_every` after that one, pending (nothing is lost: it runs when the wait ends, and
+replays every event since its first overflow). The replica publishes the time (`resync_deferred_until`), the
+reconciliation sensor waits for it (sensors/work.py), and the check `no_pending_resync` warns until then, naming
+the files. An overflow of any other cause joins the pending resync and makes it due at once: Salesforce's own is
+never delayed.
 """
 
 from __future__ import annotations
@@ -23,16 +34,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from cdc_assets.state import DamagedFiles, ReplicaState
 from resources.landing_zone import LINES_SCHEMA, LandingFile
 from shared.markers import overflow_marker
 
 ORIGIN = "cdc_assets/damaged-landing-file"
 CHANNEL = "/data/ChangeEvents"
 SOURCE_PREFIX = "_damaged/"  # + the damaged file's path: the markers' source_file
+EXAMPLES = 10  # damaged file paths a pending resync keeps (commit state is copied into every replica commit)
 
 
 def resync_lines(
@@ -56,3 +70,27 @@ def resync_lines(
             for column, value in zip(LINES_SCHEMA.names, (SOURCE_PREFIX + path, 0, json.dumps(marker))):
                 rows[column].append(value)
     return pa.table(rows, schema=LINES_SCHEMA)
+
+
+def damaged_behind(overflows: pa.Table, known: DamagedFiles | None) -> DamagedFiles | None:
+    """The damaged files behind the overflow rows `overflows`, added to `known` (those a resync pending for them
+    alone already has); None when an overflow of another cause is among them."""
+    sources = overflows["source_file"]
+    if not pc.all(pc.fill_null(pc.starts_with(sources, SOURCE_PREFIX), False)).as_py():
+        return None
+    paths = sorted({s.removeprefix(SOURCE_PREFIX) for s in pc.unique(sources).to_pylist()})
+    examples = known.examples if known else []
+    return DamagedFiles(
+        count=(known.count if known else 0) + len(paths),
+        examples=[*examples, *(p for p in paths if p not in examples)][:EXAMPLES],
+    )
+
+
+def deferred_until(state: ReplicaState, every: float, now: datetime) -> datetime | None:
+    """Until when the replica's pending resync waits (module docstring): one only damaged files asked for runs no
+    sooner than `every` seconds after the last resync run for them alone. None: it is due (or none is pending)."""
+    pending, resynced = state.resync_pending, state.resynced
+    if pending is None or pending.damaged is None or resynced is None or resynced.damaged_at is None:
+        return None
+    until = datetime.fromisoformat(resynced.damaged_at) + timedelta(seconds=every)
+    return until if until > now else None

@@ -69,6 +69,7 @@ META_APPLIED_THROUGH = "applied_through"  # the replica's checkpoint
 META_COMMITTED = "committed"  # whether the apply step committed
 META_DIRTY = "dirty_records"
 META_RESYNC = "resync_pending"
+META_RESYNC_DEFERRED = "resync_deferred_until"  # ISO; "" when the pending resync is due (cdc_assets/damaged.py)
 META_HELD = "held_transactions"
 META_LAG = "lag_seconds"
 META_API_CALLS = "api_calls"

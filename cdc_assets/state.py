@@ -97,12 +97,22 @@ class Held(_State):
 
 
 @dataclass(frozen=True)
+class DamagedFiles(_State):
+    """Damaged landing files that asked a resync (cdc_assets/damaged.py): how many, and the first few paths."""
+
+    count: int
+    examples: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ResyncPending(_State):
     """An overflow the replica could not apply: a full resync replays every event from ingest `from_seq`."""
 
     since: str  # commit time of the first overflow (ISO)
     from_seq: int
     reason: str
+    # Set while only damaged landing files asked for it: it waits out `damaged_resync_every` (cdc_assets/damaged.py).
+    damaged: DamagedFiles | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,7 @@ class Resynced(_State):
 
     at: str
     reason: str
+    damaged_at: str | None = None  # the last resync only damaged landing files asked for (ISO; this one or earlier)
 
 
 UNKNOWN_ID_EXAMPLES = 10  # ids a reconcile keeps as examples of those the org refused or does not know

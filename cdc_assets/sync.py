@@ -45,7 +45,7 @@ from deltalake import DeltaTable
 from simple_salesforce import format_soql
 
 from cdc_assets.apply import APPLY_APP
-from cdc_assets.closure import replay_from
+from cdc_assets.closure import replay_from, resynced
 from cdc_assets.field_access import carry_kept, kept_fields
 from cdc_assets.formulas.rows import with_formulas
 from cdc_assets.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
@@ -61,7 +61,7 @@ from cdc_assets.snapshot import (
     staged_files,
     swapped_at,
 )
-from cdc_assets.state import UNKNOWN_ID_EXAMPLES, OrgIdentity, Reconciled, ReplicaState, Resynced
+from cdc_assets.state import UNKNOWN_ID_EXAMPLES, OrgIdentity, Reconciled, ReplicaState
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from resources.delta import DeltaWarehouse, aligned_arrow, next_version
 from resources.salesforce import BulkPosition, SalesforceResource, select_soql
@@ -104,7 +104,6 @@ def resync(
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)
     prev = ReplicaState.read(warehouse, replica)
-    pending = prev.resync_pending
     # The snapshot replays every event since the overflow (an initial load: every event ever ingested).
     replay = replay_from(prev, (replica.transaction_version(APPLY_APP) or 0) if replica is not None else None)
     # With formula columns (formulas on): read with the snapshot. With the columns of fields the org no longer
@@ -142,7 +141,7 @@ def resync(
         synced_at=now.isoformat(),
         last_commit_ts=prev.last_commit_ts,
         poll=prev.poll,  # a polled object keeps its cursor
-        resynced=Resynced(at=now.isoformat(), reason=pending.reason if pending else "initial load"),
+        resynced=resynced(prev, now),
         org=org or prev.org,
     )
     fault_point("resync.before_commit")

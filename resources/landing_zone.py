@@ -16,8 +16,9 @@ cannot be read at all (larger than `max_file_bytes`, a decompression bomb, a cor
 the listing) comes back as one whole-file quarantine entry (line 0); a line that is not UTF-8, or longer than
 `max_line_bytes`, is quarantined on its own; the incomplete end of a truncated gzip is one entry at the line where
 it starts, the lines before it being read; blank lines (empty or only whitespace: read, but no event) are counted.
-Each file that lost content this way is in `ReadResult.damaged`, with the objects its lost content names, or None
-when that is unknown (the lost part could name any): ingest asks a resync of them (cdc_assets/damaged.py).
+Each file that lost content this way is in `ReadResult.damaged`, with the objects its lost content names, else those
+its readable lines name (`_lost_names`), or None when the file names none at all (the lost part could name any):
+ingest asks a resync of them (cdc_assets/damaged.py).
 """
 
 from __future__ import annotations
@@ -83,15 +84,20 @@ def entities_named(raw: pa.ChunkedArray | pa.Array) -> set[str]:
     return {e for e in pc.unique(found).to_pylist() if e is not None}
 
 
-def _lost_names(lost: list[bytes], read: pa.ChunkedArray) -> frozenset[str] | None:
-    """The objects that lines lost one by one name: each one's own (its bytes may still say it), else those the
-    file's readable lines name; None (any object) when neither names one."""
+def _lost_names(lost: list[bytes], read: pa.ChunkedArray, *, cut: bool = False) -> frozenset[str] | None:
+    """The objects a file's lost content names, the one rule for it: each lost line's own (its bytes may still say
+    it); for a lost line that names none, and for the lines after a cut (`cut`: a truncated gzip, whose lost lines
+    nothing names), the objects the file's lines name; None (any object) only when the file names none at all.
+
+    Why the file's objects and not every replicated one: a resync of every object for each damaged file lets one
+    writer keep the whole org resyncing, and the lines around a loss are the best witness of what it held (a file of
+    a per-object topic, or Datastream's, holds one object). The guess misses a lost line of an object the rest of
+    the file never names: that loss is in `_quarantine`, whose check fails until a person has looked."""
     named = [_ENTITY.search(raw) for raw in lost]
     names = frozenset(m.group(1).decode() for m in named if m)
-    if all(named):
+    if all(named) and not cut:
         return names
-    around = entities_named(read)
-    return names | around if around else None
+    return names | entities_named(read) or None
 
 
 @dataclass(frozen=True, order=True)
@@ -340,9 +346,9 @@ class LandingZone(DeploymentOwned):
                     f"{text.lost}: this line is incomplete and the lines after it are lost; the {len(lines)} "
                     f"lines before it were read. Land a complete copy again if the writer has one",
                 )
-                bad.lost(f.path, None)  # the lost lines could name any object
-            elif lost_lines:
-                bad.lost(f.path, _lost_names(lost_lines, chosen))
+                lost_lines.append(bytes(text.tail))
+            if lost_lines:
+                bad.lost(f.path, _lost_names(lost_lines, chosen, cut=text.lost is not None))
             parts.append(
                 pa.table(
                     {

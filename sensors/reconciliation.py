@@ -11,8 +11,9 @@ themselves are small.
 Work is left alone while a run carrying it is queued or running, and retried with backoff after a run carrying it
 failed; a landing run that merely includes the replica does not hold it back (that starved a resync for minutes
 under steady traffic). While the org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor
-holds back. The skip reason always says which case it is: nothing to do, waiting for run X, retry N in S s, or
-holding back for the budget. A paused object (cdc_assets/operate/pause.py) gets no work until resumed.
+holds back. The skip reason always says which case it is: nothing to do, waiting for run X, retry N in S s, a
+resync deferred (only damaged landing files asked for it, cdc_assets/damaged.py), or holding back for the budget.
+A paused object (cdc_assets/operate/pause.py) gets no work until resumed.
 
 Run keys name the materializations that asked for the work, the attempt and the last run that carried it, so a
 tick evaluated twice never requests the same work twice, and a retry is a new run.

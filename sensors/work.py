@@ -7,10 +7,12 @@
 Which run action does each, and which runs also do it, is the actions' registry's to say (cdc_assets/actions.py:
 `asked_for`, `covers`).
 
-**When** (`plan`): the runs that did or do this work are found in the instance by their tags (every run the
-sensors request tags each object it includes and the work it does for it, hidden tags of
-cdc_assets/names.py), not in a sensor cursor: so either sensor sees the runs of the other, and nothing is lost when a
-cursor is reset. For each piece of work:
+**When** (`plan`): a resync only damaged landing files asked for waits until the time its replica published
+(`resync_deferred_until`: at most one such resync per object per `damaged_resync_every`, cdc_assets/damaged.py),
+and says so; meanwhile the replica's dirty records are reconciled as usual. The runs that did or do the work are
+found in the instance by their tags (every run the sensors request tags each object it includes and the work it
+does for it, hidden tags of cdc_assets/names.py), not in a sensor cursor: so either sensor sees the runs of the
+other, and nothing is lost when a cursor is reset. For each piece of work:
 - a run carrying it is queued or running: wait for it ("waiting for run <id> (<status>)");
 - the runs that carried it last failed (or were canceled) without materializing the replica, n times in a row:
   retry after a backoff (`retry_backoff_seconds`, default 30, doubling up to `retry_backoff_max_seconds`, default
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 import dagster as dg
 
@@ -39,6 +42,7 @@ from cdc_assets.names import (
     META_DIRTY,
     META_HELD,
     META_RESYNC,
+    META_RESYNC_DEFERRED,
     object_tag,
     objects_of_tags,
     replica_key,
@@ -168,6 +172,16 @@ class Work:
     reason: str
     source: str  # the run whose materialization asked for it ("" when there is none)
     dirty: int = 0
+    deferred_until: str = ""  # a resync only damaged landing files asked for: not before (ISO; module docstring)
+
+    def deferred(self, now: float) -> str | None:
+        """Why the work waits for its time (None: it does not)."""
+        if not self.deferred_until or datetime.fromisoformat(self.deferred_until).timestamp() <= now:
+            return None
+        return (
+            f"{self.kind.replace('_', ' ')} of {self.name} deferred until {self.deferred_until}: only damaged "
+            f"landing files asked for it (one such resync per object per damaged_resync_every)"
+        )
 
     @property
     def mode(self) -> str:
@@ -211,16 +225,23 @@ def needed_work(
     replication: ReplicationConfig,
     name: str,
     latest: tuple[str | None, dict] | None = None,
+    now: float | None = None,
 ) -> Work | None:
-    """`latest`: the replica's `latest_materialization`, if the caller has it."""
+    """`latest`: the replica's `latest_materialization`, if the caller has it. A deferred resync gives way to the
+    replica's dirty records (module docstring)."""
+    now = time.time() if now is None else now
     run_id, meta = latest or latest_materialization(instance, name)
     if replication.initial_load and not warehouse.exists(name):
         return Work(name, INITIAL_LOAD, "no table yet", run_id or "")
+    resync = None
     if meta.get(META_RESYNC):
-        return Work(name, PENDING_RESYNC, str(meta[META_RESYNC]), run_id or "")
+        deferred = str(meta.get(META_RESYNC_DEFERRED) or "")
+        resync = Work(name, PENDING_RESYNC, str(meta[META_RESYNC]), run_id or "", deferred_until=deferred)
+        if not resync.deferred(now):
+            return resync
     if dirty := int(meta.get(META_DIRTY) or 0):
         return Work(name, DIRTY_RECORDS, f"{dirty} dirty records", run_id or "", dirty)
-    return None
+    return resync
 
 
 def runs_carrying(instance: dg.DagsterInstance, work: Work, limit: int = 20) -> list[dg.RunRecord]:
@@ -233,11 +254,15 @@ def plan(
     instance: dg.DagsterInstance, warehouse: DeltaWarehouse, replication: ReplicationConfig, now: float | None = None
 ) -> list[Planned]:
     """Every replica's pending work, and whether to ask for it now."""
+    now = time.time() if now is None else now
     backoff = Backoff.from_options(replication.options)
     latest = latest_materializations(instance, replication.names)
     out = []
     for name in replication.names:
-        if (work := needed_work(instance, warehouse, replication, name, latest[name])) is None:
+        if (work := needed_work(instance, warehouse, replication, name, latest[name], now)) is None:
+            continue
+        if wait := work.deferred(now):
+            out.append(Planned(work, Retry(wait=wait)))
             continue
         retry = retry_state(
             runs_carrying(instance, work),

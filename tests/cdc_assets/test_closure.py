@@ -18,8 +18,10 @@ from cdc_assets.closure import (
     overflows,
     pending_resync,
     replay_from,
+    resynced,
 )
-from cdc_assets.state import Held, IngestState, ReplicaState, Resynced, ResyncPending
+from cdc_assets.damaged import deferred_until
+from cdc_assets.state import DamagedFiles, Held, IngestState, ReplicaState, Resynced, ResyncPending
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 REPLICATED = {"Account", "Contact", "Opportunity"}
@@ -77,8 +79,9 @@ def test_a_run_decides_once_and_closes_by_timeout_only_with_every_replica_holdin
     assert decide(unknown, 60, after, in_run={"Account", "Contact"}, replicated=REPLICATED).open_key == "TX"
 
 
-def changes(*rows_: tuple[str, str, str, int, int]) -> pa.Table:
-    """Change rows (transaction key, change type, record id, commit second, ingest seq) for the hold/overflow rules."""
+def changes(*rows_: tuple) -> pa.Table:
+    """Change rows (transaction key, change type, record id, commit second, ingest seq[, source file]) for the
+    hold/overflow rules."""
     return pa.table(
         {
             "transaction_key": [r[0] for r in rows_],
@@ -86,6 +89,7 @@ def changes(*rows_: tuple[str, str, str, int, int]) -> pa.Table:
             "record_id": [r[2] for r in rows_],
             "commit_ts": pa.array([T0 + timedelta(seconds=r[3]) for r in rows_], pa.timestamp("us", tz="UTC")),
             "_ingest_seq": pa.array([r[4] for r in rows_], pa.int64()),
+            "source_file": [r[5] if len(r) > 5 else "2026/01/01/00/1.jsonl" for r in rows_],
         }
     )
 
@@ -111,6 +115,39 @@ def test_held_rows_overflows_and_the_resync_they_leave_pending():
     assert pending_resync(rows_, overflow, ReplicaState(resync_pending=pending)) is pending
     after_all = ReplicaState(resynced=Resynced(at=(T0 + timedelta(seconds=9)).isoformat(), reason="x"))
     assert pending_resync(rows_, overflow, after_all) is None
+
+
+def test_a_resync_only_damaged_files_ask_for_names_them_and_waits_its_turn_but_an_org_overflow_never_waits():
+    damaged = changes(
+        ("damaged-file-1", "GAP_OVERFLOW", "000000000000000AAA", 2, 4, "_damaged/a.jsonl.gz"),
+        ("damaged-file-2", "GAP_OVERFLOW", "000000000000000AAA", 3, 4, "_damaged/b.jsonl"),
+    )
+    pending = pending_resync(damaged, overflows(damaged), ReplicaState())
+    assert pending.damaged == DamagedFiles(count=2, examples=["a.jsonl.gz", "b.jsonl"])
+    assert pending.reason == "GAP_OVERFLOW at commit 2026-01-01T00:00:02.000Z from 2 damaged landing files"
+    # More damaged files join it; the first overflow of the org makes it an ordinary one, from the same point.
+    more = changes(("damaged-file-3", "GAP_OVERFLOW", "000000000000000AAA", 5, 6, "_damaged/c.jsonl"))
+    joined = pending_resync(more, overflows(more), ReplicaState(resync_pending=pending))
+    assert (joined.since, joined.from_seq, joined.damaged.count) == (pending.since, 4, 3)
+    org = changes(("TB", "GAP_OVERFLOW", "000000000000000AAA", 6, 7))
+    ordinary = pending_resync(org, overflows(org), ReplicaState(resync_pending=joined))
+    assert (ordinary.since, ordinary.from_seq, ordinary.damaged) == (pending.since, 4, None)
+    assert ordinary.reason == "GAP_OVERFLOW at commit 2026-01-01T00:00:02.000Z"
+    # A writer's own overflow claiming the damaged-file origin is the org's for this rule: its source is a landing file.
+    forged = changes(("damaged-file-x", "GAP_OVERFLOW", "000000000000000AAA", 2, 4, "2026/01/01/00/x.jsonl"))
+    assert pending_resync(forged, overflows(forged), ReplicaState()).damaged is None
+
+    # The resync run for them alone starts the wait; one for another cause leaves the last such time as it was.
+    ran = resynced(ReplicaState(resync_pending=pending), T0 + timedelta(hours=1))
+    assert ran.damaged_at == ran.at == (T0 + timedelta(hours=1)).isoformat() and ran.reason == pending.reason
+    assert resynced(ReplicaState(resync_pending=ordinary, resynced=ran), T0 + timedelta(hours=2)).damaged_at == ran.at
+    assert resynced(ReplicaState(), T0).damaged_at is None  # an initial load
+
+    again = ReplicaState(resync_pending=pending, resynced=ran)
+    assert deferred_until(again, 3600, T0 + timedelta(hours=1, minutes=59)) == T0 + timedelta(hours=2)
+    assert deferred_until(again, 3600, T0 + timedelta(hours=2)) is None  # its time has come
+    assert deferred_until(replace(again, resync_pending=ordinary), 3600, T0 + timedelta(hours=1)) is None
+    assert deferred_until(ReplicaState(resync_pending=pending), 3600, T0) is None  # never resynced for damage yet
 
 
 def test_a_resync_replays_from_the_overflow_or_the_held_rows_or_everything_for_an_initial_load():

@@ -141,7 +141,23 @@ def test_a_truncated_gzip_is_read_as_far_as_it_goes(tmp_path):
     assert tail["source_line"] == len(read_lines) + 1
     assert tail["reason"].startswith(f"gzip file ends at byte {cut:,}, before the end of its compressed stream")
     assert lines[len(read_lines)].startswith(tail["raw"].split("\\x")[0])  # a cut character shows escaped
-    assert result.damaged == {"cut.jsonl.gz": None}  # the lost lines could name any object
+    assert result.damaged == {"cut.jsonl.gz": frozenset({"Account"})}  # what its readable lines name
+
+
+def test_the_lost_part_of_a_file_is_taken_for_the_objects_the_file_names_and_for_any_when_it_names_none(tmp_path):
+    """A truncated gzip's lost lines name nothing: they stand for the objects its readable lines (and its cut line)
+    name; a file that names none at all stands for any object (None: every replicated object resyncs)."""
+    lines = [event("Account", "UPDATE", [A1], T0 + n, Name=f"name {n}") for n in range(2000)]
+    lines += [event("Contact", "UPDATE", ["003000000000001AAA"], T0 + n, LastName=f"n {n}") for n in range(100)]
+    mixed = gzip.compress(("\n".join(lines) + "\n").encode())  # cut in its Account lines: Contact's are lost
+    assert read(tmp_path, "mixed.jsonl.gz", mixed[: len(mixed) // 2], max_line=10_000).damaged == {
+        "mixed.jsonl.gz": frozenset({"Account"})
+    }
+    nameless = gzip.compress(b'{"a": 1}\n' * 10_000)
+    assert read(tmp_path, "nameless.jsonl.gz", nameless[:-12], max_line=10_000).damaged == {"nameless.jsonl.gz": None}
+    # A bad line naming Contact in a file whose other lines name nothing: Contact, not every object.
+    named = read(tmp_path, "named.jsonl", b'{"a": 1}\n{"entityName": "Contact", "x": "\xff"}\n', max_line=10_000)
+    assert named.damaged == {"named.jsonl": frozenset({"Contact"})}
 
 
 def test_a_corrupt_gzip_is_not_trusted_at_all(tmp_path):

@@ -104,6 +104,7 @@ class IngestResult:
     quarantine_examples: list[str] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
     failed: list[str] = field(default_factory=list)  # files that failed on their own: quarantined whole
+    unread: list[LandingFile] = field(default_factory=list)  # files of the batch left for the next (`max_text`)
 
     def add(self, batch: IngestResult) -> None:
         """Count `batch`, ingested after the batches already counted."""
@@ -200,12 +201,21 @@ def ingest(
     `schemas`: the replicated objects' schemas by name; only those a batch's lines name are looked up (a lazy
     mapping, `cdc_assets.schemas.SchemaCatalog`, resolves no others)."""
     now = now or datetime.now(UTC)
-    attempt = functools.partial(_ingest_batch, spark, warehouse, landing, schemas=schemas, run_id=run_id, now=now)
+    attempt = functools.partial(
+        _ingest_batch, spark, warehouse, landing, schemas=schemas, run_id=run_id, now=now, max_text=max_batch_bytes
+    )
     environment = functools.partial(environment_failure, spark, warehouse, landing)
     total = IngestResult(counts=_zero_counts())
-    for batch in batches(pending_files(warehouse, landing), max_batch_bytes, landing.text_size):
-        for result in outliving(warehouse, attempt, batch, environment):
+    pending = pending_files(warehouse, landing)
+    sizes = {f: landing.text_size(f) for f in pending}
+    while pending:
+        batch = batches(pending, max_batch_bytes, sizes.__getitem__)[0]
+        results = outliving(warehouse, attempt, batch, environment)
+        for result in results:
             total.add(result)
+        # A file whose text was more than its gzip trailer said ends its batch early: the files after it come next.
+        unread = {f for result in results for f in result.unread}
+        pending = [f for f in pending if f not in batch or f in unread]
     return total
 
 
@@ -368,9 +378,11 @@ def _ingest_batch(
     run_id: str,
     now: datetime,
     failed: Mapping[LandingFile, str] | None = None,
+    max_text: int | None = None,
 ) -> IngestResult:
     """Steps 2 to 4 (module docstring) for `files`. `failed`: those of them that failed on their own, with the
-    reason: not read, but quarantined whole and recorded as ingested with the others."""
+    reason: not read, but quarantined whole and recorded as ingested with the others. `max_text`: the files not
+    begun once the text read reaches it are left to the next batch (`IngestResult.unread`)."""
     failed = failed or {}
     watch = Stopwatch()
     # The snapshot this batch reads its checkpoint from and commits against (DeltaWarehouse.append): if another
@@ -386,7 +398,8 @@ def _ingest_batch(
             return IngestResult(
                 counts=_zero_counts(), state=IngestState.read(warehouse, events), version=events.version()
             )
-    read = landing.read([f for f in files if f not in failed])
+    read = landing.read([f for f in files if f not in failed], max_text)
+    files = [f for f in files if f not in read.unread]
     # A file that lost content asks a resync of the objects it names, as an overflow does (cdc_assets/damaged.py).
     lines = pa.concat_tables([read.lines, resync_lines(read.damaged, files, replicated=schemas, at=now)])
     watch.lap("read")
@@ -450,6 +463,7 @@ def _ingest_batch(
         quarantine_examples=[quarantine_example(r) for r in bad.slice(0, 5).to_pylist()],
         seconds=watch.seconds,
         failed=[f.path for f in failed],
+        unread=read.unread,
     )
 
 

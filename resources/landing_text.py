@@ -63,7 +63,9 @@ def text_bound(size: int, trailer: bytes | None, *, max_bytes: int, max_ratio: f
     text, not by its compressed bytes): the size its gzip trailer gives (ISIZE, the text's length mod 2^32), never
     less than `size`, and never more than `read_text` lets a file grow to (at most `max_bytes`; past `RATIO_FLOOR`
     at most `max_ratio` times `size`), which is also what is assumed when there is no trailer to read. A trailer
-    that lies is met by those bounds when the file is read."""
+    that says less than the text: of a one-member file, a lie zlib catches at its end (the file is corrupt, not
+    read); of a file of several members (the last one's length only) or a truncated one, the read ends the batch
+    once its text reaches the bound (`LandingZone.read`, `max_text`)."""
     most = min(max_bytes, max(RATIO_FLOOR, int(size * max_ratio)))
     if trailer is None or len(trailer) != 4:
         return most

@@ -154,6 +154,8 @@ class ReadResult:
     blank_lines: int = 0  # empty or whitespace-only lines: read, counted, not events
     # Files that lost content -> the objects the lost content names, None when unknown (module docstring).
     damaged: dict[str, frozenset[str] | None] = field(default_factory=dict)
+    # Files not read: the text read before them reached the read's `max_text` (a next batch reads them).
+    unread: list[LandingFile] = field(default_factory=list)
 
 
 class _Quarantine:
@@ -290,13 +292,18 @@ class LandingZone(DeploymentOwned):
         with fs.open_input_file(f"{root}/{f.path}") as handle:
             return handle.read_at(min(n, f.size), max(0, f.size - n))
 
-    def read(self, files: list[LandingFile]) -> ReadResult:
+    def read(self, files: list[LandingFile], max_text: int | None = None) -> ReadResult:
         """All lines of `files` with their 1-based line numbers; what cannot be read quarantined (module
-        docstring), blank lines counted."""
+        docstring), blank lines counted. With `max_text`, no file is begun once the text read reaches it: the
+        rest are `unread` (a `.gz` whose trailer claimed less than it holds, `text_size`, ends a batch early
+        instead of swelling it)."""
         parts: list[pa.Table] = []
         bad = _Quarantine()
         blank_count = 0
-        for f in files:
+        held = 0
+        for i, f in enumerate(files):
+            if max_text is not None and i and held >= max_text:
+                return ReadResult(*self._gathered(parts, bad, blank_count), unread=files[i:])
             try:
                 with self._open(f.path) as stream:
                     text = read_text(
@@ -321,6 +328,7 @@ class LandingZone(DeploymentOwned):
                 )
                 bad.lost(f.path, None)
                 continue
+            held += len(text.data)
             decoded = decode_lines(text.data)
             lines = decoded.lines
             numbers = pa.array(np.arange(1, len(lines) + 1, dtype=np.int64))
@@ -359,8 +367,14 @@ class LandingZone(DeploymentOwned):
                     schema=LINES_SCHEMA,
                 )
             )
+        return ReadResult(*self._gathered(parts, bad, blank_count))
+
+    @staticmethod
+    def _gathered(
+        parts: list[pa.Table], bad: _Quarantine, blank_count: int
+    ) -> tuple[pa.Table, pa.Table, int, dict[str, frozenset[str] | None]]:
         lines_table = pa.concat_tables(parts) if parts else LINES_SCHEMA.empty_table()
-        return ReadResult(lines_table, bad.table(), blank_count, bad.damaged)
+        return lines_table, bad.table(), blank_count, bad.damaged
 
     @property
     def archive_path(self) -> str:

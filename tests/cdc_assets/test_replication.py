@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -63,6 +64,28 @@ def test_a_backlog_ingested_one_file_per_commit_gives_the_same_tables(make_platf
     assert counts[1] == counts[0] and counts[1]["duplicates"] == 17 and counts[1]["files"] == 5
     # one commit per file (each is over the 1-byte limit), each with the next ingest sequence number
     assert meta[1]["ingest_seq"] == 5 and meta[0]["ingest_seq"] == 1
+
+
+def test_a_gz_backlog_is_cut_by_its_text_and_a_file_of_several_members_ends_its_batch(make_platform):
+    """A batch is bounded by text, a `.gz` counted by the length its trailer gives; a file of two gzip members says
+    only its last member's, and reading it ends the batch: the file after it is ingested in the next commit."""
+
+    def lines(first: int, n: int) -> bytes:
+        return "".join(
+            event("Account", "CREATE", [f"001{i:012d}AAA"], 1_763_800_000_000 + i, tx=f"t{i}", replay=i, Name="x" * 500)
+            + "\n"
+            for i in range(first, first + n)
+        ).encode()
+
+    whole, cut = make_platform("whole"), make_platform("cut", max_ingest_batch_bytes=100_000)
+    for p in (whole, cut):
+        (p.landing / "a.jsonl.gz").write_bytes(gzip.compress(lines(0, 300)) + gzip.compress(lines(300, 1)))
+        (p.landing / "b.jsonl.gz").write_bytes(gzip.compress(lines(301, 20)))
+    assert len(lines(0, 300)) > 100_000  # a.jsonl.gz holds more than a batch, and says less
+    results = [whole.run(close_after=0), cut.run(close_after=0)]
+    assert state(cut) == state(whole) and len(cut.rows("Account")) == 321
+    meta = [p.materialization(r, "change_events") for p, r in zip((whole, cut), results)]
+    assert (meta[0]["ingest_seq"], meta[1]["ingest_seq"]) == (1, 2)  # one commit, or a.jsonl.gz's then b.jsonl.gz's
 
 
 def test_split_files_landed_in_reverse_order_give_same_tables(make_platform, sample_lines):

@@ -287,29 +287,29 @@ def test_a_name_that_is_not_utf8_is_reported_not_listed(tmp_path):
     assert zone.read(survey.files).lines.num_rows == 1
 
 
-def test_ingest_batches_count_a_gz_file_by_the_text_it_inflates_to_and_a_lying_trailer_by_the_readers_bound(tmp_path):
+def test_a_batch_counts_a_gz_file_by_its_text_and_one_whose_trailer_says_less_ends_the_batch_it_swells(tmp_path):
     from cdc_assets.ingest import batches
 
-    text = b"".join(
-        event("Account", "UPDATE", [f"001{n:015d}"], 1_763_800_000_000 + n, Name="x" * 900).encode() + b"\n"
-        for n in range(1200)
-    )  # ~1.3 MB of text, compressing ~100x
-    for n in range(3):
-        (tmp_path / f"{n}.jsonl.gz").write_bytes(gzip.compress(text))
-    lying = bytearray(gzip.compress(b"y" * (40 << 20)))  # 40 MiB of text whose trailer claims 10 bytes
-    lying[-4:] = struct.pack("<I", 10)
-    (tmp_path / "3.jsonl.gz").write_bytes(bytes(lying))
+    def text(n: int, width: int) -> bytes:
+        return b"".join(
+            event("Account", "UPDATE", [f"001{i:015d}"], 1_763_800_000_000 + i, Name="x" * width).encode() + b"\n"
+            for i in range(n)
+        )
+
+    honest = text(1200, 900)  # ~1.3 MB of text, compressing ~50x
+    for n in (1, 2, 3):
+        (tmp_path / f"{n}.jsonl.gz").write_bytes(gzip.compress(honest))
+    # ~4 MB in two gzip members (as `cat a.gz b.gz` makes): the trailer gives the last member's length only.
+    (tmp_path / "0.jsonl.gz").write_bytes(gzip.compress(text(2000, 1900)) + gzip.compress(text(1, 10)))
     zone = LandingZone(path=str(tmp_path))
     files = zone.list_files()
     assert all(f.size < 100_000 for f in files)  # by compressed bytes, one batch of 2 MiB holds them all
-
-    assert [zone.text_size(f) for f in files[:3]] == [len(text)] * 3
-    # The trailer lies: taken at the least the reader lets a file of its size grow to before it is a bomb.
-    assert zone.text_size(files[3]) == max(16 << 20, int(files[3].size * zone.max_gzip_ratio))
-    assert [[f.path for f in b] for b in batches(files, 2 << 20, zone.text_size)] == [
-        ["0.jsonl.gz"],
-        ["1.jsonl.gz"],
-        ["2.jsonl.gz"],
-        ["3.jsonl.gz"],
-    ]
     assert len(batches(files, 2 << 20)) == 1
+
+    assert [zone.text_size(f) for f in files] == [files[0].size, *[len(honest)] * 3]  # its last member's, floored
+    cut = batches(files, 2 << 20, zone.text_size)
+    assert [[f.path for f in b] for b in cut] == [["0.jsonl.gz", "1.jsonl.gz"], ["2.jsonl.gz"], ["3.jsonl.gz"]]
+    # Read, its text reaches the batch's bound: the file after it is left to the next batch, unread.
+    read = zone.read(cut[0], max_text=2 << 20)
+    assert [f.path for f in read.unread] == ["1.jsonl.gz"]
+    assert set(read.lines["source_file"].to_pylist()) == {"0.jsonl.gz"} and read.lines.num_rows == 2001

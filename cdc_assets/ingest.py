@@ -272,6 +272,8 @@ def outliving(
     _count_attempts(warehouse, events, files, deaths + 1)
     try:
         return isolating(attempt, files, environment)
+    except ConcurrentWriteError:
+        raise  # another run committed first (these files, most likely): a loser writes nothing more
     except ENVIRONMENT_ERRORS:
         # The run fails on its environment, not on its files: the attempt is taken back if the table answers, so a
         # flaky connection does not set a good file aside.

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,6 +65,18 @@ class SparkCluster:
             processes.stop(child, grace_seconds=10)
 
 
+# What the master and the workers take from the environment of the process that starts them: where Java, Spark and
+# Python are, and the locale. Nothing else: not the org's credentials, the hash salt, a Spark Connect token or a
+# storage key (`SF_*`, `CDC_*`, `AWS_*`), which executors never need (the driver hands them the data).
+CLUSTER_ENV = ("PATH", "HOME", "JAVA_HOME", "SPARK_HOME", "LANG", "LC_ALL", "TMPDIR")
+
+
+def cluster_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of the cluster's processes (`CLUSTER_ENV` of `environ`, and Spark's own settings)."""
+    kept = {k: v for k in CLUSTER_ENV if (v := environ.get(k)) is not None}
+    return kept | {"SPARK_LOCAL_IP": HOST, "SPARK_DAEMON_MEMORY": "256m", "PYSPARK_PYTHON": sys.executable}
+
+
 def can_unshare() -> bool:
     """Whether this process may make mount namespaces (root, with `unshare` installed)."""
     if not shutil.which("unshare") or os.geteuid() != 0:
@@ -77,8 +90,7 @@ def start_spark_cluster(
     """A master and `workers` workers, once every worker has registered; with `private`, each worker sees its own
     empty directory at that path (see the module docstring)."""
     root.mkdir(parents=True, exist_ok=True)
-    env = os.environ | {"SPARK_LOCAL_IP": HOST, "SPARK_DAEMON_MEMORY": "256m", "PYSPARK_PYTHON": sys.executable}
-    env.pop("SPARK_REMOTE", None)
+    env = cluster_env(os.environ)
     port, web_port = processes.free_port(), processes.free_port()
     cluster = SparkCluster(f"spark://{HOST}:{port}", f"http://{HOST}:{web_port}", [], root)
     try:

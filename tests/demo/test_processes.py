@@ -80,3 +80,13 @@ def test_each_child_gets_only_the_secrets_it_uses(tmp_path, monkeypatch):
     server = processes.spark_connect_env("the-token")
     assert not [k for k in server if k.startswith(("SF_", "CDC_", "DAGSTER_"))] and "SPARK_REMOTE" not in server
     assert server[spark_connect.TOKEN_ENV] == "the-token" and server["PATH"] == os.environ["PATH"]
+
+
+def test_a_spark_cluster_started_for_tests_takes_where_java_and_spark_are_and_no_secret():
+    from demo.spark_cluster import CLUSTER_ENV, cluster_env
+
+    parent = {"PATH": "/usr/bin", "JAVA_HOME": "/jvm", "SF_ACCESS_TOKEN": "t", "CDC_HASH_SALT": "s"}
+    parent |= {"AWS_SECRET_ACCESS_KEY": "k", "SPARK_REMOTE": "sc://x", "CDC_SPARK_CONNECT_TOKEN": "c"}
+    env = cluster_env(parent)
+    assert {k: env[k] for k in ("PATH", "JAVA_HOME")} == {"PATH": "/usr/bin", "JAVA_HOME": "/jvm"}
+    assert set(env) <= {*CLUSTER_ENV, "SPARK_LOCAL_IP", "SPARK_DAEMON_MEMORY", "PYSPARK_PYTHON"}

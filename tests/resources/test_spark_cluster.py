@@ -34,6 +34,9 @@ pytestmark = [
 ]
 
 
+SECRET = "a-token-the-cluster-must-not-see"
+
+
 @pytest.fixture(autouse=True)
 def _only_when_asked(request):
     """Minutes long (three Spark drivers, two workers): `make test-cluster` (`pytest -m cluster`), which CI runs
@@ -59,10 +62,14 @@ def _client(root: Path, env: dict[str, str]) -> None:
     ]
 
 
-def test_replicas_on_a_spark_cluster_equal_a_local_run(tmp_path, spark, sample_dir):
+def test_replicas_on_a_spark_cluster_equal_a_local_run(tmp_path, spark, sample_dir, monkeypatch):
     shared, private = tmp_path / "shared", tmp_path / "private"
+    monkeypatch.setenv("SF_ACCESS_TOKEN", SECRET)  # the org's token in the starting process: never the cluster's
     cluster = start_spark_cluster(tmp_path / "cluster", workers=2, private=private)
     try:
+        for child in cluster.children:  # the master and the workers (the workers' JVMs replaced `unshare` and `sh`)
+            environ = Path(f"/proc/{child.pid}/environ").read_bytes()
+            assert SECRET.encode() not in environ and b"SF_ACCESS_TOKEN" not in environ
         _client(
             tmp_path / "direct",
             {

@@ -8,7 +8,7 @@ Figures, per N (and for a baseline of a few objects in the same run):
   with a landed burst pending;
 - **initial load**: the one run the reconciliation sensor asks for every object (wall);
 - **burst**: one change in every object, landed, then the runs the sensors ask for until nothing is left (count,
-  wall);
+  wall; with `--checks` each run includes its replicas' asset checks, as the daemon's runs do);
 - **one object**: one change in one object; the run the landing sensor asks for (its replicas, its wall) must not
   grow with N;
 - **memory** of `dagster-daemon run` and of the code server it starts (`dagster api grpc`) after they have loaded
@@ -59,8 +59,8 @@ def write_config(path: Path, names: list[str]) -> Path:
 class Org:
     """The emulator with N custom objects, a landing zone, a warehouse and the platform's definitions over them."""
 
-    def __init__(self, root: Path, objects: int, spark_conf: dict[str, str]):
-        self.root, self.objects = root, objects
+    def __init__(self, root: Path, objects: int, spark_conf: dict[str, str], *, checks: bool = False):
+        self.root, self.objects, self.checks = root, objects, checks
         self.names = [custom_object_name(n) for n in range(1, objects + 1)]
         self.emu = Emulator(root / "org", landing_dir=root / "landing", custom_objects=objects, roll_seconds=3600)
         self.workload = Workload(self.emu, seed=5, custom_objects=objects, custom_records=RECORDS_PER_OBJECT)
@@ -95,6 +95,9 @@ class Org:
 
     def execute(self, request: dg.RunRequest) -> float:
         assets = [a for a in self.assets if set(a.keys) & set(request.asset_selection)]
+        if self.checks:  # as the daemon's runs include them
+            selected = set(request.asset_selection)
+            assets += [c for c in self.defs.asset_checks or [] if {k.asset_key for k in c.check_keys} & selected]
         started = time.perf_counter()
         result = dg.materialize(
             assets,
@@ -203,11 +206,13 @@ def daemon_memory(org: Org, seconds: float = DAEMON_SECONDS) -> dict[str, float]
     return {k: round(v, 1) for k, v in peak.items()}
 
 
-def measure(objects: int, spark_conf: dict[str, str], *, daemon: bool, with_runs: bool = True) -> dict:
+def measure(
+    objects: int, spark_conf: dict[str, str], *, daemon: bool, with_runs: bool = True, checks: bool = False
+) -> dict:
     """The figures for `objects` objects; without `with_runs`, only those that need no run (definitions, the first
-    sensor ticks, the daemon's and code server's memory)."""
+    sensor ticks, the daemon's and code server's memory); with `checks`, each run includes its replicas' checks."""
     root = Path(tempfile.mkdtemp(prefix=f"bench-objects-{objects}-"))
-    org = Org(root, objects, spark_conf)
+    org = Org(root, objects, spark_conf, checks=checks)
     try:
         out: dict = {"objects": objects, "build_defs_s": round(org.build_s, 2)}
         out["ticks_before_s"] = org.ticks()
@@ -260,8 +265,16 @@ def run(*, sizes: tuple[int, ...] = (5, 200, 300), daemon: bool = True) -> list[
     return [measure(n, conf, daemon=daemon) for n in sizes]
 
 
-if __name__ == "__main__":  # python -m bench.many_objects [N ...] [--no-daemon] [--no-runs]: a JSON line per N
+if (
+    __name__ == "__main__"
+):  # python -m bench.many_objects [N ...] [--no-daemon] [--no-runs] [--checks]: a JSON line per N
     conf, _ = start_spark()
     for n in tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (5, 200, 300):
-        row = measure(n, conf, daemon="--no-daemon" not in sys.argv, with_runs="--no-runs" not in sys.argv)
+        row = measure(
+            n,
+            conf,
+            daemon="--no-daemon" not in sys.argv,
+            with_runs="--no-runs" not in sys.argv,
+            checks="--checks" in sys.argv,
+        )
         print(json.dumps(row), flush=True)

@@ -16,10 +16,12 @@ import atexit
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import dagster as dg
 import pyarrow as pa
 from dagster_pyspark import PySparkResource
+from dagster_pyspark.resources import spark_session_from_config
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.utils import is_remote
@@ -112,21 +114,29 @@ def spark_config(overrides: dict[str, str] | None = None) -> dict[str, str]:
 
 
 class SparkResource(DeploymentOwned, PySparkResource):
-    """dagster-pyspark's resource; a Spark Connect session is released when the process ends. Its `spark_config`
-    (the master or `spark.remote`, jars, JVM options) is the deployment's (resources/deployment.py).
+    """dagster-pyspark's resource, its session made on first use; a Spark Connect session is released when the
+    process ends. Its `spark_config` (the master or `spark.remote`, jars, JVM options) is the deployment's
+    (resources/deployment.py).
 
-    A Connect session lives on the server until released (or idle for `spark_connect.CONNECT_CONF`'s timeout),
-    with everything it cached. A run is one process, so its session goes with it. (Not in a teardown hook: that
-    would make this a context-manager resource, which sensors and `build_*_context` then need to enter.)
+    On first use, not when the run starts: a poll, describe or formula run writes through delta-rs and never asks
+    for the session, and a local one is a JVM of its own (seconds of CPU and half a gigabyte per run, paid every
+    poll cycle). A Connect session lives on the server until released (or idle for `spark_connect.CONNECT_CONF`'s
+    timeout), with everything it cached. A run is one process, so its session goes with it. (Not in a teardown
+    hook: that would make this a context-manager resource, which sensors and `build_*_context` then need to enter.)
     """
 
     DEPLOYMENT_FIELDS = frozenset({"spark_config"})
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        super().setup_for_execution(context)
-        if is_remote():
-            assert self._spark_session is not None, "PySparkResource.setup_for_execution builds the session"
-            atexit.register(self._spark_session.stop)
+        pass  # the session is made by the first step that asks for it (`spark_session`)
+
+    @property
+    def spark_session(self) -> Any:
+        if self._spark_session is None:
+            self._spark_session = spark_session_from_config(self.spark_config)
+            if is_remote():
+                atexit.register(self._spark_session.stop)
+        return self._spark_session
 
 
 def spark_resource(overrides: dict[str, str] | None = None) -> SparkResource:

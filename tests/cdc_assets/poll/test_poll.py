@@ -30,6 +30,7 @@ from poll_harness import (
 )
 from settings import REPO
 
+import resources.spark as spark_module
 from cdc_assets.names import replica_key
 from salesforce_emulator.workload import Workload
 from sensors.poll import SENSOR_NAME
@@ -332,4 +333,22 @@ def test_a_polled_object_whose_runs_fail_backs_off_on_its_own_while_the_others_a
     [request] = platform.sensor_requests(SENSOR_NAME)
     assert "Account" in request.tags["cdc/objects"].split(","), request.tags
     assert platform.execute(request).success
+    assert_equal_to_org(platform, org)
+
+
+def test_a_poll_run_starts_no_spark_session(tmp_path, org, monkeypatch):
+    """Polls write through delta-rs: the run's Spark resource makes its session only when a step asks for it, so a
+    poll step never starts a JVM (a local one costs seconds of CPU and half a gigabyte, every cycle). (The `schema`
+    check of rows a poll wrote still validates them with pandera on Spark.)"""
+    made: list[dict] = []
+    real = spark_module.spark_session_from_config
+    monkeypatch.setattr(spark_module, "spark_session_from_config", lambda conf: made.append(conf) or real(conf))
+    Workload(org, seed=5).build_org(accounts=4)
+    platform = poll_platform(tmp_path, org)
+    assert run_replicas(platform).success  # the initial load
+    made.clear()
+    with org.store.transaction() as txn:
+        txn.update("Contact", org.store.ids("Contact")[0], {"Title": "Changed"})
+    assert run_replicas(platform).success
+    assert made == []
     assert_equal_to_org(platform, org)

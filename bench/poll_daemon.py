@@ -373,7 +373,13 @@ def summary(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.poll_daemon", description=__doc__.splitlines()[0])
-    parser.add_argument("objects", nargs="*", type=int, default=[300, MAX_CUSTOM_OBJECTS], help="polled objects")
+    parser.add_argument(
+        "objects",
+        nargs="*",
+        type=int,
+        default=[300, MAX_CUSTOM_OBJECTS],
+        help=f"objects to poll, a sitting each (default: 300 {MAX_CUSTOM_OBJECTS}, the most the emulator names)",
+    )
     parser.add_argument("--minutes", type=float, default=30.0, help="the sitting's length after the initial load")
     parser.add_argument("--interval", type=float, default=300.0, help="poll_interval, seconds (a cycle)")
     parser.add_argument("--share", type=float, default=0.1, help="share of the objects a busy cycle changes")
@@ -383,6 +389,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--deploy", action="store_true", help="deploy/'s processes (module docstring)")
     parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args(argv)
+    if not all(0 < n <= MAX_CUSTOM_OBJECTS for n in args.objects):
+        parser.error(f"the emulator names 1 to {MAX_CUSTOM_OBJECTS} objects")
     adopt_orphans()
     print(f"load average {os.getloadavg()[0]:.1f} at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", flush=True)
     try:

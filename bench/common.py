@@ -25,9 +25,9 @@ from resources.spark import spark_config
 BENCH_SPARK = {"spark.sql.shuffle.partitions": "8", "spark.ui.showConsoleProgress": "false"}
 
 
-def _process_tree() -> dict[str, dict[str, str]]:
-    """`/proc/<pid>/status` fields of this process and every process under it (a Spark driver JVM, a Spark Connect
-    server and its JVM)."""
+def process_tree(root: int | None = None) -> dict[str, dict[str, str]]:
+    """`/proc/<pid>/status` fields of `root` (default: this process) and every process under it (a Spark driver JVM,
+    a Spark Connect server and its JVM; under a daemon, its code server and run workers)."""
     status: dict[str, dict[str, str]] = {}
     for path in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -36,7 +36,7 @@ def _process_tree() -> dict[str, dict[str, str]]:
             )
         except OSError:
             continue
-    tree, grew = {str(os.getpid())}, True
+    tree, grew = {str(root or os.getpid())}, True
     while grew:
         below = {pid for pid, f in status.items() if f.get("PPid", "").strip() in tree} - tree
         tree |= below
@@ -44,10 +44,29 @@ def _process_tree() -> dict[str, dict[str, str]]:
     return {pid: status[pid] for pid in tree if pid in status}
 
 
+def cpu_seconds(root: int) -> float:
+    """CPU seconds of `root` and every process under it: utime + stime + cutime + cstime of each (/proc/<pid>/stat),
+    so a child that ended counts too, in the time of the parent that reaped it."""
+    ticks = 0
+    for pid in process_tree(root):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue  # it ended meanwhile: its time is in its parent's cutime once reaped
+        ticks += sum(int(f) for f in stat[stat.rindex(")") + 2 :].split()[11:15])  # fields 14-17
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of all the machine's cores since boot (/proc/stat; idle and iowait are not busy)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(values) - values[3] - values[4], sum(values)
+
+
 def peak_rss_mb(exclude: set[int] | None = None) -> float:
     """Peak resident memory (VmHWM) of this process plus every process under it still running, in MB; `exclude`:
     processes (and those under them) that are not ours to count, e.g. an emulator the benchmark started."""
-    tree = _process_tree()
+    tree = process_tree()
     skipped, grew = {str(p) for p in exclude or ()}, True
     while grew:
         below = {pid for pid, f in tree.items() if f.get("PPid", "").strip() in skipped} - skipped
@@ -58,7 +77,7 @@ def peak_rss_mb(exclude: set[int] | None = None) -> float:
 
 def reset_peak_rss() -> None:
     """Start a new peak-RSS measurement for this process and those under it (Linux `clear_refs` 5)."""
-    for pid in _process_tree():
+    for pid in process_tree():
         with contextlib.suppress(OSError):
             Path(f"/proc/{pid}/clear_refs").write_text("5")
 

@@ -30,7 +30,7 @@ import dagster as dg
 import yaml
 from deltalake import write_deltalake
 
-from bench.common import start_spark
+from bench.common import process_tree, start_spark
 from definitions import build_defs
 from demo import processes
 from demo.instance import open_instance, write_dagster_home
@@ -149,35 +149,36 @@ def import_seconds(config: Path, env: dict[str, str]) -> float:
     return float(out.stdout.strip().splitlines()[-1])
 
 
-def process_rss_mb(pid: int) -> dict[str, float]:
-    """RSS (MB) of `pid` and each process under it, by command (`dagster-daemon`, `dagster api grpc`, ...)."""
-    status = {}
-    for path in Path("/proc").glob("[0-9]*"):
+def process_rss(pid: int) -> dict[int, tuple[str, float]]:
+    """Each process of `pid` and those under it, by pid: what it is and its RSS in MB. What it is: `daemon`
+    (`dagster-daemon`), `code_server` (`dagster api grpc`), `run_worker` (`dagster api execute_run`, or the code
+    server's multiprocessing child), `spark_jvm` (a run's local Spark driver, a Spark Connect server), `other`."""
+    out = {}
+    for p, status in process_tree(pid).items():
         try:
-            fields = dict(line.split(":\t", 1) for line in (path / "status").read_text().splitlines() if ":\t" in line)
-            cmd = (path / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        status[int(path.name)] = (int(fields.get("PPid", "0").strip()), fields.get("VmRSS", "0 kB"), cmd)
-    tree, grew = {pid}, True
-    while grew:
-        below = {p for p, (ppid, _, _) in status.items() if ppid in tree} - tree
-        tree |= below
-        grew = bool(below)
+        label = (
+            "code_server"
+            if " api grpc" in cmd
+            else "daemon"
+            if "dagster-daemon" in cmd
+            else "run_worker"
+            if " api execute_run" in cmd or "spawn_main" in cmd
+            else "spark_jvm"
+            if "/java " in cmd
+            else "other"
+        )
+        out[int(p)] = (label, int(status.get("VmRSS", "0 kB").split()[0]) / 1024)
+    return out
+
+
+def process_rss_mb(pid: int) -> dict[str, float]:
+    """RSS (MB) of `pid` and each process under it, summed by what it is (`process_rss`)."""
     out: dict[str, float] = {}
-    for p in tree:
-        if p in status:
-            _, rss, cmd = status[p]
-            label = (
-                "code_server"
-                if " api grpc" in cmd
-                else "daemon"
-                if "dagster-daemon" in cmd
-                else "run_worker"
-                if " api execute_run" in cmd
-                else "other"
-            )
-            out[label] = out.get(label, 0.0) + int(rss.split()[0]) / 1024
+    for label, mb in process_rss(pid).values():
+        out[label] = out.get(label, 0.0) + mb
     return out
 
 

@@ -38,8 +38,9 @@ from sensors.poll import SENSOR_NAME
 OVERLAP = 300.0
 
 
-def polled_config(path: Path, names: list[str], overlap: float = OVERLAP) -> Path:
-    options = {"initial_load": True, "poll_overlap": overlap, "hard_delete_check_every": 86_400}
+def polled_config(path: Path, names: list[str], overlap: float = OVERLAP, **more: float) -> Path:
+    """A replication.yaml polling `names`, loaded at once; `more`: more of its `options` (e.g. poll_interval)."""
+    options = {"initial_load": True, "poll_overlap": overlap, "hard_delete_check_every": 86_400, **more}
     path.write_text(yaml.safe_dump({"options": options, "objects": [{"name": n, "source": "poll"} for n in names]}))
     return path
 

@@ -214,8 +214,8 @@ def ingest(
         for result in results:
             total.add(result)
         # A file whose text was more than its gzip trailer said ends its batch early: the files after it come next.
-        unread = {f for result in results for f in result.unread}
-        pending = [f for f in pending if f not in batch or f in unread]
+        done = set(batch).difference(f for result in results for f in result.unread)
+        pending = [f for f in pending if f not in done]
     return total
 
 

@@ -4,7 +4,8 @@
 (default N: 300 999, the most the emulator names): an emulator org of N generated custom objects (`Thing_001__c`
 ..., 3 records each), every one `source: poll` at `poll_interval` S with `initial_load` (bench/poll_cycle.py
 `polled_config`), and the real daemon with the sensors on, runs queued and launched as the repository's
-dagster.yaml says (2 at once; SQLite in a private temporary home). Which processes:
+dagster.yaml says (2 at once; SQLite in a private temporary home, or with `--postgres` a PostgreSQL cluster of its
+own as deploy/dagster-postgres.yaml has it). Which processes:
 - by default `dagster-daemon run` over the repository's workspace.yaml, which names the Python module: the daemon
   starts its own code server, and a new one every minute (Dagster's daemon controller refreshes its workspace every
   `RELOAD_WORKSPACE_INTERVAL`, 60 s, clearing its gRPC endpoints), each importing `definitions` for the N objects;
@@ -64,7 +65,7 @@ from deltalake import DeltaTable
 from bench.common import cpu_seconds, machine_ticks, process_tree
 from bench.many_objects import RECORDS_PER_OBJECT, process_rss
 from bench.poll_cycle import polled_config
-from demo import processes
+from demo import postgres, processes
 from demo.instance import open_instance, write_dagster_home
 from demo.latency import p95
 from resources.delta import read_table
@@ -129,7 +130,14 @@ class Sitting:
     def __init__(self, root: Path, emu: Emulator, workload: Workload, names: list[str], args: argparse.Namespace):
         self.root, self.emu, self.workload, self.names, self.args = root, emu, workload, names, args
         self.warehouse = root / "warehouse"
-        self.home = write_dagster_home(root / "dagster_home")
+        if args.postgres and os.geteuid() == 0:
+            root.chmod(0o711)  # the server's account passes through to its own 0700 folder (demo/main.py)
+        self.postgres = postgres.start(root / "postgres", processes.free_port()) if args.postgres else None
+        self.home = write_dagster_home(
+            root / "dagster_home",
+            storage="postgres" if self.postgres else "sqlite",
+            pg=self.postgres.env() if self.postgres else None,
+        )
         self.stop = processes.StopOnSignal()
         self.rng = random.Random(args.seed)
         self.changes: list[Change] = []
@@ -187,6 +195,8 @@ class Sitting:
         for process, _ in reversed(self.started.values()):
             processes.stop(process)
         reap_orphans(exclude=set())
+        if self.postgres is not None:
+            postgres.stop(self.postgres)
 
     def wait(self, seconds: float) -> None:
         """Sleep, sampling RSS; KeyboardInterrupt on SIGINT or SIGTERM, RuntimeError if a process it started ended."""
@@ -300,8 +310,8 @@ def measure(objects: int, args: argparse.Namespace) -> dict:
         if sitting is not None:
             sitting.stop_all()
         emu.stop()
-        if failed:
-            print(f"kept {root} (the logs, the org, the warehouse)", flush=True)
+        if failed or args.keep:
+            print(f"kept {root} (the logs, the org, the warehouse, the Dagster instance)", flush=True)
         else:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -330,6 +340,7 @@ def figures(objects: int, args: argparse.Namespace, load: dict, cycles: list[dic
         "share": args.share,
         "at": args.at,
         "layout": "deploy" if args.deploy else "daemon",
+        "storage": "postgres" if args.postgres else "sqlite",
         "initial_load": load,
         "busy": _average([c for c in cycles if c["busy"]]),
         "idle": _average(idle),
@@ -352,7 +363,8 @@ def figures(objects: int, args: argparse.Namespace, load: dict, cycles: list[dic
 def summary(r: dict) -> str:
     lat = r["latency_s"]
     lines = [
-        f"{r['objects']} polled objects, poll_interval {r['interval_s']:g} s, {r['minutes']:g} min ({r['layout']}): "
+        f"{r['objects']} polled objects, poll_interval {r['interval_s']:g} s, {r['minutes']:g} min ({r['layout']}, "
+        f"{r['storage']}): "
         f"initial load {r['initial_load']['seconds']} s ({r['initial_load']['runs']} runs)"
     ]
     for kind in ("quiet", "idle", "busy"):
@@ -387,7 +399,11 @@ def main(argv: list[str] | None = None) -> None:
         "--at", choices=("spread", "start"), default="spread", help="when a busy cycle's changes commit"
     )
     parser.add_argument("--deploy", action="store_true", help="deploy/'s processes (module docstring)")
+    parser.add_argument(
+        "--postgres", action="store_true", help="the instance in a PostgreSQL of its own (deploy/dagster-postgres.yaml)"
+    )
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--keep", action="store_true", help="keep its folder (logs, org, warehouse, instance)")
     args = parser.parse_args(argv)
     if not all(0 < n <= MAX_CUSTOM_OBJECTS for n in args.objects):
         parser.error(f"the emulator names 1 to {MAX_CUSTOM_OBJECTS} objects")

@@ -103,7 +103,10 @@ class ObjectOptions(_Section):
     hard_delete_check_every: float = Field(
         86400.0,
         ge=0,
-        description=("Seconds between Id comparisons with the org, which find records purged from the recycle bin."),
+        description=(
+            "Seconds between Id comparisons with the org, which find records purged from the recycle bin; an initial "
+            "load or resync counts as one."
+        ),
     )
     poll_max_delete_share: float = Field(
         0.05,

@@ -121,6 +121,22 @@ def poll_state(warehouse: DeltaWarehouse, table: DeltaTable | None) -> PollState
     return ReplicaState.read(warehouse, table).poll
 
 
+def state_to_poll_from(warehouse: DeltaWarehouse, table: DeltaTable | None) -> PollState:
+    """The replica's poll state, its last Id comparison moved up to its last resync or initial load: a snapshot read
+    every record the org had when it started (`Resynced.at`), so the replica's Ids matched the org's then as after a
+    comparison. Without it the first poll after an initial load would compare every object's Ids with the org at
+    once (a Bulk job each) though the load just read them all."""
+    replica = ReplicaState.read(warehouse, table)
+    state = replica.poll or PollState()
+    snapshot = replica.resynced.at if replica.resynced else None
+    if snapshot and (
+        state.ids_compared_at is None
+        or datetime.fromisoformat(snapshot) > datetime.fromisoformat(state.ids_compared_at)
+    ):
+        return replace(state, ids_compared_at=snapshot)
+    return state
+
+
 def _since(table, state: PollState, options: PollOptions) -> datetime | None:
     """Where the next query starts: the cursor (or, after CDC, the replica's newest position) minus the overlap."""
     if state.cursor:
@@ -222,7 +238,7 @@ def poll(
     table = warehouse.table(schema.name)
     if table is None:
         raise RuntimeError(f"{schema.name}: no replica table to poll into; its first run is an initial load")
-    state = poll_state(warehouse, table) or PollState()
+    state = state_to_poll_from(warehouse, table)
     fields = schema.org_fields
     writer = PollWriter(warehouse, schema, run_id=run_id, now=now)
     job = state.job
@@ -274,10 +290,10 @@ def poll(
         else:
             job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema, fields, where))
             _read_bulk(salesforce, schema, fields, job, writer, base, options)
-    base = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
+    base = state_to_poll_from(warehouse, warehouse.table(schema.name))
     if compare_ids or confirm_deletes or _due(base.ids_compared_at, options.hard_delete_check_every, now):
         _compare(salesforce, schema, writer, base, options, now, confirm_deletes)
-    after = poll_state(warehouse, warehouse.table(schema.name)) or PollState()
+    after = state_to_poll_from(warehouse, warehouse.table(schema.name))
     log.info(
         "%s: polled %d rows, %d written (%d new, %d deleted), %d purged records found; cursor %s",
         schema.name,

@@ -23,7 +23,7 @@ def test_a_record_committed_further_behind_the_cursor_than_the_overlap_is_found_
     platform = poll_platform(tmp_path, org, objects=["Account"], poll_overlap=2, hard_delete_check_every=86400)
     run_replicas(platform, ["Account"])
     update(org, "Account", org.store.ids("Account")[0], Name="moves the cursor")
-    run_replicas(platform, ["Account"])  # polls, then compares Ids (the first comparison is due): nothing found
+    run_replicas(platform, ["Account"])  # polls; no comparison due: the initial load read every Id
     cursor = poll_state(platform, "Account").cursor
 
     org.late_commits(1, 5000)  # committed now, stamped 5 s behind the cursor: the 2 s overlap misses it
@@ -81,4 +81,26 @@ def test_a_comparison_deleting_too_many_records_waits_for_a_confirmation_and_a_r
     restored = run_replicas(platform, ["Account"])
     assert platform.materialization(restored, "Account")["poll_restored"] == 1
     assert not platform.rows("Account")[gone[0]]["_sf_deleted"]
+    assert differences(org, "Account", platform.rows("Account")) == []
+
+
+def test_the_polls_after_an_initial_load_compare_no_ids_until_a_comparison_is_due_from_the_load(tmp_path, org, spark):
+    Workload(org, seed=4).build_org(accounts=30)
+    platform = poll_platform(tmp_path, org, objects=["Account"], hard_delete_check_every=86400)
+    run_replicas(platform, ["Account"])  # the initial load: a snapshot of every record
+    gone = org.store.ids("Account")[0]
+    with org.store.transaction() as txn:
+        txn.delete("Account", [gone])
+    with org.store.transaction() as txn:
+        txn.purge("Account", [gone])  # only an Id comparison can tell
+
+    org.reset_request_counts()
+    run_replicas(platform, ["Account"])
+    assert org.request_counts().get("bulk_query_job", 0) == 0  # the load was the comparison
+    assert not platform.rows("Account")[gone]["_sf_deleted"]
+
+    platform.set_options(hard_delete_check_every=0)  # due now
+    found = run_replicas(platform, ["Account"])
+    assert org.request_counts().get("bulk_query_job", 0) == 1
+    assert platform.materialization(found, "Account")["hard_deleted"] == 1
     assert differences(org, "Account", platform.rows("Account")) == []

@@ -102,7 +102,7 @@ def test_objects_without_systemmodstamp_or_isdeleted_are_polled_by_the_field_the
         else:
             txn.update("UserRole", role, {"RollupDescription": "Chief"})
             txn.create("UserRole", {"Name": "CFO", "ParentRoleId": role})
-    polled = run_replicas(platform, [name])
+    polled = run_replicas(platform, [name], compare_ids=True)
     meta = platform.materialization(polled, name)
     assert meta["poll_cursor_field"] == cursor and meta["poll_rows_written"] == 2
     assert meta["hard_delete_checked"] == 1 and meta["hard_deleted"] == 0  # the Id comparison works without them

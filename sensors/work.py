@@ -3,7 +3,10 @@
 **Work** (`needed_work`): from each replica's latest materialization metadata and its table, one of
 - `resync`: an overflow left a pending resync (`resync_pending`);
 - `reconcile`: the replica has dirty records (`dirty_records`);
-- `initial_load`: no table yet and `initial_load: true` (needs no events: nothing else would start it).
+- `initial_load`: no table yet and `initial_load: true` (needs no events: nothing else would start it), for an
+  object replicated from CDC. A polled object's first poll is its initial load, and the poll sensor asks for it at
+  once, a bounded number of objects a run (`poll_objects_per_run`): asked here too, hundreds of objects would
+  each be loaded by one and polled again by the other in a run of them all.
 Which run action does each, and which runs also do it, is the actions' registry's to say (cdc_assets/actions.py:
 `asked_for`, `covers`).
 
@@ -36,7 +39,7 @@ import dagster as dg
 
 from cdc_assets.actions import ASKED_FOR, DIRTY_RECORDS, INITIAL_LOAD, PENDING_RESYNC, carried_by
 from cdc_assets.closure import holders
-from cdc_assets.config import ReplicationConfig, ReplicationOptions
+from cdc_assets.config import POLL_SOURCE, ReplicationConfig, ReplicationOptions
 from cdc_assets.names import (
     META_APPLIED_THROUGH,
     META_DIRTY,
@@ -231,7 +234,7 @@ def needed_work(
     replica's dirty records (module docstring)."""
     now = time.time() if now is None else now
     run_id, meta = latest or latest_materialization(instance, name)
-    if replication.initial_load and not warehouse.exists(name):
+    if replication.initial_load and replication.object(name).source != POLL_SOURCE and not warehouse.exists(name):
         return Work(name, INITIAL_LOAD, "no table yet", run_id or "")
     resync = None
     if meta.get(META_RESYNC):

@@ -76,6 +76,18 @@ def test_one_sensor_asks_for_one_run_carrying_every_polled_object_due(tmp_path, 
     assert polled_in(again) == {"Account"} and again.run_key != request.run_key
 
 
+def test_the_initial_load_of_a_polled_object_is_its_first_poll_and_the_reconciliation_sensor_leaves_it_alone(
+    tmp_path, org
+):
+    defs = poll_defs(tmp_path, org)
+    instance = dg.DagsterInstance.ephemeral()
+    context = dg.build_sensor_context(instance=instance, definitions=defs, resources=defs.resources)
+    [load] = defs.get_sensor_def(RECONCILE)(context).run_requests
+    assert {key.path[-1] for key in load.asset_selection} == {"Lead"}  # only the CDC object: no table, no event
+    [first] = evaluate(defs, instance).run_requests
+    assert polled_in(first) == {"Account", "Contact"}  # no table either: the poll loads them
+
+
 def test_an_object_with_a_run_in_flight_waits_and_a_cycle_is_split_in_runs_of_at_most_so_many(tmp_path, org):
     defs = poll_defs(tmp_path, org, poll_objects_per_run=1)
     instance = dg.DagsterInstance.ephemeral()

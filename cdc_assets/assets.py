@@ -138,6 +138,7 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
             schemas,
             run_id=context.run.run_id,
             max_batch_bytes=replication.options.max_ingest_batch_bytes,
+            max_batch_change_bytes=replication.options.max_ingest_batch_change_bytes,
         )
         c = result.counts
         context.log.info(

@@ -53,6 +53,7 @@ from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.formulas.config import FormulasConfig
 from object_schema.describe import DEFAULT_BUCKET_CHARS, ObjectSchema
 from object_schema.hashing import SALT_ENV
+from spark_ops.parse import MAX_BATCH_CHANGE_BYTES, MAX_EVENT_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +320,15 @@ class ReplicationOptions(ObjectOptions):
         description=(
             "Bytes of landing text ingested per change_events commit, a .gz file counted inflated (its gzip "
             "trailer): bounds a run's memory on a backlog."
+        ),
+    )
+    max_ingest_batch_change_bytes: int = Field(
+        MAX_BATCH_CHANGE_BYTES,
+        ge=MAX_EVENT_BYTES,
+        description=(
+            "Bytes of change rows one ingest batch may explode into (an event's record ids times its fields); the "
+            "lines past it are taken as overflows of their object (a full resync): bounds a run's memory against "
+            "lines that name thousands of records each."
         ),
     )
     max_line_bytes: int = Field(

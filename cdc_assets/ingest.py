@@ -64,7 +64,7 @@ from shared.commit_time import LATEST_COMMIT_RULE, latest_commit_ms
 from shared.faults import InjectedFault, data_fault_point, fault_point
 from spark_ops.datastream import parse_landed
 from spark_ops.events import DEDUP_KEY
-from spark_ops.parse import CHANGE_COLUMNS, landed_rows
+from spark_ops.parse import CHANGE_COLUMNS, MAX_BATCH_CHANGE_BYTES, bound_batch, landed_rows, may_pass_batch_bound
 
 log = logging.getLogger(__name__)
 
@@ -196,13 +196,22 @@ def ingest(
     run_id: str,
     now: datetime | None = None,
     max_batch_bytes: int = MAX_BATCH_BYTES,
+    max_batch_change_bytes: int = MAX_BATCH_CHANGE_BYTES,
 ) -> IngestResult:
     """Ingest every pending landing file, one commit per batch; the counts and timings of all batches summed.
     `schemas`: the replicated objects' schemas by name; only those a batch's lines name are looked up (a lazy
     mapping, `cdc_assets.schemas.SchemaCatalog`, resolves no others)."""
     now = now or datetime.now(UTC)
     attempt = functools.partial(
-        _ingest_batch, spark, warehouse, landing, schemas=schemas, run_id=run_id, now=now, max_text=max_batch_bytes
+        _ingest_batch,
+        spark,
+        warehouse,
+        landing,
+        schemas=schemas,
+        run_id=run_id,
+        now=now,
+        max_text=max_batch_bytes,
+        max_change_bytes=max_batch_change_bytes,
     )
     environment = functools.partial(environment_failure, spark, warehouse, landing)
     total = IngestResult(counts=_zero_counts())
@@ -381,10 +390,12 @@ def _ingest_batch(
     now: datetime,
     failed: Mapping[LandingFile, str] | None = None,
     max_text: int | None = None,
+    max_change_bytes: int = MAX_BATCH_CHANGE_BYTES,
 ) -> IngestResult:
     """Steps 2 to 4 (module docstring) for `files`. `failed`: those of them that failed on their own, with the
     reason: not read, but quarantined whole and recorded as ingested with the others. `max_text`: the files not
-    begun once the text read reaches it are left to the next batch (`IngestResult.unread`)."""
+    begun once the text read reaches it are left to the next batch (`IngestResult.unread`). `max_change_bytes`:
+    the lines past it in change rows are taken as overflows of their object (`bound_batch`)."""
     failed = failed or {}
     watch = Stopwatch()
     # The snapshot this batch reads its checkpoint from and commits against (DeltaWarehouse.append): if another
@@ -407,8 +418,8 @@ def _ingest_batch(
     watch.lap("read")
     fault_point("ingest.after_read")
     data_fault_point("ingest.poisoned_line", read.lines["raw"])
-    landed, parsed_with = parsed(spark, lines, schemas)
-    landed = retyped_values(spark, lines, landed, schemas, parsed_with)
+    landed, parsed_with = parsed(spark, lines, schemas, max_change_bytes)
+    landed = retyped_values(spark, lines, landed, schemas, parsed_with, max_change_bytes)
     landed = refuse_future_commits(lines, landed, latest_commit_ms())
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
@@ -469,8 +480,21 @@ def _ingest_batch(
     )
 
 
+def landed_batch(
+    spark: SparkSession, lines: pa.Table, schemas: dict[str, ObjectSchema], max_change_bytes: int
+) -> pa.Table:
+    """`lines` parsed with `schemas` to change rows and quarantine entries (`landed_rows`) in one Spark job, at most
+    `max_change_bytes` of change rows (`bound_batch`: the lines past it taken as overflows)."""
+    with small_query(spark, lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
+        frame = parse_landed(from_arrow(spark, lines), schemas)
+        text = pc.sum(pc.binary_length(lines["raw"])).as_py() or 0
+        if may_pass_batch_bound(text, lines.num_rows, max_change_bytes):
+            frame = bound_batch(frame, max_change_bytes)
+        return landed_rows(frame).toArrow()
+
+
 def parsed(
-    spark: SparkSession, lines: pa.Table, catalog: Mapping[str, ObjectSchema]
+    spark: SparkSession, lines: pa.Table, catalog: Mapping[str, ObjectSchema], max_change_bytes: int
 ) -> tuple[pa.Table, dict[str, ObjectSchema]]:
     """`lines` parsed to change rows and quarantine entries (`landed_rows`), and the schemas they were parsed with:
     those of the replicated objects the lines name, which decide what `hash:` and `fields:` protect.
@@ -483,21 +507,17 @@ def parsed(
     object the scan missed, the lines are parsed again with its schema too, so that no value it protects is
     stored in clear; the entity a line names does not depend on the schemas, so once is enough."""
 
-    def parse(schemas: dict[str, ObjectSchema]) -> pa.Table:
-        with small_query(spark, lines.num_rows):  # a landing run of a few lines: its fixed cost (resources/spark.py)
-            return landed_rows(parse_landed(from_arrow(spark, lines), schemas)).toArrow()
-
     schemas = _schemas_of(catalog, entities_named(lines["raw"]))
-    landed = parse(schemas)
-    if missed := _schemas_of(catalog, pc.unique(landed["entity"]).to_pylist()).keys() - schemas.keys():
+    rows = landed_batch(spark, lines, schemas, max_change_bytes)
+    if missed := _schemas_of(catalog, pc.unique(rows["entity"]).to_pylist()).keys() - schemas.keys():
         log.warning(
             "Landing lines name %s in a form the text scan does not read (JSON escapes); parsed again with "
             "their schemas",
             printable(", ".join(sorted(missed))),
         )
         schemas = _schemas_of(catalog, [*schemas, *missed])
-        landed = parse(schemas)
-    return landed, schemas
+        rows = landed_batch(spark, lines, schemas, max_change_bytes)
+    return rows, schemas
 
 
 def retyped_values(
@@ -506,6 +526,7 @@ def retyped_values(
     landed: pa.Table,
     catalog: Mapping[str, ObjectSchema],
     parsed_with: dict[str, ObjectSchema],
+    max_change_bytes: int,
 ) -> pa.Table:
     """`landed` without the quarantine entries of lines whose value did not fit its column only because the field's
     type changed in the org: parsed again with the org's describe() (asked once per object such lines name), a line
@@ -514,7 +535,7 @@ def retyped_values(
     entries = landed.filter(pc.and_(landed["quarantine"], pc.fill_null(landed["gapped"], False)))
     if not entries.num_rows or not isinstance(catalog, SchemaCatalog):
         return landed
-    keys = set(zip(entries["source_file"].to_pylist(), entries["source_line"].to_pylist(), strict=True))
+    keys = set(line_list(entries))
     gaps = landed.filter(pc.invert(landed["quarantine"]))
     named = {
         e
@@ -530,13 +551,10 @@ def retyped_values(
             retyped[name] = now
     if not retyped:
         return landed
-    at = pa.array([f"{f}\x00{n}" for f, n in sorted(keys)])
-    line_keys = pc.binary_join_element_wise(lines["source_file"], lines["source_line"].cast(pa.string()), "\x00")
-    again = lines.filter(pc.is_in(line_keys, value_set=at))
-    with small_query(spark, again.num_rows):
-        reparsed = landed_rows(parse_landed(from_arrow(spark, again), {**parsed_with, **retyped})).toArrow()
+    again = lines.filter(on_lines(lines, keys))
+    reparsed = landed_batch(spark, again, {**parsed_with, **retyped}, max_change_bytes)
     still = reparsed.filter(reparsed["quarantine"])
-    bad = set(zip(still["source_file"].to_pylist(), still["source_line"].to_pylist(), strict=True))
+    bad = set(line_list(still))
     fits = keys - bad
     if not fits:
         return landed
@@ -546,9 +564,19 @@ def retyped_values(
         len(fits),
         ", ".join(sorted(retyped)),
     )
-    entry_keys = pc.binary_join_element_wise(landed["source_file"], landed["source_line"].cast(pa.string()), "\x00")
-    forgiven = pc.and_(landed["quarantine"], pc.is_in(entry_keys, value_set=pa.array([f"{f}\x00{n}" for f, n in fits])))
+    forgiven = pc.and_(landed["quarantine"], on_lines(landed, fits))
     return landed.filter(pc.invert(forgiven))
+
+
+def line_list(table: pa.Table) -> list[tuple[str, int]]:
+    """The line (`source_file`, `source_line`) of each row of `table`."""
+    return list(zip(table["source_file"].to_pylist(), table["source_line"].to_pylist(), strict=True))
+
+
+def on_lines(table: pa.Table, lines: Iterable[tuple[str, int]]) -> pa.ChunkedArray:
+    """Whether each row of `table` is of one of `lines` (`source_file`, `source_line`)."""
+    row_lines = pc.binary_join_element_wise(table["source_file"], table["source_line"].cast(pa.string()), "\x00")
+    return pc.is_in(row_lines, value_set=pa.array([f"{f}\x00{n}" for f, n in lines], pa.string()))
 
 
 def refuse_future_commits(lines: pa.Table, landed: pa.Table, latest_ms: int) -> pa.Table:
@@ -559,19 +587,11 @@ def refuse_future_commits(lines: pa.Table, landed: pa.Table, latest_ms: int) -> 
     late = pc.and_(changes, pc.fill_null(pc.greater(landed["commit_ts"], bound), False))
     if not pc.any(late).as_py():
         return landed
-    bad = landed.filter(late)
-    keys = set(zip(bad["source_file"].to_pylist(), bad["source_line"].to_pylist(), strict=True))
-    line_keys = list(zip(landed["source_file"].to_pylist(), landed["source_line"].to_pylist(), strict=True))
-    from_bad_line = pa.array([k in keys for k in line_keys])
-    kept = landed.filter(pc.invert(pc.and_(changes, from_bad_line)))
-    text = {
-        (f, n): raw
-        for f, n, raw in zip(
-            lines["source_file"].to_pylist(), lines["source_line"].to_pylist(), lines["raw"].to_pylist(), strict=True
-        )
-        if (f, n) in keys
-    }
-    entries = sorted(keys - {k for k, q in zip(line_keys, landed["quarantine"].to_pylist(), strict=True) if q})
+    keys = set(line_list(landed.filter(late)))
+    kept = landed.filter(pc.invert(pc.and_(changes, on_lines(landed, keys))))
+    bad_lines = lines.filter(on_lines(lines, keys))
+    text = dict(zip(line_list(bad_lines), bad_lines["raw"].to_pylist(), strict=True))
+    entries = sorted(keys - set(line_list(landed.filter(landed["quarantine"]))))
     log.warning("%d landing lines carry a commit time %s: quarantined", len(entries), LATEST_COMMIT_RULE)
     values = {
         "source_file": [k[0] for k in entries],

@@ -35,7 +35,7 @@ Python UDF touches a row.
 from __future__ import annotations
 
 import pyspark.sql.functions as F
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import types as T
 
 from object_schema.describe import ObjectSchema, spark_type
@@ -74,6 +74,11 @@ TIME_RANGE = f"{EARLIEST_TIME}..4000-12-31T00:00:00Z"
 # the change is not lost, and a writer cannot multiply one line into millions of rows.
 MAX_RECORD_IDS = 10_000
 MAX_EVENT_BYTES = 256 * 1024 * 1024
+# At most this many bytes of change rows from one ingest batch, which the driver collects (`bound_batch`); at least
+# `MAX_EVENT_BYTES`, so that an event within its own bound fits a batch of its own.
+MAX_BATCH_CHANGE_BYTES = 1024 * 1024 * 1024
+# What a change row holds besides its field map, at most: the ids, keys, header values and bookkeeping columns.
+ROW_OVERHEAD_BYTES = 512
 
 _ENVELOPE = (
     "data STRUCT<payload: STRING, event: STRUCT<replayId: BIGINT>>, payload STRING, "
@@ -393,14 +398,17 @@ def _quarantine_reason() -> str:
     END"""
 
 
+_IDS = "CAST(size(record_ids) AS BIGINT)"  # ids times bytes passes an int's range
+_FIELD_BYTES = (
+    "aggregate(map_entries(fields), 0L, (t, e) -> t + octet_length(e.key) + coalesce(octet_length(e.value), 0))"
+)
+
+
 def _oversized_sql() -> str:
     """SQL: why an event that reads as one names too many records to explode into change rows (`MAX_RECORD_IDS`,
     `MAX_EVENT_BYTES`), else null. The field map's size is summed only for a line whose ids times its length could
     pass the bound (Spark's `AND` evaluates its right side only when the left holds)."""
-    n = "CAST(size(record_ids) AS BIGINT)"  # ids times bytes passes an int's range
-    field_bytes = (
-        "aggregate(map_entries(fields), 0L, (t, e) -> t + octet_length(e.key) + coalesce(octet_length(e.value), 0))"
-    )
+    n, field_bytes = _IDS, _FIELD_BYTES
     return f"""CASE WHEN {n} > {MAX_RECORD_IDS}
                    OR ({n} * octet_length(raw) > {MAX_EVENT_BYTES} AND {n} * {field_bytes} > {MAX_EVENT_BYTES})
       THEN concat('header recordIds names ', {n}, ' records with ', {field_bytes}, {
@@ -436,6 +444,47 @@ def parse_lines(lines: DataFrame, schemas: dict[str, ObjectSchema]) -> DataFrame
     fields, `quarantine_reason` and `value_error`. One SQL query: parsed and analysed once, whatever the number
     and width of the objects."""
     return run_sql(lines.sparkSession, parse_sql(schemas), lines=lines, **salt_frames(lines.sparkSession, schemas))
+
+
+def may_pass_batch_bound(text_bytes: int, lines: int, max_bytes: int) -> bool:
+    """Whether lines of `text_bytes` in all may explode into more than `max_bytes` of change rows: a line names at
+    most `MAX_RECORD_IDS` records, and each change row holds at most the line's fields (fewer bytes than its text)
+    and `ROW_OVERHEAD_BYTES`. Below it (a landing run of a few events) `bound_batch` is not needed."""
+    return MAX_RECORD_IDS * (text_bytes + lines * ROW_OVERHEAD_BYTES) > max_bytes
+
+
+def bound_batch(parsed: DataFrame, max_bytes: int) -> DataFrame:
+    """`parsed` (`PARSED_COLUMNS`) with every line past `max_bytes` of change rows in the batch's order (file, line)
+    taken as an overflow of its entity, as an event over its own bound is (`_oversized_sql`): one GAP_OVERFLOW row,
+    a quarantine entry saying why, a full resync. The driver collects a batch's change rows, and lines each within
+    `MAX_EVENT_BYTES` could together exceed its memory however few bytes of text they are (10,000 ids and 25 KB of
+    fields a line); the change is not lost, the values come from the org. A line's change rows are its ids times its
+    field map and `ROW_OVERHEAD_BYTES`, summed in order over one partition (a sort of the batch's lines: asked only
+    when `may_pass_batch_bound`)."""
+    counted = F.col("quarantine_reason").isNull() & F.col("value_error").isNull()
+    rows = F.when(counted, F.expr(f"{_IDS} * ({_FIELD_BYTES} + {ROW_OVERHEAD_BYTES})")).otherwise(F.lit(0))
+    running = F.sum(rows).over(
+        Window.orderBy("source_file", "source_line").rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    )
+    past = counted & (running > max_bytes)
+    reason = F.concat(
+        F.lit(f"the batch's change rows pass {max_bytes} bytes at this line ("),
+        F.size("record_ids").cast("string"),
+        F.lit(" records): taken as an overflow, "),
+        F.col("entity"),
+        F.lit(" is resynced in full"),
+    )
+    overflow = {
+        "record_ids": F.array(F.lit(OVERFLOW_ID)),
+        "change_type": F.lit("GAP_OVERFLOW"),
+        "value_error": F.col("_reason"),
+    }
+    return parsed.withColumn("_reason", F.when(past, reason)).select(
+        *(
+            F.when(F.col("_reason").isNotNull(), overflow[c]).otherwise(F.col(c)).alias(c) if c in overflow else c
+            for c in PARSED_COLUMNS
+        )
+    )
 
 
 def event_key(prefix: str = "") -> Column:

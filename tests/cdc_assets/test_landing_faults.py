@@ -19,11 +19,13 @@ from settings import TEST_SPARK_CONF
 
 from cdc_assets.checks import check_no_failed_files
 from cdc_assets.config import UpkeepConfig
-from cdc_assets.ingest import pending_files
+from cdc_assets.ingest import ingest, pending_files
 from cdc_assets.quarantine import acknowledge_quarantine, newest_quarantined_at
 from cdc_assets.upkeep.jobs import upkeep_table
-from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
+from object_schema.describe import ObjectSchema
+from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.landing_zone import LINK, LandingZone
+from resources.storage import Folder
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
 T0 = 1_763_800_000_000
@@ -292,3 +294,20 @@ def test_symbolic_links_in_the_zone_are_never_followed_read_moved_or_deleted(pla
     assert set(platform.rows("Account")) == {A1}
     assert landing.list_files() == []
     assert sorted((i.path, i.why) for i in landing.survey().ignored) == [("folder", LINK), ("link.jsonl", LINK)]
+
+
+def test_a_batch_is_bounded_by_the_change_rows_its_lines_explode_into(tmp_path, spark, sample_dir):
+    """Two events of 100 records and 1 KB of fields each, in one small file: the second passes the batch's bound on
+    change rows (what the driver collects), so it is ingested as an overflow of Account (a resync) and quarantined
+    with the reason, and the first is ingested as it is."""
+    schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))
+    warehouse, zone = DeltaWarehouse(root=str(tmp_path / "warehouse")), LandingZone(path=str(tmp_path / "landing"))
+    ids = [f"001{i:012d}AAA" for i in range(1, 101)]
+    lines = [event("Account", "UPDATE", ids, T0 + n, Description="d" * 1_000) for n in (0, 1000)]
+    Folder(zone.path).write_atomically("wide.jsonl", "\n".join(lines) + "\n")
+    result = ingest(spark, warehouse, zone, {"Account": schema}, run_id="r", max_batch_change_bytes=200_000)
+    rows = read_table(warehouse.table(CHANGE_EVENTS)).to_pylist()
+    assert sorted({(r["source_line"], r["change_type"]) for r in rows}) == [(1, "UPDATE"), (2, "GAP_OVERFLOW")]
+    assert len(rows) == 101 and result.counts["lines_quarantined"] == 1
+    [entry] = read_table(warehouse.table(QUARANTINE)).to_pylist()
+    assert entry["source_line"] == 2 and entry["reason"].startswith("the batch's change rows pass 200000 bytes")

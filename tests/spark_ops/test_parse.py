@@ -8,7 +8,15 @@ import pytest
 from event_lines import event
 
 from object_schema.describe import ObjectSchema
-from spark_ops.parse import parse_lines, quarantined, to_change_rows
+from spark_ops.parse import (
+    MAX_BATCH_CHANGE_BYTES,
+    ROW_OVERHEAD_BYTES,
+    bound_batch,
+    may_pass_batch_bound,
+    parse_lines,
+    quarantined,
+    to_change_rows,
+)
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 C1 = "003000000000001AAA"
@@ -365,3 +373,37 @@ def test_an_event_whose_change_rows_would_be_too_large_is_an_overflow(spark, sch
     assert [(r["source_line"], r["change_type"]) for r in rows if r["source_line"] == 1] == [(1, "GAP_OVERFLOW")]
     assert set(bad) == {1} and "100 records with 1011 bytes of fields each" in bad[1]
     assert len(rows) == 11
+
+
+def test_a_batch_whose_lines_would_explode_past_its_bound_takes_the_lines_past_it_as_overflows(spark, schemas):
+    """Lines each within their own bound (100 ids, 1 KB of fields: ~150 KB of change rows) but many of them: the
+    batch's change rows, which the driver collects, are bounded too, in the batch's order; what is past the bound
+    becomes an overflow of its object (a resync), and a line quarantined anyway counts for nothing."""
+    ids = [f"001{i:012d}AAA" for i in range(1, 101)]
+    lines = [
+        event("Account", "UPDATE", ids, 1, Description="d" * 1_000),
+        "not an event",
+        event("Account", "UPDATE", ids, 2, Description="d" * 1_000),
+        event("Account", "UPDATE", ids[:1], 3, Description="d" * 1_000),  # small, but past the bound too
+    ]
+    each = 100 * (1_011 + ROW_OVERHEAD_BYTES)
+    bound = 2 * each - 1  # the second event passes it
+    assert may_pass_batch_bound(sum(len(line) for line in lines), len(lines), bound)
+    df = spark.createDataFrame(
+        [("f.jsonl", i + 1, line) for i, line in enumerate(lines)], "source_file string, source_line long, raw string"
+    )
+    parsed = bound_batch(parse_lines(df, schemas), bound).cache()
+    rows = to_change_rows(parsed).collect()
+    bad = {r.source_line: r.reason for r in quarantined(parsed).collect()}
+    assert sorted({(r.source_line, r.change_type) for r in rows}) == [
+        (1, "UPDATE"),
+        (3, "GAP_OVERFLOW"),
+        (4, "GAP_OVERFLOW"),
+    ]
+    assert sum(r.source_line == 1 for r in rows) == 100
+    assert set(bad) == {2, 3, 4}
+    assert (
+        bad[3] == f"the batch's change rows pass {bound} bytes at this line (100 records): taken as an overflow, "
+        "Account is resynced in full"
+    )
+    assert not may_pass_batch_bound(100_000, 50, MAX_BATCH_CHANGE_BYTES)  # a landing run of a few events: no sort

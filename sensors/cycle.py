@@ -19,7 +19,12 @@ objects; their steps run one after the other, each committing on its own). What 
   Not written to the cursor: it is asked once the wait is over. The sensor's log names each object waiting.
 
 The run key names the action, the objects and their windows, so a tick evaluated twice asks for the same runs. A
-run's tags and op config are those of its action (`cdc/mode`, an object tag per object, a reason).
+run's tags and op config are those of its action (`cdc/mode`, an object tag per object, a reason), and its run
+priority the cycle's (`dagster/priority`): background work (describe, formula refresh) below the polls and the
+landing runs, whose waits are changes' latency. Every object's windows start together, so the hourly describe() of
+300 objects is 6 runs at once; at a lower priority a poll run queued behind them goes first (without it, the
+cycle it came due in saw its changes' latency nearly double: bench/RESULTS.md, "Polled objects under the real
+daemon").
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import dagster as dg
+from dagster._core.storage.tags import PRIORITY_TAG
 
 from cdc_assets.actions import Action
 from cdc_assets.names import replica_key, run_tags
@@ -41,6 +47,9 @@ from sensors.work import Backoff, failed_in_a_row, mode_run_config, objects_in_f
 
 # The objects of `due` (names) a run need not carry this window, given the instance, the org and the time.
 Quiet = Callable[[dg.DagsterInstance, SalesforceResource, list[str], float], set[str]]
+
+
+BACKGROUND = -10  # the run priority of work no change waits for (module docstring)
 
 
 @dataclass(frozen=True)
@@ -56,6 +65,7 @@ class Cycle:
     first_waits: bool = False  # an object new to the cursor waits a window (module docstring)
     quiet: Quiet | None = None
     retry_cap: float | None = None  # an object whose runs failed waits, up to this long (module docstring)
+    priority: int = 0  # the runs' `dagster/priority` (module docstring)
 
     def windows(self, now: float) -> dict[str, int]:
         return {name: int(now // every) for name, every in self.every.items()}
@@ -153,7 +163,8 @@ def _request(cycle: Cycle, windows: dict[str, int]) -> dg.RunRequest:
         run_key=f"{mode}-{hashlib.sha256(key.encode()).hexdigest()[:20]}",
         asset_selection=[replica_key(n) for n in names],
         run_config=mode_run_config(dict.fromkeys(names, mode)),
-        tags=run_tags(mode=mode, reason=f"{cycle.reason}: {len(names)} objects due", objects=names),
+        tags=run_tags(mode=mode, reason=f"{cycle.reason}: {len(names)} objects due", objects=names)
+        | ({PRIORITY_TAG: str(cycle.priority)} if cycle.priority else {}),
     )
 
 

@@ -13,7 +13,7 @@ import dagster as dg
 
 from cdc_assets.actions import DESCRIBE
 from cdc_assets.config import ReplicationConfig
-from sensors.cycle import Cycle, build_cycle_sensor
+from sensors.cycle import BACKGROUND, Cycle, build_cycle_sensor
 
 SENSOR_NAME = "describe_sensor"
 MAX_TICK_SECONDS = 300  # a long describe_every is still checked this often (a window missed while held back)
@@ -34,6 +34,7 @@ def build_describe_sensors(
         reason="describe() again",
         done="described",
         first_waits=True,
+        priority=BACKGROUND,
     )
     description = (
         f"Asks describe() again for the {len(every)} Salesforce objects whose describe() comes from the org, each "

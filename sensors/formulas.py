@@ -14,7 +14,7 @@ import dagster as dg
 
 from cdc_assets.actions import FORMULAS
 from cdc_assets.config import ReplicationConfig
-from sensors.cycle import Cycle, build_cycle_sensor
+from sensors.cycle import BACKGROUND, Cycle, build_cycle_sensor
 
 SENSOR_NAME = "formulas_sensor"
 MAX_TICK_SECONDS = 300  # a long refresh_every is still checked this often (a window missed while held back)
@@ -34,6 +34,7 @@ def build_formula_sensors(
         reserve=replication.options.api_budget_reserve,
         reason="formula refresh",
         done="refreshed",
+        priority=BACKGROUND,
     )
     description = (
         f"Refreshes the formula columns of the {len(every)} Salesforce objects keeping formula fields, each every "

@@ -38,6 +38,7 @@ from demo.main import WORKSPACE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator
+from salesforce_emulator.custom_objects import custom_object_name
 from salesforce_emulator.workload import OBJECTS, Workload
 
 ACCOUNTS = 300
@@ -152,20 +153,30 @@ class Stack:
 
 
 @contextmanager
-def open_stack(root: Path, *, daemon_only: bool = False, cluster: pg.LocalPostgres | None = None, **options: object):
+def open_stack(
+    root: Path,
+    *,
+    daemon_only: bool = False,
+    cluster: pg.LocalPostgres | None = None,
+    custom_objects: int = 0,
+    **options: object,
+):
     """The emulator org (ACCOUNTS accounts), a Spark Connect server and Dagster with every sensor running: `dagster
     dev` (webserver + daemon), or with `daemon_only` the daemon alone (`dagster-daemon run`, which starts the code
     server; the run workers are its children), as a supervisor would run it in production. The instance is on
     SQLite, or with `cluster` in a database of its own there (named after `root`). `options` go into the
-    replication.yaml's options."""
-    emu = Emulator(root / "org", landing_dir=root / "landing", roll_seconds=3.0)
-    workload = Workload(emu, seed=42, long_text=True, person_accounts=True)  # diffs: FaultConfig's default, 1000
+    replication.yaml's options. With `custom_objects` N the org's generated custom objects `Thing_001__c` ... are
+    replicated too (as `per_object` says: polled, for instance) and the workload changes them."""
+    emu = Emulator(root / "org", landing_dir=root / "landing", roll_seconds=3.0, custom_objects=custom_objects)
+    # diffs: FaultConfig's default, 1000
+    workload = Workload(emu, seed=42, long_text=True, person_accounts=True, custom_objects=custom_objects)
     workload.build_org(accounts=ACCOUNTS)
     emu.start()
+    objects = (*OBJECTS, *(custom_object_name(n) for n in range(1, custom_objects + 1)))
     config = write_config(
         root / "replication.yaml",
         None,
-        list(OBJECTS),
+        list(objects),
         close_after=10,
         initial_load=True,
         changefeed={"uri": str(root / "changefeed"), "initial_scan": True},
@@ -204,7 +215,7 @@ def open_stack(root: Path, *, daemon_only: bool = False, cluster: pg.LocalPostgr
             processes.wait_for_code_location(ui_url, process)
         per_object: dict = options.get("per_object") or {}  # type: ignore[assignment]
         polled = frozenset(n for n, o in per_object.items() if o.get("source") == "poll")
-        stack = Stack(root, emu, workload, home, ui_url, process, env=env, polled=polled)
+        stack = Stack(root, emu, workload, home, ui_url, process, objects=objects, env=env, polled=polled)
         yield stack
     finally:
         if (current := stack.process if stack else process) is not None:  # a test may have restarted the daemon
@@ -256,4 +267,17 @@ def living_stack(tmp_path_factory: pytest.TempPathFactory):
         "Contact": {"source": "poll", "poll_interval": 15, "describe_every": 15},
     }
     with open_stack(root, daemon_only=True, per_object=per_object) as stack:
+        yield stack
+
+
+@pytest.fixture(scope="module")
+def many_objects_stack(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest):
+    """A daemon stack of its own with the test module's `CUSTOM` generated custom objects polled every `INTERVAL`
+    seconds besides the five CDC objects; the describe sensor asks `BREAKS`'s describe() every `INTERVAL` too (the
+    module deletes one of its fields)."""
+    custom, interval, breaks = (getattr(request.module, n) for n in ("CUSTOM", "INTERVAL", "BREAKS"))
+    polled = {custom_object_name(n): {"source": "poll", "poll_interval": interval} for n in range(1, custom + 1)}
+    polled[breaks]["describe_every"] = interval
+    root = tmp_path_factory.mktemp("many")
+    with open_stack(root, daemon_only=True, custom_objects=custom, per_object=polled) as stack:
         yield stack

@@ -16,12 +16,11 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from e2e_admin import add_field, admin_of, grant_read, set_values, settled_until
 from org_compare import differences
 from simple_salesforce import Salesforce
 
 from cdc_assets.schemas import field_marks, marked_fields
-from salesforce_emulator import Emulator
-from salesforce_emulator.client import simple_salesforce_client
 
 pytestmark = pytest.mark.e2e
 
@@ -49,38 +48,6 @@ def followed_in(stack, holds: Callable[[], bool], what: str, *, since: float, ti
     settled_until(stack, holds)
     assert holds(), what
     return seconds
-
-
-def settled_until(stack, holds: Callable[[], bool], timeout_seconds: float = 300.0) -> None:
-    """Wait for the sensors to settle and `holds()`: what the describe sensor finds is found within its window
-    (DESCRIBE_EVERY) after the org changed, which may be after the workload's runs settled."""
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        stack.wait_settled(timeout_seconds=600)
-        if holds() or time.monotonic() > deadline:
-            return
-        time.sleep(5)
-
-
-def admin_of(emu: Emulator) -> Salesforce:
-    return simple_salesforce_client(emu, token=emu.admin_token)
-
-
-def add_field(admin: Salesforce, name: str, metadata: dict, obj: str = "Account") -> str:
-    return admin.restful(
-        "tooling/sobjects/CustomField", method="POST", json={"FullName": f"{obj}.{name}", "Metadata": metadata}
-    )["id"]
-
-
-def grant_read(admin: Salesforce, permission_set: str, name: str, obj: str = "Account") -> str:
-    grant = {"ParentId": permission_set, "SobjectType": obj, "Field": f"{obj}.{name}", "PermissionsRead": True}
-    return admin.FieldPermissions.create(grant)["id"]
-
-
-def set_values(emu: Emulator, values: dict[str, dict], obj: str = "Account") -> None:
-    with emu.store.transaction(user_id=emu.store.admin_user_id) as txn:
-        for record_id, fields in values.items():
-            txn.update(obj, record_id, fields)
 
 
 def to_text(admin: Salesforce, field_id: str) -> None:

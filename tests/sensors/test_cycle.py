@@ -8,6 +8,7 @@ import json
 
 import dagster as dg
 import pytest
+from dagster._core.storage.tags import PRIORITY_TAG
 from dagster._core.test_utils import create_run_for_test
 from harness import write_config
 from subscriber_harness import resource
@@ -73,6 +74,8 @@ def test_one_describe_sensor_asks_for_one_run_carrying_every_object_due(tmp_path
     result = evaluate(defs, instance, a_window_ago())
     [request] = result.run_requests
     assert described_in(request) == OBJECTS and request.tags[TAG_REASON] == "describe() again: 3 objects due"
+    # Background work: Dagster's queue launches a poll (0) or landing run (10) queued after it first.
+    assert int(request.tags[PRIORITY_TAG]) < 0
     windows = json.loads(result.cursor)
     assert set(windows) == set(OBJECTS) and all(w > 0 for w in windows.values())
     assert not evaluate(defs, instance, windows).run_requests  # every object described in its window

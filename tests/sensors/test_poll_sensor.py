@@ -8,6 +8,7 @@ import json
 import dagster as dg
 import pytest
 import yaml
+from dagster._core.storage.tags import PRIORITY_TAG
 from dagster._core.test_utils import create_run_for_test
 from harness import write_config
 
@@ -68,6 +69,7 @@ def test_one_sensor_asks_for_one_run_carrying_every_polled_object_due(tmp_path, 
     [request] = result.run_requests
     assert polled_in(request) == {"Account", "Contact"}  # the CDC object is not polled
     assert request.tags[TAG_MODE] == "poll" and request.tags[object_tag("Contact")] == "1"
+    assert int(request.tags.get(PRIORITY_TAG, "0")) == 0  # above the describe and formula runs (sensors/cycle.py)
     assert evaluate(defs, instance).run_requests[0].run_key == request.run_key  # a tick evaluated twice: one run
     assert not evaluate(defs, instance, cursor=result.cursor).run_requests  # both polled in their windows
     # A window that moved on (Account's 60 s; Contact's hour has not): only Account is due.

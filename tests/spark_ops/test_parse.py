@@ -406,4 +406,4 @@ def test_a_batch_whose_lines_would_explode_past_its_bound_takes_the_lines_past_i
         bad[3] == f"the batch's change rows pass {bound} bytes at this line (100 records): taken as an overflow, "
         "Account is resynced in full"
     )
-    assert not may_pass_batch_bound(100_000, 50, MAX_BATCH_CHANGE_BYTES)  # a landing run of a few events: no sort
+    assert not may_pass_batch_bound(20_000, 20, MAX_BATCH_CHANGE_BYTES)  # a landing run of a few events: no sort

@@ -10,10 +10,12 @@ from collections import Counter
 
 import dagster as dg
 import pytest
+from deltalake import DeltaTable
 from e2e_admin import add_field, admin_of, grant_read, set_values
 from org_compare import differences
 
 from cdc_assets.names import TAG_MODE
+from cdc_assets.schemas import marked_fields
 from salesforce_emulator.custom_objects import custom_object_name
 
 pytestmark = pytest.mark.e2e
@@ -65,6 +67,7 @@ def test_dozens_of_polled_objects_and_the_cdc_objects_under_the_daemon_one_break
 
     rows = stack.rows(BREAKS)
     assert all(rows[r][FIELD] == f"kept {n}" for n, r in enumerate(records))  # a deleted field's column keeps them
+    assert marked_fields(DeltaTable(str(stack.warehouse / BREAKS)))[FIELD]["status"] == "removed"
     with stack.instance() as instance:
         runs = [r.dagster_run for r in instance.get_run_records()]
     polls = [r for r in runs if r.tags.get(TAG_MODE) == "poll"]

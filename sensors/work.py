@@ -234,7 +234,7 @@ def needed_work(
     replica's dirty records (module docstring)."""
     now = time.time() if now is None else now
     run_id, meta = latest or latest_materialization(instance, name)
-    if replication.initial_load and replication.object(name).source != POLL_SOURCE and not warehouse.exists(name):
+    if replication.initial_load and not warehouse.exists(name) and replication.object(name).source != POLL_SOURCE:
         return Work(name, INITIAL_LOAD, "no table yet", run_id or "")
     resync = None
     if meta.get(META_RESYNC):

@@ -19,7 +19,7 @@ attributes:
   landing_zone: /data/landing                             # default CDC_LANDING_ZONE; warehouse: CDC_WAREHOUSE
 ```
 or `config_path: replication.yaml` (relative to the folder) instead of `objects` and `options`. Either is validated
-like replication.yaml (cdc_assets/config.py), its relative paths resolved against the folder of the defs.yaml.
+like replication.yaml (replication/config.py), its relative paths resolved against the folder of the defs.yaml.
 """
 
 from __future__ import annotations
@@ -34,13 +34,13 @@ import yaml
 from cdc_assets.assets import build_change_events_asset, build_replica_asset, landing_zone
 from cdc_assets.changefeed.export import build_changefeed_assets
 from cdc_assets.checks import build_change_events_checks, build_replica_checks
-from cdc_assets.config import LoadedConfig, load_location_config, parse_config, read_config
 from cdc_assets.history.assets import history_specs
 from cdc_assets.history.checks import build_history_checks
 from cdc_assets.landing_checks import build_landing_check, build_subscriber_check
 from cdc_assets.operate.erase import build_erase_jobs
 from cdc_assets.operate.jobs import build_operator_jobs
 from cdc_assets.upkeep.jobs import build_upkeep
+from replication.config import LoadedConfig, load_location_config, parse_config, read_config
 from resources.commit_safety import refuse_unsafe_settings
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -78,12 +78,12 @@ def build_defs(
         build_change_events_asset(replication=replication),
         *[build_replica_asset(sobject=o, replication=replication) for o in replication.objects],
         *build_changefeed_assets(replication=replication),
-        *history_specs(replication=replication),  # written by the replica steps (cdc_assets/history/)
+        *history_specs(replication=replication),  # written by the replica steps (replication/history/)
     ]
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
     warehouse = DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse"))
     refuse_unsafe_settings(warehouse.root, dict(warehouse.storage_options))  # no location that could lose data
-    upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (cdc_assets/upkeep/), each job in its table's pool
+    upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (replication/upkeep/), each job in its table's pool
         replication=replication, default_status=dg.DefaultScheduleStatus(status.value)
     )
     return dg.Definitions(

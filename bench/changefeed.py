@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.changefeed.export import export_changefeed
+from replication.changefeed.config import ChangefeedConfig
 from resources.delta import DeltaWarehouse, read_table
 
 COLUMNS = 30

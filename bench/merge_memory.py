@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from bench.merge_scaling import SCHEMA, account_rows, build_replica
-from cdc_assets.apply import APPLY_APP
-from cdc_assets.state import ReplicaState
 from object_schema.describe import BUCKET_COLUMN
+from replication.apply import APPLY_APP
+from replication.state import ReplicaState
 from resources.delta import DeltaWarehouse
 
 GIB = 1 << 30

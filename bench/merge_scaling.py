@@ -35,9 +35,9 @@ from deltalake import DeltaTable, write_deltalake
 
 from bench.common import PlatformRunner, figures, peak_rss_mb, reset_peak_rss, start_spark, write_replication
 from bench.workloads import OUT
-from cdc_assets.apply import APPLY_APP
-from cdc_assets.state import ReplicaState
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
+from replication.apply import APPLY_APP
+from replication.state import ReplicaState
 from resources.delta import DeltaWarehouse, read_table
 from salesforce_emulator import ids
 from salesforce_emulator.cdc import change_event, event_line

@@ -27,8 +27,8 @@ import dagster as dg
 import yaml
 
 from cdc_assets.names import META_POLL_NEXT, replica_key
-from cdc_assets.poll.run import soql_datetime
 from definitions import build_defs
+from replication.poll.run import soql_datetime
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.custom_objects import custom_object_name

@@ -37,10 +37,10 @@ from pathlib import Path
 import dagster as dg
 
 from cdc_assets.checks import CHECKS
-from cdc_assets.config import read_config
 from cdc_assets.names import replica_key, run_tags
 from demo import processes
 from demo.instance import open_instance, write_dagster_home
+from replication.config import read_config
 
 LIVE_BATCH, LIVE_PARALLEL, HEALTH_BATCH = 10, 2, 250  # the UI's live-data batching (dagster-webserver's bundle)
 RUNS_PAGE = 25

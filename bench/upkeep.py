@@ -31,9 +31,9 @@ from deltalake import DeltaTable
 
 from bench.common import PlatformRunner, start_spark, write_replication
 from bench.workloads import OBJECTS, OUT
-from cdc_assets.config import UpkeepConfig
-from cdc_assets.upkeep.compact import Footprint
 from cdc_assets.upkeep.jobs import upkeep_table
+from replication.config import UpkeepConfig
+from replication.upkeep.compact import Footprint
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator

@@ -9,7 +9,7 @@ entry says
   one that needs Spark;
 - what it needs: `full_copy` (its step replaces the replica with a full copy from the org: describe() is asked
   anew, and columns `hash:` covers since are rewritten instead of refused), `asks_describe` (describe() is asked
-  anew before its step, and what changed is settled: cdc_assets/field_access.py), `api_budget` (its step spends the org's
+  anew before its step, and what changed is settled: replication/field_access.py), `api_budget` (its step spends the org's
   daily API requests: the sensors asking for it hold back while the budget is nearly spent). Every action runs in
   the replica's pool (one writer per table: cdc_assets/assets.py `replica_pool`);
 - what it covers: the work the sensors find (sensors/work.py) that a run of it does (`covers`), and the work they
@@ -24,7 +24,7 @@ whatever the action:
   object starts from a full copy): the step is the resync's, reported as `initial_load`.
 - **Hand-off.** For the actions with `handoff`, the first run of a cdc object whose replica still holds an active
   poll cursor (replication.yaml switched it from poll) polls once more instead of its step (`poll_handoff`), then
-  applies the events (cdc_assets/poll/run.py).
+  applies the events (replication/poll/run.py).
 
 **Adding an action** is one entry in `ACTIONS` and its step function (docs/development/index.md, "How to add a run
 action").
@@ -40,13 +40,13 @@ from typing import Literal
 import dagster as dg
 from deltalake import DeltaTable
 
-from cdc_assets.config import CDC_SOURCE, POLL_SOURCE, ReplicationOptions, SObjectConfig
-from cdc_assets.formulas.refresh import refresh_formulas
-from cdc_assets.org import org_for_run
-from cdc_assets.poll.run import poll, poll_state
-from cdc_assets.state import OrgIdentity
-from cdc_assets.sync import SyncResult, reconcile, resync
 from object_schema.describe import ObjectSchema
+from replication.config import CDC_SOURCE, POLL_SOURCE, ReplicationOptions, SObjectConfig
+from replication.formulas.refresh import refresh_formulas
+from replication.org import org_for_run
+from replication.poll.run import poll, poll_state
+from replication.refetch import SyncResult, reconcile, resync
+from replication.state import OrgIdentity
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 
@@ -176,7 +176,7 @@ def _formulas(run: ActionRun) -> Step:
 
 def _describe(run: ActionRun) -> Step:
     """Nothing of its own: the asset body asks describe() and settles what changed before every step of an action
-    with `asks_describe` (cdc_assets/field_access.py)."""
+    with `asks_describe` (replication/field_access.py)."""
     return Step(DESCRIBE.name)
 
 
@@ -264,5 +264,5 @@ class ReplicaRunConfig(dg.Config):
     # poll: compare Ids now and apply its deletes even beyond poll_max_delete_share (check poll_hard_deletes failed
     # and the org really lost those records)
     confirm_deletes: bool = False
-    # Overrides replication.yaml for this run (the run's first replica step decides for all: cdc_assets/closure.py).
+    # Overrides replication.yaml for this run (the run's first replica step decides for all: replication/closure.py).
     transaction_close_after: float | None = None

@@ -29,17 +29,9 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdc_assets.actions import ACTIONS, ActionRun, ReplicaRunConfig, Step, loads_first, run_step
-from cdc_assets.apply import ApplyResult, apply_changes
 from cdc_assets.checks import NO_FAILED_FILES
-from cdc_assets.config import ReplicationConfig, ReplicationOptions, SObjectConfig
-from cdc_assets.counts import dirty_count, row_count
-from cdc_assets.damaged import deferred_until
-from cdc_assets.field_access import backfill_added, field_access_metadata, is_invalid_field, settle_field_access
-from cdc_assets.field_catalog import refresh_field_catalog
 from cdc_assets.formulas.freshness import formula_metadata
-from cdc_assets.formulas.refresh import FormulaResult
 from cdc_assets.history.assets import history_step, record_history
-from cdc_assets.ingest import ingest
 from cdc_assets.names import (
     CHANGE_EVENTS_KEY,
     CHANGE_EVENTS_POOL,
@@ -68,11 +60,19 @@ from cdc_assets.names import (
     replica_key,
     replica_pool,
 )
-from cdc_assets.poll.run import PollResult, polled_result
-from cdc_assets.records import ValueDoesNotFit
 from cdc_assets.run_cut import pinned_cut
-from cdc_assets.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
 from object_schema.describe import BINARY_REASON, FORMULAS_AT, NAME_REASON, ObjectSchema, spark_type
+from replication.apply import ApplyResult, apply_changes
+from replication.config import ReplicationConfig, ReplicationOptions, SObjectConfig
+from replication.counts import dirty_count, row_count
+from replication.damaged import deferred_until
+from replication.field_access import FieldAccess, backfill_added, is_invalid_field, settle_field_access
+from replication.field_catalog import refresh_field_catalog
+from replication.formulas.refresh import FormulaResult
+from replication.ingest import ingest
+from replication.poll.run import PollResult, polled_result
+from replication.records import ValueDoesNotFit
+from replication.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive
@@ -260,7 +260,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             if not (isinstance(exc, ValueDoesNotFit) or is_invalid_field(exc)):
                 raise
             # A field the org no longer serves, or serves with another type: ask describe() again, mark or rewrite
-            # its column (cdc_assets/field_access.py, retype.py), and read the org again.
+            # its column (replication/field_access.py, retype.py), and read the org again.
             context.log.warning(f"{sobject.name}: {exc}; asking describe() again")
             schema, describe, table, access = settle_field_access(
                 sobject, warehouse, salesforce, schema, describe, table, now=now, run_id=run_id, force=True
@@ -298,7 +298,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
 def catalog_metadata(
     context: dg.AssetExecutionContext, warehouse: DeltaWarehouse, schema: ObjectSchema, table: DeltaTable | None
 ) -> dict:
-    """The field catalog `<Object>__fields`, rewritten if describe() changed (cdc_assets/field_catalog.py), and the
+    """The field catalog `<Object>__fields`, rewritten if describe() changed (replication/field_catalog.py), and the
     describe() fields never replicated, with why (`fields_excluded`: the binary ones, and those whose name is no
     API name, escaped: the org chose that text)."""
     catalog = refresh_field_catalog(warehouse, schema, table)
@@ -328,7 +328,7 @@ def apply_step(
     replica: DeltaTable | None,
 ) -> ApplyResult:
     """The change events of the run's cut (decided once a run for the `replicated` objects, cdc_assets/run_cut.py)
-    applied to the replica snapshot `replica` (cdc_assets/apply.py), with describe() asked again if events set
+    applied to the replica snapshot `replica` (replication/apply.py), with describe() asked again if events set
     unknown fields."""
     close_after = run.config.transaction_close_after
     cut = pinned_cut(
@@ -353,6 +353,19 @@ def apply_step(
     if refresh.keep():
         result.table = run.warehouse.table(run.sobject.name)
     return result
+
+
+def field_access_metadata(access: FieldAccess) -> dict[str, dg.MetadataValue]:
+    """Materialization metadata: the hidden and removed columns, and what came back."""
+    return {
+        "fields_hidden": dg.MetadataValue.json(access.hidden),
+        "fields_removed": dg.MetadataValue.json(access.removed),
+        "fields_retyped": dg.MetadataValue.json(access.retyped),
+        "fields_recreated": dg.MetadataValue.json(access.recreated),
+        "fields_backfilled": dg.MetadataValue.json([*access.returned, *access.added]),
+        "fields_added": dg.MetadataValue.json(access.added),
+        "field_backfill_rows": dg.MetadataValue.int(access.backfilled),
+    }
 
 
 def replica_metadata(

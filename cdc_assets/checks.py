@@ -2,14 +2,14 @@
 
 One `multi_asset_check` per replica asset runs nine checks (eleven for a polled object) in one step right after the
 asset (a `dg.materialize` or a sensor run that selects the asset includes them), reading the table and its replica
-state (`ReplicaState`, cdc_assets/state.py) once:
+state (`ReplicaState`, replication/state.py) once:
 
 - `schema` (blocking): rows written by the latest replica commit match the pandera schema built from describe();
 - `unique_id` (blocking): `Id` is unique and non-null over the whole table (reads only the Id column);
 - `no_pending_resync`: no overflow is waiting for a full resync; until it has run the table is missing changes
   Salesforce never sent (an ERROR, but not blocking: the pending resync is a state the platform resolves itself,
   and failing every run until then would hide real failures). A WARN while the resync is deferred because only
-  damaged landing files asked for it (cdc_assets/damaged.py), naming them and when it runs: the loss is already an
+  damaged landing files asked for it (replication/damaged.py), naming them and when it runs: the loss is already an
   ERROR of `quarantine_empty` (the files' lines are in `_quarantine`), the wait is the platform's own choice and
   ends by itself, and an ERROR held for an hour each time a writer drops a damaged file would teach people to
   ignore the check;
@@ -18,14 +18,14 @@ state (`ReplicaState`, cdc_assets/state.py) once:
 - `freshness`: the newest applied change is less than the object's `freshness` (default `freshness_seconds`) old (a quiet org trips it too, so it only
   warns);
 - `org_knows_ids`: the last reconcile met no id the org refuses (malformed) and at most `MAX_UNKNOWN_IDS` ids the org
-  does not know (cdc_assets/sync.py): more means a landing writer invents record ids;
+  does not know (replication/refetch.py): more means a landing writer invents record ids;
 - `fields_readable`: the org hides no replicated field from the integration user by field-level security
-  (cdc_assets/field_access.py: the column keeps its values but follows the org no more until read access returns);
+  (replication/field_access.py: the column keeps its values but follows the org no more until read access returns);
 - `table_protocol`: the replica's Delta protocol (and its history table's) is one every reader of the replicas reads
   and delta-rs writes (cdc_assets/table_protocol.py);
 - objects with `formulas` only (cdc_assets/formulas/freshness.py): `formulas_fresh`: no live row's formula values
   are older than twice the full-pass interval;
-- polled objects only (cdc_assets/poll/compare.py): `poll_hard_deletes` (ERROR): the last Id comparison did not
+- polled objects only (replication/poll/compare.py): `poll_hard_deletes` (ERROR): the last Id comparison did not
   refuse its deletes (more than `poll_max_delete_share` of the live records); `poll_overlap` (WARN): it found no
   record committed later than `poll_overlap`.
 
@@ -35,7 +35,7 @@ is reported again (`reused_from_run` in its metadata) instead of reading the tab
 nothing to apply costs no Spark job and no scan of the Ids (bench/idle_run.py).
 
 change_events has checks of its own (`build_change_events_checks`), run with each ingest step:
-`no_failed_landing_files`: no landing file failed to ingest on its own (quarantined whole, cdc_assets/ingest.py)
+`no_failed_landing_files`: no landing file failed to ingest on its own (quarantined whole, replication/ingest.py)
 since the last acknowledgement; it names them. `table_protocol`: as above, over `_change_events` and `_quarantine`.
 
 Blocking checks are the ones under which a downstream reader would read wrong data; the others call for a person
@@ -58,20 +58,20 @@ from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
-from cdc_assets.damaged import deferred_until
-from cdc_assets.field_access import FieldAccess
 from cdc_assets.formulas.freshness import DESCRIPTION as FORMULAS_FRESH_DESCRIPTION
 from cdc_assets.formulas.freshness import FORMULAS_FRESH, check_formulas_fresh
-from cdc_assets.history.stage import history_name
-from cdc_assets.ingest import FAILED_FILE
 from cdc_assets.names import CHANGE_EVENTS_KEY, replica_key
-from cdc_assets.quarantine import acknowledged_until, quarantine_example
-from cdc_assets.schemas import field_marks, marked_fields, resolve_schema
-from cdc_assets.state import DamagedFiles, ReplicaState
 from cdc_assets.table_protocol import DESCRIPTION as TABLE_PROTOCOL_DESCRIPTION
 from cdc_assets.table_protocol import TABLE_PROTOCOL, check_table_protocol
 from object_schema.describe import ObjectSchema
+from replication.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
+from replication.damaged import deferred_until
+from replication.field_access import FieldAccess
+from replication.history.stage import history_name
+from replication.ingest import FAILED_FILE
+from replication.quarantine import acknowledged_until, quarantine_example
+from replication.schemas import field_marks, marked_fields, resolve_schema
+from replication.state import DamagedFiles, ReplicaState
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.printable import printable, printable_list, with_more
 from resources.spark import from_arrow, session, small_query
@@ -98,7 +98,7 @@ CHECKS = (
 )
 POLL_HARD_DELETES = "poll_hard_deletes"
 POLL_OVERLAP = "poll_overlap"
-POLL_CHECKS = (POLL_HARD_DELETES, POLL_OVERLAP)  # polled objects only (cdc_assets/poll/compare.py)
+POLL_CHECKS = (POLL_HARD_DELETES, POLL_OVERLAP)  # polled objects only (replication/poll/compare.py)
 NO_FAILED_FILES = "no_failed_landing_files"  # the check on change_events
 BLOCKING = frozenset({SCHEMA, UNIQUE_ID})
 # Metadata naming what a check read: the table (its Delta id: a table made again has a new one) and its version.
@@ -348,7 +348,7 @@ NO_FAILED_FILES_DESCRIPTION = (
 
 
 def check_no_failed_files(warehouse: DeltaWarehouse) -> dg.AssetCheckResult:
-    """Files that failed to ingest on their own (quarantined whole, cdc_assets/ingest.py) since the last
+    """Files that failed to ingest on their own (quarantined whole, replication/ingest.py) since the last
     acknowledgement of `_quarantine`, named."""
     table = warehouse.table(QUARANTINE)
     if table is None:
@@ -470,7 +470,7 @@ def check_poll_overlap(state: ReplicaState, name: str, overlap: float) -> dg.Ass
 
 
 def check_org_knows_ids(state: ReplicaState, name: str) -> dg.AssetCheckResult:
-    """What the last reconcile took out of the dirty set without a record (cdc_assets/sync.py): any id the org
+    """What the last reconcile took out of the dirty set without a record (replication/refetch.py): any id the org
     refused, or more than `MAX_UNKNOWN_IDS` ids it does not know, fails."""
     last = state.reconciled
     if last is None:
@@ -514,9 +514,9 @@ def check_org_knows_ids(state: ReplicaState, name: str) -> dg.AssetCheckResult:
 
 
 def check_fields_readable(table: DeltaTable | None, name: str) -> dg.AssetCheckResult:
-    """Fails while the org hides a replicated field from the integration user (cdc_assets/field_access.py); a field
+    """Fails while the org hides a replicated field from the integration user (replication/field_access.py); a field
     deleted in the org is reported, kept with its last values, and passes; a field whose type changed, or that was
-    created again under its name, is followed (its column rewritten: cdc_assets/retype.py) and reported."""
+    created again under its name, is followed (its column rewritten: replication/retype.py) and reported."""
     marks = marked_fields(table)
     access = FieldAccess.of(marks)
     followed = {c: m for c, m in field_marks(table).items() if c not in marks}

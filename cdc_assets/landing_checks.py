@@ -30,8 +30,8 @@ from typing import Any
 
 import dagster as dg
 
-from cdc_assets.config import ReplicationConfig
 from cdc_assets.names import LANDING_ZONE
+from replication.config import ReplicationConfig
 from resources.landing_zone import LINK, NAME_NOT_UTF8, NOT_EVENTS, SPECIAL, STALE_INFLIGHT, LandingZone, Survey
 from resources.printable import printable, printable_list
 from shared.subscriber_state import STATES, DeadLetter, StreamStatus, location, read_statuses, scan, state_dir_for

@@ -1,4 +1,4 @@
-"""Pin one run's cut (`cdc_assets/closure.py`): decided by its first replica step, read by all the others.
+"""Pin one run's cut (`replication/closure.py`): decided by its first replica step, read by all the others.
 
 The decision is stored as the hidden run tag `TAG_CUT` (JSON, with the run id, so tags a re-executed run inherits from its
 parent are not taken for its own decision) through `instance.add_run_tags`. The executor is in-process (one step
@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from cdc_assets.closure import Cut, decide
 from cdc_assets.names import REPLICA_PREFIX, TAG_CUT
-from cdc_assets.state import IngestState
+from replication.closure import Cut, decide
+from replication.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 
 

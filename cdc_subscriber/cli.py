@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def cdc_entities(config_path: str | Path) -> tuple[str, ...]:
     """The objects of replication.yaml that follow CDC (``source: cdc``, the default); none without the file."""
-    from cdc_assets.config import CDC_SOURCE, load_config
+    from replication.config import CDC_SOURCE, load_config
 
     if not Path(config_path).exists():
         return ()

@@ -38,7 +38,7 @@ from salesforce_emulator.client import CaPinnedSession
 
 DEMO_INFO = Path(".demo/demo.json")
 REPLICA = "Account"
-REPLICA_STATE = "cdc.replica"  # cdc_assets/state.py: every replica commit's state, with the run that wrote it
+REPLICA_STATE = "cdc.replica"  # replication/state.py: every replica commit's state, with the run that wrote it
 
 
 @dataclass

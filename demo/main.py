@@ -108,7 +108,7 @@ def _banner(ui_url: str, emu, root: Path, log_file: Path, spark: str) -> str:  #
             f"  Spark              {spark}",
             f"  landing zone       {root / 'landing'}",
             f"  Delta warehouse    {root / 'warehouse'}",
-            f"  changefeeds        {root / 'changefeed'}   (read: cdc_assets/changefeed/reader.py)",
+            f"  changefeeds        {root / 'changefeed'}   (read: replication/changefeed/reader.py)",
             f"  Dagster log        {log_file}",
             "  latency probe      python -m demo.latency",
             "  commands           in another shell: source .venv/bin/activate (README, top)",

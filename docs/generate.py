@@ -4,7 +4,7 @@ A page asks for one with a marker line, replaced by this MkDocs hook (`hooks:` i
 every `mkdocs serve` reload, so the site cannot drift from the code it describes:
 
 - `<!-- generated: replication-options -->`: every replication.yaml option, from the config models
-  (`cdc_assets.config.reference`, which `python -m cdc_assets.config` prints too);
+  (`replication.config.reference`, which `python -m replication.config` prints too);
 - `<!-- generated: dagster-definitions -->`: every asset, check, sensor, job and schedule `build_defs` makes, for
   configurations that switch each per-object capability on, with the objects each one is made for;
 - `<!-- generated: help <module> [<subcommand>] -->`: what `python -m <module> [<subcommand>] --help` prints.
@@ -55,7 +55,7 @@ def on_page_markdown(markdown: str, **_: object) -> str:
 
 
 def replication_options() -> str:
-    from cdc_assets.config import reference
+    from replication.config import reference
 
     return reference()
 

@@ -12,7 +12,7 @@ here too, once, from describe(): a field not selected is no column, is never ask
 events (`selects`; it still counts as known, so it triggers no describe refresh); `Id` and the record's position
 field are always selected; a compound parent name stands for its components. `hashed` names text columns whose
 values are stored as SHA-256 digests (object_schema/hashing.py, applied on every write path).
-**Formula fields** (replication.yaml `formulas:`, cdc_assets/formulas/) are never CDC columns: `columns` and
+**Formula fields** (replication.yaml `formulas:`, replication/formulas/) are never CDC columns: `columns` and
 `arrow_schema()` leave them out, so no writer of change events, reconciles or polls ever writes them (a Delta merge
 that does not name a column leaves it as it is). `formulas` names the formula columns a replica keeps (empty: off),
 typed by describe()'s `type`; `table_arrow_schema()` is the whole table: the CDC columns, the formula columns and
@@ -81,7 +81,7 @@ POSITION_FIELDS = ("SystemModstamp", "LastModifiedDate", "CreatedDate")
 # not include "any field whose value isn't on the record and is derived from another record or from a formula, except
 # roll-up summary fields ... Examples of fields with derived values include LastActivityDate and PhotoUrl"). As CDC
 # columns they would go stale between resyncs: they are none, and are read like formula fields (`calculated`,
-# replication.yaml `formulas:`, cdc_assets/formulas/).
+# replication.yaml `formulas:`, replication/formulas/).
 DERIVED_FIELDS = frozenset({"LastActivityDate", "PhotoUrl"})
 # Fields whose value is the reading user's own (Object Reference, "RecentlyViewed": LastViewedDate and
 # LastReferencedDate are when "the current user" last viewed or referenced the record): the integration user's
@@ -113,7 +113,7 @@ SYSTEM_COLUMNS: list[tuple[str, T.DataType]] = [
     ("_sf_synced_at", T.TimestampType()),
     (BUCKET_COLUMN, T.StringType()),
 ]
-FORMULAS_AT = "_sf_formulas_at"  # when a row's formula values were read from the org (cdc_assets/formulas/)
+FORMULAS_AT = "_sf_formulas_at"  # when a row's formula values were read from the org (replication/formulas/)
 DEFAULT_BUCKET_CHARS = 13
 STATS_COLUMNS = 32  # Delta's default number of leading columns with per-file statistics
 
@@ -169,7 +169,7 @@ class ObjectSchema:
     include: frozenset[str] | None = None  # selected fields (None: all but `exclude`), compound parents expanded
     exclude: frozenset[str] = frozenset()
     hashed: frozenset[str] = frozenset()  # text columns stored as salted SHA-256 (object_schema/hashing.py)
-    redact_quarantine: bool = False  # quarantined lines lose the hashed and left-out fields (cdc_assets/quarantine.py)
+    redact_quarantine: bool = False  # quarantined lines lose the hashed and left-out fields (replication/quarantine.py)
     # every formula field describe() lists and the DERIVED_FIELDS it has: (name, Salesforce type)
     calculated: tuple[tuple[str, str], ...] = ()
     formulas: tuple[tuple[str, str], ...] = ()  # the formula columns this replica keeps (empty: formulas off)
@@ -367,7 +367,7 @@ class ObjectSchema:
     def table_properties(self) -> dict[str, str]:
         """Delta table properties of a new replica: per-file statistics on the leading columns (Delta's default)
         and on every system column, wherever a wide describe() puts them: the dirty count is read from the
-        statistics of `_sf_dirty_since` (cdc_assets/counts.py)."""
+        statistics of `_sf_dirty_since` (replication/counts.py)."""
         names = [f.name for f in self.spark_schema().fields]
         stats = dict.fromkeys([*names[:STATS_COLUMNS], *(n for n, _ in SYSTEM_COLUMNS if n != BUCKET_COLUMN)])
         return {"delta.dataSkippingStatsColumns": ",".join(stats)}

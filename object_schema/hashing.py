@@ -10,7 +10,7 @@ null (Salesforce stores no empty strings).
 change rows of the CDC and Datastream paths are hashed in Spark by `hashed_sql` (spark_ops/protect.py), and
 tests/spark_ops/test_protect.py checks the three agree value for value. The changefeed exports the replica's
 columns, so it carries the digests and never an excluded field. The salt is read when a hash is computed
-(`hash_salt`), and a config with `hash:` refuses to load without it (cdc_assets/config.py), so no path can write a
+(`hash_salt`), and a config with `hash:` refuses to load without it (replication/config.py), so no path can write a
 value unhashed for want of it.
 """
 

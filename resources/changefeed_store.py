@@ -3,7 +3,7 @@
 ```
 <uri>/<Object>/table.json        the replica the feed follows (Delta table id and creation time), written first
 <uri>/<Object>/<first>-<last>-<resolved>.jsonl   changes of replica versions first..last; resolved: the feed's
-                                  resolved step after `last` (cdc_assets/changefeed/clock.py)
+                                  resolved step after `last` (replication/changefeed/clock.py)
 <uri>/<Object>/resolved.json     the newest heartbeat, rewritten by every export
 ```
 

@@ -8,7 +8,7 @@ Checkpoints live in the data (docs/design/contract.md §5). Every commit carries
 - **app transactions** (`txn` actions): `dt.transaction_version(app_id)` answers "did a commit already ingest this
   file / apply through this position?" from the table snapshot alone, even after log checkpoints;
 - **custom commit metadata** under one key per table kind (JSON), for state a re-run needs (held transactions,
-  pending resync, newest event; typed in `cdc_assets/state.py`).
+  pending resync, newest event; typed in `replication/state.py`).
 Either the data and its checkpoint commit together, or neither does.
 
 **Finding the state** (`commit_state`): a commit that stores state under `key` also carries the app transaction
@@ -188,7 +188,7 @@ def aligned_arrow(rows: pa.Table, target: pa.Schema) -> pa.Table:
 
 def safe_cast(values: pa.Array, target: pa.DataType) -> pa.Array:
     """`values` as `target` where they convert (a number's text), null where they do not (text in a number): how
-    rows written before a column's type changed (cdc_assets/retype.py) read in the new type."""
+    rows written before a column's type changed (replication/retype.py) read in the new type."""
     try:
         return values.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):

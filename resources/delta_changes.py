@@ -1,7 +1,7 @@
 """A Delta table's rows and Change Data Feed rows, streamed from its Parquet files in bounded batches.
 
 For readers that must hold a batch, not a table, whatever the table's size (the changefeed:
-cdc_assets/changefeed/). `pyarrow.parquet.ParquetFile.iter_batches` over a *buffered* stream (`buffer_size`, no
+replication/changefeed/). `pyarrow.parquet.ParquetFile.iter_batches` over a *buffered* stream (`buffer_size`, no
 pre-buffering) reads each column chunk page by page and decodes `batch_rows` rows at a time: its peak is a batch
 plus about a page and a dictionary per column. Measured on a 320,000-row file of one row group (36 columns,
 batches of 10,000), the Arrow pool peaked at 110 MB, as for a 50,000-row file (106 MB); a `pyarrow.dataset`

@@ -18,7 +18,7 @@ the listing) comes back as one whole-file quarantine entry (line 0); a line that
 it starts, the lines before it being read; blank lines (empty or only whitespace: read, but no event) are counted.
 Each file that lost content this way is in `ReadResult.damaged`, with the objects its lost content names, else those
 its readable lines name (`_lost_names`), or None when the file names none at all (the lost part could name any):
-ingest asks a resync of them (cdc_assets/damaged.py).
+ingest asks a resync of them (replication/damaged.py).
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ class LandingFile:
     path: str  # relative to the landing zone root, '/'-separated
     size: int
     # When it was written, as listed (ns since the epoch; None where the store gives none): with the size, it tells
-    # a file landed again under a retired file's name from the file ingested (the ledger, cdc_assets/ingest.py).
+    # a file landed again under a retired file's name from the file ingested (the ledger, replication/ingest.py).
     modified: int | None = None
 
 

@@ -1,7 +1,7 @@
 """Staged files: Parquet a writer puts beside the warehouse before a Delta commit that names them.
 
 Delta has no commit spanning two tables. A writer that must land rows in a second table as a consequence of a
-commit to the first (a replica's history versions, cdc_assets/history/) stages them here first, names the staged
+commit to the first (a replica's history versions, replication/history/) stages them here first, names the staged
 file in the first table's commit, and lands them in the second table afterwards: a crash in between leaves a file
 the first table's log points at, so a re-run lands exactly it. A file no commit names (the run died before
 committing) is never read, and is removed with the others once the second table is past it.

@@ -13,8 +13,8 @@ failed (`RETRY_CRON`); the exporter is idempotent, so a retry exports what the f
 
 import dagster as dg
 
-from cdc_assets.config import ReplicationConfig
 from cdc_assets.names import run_tags
+from replication.config import ReplicationConfig
 
 SENSOR_NAME = "default_automation_condition_sensor"  # Dagster's own name for it (it then makes none of its own)
 MODE_CHANGEFEED = "changefeed"

@@ -1,7 +1,7 @@
 """`replication_config_sensor`: replication.yaml edited since the code location loaded, said where users look.
 
 A code location reads replication.yaml once, when it loads, and every run it starts uses that text
-(`cdc_assets.config.load_location_config`): an edit takes effect when the location is reloaded (the UI's
+(`replication.config.load_location_config`): an edit takes effect when the location is reloaded (the UI's
 "Reload" on the code location, or restarting `dagster dev` / `make run`), never half-way in the runs in
 between. Until then this sensor's ticks say what is pending, every 30 s:
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from cdc_assets.config import ConfigError, LoadedConfig, parse_config
+from replication.config import ConfigError, LoadedConfig, parse_config
 
 CONFIG_SENSOR = "replication_config_sensor"
 RELOAD_HINT = (

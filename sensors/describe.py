@@ -1,5 +1,5 @@
 """The describe sensor: one for every object whose describe() comes from the org, asking for `describe` runs of
-their replicas, each every its `describe_every` (cdc_assets/field_access.py does the work): a field added in the
+their replicas, each every its `describe_every` (replication/field_access.py does the work): a field added in the
 org, or made readable to the integration user, with values no event carried (a default, a data load before it was
 readable) becomes a column backfilled from the org, without waiting for an event to name it or for a resync.
 
@@ -12,7 +12,7 @@ runs (an initial load, a first apply) ask describe() themselves; a describe run 
 import dagster as dg
 
 from cdc_assets.actions import DESCRIBE
-from cdc_assets.config import ReplicationConfig
+from replication.config import ReplicationConfig
 from sensors.cycle import BACKGROUND, Cycle, build_cycle_sensor
 
 SENSOR_NAME = "describe_sensor"

@@ -1,5 +1,5 @@
 """The formulas sensor: one for every object whose replica keeps formula fields (`formulas:` in replication.yaml),
-asking for formula refresh runs of their replicas, each every its `refresh_every` (cdc_assets/formulas/ does the
+asking for formula refresh runs of their replicas, each every its `refresh_every` (replication/formulas/ does the
 work).
 
 A cycle (sensors/cycle.py), as for polling: each tick, one run carrying every object whose refresh window is due
@@ -13,7 +13,7 @@ is decided per object by the run from the replica's commits (`full_every`).
 import dagster as dg
 
 from cdc_assets.actions import FORMULAS
-from cdc_assets.config import ReplicationConfig
+from replication.config import ReplicationConfig
 from sensors.cycle import BACKGROUND, Cycle, build_cycle_sensor
 
 SENSOR_NAME = "formulas_sensor"

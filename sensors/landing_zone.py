@@ -8,7 +8,7 @@ A landing run includes the replicas the new files name, and also every replica t
 once they are ingested: one holding a transaction back (the new files may close it: a transaction spanning
 objects must be applied by all of them in the same run, docs/design/contract.md §5), one that may hold rows of the
 newest transaction, and one with ingested rows it has not applied (files a run ingested without the sensor having seen
-them). The run's replicas then apply through one cut decided once for the run (`cdc_assets/closure.py`).
+them). The run's replicas then apply through one cut decided once for the run (`replication/closure.py`).
 
 One landing run at a time runs (the instance's limit, dagster.yaml), and at most one waits: while a landing run is
 in flight, new files wait until it has ingested what it found (`has_ingested`: read from change_events' commits and
@@ -36,7 +36,7 @@ is there and naming a few (control characters escaped: a file name may hold a ne
 on demand, is defined with the other checks on the zone (cdc_assets/landing_checks.py).
 
 When nothing new lands, the newest transaction eventually counts as closed (`transaction_close_after`, the rule in
-`cdc_assets/closure.py`); the sensor then requests one run of the replicas that may hold it (its entities) or have
+`replication/closure.py`); the sensor then requests one run of the replicas that may hold it (its entities) or have
 anything else to apply (`replicas_to_include`), so that transaction is applied by all that hold it, without waiting
 for more events (retried the same way if it fails). Not every replica: with hundreds of objects, a transaction of
 one would otherwise start a run of them all.
@@ -50,9 +50,6 @@ import dagster as dg
 from dagster._core.storage.tags import PRIORITY_TAG
 
 from cdc_assets.actions import APPLY
-from cdc_assets.closure import open_transaction
-from cdc_assets.config import ReplicationConfig
-from cdc_assets.ingest import pending_files
 from cdc_assets.landing_checks import FILES_READ_CHECK, survey_report
 from cdc_assets.names import (
     CHANGE_EVENTS_KEY,
@@ -66,7 +63,10 @@ from cdc_assets.names import (
     run_tags,
 )
 from cdc_assets.operate.pause import paused_objects, resumed_at
-from cdc_assets.state import IngestState
+from replication.closure import open_transaction
+from replication.config import ReplicationConfig
+from replication.ingest import pending_files
+from replication.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import (
     LandingFile,

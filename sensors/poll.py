@@ -1,5 +1,5 @@
 """The poll sensor: one for every `source: poll` object of replication.yaml, asking for the poll runs that are due
-(cdc_assets/poll/ does the work).
+(replication/poll/ does the work).
 
 An org may poll hundreds of objects, so the sensor plans a **poll cycle** (sensors/cycle.py, which the describe and
 formula sensors share), not a run per object: each tick it takes
@@ -31,8 +31,8 @@ from datetime import datetime
 import dagster as dg
 
 from cdc_assets.actions import POLL
-from cdc_assets.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
 from cdc_assets.names import META_POLL_NEXT, replica_key
+from replication.config import POLL_SOURCE, ReplicationConfig, SObjectConfig
 from resources.salesforce import SalesforceResource
 from sensors.cycle import Cycle, build_cycle_sensor
 
@@ -81,7 +81,7 @@ def quiet_objects(
     instance: dg.DagsterInstance, salesforce: SalesforceResource, due: list[SObjectConfig], now: float
 ) -> set[str]:
     """The objects of `due` whose next poll would read nothing: the org has no record newer than the cursor of the
-    replica's last poll (`poll_next` of its last materialization: cdc_assets/poll/run.py `next_poll`), asked with a
+    replica's last poll (`poll_next` of its last materialization: replication/poll/run.py `next_poll`), asked with a
     `LIMIT 1` query per object, 25 objects a call (`SalesforceResource.any_rows`). Never quiet: an object not polled
     yet, one whose last poll read less than `poll_overlap` after its cursor (a record committed late may still
     appear behind it), one resuming a Bulk job, one due for its Id comparison (hard deletes leave no record to

@@ -12,7 +12,7 @@ Work is left alone while a run carrying it is queued or running, and retried wit
 failed; a landing run that merely includes the replica does not hold it back (that starved a resync for minutes
 under steady traffic). While the org's daily API budget (from `Sforce-Limit-Info`) is nearly spent, the sensor
 holds back. The skip reason always says which case it is: nothing to do, waiting for run X, retry N in S s, a
-resync deferred (only damaged landing files asked for it, cdc_assets/damaged.py), or holding back for the budget.
+resync deferred (only damaged landing files asked for it, replication/damaged.py), or holding back for the budget.
 A paused object (cdc_assets/operate/pause.py) gets no work until resumed.
 
 Run keys name the materializations that asked for the work, the attempt and the last run that carried it, so a
@@ -23,9 +23,9 @@ import hashlib
 
 import dagster as dg
 
-from cdc_assets.config import ReplicationConfig
 from cdc_assets.names import TAG_DIRTY, TAG_REASON, replica_key, run_tags, work_tag
 from cdc_assets.operate.pause import paused_objects
+from replication.config import ReplicationConfig
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from sensors.budget import budget_hold_back

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from cdc_assets.config import ReplicationConfig
 from cdc_assets.names import META_API_CALLS, META_DIRTY, META_LAG, META_LAST_ERROR, META_PAUSED, object_tag, replica_key
 from cdc_assets.operate.pause import paused_objects
+from replication.config import ReplicationConfig
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dagster as dg
 
-from cdc_assets.config import ReplicationConfig
 from cdc_assets.landing_checks import CHECK_NAME, DEAD_LETTERS_CHECK, dead_letter_report, state_dir, summarize
 from cdc_assets.names import LANDING_ZONE
+from replication.config import ReplicationConfig
 from resources.landing_zone import LandingZone
 from shared.subscriber_state import read_statuses
 

@@ -11,7 +11,7 @@ Which run action does each, and which runs also do it, is the actions' registry'
 `asked_for`, `covers`).
 
 **When** (`plan`): a resync only damaged landing files asked for waits until the time its replica published
-(`resync_deferred_until`: at most one such resync per object per `damaged_resync_every`, cdc_assets/damaged.py),
+(`resync_deferred_until`: at most one such resync per object per `damaged_resync_every`, replication/damaged.py),
 and says so; meanwhile the replica's dirty records are reconciled as usual. The runs that did or do the work are
 found in the instance by their tags (every run the sensors request tags each object it includes and the work it
 does for it, hidden tags of cdc_assets/names.py), not in a sensor cursor: so either sensor sees the runs of the
@@ -38,8 +38,6 @@ from datetime import datetime
 import dagster as dg
 
 from cdc_assets.actions import ASKED_FOR, DIRTY_RECORDS, INITIAL_LOAD, PENDING_RESYNC, carried_by
-from cdc_assets.closure import holders
-from cdc_assets.config import POLL_SOURCE, ReplicationConfig, ReplicationOptions
 from cdc_assets.names import (
     META_APPLIED_THROUGH,
     META_DIRTY,
@@ -51,7 +49,9 @@ from cdc_assets.names import (
     replica_key,
     work_tag,
 )
-from cdc_assets.state import IngestState
+from replication.closure import holders
+from replication.config import POLL_SOURCE, ReplicationConfig, ReplicationOptions
+from replication.state import IngestState
 from resources.delta import DeltaWarehouse
 
 IN_FLIGHT = [

@@ -5,7 +5,7 @@ A commit time is when the org committed the change, so it cannot lie ahead of th
 little ahead of this machine's, never by a day (`CLOCK_AHEAD_MS`). A later one is a writer's error (microseconds or
 nanoseconds written as milliseconds) or a forgery: applied, it would win over every real change of its records until
 that date (changes apply in commit order), so both sides refuse it, the subscriber as a dead letter, ingest as a
-quarantined line (cdc_assets/ingest.py `refuse_future_commits`, on the parsed rows in Arrow: a bound that moves
+quarantined line (replication/ingest.py `refuse_future_commits`, on the parsed rows in Arrow: a bound that moves
 with the clock inside the Spark query would be a new literal, hence newly compiled code, every run).
 """
 

@@ -8,7 +8,7 @@ Unset, a point costs one dict lookup.
 A fault at a point is the environment failing (a crash, a lost connection): ingest never blames a file for it. A
 fault carried by the data (`data_fault_point`) is a file whose content breaks ingest: `CDC_FAULT_MARKER=<text>` makes
 such a point fail (`InjectedDataFault`) for any batch holding a line with that text, and for no other, whatever else
-the batch holds (cdc_assets/ingest.py isolates that file); a crash point may be set beside it.
+the batch holds (replication/ingest.py isolates that file); a crash point may be set beside it.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ RESYNC_POINTS = (
 )
 POLL_POINTS = ("poll.after_rest_commit", "poll.after_page_commit", "poll.after_id_compare")
 CHANGEFEED_POINTS = ("changefeed.before_rename", "changefeed.after_rename")
-# An apply's versions staged, then each history commit of a catch-up (cdc_assets/history/).
+# An apply's versions staged, then each history commit of a catch-up (replication/history/).
 HISTORY_POINTS = ("history.after_stage", "history.before_commit", "history.after_commit")
 FORMULA_POINTS = ("formulas.before_commit", "formulas.after_batch_commit", "formulas.after_commit")
 FAULT_POINTS = (

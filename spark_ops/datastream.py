@@ -37,7 +37,7 @@ events of that instant (a snapshot row's guard reads it the same way); `sequence
 epoch ms: of two images of one record at one instant, the later read sorts last (they hold the same state, as a
 record's state changes only with its SystemModstamp). The other sort keys have no documented meaning for
 Salesforce and are not used. Each event is its own transaction (`transaction_key` = `datastream:<uuid>`), so
-transaction closing (cdc_assets/closure.py) treats it like a one-event CometD transaction.
+transaction closing (replication/closure.py) treats it like a one-event CometD transaction.
 
 **Dedup by uuid.** The event identity (§4) is built from the transaction key, so it carries the uuid: the same
 event in two files, or a file landed twice, is a duplicate of change_events' existing dedup key and is counted,

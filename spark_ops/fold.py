@@ -41,7 +41,7 @@ use too).
 
 `fold_changes` returns the new full rows (only records that changed) plus per-record counters that the asset sums
 into run metadata. `with_applied` runs the same steps and stops at which change rows are applied (text diffs are
-resolved from that before the fold; cdc_assets/diffs.py).
+resolved from that before the fold; replication/diffs.py).
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ LIFECYCLE = ("CREATE", "UNDELETE", "DELETE", SNAPSHOT)
 SNAPSHOT_DELETED = "IsDeleted"
 PARTIAL = ("UPDATE", "DELETE")
 # A change the platform cannot apply as it came (a value that does not fit, spark_ops/parse.py; a text diff that does
-# not apply, cdc_assets/unified_diff.py; fields lost in the landing or a column added later, cdc_assets/history/
-# backfill.py and cdc_assets/prepare.py) travels as `GAP_<type>`: the fold makes its record dirty at its commit
+# not apply, replication/unified_diff.py; fields lost in the landing or a column added later, replication/history/
+# backfill.py and replication/describe_drift.py) travels as `GAP_<type>`: the fold makes its record dirty at its commit
 # (steps `blocked` and `counted`), which the reconcile then fetches from the org (docs/design/contract.md §6).
 GAP_PREFIX = "GAP_"
 COUNTERS = ("applied", "gaps", "late", "superseded", "dirty_skipped")
@@ -294,7 +294,7 @@ def fold_changes(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -
     `changes`: canonical change rows of `schema`'s object (no overflow rows, closed transactions only).
     `current`: replica rows (full columns) of at least the touched ids.
     Returns one replica row per touched record, every column but `_sf_synced_at` (the caller stamps its run's
-    time: cdc_assets/records.py `stamped`), one column per name in `SUMMED` (`COUNTERS` and `names_to_fetch`), and
+    time: replication/records.py `stamped`), one column per name in `SUMMED` (`COUNTERS` and `names_to_fetch`), and
     `_changed`: whether the row differs from `current` (only those need writing).
     """
     return run_sql(changes.sparkSession, fold_sql(schema, current.columns), changes=changes, current=current)
@@ -344,7 +344,7 @@ def fold_sql(schema: ObjectSchema, current_columns: list[str]) -> str:
 def with_applied(changes: DataFrame, current: DataFrame, schema: ObjectSchema) -> DataFrame:
     """Every row of `changes`, with all its columns, and `applied`: whether the fold applies it over `current` (its
     own steps, stopped before the values). Resolving text diffs needs it: a diff applies to the value left by the
-    applied changes before it (cdc_assets/unified_diff.py). A row is matched to its classification by its record,
+    applied changes before it (replication/unified_diff.py). A row is matched to its classification by its record,
     type and commit-order position (null-safe), as the same change delivered twice is one change."""
     keys = ("record_id", "change_type", *(k.column for k in COMMIT_ORDER))
     query = (

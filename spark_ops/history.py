@@ -12,13 +12,13 @@ A transaction makes a version of a record only when the replica applied *all* of
 cleanly. It makes none when any of them was a gap, late, skipped while dirty, or applied-and-dirty (the first
 UPDATE of a record never seen: it knows only the given fields; a person account's name parts: the org's formatted
 Name is unknown): the state after it is not known, and a version must never invent one. The reconcile that fetches
-the record then makes the version (cdc_assets/history/). Superseded changes make none (the row already holds them).
+the record then makes the version (replication/history/). Superseded changes make none (the row already holds them).
 
 Output columns: the replica's columns (system columns as the fold sets them, `_sf_synced_at` left to the caller
 as there; `_sf_dirty_since` null), plus
 `_transaction_key` and `_change_type` (the transaction's last CREATE / UPDATE / DELETE / UNDELETE / SNAPSHOT of
 the record, UPDATE if none). Validity (`_valid_from`, `_valid_to`, `_is_current`, `_version`) is assigned when the
-versions are chained onto the history table (cdc_assets/history/chain.py).
+versions are chained onto the history table (replication/history/chain.py).
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ cannot drift (tests/spark_ops/test_order.py sorts the same rows both ways):
   the history versions, spark_ops/fold.py and spark_ops/history.py);
 - `at_or_before_row_sql`: the guard's comparison of a change with the position its record's row keeps (§5);
 - `arrow_order`: row indices of an Arrow table in commit order, of change rows (the newest event,
-  cdc_assets/closure.py; text diffs, cdc_assets/diffs.py) or of replica rows by the columns they keep (history
-  versions, cdc_assets/history/chain.py).
+  replication/closure.py; text diffs, replication/diffs.py) or of replica rows by the columns they keep (history
+  versions, replication/history/chain.py).
 
 **Nulls sort first**, before every value, in every form: Spark compares a struct whose field is null as the smaller
 one, and the Arrow form places nulls first (last when descending). A null replay id reads as 0 in both
@@ -94,7 +94,7 @@ def arrow_order(
 
 def arrow_positions(rows: pa.Table) -> list[list]:
     """The position of each change row of `rows` as a list of plain values in commit order (a timestamp as its
-    integer value, a null as `null_as`): what commit state records and compares (cdc_assets/closure.py)."""
+    integer value, a null as `null_as`): what commit state records and compares (replication/closure.py)."""
     columns = []
     for k in COMMIT_ORDER:
         values = rows[k.column] if k.null_as is None else pc.fill_null(rows[k.column], k.null_as)

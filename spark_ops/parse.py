@@ -13,7 +13,7 @@ Input is one row per landed line: `source_file, source_line, raw`. Parsing happe
   account's `Name` is never derived here: the org formats it from the parts by a locale-dependent rule and events
   never carry it, so the fold makes such a record dirty and the reconcile fetches it (spark_ops/fold.py);
 - a long text sent as a diff is kept as its `{"diff": ...}` JSON text and named in `diff_fields` (mapped likewise),
-  resolved against the stored value at apply time (cdc_assets/unified_diff.py). The Pub/Sub API names such fields in the
+  resolved against the stored value at apply time (replication/unified_diff.py). The Pub/Sub API names such fields in the
   header's `diffFields`; the Streaming API (CometD) sends no `diffFields` (nor `nulledFields`: a nulled field is an
   explicit null there), so a value is also a diff by its shape: an object with a `diff` member (`_DIFF_SHAPED`);
 - every value of a replicated object is checked strictly against its describe() type (`true`/`false` for a

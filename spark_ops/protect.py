@@ -8,7 +8,7 @@ The same function in its three forms, which tests/spark_ops/test_protect.py chec
   query's text and its plans, literals included, in logs, `explain`, the UI and error messages; it does not print
   the rows of a local relation. (A bound parameter or `F.lit` becomes a literal of the analyzed plan.) Spark runs
   no subquery inside a lambda, so hashed values are computed field by field, outside `transform_values`;
-- `hash_arrow` (Arrow arrays, object_schema/hashing.py): resync, reconcile and poll rows (cdc_assets/records.py
+- `hash_arrow` (Arrow arrays, object_schema/hashing.py): resync, reconcile and poll rows (replication/records.py
   `replica_rows`).
 
 Which fields are hashed or left out is `ObjectSchema.hashed` / `.selects` (object_schema/describe.py).

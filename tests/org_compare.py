@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime
 
 from deltalake import DeltaTable
 
-from cdc_assets.changefeed.rows import json_value
 from object_schema.describe import ObjectSchema
+from replication.changefeed.rows import json_value
 from resources.delta import read_table
 from salesforce_emulator import Emulator
 

@@ -1,13 +1,15 @@
 """The folders depend on each other in one direction (style.md's layout): `definitions.py` assembles, `sensors/`
-reads what `cdc_assets/` writes, `cdc_assets/` wires `resources/` and `spark_ops/`, all read the describe model
+reads what `cdc_assets/` writes, `cdc_assets/` declares the Dagster definitions and calls the engine in
+`replication/`, which imports no Dagster and wires `resources/` and `spark_ops/`; all read the describe model
 (`object_schema/`), and none of the product folders imports the emulator (a development tool, not in the wheel).
 The CDC subscriber and the platform import neither each other: what both need is in `shared/`, which imports
 neither.
 
-Inside `cdc_assets/` the modules stand in four layers (docs/development/layout.md), and no import points up:
-names (`names.py`, which imports nothing of the project) < base (what replication.yaml says and what the commits
-keep: `config.py`, `*/config.py`, `api_name.py`, `state.py`) < steps (the work a run does: every other module) <
-definitions (the modules declaring what Dagster loads: an asset, check, op, job or spec)."""
+Inside `replication/` and `cdc_assets/` the modules stand in layers (docs/development/layout.md), and no import
+points up: names (`cdc_assets/names.py`, which imports nothing of the project) and base (what replication.yaml says
+and what the commits keep: `replication/config.py`, `*/config.py`, `api_name.py`, `state.py`) < steps (the work a
+run does: every other module) < definitions (the modules declaring what Dagster loads: an asset, check, op, job or
+spec; all in `cdc_assets/`)."""
 
 from __future__ import annotations
 
@@ -21,10 +23,22 @@ from settings import REPO
 
 # folder -> folders it must never import
 FORBIDDEN = {
+    # The engine: no Dagster, and nothing above it.
+    "replication": {
+        "cdc_assets",
+        "sensors",
+        "cdc_subscriber",
+        "salesforce_emulator",
+        "definitions",
+        "dagster",
+        "dagster_pyspark",
+        "dagster_deltalake",
+    },
     "cdc_assets": {"sensors", "cdc_subscriber", "salesforce_emulator", "definitions"},
-    "resources": {"cdc_assets", "sensors", "salesforce_emulator", "definitions"},
-    "spark_ops": {"cdc_assets", "sensors", "resources", "salesforce_emulator", "definitions", "dagster"},
+    "resources": {"replication", "cdc_assets", "sensors", "salesforce_emulator", "definitions"},
+    "spark_ops": {"replication", "cdc_assets", "sensors", "resources", "salesforce_emulator", "definitions", "dagster"},
     "object_schema": {
+        "replication",
         "cdc_assets",
         "sensors",
         "resources",
@@ -37,12 +51,22 @@ FORBIDDEN = {
     "sensors": {"salesforce_emulator", "definitions"},
     # The subscriber is a service of its own, without Dagster or Spark: what it shares with the platform is in
     # shared/ (its one read of replication.yaml aside: CROSSING).
-    "cdc_subscriber": {"sensors", "salesforce_emulator", "definitions", "dagster", "pyspark"},
-    "shared": {"cdc_assets", "cdc_subscriber", "sensors", "spark_ops", "salesforce_emulator", "definitions", "dagster"},
+    "cdc_subscriber": {"cdc_assets", "sensors", "salesforce_emulator", "definitions", "dagster", "pyspark"},
+    "shared": {
+        "replication",
+        "cdc_assets",
+        "cdc_subscriber",
+        "sensors",
+        "spark_ops",
+        "salesforce_emulator",
+        "definitions",
+        "dagster",
+    },
 }
 
 
 PRODUCT = (
+    "replication",
     "cdc_assets",
     "resources",
     "sensors",
@@ -53,7 +77,7 @@ PRODUCT = (
     "definitions",
 )
 NAMES, BASE, STEPS, DEFINITIONS = range(4)  # the layers inside cdc_assets, lowest first
-BASE_MODULES = {"cdc_assets.config", "cdc_assets.api_name", "cdc_assets.state"}  # and every */config.py
+BASE_MODULES = {"replication.config", "replication.api_name", "replication.state"}  # and every */config.py
 # What declares a Dagster definition: a module calling one of these is in the definitions layer.
 DECLARES = {
     "asset",
@@ -106,10 +130,10 @@ def declares_definitions(tree: ast.AST) -> bool:
     )
 
 
-def cdc_assets_modules() -> dict[str, tuple[int, ast.AST]]:
-    """Every module of cdc_assets/ with its layer and syntax tree."""
+def layered_modules() -> dict[str, tuple[int, ast.AST]]:
+    """Every module of replication/ and cdc_assets/ with its layer and syntax tree."""
     modules = {}
-    for path in sorted((REPO / "cdc_assets").rglob("*.py")):
+    for path in sorted([*(REPO / "replication").rglob("*.py"), *(REPO / "cdc_assets").rglob("*.py")]):
         name, tree = module_name(path), ast.parse(path.read_text())
         if name == "cdc_assets.names":
             layer = NAMES
@@ -145,10 +169,10 @@ def test_folders_import_in_one_direction(folder):
     assert wrong == {}
 
 
-# The one import between cdc_subscriber/ and cdc_assets/: the subscriber's command line reads which objects follow CDC
+# The one import of the platform by cdc_subscriber/: the subscriber's command line reads which objects follow CDC
 # from replication.yaml through the platform's config model (validated as Dagster reads it, not parsed twice), inside
-# the function that needs it, so the service itself never loads cdc_assets.
-CROSSING = {("cdc_subscriber/cli.py", "cdc_entities", "cdc_assets.config")}
+# the function that needs it, so the service itself never loads the platform.
+CROSSING = {("cdc_subscriber/cli.py", "cdc_entities", "replication.config")}
 
 
 def crossing_imports(folder: str, other: str) -> set[tuple[str, str, str]]:
@@ -171,9 +195,12 @@ def crossing_imports(folder: str, other: str) -> set[tuple[str, str, str]]:
 
 
 def test_the_subscriber_and_the_platform_share_only_what_shared_holds():
-    """Neither cdc_assets/ nor cdc_subscriber/ imports the other (what both need is in shared/), but for CROSSING."""
+    """Neither the platform (replication/, cdc_assets/) nor cdc_subscriber/ imports the other (what both need is in
+    shared/), but for CROSSING."""
     assert crossing_imports("cdc_assets", "cdc_subscriber") == set()
-    assert crossing_imports("cdc_subscriber", "cdc_assets") == CROSSING
+    assert crossing_imports("replication", "cdc_subscriber") == set()
+    assert crossing_imports("cdc_subscriber", "cdc_assets") == set()
+    assert crossing_imports("cdc_subscriber", "replication") == CROSSING
     # shared/ is what they share: both of them import it.
     assert {"shared"} <= set().union(*imported_packages("cdc_subscriber").values())
     assert {"shared"} <= set().union(*imported_packages("cdc_assets").values())
@@ -195,6 +222,7 @@ def test_the_product_package_ships_no_development_tools():
     find = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     shipped = setuptools.find_packages(where=REPO, include=find["include"])
     assert {p.split(".")[0] for p in shipped} == {
+        "replication",
         "cdc_assets",
         "resources",
         "sensors",
@@ -210,8 +238,8 @@ def test_the_names_module_imports_nothing_of_the_project():
     assert [module for _, module in project_imports(tree)] == []
 
 
-def test_no_import_inside_cdc_assets_points_up_a_layer():
-    modules = cdc_assets_modules()
+def test_no_import_inside_the_platform_points_up_a_layer():
+    modules = layered_modules()
     upward = sorted(
         f"{name} ({layer}) imports {target} ({modules[target][0]})"
         for name, (layer, tree) in modules.items()
@@ -223,7 +251,7 @@ def test_no_import_inside_cdc_assets_points_up_a_layer():
 
 
 def test_the_layers_hold_what_the_layout_page_says():
-    layers = {name: layer for name, (layer, _) in cdc_assets_modules().items()}
+    layers = {name: layer for name, (layer, _) in layered_modules().items()}
     assert {n for n, layer in layers.items() if layer == DEFINITIONS} >= {
         "cdc_assets.assets",
         "cdc_assets.checks",
@@ -231,8 +259,10 @@ def test_the_layers_hold_what_the_layout_page_says():
         "cdc_assets.operate.jobs",
         "cdc_assets.upkeep.jobs",
     }
-    assert layers["cdc_assets.apply"] == layers["cdc_assets.ingest"] == STEPS
-    assert layers["cdc_assets.config"] == layers["cdc_assets.state"] == BASE
+    assert layers["replication.apply"] == layers["replication.ingest"] == STEPS
+    assert layers["replication.config"] == layers["replication.state"] == BASE
+    # The engine declares nothing Dagster loads; every definition is in cdc_assets/.
+    assert {n for n, layer in layers.items() if layer == DEFINITIONS and n.startswith("replication")} == set()
 
 
 def test_no_module_of_the_product_imports_the_project_inside_a_function():
@@ -240,7 +270,7 @@ def test_no_module_of_the_product_imports_the_project_inside_a_function():
     platform's config and Salesforce client only for the commands that need them."""
     hidden = sorted(
         f"{path.relative_to(REPO)}:{node.lineno} imports {module}"
-        for folder in ("cdc_assets", "resources", "sensors", "spark_ops", "object_schema", "shared")
+        for folder in ("replication", "cdc_assets", "resources", "sensors", "spark_ops", "object_schema", "shared")
         for path in sorted((REPO / folder).rglob("*.py"))
         for tree in [ast.parse(path.read_text())]
         for inside in [in_functions(tree)]
@@ -264,7 +294,7 @@ def test_commit_order_is_written_only_in_spark_ops_order():
     by the sequence number, or SQL comparing a position struct, spells the order out again (and may drift)."""
     spelled = sorted(
         f"{path.relative_to(REPO)}:{node.lineno}"
-        for folder in ("cdc_assets", "resources", "sensors", "spark_ops", "object_schema")
+        for folder in ("replication", "cdc_assets", "resources", "sensors", "spark_ops", "object_schema")
         for path in sorted((REPO / folder).rglob("*.py"))
         if str(path.relative_to(REPO)) != ORDER_HOME
         for source in [path.read_text()]

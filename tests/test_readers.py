@@ -50,10 +50,10 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
-from cdc_assets.history.stage import history_name
 from cdc_assets.table_protocol import TABLE_PROTOCOL
 from cdc_assets.upkeep.jobs import upkeep_job_name
-from cdc_assets.upkeep.vacuum import vacuum
+from replication.history.stage import history_name
+from replication.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.delta_protocol import Protocol
 from resources.replicas import duckdb_delta

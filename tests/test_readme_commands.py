@@ -98,7 +98,7 @@ def test_every_module_the_pages_run_exists():
 
 
 def test_the_options_reference_command_runs():
-    done = _run("python -m cdc_assets.config", REPO)
+    done = _run("python -m replication.config", REPO)
     assert done.returncode == 0 and "| `transaction_close_after` |" in done.stdout
 
 

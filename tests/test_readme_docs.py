@@ -16,8 +16,8 @@ from docs_pages import DOCS, generator, pages, section
 from settings import REPO
 
 from cdc_assets.checks import QUARANTINE_EMPTY
-from cdc_assets.history.chain import HISTORY_COLUMNS
 from object_schema.describe import FORMULAS_AT, SYSTEM_COLUMNS
+from replication.history.chain import HISTORY_COLUMNS
 from resources.landing_zone import QUARANTINE_SCHEMA
 from spark_ops.parse import CHANGE_COLUMNS
 

@@ -25,8 +25,8 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 from docs_pages import code_blocks
 
-from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.changefeed.export import export_changefeed
+from replication.changefeed.config import ChangefeedConfig
 from resources.delta import DeltaWarehouse, table_configuration
 
 REPO = Path(__file__).resolve().parents[1]

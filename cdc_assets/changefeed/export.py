@@ -2,9 +2,9 @@
 
 **Source.** Replicas keep a Delta Change Data Feed (resources/delta.py), so every merge and overwrite also writes
 its change rows. An export reads the CDF of the replica versions after the feed's position, nets them by `Id` per
-version (cdc_assets/changefeed/rows.py: a soft delete is an erase, an undelete a create, a bookkeeping-only update
+version (replication/changefeed/rows.py: a soft delete is an erase, an undelete a create, a bookkeeping-only update
 nothing, and a resync's overwrite only the difference it made), stamps them with the feeds' shared clock
-(cdc_assets/changefeed/clock.py) and writes them to `<uri>/<Object>/<first>-<last>-<resolved>.jsonl`
+(replication/changefeed/clock.py) and writes them to `<uri>/<Object>/<first>-<last>-<resolved>.jsonl`
 (resources/changefeed_store.py), at most `max_versions_per_file` versions a file.
 
 **Guarantees.**
@@ -27,7 +27,7 @@ nothing, and a resync's overwrite only the difference it made), stamps them with
 - *Bounded memory.* The replica's rows and change rows are read from its Delta log and Parquet files at most
   `batch_rows` at a time, page by page even within a row group (resources/delta_changes.py), and a range of
   versions whose CDF holds more than `batch_rows` rows (a resync's overwrite holds the table twice) is
-  partitioned by a hash of `Id` into spill files of at most a batch each (cdc_assets/changefeed/parts.py; a
+  partitioned by a hash of `Id` into spill files of at most a batch each (replication/changefeed/parts.py; a
   key's rows are all in one part) and netted part by part. Reading, netting and rendering hold a batch, whatever
   the table's size (bench/RESULTS.md, "Changefeed memory").
 
@@ -51,13 +51,13 @@ import dagster as dg
 import pyarrow as pa
 from deltalake import DeltaTable
 
-from cdc_assets.changefeed.clock import VersionTime, replica_times, resolved_after, stamp, transaction_steps
-from cdc_assets.changefeed.config import ChangefeedConfig
-from cdc_assets.changefeed.parts import cdf_parts
-from cdc_assets.changefeed.rows import data_columns, line, net_changes, render, resolved, snapshot_changes
-from cdc_assets.config import ReplicationConfig, SObjectConfig
 from cdc_assets.names import GROUP, changefeed_key, replica_key, replica_pool
-from cdc_assets.state import REPLICA_STATE
+from replication.changefeed.clock import VersionTime, replica_times, resolved_after, stamp, transaction_steps
+from replication.changefeed.config import ChangefeedConfig
+from replication.changefeed.parts import cdf_parts
+from replication.changefeed.rows import data_columns, line, net_changes, render, resolved, snapshot_changes
+from replication.config import ReplicationConfig, SObjectConfig
+from replication.state import REPLICA_STATE
 from resources.changefeed_store import IDENTITY, FeedFile, FeedStore, feed_file_name
 from resources.delta import DeltaWarehouse
 from resources.delta_changes import snapshot_batches

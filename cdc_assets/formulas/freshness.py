@@ -15,9 +15,9 @@ import dagster as dg
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from cdc_assets.formulas.config import FormulasConfig
 from cdc_assets.names import META_FORMULAS_AGE, META_FORMULAS_MISSING
 from object_schema.describe import FORMULAS_AT
+from replication.formulas.config import FormulasConfig
 from resources.delta import read_table
 
 FORMULAS_FRESH = "formulas_fresh"

@@ -1,7 +1,7 @@
 """The history in Dagster: written by the replica's own step, shown as `salesforce_history/<Object>_history`.
 
 The replica step calls `history_step` before it commits anything (creates or backfills the history table) and
-`record_history` after its last commit (lands the versions, cdc_assets/history/catch_up.py), which also logs a
+`record_history` after its last commit (lands the versions, replication/history/catch_up.py), which also logs a
 materialization of `salesforce_history/<Object>_history` (an asset spec downstream of the replica, never run on its
 own: `history_specs`) with the history's own metadata. Its check, `history_matches_replica`, sits on the replica asset
 (cdc_assets/history/checks.py), so every run that selects the replica checks both.
@@ -15,12 +15,12 @@ import dagster as dg
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_assets.config import ReplicationConfig, SObjectConfig
-from cdc_assets.history.backfill import ensure_history
-from cdc_assets.history.catch_up import HistoryResult, catch_up
-from cdc_assets.history.stage import history_name
 from cdc_assets.names import HISTORY_GROUP, META_HISTORY_THROUGH, META_HISTORY_VERSIONS, history_key, replica_key
 from object_schema.describe import ObjectSchema
+from replication.config import ReplicationConfig, SObjectConfig
+from replication.history.backfill import ensure_history
+from replication.history.catch_up import HistoryResult, catch_up
+from replication.history.stage import history_name
 from resources.delta import DeltaWarehouse
 
 

@@ -17,11 +17,11 @@ from datetime import datetime
 import dagster as dg
 import pyarrow.compute as pc
 
-from cdc_assets.config import SObjectConfig
-from cdc_assets.history.chain import DELETED, IS_CURRENT
-from cdc_assets.history.stage import history_name
 from cdc_assets.names import replica_key
-from cdc_assets.state import ReplicaState
+from replication.config import SObjectConfig
+from replication.history.chain import DELETED, IS_CURRENT
+from replication.history.stage import history_name
+from replication.state import ReplicaState
 from resources.delta import DeltaWarehouse, read_table
 
 HISTORY_MATCHES_REPLICA = "history_matches_replica"

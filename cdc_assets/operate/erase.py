@@ -35,12 +35,12 @@ erasure (the org re-delivers for 72 h) is ingested again, so erase once its last
 import dagster as dg
 
 from cdc_assets.changefeed.export import export_changefeed
-from cdc_assets.config import ReplicationConfig, SObjectConfig
-from cdc_assets.history.stage import history_name
 from cdc_assets.names import CHANGE_EVENTS_POOL, TAG_OPERATOR, replica_pool, run_tags
-from cdc_assets.operate.erase_files import files_naming, rewrite_feed, rewrite_landing_files, rewrite_staged
-from cdc_assets.snapshot import discard_stage
-from cdc_assets.upkeep.compact import checkpoint_if_moved
+from replication.config import ReplicationConfig, SObjectConfig
+from replication.history.stage import history_name
+from replication.operate.erase_files import files_naming, rewrite_feed, rewrite_landing_files, rewrite_staged
+from replication.snapshot import discard_stage
+from replication.upkeep.compact import checkpoint_if_moved
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, _sql_literal
 from resources.landing_zone import LandingZone
 from resources.pool_lock import exclusive

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from cdc_assets.actions import ACTIONS
-from cdc_assets.config import ReplicationConfig
 from cdc_assets.names import META_PAUSED, TAG_OPERATOR, replica_key, run_tags, work_tag
 from cdc_assets.operate.pause import set_paused
-from cdc_assets.quarantine import acknowledge_quarantine, newest_quarantined_at
+from replication.config import ReplicationConfig
+from replication.quarantine import acknowledge_quarantine, newest_quarantined_at
 from resources.delta import DeltaWarehouse
 
 ACK_JOB, PAUSE_JOB, RESUME_JOB = "acknowledge_quarantine", "pause_replication", "resume_replication"

@@ -9,7 +9,7 @@ rows stay (retention trims nothing above a replica's checkpoint). On resume the 
 run of the object (run key `resume-<Name>-<resumed at>`), which applies everything ingested meanwhile.
 
 One consequence: a transaction spanning a paused object and another one stays open in the other (the close rule
-applies the newest transaction only in a run holding every replica that has rows of it, cdc_assets/closure.py)
+applies the newest transaction only in a run holding every replica that has rows of it, replication/closure.py)
 until a newer transaction closes it or the object is resumed.
 """
 

@@ -11,7 +11,7 @@ step writing the same table: it waits for the slot like any writer. Each reports
 UI plots on the asset's page. Jobs are tagged mode `upkeep` and, hidden, `TAG_UPKEEP=<table>`.
 
 The vacuum is delta-rs's default (lite): it deletes files the log removed, never files the log never named, such as
-a resync's stage waiting in the replica's folder (cdc_assets/snapshot.py). A full vacuum (delta-rs `full=True`,
+a resync's stage waiting in the replica's folder (replication/snapshot.py). A full vacuum (delta-rs `full=True`,
 Spark's `VACUUM`) of a replica while a resync stage waits would delete the stage's files.
 """
 
@@ -20,8 +20,6 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from cdc_assets.config import ReplicationConfig, UpkeepConfig
-from cdc_assets.history.stage import history_name
 from cdc_assets.names import (
     CHANGE_EVENTS_KEY,
     CHANGE_EVENTS_POOL,
@@ -31,10 +29,12 @@ from cdc_assets.names import (
     replica_pool,
     run_tags,
 )
-from cdc_assets.upkeep.compact import Footprint, compact
-from cdc_assets.upkeep.landing import retire_landing
-from cdc_assets.upkeep.retention import prune_archive, prune_quarantine, trim_payloads
-from cdc_assets.upkeep.vacuum import vacuum
+from replication.config import ReplicationConfig, UpkeepConfig
+from replication.history.stage import history_name
+from replication.upkeep.compact import Footprint, compact
+from replication.upkeep.landing import retire_landing
+from replication.upkeep.retention import prune_archive, prune_quarantine, trim_payloads
+from replication.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.delta_protocol import ensure_supported
 from resources.landing_zone import LandingZone

@@ -31,9 +31,9 @@ from cdc_assets.actions import (
     carried_by,
 )
 from cdc_assets.assets import replica_key
-from cdc_assets.config import parse_config
 from cdc_assets.names import TAG_MODE, work_tag
 from cdc_assets.operate.jobs import build_mode_jobs
+from replication.config import parse_config
 from salesforce_emulator import Emulator
 
 OBJECT = "Account"

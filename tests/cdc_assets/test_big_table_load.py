@@ -8,7 +8,7 @@ import pytest
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.snapshot import STAGE_DIR
+from replication.snapshot import STAGE_DIR
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, ids
 

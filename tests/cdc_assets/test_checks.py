@@ -34,10 +34,10 @@ from cdc_assets.checks import (
     check_org_knows_ids,
     check_quarantine_empty,
 )
-from cdc_assets.config import load_config
 from cdc_assets.names import replica_key
-from cdc_assets.quarantine import acknowledge_quarantine
-from cdc_assets.state import Reconciled, ReplicaState
+from replication.config import load_config
+from replication.quarantine import acknowledge_quarantine
+from replication.state import Reconciled, ReplicaState
 from resources.delta import DeltaWarehouse
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
@@ -293,7 +293,7 @@ def test_landing_text_reaches_logs_and_check_metadata_escaped_and_values_unquote
 
 
 def test_org_knows_ids_fails_for_a_refused_id_or_too_many_unknown_ones():
-    """What the last reconcile took out of the dirty set without a record (cdc_assets/sync.py), judged."""
+    """What the last reconcile took out of the dirty set without a record (replication/refetch.py), judged."""
     assert check_org_knows_ids(ReplicaState(), "Account").passed
     quiet = Reconciled(
         at="2026-01-01T00:00:00+00:00", records=40, unknown=MAX_UNKNOWN_IDS, unknown_examples=["001000000000009AAA"]

@@ -22,9 +22,9 @@ from event_lines import event
 from harness import Platform, comparable, load_lines
 from settings import REPO, TEST_SPARK_CONF
 
-from cdc_assets.apply import APPLY_APP
-from cdc_assets.counts import dirty_count, row_count
-from cdc_assets.state import ReplicaState
+from replication.apply import APPLY_APP
+from replication.counts import dirty_count, row_count
+from replication.state import ReplicaState
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
@@ -72,13 +72,15 @@ def kill_run(spark, root: Path, point: str, describe: str, mode: str | None = No
 def test_every_fault_point_is_named_once_and_killed_by_a_test():
     called = [
         m
-        for path in (REPO / "cdc_assets").rglob("*.py")
+        for package in ("replication", "cdc_assets")
+        for path in (REPO / package).rglob("*.py")
         for m in re.findall(r'fault_point\("([^"]+)"\)', path.read_text())
     ]
     assert sorted(called) == sorted(FAULT_POINTS)
     data = [
         m
-        for path in (REPO / "cdc_assets").rglob("*.py")
+        for package in ("replication", "cdc_assets")
+        for path in (REPO / package).rglob("*.py")
         for m in re.findall(r'data_fault_point\("([^"]+)",', path.read_text())
     ]
     assert sorted(data) == sorted(DATA_POINTS)  # raised by tests/cdc_assets/test_landing_faults.py and below

@@ -18,8 +18,8 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.checks import UNIQUE_ID
-from cdc_assets.config import ConfigError, parse_config
 from cdc_assets.names import VISIBLE, changefeed_key, events_key, object_tag, replica_key
+from replication.config import ConfigError, parse_config
 from resources.delta import read_table
 from sensors.landing_zone import SENSOR_NAME as LANDING
 

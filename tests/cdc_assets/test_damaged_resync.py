@@ -1,5 +1,5 @@
 """A damaged landing file asks a resync of the objects the file names, at most once per object per
-`damaged_resync_every` (cdc_assets/damaged.py): against the real HTTPS emulator, real Delta tables, Dagster's real
+`damaged_resync_every` (replication/damaged.py): against the real HTTPS emulator, real Delta tables, Dagster's real
 materialize() and the real reconciliation sensor. An overflow from the org is never delayed."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.checks import NO_PENDING_RESYNC
-from cdc_assets.config import load_config
 from cdc_assets.names import replica_key, work_tag
+from replication.config import load_config
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload

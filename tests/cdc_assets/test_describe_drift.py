@@ -14,10 +14,10 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.field_catalog import UNNAMED, catalog_name
 from cdc_assets.names import META_FIELDS_EXCLUDED
-from cdc_assets.prepare import normalized
 from object_schema.describe import NAME_REASON, ObjectSchema
+from replication.describe_drift import normalized
+from replication.field_catalog import UNNAMED, catalog_name
 from resources.delta import read_table
 from spark_ops.parse import parse_lines, to_change_rows
 

@@ -1,4 +1,4 @@
-"""A replicated field hidden by field-level security, or deleted, while the platform runs (cdc_assets/field_access.py):
+"""A replicated field hidden by field-level security, or deleted, while the platform runs (replication/field_access.py):
 the org changed by its admin through the Tooling API and FieldPermissions records of the real HTTPS emulator, the
 platform run through Dagster's real materialize() and its sensors."""
 
@@ -24,8 +24,8 @@ from test_sync import catch_up, make_platform, resource, run_sensor_requests
 from cdc_assets.assets import replica_key
 from cdc_assets.checks import FIELDS_READABLE, SCHEMA, UNIQUE_ID
 from cdc_assets.history.checks import HISTORY_MATCHES_REPLICA
-from cdc_assets.history.stage import history_name
-from cdc_assets.schemas import FIELD_ACCESS_PROPERTY, field_marks, keep_describe, marked_fields
+from replication.history.stage import history_name
+from replication.schemas import FIELD_ACCESS_PROPERTY, field_marks, keep_describe, marked_fields
 from resources.delta import read_table
 from salesforce_emulator import Emulator
 from salesforce_emulator.client import simple_salesforce_client
@@ -361,8 +361,8 @@ def test_a_reconcile_that_reads_a_value_its_column_cannot_hold_rewrites_the_colu
 
 
 def test_a_value_that_does_not_fit_is_a_typed_error_naming_the_column_not_the_value():
-    from cdc_assets.records import ValueDoesNotFit, replica_rows
     from object_schema.describe import ObjectSchema
+    from replication.records import ValueDoesNotFit, replica_rows
 
     describe = {
         "name": "Account",

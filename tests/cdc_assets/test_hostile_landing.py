@@ -27,9 +27,9 @@ from harness import Platform
 from org_compare import differences
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.config import UpkeepConfig
 from cdc_assets.landing_checks import survey_report
 from cdc_assets.upkeep.jobs import upkeep_table
+from replication.config import UpkeepConfig
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource

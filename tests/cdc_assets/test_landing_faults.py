@@ -18,11 +18,11 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.checks import check_no_failed_files
-from cdc_assets.config import UpkeepConfig
-from cdc_assets.ingest import ingest, pending_files
-from cdc_assets.quarantine import acknowledge_quarantine, newest_quarantined_at
 from cdc_assets.upkeep.jobs import upkeep_table
 from object_schema.describe import ObjectSchema
+from replication.config import UpkeepConfig
+from replication.ingest import ingest, pending_files
+from replication.quarantine import acknowledge_quarantine, newest_quarantined_at
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.landing_zone import LINK, LandingZone
 from resources.storage import Folder

@@ -28,10 +28,10 @@ from org_compare import differences, live_rows
 from settings import REPO, TEST_SPARK_CONF
 from subscriber_harness import resource
 
-from cdc_assets.apply import APPLY_APP
-from cdc_assets.changefeed.config import ChangefeedConfig
-from cdc_assets.changefeed.reader import ChangefeedReader, replay
 from cdc_subscriber.position import PositionStore
+from replication.apply import APPLY_APP
+from replication.changefeed.config import ChangefeedConfig
+from replication.changefeed.reader import ChangefeedReader, replay
 from resources.delta import CHANGE_EVENTS
 from resources.landing_zone import LandingZone
 from resources.storage import Folder, filesystem

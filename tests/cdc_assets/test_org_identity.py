@@ -1,4 +1,4 @@
-"""One warehouse root holds one org (cdc_assets/org.py): replica commits record the org their records come from,
+"""One warehouse root holds one org (replication/org.py): replica commits record the org their records come from,
 and a run whose Salesforce connection reads another org refuses, against two real HTTPS emulator orgs of
 different ids, through Dagster's real materialize()."""
 
@@ -11,7 +11,7 @@ from event_lines import event
 from test_sync import catch_up, make_platform, resource
 
 from cdc_assets.assets import replica_key
-from cdc_assets.state import OrgIdentity, ReplicaState
+from replication.state import OrgIdentity, ReplicaState
 from resources.delta import DeltaWarehouse
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload

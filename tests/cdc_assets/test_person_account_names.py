@@ -14,9 +14,9 @@ from harness import Platform
 from org_compare import differences
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.apply import EVENT_COUNTS
 from cdc_assets.names import TAG_MODE
 from object_schema.describe import ObjectSchema
+from replication.apply import EVENT_COUNTS
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
 from salesforce_emulator.workload import Workload

@@ -1,4 +1,4 @@
-"""A resync's stage once swapped in (cdc_assets/snapshot.py): the swap commits an app transaction naming its stage,
+"""A resync's stage once swapped in (replication/snapshot.py): the swap commits an app transaction naming its stage,
 so a resync killed between the swap and the stage's cleanup is finished by the next resync run without a second
 snapshot, and a stage left behind that way never stands in for a later resync's snapshot, whatever the replica
 went through in between."""
@@ -10,9 +10,9 @@ from harness import Platform
 from org_compare import differences
 from settings import TEST_SPARK_CONF
 
-from cdc_assets import snapshot
 from cdc_assets.names import replica_key
-from cdc_assets.snapshot import STAGE_DIR
+from replication import snapshot
+from replication.snapshot import STAGE_DIR
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload

@@ -14,7 +14,7 @@ from org_compare import differences
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.names import TAG_MODE
-from cdc_assets.schemas import stored_describe
+from replication.schemas import stored_describe
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.workload import Workload

@@ -23,12 +23,12 @@ from org_compare import differences
 from settings import REPO, TEST_SPARK_CONF
 from subscriber_harness import landed, resource
 
-from cdc_assets.config import UpkeepConfig
-from cdc_assets.upkeep.landing import retire_landing
 from cdc_subscriber.landing import LandingFileWriter
 from cdc_subscriber.position import PositionStore, topic_slug
 from cdc_subscriber.service import ALL_CHANGES, FAULT_POINTS
 from cdc_subscriber.status import StatusReporter
+from replication.config import UpkeepConfig
+from replication.upkeep.landing import retire_landing
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator

@@ -26,15 +26,15 @@ import pytest
 from deltalake import DeltaTable
 from harness import write_config
 
-from cdc_assets.changefeed.reader import ChangefeedReader
-from cdc_assets.history.catch_up import DATA_OPERATIONS
-from cdc_assets.ingest import pending_files
 from cdc_assets.names import META_APPLIED_THROUGH, META_DIRTY, META_HELD, META_RESYNC, replica_key
-from cdc_assets.state import IngestState
 from demo import postgres as pg
 from demo import processes
 from demo.instance import in_flight_runs, open_instance, write_dagster_home
 from demo.main import WORKSPACE
+from replication.changefeed.reader import ChangefeedReader
+from replication.history.catch_up import DATA_OPERATIONS
+from replication.ingest import pending_files
+from replication.state import IngestState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator

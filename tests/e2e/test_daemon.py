@@ -16,10 +16,10 @@ import pytest
 from deltalake import DeltaTable
 from org_compare import differences, live_rows
 
-from cdc_assets.apply import EVENT_COUNTS
-from cdc_assets.changefeed.reader import replay
 from demo.instance import STORAGES
 from demo.latency import probe
+from replication.apply import EVENT_COUNTS
+from replication.changefeed.reader import replay
 from salesforce_emulator import FaultConfig
 from salesforce_emulator.client import simple_salesforce_client
 from salesforce_emulator.workload_backends import Op

@@ -4,7 +4,7 @@ again with another type, all through the APIs Salesforce documents (Tooling API 
 `FieldPermissions`, `PermissionSetAssignment`). The sensors alone keep the replicas, and no run fails: when they
 settle, every replica equals the org field by field, a field's values written while the platform could not read it
 are backfilled, a deleted field's column keeps its last values until a new field takes its name, and a column whose
-field changed type holds the org's values in the new type (cdc_assets/field_access.py, retype.py). How long each
+field changed type holds the org's values in the new type (replication/field_access.py, retype.py). How long each
 change took to reach the replica is printed (`make e2e` runs with -s)."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from e2e_admin import add_field, admin_of, grant_read, set_values, settled_until
 from org_compare import differences
 from simple_salesforce import Salesforce
 
-from cdc_assets.schemas import field_marks, marked_fields
+from replication.schemas import field_marks, marked_fields
 
 pytestmark = pytest.mark.e2e
 

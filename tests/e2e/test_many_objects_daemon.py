@@ -15,7 +15,7 @@ from e2e_admin import add_field, admin_of, grant_read, set_values
 from org_compare import differences
 
 from cdc_assets.names import TAG_MODE
-from cdc_assets.schemas import marked_fields
+from replication.schemas import marked_fields
 from salesforce_emulator.custom_objects import custom_object_name
 
 pytestmark = pytest.mark.e2e

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from cdc_assets.apply import EVENT_COUNTS
 from cdc_assets.checks import CHECKS, SCHEMA, UNIQUE_ID
 from cdc_assets.names import GROUP, VISIBLE, events_key, replica_key
 from demo import processes
+from replication.apply import EVENT_COUNTS
 from sensors.changefeed import SENSOR_NAME as AUTOMATION_SENSOR
 
 # On SQLite only: the same session stack as the daemon tests' SQLite run (tests/e2e/conftest.py).

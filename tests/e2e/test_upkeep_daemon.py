@@ -18,11 +18,11 @@ from dagster_graphql import DagsterGraphQLClient
 from deltalake import DeltaTable
 from org_compare import differences, live_rows
 
-from cdc_assets.changefeed.reader import replay
 from cdc_assets.names import TAG_UPKEEP
 from cdc_assets.operate.pause import paused_objects
 from cdc_assets.upkeep.jobs import upkeep_job_name
 from demo.instance import STORAGES
+from replication.changefeed.reader import replay
 from resources.delta import CHANGE_EVENTS
 
 # On SQLite and on PostgreSQL (tests/e2e/conftest.py).

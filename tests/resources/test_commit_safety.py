@@ -2,7 +2,7 @@
 commit one Delta version gets a run started, and on a store that honours conditional writes (moto's S3 server)
 two writers racing for one version end with exactly one commit each, nothing overwritten.
 
-The races of the platform's own writers (ingest, apply) on S3 are in tests/cdc_assets/test_concurrent_writers.py
+The races of the platform's own writers (ingest, apply) on S3 are in tests/replication/test_concurrent_writers.py
 (parametrized over a local and an S3 warehouse)."""
 
 from __future__ import annotations

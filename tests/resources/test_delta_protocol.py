@@ -8,9 +8,9 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, TableFeatures, write_deltalake
 
-from cdc_assets.config import UpkeepConfig
 from cdc_assets.table_protocol import check_table_protocol
 from cdc_assets.upkeep.jobs import upkeep_table
+from replication.config import UpkeepConfig
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.delta_protocol import APPEND_ONLY, Protocol, UnsupportedProtocol
 

@@ -288,7 +288,7 @@ def test_a_name_that_is_not_utf8_is_reported_not_listed(tmp_path):
 
 
 def test_a_batch_counts_a_gz_file_by_its_text_and_one_whose_trailer_says_less_ends_the_batch_it_swells(tmp_path):
-    from cdc_assets.ingest import batches
+    from replication.ingest import batches
 
     def text(n: int, width: int) -> bytes:
         return b"".join(

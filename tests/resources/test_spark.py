@@ -169,7 +169,7 @@ def _classes_compiled(spark) -> int:
 
 def test_a_fold_and_its_versions_over_new_rows_reuse_the_code_compiled_for_the_last(spark, sample_dir):
     """Nothing in the fold's or the history versions' query is a per-run constant (`_sf_synced_at` is stamped
-    outside it: cdc_assets/records.py `stamped`), so a later run's plan is code the JVM already generated, compiled
+    outside it: replication/records.py `stamped`), so a later run's plan is code the JVM already generated, compiled
     and optimized (with `current_timestamp()` in it, every run was new code: bench/RESULTS.md)."""
     from spark_ops.fold import fold_changes
     from spark_ops.history import transaction_versions

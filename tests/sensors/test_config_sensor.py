@@ -2,7 +2,7 @@
 
 A typo saved in replication.yaml before the definitions are reloaded must not fail runs with only "Could not load
 job definition" (a run that re-imported the definitions would re-read the file): a location keeps the text it
-loaded (cdc_assets.config.load_location_config) and the processes it spawns use it; the
+loaded (replication.config.load_location_config) and the processes it spawns use it; the
 sensor `replication_config_sensor` (sensors/config.py) fails its tick with the file's errors, or asks for a
 reload after a valid edit. The run-worker test spawns a process the way Dagster's code server starts a run
 (multiprocessing, spawn) and imports `definitions` there, as a run worker does.
@@ -17,8 +17,8 @@ import dagster as dg
 import pytest
 from settings import SAMPLE
 
-from cdc_assets.config import LOADED_CONFIG_ENV, ConfigError, load_location_config
 from definitions import build_defs
+from replication.config import LOADED_CONFIG_ENV, ConfigError, load_location_config
 from sensors.config import CONFIG_SENSOR
 
 TYPO = "objects:\n  - name: Account\n    pol_interval: 60\n"

@@ -25,9 +25,9 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.checks import CHECKS
-from cdc_assets.ingest import ingest
 from cdc_assets.names import CHANGE_EVENTS_KEY, TAG_REASON, replica_key
 from object_schema.describe import ObjectSchema
+from replication.ingest import ingest
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from sensors.landing_zone import REASON_FILES, SENSOR_NAME

@@ -15,13 +15,13 @@ import yaml
 from deltalake import Schema
 from settings import REPO
 
-from cdc_assets.changefeed import DEBEZIUM_SCHEMA
-from cdc_assets.changefeed.config import MODES, ChangefeedConfig
 from cdc_assets.changefeed.export import RecreatedReplicaError, export_changefeed
-from cdc_assets.changefeed.reader import ChangefeedReader, replay
-from cdc_assets.changefeed.rows import net_changes
-from cdc_assets.config import load_config
-from cdc_assets.state import REPLICA_STATE
+from replication.changefeed import DEBEZIUM_SCHEMA
+from replication.changefeed.config import MODES, ChangefeedConfig
+from replication.changefeed.reader import ChangefeedReader, replay
+from replication.changefeed.rows import net_changes
+from replication.config import load_config
+from replication.state import REPLICA_STATE
 from resources.changefeed_store import IDENTITY, RESOLVED
 from resources.delta import CHANGE_FEED, DeltaWarehouse, read_table, table_configuration
 from shared.faults import InjectedFault
@@ -68,9 +68,9 @@ def rows(*records: tuple, synced: int = 0, source: str = "cdc") -> pa.Table:
 
 
 class Replica:
-    """A replica table written the way apply.py (merge) and sync.py (overwrite) write it, each commit with its
+    """A replica table written the way apply.py (merge) and refetch.py (overwrite) write it, each commit with its
     replica state. Without change_events no row has a transaction, so a change's ts step is its commit's
-    `applied_through` (cdc_assets/changefeed/clock.py): here the version, unless `applied` says otherwise."""
+    `applied_through` (replication/changefeed/clock.py): here the version, unless `applied` says otherwise."""
 
     def __init__(self, root: Path, name: str = "Account"):
         self.warehouse, self.name = DeltaWarehouse(root=str(root)), name
@@ -403,7 +403,7 @@ def test_hard_delete_is_an_erase_with_the_old_image(tmp_path, replica):
 KILLED_EXPORT = """
 import sys
 from cdc_assets.changefeed.export import export_changefeed
-from cdc_assets.changefeed.config import ChangefeedConfig
+from replication.changefeed.config import ChangefeedConfig
 from resources.delta import DeltaWarehouse
 export_changefeed(DeltaWarehouse(root=sys.argv[1]), "Account", ChangefeedConfig(uri=sys.argv[2], initial_scan=True))
 """
@@ -545,7 +545,7 @@ def test_feeds_of_two_objects_merge_in_commit_order_and_cut_transactions_whole(t
     """ts comes from change_events' ingest sequence, which every replica shares, not from each
     replica's own version, so Account's and Contact's feeds merge in commit order, and a cut at their common
     resolved step holds a transaction that spans both objects in both or in neither."""
-    from cdc_assets.changefeed.reader import read_consistent
+    from replication.changefeed.reader import read_consistent
     from resources.delta import CHANGE_EVENTS
 
     warehouse = DeltaWarehouse(root=str(tmp_path / "warehouse"))
@@ -629,7 +629,7 @@ def test_a_resync_larger_than_a_batch_is_netted_in_bounded_parts_with_the_same_r
     """A resync overwrite puts the whole table in its version's CDF twice; with `batch_rows`
     smaller than that, the export partitions it by a hash of Id into parts of at most a batch (every key's rows in
     one; with a fan-out of 3, in two levels of spill files), and writes the same records as one pass."""
-    from cdc_assets.changefeed import parts as parts_module
+    from replication.changefeed import parts as parts_module
 
     monkeypatch.setattr(parts_module, "FAN_OUT", fan_out)
     replica, changed = resynced_replica(tmp_path / "warehouse", 600)
@@ -656,8 +656,8 @@ def test_the_export_reads_the_replica_and_its_changes_in_batches_of_at_most_batc
     """The initial scan and a resync's export take the replica's rows from the readers (resources/delta_changes.py)
     at most `batch_rows` at a time, and net them in parts of at most that many, although the replica is one row
     group of 600 rows and its resync's CDF 1,200: seen through the batches and parts the export is handed."""
-    from cdc_assets.changefeed import export as export_module
-    from cdc_assets.changefeed import parts as parts_module
+    from replication.changefeed import export as export_module
+    from replication.changefeed import parts as parts_module
 
     handed: dict[str, list[int]] = {"scan": [], "cdf": [], "parts": []}
 
@@ -720,7 +720,7 @@ def test_a_column_added_and_backfilled_shows_in_the_lines_of_the_versions_after_
 def test_a_column_rewritten_with_a_new_type_shows_as_updates_of_the_records_whose_value_changed(tmp_path, replica):
     config = feed(tmp_path, initial_scan=True)
     export_changefeed(replica.warehouse, "Account", config)
-    # What a retype's rewrite commits (cdc_assets/retype.py): Amount, a double, now text, with the org's values.
+    # What a retype's rewrite commits (replication/retype.py): Amount, a double, now text, with the org's values.
     current = read_table(replica.warehouse.table("Account"))
     amounts = {"001A": "1", "001B": "two"}
     retyped = current.set_column(

@@ -19,11 +19,11 @@ from harness import Platform
 from org_compare import live_rows
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.changefeed import DEBEZIUM_SCHEMA
-from cdc_assets.changefeed.config import ChangefeedConfig
 from cdc_assets.changefeed.export import export_changefeed
-from cdc_assets.changefeed.reader import ChangefeedReader, read_consistent, record_ts, replay
 from cdc_assets.names import changefeed_key
+from replication.changefeed import DEBEZIUM_SCHEMA
+from replication.changefeed.config import ChangefeedConfig
+from replication.changefeed.reader import ChangefeedReader, read_consistent, record_ts, replay
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig

@@ -224,7 +224,7 @@ def test_the_changefeed_carries_formula_changes_and_nothing_for_a_refresh_that_f
     from deltalake import DeltaTable
     from org_compare import live_rows
 
-    from cdc_assets.changefeed.reader import ChangefeedReader, replay
+    from replication.changefeed.reader import ChangefeedReader, replay
 
     Workload(org, seed=14).build_org(accounts=5)
     feed = tmp_path / "feed"

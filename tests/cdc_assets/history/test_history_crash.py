@@ -19,7 +19,7 @@ from crash_runner import kill_run, run_mode
 from harness import Platform, comparable, load_lines
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.history.stage import history_name
+from replication.history.stage import history_name
 from resources.salesforce import SalesforceResource
 from resources.staged import STAGED
 from salesforce_emulator import Emulator, FaultConfig

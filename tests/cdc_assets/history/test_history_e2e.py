@@ -16,8 +16,8 @@ from org_compare import history_differences as org_history_differences
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.history.checks import HISTORY_MATCHES_REPLICA, history_differences
-from cdc_assets.history.stage import history_name
 from object_schema.describe import ObjectSchema
+from replication.history.stage import history_name
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig

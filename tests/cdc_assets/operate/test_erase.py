@@ -16,9 +16,9 @@ from event_lines import event
 from harness import Platform, load_lines
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.config import UpkeepConfig
 from cdc_assets.operate.erase import erase_job_name, erase_keys
 from cdc_assets.upkeep.jobs import upkeep_table
+from replication.config import UpkeepConfig
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 

@@ -16,10 +16,10 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.checks import check_quarantine_empty
-from cdc_assets.config import load_config
 from cdc_assets.names import CHANGE_EVENTS_KEY, TAG_REASON, ingest_keys, object_tag, replica_key, work_tag
 from cdc_assets.operate.jobs import ACK_JOB, PAUSE_JOB, RESUME_JOB
 from cdc_assets.operate.pause import paused_objects
+from replication.config import load_config
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from sensors.landing_zone import REASON_RESUME
 from sensors.landing_zone import SENSOR_NAME as LANDING

@@ -9,9 +9,9 @@ from org_compare import differences
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.names import replica_key
-from cdc_assets.poll.run import poll_state as read_poll_state
-from cdc_assets.state import PollState
 from definitions import build_defs
+from replication.poll.run import poll_state as read_poll_state
+from replication.state import PollState
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator

@@ -12,9 +12,9 @@ import json
 import pytest
 from poll_harness import assert_equal_to_org, poll_platform, resource, run_replicas
 
-from cdc_assets.field_catalog import BINARY, catalog_name
 from cdc_assets.names import META_API_CALLS, META_FIELD_CATALOG, META_FIELDS_EXCLUDED, replica_key
 from object_schema.describe import BINARY_REASON, ObjectSchema
+from replication.field_catalog import BINARY, catalog_name
 from resources.delta import read_table
 from resources.salesforce import BulkJobFailed, SalesforceApiError
 

@@ -1,4 +1,4 @@
-"""The Id comparison of a polled object, both ways (cdc_assets/poll/compare.py): records committed later than the
+"""The Id comparison of a polled object, both ways (replication/poll/compare.py): records committed later than the
 overlap are found, deletes beyond `poll_max_delete_share` wait for a confirmation, a record that reappears in the
 org is restored."""
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from cdc_assets.poll.rows import newer_rows, newest_position
-from cdc_assets.records import records_to_text, replica_rows
-from cdc_assets.state import PollPosition
 from object_schema.describe import ObjectSchema
+from replication.poll.rows import newer_rows, newest_position
+from replication.records import records_to_text, replica_rows
+from replication.state import PollPosition
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 FIELDS = ["Id", "Name", "IsDeleted", "SystemModstamp"]

@@ -1,4 +1,4 @@
-"""Retiring ingested landing files (cdc_assets/upkeep/landing.py): upkeep moves what change_events has ingested
+"""Retiring ingested landing files (replication/upkeep/landing.py): upkeep moves what change_events has ingested
 out of the landing zone and lets change_events forget it after the ledger horizon, and the tables stay exact: a
 retired file landed again is skipped while remembered and is all duplicates once forgotten."""
 
@@ -15,9 +15,9 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.config import UpkeepConfig
-from cdc_assets.ingest import file_app_id, pending_files
 from cdc_assets.upkeep.jobs import upkeep_table
+from replication.config import UpkeepConfig
+from replication.ingest import file_app_id, pending_files
 from resources.delta import CHANGE_EVENTS, TXN_RETENTION, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.storage import Folder

@@ -14,9 +14,9 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.config import UpkeepConfig, load_config
-from cdc_assets.quarantine import acknowledge_quarantine
 from cdc_assets.upkeep.jobs import upkeep_table
+from replication.config import UpkeepConfig, load_config
+from replication.quarantine import acknowledge_quarantine
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingZone
 

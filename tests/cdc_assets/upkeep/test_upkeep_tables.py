@@ -13,15 +13,15 @@ from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.apply import APPLY_APP
-from cdc_assets.config import UpkeepConfig
-from cdc_assets.history.stage import history_name
 from cdc_assets.names import history_key
-from cdc_assets.state import IngestState, ReplicaState
-from cdc_assets.upkeep.compact import Footprint, compact
 from cdc_assets.upkeep.jobs import upkeep_job_name, upkeep_table
-from cdc_assets.upkeep.retention import replay_floor, trim_payloads
-from cdc_assets.upkeep.vacuum import vacuum
+from replication.apply import APPLY_APP
+from replication.config import UpkeepConfig
+from replication.history.stage import history_name
+from replication.state import IngestState, ReplicaState
+from replication.upkeep.compact import Footprint, compact
+from replication.upkeep.retention import replay_floor, trim_payloads
+from replication.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 
 T0 = 1_763_800_000_000  # Nov 2025: far older than any retention horizon

@@ -656,7 +656,7 @@ def test_the_export_reads_the_replica_and_its_changes_in_batches_of_at_most_batc
     """The initial scan and a resync's export take the replica's rows from the readers (resources/delta_changes.py)
     at most `batch_rows` at a time, and net them in parts of at most that many, although the replica is one row
     group of 600 rows and its resync's CDF 1,200: seen through the batches and parts the export is handed."""
-    from replication.changefeed import export as export_module
+    from cdc_assets.changefeed import export as export_module
     from replication.changefeed import parts as parts_module
 
     handed: dict[str, list[int]] = {"scan": [], "cdf": [], "parts": []}

@@ -192,52 +192,61 @@ class Subscriber:
             log.info("removed %d in-flight landing files of a stopped subscriber (their events come again)", removed)
         ticker = threading.Thread(target=self._tick, name="subscriber-tick", daemon=True)
         ticker.start()
-        backoff = self.config.backoff_initial
-        auth_failures = 0
         final = "PAUSED"
         try:
-            while not self.stopping.is_set():
-                self.reporter.set_state("STARTING")
-                try:
-                    self._session()
-                    backoff, auth_failures = self.config.backoff_initial, 0
-                    continue
-                except grpc.RpcError as exc:
-                    if self.stopping.is_set():
-                        break
-                    handled = self._handle(exc, auth_failures)
-                    if handled is None:  # logged in again, or resynced: reconnect at once
-                        auth_failures += exc.code() == grpc.StatusCode.UNAUTHENTICATED
-                        continue
-                    error: BaseException = handled
-                except (SalesforceApiError, requests.RequestException, OSError) as exc:
-                    if isinstance(exc, SalesforceApiError) and exc.status == 401:
-                        self.salesforce.relogin()  # REST (describe) saw the session expire before gRPC did
-                    error = exc
-                except PermanentError:
-                    raise
-                except Exception as exc:  # e.g. an event that does not decode: report it, back off, resume from
-                    log.exception("stream %s: unexpected error", self.config.topic)  # the durable position
-                    error = exc
-                log.warning("stream %s failed (%s); reconnecting in %.1fs", self.config.topic, error, backoff)
-                self.reporter.set_state("FAILED", error)
-                self.stopping.wait(backoff)
-                backoff = min(backoff * 2, self.config.backoff_max)
+            self._reconnect_until_stopped()
         except PermanentError as exc:
             log.error("stream %s failed permanently: %s", self.config.topic, exc)
             final = "FAILED_PERMANENTLY"
             self.reporter.set_state(final, exc)
         finally:
-            if final == "PAUSED":
-                self.reporter.set_state("DRAINING")
-            self.writer.roll()
-            self.stopping.set()
-            ticker.join(timeout=2)
-            if self._own_spool is not None:
-                # empty once rolled; should removing fail, the next subscriber to start removes it (remove_dead_spools)
-                shutil.rmtree(self._own_spool, ignore_errors=True)
-            self.reporter.set_state(final)
+            self._wind_down(final, ticker)
         return final
+
+    def _reconnect_until_stopped(self) -> None:
+        """A session, and another after each failure (backed off, doubling), until ``stop()``; a PermanentError
+        ends it."""
+        backoff = self.config.backoff_initial
+        auth_failures = 0
+        while not self.stopping.is_set():
+            self.reporter.set_state("STARTING")
+            try:
+                self._session()
+                backoff, auth_failures = self.config.backoff_initial, 0
+                continue
+            except grpc.RpcError as exc:
+                if self.stopping.is_set():
+                    break
+                handled = self._handle(exc, auth_failures)
+                if handled is None:  # logged in again, or resynced: reconnect at once
+                    auth_failures += exc.code() == grpc.StatusCode.UNAUTHENTICATED
+                    continue
+                error: BaseException = handled
+            except (SalesforceApiError, requests.RequestException, OSError) as exc:
+                if isinstance(exc, SalesforceApiError) and exc.status == 401:
+                    self.salesforce.relogin()  # REST (describe) saw the session expire before gRPC did
+                error = exc
+            except PermanentError:
+                raise
+            except Exception as exc:  # e.g. an event that does not decode: report it, back off, resume from
+                log.exception("stream %s: unexpected error", self.config.topic)  # the durable position
+                error = exc
+            log.warning("stream %s failed (%s); reconnecting in %.1fs", self.config.topic, error, backoff)
+            self.reporter.set_state("FAILED", error)
+            self.stopping.wait(backoff)
+            backoff = min(backoff * 2, self.config.backoff_max)
+
+    def _wind_down(self, final: str, ticker: threading.Thread) -> None:
+        """Land what is spooled, stop the ticker, remove this subscriber's spool and report `final`."""
+        if final == "PAUSED":
+            self.reporter.set_state("DRAINING")
+        self.writer.roll()
+        self.stopping.set()
+        ticker.join(timeout=2)
+        if self._own_spool is not None:
+            # empty once rolled; should removing fail, the next subscriber to start removes it (remove_dead_spools)
+            shutil.rmtree(self._own_spool, ignore_errors=True)
+        self.reporter.set_state(final)
 
     def _handle(self, exc: Any, auth_failures: int) -> BaseException | None:
         """None when the failure is dealt with (log in again; resync) and the stream may reconnect at once, else

@@ -208,10 +208,17 @@ def daemon_memory(org: Org, seconds: float = DAEMON_SECONDS) -> dict[str, float]
 
 
 def measure(
-    objects: int, spark_conf: dict[str, str], *, daemon: bool, with_runs: bool = True, checks: bool = False
+    objects: int,
+    spark_conf: dict[str, str],
+    *,
+    daemon: bool,
+    with_runs: bool = True,
+    checks: bool = False,
+    daemon_seconds: float = DAEMON_SECONDS,
 ) -> dict:
     """The figures for `objects` objects; without `with_runs`, only those that need no run (definitions, the first
-    sensor ticks, the daemon's and code server's memory); with `checks`, each run includes its replicas' checks."""
+    sensor ticks, the daemon's and code server's memory over `daemon_seconds`: at a thousand objects the code
+    server takes minutes to serve the location); with `checks`, each run includes its replicas' checks."""
     root = Path(tempfile.mkdtemp(prefix=f"bench-objects-{objects}-"))
     org = Org(root, objects, spark_conf, checks=checks)
     try:
@@ -223,7 +230,7 @@ def measure(
                 write_deltalake(str(root / "warehouse" / name), schema.empty_table(), partition_by=[BUCKET_COLUMN])
             out["ticks_tables_no_runs_s"] = org.ticks()
             print(json.dumps(out), flush=True)  # what no subprocess is needed for, before the slower part
-            return out | _processes(org, root, daemon=daemon)
+            return out | _processes(org, root, daemon=daemon, daemon_seconds=daemon_seconds)
         runs, wall, sizes = org.settle()
         out["initial_load"] = {"runs": runs, "wall_s": round(wall, 1), "replicas_per_run": sizes}
         out["ticks_idle_s"] = org.ticks()
@@ -236,13 +243,13 @@ def measure(
         org.land()
         runs, wall, sizes = org.settle()
         out["one_object"] = {"runs": runs, "wall_s": round(wall, 2), "replicas_per_run": sizes}
-        return out | _processes(org, root, daemon=daemon)
+        return out | _processes(org, root, daemon=daemon, daemon_seconds=daemon_seconds)
     finally:
         org.close()
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _processes(org: Org, root: Path, *, daemon: bool) -> dict:
+def _processes(org: Org, root: Path, *, daemon: bool, daemon_seconds: float = DAEMON_SECONDS) -> dict:
     env = processes.platform_env(
         home=root / "dagster_home",
         config=org.config,
@@ -257,7 +264,7 @@ def _processes(org: Org, root: Path, *, daemon: bool) -> dict:
         ),
     }
     if daemon:
-        out["daemon_rss_mb"] = daemon_memory(org)
+        out["daemon_rss_mb"] = daemon_memory(org, daemon_seconds)
     return out
 
 
@@ -268,14 +275,19 @@ def run(*, sizes: tuple[int, ...] = (5, 200, 300), daemon: bool = True) -> list[
 
 if (
     __name__ == "__main__"
-):  # python -m bench.many_objects [N ...] [--no-daemon] [--no-runs] [--checks]: a JSON line per N
+):  # python -m bench.many_objects [N ...] [--no-daemon] [--no-runs] [--checks] [--daemon-seconds S]: a JSON line per N
     conf, _ = start_spark()
-    for n in tuple(int(a) for a in sys.argv[1:] if a.isdigit()) or (5, 200, 300):
+    seconds = (
+        float(sys.argv[sys.argv.index("--daemon-seconds") + 1]) if "--daemon-seconds" in sys.argv else DAEMON_SECONDS
+    )
+    sizes = [int(a) for i, a in enumerate(sys.argv[1:], 1) if a.isdigit() and sys.argv[i - 1] != "--daemon-seconds"]
+    for n in sizes or (5, 200, 300):
         row = measure(
             n,
             conf,
             daemon="--no-daemon" not in sys.argv,
             with_runs="--no-runs" not in sys.argv,
             checks="--checks" in sys.argv,
+            daemon_seconds=seconds,
         )
         print(json.dumps(row), flush=True)

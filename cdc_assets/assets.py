@@ -62,7 +62,7 @@ from cdc_assets.names import (
 )
 from cdc_assets.run_cut import pinned_cut
 from object_schema.describe import BINARY_REASON, FORMULAS_AT, NAME_REASON, ObjectSchema, spark_type
-from replication.apply import ApplyResult, apply_changes
+from replication.apply import ApplyResult, ApplyRun, apply_changes
 from replication.config import ReplicationConfig, ReplicationOptions, SObjectConfig
 from replication.counts import dirty_count, row_count
 from replication.damaged import deferred_until
@@ -338,18 +338,10 @@ def apply_step(
         close_after=run.options.transaction_close_after if close_after is None else close_after,
     )
     refresh = DescribeRefresh(run.sobject, run.warehouse, run.salesforce)
-    result = apply_changes(
-        spark,
-        run.warehouse,
-        run.schema,
-        cut=cut,
-        run_id=run.run_id,
-        now=run.now,
-        description=describe_note(run.describe),
-        refresh_schema=refresh,
-        replica=replica,
-        history=run.sobject.history,
+    applying = ApplyRun(
+        spark, run.warehouse, run.schema, run_id=run.run_id, now=run.now, refresh=refresh, history=run.sobject.history
     )
+    result = apply_changes(applying, cut=cut, description=describe_note(run.describe), replica=replica)
     if refresh.keep():
         result.table = run.warehouse.table(run.sobject.name)
     return result

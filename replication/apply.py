@@ -96,30 +96,39 @@ def read_current(
     return from_arrow(spark, aligned_arrow(rows, schema.arrow_schema()))
 
 
+@dataclass(frozen=True)
+class ApplyRun:
+    """One run's apply of one replica: the Spark session and warehouse it works in, the replica's schema, the run
+    (its id and time, stamped on what it writes), how to ask describe() again when events set fields the schema does
+    not know (`refresh`), and whether the replica keeps a history: then the state of each record after each
+    transaction applied is derived from the same changes and current rows and staged for the history table, named
+    in the commit (replication/history/)."""
+
+    spark: SparkSession
+    warehouse: DeltaWarehouse
+    schema: ObjectSchema
+    run_id: str
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    refresh: Callable[[], ObjectSchema] | None = None
+    history: bool = False
+
+
 def apply_changes(
-    spark: SparkSession,
-    warehouse: DeltaWarehouse,
-    schema: ObjectSchema,
+    run: ApplyRun,
     *,
     cut: Cut,
-    run_id: str,
-    now: datetime | None = None,
     description: str | None = None,
-    refresh_schema: Callable[[], ObjectSchema] | None = None,
     replica: DeltaTable | EllipsisType | None = ...,
-    history: bool = False,
 ) -> ApplyResult:
     """Apply the closed transactions ingested since the checkpoint, through the run's `cut` (and holding its open
-    transaction, replication/closure.py); `description` is kept on a new table; `refresh_schema` asks describe()
-    again when events set fields `schema` does not know. `replica`: the replica's snapshot if the caller has it
-    (None: no table yet), else it is loaded; the checkpoint is read from it and the commit made against it.
-    `history`: also derive the state of each record after each transaction applied, from the same changes and
-    current rows, and stage them for the history table, named in the commit (replication/history/).
+    transaction, replication/closure.py); `description` is kept on a new table. `replica`: the replica's snapshot if
+    the caller has it (None: no table yet), else it is loaded; the checkpoint is read from it and the commit made
+    against it.
 
     The steps: read the checkpoint and the change rows since it (`read_changes`), set aside what is held or
     overflowed (`split_rows`), fold the rest over the current rows (`fold_rows`), commit rows and checkpoint
     together (`commit_apply`)."""
-    now = now or datetime.now(UTC)
+    warehouse, schema = run.warehouse, run.schema
     watch = Stopwatch()
     replica = warehouse.table(schema.name) if replica is ... else replica
     prev = ReplicaState.read(warehouse, replica)
@@ -131,24 +140,12 @@ def apply_changes(
 
     rows = read_changes(warehouse, schema.name, applied, cut.through, prev.held)
     fault_point("replica.after_read_changes")
-    state = carried_state(prev, applied=applied, cut=cut, run_id=run_id, now=now)
+    state = carried_state(prev, applied=applied, cut=cut, run_id=run.run_id, now=run.now)
     changes, state, split_counts = split_rows(rows, cut.open_key, state)
     counts |= split_counts
     folded = Folded(rows=schema.arrow_schema().empty_table(), schema=schema)
     if changes is not None and changes.num_rows:
-        folded = fold_rows(
-            spark,
-            warehouse,
-            schema,
-            changes,
-            replica=replica,
-            applied=applied,
-            run_id=run_id,
-            now=now,
-            refresh=refresh_schema,
-            history=history,
-            watch=watch,
-        )
+        folded = fold_rows(run, changes, replica=replica, applied=applied, watch=watch)
         counts |= folded.counts
 
     counts["rows_written"] = folded.rows.num_rows
@@ -157,7 +154,7 @@ def apply_changes(
         return _uncommitted(replica, prev, applied, counts, watch=watch, folded=folded)
 
     table, state = commit_apply(
-        warehouse, folded, replace(state, counts=counts), replica=replica, description=description, history=history
+        warehouse, folded, replace(state, counts=counts), replica=replica, description=description, history=run.history
     )
     watch.lap("merge")
     fault_point("replica.after_commit")
@@ -248,18 +245,7 @@ class Folded:
 
 
 def fold_rows(
-    spark: SparkSession,
-    warehouse: DeltaWarehouse,
-    schema: ObjectSchema,
-    changes: pa.Table,
-    *,
-    replica: DeltaTable | None,
-    applied: int,
-    run_id: str,
-    now: datetime,
-    refresh: Callable[[], ObjectSchema] | None,
-    history: bool,
-    watch: Stopwatch,
+    run: ApplyRun, changes: pa.Table, *, replica: DeltaTable | None, applied: int, watch: Stopwatch
 ) -> Folded:
     """`changes` folded over the current rows of the records they touch (spark_ops/fold.py), after they meet the
     replica's describe() (replication/describe_drift.py) and their text diffs are resolved (replication/diffs.py); with
@@ -268,16 +254,17 @@ def fold_rows(
     The changes and the current rows reach Spark once each, and the fold and the versions are queries over those
     two inputs; what comes back is the fold's rows (and the versions), each in one hand-off. Only the rows of
     records with a text diff make a round trip of their own, and only when there are some (replication/diffs.py)."""
+    spark, warehouse, now = run.spark, run.warehouse, run.now
     schema, changes, drift = meet_describe(
         spark,
         warehouse,
-        schema,
+        run.schema,
         changes,
         replica=replica,
         applied=applied,
-        run_id=run_id,
+        run_id=run.run_id,
         now=now,
-        refresh=refresh,
+        refresh=run.refresh,
     )
     counts = dict(drift.counts)
     ids = pc.unique(changes["record_id"]).to_pylist()
@@ -292,7 +279,7 @@ def fold_rows(
     folded = to_arrow(fold_changes(changes_df, current, schema), rows=size)
     watch.lap("fold")
     versions = None
-    if history:
+    if run.history:
         versions = stamped(to_arrow(transaction_versions(changes_df, current, schema), rows=size), now)
         watch.lap("history")
     fault_point("replica.after_fold")

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from event_lines import event
 
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
-from replication.apply import APPLY_APP, apply_changes
+from replication.apply import APPLY_APP, ApplyRun, apply_changes
 from replication.closure import Cut
 from replication.history.stage import history_name
 from replication.ingest import ingest
@@ -57,14 +57,14 @@ def test_an_apply_whose_every_row_is_superseded_commits_its_checkpoint(tmp_path,
     cut = Cut(through=through, open_key=None, clock="")
     before = warehouse.table("Account").version()
 
-    first = apply_changes(spark, warehouse, schema, cut=cut, run_id="first")
+    first = apply_changes(ApplyRun(spark, warehouse, schema, run_id="first"), cut=cut)
     assert (first.counts["superseded"], first.counts["rows_written"]) == (1, 0)
     table = warehouse.table("Account")
     assert first.committed and table.version() == before + 1 == first.version
     assert table.transaction_version(APPLY_APP) == through
     assert ReplicaState.read(warehouse, table).applied_through == first.state.applied_through == through
 
-    second = apply_changes(spark, warehouse, schema, cut=cut, run_id="second")
+    second = apply_changes(ApplyRun(spark, warehouse, schema, run_id="second"), cut=cut)
     assert second.counts["events_read"] == 0 and not second.committed
     assert warehouse.table("Account").version() == first.version
 
@@ -89,7 +89,7 @@ def test_rows_and_history_versions_an_apply_writes_carry_its_runs_time(tmp_path,
     cut = Cut(through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None, clock="")
     now = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=UTC)
 
-    result = apply_changes(spark, warehouse, schema, cut=cut, run_id="run", now=now, history=True)
+    result = apply_changes(ApplyRun(spark, warehouse, schema, run_id="run", now=now, history=True), cut=cut)
     rows = read_table(warehouse.table("Account"))
     versions = read_staged(warehouse.root, history_name("Account"), result.state.history.file)
     assert rows["Name"].to_pylist() == ["Acme Corp"] and versions.num_rows == 2

@@ -16,7 +16,7 @@ from event_lines import event
 from object_schema.describe import ObjectSchema
 from replication import apply as apply_module
 from replication import ingest as ingest_module
-from replication.apply import apply_changes
+from replication.apply import ApplyRun, apply_changes
 from replication.closure import Cut
 from replication.ingest import ingest
 from replication.state import IngestState
@@ -97,13 +97,13 @@ def test_a_second_apply_from_the_same_read_version_fails_and_applies_nothing_twi
     ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
 
     def first_apply():
-        apply_changes(spark, warehouse, schema, cut=closed_cut(warehouse), run_id="first")
+        apply_changes(ApplyRun(spark, warehouse, schema, run_id="first"), cut=closed_cut(warehouse))
         return state(warehouse, "Account")
 
     # Both runs find no replica: the first creates it, the second may not append to it.
     seen = interleave(monkeypatch, apply_module, "replica.before_commit", first_apply)
     with pytest.raises(ConcurrentWriteError, match=r"Delta table Account: .* after this run found no table"):
-        apply_changes(spark, warehouse, schema, cut=closed_cut(warehouse), run_id="second")
+        apply_changes(ApplyRun(spark, warehouse, schema, run_id="second"), cut=closed_cut(warehouse))
     assert state(warehouse, "Account") == seen["first"] and len(seen["first"][1]) == 1
 
     # Both runs read the replica's checkpoint at the same version: the second merge is rejected.
@@ -118,7 +118,7 @@ def test_a_second_apply_from_the_same_read_version_fails_and_applies_nothing_twi
     ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
     seen = interleave(monkeypatch, apply_module, "replica.before_commit", first_apply)
     with pytest.raises(ConcurrentWriteError, match="after this run read it at version 0"):
-        apply_changes(spark, warehouse, schema, cut=closed_cut(warehouse), run_id="second")
+        apply_changes(ApplyRun(spark, warehouse, schema, run_id="second"), cut=closed_cut(warehouse))
     version, rows = state(warehouse, "Account")
     assert (version, rows) == seen["first"] and version == 1
     assert {r["Id"]: (r["Name"], r["Rating"]) for r in rows} == {A1: ("Acme", "Hot"), A2: ("Globex", None)}

@@ -12,7 +12,7 @@ from deltalake import DeltaTable, write_deltalake
 from event_lines import event
 
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
-from replication.apply import apply_changes
+from replication.apply import ApplyRun, apply_changes
 from replication.closure import Cut
 from replication.counts import dirty_count, row_count
 from replication.ingest import ingest
@@ -135,7 +135,7 @@ def test_a_pending_resync_survives_foreign_commits_and_the_next_apply(tmp_path, 
         cut = Cut(
             through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None, clock=""
         )
-        return apply_changes(spark, warehouse, schema, cut=cut, run_id=name).state
+        return apply_changes(ApplyRun(spark, warehouse, schema, run_id=name), cut=cut).state
 
     first = land_and_apply(
         "a.jsonl",

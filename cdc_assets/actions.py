@@ -34,21 +34,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Literal
 
 import dagster as dg
 from deltalake import DeltaTable
 
-from object_schema.describe import ObjectSchema
 from replication.config import CDC_SOURCE, POLL_SOURCE, ReplicationOptions, SObjectConfig
 from replication.formulas.refresh import refresh_formulas
-from replication.org import org_for_run
 from replication.poll.run import poll, poll_state
 from replication.refetch import SyncResult, reconcile, resync
-from replication.state import OrgIdentity
-from resources.delta import DeltaWarehouse
-from resources.salesforce import SalesforceResource
+from replication.run import ReplicaRun
 
 # The work the sensors find a replica needs (sensors/work.py), each named as the runs that do it are tagged (work
 # tag, `cdc/mode`): a resync an overflow left pending, dirty records, no table yet. Any run of a replica with no
@@ -59,24 +54,10 @@ SOURCES = frozenset({CDC_SOURCE, POLL_SOURCE})
 
 
 @dataclass(frozen=True)
-class ActionRun:
-    """What a step works with: the object, the run's config, the replica's snapshot as the run found it, and its
-    schema with the describe() it came from."""
+class ActionRun(ReplicaRun):
+    """The engine's run (replication/run.py) and the run's op config: what an action's step works with."""
 
-    sobject: SObjectConfig
-    options: ReplicationOptions
     config: ReplicaRunConfig
-    warehouse: DeltaWarehouse
-    salesforce: SalesforceResource
-    schema: ObjectSchema
-    describe: dict | None
-    table: DeltaTable | None
-    run_id: str
-    now: datetime
-
-    def org(self) -> OrgIdentity:
-        """The org this run reads (recorded in its commits); refuses a replica that holds another org's records."""
-        return org_for_run(self.warehouse, self.table, self.salesforce, self.sobject.name)
 
 
 @dataclass(frozen=True)
@@ -115,42 +96,16 @@ def _apply(run: ActionRun) -> Step:
 
 
 def _reconcile(run: ActionRun) -> Step:
-    return Step(
-        RECONCILE.name,
-        reconcile(run.warehouse, run.salesforce, run.schema, run_id=run.run_id, now=run.now, org=run.org),
-    )
+    return Step(RECONCILE.name, reconcile(run))
 
 
 def _resync(run: ActionRun) -> Step:
-    options = run.options
-    sync = resync(
-        run.warehouse,
-        run.salesforce,
-        run.schema,
-        run_id=run.run_id,
-        now=run.now,
-        describe=run.describe,
-        page_size=options.bulk_page_size,
-        parallel_pages=options.bulk_parallel_pages,
-        batch_records=options.resync_batch_records,
-        org=run.org(),
-    )
-    return Step(INITIAL_LOAD if run.table is None else RESYNC.name, sync)
+    return Step(INITIAL_LOAD if run.table is None else RESYNC.name, resync(run))
 
 
 def _poll(run: ActionRun, *, handoff: bool = False) -> Step:
     run.org()
-    sync = poll(
-        run.warehouse,
-        run.salesforce,
-        run.schema,
-        options=run.sobject.poll,
-        run_id=run.run_id,
-        now=run.now,
-        compare_ids=run.config.compare_ids,
-        confirm_deletes=run.config.confirm_deletes,
-        handoff=handoff,
-    )
+    sync = poll(run, compare_ids=run.config.compare_ids, confirm_deletes=run.config.confirm_deletes, handoff=handoff)
     return Step(POLL_HANDOFF if handoff else POLL.name, sync)
 
 
@@ -161,16 +116,7 @@ def _formulas(run: ActionRun) -> Step:
             "replication.yaml (README 'Formula fields') and reload the code location"
         )
     run.org()
-    sync = refresh_formulas(
-        run.warehouse,
-        run.salesforce,
-        run.schema,
-        options=run.sobject.formulas,
-        run_id=run.run_id,
-        now=run.now,
-        full=run.config.formulas_full,
-        page_size=run.options.bulk_page_size,
-    )
+    sync = refresh_formulas(run, full=run.config.formulas_full)
     return Step(FORMULAS.name, sync)
 
 

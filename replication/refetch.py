@@ -35,9 +35,8 @@ Both leave the table as a re-run would make it: the overwrite and the merge are 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -50,9 +49,9 @@ from replication.closure import replay_from, resynced
 from replication.field_access import carry_kept, kept_fields
 from replication.formulas.rows import with_formulas
 from replication.records import RECONCILE, SNAPSHOT, mark_deleted, records_to_text, replica_rows
+from replication.run import ReplicaRun
 from replication.schemas import describe_note, keep_describe, stored_describe
 from replication.snapshot import (
-    STAGE_BATCH_RECORDS,
     StageState,
     discard_stage,
     stage_app,
@@ -62,8 +61,8 @@ from replication.snapshot import (
     staged_files,
     swapped_at,
 )
-from replication.state import UNKNOWN_ID_EXAMPLES, OrgIdentity, Reconciled, ReplicaState
-from resources.delta import DeltaWarehouse, aligned_arrow, next_version
+from replication.state import UNKNOWN_ID_EXAMPLES, Reconciled, ReplicaState
+from resources.delta import aligned_arrow, next_version
 from resources.salesforce import BulkPosition, SalesforceResource, select_soql
 from shared.faults import fault_point
 
@@ -86,21 +85,17 @@ def _api_used(salesforce: SalesforceResource) -> int:
     return int(salesforce.api_usage().get("used", 0))
 
 
-def resync(
-    warehouse: DeltaWarehouse,
-    salesforce: SalesforceResource,
-    schema: ObjectSchema,
-    *,
-    run_id: str,
-    now: datetime,
-    describe: dict | None,
-    page_size: int = BULK_PAGE_SIZE,
-    parallel_pages: int = 1,
-    batch_records: int = STAGE_BATCH_RECORDS,
-    org: OrgIdentity | None = None,
-) -> SyncResult:
+def resync(run: ReplicaRun) -> SyncResult:
     """Replace the replica with a Bulk API 2.0 snapshot, staged in bounded batches (resumable), swapped in by one
-    commit (replication/snapshot.py). `org`: the org read (replication/org.py), recorded in the commit."""
+    commit (replication/snapshot.py), in pages and batches as replication.yaml's options say; the org read
+    (replication/org.py) is recorded in the commit."""
+    warehouse, salesforce, schema, now = run.warehouse, run.salesforce, run.schema, run.now
+    run_id, describe, options, org = run.run_id, run.describe, run.options, run.org()
+    page_size, parallel_pages, batch_records = (
+        options.bulk_page_size,
+        options.bulk_parallel_pages,
+        options.resync_batch_records,
+    )
     used_before = _api_used(salesforce)
     replica = warehouse.table(schema.name)
     prev = ReplicaState.read(warehouse, replica)
@@ -179,18 +174,18 @@ def _only_properties_since(table: DeltaTable, version: int) -> bool:
     return all(c.get("operation") == "SET TBLPROPERTIES" for c in later)
 
 
-def reconcile(
-    warehouse: DeltaWarehouse,
-    salesforce: SalesforceResource,
-    schema: ObjectSchema,
-    *,
-    run_id: str,
-    now: datetime,
-    org: Callable[[], OrgIdentity] | None = None,
-) -> SyncResult:
+def reconcile(run: ReplicaRun) -> SyncResult:
     """Fetch dirty records from the org and write them as they are there, clearing the flags: one merge commit.
-    `org`: asks which org is read (replication/org.py; it refuses another org's), called only when there are dirty
-    records to fetch, and recorded in the commit."""
+    Which org is read (replication/org.py; it refuses another org's) is asked only when there are dirty records to
+    fetch, and recorded in the commit."""
+    warehouse, salesforce, schema, now, run_id, org = (
+        run.warehouse,
+        run.salesforce,
+        run.schema,
+        run.now,
+        run.run_id,
+        run.org,
+    )
     replica = warehouse.table(schema.name)
     if replica is None:
         return SyncResult({"dirty_fetched": 0})

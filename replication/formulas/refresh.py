@@ -44,6 +44,7 @@ from replication.apply import APPLY_APP
 from replication.formulas.config import FormulasConfig
 from replication.formulas.rows import formula_rows, formula_schema
 from replication.refetch import SyncResult
+from replication.run import ReplicaRun
 from replication.state import FormulaJob, FormulaState
 from replication.timing import Stopwatch
 from resources.delta import DeltaWarehouse, read_table
@@ -135,19 +136,12 @@ class FormulaWriter:
         self.watch.lap("merge")
 
 
-def refresh_formulas(
-    warehouse: DeltaWarehouse,
-    salesforce: SalesforceResource,
-    schema: ObjectSchema,
-    *,
-    options: FormulasConfig,
-    run_id: str,
-    now: datetime,
-    full: bool = False,
-    page_size: int = 50_000,
-) -> FormulaResult:
+def refresh_formulas(run: ReplicaRun, *, full: bool = False) -> FormulaResult:
     """Read the org's formula values and merge them into the replica's formula columns (module docstring); `full`
     forces a full pass."""
+    warehouse, salesforce, schema, run_id, now = run.warehouse, run.salesforce, run.schema, run.run_id, run.now
+    options, page_size = run.sobject.formulas, run.options.bulk_page_size
+    assert options is not None, "a formula refresh runs for an object keeping formula fields (cdc_assets/actions.py)"
     used_before = int(salesforce.api_usage().get("used", 0))
     table = warehouse.table(schema.name)
     if table is None or not schema.formulas:

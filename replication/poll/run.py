@@ -54,6 +54,7 @@ from replication.poll.compare import compare_ids
 from replication.poll.rows import newer_rows, newest_position
 from replication.records import POLL, records_to_text, replica_rows
 from replication.refetch import SyncResult
+from replication.run import ReplicaRun
 from replication.state import BulkJob, PollPosition, PollState, ReplicaState
 from replication.timing import Stopwatch
 from resources.delta import DeltaWarehouse, aligned_arrow, read_table
@@ -217,16 +218,7 @@ def query_hash(schema: ObjectSchema, fields: list[str], where: str | None) -> st
 
 
 def poll(
-    warehouse: DeltaWarehouse,
-    salesforce: SalesforceResource,
-    schema: ObjectSchema,
-    *,
-    options: PollOptions,
-    run_id: str,
-    now: datetime,
-    compare_ids: bool = False,
-    confirm_deletes: bool = False,
-    handoff: bool = False,
+    run: ReplicaRun, *, compare_ids: bool = False, confirm_deletes: bool = False, handoff: bool = False
 ) -> PollResult:
     """Bring the replica up to date with the org's records changed since the cursor (module docstring).
 
@@ -234,6 +226,8 @@ def poll(
     `confirm_deletes` too, and lets it delete more than `max_delete_share` of the live records;
     `handoff` is the last poll before CDC takes over (the cursor is kept, marked inactive).
     """
+    warehouse, salesforce, schema, run_id, now = run.warehouse, run.salesforce, run.schema, run.run_id, run.now
+    options = run.sobject.poll
     used_before = int(salesforce.api_usage().get("used", 0))
     table = warehouse.table(schema.name)
     if table is None:

@@ -19,7 +19,6 @@ says what the asset is** (`Account_events`, `Account` for the replica, `Account_
 is all the lineage graph and the asset list show of a key. The keys are made in one place, cdc_assets/names.py.
 """
 
-import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -62,7 +61,7 @@ from cdc_assets.names import (
 )
 from cdc_assets.run_cut import pinned_cut
 from object_schema.describe import BINARY_REASON, FORMULAS_AT, NAME_REASON, ObjectSchema, spark_type
-from replication.apply import ApplyResult, ApplyRun, apply_changes
+from replication.apply import ApplyResult, apply_changes
 from replication.config import ReplicationConfig, ReplicationOptions, SObjectConfig
 from replication.counts import dirty_count, row_count
 from replication.damaged import deferred_until
@@ -72,6 +71,7 @@ from replication.formulas.refresh import FormulaResult
 from replication.ingest import ingest
 from replication.poll.run import PollResult, polled_result
 from replication.records import ValueDoesNotFit
+from replication.run import ApplyRun
 from replication.schemas import DescribeRefresh, SchemaCatalog, describe_note, refuse_clear_hashes, resolve_schema
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
@@ -225,23 +225,6 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         initial = loads_first(action, sobject, table, replication.options)
         full_copy = initial or action.full_copy
         schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=full_copy, table=table)
-        # Fields the org no longer serves (hidden by field-level security, or deleted): kept, never asked for.
-        schema, describe, table, access = settle_field_access(
-            sobject,
-            warehouse,
-            salesforce,
-            schema,
-            describe,
-            table,
-            now=now,
-            run_id=run_id,
-            fresh=full_copy,
-            force=action.asks_describe,
-        )
-        if not full_copy:
-            refuse_clear_hashes(table, schema)  # `hash:` added to an existing replica: a resync comes first
-        # Before anything commits: a history turned on for an existing replica is backfilled through its version.
-        history = history_step(sobject, warehouse, schema, replica=table, run_id=run_id, spark=lambda: session(pyspark))
         run = ActionRun(
             sobject=sobject,
             options=replication.options,
@@ -254,6 +237,14 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             run_id=run_id,
             now=now,
         )
+        # Fields the org no longer serves (hidden by field-level security, or deleted): kept, never asked for.
+        run, access = settle_field_access(run, fresh=full_copy, force=action.asks_describe)
+        if not full_copy:
+            refuse_clear_hashes(run.table, run.schema)  # `hash:` added to an existing replica: a resync comes first
+        # Before anything commits: a history turned on for an existing replica is backfilled through its version.
+        history = history_step(
+            sobject, warehouse, run.schema, replica=run.table, run_id=run_id, spark=lambda: session(pyspark)
+        )
         try:
             step = run_step(action, run, initial=initial)
         except (SalesforceApiError, ValueDoesNotFit) as exc:
@@ -262,11 +253,9 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
             # A field the org no longer serves, or serves with another type: ask describe() again, mark or rewrite
             # its column (replication/field_access.py, retype.py), and read the org again.
             context.log.warning(f"{sobject.name}: {exc}; asking describe() again")
-            schema, describe, table, access = settle_field_access(
-                sobject, warehouse, salesforce, schema, describe, table, now=now, run_id=run_id, force=True
-            )
-            run = dataclasses.replace(run, schema=schema, describe=describe, table=table)
+            run, access = settle_field_access(run, force=True)
             step = run_step(action, run, initial=initial)
+        schema, table = run.schema, run.table
         access_metadata = field_access_metadata(access)
         if not events:  # no change events to apply: no Spark either
             polled = polled_result(warehouse, schema.name, step.sync)

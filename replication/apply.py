@@ -15,9 +15,8 @@ crash at any point gives the same table. `apply_changes` is those steps in order
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from types import EllipsisType
 
 import pyarrow as pa
@@ -31,6 +30,7 @@ from replication.describe_drift import DRIFT_COUNTS, meet_describe
 from replication.diffs import DIFF_COUNTS, RESOLVE_INPUT, resolve_frame_diffs
 from replication.history.stage import before_overflow, stage_versions
 from replication.records import stamped
+from replication.run import ApplyRun
 from replication.state import Held, ReplicaState
 from replication.timing import Stopwatch
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, aligned_arrow, next_version
@@ -94,23 +94,6 @@ def read_current(
     buckets = sorted({i[: schema.bucket_chars] for i in ids})
     rows = warehouse.read_keys(table, key_column="Id", keys=ids, partitions=[(BUCKET_COLUMN, "in", buckets)])
     return from_arrow(spark, aligned_arrow(rows, schema.arrow_schema()))
-
-
-@dataclass(frozen=True)
-class ApplyRun:
-    """One run's apply of one replica: the Spark session and warehouse it works in, the replica's schema, the run
-    (its id and time, stamped on what it writes), how to ask describe() again when events set fields the schema does
-    not know (`refresh`), and whether the replica keeps a history: then the state of each record after each
-    transaction applied is derived from the same changes and current rows and staged for the history table, named
-    in the commit (replication/history/)."""
-
-    spark: SparkSession
-    warehouse: DeltaWarehouse
-    schema: ObjectSchema
-    run_id: str
-    now: datetime = field(default_factory=lambda: datetime.now(UTC))
-    refresh: Callable[[], ObjectSchema] | None = None
-    history: bool = False
 
 
 def apply_changes(
@@ -255,17 +238,7 @@ def fold_rows(
     two inputs; what comes back is the fold's rows (and the versions), each in one hand-off. Only the rows of
     records with a text diff make a round trip of their own, and only when there are some (replication/diffs.py)."""
     spark, warehouse, now = run.spark, run.warehouse, run.now
-    schema, changes, drift = meet_describe(
-        spark,
-        warehouse,
-        run.schema,
-        changes,
-        replica=replica,
-        applied=applied,
-        run_id=run.run_id,
-        now=now,
-        refresh=run.refresh,
-    )
+    schema, changes, drift = meet_describe(run, changes, replica=replica, applied=applied)
     counts = dict(drift.counts)
     ids = pc.unique(changes["record_id"]).to_pylist()
     current = read_current(spark, warehouse, schema, ids, replica)

@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from object_schema.describe import ObjectSchema
 from replication.quarantine import record_quarantine
+from replication.run import ApplyRun
 from replication.state import Q_APPLY_STATE
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import QUARANTINE_SCHEMA
@@ -159,19 +160,18 @@ class Drift:
 
 
 def meet_describe(
-    spark: SparkSession,
-    warehouse: DeltaWarehouse,
-    schema: ObjectSchema,
-    changes: pa.Table,
-    *,
-    replica,
-    applied: int,
-    run_id: str,
-    now: datetime,
-    refresh: Callable[[], ObjectSchema] | None,
+    run: ApplyRun, changes: pa.Table, *, replica: DeltaTable | None, applied: int
 ) -> tuple[ObjectSchema, pa.Table, Drift]:
     """The schema to apply `changes` with, the changes ready for the fold (plus backfill gap rows), and what
     happened: lines quarantined for values that do not fit, columns added, records to backfill, unknown fields."""
+    spark, warehouse, schema, run_id, now, refresh = (
+        run.spark,
+        run.warehouse,
+        run.schema,
+        run.run_id,
+        run.now,
+        run.refresh,
+    )
     drift = Drift()
     changes, bad, gapped = normalized(spark, changes, schema, also=set(missing_columns(replica, schema)))
     unknown = unknown_fields(changes, schema)

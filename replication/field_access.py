@@ -36,6 +36,7 @@ import json
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +47,7 @@ from replication.apply import APPLY_APP
 from replication.config import SObjectConfig
 from replication.org import org_for_run
 from replication.retype import RECREATED, RETYPED, columns_to_follow, follow_columns, org_values
+from replication.run import ReplicaRun
 from replication.schemas import (
     FIELD_ACCESS_PROPERTY,
     NOT_FOLLOWED,
@@ -60,6 +62,7 @@ from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceApiError, SalesforceResource
 
 log = logging.getLogger(__name__)
+Run = TypeVar("Run", bound=ReplicaRun)  # the Dagster side's run (with its op config) comes back as it went in
 
 HIDDEN, REMOVED = "hidden", "removed"
 PENDING = "pending"  # in a followed column's entry: its rewrite is recorded, not done yet
@@ -162,32 +165,37 @@ def _done(entries: dict[str, dict]) -> dict[str, dict]:
     return {c: {k: v for k, v in m.items() if k != PENDING} for c, m in entries.items()}
 
 
-def settle_field_access(
-    sobject: SObjectConfig,
-    warehouse: DeltaWarehouse,
-    salesforce: SalesforceResource | None,
-    schema: ObjectSchema,
-    describe: dict,
-    table: DeltaTable | None,
-    *,
-    now: datetime,
-    run_id: str,
-    fresh: bool = False,
-    force: bool = False,
-) -> tuple[ObjectSchema, dict, DeltaTable | None, FieldAccess]:
-    """The replica's schema once its hidden and removed columns are known (module docstring): marks the columns
-    whose field describe() no longer lists, backfills those that came back, rewrites those whose field changed
-    type or was created again (replication/retype.py), keeps the describe() asked with the table. `fresh`:
-    `describe` is the org's, asked this run; `force`: ask the org even if nothing is marked hidden (a read failed
-    with INVALID_FIELD, or gave a value its column cannot hold). Returns the schema, its describe(), the table and
-    what was done."""
+def _date_and_announce(name: str, new_marks: dict[str, dict], marks: dict[str, dict], now: datetime) -> None:
+    """Date the new marks from now (a mark kept keeps its date) and say which columns the org stopped serving."""
+    for c, mark in new_marks.items():
+        mark["since"] = mark["since"] or now.isoformat()
+        if marks.get(c, {}).get("status") != mark["status"]:
+            log.warning(
+                "%s.%s: the org %s; the replica keeps the column with its values, and never asks the org for it",
+                name,
+                c,
+                "hides it from the integration user (field-level security)"
+                if mark["status"] == HIDDEN
+                else "no longer has it (deleted)",
+            )
+
+
+def settle_field_access(run: Run, *, fresh: bool = False, force: bool = False) -> tuple[Run, FieldAccess]:
+    """The run with the replica's schema once its hidden and removed columns are known (module docstring): marks
+    the columns whose field describe() no longer lists, backfills those that came back, rewrites those whose field
+    changed type or was created again (replication/retype.py), keeps the describe() asked with the table. `fresh`:
+    the run's describe() is the org's, asked this run; `force`: ask the org even if nothing is marked hidden (a
+    read failed with INVALID_FIELD, or gave a value its column cannot hold). Returns the run with its schema, its
+    describe() and its table after that, and what was done."""
+    sobject, warehouse, salesforce, table = run.sobject, run.warehouse, run.salesforce, run.table
+    schema, describe, now, run_id = run.schema, run.describe or {}, run.now, run.run_id
     entries = field_marks(table)
     marks = {c: m for c, m in entries.items() if m.get("status") in NOT_FOLLOWED}
     if table is None or sobject.describe_path or salesforce is None:
-        return schema, describe, table, FieldAccess.of(marks)
+        return run, FieldAccess.of(marks)
     drifted = not (fresh or force) and _drifted(sobject, table, schema, describe, entries)
     if not (fresh or force or drifted or any(m.get("status") == HIDDEN for m in marks.values())):
-        return schema, describe, table, FieldAccess.of(marks)
+        return run, FieldAccess.of(marks)
     kept = stored_describe(warehouse, sobject.name, table=table) or describe  # as the table last knew the org
     current = describe if fresh else salesforce.describe_fresh(sobject.name)
     listed = {f["name"] for f in current["fields"]}
@@ -212,17 +220,7 @@ def settle_field_access(
         }
         for c in gone
     }
-    for c, mark in new_marks.items():
-        mark["since"] = mark["since"] or now.isoformat()
-        if marks.get(c, {}).get("status") != mark["status"]:
-            log.warning(
-                "%s.%s: the org %s; the replica keeps the column with its values, and never asks the org for it",
-                sobject.name,
-                c,
-                "hides it from the integration user (field-level security)"
-                if mark["status"] == HIDDEN
-                else "no longer has it (deleted)",
-            )
+    _date_and_announce(sobject.name, new_marks, marks, now)
     # Changes followed earlier stay recorded, unless the column is kept unfollowed now or followed again.
     earlier = {c: m for c, m in entries.items() if c not in marks and c not in new_marks and c not in follow}
     # The marks commit comes first (version + 1, the rewrites `PENDING`), the rewrite next (version + 2), then a
@@ -234,7 +232,7 @@ def settle_field_access(
     # them anyway; any other run adds their columns and backfills them.
     added = [] if fresh else new_columns({f.name for f in table.schema().fields}, selected)
     if new_entries == entries and not returned and not added and not follow:
-        return schema, describe, table, FieldAccess.of(marks)
+        return run, FieldAccess.of(marks)
     org_for_run(warehouse, table, salesforce, sobject.name)  # another org's replica: refused before any write
     if new_entries != entries or added or follow:
         keep_describe(table, current, {FIELD_ACCESS_PROPERTY: json.dumps(new_entries, sort_keys=True)})
@@ -269,7 +267,7 @@ def settle_field_access(
             warehouse, salesforce, schema, [*returned, *added], run_id=run_id, now=now
         )
         table = warehouse.table(sobject.name)
-    return schema, describe, table, access
+    return replace(run, schema=schema, describe=describe, table=table), access
 
 
 def backfill_added(

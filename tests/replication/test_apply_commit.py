@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 from event_lines import event
 
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
-from replication.apply import APPLY_APP, ApplyRun, apply_changes
+from replication.apply import APPLY_APP, apply_changes
 from replication.closure import Cut
 from replication.history.stage import history_name
 from replication.ingest import ingest
 from replication.records import SNAPSHOT, records_to_text, replica_rows
+from replication.run import ApplyRun
 from replication.state import IngestState, ReplicaState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone

@@ -16,9 +16,10 @@ from event_lines import event
 from object_schema.describe import ObjectSchema
 from replication import apply as apply_module
 from replication import ingest as ingest_module
-from replication.apply import ApplyRun, apply_changes
+from replication.apply import apply_changes
 from replication.closure import Cut
 from replication.ingest import ingest
+from replication.run import ApplyRun
 from replication.state import IngestState
 from resources.commit_safety import ensure_safe_commits
 from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse, read_table

@@ -12,10 +12,11 @@ from deltalake import DeltaTable, write_deltalake
 from event_lines import event
 
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
-from replication.apply import ApplyRun, apply_changes
+from replication.apply import apply_changes
 from replication.closure import Cut
 from replication.counts import dirty_count, row_count
 from replication.ingest import ingest
+from replication.run import ApplyRun
 from replication.state import Held, IngestState, ReplicaState, ResyncPending
 from resources.delta import CHANGE_EVENTS, HISTORY_SCAN, DeltaWarehouse
 from resources.landing_zone import LandingZone

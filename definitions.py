@@ -37,7 +37,7 @@ from cdc_assets.checks import build_change_events_checks, build_replica_checks
 from cdc_assets.history.assets import history_specs
 from cdc_assets.history.checks import build_history_checks
 from cdc_assets.landing_checks import build_landing_check, build_subscriber_check
-from cdc_assets.operate.erase import build_erase_jobs
+from cdc_assets.operate.erase import build_erase_job
 from cdc_assets.operate.jobs import build_operator_jobs
 from cdc_assets.upkeep.jobs import build_upkeep
 from replication.config import LoadedConfig, load_location_config, parse_config, read_config
@@ -83,14 +83,14 @@ def build_defs(
     status = dg.DefaultSensorStatus.RUNNING if sensors_running else dg.DefaultSensorStatus.STOPPED
     warehouse = DeltaWarehouse(root=warehouse_root or os.environ.get("CDC_WAREHOUSE", "warehouse"))
     refuse_unsafe_settings(warehouse.root, dict(warehouse.storage_options))  # no location that could lose data
-    upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (replication/upkeep/), each job in its table's pool
+    upkeep_jobs, upkeep_schedules = build_upkeep(  # table upkeep (replication/upkeep/): the replicas, change_events
         replication=replication, default_status=dg.DefaultScheduleStatus(status.value)
     )
     return dg.Definitions(
         jobs=[
             *upkeep_jobs,
             *build_operator_jobs(replication=replication),  # + what a person runs from the UI
-            *build_erase_jobs(replication=replication),
+            build_erase_job(replication=replication),
         ],
         schedules=upkeep_schedules,
         assets=assets,

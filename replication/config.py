@@ -582,6 +582,14 @@ class ReplicationConfig(_Section):
     def object(self, name: str) -> SObjectConfig:
         return next(o for o in self.objects if o.name == name)
 
+    def unknown(self, names: list[str]) -> str | None:
+        """What is wrong with `names` as a person's choice of objects (an operator job's config): None when each
+        is an object of this file, else a sentence naming the strangers and the objects there are."""
+        strangers = sorted(set(names) - set(self.names))
+        if not strangers:
+            return None
+        return f"not in replication.yaml: {', '.join(strangers)} (its objects: {', '.join(self.names)})"
+
     def freshness_of(self, sobject: SObjectConfig) -> float:
         """Seconds a replica's latest materialization may age: its `freshness`, else `freshness_seconds`."""
         return sobject.freshness or self.options.freshness_seconds

@@ -51,7 +51,7 @@ from settings import TEST_SPARK_CONF
 
 from cdc_assets.assets import CHANGE_EVENTS_KEY, replica_key
 from cdc_assets.table_protocol import TABLE_PROTOCOL
-from cdc_assets.upkeep.jobs import upkeep_job_name
+from cdc_assets.upkeep.jobs import CE_JOB, REPLICAS_JOB
 from replication.history.stage import history_name
 from replication.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
@@ -132,8 +132,8 @@ def build(tmp_path_factory, spark) -> Build:
         save("resynced", platform)
 
         _apply(org, platform, lambda tx: tx.create(NAME, {"Name": "After the resync"}))  # a second file to compact
-        for table in (NAME, CHANGE_EVENTS):
-            job = platform.defs.resolve_job_def(upkeep_job_name(table))
+        for name in (REPLICAS_JOB, CE_JOB):
+            job = platform.defs.resolve_job_def(name)
             assert job.execute_in_process(instance=platform.instance).success
         warehouse = DeltaWarehouse(root=str(platform.warehouse))
         # The job keeps a week of time travel; here the files compaction replaced are deleted at once.

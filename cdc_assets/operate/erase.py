@@ -1,13 +1,13 @@
 """Erasure: purge records by Id from everything the platform keeps, for records erased in Salesforce (a person's
-right to erasure). The job `erase_<Object>`, launched from the UI with config `ids: [...]` (15- or 18-character
-Ids of that object), removes every copy of their values the platform holds:
+right to erasure). The job `erase_records`, launched from the UI with config `object: <Object>` and `ids: [...]`
+(15- or 18-character Ids of that object), removes every copy of their values the platform holds:
 
-1. `erase_<Object>_events`, in the `change_events` pool:
+1. `erase_records_events`, in the `change_events` pool:
    - change_events rows of the object with those record ids (deleted, not trimmed);
    - `_quarantine` rows whose raw line names one of the Ids (whatever object: a bad line is kept as landed);
    - the lines of the landing archive (`<landing>_ingested`) that name one (erase_files.py);
    - both tables vacuumed at once (no retention): the files the deletes replaced still hold the values until then.
-2. `erase_<Object>_replica`, in the replica's pool `replica_<Object>`:
+2. `erase_records_replica`, holding the host lock of the replica's pool `replica_<Object>` (resources/pool_lock.py):
    - a resync stage waiting in the replica's folder is discarded: it may hold the records (the resync then starts
      its Bulk query again);
    - replica rows deleted (not soft-deleted) and, with `history: true`, every version in `<Object>__history`
@@ -32,6 +32,8 @@ org itself: erase the record in Salesforce first, or a resync brings it back; an
 erasure (the org re-delivers for 72 h) is ingested again, so erase once its last change is older than that.
 """
 
+from typing import NamedTuple
+
 import dagster as dg
 
 from cdc_assets.changefeed.export import export_changefeed
@@ -43,15 +45,11 @@ from replication.snapshot import discard_stage
 from replication.upkeep.compact import checkpoint_if_moved
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, _sql_literal
 from resources.landing_zone import LandingZone
-from resources.pool_lock import exclusive
+from resources.pool_lock import exclusive, host_lock
 from resources.printable import printable
 from shared.names import is_record_id
 
 KEY_CHARS = 15  # an 18-character Id is its 15-character form and a case-safe suffix
-
-
-def erase_job_name(name: str) -> str:
-    return f"erase_{name}"
 
 
 def erase_keys(ids: list[str]) -> list[str]:
@@ -129,8 +127,19 @@ def erase_replica(warehouse: DeltaWarehouse, sobject: SObjectConfig, keys: list[
     return out
 
 
+ERASE_JOB = "erase_records"
+
+
 class EraseConfig(dg.Config):
-    ids: list[str]  # Ids of records of this object erased in Salesforce, e.g. [003000000000001AAA]
+    object: str  # the object as in replication.yaml, e.g. Contact
+    ids: list[str]  # Ids of its records erased in Salesforce, e.g. [003000000000001AAA]
+
+
+class Erasure(NamedTuple):
+    """What the events step hands the replica step: the object and the records' 15-character keys."""
+
+    name: str
+    keys: list[str]
 
 
 def _report(context: dg.OpExecutionContext, what: str, counts: dict[str, int]) -> None:
@@ -138,68 +147,65 @@ def _report(context: dg.OpExecutionContext, what: str, counts: dict[str, int]) -
     context.add_output_metadata({k: dg.MetadataValue.int(v) for k, v in counts.items()})
 
 
-def build_erase_job(*, sobject: SObjectConfig) -> dg.JobDefinition:
-    name = sobject.name
+def build_erase_job(*, replication: ReplicationConfig) -> dg.JobDefinition:
+    """`erase_records`: one job for every object (config `object`, `ids`), not one per object: a job per object was
+    a thousand job snapshots in the code location at a thousand objects (bench/RESULTS.md, "A thousand
+    objects"). Dagster's pools are fixed per op, so the replica step holds the replica pool's host lock
+    (resources/pool_lock.py) instead of its slot: a replica step waits for it as for any writer."""
 
     @dg.op(
-        name=f"erase_{name}_events",
+        name=f"{ERASE_JOB}_events",
         pool=CHANGE_EVENTS_POOL,
-        description=f"Purge the {name} records from change_events, _quarantine and the landing archive.",
+        description="Purge the records from change_events, _quarantine and the landing archive.",
     )
     @exclusive(CHANGE_EVENTS_POOL)
     def events_op(
         context: dg.OpExecutionContext, config: EraseConfig, warehouse: DeltaWarehouse, landing: LandingZone
-    ) -> list[str]:
+    ) -> Erasure:
         try:
+            if problem := replication.unknown([config.object]):
+                raise ValueError(problem)
             keys = erase_keys(config.ids)
         except ValueError as exc:
-            raise dg.Failure(f"erase_{name}: {exc}") from None
+            raise dg.Failure(f"{ERASE_JOB}: {exc}") from None
         _report(
             context,
-            f"{name}: {len(keys)} records erased from change_events, _quarantine and the archive",
-            erase_events(warehouse, landing, name, keys),
+            f"{config.object}: {len(keys)} records erased from change_events, _quarantine and the archive",
+            erase_events(warehouse, landing, config.object, keys),
         )
-        return keys
+        return Erasure(config.object, keys)
 
     @dg.op(
-        name=f"erase_{name}_replica",
-        pool=replica_pool(name),
-        description=f"Purge the {name} records from the replica, its history and its changefeed.",
+        name=f"{ERASE_JOB}_replica",
+        description="Purge the records from the replica, its history and its changefeed (holding the replica's "
+        "host lock: no writer of it runs beside).",
     )
-    @exclusive(replica_pool(name))
     def replica_op(
-        context: dg.OpExecutionContext, keys: list[str], warehouse: DeltaWarehouse, landing: LandingZone
+        context: dg.OpExecutionContext, erasure: Erasure, warehouse: DeltaWarehouse, landing: LandingZone
     ) -> None:
-        _report(
-            context,
-            f"{name}: {len(keys)} records erased from the replica, its history and its changefeed",
-            erase_replica(warehouse, sobject, keys),
-        )
+        name, keys = erasure
+        with host_lock(context.instance, replica_pool(name), context.log):
+            _report(
+                context,
+                f"{name}: {len(keys)} records erased from the replica, its history and its changefeed",
+                erase_replica(warehouse, replication.object(name), keys),
+            )
         if pending := files_naming(landing.path, [f.path for f in landing.list_files()], keys):
             raise dg.Failure(
                 f"{len(pending)} landing files not retired yet name erased {name} records (e.g. "
                 f"{printable(pending[0])}); "
-                f"they are left as landed. Run {erase_job_name(name)} again with the same ids after the next "
+                f"they are left as landed. Run {ERASE_JOB} again with the same object and ids after the next "
                 f"landing run and upkeep_change_events have ingested and retired them."
             )
 
     @dg.job(
-        name=erase_job_name(name),
-        tags=run_tags(
-            mode="erase",
-            reason=f"erasure of {name} records from the UI",
-            objects=[name],
-            hidden={TAG_OPERATOR: "erase"},
-        ),
-        description=f"Erase {name} records by Id (config `ids`) from the replica, its history and changefeed, "
-        "change_events, _quarantine and the landing archive, then vacuum them (README 'Erasure'). "
+        name=ERASE_JOB,
+        tags=run_tags(mode="erase", reason="erasure of records from the UI", hidden={TAG_OPERATOR: "erase"}),
+        description="Erase records of one object by Id (config `object`, `ids`) from the replica, its history and "
+        "changefeed, change_events, _quarantine and the landing archive, then vacuum them (README 'Erasure'). "
         "Erase the records in Salesforce first.",
     )
     def erase_job():
         replica_op(events_op())
 
     return erase_job
-
-
-def build_erase_jobs(*, replication: ReplicationConfig) -> list[dg.JobDefinition]:
-    return [build_erase_job(sobject=o) for o in replication.objects]

@@ -1,56 +1,77 @@
 """Operating from the Dagster UI: every action a person needs is a job launched from the launchpad, no file edited.
 
-- `resync_<Object>` / `reconcile_<Object>`: the replica asset in that mode (the op config is preset: open the job,
-  Launchpad, Launch). Tagged like the reconciliation sensor's runs (cdc_assets/names.py: mode, object and
-  work tags), so the sensors see the work as carried and do not ask for it again meanwhile; the run is
-  in the replica's pool like any writer of it.
+- `resync_objects` / `reconcile_objects` / `describe_objects` (config `objects: [Account]`): ask for a run of
+  those replicas in that mode, which the reconciliation sensor starts at its next tick (asks.py): a run like the
+  sensors' own, tagged with its objects and work, in each replica's pool like any writer of it.
 - `acknowledge_quarantine`: marks quarantined lines reviewed up to `until` (ISO instant; empty: the newest
   quarantined line), so the checks `quarantine_empty` pass again (cdc_assets/checks.py).
 - `pause_replication` / `resume_replication` (config `objects: [Account]`): the flag of pause.py.
+- `erase_records` (erase.py) and the upkeep jobs (cdc_assets/upkeep/jobs.py) are defined with what they do.
+
+One job per action whatever the number of objects, the objects in its config (asks.py says why).
 """
 
 from datetime import UTC, datetime
 
 import dagster as dg
 
-from cdc_assets.actions import ACTIONS
-from cdc_assets.names import META_PAUSED, TAG_OPERATOR, replica_key, run_tags, work_tag
-from cdc_assets.operate.pause import set_paused
+from cdc_assets.actions import ACTIONS, SOURCES, Action
+from cdc_assets.names import META_PAUSED, TAG_OPERATOR, replica_key
+from cdc_assets.operate.asks import Ask, record_asks
+from cdc_assets.operate.pause import paused_objects, set_paused
 from replication.config import ReplicationConfig
 from replication.quarantine import acknowledge_quarantine, newest_quarantined_at
 from resources.delta import DeltaWarehouse
 
 ACK_JOB, PAUSE_JOB, RESUME_JOB = "acknowledge_quarantine", "pause_replication", "resume_replication"
-MODES = ("resync", "reconcile")
 
 
-def mode_job_name(mode: str, name: str) -> str:
-    return f"{mode}_{name}"
+def ask_job_name(action: str) -> str:
+    return f"{action}_objects"
 
 
-def build_mode_jobs(*, replication: ReplicationConfig) -> list:
-    """`<action>_<Object>` for every action with a job and every object of its `job_sources` (resync: every object;
-    reconcile: cdc objects)."""
-    return [
-        dg.define_asset_job(
-            name=mode_job_name(action.name, o.name),
-            selection=[replica_key(o.name)],
-            config={"ops": {replica_key(o.name).to_python_identifier(): {"config": {"mode": action.name}}}},
-            tags=run_tags(
-                mode=action.name,
-                reason=f"{action.name} of {o.name} from the UI",
-                objects=[o.name],
-                hidden={
-                    TAG_OPERATOR: action.name,
-                    **({work_tag(o.name): action.asked_for} if action.asked_for else {}),
-                },
-            ),
-            description=f"{action.name.capitalize()} Salesforce {o.name} now: {action.job}",
+class ObjectsConfig(dg.Config):
+    objects: list[str]  # object names as in replication.yaml, e.g. [Account]
+
+
+def _refused(replication: ReplicationConfig, objects: list[str], sources: frozenset[str], doing: str) -> str | None:
+    """Why `objects` cannot be given to `doing` (None: they can): none given, strangers, or a source it skips."""
+    if not objects:
+        return f"Cannot {doing} nothing: give `objects` from replication.yaml ({', '.join(replication.names)})"
+    if problem := replication.unknown(objects):
+        return f"Cannot {doing} {', '.join(objects)}: {problem}"
+    if wrong := [n for n in objects if replication.object(n).source not in sources]:
+        return f"Cannot {doing} {', '.join(wrong)}: only objects with source {' or '.join(sorted(sources))}"
+    return None
+
+
+def build_ask_job(action: Action, *, replication: ReplicationConfig) -> dg.JobDefinition:
+    """`<action>_objects`: records the ask; the reconciliation sensor runs it (cdc_assets/operate/asks.py)."""
+    name = ask_job_name(action.name)
+
+    @dg.op(name=f"{name}_op", description=f"Ask for a {action.name} run of the given objects.")
+    def ask_op(context: dg.OpExecutionContext, config: ObjectsConfig) -> None:
+        if refused := _refused(replication, config.objects, action.job_sources, action.name):
+            raise dg.Failure(refused)
+        at = datetime.now(UTC).isoformat()
+        record_asks(context.instance, config.objects, Ask(action.name, at, context.run_id))
+        waiting = paused_objects(context.instance, config.objects)
+        context.log.info(
+            f"{action.name} of {', '.join(config.objects)} asked at {at}: the reconciliation_sensor starts a run "
+            f"of {'them' if len(config.objects) > 1 else 'it'} at its next tick (it must be running: Automation)"
+            + (f"; paused, so not before they are resumed: {', '.join(sorted(waiting))}" if waiting else "")
         )
-        for o in replication.objects
-        for action in ACTIONS.values()
-        if action.job and o.source in action.job_sources
-    ]
+
+    @dg.job(
+        name=name,
+        tags={TAG_OPERATOR: action.name},
+        description=f"{action.name.capitalize()} Salesforce objects now (config `objects`): {action.job} "
+        f"Asks the reconciliation_sensor for the run, which starts it at its next tick.",
+    )
+    def ask_job():
+        ask_op()
+
+    return ask_job
 
 
 class AcknowledgeConfig(dg.Config):
@@ -69,21 +90,13 @@ def acknowledge_op(context: dg.OpExecutionContext, config: AcknowledgeConfig, wa
     context.log.info(f"Quarantined lines up to {until.isoformat()} acknowledged (_quarantine version {version})")
 
 
-class ObjectsConfig(dg.Config):
-    objects: list[str]  # object names as in replication.yaml, e.g. [Account]
-
-
 def _pause_op(name: str, paused: bool, replication: ReplicationConfig) -> dg.JobDefinition:
     verb = "pause" if paused else "resume"
 
     @dg.op(name=f"{verb}_replication_op", description=f"{verb.capitalize()} replication of the given objects.")
     def pause_op(context: dg.OpExecutionContext, config: ObjectsConfig) -> None:
-        unknown = sorted(set(config.objects) - set(replication.names))
-        if unknown or not config.objects:
-            raise dg.Failure(
-                f"Cannot {verb} {', '.join(unknown) or 'nothing'}: give `objects` from "
-                f"replication.yaml ({', '.join(replication.names)})"
-            )
+        if refused := _refused(replication, config.objects, SOURCES, verb):
+            raise dg.Failure(refused)
         at = datetime.now(UTC).isoformat()
         for obj in config.objects:
             set_paused(context.instance, obj, paused, at=at)
@@ -123,7 +136,7 @@ def build_operator_jobs(*, replication: ReplicationConfig) -> list:
         acknowledge_op()
 
     return [
-        *build_mode_jobs(replication=replication),
+        *(build_ask_job(a, replication=replication) for a in ACTIONS.values() if a.job),
         acknowledge_job,
         _pause_op(PAUSE_JOB, True, replication),
         _pause_op(RESUME_JOB, False, replication),

@@ -1,14 +1,19 @@
-"""The Dagster wiring of upkeep: one job per table, its op in that table's pool, on a schedule.
+"""The Dagster wiring of upkeep: two jobs on a schedule, whatever the number of objects.
 
-`upkeep_<Object>` compacts and vacuums replica `<Object>`, and its history table (`history: true`: written by the
-replica's step, so in the same pool), in pool `replica_<Object>`; `upkeep_change_events` retires the landing files
-it has ingested (landing.py), trims payloads past the retention, deletes archived landing files and acknowledged
-quarantine rows past theirs (retention.py) and vacuums `_quarantine`, then compacts and vacuums change_events, in
-pool `change_events`. With one slot per pool (dagster.yaml) an upkeep step never runs beside a
-step writing the same table: it waits for the slot like any writer. Each reports what it did as an
-`AssetObservation` of the table's asset (`salesforce/<Object>`, `salesforce_history/<Object>_history`,
-`change_events`): numeric metadata (files and bytes before/after, files vacuumed, rows trimmed, seconds), which the
-UI plots on the asset's page. Jobs are tagged mode `upkeep` and, hidden, `TAG_UPKEEP=<table>`.
+- `upkeep_replicas` compacts and vacuums every replica, and its history table (`history: true`), one table at a
+  time (config `objects`: only those). Each table is kept up holding its replica pool's host lock
+  (resources/pool_lock.py): a step writing the table waits for it, as it waits for another writer, and starts
+  between two tables of the walk. A table whose upkeep fails is named in the log and in the run's failure; the
+  walk goes on to the others.
+- `upkeep_change_events` retires the landing files it has ingested (landing.py), trims payloads past the retention,
+  deletes archived landing files and acknowledged quarantine rows past theirs (retention.py) and vacuums
+  `_quarantine`, then compacts and vacuums change_events, in pool `change_events` (one slot: dagster.yaml).
+
+Each table's upkeep is reported as an `AssetObservation` of its asset (`salesforce/<Object>`,
+`salesforce_history/<Object>_history`, `change_events`): numeric metadata (files and bytes before/after, files
+vacuumed, rows trimmed, seconds), which the UI plots on the asset's page. Runs are tagged mode `upkeep` and, hidden,
+`TAG_UPKEEP` (`_change_events`, or `_replicas`). They carry no object tag: a walk of hundreds of tables holds no
+object's other runs back, only the one table it is at.
 
 The vacuum is delta-rs's default (lite): it deletes files the log removed, never files the log never named, such as
 a resync's stage waiting in the replica's folder (replication/snapshot.py). A full vacuum (delta-rs `full=True`,
@@ -19,6 +24,7 @@ import time
 from datetime import UTC, datetime
 
 import dagster as dg
+from pydantic import Field
 
 from cdc_assets.names import (
     CHANGE_EVENTS_KEY,
@@ -29,7 +35,7 @@ from cdc_assets.names import (
     replica_pool,
     run_tags,
 )
-from replication.config import ReplicationConfig, UpkeepConfig
+from replication.config import ReplicationConfig, SObjectConfig, UpkeepConfig
 from replication.history.stage import history_name
 from replication.upkeep.compact import Footprint, compact
 from replication.upkeep.landing import retire_landing
@@ -38,14 +44,11 @@ from replication.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.delta_protocol import ensure_supported
 from resources.landing_zone import LandingZone
-from resources.pool_lock import exclusive
+from resources.pool_lock import exclusive, host_lock
 
-CE_JOB = "upkeep_change_events"
+CE_JOB, REPLICAS_JOB = "upkeep_change_events", "upkeep_replicas"
+REPLICAS = "_replicas"  # the TAG_UPKEEP of upkeep_replicas' runs (the change_events job's is the table's name)
 REPLICA_Z_ORDER, CE_Z_ORDER = ["Id"], ["_ingest_seq"]
-
-
-def upkeep_job_name(name: str) -> str:
-    return CE_JOB if name == CHANGE_EVENTS else f"upkeep_{name}"
 
 
 def upkeep_table(
@@ -129,53 +132,100 @@ def _report(context: dg.OpExecutionContext, key: dg.AssetKey, values: dict[str, 
     context.log_event(_observed(key, values, f"upkeep: {summary}"))
 
 
-def build_upkeep_job(*, name: str, replication: ReplicationConfig) -> dg.JobDefinition:
-    """The upkeep job of one table (`name`: an object, or `_change_events`)."""
-    is_ce = name == CHANGE_EVENTS
-    key = CHANGE_EVENTS_KEY if is_ce else replica_key(name)
-    job_name = upkeep_job_name(name)
-    settings = replication.options.upkeep
-    with_history = not is_ce and replication.object(name).history
+class ReplicasUpkeepConfig(dg.Config):
+    objects: list[str] = Field(default_factory=list)  # names as in replication.yaml, e.g. [Account]; empty: all
 
-    pool = CHANGE_EVENTS_POOL if is_ce else replica_pool(name)
 
-    @dg.op(
-        name=f"{job_name}_op",
-        pool=pool,
-        description=f"Trim, compact and vacuum {key.to_user_string()} (never beside a writer of it: its pool).",
-    )
-    @exclusive(pool)
-    def upkeep_op(context: dg.OpExecutionContext, warehouse: DeltaWarehouse, landing: LandingZone) -> None:
-        values = upkeep_table(
-            warehouse, name, settings, replicated=replication.names, landing=landing if is_ce else None
-        )
-        _report(context, key, values)
-        if with_history:  # written by the replica's step, in the same pool: kept up with it
+def _upkeep_replica(
+    context: dg.OpExecutionContext, warehouse: DeltaWarehouse, sobject: SObjectConfig, settings: UpkeepConfig
+) -> None:
+    """One replica and its history (`history: true`: written by the replica's step, so under the same lock), holding
+    the replica pool's host lock: no step writing the table runs beside it, and one waiting starts between tables."""
+    name = sobject.name
+    with host_lock(context.instance, replica_pool(name), context.log):
+        _report(context, replica_key(name), upkeep_table(warehouse, name, settings))
+        if sobject.history:
             _report(context, history_key(name), upkeep_table(warehouse, history_name(name), settings))
 
-    @dg.job(
-        name=job_name,
-        tags=run_tags(
-            mode="upkeep",
-            reason=f"{settings.schedule} schedule",
-            objects=[] if is_ce else [name],
-            hidden={TAG_UPKEEP: name},
-        ),
-        description=f"Table upkeep of {key.to_user_string()} (README 'Table upkeep'): "
-        + ("retire ingested landing files, trim payloads past the retention, " if is_ce else "")
-        + "compact, vacuum.",
-    )
-    def upkeep_job():
-        upkeep_op()
 
-    return upkeep_job
+def build_replicas_upkeep_job(*, replication: ReplicationConfig) -> dg.JobDefinition:
+    """`upkeep_replicas`: one op walking every replica (or those of config `objects`), one table at a time. One job
+    whatever the number of objects: a job per table was thousands of job snapshots in the code location at a
+    thousand objects (bench/RESULTS.md, "A thousand objects"). Dagster's pools are fixed per op, so the op takes
+    each table's host lock (resources/pool_lock.py) instead of its pool slot."""
+    settings = replication.options.upkeep
+
+    @dg.op(
+        name=f"{REPLICAS_JOB}_op",
+        description="Compact and vacuum each replica and its history, one table at a time, each while no writer "
+        "of it runs (its host lock).",
+    )
+    def upkeep_replicas_op(context: dg.OpExecutionContext, config: ReplicasUpkeepConfig, warehouse: DeltaWarehouse):
+        if problem := replication.unknown(config.objects):
+            raise dg.Failure(f"{REPLICAS_JOB}: {problem}")
+        failed = {}
+        for name in config.objects or replication.names:
+            try:
+                _upkeep_replica(context, warehouse, replication.object(name), settings)
+            except Exception as exc:  # noqa: BLE001  one table's trouble stays its own: the others are kept up
+                context.log.error(f"upkeep of {name} failed: {type(exc).__name__}: {exc}")
+                failed[name] = f"{type(exc).__name__}: {exc}"
+        if failed:
+            raise dg.Failure(
+                f"upkeep failed for {len(failed)} replicas (the others were kept up): "
+                + "; ".join(f"{n}: {e}" for n, e in failed.items())
+            )
+
+    @dg.job(
+        name=REPLICAS_JOB,
+        tags=run_tags(mode="upkeep", reason=f"{settings.schedule} schedule", hidden={TAG_UPKEEP: REPLICAS}),
+        description="Table upkeep of every replica and its history (config `objects`: only those), one table at a "
+        "time (README 'Table upkeep'): compact, vacuum.",
+    )
+    def upkeep_replicas_job():
+        upkeep_replicas_op()
+
+    return upkeep_replicas_job
+
+
+def build_change_events_upkeep_job(*, replication: ReplicationConfig) -> dg.JobDefinition:
+    """`upkeep_change_events`, in the change_events pool."""
+    settings = replication.options.upkeep
+
+    @dg.op(
+        name=f"{CE_JOB}_op",
+        pool=CHANGE_EVENTS_POOL,
+        description="Retire ingested landing files, trim payloads past the retention, compact and vacuum "
+        "change_events (never beside a writer of it: its pool).",
+    )
+    @exclusive(CHANGE_EVENTS_POOL)
+    def upkeep_change_events_op(context: dg.OpExecutionContext, warehouse: DeltaWarehouse, landing: LandingZone):
+        _report(
+            context,
+            CHANGE_EVENTS_KEY,
+            upkeep_table(warehouse, CHANGE_EVENTS, settings, replicated=replication.names, landing=landing),
+        )
+
+    @dg.job(
+        name=CE_JOB,
+        tags=run_tags(mode="upkeep", reason=f"{settings.schedule} schedule", hidden={TAG_UPKEEP: CHANGE_EVENTS}),
+        description="Table upkeep of change_events (README 'Table upkeep'): retire ingested landing files, trim "
+        "payloads past the retention, compact, vacuum.",
+    )
+    def upkeep_change_events_job():
+        upkeep_change_events_op()
+
+    return upkeep_change_events_job
 
 
 def build_upkeep(
     *, replication: ReplicationConfig, default_status: dg.DefaultScheduleStatus
 ) -> tuple[list[dg.JobDefinition], list[dg.ScheduleDefinition]]:
-    """Every upkeep job (each replica, change_events) and its schedule (`options.upkeep.schedule`)."""
-    jobs = [build_upkeep_job(name=n, replication=replication) for n in [*replication.names, CHANGE_EVENTS]]
+    """The two upkeep jobs (the replicas, change_events) and their schedules (`options.upkeep.schedule`)."""
+    jobs = [
+        build_replicas_upkeep_job(replication=replication),
+        build_change_events_upkeep_job(replication=replication),
+    ]
     schedules = [
         dg.ScheduleDefinition(
             name=f"{j.name}_schedule",

@@ -31,8 +31,8 @@ from cdc_assets.actions import (
     carried_by,
 )
 from cdc_assets.assets import replica_key
-from cdc_assets.names import TAG_MODE, work_tag
-from cdc_assets.operate.jobs import build_mode_jobs
+from cdc_assets.operate.asks import asks_of
+from cdc_assets.operate.jobs import build_ask_job
 from replication.config import parse_config
 from salesforce_emulator import Emulator
 
@@ -82,18 +82,26 @@ def test_each_piece_of_work_is_asked_of_one_action_and_a_resync_run_carries_a_re
     )
 
 
-def test_the_operator_jobs_are_the_actions_with_a_job_for_the_objects_of_their_sources(tmp_path):
+def test_the_operator_jobs_are_one_per_action_with_a_job_and_refuse_objects_outside_its_sources(tmp_path):
     config = parse_config("objects:\n  - Account\n  - {name: Campaign, source: poll}\n", tmp_path / "r.yaml")
-    jobs = {job.name: job for job in build_mode_jobs(replication=config)}
-    assert sorted(jobs) == [
-        "describe_Account",
-        "describe_Campaign",
-        "reconcile_Account",
-        "resync_Account",
-        "resync_Campaign",
-    ]
-    tags = jobs["reconcile_Account"].tags
-    assert (tags[TAG_MODE], tags[work_tag("Account")]) == ("reconcile", DIRTY_RECORDS)
+    jobs = {a.name: build_ask_job(a, replication=config) for a in ACTIONS.values() if a.job}
+    assert sorted(job.name for job in jobs.values()) == ["describe_objects", "reconcile_objects", "resync_objects"]
+    instance = dg.DagsterInstance.ephemeral()
+
+    def ask(action: str, objects: list[str]) -> str:
+        run = jobs[action].execute_in_process(
+            instance=instance,
+            raise_on_error=False,
+            run_config={"ops": {f"{action}_objects_op": {"config": {"objects": objects}}}},
+        )
+        failures = [e for e in run.all_events if e.is_step_failure]
+        return failures[0].step_failure_data.error.message if failures else ""
+
+    assert "only objects with source cdc" in ask("reconcile", ["Campaign"])  # a polled object has no dirty records
+    assert "not in replication.yaml: Acount" in ask("resync", ["Acount"]) and "nothing" in ask("describe", [])
+    assert asks_of(instance, config.names) == {}  # nothing refused was asked
+    assert ask("resync", ["Account", "Campaign"]) == ""
+    assert {n: a.action for n, a in asks_of(instance, config.names).items()} == dict.fromkeys(config.names, "resync")
 
 
 def run_replica(platform: Platform, mode: str) -> dg.ExecuteInProcessResult:

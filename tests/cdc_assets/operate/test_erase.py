@@ -16,7 +16,7 @@ from event_lines import event
 from harness import Platform, load_lines
 from settings import TEST_SPARK_CONF
 
-from cdc_assets.operate.erase import erase_job_name, erase_keys
+from cdc_assets.operate.erase import ERASE_JOB, erase_keys
 from cdc_assets.upkeep.jobs import upkeep_table
 from replication.config import UpkeepConfig
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
@@ -93,6 +93,10 @@ def platform(tmp_path, spark, sample_dir) -> Platform:
     return p
 
 
+def erase_config(name: str, ids: list[str]) -> dict:
+    return {"ops": {f"{ERASE_JOB}_events": {"config": {"object": name, "ids": ids}}}}
+
+
 def test_erasure_purges_a_record_everywhere_and_leaves_every_other_as_it_was(platform, tmp_path):
     landing = LandingZone(path=str(platform.landing))
     archive, set_aside = Path(landing.archive_path), Path(landing.quarantined_path)
@@ -103,10 +107,8 @@ def test_erasure_purges_a_record_everywhere_and_leaves_every_other_as_it_was(pla
     before = {name: other_rows(platform, name) for name in ["Account", *TABLES]}
     archived_lines = (text_below(archive) + text_below(set_aside)).count("\n")
 
-    job = platform.defs.resolve_job_def(erase_job_name("Contact"))
-    result = job.execute_in_process(
-        instance=platform.instance, run_config={"ops": {"erase_Contact_events": {"config": {"ids": [ERASED]}}}}
-    )
+    job = platform.defs.resolve_job_def(ERASE_JOB)
+    result = job.execute_in_process(instance=platform.instance, run_config=erase_config("Contact", [ERASED]))
     assert result.success
 
     for name in TABLES:
@@ -133,14 +135,19 @@ def test_erasure_purges_a_record_everywhere_and_leaves_every_other_as_it_was(pla
 
 
 def test_erasure_refuses_what_is_not_a_record_id_and_fails_while_a_landing_file_still_names_it(platform):
-    job = platform.defs.resolve_job_def(erase_job_name("Contact"))
+    job = platform.defs.resolve_job_def(ERASE_JOB)
     bad = job.execute_in_process(
         instance=platform.instance,
         raise_on_error=False,
-        run_config={"ops": {"erase_Contact_events": {"config": {"ids": ["003' OR true --"]}}}},
+        run_config=erase_config("Contact", ["003' OR true --"]),
     )
     assert not bad.success and len(platform.table("Contact")) == 2  # nothing was touched
     assert erase_keys([ERASED, ERASED[:15]]) == [ERASED[:15]]
+    stranger = job.execute_in_process(
+        instance=platform.instance, raise_on_error=False, run_config=erase_config("Contacts", [ERASED])
+    )
+    failure = next(e for e in stranger.all_events if e.is_step_failure).step_failure_data.error.message
+    assert "Contacts" in failure and "Account, Contact" in failure and len(platform.table("Contact")) == 2
 
     platform.land(
         [event("Contact", "UPDATE", [ERASED], T1 + 9000, tx="late", LastName="Again")], name="pending.jsonl"
@@ -148,7 +155,7 @@ def test_erasure_refuses_what_is_not_a_record_id_and_fails_while_a_landing_file_
     run = job.execute_in_process(
         instance=platform.instance,
         raise_on_error=False,
-        run_config={"ops": {"erase_Contact_events": {"config": {"ids": [ERASED]}}}},
+        run_config=erase_config("Contact", [ERASED]),
     )
     failure = [e for e in run.all_events if e.is_step_failure]
     assert not run.success and failure and "pending.jsonl" in failure[0].event_specific_data.error.message

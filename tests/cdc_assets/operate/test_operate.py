@@ -10,7 +10,7 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 from dagster._core.test_utils import create_run_for_test
-from deltalake import DeltaTable, QueryBuilder
+from deltalake import DeltaTable, QueryBuilder, TableFeatures
 from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
@@ -19,8 +19,12 @@ from cdc_assets.checks import check_quarantine_empty
 from cdc_assets.names import CHANGE_EVENTS_KEY, TAG_REASON, ingest_keys, object_tag, replica_key, work_tag
 from cdc_assets.operate.jobs import ACK_JOB, PAUSE_JOB, RESUME_JOB
 from cdc_assets.operate.pause import paused_objects
+from cdc_assets.upkeep.jobs import CE_JOB, REPLICAS_JOB
 from replication.config import load_config
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from resources.salesforce import SalesforceResource
+from salesforce_emulator import Emulator
+from salesforce_emulator.workload import Workload
 from sensors.landing_zone import REASON_RESUME
 from sensors.landing_zone import SENSOR_NAME as LANDING
 from sensors.reconciliation import SENSOR_NAME as RECONCILE
@@ -60,6 +64,13 @@ def launch(platform: Platform, job: str, config: dict | None = None, raise_on_er
     kwargs = {"run_config": config} if config is not None else {}
     job_def = platform.defs.resolve_job_def(job)
     return job_def.execute_in_process(instance=platform.instance, raise_on_error=raise_on_error, **kwargs)
+
+
+@pytest.fixture
+def org(tmp_path):
+    with Emulator(tmp_path / "org") as emu:
+        Workload(emu, seed=11).build_org(accounts=2)
+        yield emu
 
 
 @pytest.fixture
@@ -128,16 +139,35 @@ def test_the_reconciliation_sensor_asks_nothing_of_a_paused_object(platform):
     assert not paused.run_requests and "nothing to do" in paused.skip_reason.skip_message
 
 
-def test_reconcile_job_runs_the_replica_in_reconcile_mode_tagged_as_the_sensors_work(platform):
-    platform.land([event("Account", "CREATE", [ACC], T0, tx="a", Name="Acme")])
-    platform.run()
-    result = launch(platform, "reconcile_Account")
-    assert result.success
-    meta = platform.materialization_of("Account")
-    assert meta["mode"] == "reconcile"
-    tags = platform.instance.get_run_by_id(result.run_id).tags
-    assert tags[work_tag("Account")] == "reconcile" and tags[object_tag("Account")] == "1"
-    assert platform.defs.resolve_job_def("resync_Account").tags[work_tag("Account")] == "resync"
+def test_an_ask_from_the_ui_is_run_by_the_reconciliation_sensor_once_tagged_as_its_work_and_waits_for_a_resume(
+    tmp_path, org, spark
+):
+    salesforce = SalesforceResource(instance_url=org.instance_url, access_token=org.token, ca_bundle=str(org.ca_file))
+    platform = Platform(tmp_path / "p", None, ["Account", "Contact"], TEST_SPARK_CONF, salesforce=salesforce)
+    platform.run()  # the initial loads
+    assert evaluate(platform, RECONCILE).skip_reason  # nothing to do
+    assert launch(platform, "reconcile_objects", objects_config("reconcile_objects", ["Account"])).success
+    ticked = evaluate(platform, RECONCILE)
+    [request] = ticked.run_requests
+    assert request.tags[work_tag("Account")] == "reconcile" and request.tags[object_tag("Account")] == "1"
+    assert request.run_key.startswith("asked-") and request.asset_selection == [replica_key("Account")]
+    assert platform.execute(request).success
+    assert platform.materialization_of("Account")["mode"] == "reconcile"
+    assert not evaluate(platform, RECONCILE, ticked.cursor).run_requests  # asked once, run once
+
+    launch(platform, PAUSE_JOB, {"ops": {"pause_replication_op": {"config": {"objects": ["Contact"]}}}})
+    assert launch(platform, "resync_objects", objects_config("resync_objects", ["Contact"])).success
+    waiting = evaluate(platform, RECONCILE, ticked.cursor)
+    assert not waiting.run_requests  # a paused object's ask waits for the resume
+    launch(platform, RESUME_JOB, {"ops": {"resume_replication_op": {"config": {"objects": ["Contact"]}}}})
+    [resync] = evaluate(platform, RECONCILE, ticked.cursor).run_requests
+    assert resync.tags[work_tag("Contact")] == "resync" and resync.run_config == {
+        "ops": {replica_key("Contact").to_python_identifier(): {"config": {"mode": "resync"}}}
+    }
+
+
+def objects_config(job: str, objects: list[str]) -> dict:
+    return {"ops": {f"{job}_op": {"config": {"objects": objects}}}}
 
 
 def test_acknowledge_quarantine_job_makes_the_check_pass(platform):
@@ -173,17 +203,44 @@ def test_status_reports_lag_dirty_last_error_api_calls_and_pause(platform):
     assert last_error(platform.instance, "Contact") == ""
 
 
-def test_upkeep_job_runs_in_the_tables_pool_and_its_observation_plots_files_and_bytes(platform):
+def test_upkeep_jobs_change_events_in_its_pool_replicas_one_walk_and_observations_plot_files_and_bytes(platform):
     for n in range(3):
         platform.land([event("Account", "CREATE", [f"00100000000000{n}AAA"], T0 + n, tx=f"a{n}", Name="A")])
         platform.run()
-    job = platform.defs.resolve_job_def("upkeep_change_events")
-    [node] = job.graph.node_defs
+    [node] = platform.defs.resolve_job_def(CE_JOB).graph.node_defs
     assert node.pool == "change_events"
-    assert platform.defs.resolve_job_def("upkeep_Account").graph.node_defs[0].pool == "replica_Account"
-    assert launch(platform, "upkeep_change_events").success
+    assert launch(platform, CE_JOB).success
     [record] = platform.instance.fetch_observations(CHANGE_EVENTS_KEY, limit=1).records
     meta = {k: v.value for k, v in record.asset_observation.metadata.items()}
     assert meta["files_before"] >= 3 and meta["files_after"] == 1 and meta["bytes_after"] > 0
     assert "rows_trimmed" in meta
-    assert {s.name for s in platform.defs.schedules} >= {"upkeep_change_events_schedule", "upkeep_Account_schedule"}
+    assert launch(platform, REPLICAS_JOB).success  # Contact has no table yet: nothing to keep up, no failure
+    [record] = platform.instance.fetch_observations(replica_key("Account"), limit=1).records
+    assert {k: v.value for k, v in record.asset_observation.metadata.items()}["files_after"] == 1
+    assert {s.name for s in platform.defs.schedules} >= {f"{CE_JOB}_schedule", f"{REPLICAS_JOB}_schedule"}
+    assert not any(j.name.startswith("upkeep_Account") for j in platform.defs.resolve_all_job_defs())
+
+
+def test_a_replica_whose_upkeep_fails_is_named_and_the_walk_keeps_the_others_up(platform):
+    for n in range(2):
+        platform.land(
+            [
+                event("Account", "CREATE", [f"00100000000000{n}AAA"], T0 + n, tx=f"a{n}", Name="A"),
+                event("Contact", "CREATE", [f"00300000000000{n}AAA"], T0 + n, tx=f"a{n}", LastName="C"),
+            ]
+        )
+        platform.run()
+    # Someone else turned on a feature the platform does not write: its upkeep refuses the table.
+    DeltaTable(str(platform.warehouse / "Account")).alter.add_feature(
+        TableFeatures.RowTracking, allow_protocol_versions_increase=True
+    )
+    result = launch(platform, REPLICAS_JOB, raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure).step_failure_data.error.message
+    assert "Account" in failure and "Contact" not in failure, failure
+    [record] = platform.instance.fetch_observations(replica_key("Contact"), limit=1).records
+    assert {k: v.value for k, v in record.asset_observation.metadata.items()}["files_before"] >= 2
+    unknown = launch(
+        platform, REPLICAS_JOB, {"ops": {f"{REPLICAS_JOB}_op": {"config": {"objects": ["Acount"]}}}}, False
+    )
+    assert not unknown.success

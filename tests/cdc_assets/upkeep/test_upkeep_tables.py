@@ -14,7 +14,7 @@ from harness import Platform
 from settings import TEST_SPARK_CONF
 
 from cdc_assets.names import history_key
-from cdc_assets.upkeep.jobs import upkeep_job_name, upkeep_table
+from cdc_assets.upkeep.jobs import REPLICAS_JOB, upkeep_table
 from replication.apply import APPLY_APP
 from replication.config import UpkeepConfig
 from replication.history.stage import history_name
@@ -169,7 +169,7 @@ def test_the_upkeep_job_of_an_object_with_history_keeps_its_history_table_up_too
     versions = sorted(p.table(history), key=lambda r: r["Id"])
     files_before = Footprint.of(warehouse.table(history)).files
 
-    result = p.defs.resolve_job_def(upkeep_job_name("Account")).execute_in_process(instance=p.instance)
+    result = p.defs.resolve_job_def(REPLICAS_JOB).execute_in_process(instance=p.instance)
 
     assert result.success
     observed = {

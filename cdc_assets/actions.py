@@ -14,7 +14,8 @@ entry says
   the replica's pool (one writer per table: cdc_assets/assets.py `replica_pool`);
 - what it covers: the work the sensors find (sensors/work.py) that a run of it does (`covers`), and the work they
   ask it for (`asked_for`), so that no sensor asks for work that a run in flight already does;
-- `job`: the operator job `<action>_<Object>` it gets in the UI (cdc_assets/operate/jobs.py), for `job_sources`.
+- `job`: the operator job `<action>_objects` it gets in the UI (cdc_assets/operate/jobs.py), for objects of
+  `job_sources`.
 
 The asset body (cdc_assets/assets.py) looks the run's action up in `ACTIONS` and calls `run_step`; the sensors'
 planner and requests, their run tags and the operator jobs are derived from the same entries. Two rules hold

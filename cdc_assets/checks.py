@@ -275,7 +275,7 @@ def _deferred_resync(
         description=f"Resync of {name} deferred until {until.isoformat()}: damaged landing files ({files}) lost "
         f"content that may have held changes of {name}, and it resynced for damaged files less than "
         f"{DAMAGED_RESYNC_OPTION} ({every:g} s) ago. reconciliation_sensor requests it then; the files' lines are "
-        f"in _quarantine. To resync now, launch resync_{name}.",
+        f"in _quarantine. To resync now, launch resync_objects with objects: [{name}].",
     )
 
 

@@ -202,7 +202,7 @@ MIN_RETENTION_MARGIN_HOURS = 12.0
 
 
 class UpkeepConfig(_Section):
-    """`options.upkeep`: how the jobs `upkeep_<Object>` and `upkeep_change_events` keep tables small (README "Table
+    """`options.upkeep`: how the jobs `upkeep_replicas` and `upkeep_change_events` keep tables small (README "Table
     upkeep")."""
 
     schedule: str = Field(

@@ -51,7 +51,7 @@ def definitions() -> str:
 def test_the_generated_definitions_name_every_kind(definitions: str):
     for title in ("## Assets", "## Asset checks", "## Sensors", "## Jobs", "## Schedules"):
         assert title in definitions
-    for name in ("`salesforce/<Object>`", "`landing_zone_sensor`", "`resync_<Object>`", "`poll_sensor`"):
+    for name in ("`salesforce/<Object>`", "`landing_zone_sensor`", "`resync_objects`", "`poll_sensor`"):
         assert name in definitions
     assert "| `salesforce/<Object>: poll_overlap` | no |" in definitions and "`source: poll` objects |" in definitions
 

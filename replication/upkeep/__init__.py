@@ -9,9 +9,9 @@ Upkeep keeps it flat, one table at a time:
 - `vacuum.py`: deletes files no version younger than the retention references (`vacuum_retention_hours`);
 - `retention.py`: drops the *payload* (`fields`, the values) of change_events rows that every reader is done
   with, keeping each row's identity, so dedup and the changefeed's transaction-key lookup stay exact;
-- `cdc_assets/upkeep/jobs.py`: the Dagster wiring: one job per table (`upkeep_<Object>`, `upkeep_change_events`), its op in that
-  table's pool (`replica_<Object>` / `change_events`, one slot: never beside a writer of the same table), on a
-  schedule, reporting files and bytes before/after and rows trimmed as an observation of the table's asset (plots).
+- `cdc_assets/upkeep/jobs.py`: the Dagster wiring: two jobs on a schedule, `upkeep_replicas` (every replica, one
+  table at a time under its host lock) and `upkeep_change_events` (in its pool): never beside a writer of the same
+  table, reporting files and bytes before/after and rows trimmed as an observation of the table's asset (plots).
 
 None of these commits carries checkpoint state, and none needs to: a run finds its table's state through the app
 transaction `cdc_state.<key>` (resources/delta.py), which names the commit holding it however many commits upkeep

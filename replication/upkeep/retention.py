@@ -36,7 +36,7 @@ dropped, not rows deleted: the identity set costs some 100 bytes a row, compress
   `quarantine_empty` fails while it waits and it is the only trace of what went wrong. The delete rewrites the
   files holding those rows; vacuum (`vacuum_retention_hours`) then deletes the old files, and with them the values.
 Dead letters live in the subscriber's state folder and are bounded by the subscriber itself. A record erased in
-Salesforce is purged everywhere by the `erase_<Object>` job (cdc_assets/operate/erase.py), not by retention.
+Salesforce is purged everywhere by the `erase_records` job (cdc_assets/operate/erase.py), not by retention.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dagster as dg
 
-from cdc_assets.names import TAG_FILES
+from cdc_assets.names import TAG_FILES, TAG_UPKEEP
+from cdc_assets.upkeep.jobs import REPLICAS
 from definitions import build_defs
 from demo.instance import INSTANCE_YAML, open_instance, write_dagster_home
 
@@ -17,7 +18,10 @@ def test_the_shipped_dagster_yaml_queues_runs_and_gives_every_pool_one_slot(tmp_
         assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
         config = instance.get_concurrency_config()
         assert config.pool_config.default_pool_limit == 1
-        assert config.run_queue_config.tag_concurrency_limits == [{"key": TAG_FILES, "limit": 1}]
+        assert config.run_queue_config.tag_concurrency_limits == [
+            {"key": TAG_FILES, "limit": 1},
+            {"key": TAG_UPKEEP, "value": REPLICAS, "limit": 1},
+        ]
 
 
 def test_every_table_writer_has_its_own_pool(tmp_path):

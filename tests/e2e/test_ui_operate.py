@@ -1,7 +1,7 @@
 """Screenshots of the UI's operator actions (README "Operating from the UI", "Table upkeep"), in headless Chromium.
 
-The launchpad of each action's job, as a person opens it (Jobs, the job, Launchpad): `resync_Account` with its
-preset config, `pause_replication` (config `objects`), `acknowledge_quarantine`; and the plots of change_events'
+The launchpad of each action's job, as a person opens it (Jobs, the job, Launchpad): `resync_objects` and
+`pause_replication` (config `objects`), `acknowledge_quarantine`; and the plots of change_events'
 upkeep observations after two upkeep runs launched through GraphQL. Each page is read back: the job's name and
 its config keys must be on it.
 """
@@ -29,7 +29,7 @@ def launchpad(page, stack, job: str) -> None:
 
 @pytest.mark.parametrize(
     "job, expected",
-    [("resync_Account", {"resync"}), ("pause_replication", {"objects"}), ("acknowledge_quarantine", {"until"})],
+    [("resync_objects", {"objects"}), ("pause_replication", {"objects"}), ("acknowledge_quarantine", {"until"})],
 )
 def test_each_operator_action_is_a_job_launched_from_the_launchpad(page, materialized, job, expected):
     launchpad(page, materialized, job)

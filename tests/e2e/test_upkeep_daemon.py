@@ -2,8 +2,8 @@
 
 While a workload lands events and the sensors run replication, the upkeep jobs of every table are launched again
 and again through Dagster's GraphQL API (what the UI's Launch button sends), Contact is paused and resumed, and
-the UI's reconcile and acknowledge jobs run. Each upkeep job waits for its table's pool, so none runs beside a
-writer of its table. Once everything settles every replica equals the org field by field, its changefeed replays
+the UI's reconcile and acknowledge jobs run. Upkeep waits for each table's pool (change_events) or host lock (the
+replicas), so none runs beside a writer of its table. Once everything settles every replica equals the org field by field, its changefeed replays
 to its live rows (compaction emitted no feed records), and the upkeep runs all succeeded and shrank file counts.
 """
 
@@ -20,7 +20,7 @@ from org_compare import differences, live_rows
 
 from cdc_assets.names import TAG_UPKEEP
 from cdc_assets.operate.pause import paused_objects
-from cdc_assets.upkeep.jobs import upkeep_job_name
+from cdc_assets.upkeep.jobs import CE_JOB, REPLICAS_JOB
 from demo.instance import STORAGES
 from replication.changefeed.reader import replay
 from resources.delta import CHANGE_EVENTS
@@ -54,14 +54,13 @@ def wait_runs(stack, run_ids: list[str], timeout: float = 600) -> dict[str, dg.D
 def test_upkeep_and_ui_actions_beside_running_replication_keep_replicas_equal_to_the_org(stack):
     stack.workload.run(changes=100)
     stack.wait_settled(timeout_seconds=600)
-    tables = [*stack.objects, CHANGE_EVENTS]
 
     workload = threading.Thread(target=stack.workload.run, kwargs={"changes": CHANGES, "rate": RATE})
     workload.start()
     upkeep_runs = []
     launch(stack, "pause_replication", {"ops": {"pause_replication_op": {"config": {"objects": ["Contact"]}}}})
     while workload.is_alive():
-        upkeep_runs += [launch(stack, upkeep_job_name(t)) for t in tables]
+        upkeep_runs += [launch(stack, job) for job in (REPLICAS_JOB, CE_JOB)]
         time.sleep(15)
     workload.join()
     with stack.instance() as instance:
@@ -69,9 +68,11 @@ def test_upkeep_and_ui_actions_beside_running_replication_keep_replicas_equal_to
     resumed = launch(
         stack, "resume_replication", {"ops": {"resume_replication_op": {"config": {"objects": ["Contact"]}}}}
     )
-    reconciled = launch(stack, "reconcile_Account")
+    reconciled = launch(  # asked: the reconciliation sensor starts the run
+        stack, "reconcile_objects", {"ops": {"reconcile_objects_op": {"config": {"objects": ["Account"]}}}}
+    )
     acknowledged = launch(stack, "acknowledge_quarantine")
-    upkeep_runs += [launch(stack, upkeep_job_name(t)) for t in tables]
+    upkeep_runs += [launch(stack, job) for job in (REPLICAS_JOB, CE_JOB)]
     statuses = wait_runs(stack, [*upkeep_runs, resumed, reconciled, acknowledged])
     assert set(statuses.values()) == {dg.DagsterRunStatus.SUCCESS}, statuses
     stack.wait_settled(timeout_seconds=600)

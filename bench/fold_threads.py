@@ -27,27 +27,11 @@ from bench.common import start_spark
 from object_schema.describe import ObjectSchema
 from resources.spark import from_arrow, to_arrow
 from salesforce_emulator.custom_objects import custom_object
+from salesforce_emulator.landing_lines import event
 from spark_ops.fold import fold_changes
 from spark_ops.parse import parse_lines, to_change_rows
 
 T0 = 1_763_800_000_000
-
-
-def create_line(schema: ObjectSchema, number: int) -> str:
-    """A CometD change event line creating one record of `schema`'s object (the landing format, contract §1)."""
-    header = {
-        "entityName": schema.name,
-        "changeType": "CREATE",
-        "recordIds": [f"a{number:02d}000000000001AAA"],
-        "commitTimestamp": T0,
-        "commitNumber": 1,
-        "sequenceNumber": 1,
-        "transactionKey": f"tx-{number}",
-        "changeOrigin": "",
-        "changedFields": ["Name"],
-    }
-    payload = {"ChangeEventHeader": header, "Name": f"record {number}"}
-    return json.dumps({"data": {"schema": "s", "payload": payload, "event": {"replayId": number}}})
 
 
 def inputs(spark, objects: int) -> list[tuple[ObjectSchema, pa.Table]]:
@@ -56,7 +40,22 @@ def inputs(spark, objects: int) -> list[tuple[ObjectSchema, pa.Table]]:
     for number in range(1, objects + 1):
         schema = ObjectSchema.from_describe(custom_object(number).describe())
         lines = spark.createDataFrame(
-            [("bench", 1, create_line(schema, number))], "source_file string, source_line long, raw string"
+            [
+                (
+                    "bench",
+                    1,
+                    event(
+                        schema.name,
+                        "CREATE",
+                        [f"a{number:02d}000000000001AAA"],
+                        T0,
+                        tx=f"tx-{number}",
+                        replay=number,
+                        Name=f"record {number}",
+                    ),
+                )
+            ],
+            "source_file string, source_line long, raw string",
         )
         out.append((schema, to_change_rows(parse_lines(lines, {schema.name: schema})).toArrow()))
     return out

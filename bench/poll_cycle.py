@@ -28,8 +28,7 @@ import yaml
 
 from cdc_assets.names import META_POLL_NEXT, replica_key
 from definitions import build_defs
-from replication.poll.run import soql_datetime
-from resources.salesforce import SalesforceResource
+from resources.salesforce import SalesforceResource, soql_datetime
 from salesforce_emulator import Emulator
 from salesforce_emulator.custom_objects import custom_object_name
 from salesforce_emulator.workload import Workload

@@ -204,14 +204,7 @@ def ingest(
     now = now or datetime.now(UTC)
     attempt = functools.partial(
         _ingest_batch,
-        spark,
-        warehouse,
-        landing,
-        schemas=schemas,
-        run_id=run_id,
-        now=now,
-        max_text=max_batch_bytes,
-        max_change_bytes=max_batch_change_bytes,
+        IngestRun(spark, warehouse, landing, schemas, run_id, now, max_batch_bytes, max_batch_change_bytes),
     )
     environment = functools.partial(environment_failure, spark, warehouse, landing)
     total = IngestResult(counts=_zero_counts())
@@ -379,51 +372,52 @@ def environment_failure(spark: SparkSession, warehouse: DeltaWarehouse, landing:
     return None
 
 
+@dataclass(frozen=True)
+class IngestRun:
+    """What every batch of one ingest shares: the session, the landing zone and the table it goes to, the replicated
+    objects' schemas, the run and its clock, and the batch bounds (`max_text`: the files not begun once the text
+    read reaches it are left to the next batch; `max_change_bytes`: the lines past it in change rows are taken as
+    overflows of their object, `bound_batch`)."""
+
+    spark: SparkSession
+    warehouse: DeltaWarehouse
+    landing: LandingZone
+    schemas: Mapping[str, ObjectSchema]
+    run_id: str
+    now: datetime
+    max_text: int | None = None
+    max_change_bytes: int = MAX_BATCH_CHANGE_BYTES
+
+
 def _ingest_batch(
-    spark: SparkSession,
-    warehouse: DeltaWarehouse,
-    landing: LandingZone,
-    files: list[LandingFile],
-    *,
-    schemas: Mapping[str, ObjectSchema],
-    run_id: str,
-    now: datetime,
-    failed: Mapping[LandingFile, str] | None = None,
-    max_text: int | None = None,
-    max_change_bytes: int = MAX_BATCH_CHANGE_BYTES,
+    run: IngestRun, files: list[LandingFile], *, failed: Mapping[LandingFile, str] | None = None
 ) -> IngestResult:
     """Steps 2 to 4 (module docstring) for `files`. `failed`: those of them that failed on their own, with the
-    reason: not read, but quarantined whole and recorded as ingested with the others. `max_text`: the files not
-    begun once the text read reaches it are left to the next batch (`IngestResult.unread`). `max_change_bytes`:
-    the lines past it in change rows are taken as overflows of their object (`bound_batch`)."""
+    reason: not read, but quarantined whole and recorded as ingested with the others."""
     failed = failed or {}
     watch = Stopwatch()
     # The snapshot this batch reads its checkpoint from and commits against (DeltaWarehouse.append): if another
     # writer commits in between, this commit fails instead of ingesting the same files twice.
-    events = warehouse.table(CHANGE_EVENTS)
-    done = [f for f in files if events is not None and events.transaction_version(file_app_id(f)) is not None]
-    if done:
+    events = run.warehouse.table(CHANGE_EVENTS)
+    if done := [f for f in files if events is not None and events.transaction_version(file_app_id(f)) is not None]:
         assert events is not None, "a file is found ingested only in an existing change_events"
         log.warning("%d landing files were ingested by another run meanwhile; skipped", len(done))
         files = [f for f in files if f not in done]
         failed = {f: reason for f, reason in failed.items() if f in files}
         if not files:
             return IngestResult(
-                counts=_zero_counts(), state=IngestState.read(warehouse, events), version=events.version()
+                counts=_zero_counts(), state=IngestState.read(run.warehouse, events), version=events.version()
             )
-    read = landing.read([f for f in files if f not in failed], max_text)
+    read = run.landing.read([f for f in files if f not in failed], run.max_text)
     files = [f for f in files if f not in read.unread]
     # A file that lost content asks a resync of the objects it names, as an overflow does (replication/damaged.py).
-    lines = pa.concat_tables([read.lines, resync_lines(read.damaged, files, replicated=schemas, at=now)])
+    lines = pa.concat_tables([read.lines, resync_lines(read.damaged, files, replicated=run.schemas, at=run.now)])
     watch.lap("read")
     fault_point("ingest.after_read")
     data_fault_point("ingest.poisoned_line", read.lines["raw"])
-    landed, parsed_with = parsed(spark, lines, schemas, max_change_bytes)
-    landed = retyped_values(spark, lines, landed, schemas, parsed_with, max_change_bytes)
-    landed = refuse_future_commits(lines, landed, latest_commit_ms())
+    landed, parsed_with = _parse_batch(run, lines)
     quarantine = landed["quarantine"]
     bad_lines = landed.filter(quarantine)
-    gapped = int(pc.sum(bad_lines["gapped"]).as_py() or 0)
     bad = pa.concat_tables(
         [bad_lines.select(QUARANTINE_SCHEMA.names).cast(QUARANTINE_SCHEMA), read.quarantine, _whole_files(failed)]
     )
@@ -431,34 +425,77 @@ def _ingest_batch(
     fault_point("ingest.after_parse")
     # Every replicated object's schema may be asked for: a line the parse could not read names its object only in
     # its text, and the redaction reads that (replication/quarantine.py).
-    record_quarantine(warehouse, bad, run_id=run_id, now=now, key=Q_STATE, schemas=schemas, redact=redacts(schemas))
+    record_quarantine(
+        run.warehouse,
+        bad,
+        run_id=run.run_id,
+        now=run.now,
+        key=Q_STATE,
+        schemas=run.schemas,
+        redact=redacts(run.schemas),
+    )
     fault_point("ingest.after_quarantine")
+    marked = _marked_duplicates(run.warehouse, landed.filter(pc.invert(quarantine)))
+    watch.lap("dedup")
+    fault_point("ingest.after_dedup")
+    counts = _count(files, read, bad, marked, parsed_with, failed=len(failed)) | {
+        "lines_gapped": int(pc.sum(bad_lines["gapped"]).as_py() or 0)
+    }
+    state, version = _commit_batch(run, events, files, marked, counts)
+    watch.lap("write")
+    fault_point("ingest.after_commit")
+    return IngestResult(
+        files=state.files,
+        counts=counts,
+        state=state,
+        version=version,
+        quarantine_examples=[quarantine_example(r) for r in bad.slice(0, 5).to_pylist()],
+        seconds=watch.seconds,
+        failed=[f.path for f in failed],
+        unread=read.unread,
+    )
 
-    rows = landed.filter(pc.invert(quarantine)).drop_columns(["quarantine", "raw", "reason", "gapped"])
-    marked = rows.set_column(
+
+def _parse_batch(run: IngestRun, lines: pa.Table) -> tuple[pa.Table, dict[str, ObjectSchema]]:
+    """The batch's lines parsed (`quarantine` marking the bad ones), with the schemas they were parsed with."""
+    landed, parsed_with = parsed(run.spark, lines, run.schemas, run.max_change_bytes)
+    landed = retyped_values(run.spark, lines, landed, run.schemas, parsed_with, run.max_change_bytes)
+    return refuse_future_commits(lines, landed, latest_commit_ms()), parsed_with
+
+
+def _marked_duplicates(warehouse: DeltaWarehouse, good: pa.Table) -> pa.Table:
+    """The good lines' change rows, `is_duplicate` also set for the events change_events already holds."""
+    rows = good.drop_columns(["quarantine", "raw", "reason", "gapped"])
+    return rows.set_column(
         rows.schema.get_field_index("is_duplicate"),
         "is_duplicate",
         pc.or_(rows["is_duplicate"], _stored(warehouse, rows)),
     )
-    watch.lap("dedup")
-    fault_point("ingest.after_dedup")
-    previous = IngestState.read(warehouse, events)
-    seq = previous.ingest_seq + 1
-    fresh_arrow = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
-    fresh_arrow = fresh_arrow.append_column(
-        "_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh_arrow.num_rows)
-    ).append_column("_ingested_at", pa.repeat(pa.scalar(now, pa.timestamp("us", tz="UTC")), fresh_arrow.num_rows))
 
-    counts = _count(files, read, bad, marked, parsed_with, failed=len(failed)) | {"lines_gapped": gapped}
+
+def _commit_batch(
+    run: IngestRun, events: DeltaTable | None, files: list[LandingFile], marked: pa.Table, counts: dict[str, int]
+) -> tuple[IngestState, int]:
+    """Step 4: the new rows, the ingest state and every file's app transaction in one commit of change_events
+    (against `events`, the snapshot the batch read); the state committed and the table's version."""
+    previous = IngestState.read(run.warehouse, events)
+    seq = previous.ingest_seq + 1
+    fresh = marked.filter(pc.invert(marked["is_duplicate"])).select(CHANGE_COLUMNS)
+    fresh = fresh.append_column("_ingest_seq", pa.repeat(pa.scalar(seq, pa.int64()), fresh.num_rows)).append_column(
+        "_ingested_at", pa.repeat(pa.scalar(run.now, pa.timestamp("us", tz="UTC")), fresh.num_rows)
+    )
     # The newest event and the close timer (replication/closure.py), then what this batch was.
     state = replace(
-        ingest_progress(previous, fresh_arrow, seq, now), files=[f.path for f in files], counts=counts, run_id=run_id
+        ingest_progress(previous, fresh, seq, run.now),
+        files=[f.path for f in files],
+        counts=counts,
+        run_id=run.run_id,
     )
     # A landing file's app transaction may expire once upkeep has retired the file (replication/upkeep/landing.py).
     fault_point("ingest.before_commit")
-    table = warehouse.append(
+    table = run.warehouse.append(
         CHANGE_EVENTS,
-        fresh_arrow,
+        fresh,
         read=events,
         partition_by=["entity"],
         key=state.KEY,
@@ -466,18 +503,7 @@ def _ingest_batch(
         txns={SEQ_APP: seq},
         expiring={file_app_id(f): 1 for f in files},
     )
-    watch.lap("write")
-    fault_point("ingest.after_commit")
-    return IngestResult(
-        files=state.files,
-        counts=counts,
-        state=state,
-        version=table.version(),
-        quarantine_examples=[quarantine_example(r) for r in bad.slice(0, 5).to_pylist()],
-        seconds=watch.seconds,
-        failed=[f.path for f in failed],
-        unread=read.unread,
-    )
+    return state, table.version()
 
 
 def landed_batch(

@@ -46,6 +46,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Self
 from urllib.parse import parse_qs, quote, urlsplit
@@ -722,6 +723,11 @@ def _locator_of(url: str) -> str | None:
     """The `locator` parameter of a results URI (None: the first page's, which has none)."""
     locators = parse_qs(urlsplit(url).query).get("locator")
     return locators[0] if locators else None
+
+
+def soql_datetime(ts: datetime) -> str:
+    """A SOQL dateTime literal (UTC, milliseconds): what a WHERE clause compares SystemModstamp with."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def select_soql(

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from event_lines import event
 from harness import Platform, comparable, load_lines, replica_rows
+
+from salesforce_emulator.landing_lines import event
 
 OBJECTS = ["Account", "Contact", "Opportunity"]
 RECORDS = 3_000

@@ -9,10 +9,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 import yaml
-from event_lines import event
 
 from cdc_assets.names import changefeed_key, events_key, ingest_keys, replica_key
 from resources.delta import DeltaWarehouse
+from salesforce_emulator.landing_lines import event
 
 ACC = "001000000000001AAA"
 

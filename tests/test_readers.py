@@ -45,7 +45,6 @@ import polars as pl
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder, TableFeatures
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -59,6 +58,7 @@ from resources.delta_protocol import Protocol
 from resources.replicas import duckdb_delta
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 from sensors.work import mode_run_config
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,7 +48,7 @@ from replication.run import ReplicaRun
 from replication.state import FormulaJob, FormulaState
 from replication.timing import Stopwatch
 from resources.delta import DeltaWarehouse, read_table
-from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource
+from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource, soql_datetime
 from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
@@ -67,10 +67,6 @@ COUNTS = (
 class FormulaResult(SyncResult):
     where: str | None = None  # the query's filter (None: a full pass)
     seconds: dict[str, float] = field(default_factory=dict)  # org (job, pages, parsing), merge
-
-
-def soql_datetime(ts: datetime) -> str:
-    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def query_hash(schema: ObjectSchema, where: str | None) -> str:

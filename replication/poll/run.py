@@ -40,7 +40,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,7 +58,14 @@ from replication.run import ReplicaRun
 from replication.state import BulkJob, PollPosition, PollState, ReplicaState
 from replication.timing import Stopwatch
 from resources.delta import DeltaWarehouse, aligned_arrow, read_table
-from resources.salesforce import BulkJobFailed, BulkPosition, SalesforceApiError, SalesforceResource, select_soql
+from resources.salesforce import (
+    BulkJobFailed,
+    BulkPosition,
+    SalesforceApiError,
+    SalesforceResource,
+    select_soql,
+    soql_datetime,
+)
 from shared.faults import fault_point
 
 log = logging.getLogger(__name__)
@@ -111,10 +118,6 @@ def polled_result(warehouse: DeltaWarehouse, name: str, sync: SyncResult | None)
         committed=sync is not None and (not isinstance(sync, PollResult) or sync.commits > 0),
         seconds=sync.seconds if isinstance(sync, PollResult) else {},
     )
-
-
-def soql_datetime(ts: datetime) -> str:
-    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def poll_state(warehouse: DeltaWarehouse, table: DeltaTable | None) -> PollState | None:

@@ -259,7 +259,7 @@ FORGED = "\n2026-01-01 INFO forged"
 def test_landing_text_reaches_logs_and_check_metadata_escaped_and_values_unquoted(tmp_path, sample_dir, caplog):
     """A file name that starts a forged log line, and a value that does not fit its field: the logs and the check
     metadata name the file (escaped) and the field and its type, never the value; the quarantine keeps both."""
-    from event_lines import event
+    from salesforce_emulator.landing_lines import event
 
     platform = Platform(tmp_path, sample_dir / "describe", ["Account"], TEST_SPARK_CONF)
     name = f"bad{FORGED}\u202e.jsonl"

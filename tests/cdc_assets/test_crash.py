@@ -18,7 +18,6 @@ import dagster as dg
 import pytest
 from crash_runner import run_mode
 from deltalake import DeltaTable
-from event_lines import event
 from harness import Platform, comparable, load_lines
 from settings import REPO, TEST_SPARK_CONF
 
@@ -28,6 +27,7 @@ from replication.state import ReplicaState
 from resources.delta import DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator, FaultConfig
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 from shared.faults import (
     APPLY_POINTS,

@@ -13,7 +13,6 @@ from dagster._core.definitions.data_version import CachingStaleStatusResolver, S
 from dagster._core.storage.tags import PRIORITY_TAG
 from dagster._time import get_current_datetime
 from deltalake import DeltaTable, write_deltalake
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -21,6 +20,7 @@ from cdc_assets.checks import UNIQUE_ID
 from cdc_assets.names import VISIBLE, changefeed_key, events_key, object_tag, replica_key
 from replication.config import ConfigError, parse_config
 from resources.delta import read_table
+from salesforce_emulator.landing_lines import event
 from sensors.landing_zone import SENSOR_NAME as LANDING
 
 OBJECTS = ["Account", "Contact"]

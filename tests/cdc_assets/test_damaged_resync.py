@@ -10,7 +10,6 @@ from datetime import datetime
 
 import dagster as dg
 import pytest
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -19,6 +18,7 @@ from cdc_assets.names import replica_key, work_tag
 from replication.config import load_config
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 from sensors.reconciliation import SENSOR_NAME as RECONCILE
 from sensors.work import plan

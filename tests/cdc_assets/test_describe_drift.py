@@ -10,7 +10,6 @@ import json
 import shutil
 
 import pytest
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -19,6 +18,7 @@ from object_schema.describe import NAME_REASON, ObjectSchema
 from replication.describe_drift import normalized
 from replication.field_catalog import UNNAMED, catalog_name
 from resources.delta import read_table
+from salesforce_emulator.landing_lines import event
 from spark_ops.parse import parse_lines, to_change_rows
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"

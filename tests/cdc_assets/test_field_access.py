@@ -13,7 +13,6 @@ import dagster as dg
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
-from event_lines import event
 from harness import Platform
 from org_compare import differences
 from poll.poll_harness import poll_platform, run_replicas
@@ -29,6 +28,7 @@ from replication.schemas import FIELD_ACCESS_PROPERTY, field_marks, keep_describ
 from resources.delta import read_table
 from salesforce_emulator import Emulator
 from salesforce_emulator.client import simple_salesforce_client
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 from sensors.describe import SENSOR_NAME as DESCRIBE_SENSOR
 from sensors.work import mode_run_config

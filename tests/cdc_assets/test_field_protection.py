@@ -19,7 +19,6 @@ import dagster as dg
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 from test_sync import resource, sensor_requests
@@ -29,6 +28,7 @@ from definitions import build_defs
 from object_schema.hashing import SALT_ENV, hash_text
 from salesforce_emulator import Emulator, FaultConfig
 from salesforce_emulator.datastream import backfill_lines
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 
 SALT = "pepper-for-tests"

@@ -22,7 +22,6 @@ import time
 from pathlib import Path
 
 import pytest
-from event_lines import event
 from harness import Platform
 from org_compare import differences
 from settings import TEST_SPARK_CONF
@@ -34,6 +33,7 @@ from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import SENSOR_NAME as LANDING_SENSOR
 

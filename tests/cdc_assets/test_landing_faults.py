@@ -13,7 +13,6 @@ import dagster as dg
 import pytest
 from dagster._record import copy
 from deltalake import DeltaTable
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -26,6 +25,7 @@ from replication.quarantine import acknowledge_quarantine, newest_quarantined_at
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.landing_zone import LINK, LandingZone
 from resources.storage import Folder
+from salesforce_emulator.landing_lines import event
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
 T0 = 1_763_800_000_000

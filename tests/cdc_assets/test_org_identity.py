@@ -7,13 +7,13 @@ from __future__ import annotations
 import time
 
 import dagster as dg
-from event_lines import event
 from test_sync import catch_up, make_platform, resource
 
 from cdc_assets.assets import replica_key
 from replication.state import OrgIdentity, ReplicaState
 from resources.delta import DeltaWarehouse
 from salesforce_emulator import Emulator
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 from sensors.work import mode_run_config
 

@@ -6,10 +6,10 @@ import gzip
 import json
 
 import pytest
-from event_lines import event
 from harness import Platform, comparable, load_lines
 from settings import TEST_SPARK_CONF
 
+from salesforce_emulator.landing_lines import event
 from shared.commit_time import latest_commit_ms
 
 OBJECTS = ["Account", "Contact", "Opportunity"]

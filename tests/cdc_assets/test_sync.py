@@ -199,9 +199,8 @@ def test_ids_the_org_refuses_or_does_not_know_leave_reconciliation_counted_and_f
     reconcile for good, and 101 invented ids must not stay rows. The refused id is isolated, the real record
     reconciles, the invented ids end deleted as docs/design/contract.md §6 says, and the org_knows_ids check names
     both."""
-    from event_lines import event
-
     from salesforce_emulator.ids import make_id
+    from salesforce_emulator.landing_lines import event
 
     Workload(org, seed=17).build_org(accounts=5)
     platform = make_platform(tmp_path, org, objects=["Account"])

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from event_lines import event
 from harness import Platform
 from org_compare import differences
 from settings import REPO, TEST_SPARK_CONF
@@ -32,6 +31,7 @@ from replication.upkeep.landing import retire_landing
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from salesforce_emulator import Emulator
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.pubsub_faults import decode_replay
 from salesforce_emulator.workload import Workload
 from shared.faults import InjectedFault

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from event_lines import event
-
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from replication.apply import APPLY_APP, apply_changes
 from replication.closure import Cut
@@ -18,6 +16,7 @@ from replication.state import IngestState, ReplicaState
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from resources.staged import read_staged
+from salesforce_emulator.landing_lines import event
 
 A1 = "001000000000001AAA"
 T0 = 1_763_800_000_000

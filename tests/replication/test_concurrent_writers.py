@@ -11,7 +11,6 @@ import json
 
 import pytest
 from deltalake import DeltaTable
-from event_lines import event
 
 from object_schema.describe import ObjectSchema
 from replication import apply as apply_module
@@ -25,6 +24,7 @@ from resources.commit_safety import ensure_safe_commits
 from resources.delta import CHANGE_EVENTS, ConcurrentWriteError, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
 from resources.storage import Folder
+from salesforce_emulator.landing_lines import event
 
 A1, A2 = "001000000000001AAA", "001000000000002AAA"
 T0 = 1_763_800_000_000

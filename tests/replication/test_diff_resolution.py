@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 
 import pyarrow.compute as pc
 import pytest
-from event_lines import event
 
 from object_schema.describe import ObjectSchema
 from replication import diffs
 from replication.diffs import RESOLVE_INPUT, resolve_diffs
 from resources.spark import from_arrow
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.text_diff import corrupted, unified_diff
 from spark_ops.fold import COUNTERS, fold_changes
 from spark_ops.parse import parse_lines, to_change_rows

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 
 import pyarrow as pa
-from event_lines import event
 from settings import SAMPLE
 
 from object_schema.describe import ObjectSchema
 from replication.quarantine import REDACTED, REDACTED_LINE, redacted
+from salesforce_emulator.landing_lines import event
 
 ACCOUNT = json.loads((SAMPLE / "describe" / "Account.json").read_text())
 ID = "001000000000001AAA"

@@ -9,7 +9,6 @@ import json
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, write_deltalake
-from event_lines import event
 
 from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from replication.apply import apply_changes
@@ -20,6 +19,7 @@ from replication.run import ApplyRun
 from replication.state import Held, IngestState, ReplicaState, ResyncPending
 from resources.delta import CHANGE_EVENTS, HISTORY_SCAN, DeltaWarehouse
 from resources.landing_zone import LandingZone
+from salesforce_emulator.landing_lines import event
 
 A1, A2, A3 = "001000000000001AAA", "001000000000002AAA", "001000000000003AAA"
 T0 = 1_763_800_000_000

@@ -12,9 +12,10 @@ import os
 import time
 
 import pytest
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
+
+from salesforce_emulator.landing_lines import event
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("SPARK_REMOTE"), reason="a Spark Connect client (tests/resources/test_spark_connect.py)"

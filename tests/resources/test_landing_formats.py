@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from event_lines import event
-
 from resources.landing_zone import LandingFile, LandingZone
+from salesforce_emulator.landing_lines import event
 
 
 def test_entities_are_found_in_cometd_and_datastream_files(tmp_path):

@@ -13,11 +13,11 @@ import tracemalloc
 import zlib
 from pathlib import Path
 
-from event_lines import event
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from resources.landing_zone import NAME_NOT_UTF8, PEEK_BYTES, RAW_KEPT, LandingFile, LandingZone, printable
+from salesforce_emulator.landing_lines import event
 
 A1 = "001000000000001AAA"
 T0 = 1_763_800_000_000

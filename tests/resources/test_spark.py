@@ -120,9 +120,8 @@ def _jobs(spark) -> int:
 
 def _a_few_changes(spark, sample_dir):
     """Account's schema, a few change rows, one current row, and the fold's input size."""
-    from event_lines import event
-
     from object_schema.describe import ObjectSchema
+    from salesforce_emulator.landing_lines import event
     from spark_ops.parse import parse_lines, to_change_rows
 
     account = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / "Account.json").read_text()))

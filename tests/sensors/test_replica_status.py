@@ -20,7 +20,6 @@ import pytest
 from dagster._core.events import DagsterEvent, DagsterEventType, StepMaterializationData
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.test_utils import create_run_for_test
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -30,6 +29,7 @@ from object_schema.describe import ObjectSchema
 from replication.ingest import ingest
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
+from salesforce_emulator.landing_lines import event
 from sensors.landing_zone import REASON_FILES, SENSOR_NAME
 
 NAME = "Account"

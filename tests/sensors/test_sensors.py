@@ -12,7 +12,6 @@ import dagster as dg
 import pytest
 from dagster._core.storage.tags import PRIORITY_TAG
 from dagster._core.test_utils import create_run_for_test
-from event_lines import event
 from harness import Platform, load_lines
 from settings import TEST_SPARK_CONF
 
@@ -31,6 +30,7 @@ from cdc_assets.names import (
 from resources.landing_zone import LINK, NOT_EVENTS, STALE_INFLIGHT
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
+from salesforce_emulator.landing_lines import event
 from sensors.landing_zone import REASON_FILES
 from sensors.landing_zone import SENSOR_NAME as LANDING
 from sensors.reconciliation import SENSOR_NAME as RECONCILE

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from event_lines import event
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from object_schema.describe import ObjectSchema
+from salesforce_emulator.landing_lines import event
 from spark_ops.parse import parse_lines, quarantined, to_change_rows
 
 GOOD = json.loads(event("Account", "UPDATE", ["001000000000001AAA"], 1_763_800_000_000, Name="Acme"))

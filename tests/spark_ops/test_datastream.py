@@ -6,9 +6,9 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-from event_lines import event
 
 from object_schema.describe import ObjectSchema
+from salesforce_emulator.landing_lines import event
 from shared.names import API_NAME_RULE
 from spark_ops.datastream import LAST_IN_INSTANT, parse_landed
 from spark_ops.events import mark_duplicates

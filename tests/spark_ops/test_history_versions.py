@@ -6,9 +6,9 @@ import json
 from datetime import UTC
 
 import pytest
-from event_lines import event
 
 from object_schema.describe import ObjectSchema
+from salesforce_emulator.landing_lines import event
 from spark_ops.fold import fold_changes
 from spark_ops.history import CHANGE_TYPE, TRANSACTION_KEY, transaction_versions
 from spark_ops.parse import parse_lines, to_change_rows

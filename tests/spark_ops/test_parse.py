@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from event_lines import event
 
 from object_schema.describe import ObjectSchema
+from salesforce_emulator.landing_lines import event
 from spark_ops.parse import (
     MAX_BATCH_CHANGE_BYTES,
     ROW_OVERHEAD_BYTES,

@@ -12,11 +12,11 @@ import json
 
 import pyarrow as pa
 import pytest
-from event_lines import event
 from settings import SAMPLE
 
 from object_schema.describe import ObjectSchema
 from object_schema.hashing import SALT_ENV, hash_arrow, hash_text
+from salesforce_emulator.landing_lines import event
 from spark_ops.datastream import parse_datastream
 from spark_ops.parse import parse_lines
 from spark_ops.protect import hashed_sql, salt_frame

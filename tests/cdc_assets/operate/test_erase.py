@@ -12,7 +12,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
-from event_lines import event
 from harness import Platform, load_lines
 from settings import TEST_SPARK_CONF
 
@@ -21,6 +20,7 @@ from cdc_assets.upkeep.jobs import upkeep_table
 from replication.config import UpkeepConfig
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.landing_zone import LandingZone
+from salesforce_emulator.landing_lines import event
 
 ERASED, KEPT = "003000000000001AAA", "003000000000002AAA"
 ERASED_VALUES = ["003000000000001", "ada@acme.example", "ada.l@acme.example", "Lovelace"]  # its Id and values

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pytest
 from dagster._core.test_utils import create_run_for_test
 from deltalake import DeltaTable, QueryBuilder, TableFeatures
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -24,6 +23,7 @@ from replication.config import load_config
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
 from resources.salesforce import SalesforceResource
 from salesforce_emulator import Emulator
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 from sensors.landing_zone import REASON_RESUME
 from sensors.landing_zone import SENSOR_NAME as LANDING

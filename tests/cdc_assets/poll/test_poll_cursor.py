@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from event_lines import event
 from org_compare import differences
 from poll_harness import poll_platform, poll_state, run_replicas, update
 
+from salesforce_emulator.landing_lines import event
 from salesforce_emulator.workload import Workload
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -21,6 +20,7 @@ from replication.ingest import file_app_id, pending_files
 from resources.delta import CHANGE_EVENTS, TXN_RETENTION, DeltaWarehouse
 from resources.landing_zone import LandingZone
 from resources.storage import Folder
+from salesforce_emulator.landing_lines import event
 
 T0 = 1_763_800_000_000
 IDS = [f"001{n:012d}AAA" for n in range(1, 4)]

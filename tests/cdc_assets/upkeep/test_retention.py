@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -19,6 +18,7 @@ from replication.config import UpkeepConfig, load_config
 from replication.quarantine import acknowledge_quarantine
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse
 from resources.landing_zone import LandingZone
+from salesforce_emulator.landing_lines import event
 
 T0 = 1_763_800_000_000
 DAY = 86400

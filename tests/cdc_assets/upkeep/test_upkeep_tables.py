@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable, QueryBuilder
-from event_lines import event
 from harness import Platform
 from settings import TEST_SPARK_CONF
 
@@ -23,6 +22,7 @@ from replication.upkeep.compact import Footprint, compact
 from replication.upkeep.retention import replay_floor, trim_payloads
 from replication.upkeep.vacuum import vacuum
 from resources.delta import CHANGE_EVENTS, DeltaWarehouse
+from salesforce_emulator.landing_lines import event
 
 T0 = 1_763_800_000_000  # Nov 2025: far older than any retention horizon
 IDS = [f"001{n:012d}AAA" for n in range(1, 5)]  # one layout bucket: each run adds a file to it

@@ -1,4 +1,5 @@
-"""Builders of landing lines in the Streaming API (CometD) shape, for small tests."""
+"""Builders of landing lines in the Streaming API (CometD) shape, as the subscriber writes them: for tests and
+benchmarks that land a few hand-made events."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from dagster_pyspark import PySparkResource
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdc_assets.actions import ACTIONS, ActionRun, ReplicaRunConfig, Step, loads_first, run_step
+from cdc_assets.actions import ACTIONS, Action, ActionRun, ReplicaRunConfig, Step, loads_first, run_step
 from cdc_assets.checks import NO_FAILED_FILES
 from cdc_assets.formulas.freshness import formula_metadata
 from cdc_assets.history.assets import history_step, record_history
@@ -217,71 +217,101 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         warehouse: DeltaWarehouse,
         salesforce: SalesforceResource,
     ) -> dg.MaterializeResult:
-        now, run_id = datetime.now(UTC), context.run.run_id
         action = ACTIONS[config.mode]
-        events = action.applies_events_to(sobject)  # whether the apply step (Spark) follows the action's step
-        # The replica's snapshot, loaded once and handed to each step that reads it (a step that commits moves it).
-        table = warehouse.table(sobject.name)
-        initial = loads_first(action, sobject, table, replication.options)
-        full_copy = initial or action.full_copy
-        schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=full_copy, table=table)
-        run = ActionRun(
-            sobject=sobject,
-            options=replication.options,
-            config=config,
-            warehouse=warehouse,
-            salesforce=salesforce,
-            schema=schema,
-            describe=describe,
-            table=table,
-            run_id=run_id,
-            now=now,
-        )
-        # Fields the org no longer serves (hidden by field-level security, or deleted): kept, never asked for.
-        run, access = settle_field_access(run, fresh=full_copy, force=action.asks_describe)
-        if not full_copy:
-            refuse_clear_hashes(run.table, run.schema)  # `hash:` added to an existing replica: a resync comes first
+        run, access, initial = open_run(context, sobject, replication, action, config, warehouse, salesforce)
         # Before anything commits: a history turned on for an existing replica is backfilled through its version.
         history = history_step(
-            sobject, warehouse, run.schema, replica=run.table, run_id=run_id, spark=lambda: session(pyspark)
+            sobject, warehouse, run.schema, replica=run.table, run_id=run.run_id, spark=lambda: session(pyspark)
         )
-        try:
-            step = run_step(action, run, initial=initial)
-        except (SalesforceApiError, ValueDoesNotFit) as exc:
-            if not (isinstance(exc, ValueDoesNotFit) or is_invalid_field(exc)):
-                raise
-            # A field the org no longer serves, or serves with another type: ask describe() again, mark or rewrite
-            # its column (replication/field_access.py, retype.py), and read the org again.
-            context.log.warning(f"{sobject.name}: {exc}; asking describe() again")
-            run, access = settle_field_access(run, force=True)
-            step = run_step(action, run, initial=initial)
-        schema, table = run.schema, run.table
-        access_metadata = field_access_metadata(access)
-        if not events:  # no change events to apply: no Spark either
-            polled = polled_result(warehouse, schema.name, step.sync)
-            return dg.MaterializeResult(
-                metadata=record_history(context, history, sobject, warehouse, schema, run_id)
-                | replica_metadata(context, sobject, schema, warehouse, polled, step, run.options)
-                | access_metadata
-                | catalog_metadata(context, warehouse, schema, polled.table)
-            )
-        # After a sync step (it loads and commits on its own) the snapshot is loaded again.
-        replica = warehouse.table(sobject.name) if step.sync else table
-        columns = {f.name for f in replica.schema().fields} if replica is not None else None  # a merge moves it
-        result = apply_step(context, run, session(pyspark), replicated=replication.names, replica=replica)
-        schema = result.schema or schema
-        if result.committed:  # columns the apply added (events set new fields): backfilled from the org
-            added = backfill_added(sobject, warehouse, salesforce, schema, columns, access, run_id=run_id, now=now)
-            if added != access:
-                access_metadata, result.table = field_access_metadata(added), warehouse.table(sobject.name)
+        run, access, step = step_meeting_describe(context, action, run, access, initial=initial)
+        if action.applies_events_to(sobject):
+            result, access = apply_and_backfill(context, run, session(pyspark), step, access, replication.names)
+        else:  # no change events to apply: no Spark either
+            result = polled_result(warehouse, sobject.name, step.sync)
+        schema = result.schema or run.schema
         return dg.MaterializeResult(
-            metadata=record_history(context, history, sobject, warehouse, schema, run_id)
+            metadata=record_history(context, history, sobject, warehouse, schema, run.run_id)
             | replica_metadata(context, sobject, schema, warehouse, result, step, run.options)
-            | access_metadata
+            | field_access_metadata(access)
             | catalog_metadata(context, warehouse, schema, result.table)
         )
 
     return replica
+
+
+def open_run(
+    context: dg.AssetExecutionContext,
+    sobject: SObjectConfig,
+    replication: ReplicationConfig,
+    action: Action,
+    config: ReplicaRunConfig,
+    warehouse: DeltaWarehouse,
+    salesforce: SalesforceResource,
+) -> tuple[ActionRun, FieldAccess, bool]:
+    """The run of one replica step: its snapshot (loaded once and handed to each step that reads it; a step that
+    commits moves it), its schema, describe() asked anew for a full copy and what changed settled (fields the org no
+    longer serves are kept, never asked for); with what describe() says of each field, and whether the step is the
+    initial load."""
+    table = warehouse.table(sobject.name)
+    initial = loads_first(action, sobject, table, replication.options)
+    full_copy = initial or action.full_copy
+    schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=full_copy, table=table)
+    run = ActionRun(
+        sobject=sobject,
+        options=replication.options,
+        config=config,
+        warehouse=warehouse,
+        salesforce=salesforce,
+        schema=schema,
+        describe=describe,
+        table=table,
+        run_id=context.run.run_id,
+        now=datetime.now(UTC),
+    )
+    run, access = settle_field_access(run, fresh=full_copy, force=action.asks_describe)
+    if not full_copy:
+        refuse_clear_hashes(run.table, run.schema)  # `hash:` added to an existing replica: a resync comes first
+    return run, access, initial
+
+
+def step_meeting_describe(
+    context: dg.AssetExecutionContext, action: Action, run: ActionRun, access: FieldAccess, *, initial: bool
+) -> tuple[ActionRun, FieldAccess, Step]:
+    """The action's step (`run_step`). A field the org no longer serves, or serves with another type, fails it: then
+    describe() is asked again, the column marked or rewritten (replication/field_access.py, retype.py), and the org
+    read again, once."""
+    try:
+        return run, access, run_step(action, run, initial=initial)
+    except (SalesforceApiError, ValueDoesNotFit) as exc:
+        if not (isinstance(exc, ValueDoesNotFit) or is_invalid_field(exc)):
+            raise
+        context.log.warning(f"{run.sobject.name}: {exc}; asking describe() again")
+    run, access = settle_field_access(run, force=True)
+    return run, access, run_step(action, run, initial=initial)
+
+
+def apply_and_backfill(
+    context: dg.AssetExecutionContext,
+    run: ActionRun,
+    spark: SparkSession,
+    step: Step,
+    access: FieldAccess,
+    replicated: list[str],
+) -> tuple[ApplyResult, FieldAccess]:
+    """The apply step after the action's (`apply_step`), then the columns it added (events set new fields)
+    backfilled from the org; with what describe() says of each field after it."""
+    warehouse, sobject = run.warehouse, run.sobject
+    # After a sync step (it loads and commits on its own) the snapshot is loaded again.
+    replica = warehouse.table(sobject.name) if step.sync else run.table
+    columns = {f.name for f in replica.schema().fields} if replica is not None else None  # a merge moves it
+    result = apply_step(context, run, spark, replicated=replicated, replica=replica)
+    if not result.committed:
+        return result, access
+    schema = result.schema or run.schema
+    added = backfill_added(sobject, warehouse, run.salesforce, schema, columns, access, run_id=run.run_id, now=run.now)
+    if added != access:
+        result.table = warehouse.table(sobject.name)
+    return result, added
 
 
 def catalog_metadata(

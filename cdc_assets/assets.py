@@ -68,7 +68,7 @@ from replication.damaged import deferred_until
 from replication.field_access import FieldAccess, backfill_added, is_invalid_field, settle_field_access
 from replication.field_catalog import refresh_field_catalog
 from replication.formulas.refresh import FormulaResult
-from replication.ingest import ingest
+from replication.ingest import IngestRun, ingest
 from replication.poll.run import PollResult, polled_result
 from replication.records import ValueDoesNotFit
 from replication.run import ApplyRun
@@ -132,13 +132,15 @@ def build_change_events_asset(*, replication: ReplicationConfig) -> dg.AssetsDef
     ) -> Iterator[dg.MaterializeResult]:
         schemas = SchemaCatalog(replication.objects, warehouse, salesforce)  # resolved for the objects that landed
         result = ingest(
-            session(pyspark),
-            warehouse,
-            landing,
-            schemas,
-            run_id=context.run.run_id,
-            max_batch_bytes=replication.options.max_ingest_batch_bytes,
-            max_batch_change_bytes=replication.options.max_ingest_batch_change_bytes,
+            IngestRun(
+                session(pyspark),
+                warehouse,
+                landing,
+                schemas,
+                run_id=context.run.run_id,
+                max_text=replication.options.max_ingest_batch_bytes,
+                max_change_bytes=replication.options.max_ingest_batch_change_bytes,
+            )
         )
         c = result.counts
         context.log.info(

@@ -188,25 +188,30 @@ def batches(
     return out
 
 
-def ingest(
-    spark: SparkSession,
-    warehouse: DeltaWarehouse,
-    landing: LandingZone,
-    schemas: Mapping[str, ObjectSchema],
-    run_id: str,
-    now: datetime | None = None,
-    max_batch_bytes: int = MAX_BATCH_BYTES,
-    max_batch_change_bytes: int = MAX_BATCH_CHANGE_BYTES,
-) -> IngestResult:
+@dataclass(frozen=True)
+class IngestRun:
+    """What every batch of one ingest shares: the session, the landing zone and the table it goes to, the replicated
+    objects' schemas, the run and its clock, and the batch bounds (`max_text`: a batch's files, by the size of their
+    text; the files not begun once the text read reaches it are left to the next batch; `max_change_bytes`: the lines past it in change rows are taken as
+    overflows of their object, `bound_batch`)."""
+
+    spark: SparkSession
+    warehouse: DeltaWarehouse
+    landing: LandingZone
+    schemas: Mapping[str, ObjectSchema]
+    run_id: str
+    now: datetime = field(default_factory=lambda: datetime.now(UTC))
+    max_text: int = MAX_BATCH_BYTES
+    max_change_bytes: int = MAX_BATCH_CHANGE_BYTES
+
+
+def ingest(run: IngestRun) -> IngestResult:
     """Ingest every pending landing file, one commit per batch; the counts and timings of all batches summed.
-    `schemas`: the replicated objects' schemas by name; only those a batch's lines name are looked up (a lazy
+    `run.schemas`: the replicated objects' schemas by name; only those a batch's lines name are looked up (a lazy
     mapping, `replication.schemas.SchemaCatalog`, resolves no others)."""
-    now = now or datetime.now(UTC)
-    attempt = functools.partial(
-        _ingest_batch,
-        IngestRun(spark, warehouse, landing, schemas, run_id, now, max_batch_bytes, max_batch_change_bytes),
-    )
-    environment = functools.partial(environment_failure, spark, warehouse, landing)
+    warehouse, landing, max_batch_bytes = run.warehouse, run.landing, run.max_text
+    attempt = functools.partial(_ingest_batch, run)
+    environment = functools.partial(environment_failure, run.spark, warehouse, landing)
     total = IngestResult(counts=_zero_counts())
     pending = pending_files(warehouse, landing)
     sizes = {f: landing.text_size(f) for f in pending}
@@ -370,23 +375,6 @@ def environment_failure(spark: SparkSession, warehouse: DeltaWarehouse, landing:
     except Exception as exc:  # noqa: BLE001 returned: the caller fails the run with it
         return exc
     return None
-
-
-@dataclass(frozen=True)
-class IngestRun:
-    """What every batch of one ingest shares: the session, the landing zone and the table it goes to, the replicated
-    objects' schemas, the run and its clock, and the batch bounds (`max_text`: the files not begun once the text
-    read reaches it are left to the next batch; `max_change_bytes`: the lines past it in change rows are taken as
-    overflows of their object, `bound_batch`)."""
-
-    spark: SparkSession
-    warehouse: DeltaWarehouse
-    landing: LandingZone
-    schemas: Mapping[str, ObjectSchema]
-    run_id: str
-    now: datetime
-    max_text: int | None = None
-    max_change_bytes: int = MAX_BATCH_CHANGE_BYTES
 
 
 def _ingest_batch(

@@ -20,7 +20,7 @@ from cdc_assets.checks import check_no_failed_files
 from cdc_assets.upkeep.jobs import upkeep_table
 from object_schema.describe import ObjectSchema
 from replication.config import UpkeepConfig
-from replication.ingest import ingest, pending_files
+from replication.ingest import IngestRun, ingest, pending_files
 from replication.quarantine import acknowledge_quarantine, newest_quarantined_at
 from resources.delta import CHANGE_EVENTS, QUARANTINE, DeltaWarehouse, read_table
 from resources.landing_zone import LINK, LandingZone
@@ -305,7 +305,7 @@ def test_a_batch_is_bounded_by_the_change_rows_its_lines_explode_into(tmp_path, 
     ids = [f"001{i:012d}AAA" for i in range(1, 101)]
     lines = [event("Account", "UPDATE", ids, T0 + n, Description="d" * 1_000) for n in (0, 1000)]
     Folder(zone.path).write_atomically("wide.jsonl", "\n".join(lines) + "\n")
-    result = ingest(spark, warehouse, zone, {"Account": schema}, run_id="r", max_batch_change_bytes=200_000)
+    result = ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id="r", max_change_bytes=200_000))
     rows = read_table(warehouse.table(CHANGE_EVENTS)).to_pylist()
     assert sorted({(r["source_line"], r["change_type"]) for r in rows}) == [(1, "UPDATE"), (2, "GAP_OVERFLOW")]
     assert len(rows) == 101 and result.counts["lines_quarantined"] == 1

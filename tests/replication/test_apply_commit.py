@@ -9,7 +9,7 @@ from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from replication.apply import APPLY_APP, apply_changes
 from replication.closure import Cut
 from replication.history.stage import history_name
-from replication.ingest import ingest
+from replication.ingest import IngestRun, ingest
 from replication.records import SNAPSHOT, records_to_text, replica_rows
 from replication.run import ApplyRun
 from replication.state import IngestState, ReplicaState
@@ -52,7 +52,7 @@ def test_an_apply_whose_every_row_is_superseded_commits_its_checkpoint(tmp_path,
         txns={APPLY_APP: 0},
     )
     (landing / "a.jsonl").write_text(event("Account", "UPDATE", [A1], T0 + 1000, Name="Older") + "\n")
-    ingest(spark, warehouse, zone, {"Account": schema}, run_id="ingest")
+    ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id="ingest"))
     through = IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq
     cut = Cut(through=through, open_key=None, clock="")
     before = warehouse.table("Account").version()
@@ -85,7 +85,7 @@ def test_rows_and_history_versions_an_apply_writes_carry_its_runs_time(tmp_path,
         )
         + "\n"
     )
-    ingest(spark, warehouse, zone, {"Account": schema}, run_id="ingest")
+    ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id="ingest"))
     cut = Cut(through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None, clock="")
     now = datetime(2026, 11, 24, 12, 0, 0, 123456, tzinfo=UTC)
 

@@ -17,7 +17,7 @@ from replication import apply as apply_module
 from replication import ingest as ingest_module
 from replication.apply import apply_changes
 from replication.closure import Cut
-from replication.ingest import ingest
+from replication.ingest import IngestRun, ingest
 from replication.run import ApplyRun
 from replication.state import IngestState
 from resources.commit_safety import ensure_safe_commits
@@ -64,7 +64,7 @@ def interleave(monkeypatch, module, point: str, first_run) -> dict:
 def test_a_second_ingest_of_the_same_files_fails_and_ingests_nothing_twice(setup, spark, monkeypatch):
     warehouse, zone, schema = setup
     land(zone, "a.jsonl", [event("Account", "CREATE", [A1], T0, Name="Acme")])
-    ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
+    ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id="setup"))
     land(
         zone,
         "b.jsonl",
@@ -77,12 +77,13 @@ def test_a_second_ingest_of_the_same_files_fails_and_ingests_nothing_twice(setup
         monkeypatch,
         ingest_module,
         "ingest.before_commit",
-        lambda: (ingest(spark, warehouse, zone, {"Account": schema}, run_id="first"), state(warehouse, CHANGE_EVENTS))[
-            1
-        ],
+        lambda: (
+            ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id="first")),
+            state(warehouse, CHANGE_EVENTS),
+        )[1],
     )
     with pytest.raises(ConcurrentWriteError, match="_change_events: another writer committed"):
-        ingest(spark, warehouse, zone, {"Account": schema}, run_id="second")
+        ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id="second"))
     assert state(warehouse, CHANGE_EVENTS) == seen["first"]
     assert len(seen["first"][1]) == 3  # every event once
 
@@ -95,7 +96,7 @@ def closed_cut(warehouse) -> Cut:
 def test_a_second_apply_from_the_same_read_version_fails_and_applies_nothing_twice(setup, spark, monkeypatch):
     warehouse, zone, schema = setup
     land(zone, "a.jsonl", [event("Account", "CREATE", [A1], T0, Name="Acme")])
-    ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
+    ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id="setup"))
 
     def first_apply():
         apply_changes(ApplyRun(spark, warehouse, schema, run_id="first"), cut=closed_cut(warehouse))
@@ -116,7 +117,7 @@ def test_a_second_apply_from_the_same_read_version_fails_and_applies_nothing_twi
             event("Account", "UPDATE", [A1], T0 + 2000, Rating="Hot"),
         ],
     )
-    ingest(spark, warehouse, zone, {"Account": schema}, run_id="setup")
+    ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id="setup"))
     seen = interleave(monkeypatch, apply_module, "replica.before_commit", first_apply)
     with pytest.raises(ConcurrentWriteError, match="after this run read it at version 0"):
         apply_changes(ApplyRun(spark, warehouse, schema, run_id="second"), cut=closed_cut(warehouse))

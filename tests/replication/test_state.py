@@ -14,7 +14,7 @@ from object_schema.describe import BUCKET_COLUMN, ObjectSchema
 from replication.apply import apply_changes
 from replication.closure import Cut
 from replication.counts import dirty_count, row_count
-from replication.ingest import ingest
+from replication.ingest import IngestRun, ingest
 from replication.run import ApplyRun
 from replication.state import Held, IngestState, ReplicaState, ResyncPending
 from resources.delta import CHANGE_EVENTS, HISTORY_SCAN, DeltaWarehouse
@@ -132,7 +132,7 @@ def test_a_pending_resync_survives_foreign_commits_and_the_next_apply(tmp_path, 
 
     def land_and_apply(name: str, lines: list[str]) -> ReplicaState:
         (landing / name).write_text("\n".join(lines) + "\n")
-        ingest(spark, warehouse, zone, {"Account": schema}, run_id=name)
+        ingest(IngestRun(spark, warehouse, zone, {"Account": schema}, run_id=name))
         cut = Cut(
             through=IngestState.read(warehouse, warehouse.table(CHANGE_EVENTS)).ingest_seq, open_key=None, clock=""
         )

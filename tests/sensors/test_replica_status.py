@@ -26,7 +26,7 @@ from settings import TEST_SPARK_CONF
 from cdc_assets.checks import CHECKS
 from cdc_assets.names import CHANGE_EVENTS_KEY, TAG_REASON, replica_key
 from object_schema.describe import ObjectSchema
-from replication.ingest import ingest
+from replication.ingest import IngestRun, ingest
 from resources.delta import DeltaWarehouse
 from resources.landing_zone import LandingZone
 from salesforce_emulator.landing_lines import event
@@ -93,7 +93,7 @@ def ingested_by(platform: Platform, spark, sample_dir, run: dg.DagsterRun) -> No
     materialization is reported separately: `ingest_step_ended`)."""
     schema = ObjectSchema.from_describe(json.loads((sample_dir / "describe" / f"{NAME}.json").read_text()))
     warehouse, zone = DeltaWarehouse(root=str(platform.warehouse)), LandingZone(path=str(platform.landing))
-    ingest(spark, warehouse, zone, {NAME: schema}, run_id=run.run_id)
+    ingest(IngestRun(spark, warehouse, zone, {NAME: schema}, run_id=run.run_id))
 
 
 def ingest_step_ended(platform: Platform, run: dg.DagsterRun) -> None:

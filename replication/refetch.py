@@ -178,25 +178,79 @@ def reconcile(run: ReplicaRun) -> SyncResult:
     """Fetch dirty records from the org and write them as they are there, clearing the flags: one merge commit.
     Which org is read (replication/org.py; it refuses another org's) is asked only when there are dirty records to
     fetch, and recorded in the commit."""
-    warehouse, salesforce, schema, now, run_id, org = (
-        run.warehouse,
-        run.salesforce,
-        run.schema,
-        run.now,
-        run.run_id,
-        run.org,
-    )
+    warehouse, salesforce, schema, now = run.warehouse, run.salesforce, run.schema, run.now
     replica = warehouse.table(schema.name)
     if replica is None:
         return SyncResult({"dirty_fetched": 0})
-    target = schema.arrow_schema()
-    dirty = aligned_arrow(warehouse.read(replica, filter=pc.field("_sf_dirty_since").is_valid()), target)
+    dirty = aligned_arrow(warehouse.read(replica, filter=pc.field("_sf_dirty_since").is_valid()), schema.arrow_schema())
     if not dirty.num_rows:
         return SyncResult({"dirty_fetched": 0})
-    identity = org() if org is not None else None
+    identity = run.org() if run.org is not None else None
     used_before = _api_used(salesforce)
-    ids = dirty["Id"].to_pylist()
     fault_point("reconcile.after_dirty_read")
+    fetched = _fetch_dirty(run, dirty)
+    fault_point("reconcile.after_fold")  # the rows are final (the name predates the rule: nothing is folded)
+    prev = ReplicaState.read(warehouse, replica)
+    refused_examples = [f"{i!r}: {e}" for i, e in sorted(fetched.refused.items())[:UNKNOWN_ID_EXAMPLES]]
+    state = replace(
+        prev,
+        run_id=run.run_id,
+        synced_at=now.isoformat(),
+        reconciled=Reconciled(
+            at=now.isoformat(),
+            records=dirty.num_rows,
+            unknown=len(fetched.gone),
+            unknown_examples=fetched.gone[:UNKNOWN_ID_EXAMPLES],
+            refused=len(fetched.refused),
+            refused_examples=refused_examples,
+        ),
+        org=identity or prev.org,
+    )
+    fault_point("reconcile.before_commit")
+    warehouse.commit_rows(
+        schema.name,
+        fetched.rows,
+        read=replica,
+        key_column="Id",
+        partition_column=BUCKET_COLUMN,
+        key=state.KEY,
+        state=state.to_dict(),
+        txns={APPLY_APP: replica.transaction_version(APPLY_APP) or 0},
+    )
+    fault_point("reconcile.after_commit")
+    counts = {
+        "dirty_fetched": dirty.num_rows,
+        "reconciled_found": fetched.found,
+        "reconciled_deleted": fetched.deleted,
+        "reconciled_gone": len(fetched.gone),
+        "ids_refused": len(fetched.refused),
+    }
+    log.info(
+        "%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone, %d ids refused by the org)",
+        schema.name,
+        *counts.values(),
+    )
+    return SyncResult(counts, _api_used(salesforce) - used_before)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """What the org says of a replica's dirty records: the rows to write (the org's current state: it wins, module
+    docstring), how many it returned and how many it holds deleted, the ids it knows nothing of (`gone`) and those
+    it refused, with its error."""
+
+    rows: pa.Table
+    found: int
+    deleted: int
+    gone: list[str]
+    refused: dict[str, str]
+
+
+def _fetch_dirty(run: ReplicaRun, dirty: pa.Table) -> Fetched:
+    """The org's rows for the `dirty` replica rows: retrieved by id; those it does not return, asked of queryAll
+    (deleted, in the recycle bin); the rest, gone or refused, leave the dirty set as deleted."""
+    salesforce, schema, now = run.salesforce, run.schema, run.now
+    ids = dirty["Id"].to_pylist()
     fields = [f for f in schema.org_fields if f != "IsDeleted"]  # a retrieved record is not deleted
     refused: dict[str, str] = {}  # id -> the org's error (module docstring)
     fetched = list(salesforce.retrieve(schema.name, ids, fields, refused=refused))
@@ -204,7 +258,6 @@ def reconcile(run: ReplicaRun) -> SyncResult:
     missing = [i for i, r in zip(ids, fetched) if r is None and i not in refused]
     fault_point("reconcile.after_retrieve")
     parts = [replica_rows(records_to_text(found, fields), schema, source=RECONCILE, synced_at=now)] if found else []
-
     deleted_in_org = _query_deleted(salesforce, schema, missing)
     fault_point("reconcile.after_query_all")
     if deleted_in_org:
@@ -221,56 +274,8 @@ def reconcile(run: ReplicaRun) -> SyncResult:
                 dirty.filter(pc.is_in(dirty["Id"], value_set=unknown)), at=now, source=RECONCILE, synced_at=now
             )
         )
-
-    rows = pa.concat_tables(parts).cast(target)  # the org's current state: it wins (module docstring)
-    fault_point("reconcile.after_fold")  # the rows are final (the name predates the rule: nothing is folded)
-    prev = ReplicaState.read(warehouse, replica)
-    applied = replica.transaction_version(APPLY_APP) or 0
-
-    refused_examples = [f"{i!r}: {e}" for i, e in sorted(refused.items())[:UNKNOWN_ID_EXAMPLES]]
-    state = replace(
-        prev,
-        run_id=run_id,
-        synced_at=now.isoformat(),
-        reconciled=Reconciled(
-            at=now.isoformat(),
-            records=len(ids),
-            unknown=len(gone),
-            unknown_examples=gone[:UNKNOWN_ID_EXAMPLES],
-            refused=len(refused),
-            refused_examples=refused_examples,
-        ),
-        org=identity or prev.org,
-    )
-    fault_point("reconcile.before_commit")
-    warehouse.commit_rows(
-        schema.name,
-        rows,
-        read=replica,
-        key_column="Id",
-        partition_column=BUCKET_COLUMN,
-        key=state.KEY,
-        state=state.to_dict(),
-        txns={APPLY_APP: applied},
-    )
-    fault_point("reconcile.after_commit")
-    counts = {
-        "dirty_fetched": len(ids),
-        "reconciled_found": len(found),
-        "reconciled_deleted": len(deleted_in_org),
-        "reconciled_gone": len(gone),
-        "ids_refused": len(refused),
-    }
-    log.info(
-        "%s: reconciled %d dirty records (%d found, %d deleted in the org, %d gone, %d ids refused by the org)",
-        schema.name,
-        len(ids),
-        len(found),
-        len(deleted_in_org),
-        len(gone),
-        len(refused),
-    )
-    return SyncResult(counts, _api_used(salesforce) - used_before)
+    rows = pa.concat_tables(parts).cast(schema.arrow_schema())
+    return Fetched(rows, len(found), len(deleted_in_org), gone, refused)
 
 
 def _query_deleted(salesforce: SalesforceResource, schema: ObjectSchema, ids: list[str]) -> list[dict]:

@@ -229,64 +229,20 @@ def poll(
     `confirm_deletes` too, and lets it delete more than `max_delete_share` of the live records;
     `handoff` is the last poll before CDC takes over (the cursor is kept, marked inactive).
     """
-    warehouse, salesforce, schema, run_id, now = run.warehouse, run.salesforce, run.schema, run.run_id, run.now
+    warehouse, salesforce, schema, now = run.warehouse, run.salesforce, run.schema, run.now
     options = run.sobject.poll
     used_before = int(salesforce.api_usage().get("used", 0))
     table = warehouse.table(schema.name)
     if table is None:
         raise RuntimeError(f"{schema.name}: no replica table to poll into; its first run is an initial load")
-    state = state_to_poll_from(warehouse, table)
-    fields = schema.org_fields
-    writer = PollWriter(warehouse, schema, run_id=run_id, now=now)
-    job = state.job
     field_name = cursor_field(schema)
-    if state.cursor and state.cursor_field not in (None, field_name):
-        log.warning(
-            "%s: the cursor was a %s, describe() now gives %s: polling again behind the replica's newest row",
-            schema.name,
-            state.cursor_field,
-            field_name,
-        )
-        state, job = replace(state, cursor=None), None
+    state, job = _starting_point(schema, state_to_poll_from(warehouse, table), field_name)
     base = replace(state, job=None, active=not handoff, cursor_field=field_name)
-    if job and job.hash != query_hash(schema, fields, job.where):
-        log.warning("%s: the interrupted Bulk job %s queried other fields; querying again", schema.name, job.id)
-        job = None
+    writer = PollWriter(warehouse, schema, run_id=run.run_id, now=now)
     if job:
-        writer.counts["poll_resumed"] = 1
-        try:
-            assert job.id is not None, "a job is committed to the state with the id the org gave it (on_page)"
-            _read_bulk(salesforce, schema, fields, job, writer, base, options, resume=BulkPosition(job.id, job.locator))
-        except SalesforceApiError as exc:  # gone (expired, deleted: 404, or 400) or failed in the org
-            if exc.status not in (400, 404) and not isinstance(exc, BulkJobFailed):
-                raise
-            log.warning(
-                "%s: Bulk job %s can no longer be read (%s); querying again from %s",
-                schema.name,
-                job.id,
-                exc.status,
-                job.where,
-            )
-            _read_bulk(salesforce, schema, fields, replace(job, locator=None, records=0), writer, base, options)
+        _resume_bulk(run, job, writer, base)
     else:
-        since = _since(table, state, options)
-        where = f"{field_name} >= {soql_datetime(since)}" if since else None
-        records = list(
-            salesforce.query_all(
-                select_soql(schema.name, fields, where=where, order_by=order_by(schema), limit=options.rest_max_records)
-            )
-        )
-        if len(records) < options.rest_max_records:
-            rows = replica_rows(records_to_text(records, fields), schema, source=POLL, synced_at=now)
-            cursor = newest_position(rows, state.cursor)
-            writer.counts["poll_pages"] = 1
-            # Nothing new and no hand-off: no commit (an idle poll leaves the table as it was).
-            changed = cursor != state.cursor or base.active != state.active
-            writer.write_polled(rows, replace(base, cursor=cursor), force=changed)
-            fault_point("poll.after_rest_commit")
-        else:
-            job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema, fields, where))
-            _read_bulk(salesforce, schema, fields, job, writer, base, options)
+        _read_changed(run, table, state, writer, base)
     base = state_to_poll_from(warehouse, warehouse.table(schema.name))
     if compare_ids or confirm_deletes or _due(base.ids_compared_at, options.hard_delete_check_every, now):
         _compare(salesforce, schema, writer, base, options, now, confirm_deletes)
@@ -311,6 +267,69 @@ def poll(
         seconds={f"poll_{k}": v for k, v in writer.watch.seconds.items()},
         next=next_poll(after, field_name, read_at=now),
     )
+
+
+def _starting_point(schema: ObjectSchema, state: PollState, field_name: str) -> tuple[PollState, BulkJob | None]:
+    """Where the poll starts: the committed state, less a cursor kept in another field than describe() now gives
+    (polled again behind the replica's newest row) and an interrupted Bulk job that queried other fields; the job to
+    resume, if any."""
+    job = state.job
+    if state.cursor and state.cursor_field not in (None, field_name):
+        log.warning(
+            "%s: the cursor was a %s, describe() now gives %s: polling again behind the replica's newest row",
+            schema.name,
+            state.cursor_field,
+            field_name,
+        )
+        state, job = replace(state, cursor=None), None
+    if job and job.hash != query_hash(schema, schema.org_fields, job.where):
+        log.warning("%s: the interrupted Bulk job %s queried other fields; querying again", schema.name, job.id)
+        job = None
+    return state, job
+
+
+def _resume_bulk(run: ReplicaRun, job: BulkJob, writer: PollWriter, base: PollState) -> None:
+    """Read on from the interrupted Bulk job's committed page; a job the org no longer serves is queried again."""
+    salesforce, schema, options, fields = run.salesforce, run.schema, run.sobject.poll, run.schema.org_fields
+    writer.counts["poll_resumed"] = 1
+    try:
+        assert job.id is not None, "a job is committed to the state with the id the org gave it (on_page)"
+        _read_bulk(salesforce, schema, fields, job, writer, base, options, resume=BulkPosition(job.id, job.locator))
+    except SalesforceApiError as exc:  # gone (expired, deleted: 404, or 400) or failed in the org
+        if exc.status not in (400, 404) and not isinstance(exc, BulkJobFailed):
+            raise
+        log.warning(
+            "%s: Bulk job %s can no longer be read (%s); querying again from %s",
+            schema.name,
+            job.id,
+            exc.status,
+            job.where,
+        )
+        _read_bulk(salesforce, schema, fields, replace(job, locator=None, records=0), writer, base, options)
+
+
+def _read_changed(run: ReplicaRun, table: DeltaTable, state: PollState, writer: PollWriter, base: PollState) -> None:
+    """The records changed since the cursor (less the overlap): through REST when fewer than `rest_max_records`,
+    committed at once, else a Bulk job read page by page."""
+    salesforce, schema, options, fields = run.salesforce, run.schema, run.sobject.poll, run.schema.org_fields
+    since = _since(table, state, options)
+    where = f"{base.cursor_field} >= {soql_datetime(since)}" if since else None
+    records = list(
+        salesforce.query_all(
+            select_soql(schema.name, fields, where=where, order_by=order_by(schema), limit=options.rest_max_records)
+        )
+    )
+    if len(records) >= options.rest_max_records:
+        job = BulkJob(id=None, locator=None, where=where, hash=query_hash(schema, fields, where))
+        _read_bulk(salesforce, schema, fields, job, writer, base, options)
+        return
+    rows = replica_rows(records_to_text(records, fields), schema, source=POLL, synced_at=run.now)
+    cursor = newest_position(rows, state.cursor)
+    writer.counts["poll_pages"] = 1
+    # Nothing new and no hand-off: no commit (an idle poll leaves the table as it was).
+    changed = cursor != state.cursor or base.active != state.active
+    writer.write_polled(rows, replace(base, cursor=cursor), force=changed)
+    fault_point("poll.after_rest_commit")
 
 
 def next_poll(state: PollState, field_name: str, *, read_at: datetime) -> dict:

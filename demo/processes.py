@@ -33,6 +33,9 @@ from salesforce_emulator import Emulator
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# How often a start is checked for readiness (a port listening, a URL answering): each check is a connection
+# attempt, and a start found ready a second late makes the demo, the benches and the tests wait for nothing.
+READY_POLL_SECONDS = 0.2
 # The platform's own variables (org credentials, the hash salt, paths, Dagster's home), which the Spark Connect
 # server does not use: a client with its token runs code in it, so it holds nothing worth more than that.
 PLATFORM_PREFIXES = ("SF_", "CDC_", "DAGSTER_")
@@ -237,7 +240,7 @@ def start_spark_connect(
             socket.create_connection((spark_connect.DEFAULT_HOST, port), timeout=2).close()
             return process, spark_connect.url(port, token)
         except OSError:
-            time.sleep(1)
+            time.sleep(READY_POLL_SECONDS)
     stop(process)
     raise TimeoutError(f"the Spark Connect server did not listen on port {port} within {timeout_seconds:.0f} s")
 
@@ -291,7 +294,7 @@ def wait_for_http(
                     return
         except OSError:
             pass
-        time.sleep(1)
+        time.sleep(READY_POLL_SECONDS)
     if stop and stop.is_set():
         return
     raise TimeoutError(f"{url} did not answer within {timeout_seconds:.0f} s")

@@ -146,18 +146,26 @@ def poisoned_platform(root: Path, describe: Path) -> Platform:
     return platform
 
 
+@pytest.fixture(scope="module")
+def poisoned_clean_state(tmp_path_factory, spark, sample_dir):
+    """The tables of a run of `poisoned_platform` never killed: the same for every kill point below."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CDC_FAULT_MARKER", POISON)
+        clean = poisoned_platform(tmp_path_factory.mktemp("poisoned-clean"), sample_dir / "describe")
+        assert clean.run(close_after=0).success
+    expected = snapshot(clean)
+    assert expected["quarantine"][0][:2] == ("a.jsonl", 0) and len(expected["events"]) == 1
+    return expected
+
+
 @pytest.mark.parametrize("point", ["ingest.after_quarantine", "ingest.before_commit", "ingest.after_commit"])
 def test_sigkill_while_recording_a_failed_file_then_rerun_equals_clean_run(
-    point, tmp_path, spark, sample_dir, monkeypatch
+    point, tmp_path, spark, sample_dir, monkeypatch, poisoned_clean_state
 ):
     """The failed file's own batch writes its quarantine row, then its ledger commit: killed between them (or just
     before or after the commit), the re-run fails the file again and ends with the tables of a run never killed."""
     monkeypatch.setenv("CDC_FAULT_MARKER", POISON)
-    clean = poisoned_platform(tmp_path / "clean", sample_dir / "describe")
-    assert clean.run(close_after=0).success
-    expected = snapshot(clean)
-    assert expected["quarantine"][0][:2] == ("a.jsonl", 0) and len(expected["events"]) == 1
-
+    expected = poisoned_clean_state
     platform = poisoned_platform(tmp_path / "killed", sample_dir / "describe")
     crash_runner.kill_run(
         spark, platform.root, point, str(sample_dir / "describe"), ["Account"], env={"CDC_FAULT_MARKER": POISON}

@@ -84,6 +84,10 @@ SF_READ = {*ENV_VARS.values(), "SF_PUBSUB_ENDPOINT", "SF_TENANT_ID"}
 LISTENERS = ("sf-cdc-webserver",)  # on a TCP port: said on the command line
 SOCKET_ENV = "DAGSTER_CODE_SERVER_SOCKET"  # the code server's unix socket, in a folder of the sf-cdc user only
 CLEAN_EXIT = {0, -signal.SIGTERM, 128 + signal.SIGTERM}  # systemd counts a SIGTERM death as a clean stop
+# The server's default warm-up (40,000 lines) would hold both cores while every other unit starts and the landing
+# run goes through it; a small one still passes through the env file's options, split at spaces.
+WARM_UP_LINES = 2_000
+POLL_SECONDS = 0.25
 
 
 def read_unit(path: Path) -> configparser.ConfigParser:
@@ -252,6 +256,8 @@ class Host:
                 env["SPARK_REMOTE"] = f"sc://localhost:{self.ports['SPARK_CONNECT_PORT']}/;token={token}"
             if "CDC_HASH_SALT" in env:
                 env["CDC_HASH_SALT"] = "a-test-salt"
+            if "SPARK_CONNECT_OPTIONS" in env:  # the warm-up's paths: tests/resources/test_spark_warm_up.py
+                env["SPARK_CONNECT_OPTIONS"] += f" --warm-up-lines {WARM_UP_LINES}"
             if any(k.startswith("SF_") for k in env):
                 env = {k: v for k, v in env.items() if not k.startswith("SF_")} | org
             if cluster is not None and "DAGSTER_PG_HOST" in env:
@@ -305,7 +311,7 @@ class Host:
                 return value
             process = self.started[name]
             assert process.poll() is None, f"{name} exited ({process.returncode}) before {what}:\n{self.log(name)}"
-            time.sleep(1)
+            time.sleep(POLL_SECONDS)
         pytest.fail(f"{name}: no {what} within {timeout_seconds:.0f} s:\n{self.log(name)}")
 
     def stop(self, name: str) -> int | None:
@@ -386,6 +392,22 @@ def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path, request, s
         stack.callback(stop_all)
         for name in ("sf-cdc-spark-connect", "sf-cdc-subscriber", "sf-cdc-code-server"):
             host.start(name)
+        # As systemd: the daemon and the webserver once the code server's ExecStartPost passed; they start while
+        # the subscriber lands, and the landing sensor finds the file at a tick after it landed.
+        for name in ("sf-cdc-daemon", "sf-cdc-webserver"):
+            host.start(name)
+        # A run's PySpark client of the server (SPARK_REMOTE from the code location's env file), in the background
+        # while the other units come up; its answer is read below.
+        host.wait("sf-cdc-spark-connect", "port", lambda: listening(host.ports["SPARK_CONNECT_PORT"]))
+        client = subprocess.Popen(
+            [sys.executable, "-c", CLIENT],
+            env=host.environment("sf-cdc-code-server"),
+            cwd=host.var,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        stack.callback(client.kill)
         landing = host.var / "landing"
         status = host.wait(
             "sf-cdc-subscriber",
@@ -398,8 +420,6 @@ def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path, request, s
         [landed] = host.wait("sf-cdc-subscriber", "landed file", lambda: landed_files(landing))
         assert landed.stat().st_mode & 0o777 == 0o600 and record_id in landed.read_text()
 
-        for name in ("sf-cdc-daemon", "sf-cdc-webserver"):  # after the code server's ExecStartPost, as systemd
-            host.start(name)
         ui_url = f"http://127.0.0.1:{host.ports['DAGSTER_WEBSERVER_PORT']}"
         processes.wait_for_http(f"{ui_url}/server_info", host.started["sf-cdc-webserver"])
 
@@ -415,16 +435,8 @@ def test_each_unit_started_from_its_exec_start_does_its_job(tmp_path, request, s
 
         host.wait("sf-cdc-daemon", "heartbeat", daemon_live)
 
-        host.wait("sf-cdc-spark-connect", "port", lambda: listening(host.ports["SPARK_CONNECT_PORT"]))
-        client = subprocess.run(
-            [sys.executable, "-c", CLIENT],
-            env=host.environment("sf-cdc-code-server"),
-            cwd=host.var,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
-        assert client.stdout.strip().splitlines()[-1:] == ["5"], client.stderr[-2000:]
+        out, err = client.communicate(timeout=180)
+        assert out.strip().splitlines()[-1:] == ["5"], err[-2000:]
 
         host.wait("sf-cdc-daemon", "landing run", lambda: record_id in change_event_ids(host.var / "warehouse"))
         if cluster is not None:  # the landing run is a row of the database the env files name

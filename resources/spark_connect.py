@@ -168,7 +168,10 @@ def _warm_up(spark: SparkSession, lines: int) -> None:
     try:
         warm_up(spark, lines)
     except Exception as exc:  # noqa: BLE001 - a warm-up is an optimisation, never a reason to stop serving
-        log.warning("Spark warm-up failed (the server serves on, unwarmed): %s", str(exc).splitlines()[0])
+        first = str(exc).splitlines()[:1]  # a bare AssertionError (a session stopped under it) has no message
+        log.warning(
+            "Spark warm-up failed (the server serves on, unwarmed): %s", ": ".join([type(exc).__name__, *first])
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

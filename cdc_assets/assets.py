@@ -220,7 +220,7 @@ def build_replica_asset(*, sobject: SObjectConfig, replication: ReplicationConfi
         salesforce: SalesforceResource,
     ) -> dg.MaterializeResult:
         action = ACTIONS[config.mode]
-        run, access, initial = open_run(context, sobject, replication, action, config, warehouse, salesforce)
+        run, access, initial = open_run(context, sobject, replication, config, warehouse, salesforce)
         # Before anything commits: a history turned on for an existing replica is backfilled through its version.
         history = history_step(
             sobject, warehouse, run.schema, replica=run.table, run_id=run.run_id, spark=lambda: session(pyspark)
@@ -245,16 +245,15 @@ def open_run(
     context: dg.AssetExecutionContext,
     sobject: SObjectConfig,
     replication: ReplicationConfig,
-    action: Action,
     config: ReplicaRunConfig,
     warehouse: DeltaWarehouse,
     salesforce: SalesforceResource,
 ) -> tuple[ActionRun, FieldAccess, bool]:
-    """The run of one replica step: its snapshot (loaded once and handed to each step that reads it; a step that
+    """The run of one replica step in the action of its `config`: its snapshot (loaded once and handed to each step that reads it; a step that
     commits moves it), its schema, describe() asked anew for a full copy and what changed settled (fields the org no
     longer serves are kept, never asked for); with what describe() says of each field, and whether the step is the
     initial load."""
-    table = warehouse.table(sobject.name)
+    action, table = ACTIONS[config.mode], warehouse.table(sobject.name)
     initial = loads_first(action, sobject, table, replication.options)
     full_copy = initial or action.full_copy
     schema, describe = resolve_schema(sobject, warehouse, salesforce, fresh=full_copy, table=table)
